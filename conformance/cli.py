@@ -1,0 +1,73 @@
+"""The ``conformant`` command: one entry point, subcommands contributed by each package.
+
+Each package registers its subcommands under the ``conformant.commands`` entry-point group, so the
+suite never imports the proxy or the backend (imports run one way: proxy/backend -> conformance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points, version
+
+__all__ = ["CommandError", "main"]
+
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+class CommandError(Exception):
+    """A failure to report as one line on stderr with exit status 2 (bad invocation, unreadable input)."""
+
+
+def _version() -> str:
+    try:
+        return version("conformant")
+    except Exception:
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="conformant",
+        description="Make OpenAI-compatible LLM servers actually compatible, and prove it.",
+    )
+    parser.add_argument("--version", action="version", version=f"conformant {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for ep in sorted(entry_points(group="conformant.commands"), key=lambda e: e.name):
+        try:
+            register: Register = ep.load()
+        except ImportError as exc:
+            # An extra that is not installed (the backend's llama-cpp-python) must not break the others.
+            missing = sub.add_parser(ep.name, help=f"unavailable: {exc}")
+            missing.set_defaults(func=_unavailable(ep.name, str(exc)))
+            continue
+        register(sub)
+    return parser
+
+
+def _unavailable(name: str, why: str) -> Callable[[argparse.Namespace], int]:
+    def run(_: argparse.Namespace) -> int:
+        raise CommandError(f"'{name}' is not available in this install ({why})")
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args))
+    except CommandError as exc:
+        print(f"conformant {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""OpenAI error bodies, built in one place for the proxy, the backend and the suite."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["error_body", "error_bytes", "error_type_for_status"]
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    408: "timeout_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_exceeded",
+}
+
+
+def error_type_for_status(status: int) -> str:
+    """The ``type`` OpenAI uses for a status: client errors are requests, 5xx are the server's."""
+    if status in _TYPE_BY_STATUS:
+        return _TYPE_BY_STATUS[status]
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def error_body(
+    message: str,
+    status: int = 400,
+    *,
+    type: str | None = None,
+    param: str | None = None,
+    code: str | None = None,
+) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}`` with all four keys present (spec: all required)."""
+    return {
+        "error": {
+            "message": message,
+            "type": type or error_type_for_status(status),
+            "param": param,
+            "code": code,
+        }
+    }
+
+
+def error_bytes(message: str, status: int = 400, **kwargs: Any) -> bytes:
+    return json.dumps(error_body(message, status, **kwargs), separators=(",", ":")).encode()

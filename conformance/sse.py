@@ -1,0 +1,184 @@
+"""Server-sent events: an incremental WHATWG parser and the writer the proxy and backend use.
+
+The parser takes bytes in any split and hands back one :class:`SSEBlock` per blank-line-terminated
+block. WHATWG would silently drop blocks that carry no ``data`` line and fields it does not know;
+the conformance rules need to see both (llama.cpp's ``error: {...}`` line, Q42; keep-alive comments,
+Q57), so they are kept on the block and :attr:`SSEBlock.dispatched` says what a browser would do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+__all__ = [
+    "DONE",
+    "DONE_EVENT",
+    "SSEBlock",
+    "SSELineTooLong",
+    "SSEParser",
+    "encode_comment",
+    "encode_data",
+    "parse_sse",
+]
+
+DONE = "[DONE]"
+DONE_EVENT = b"data: [DONE]\n\n"
+_BOM = b"\xef\xbb\xbf"
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+class SSELineTooLong(ValueError):
+    """A single SSE line grew past the parser's bound before its line end arrived."""
+
+
+@dataclass(slots=True)
+class SSEBlock:
+    """One block of the stream: the lines up to a blank line (or up to the end, when cut off)."""
+
+    index: int
+    """Position among all blocks of the stream, from 0."""
+    offset: int
+    """Byte offset in the stream of the block's first line."""
+    data: str | None = None
+    """The joined ``data`` lines; None when the block had no ``data`` line."""
+    event: str | None = None
+    id: str | None = None
+    retry: int | None = None
+    comments: list[str] = field(default_factory=list)
+    other_fields: list[tuple[str, str]] = field(default_factory=list)
+    """Field lines outside WHATWG's four (``error: {...}`` from llama.cpp, Q42), in order."""
+    invalid_retry: bool = False
+    complete: bool = True
+    """False for a last block the stream cut off before its blank line (WHATWG discards it)."""
+
+    @property
+    def dispatched(self) -> bool:
+        """Whether a WHATWG client would deliver this block as an event."""
+        return self.complete and self.data is not None
+
+    @property
+    def is_done(self) -> bool:
+        return self.data == DONE
+
+
+class SSEParser:
+    """Incremental parser: ``feed(bytes)`` returns the blocks completed so far, ``close()`` the rest."""
+
+    def __init__(self, max_line_bytes: int | None = None) -> None:
+        self._buffer = b""
+        self._skip_lf = False
+        self._consumed = 0  # bytes of the stream before self._buffer
+        self._first = True
+        self._max_line = max_line_bytes
+        self._blocks = 0
+        self._current: SSEBlock | None = None
+        self.bom = False
+        """True when the stream began with a UTF-8 BOM (stripped, as WHATWG says; openai-python chokes)."""
+        self.bytes_seen = 0
+
+    def feed(self, chunk: bytes) -> list[SSEBlock]:
+        if not chunk:
+            return []
+        self.bytes_seen += len(chunk)
+        buf = self._buffer + chunk if self._buffer else chunk
+        if self._first:
+            if len(buf) < len(_BOM) and _BOM.startswith(buf):
+                self._buffer = buf
+                return []
+            self._first = False
+            if buf.startswith(_BOM):
+                self.bom = True
+                buf = buf[len(_BOM) :]
+                self._consumed += len(_BOM)
+        out: list[SSEBlock] = []
+        pos = 0
+        if self._skip_lf and buf[:1] == b"\n":
+            pos = 1
+        self._skip_lf = False
+        end = len(buf)
+        for match in _LINE_END.finditer(buf, pos):
+            start_eol = match.start()
+            if match.group() == b"\r" and match.end() == end:
+                # A CR that ends this read may be the first half of a CRLF split across reads.
+                self._skip_lf = True
+            self._line(buf[pos:start_eol], self._consumed + pos, out)
+            pos = match.end()
+        rest = buf[pos:]
+        if self._max_line is not None and len(rest) > self._max_line:
+            raise SSELineTooLong(f"an SSE line exceeded {self._max_line} bytes without a line end")
+        self._consumed += pos
+        self._buffer = rest
+        return out
+
+    def close(self) -> SSEBlock | None:
+        """End of stream: returns the cut-off block, if any (marked ``complete=False``)."""
+        if self._buffer:
+            if self._first and _BOM.startswith(self._buffer):
+                self._buffer = b""
+            else:
+                leftover: list[SSEBlock] = []
+                self._line(self._buffer, self._consumed, leftover)
+                self._buffer = b""
+        block, self._current = self._current, None
+        if block is None:
+            return None
+        block.complete = False
+        return block
+
+    def _line(self, raw: bytes, offset: int, out: list[SSEBlock]) -> None:
+        if not raw:
+            if self._current is not None:
+                out.append(self._current)
+                self._current = None
+            return
+        block = self._current
+        if block is None:
+            block = self._current = SSEBlock(index=self._blocks, offset=offset)
+            self._blocks += 1
+        line = raw.decode("utf-8", "replace")
+        if line[0] == ":":
+            block.comments.append(line[1:].removeprefix(" "))
+            return
+        name, colon, value = line.partition(":")
+        if colon and value[:1] == " ":
+            value = value[1:]
+        if name == "data":
+            block.data = value if block.data is None else f"{block.data}\n{value}"
+        elif name == "event":
+            block.event = value
+        elif name == "id":
+            if "\x00" not in value:
+                block.id = value
+        elif name == "retry":
+            if value.isascii() and value.isdigit():
+                block.retry = int(value)
+            else:
+                block.invalid_retry = True
+        else:
+            block.other_fields.append((name, value))
+
+
+def parse_sse(chunks: Iterable[bytes], max_line_bytes: int | None = None) -> Iterator[SSEBlock]:
+    """Every block of a whole stream, the cut-off last one included (``complete=False``)."""
+    parser = SSEParser(max_line_bytes)
+    for chunk in chunks:
+        yield from parser.feed(chunk)
+    tail = parser.close()
+    if tail is not None:
+        yield tail
+
+
+def encode_data(payload: str | bytes) -> bytes:
+    """One ``data:`` event as OpenAI frames it: no ``event:``/``id:`` lines, LF endings."""
+    raw = payload.encode() if isinstance(payload, str) else payload
+    if b"\n" in raw or b"\r" in raw:
+        lines = _LINE_END.split(raw)
+        return b"".join(b"data: " + line + b"\n" for line in lines) + b"\n"
+    return b"data: " + raw + b"\n\n"
+
+
+def encode_comment(text: str = "") -> bytes:
+    """A keep-alive comment; both WHATWG parsers and openai-python skip it."""
+    return b": " + text.encode().replace(b"\n", b" ").replace(b"\r", b" ") + b"\n\n"

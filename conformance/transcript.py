@@ -1,0 +1,255 @@
+"""Transcripts: a recorded response body (``NAME.sse``) plus an optional sidecar (``NAME.json``).
+
+The format is fixed in the design document: the body file holds the bytes exactly as received
+(whatever the content type); the sidecar holds the request, the response status and headers, and
+per-read timing. A ``.json`` file without ``request``/``response`` keys is a bare response body.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "SCRUBBED_HEADERS",
+    "Endpoint",
+    "Transcript",
+    "TranscriptError",
+    "discover",
+    "endpoint_for_path",
+    "load_transcript",
+    "save_transcript",
+    "scrub_headers",
+]
+
+Endpoint = Literal["completions", "chat"]
+SCRUBBED_HEADERS = frozenset(
+    {"authorization", "api-key", "x-api-key", "cookie", "set-cookie", "proxy-authorization"}
+)
+_READ_SIZE = 1 << 16
+_SNIFF = 4096
+
+
+class TranscriptError(Exception):
+    """A transcript that cannot be read: missing, unreadable, not text, or a malformed sidecar."""
+
+
+def endpoint_for_path(path: str | None) -> Endpoint | None:
+    if not path:
+        return None
+    path = path.split("?", 1)[0].rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "chat"
+    if path.endswith("/completions"):
+        return "completions"
+    return None
+
+
+def scrub_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers safe to store: credentials and cookies never reach a transcript."""
+    return {k.lower(): v for k, v in headers.items() if k.lower() not in SCRUBBED_HEADERS}
+
+
+@dataclass
+class Transcript:
+    name: str
+    """Path without suffix; what reports call the source."""
+    body_path: Path | None
+    request: dict[str, Any] | None = None
+    status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    chunk_timing: list[tuple[float, int]] = field(default_factory=list)
+    server: str | None = None
+    body: bytes | None = None
+    """The body when it came from memory (a bare ``.json`` file or a live recording) rather than a file."""
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """From the recorded request path; None when unknown (then the rules infer it from ``object``)."""
+        return endpoint_for_path((self.request or {}).get("path"))
+
+    @property
+    def request_body(self) -> dict[str, Any]:
+        body = (self.request or {}).get("body")
+        return body if isinstance(body, dict) else {}
+
+    @property
+    def content_type(self) -> str | None:
+        value = self.headers.get("content-type")
+        return value.split(";", 1)[0].strip().lower() if value else None
+
+    @property
+    def stream(self) -> bool:
+        """Streaming if the request asked for it; else by content type; else by sniffing the body."""
+        asked = self.request_body.get("stream")
+        if isinstance(asked, bool):
+            return asked
+        if self.content_type == "text/event-stream":
+            return True
+        if self.content_type is not None and self.content_type.endswith("json"):
+            return False
+        head = self.head().lstrip(b"\xef\xbb\xbf \t\r\n")
+        return not head.startswith((b"{", b"["))
+
+    def head(self, size: int = _SNIFF) -> bytes:
+        if self.body is not None:
+            return self.body[:size]
+        if self.body_path is None:
+            return b""
+        with self.body_path.open("rb") as fh:
+            return fh.read(size)
+
+    def iter_body(self, size: int = _READ_SIZE) -> Iterator[bytes]:
+        """The body in bounded reads, so a 1 GB transcript never sits in memory whole."""
+        if self.body is not None:
+            for start in range(0, len(self.body), size):
+                yield self.body[start : start + size]
+            return
+        if self.body_path is None:
+            return
+        with self.body_path.open("rb") as fh:
+            while chunk := fh.read(size):
+                yield chunk
+
+    def read_body(self, limit: int = 64 << 20) -> bytes:
+        """The whole body, for non-streaming JSON; refuses bodies larger than ``limit``."""
+        if self.body is not None:
+            return self.body
+        if self.body_path is None:
+            return b""
+        if self.body_path.stat().st_size > limit:
+            raise TranscriptError(f"{self.body_path}: a non-streaming body over {limit >> 20} MiB")
+        return self.body_path.read_bytes()
+
+
+def _read_sidecar(path: Path) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > 64 << 20:
+            raise TranscriptError(f"{path}: sidecar larger than 64 MiB")
+        loaded = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TranscriptError(f"{path}: not a readable JSON file ({type(exc).__name__})") from None
+    if not isinstance(loaded, dict):
+        raise TranscriptError(f"{path}: JSON is not an object")
+    return loaded
+
+
+def _looks_binary(head: bytes) -> bool:
+    return b"\x00" in head
+
+
+def load_transcript(path: str | Path) -> Transcript:
+    """Load a transcript named by either of its files (``x.sse`` finds ``x.json`` and the reverse)."""
+    path = Path(path)
+    if path.suffix not in {".sse", ".json"}:
+        body_path: Path | None = path
+        side_path = path.with_name(path.name + ".json")
+        name = str(path)
+    else:
+        base = path.with_suffix("")
+        body_path, side_path, name = base.with_suffix(".sse"), base.with_suffix(".json"), str(base)
+    if not path.exists():
+        raise TranscriptError(f"{path}: no such file")
+    if path.is_dir():
+        raise TranscriptError(f"{path}: is a directory")
+    sidecar: dict[str, Any] = {}
+    transcript = Transcript(name=name, body_path=None)
+    if side_path.exists():
+        sidecar = _read_sidecar(side_path)
+        if "request" not in sidecar and "response" not in sidecar:
+            if body_path is not None and body_path.exists():
+                # Both a body and a bare JSON next to it: the .json is not a sidecar; judge the .sse.
+                sidecar = {}
+            else:
+                transcript.body = side_path.read_bytes()
+                transcript.headers = {"content-type": "application/json"}
+                return transcript
+    if body_path is not None and body_path.exists():
+        try:
+            with body_path.open("rb") as fh:
+                head = fh.read(_SNIFF)
+        except OSError as exc:
+            raise TranscriptError(f"{body_path}: cannot read ({exc.strerror})") from None
+        if _looks_binary(head):
+            raise TranscriptError(f"{body_path}: binary data, not an SSE or JSON transcript")
+        transcript.body_path = body_path
+    request = sidecar.get("request")
+    response = sidecar.get("response") or {}
+    if request is not None and not isinstance(request, dict):
+        raise TranscriptError(f"{side_path}: 'request' must be an object")
+    if not isinstance(response, dict):
+        raise TranscriptError(f"{side_path}: 'response' must be an object")
+    transcript.request = request
+    status = response.get("status")
+    transcript.status = status if isinstance(status, int) else None
+    headers = response.get("headers") or {}
+    transcript.headers = (
+        {str(k).lower(): str(v) for k, v in headers.items()} if isinstance(headers, dict) else {}
+    )
+    timing = sidecar.get("chunk_timing") or []
+    try:
+        transcript.chunk_timing = [(float(t), int(n)) for t, n in timing]
+    except (TypeError, ValueError):
+        raise TranscriptError(f"{side_path}: 'chunk_timing' must be a list of [seconds, bytes]") from None
+    server = sidecar.get("server")
+    transcript.server = server if isinstance(server, str) else None
+    return transcript
+
+
+def discover(paths: Iterable[str | Path]) -> list[Transcript]:
+    """Transcripts under files and folders, each pair counted once, in a stable order."""
+    seen: set[str] = set()
+    found: list[Transcript] = []
+
+    def add(candidate: Path) -> None:
+        key = str(candidate.with_suffix("")) if candidate.suffix in {".sse", ".json"} else str(candidate)
+        if key in seen:
+            return
+        seen.add(key)
+        found.append(load_transcript(candidate))
+
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for child in sorted(path.rglob("*")):
+                if child.is_file() and child.suffix in {".sse", ".json"}:
+                    add(child)
+        else:
+            add(path)
+    return found
+
+
+def save_transcript(
+    base: str | Path,
+    body: bytes,
+    *,
+    request: Mapping[str, Any] | None = None,
+    status: int | None = None,
+    headers: Mapping[str, str] | None = None,
+    chunk_timing: Iterable[tuple[float, int]] = (),
+    server: str | None = None,
+) -> Transcript:
+    """Write ``base.sse`` and ``base.json``; request and response headers are scrubbed of credentials."""
+    base = Path(base)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    body_path = base.with_suffix(".sse")
+    body_path.write_bytes(body)
+    req: dict[str, Any] | None = None
+    if request is not None:
+        req = dict(request)
+        if isinstance(req.get("headers"), Mapping):
+            req["headers"] = scrub_headers(req["headers"])
+    sidecar: dict[str, Any] = {}
+    if server:
+        sidecar["server"] = server
+    if req is not None:
+        sidecar["request"] = req
+    sidecar["response"] = {"status": status, "headers": scrub_headers(headers or {})}
+    timing = [[round(t, 6), n] for t, n in chunk_timing]
+    if timing:
+        sidecar["chunk_timing"] = timing
+    base.with_suffix(".json").write_text(json.dumps(sidecar, indent=2) + "\n")
+    return load_transcript(body_path)
