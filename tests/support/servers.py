@@ -1,0 +1,97 @@
+"""Real servers for tests: an ASGI app on a free loopback port in a thread, or a subprocess server.
+
+Every helper is a context manager that stops what it started, so no test leaks a server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+import uvicorn
+
+__all__ = ["free_port", "run_asgi", "run_process", "wait_http"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def run_asgi(app: Any, *, port: int | None = None, **config: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a background thread; yields its base URL (no trailing slash)."""
+    port = port or free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="auto", **config)
+    )
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"test server on port {port} did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll ``url`` until it answers 200, the process dies, or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with status {proc.returncode} before {url} answered")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer 200 within {timeout:.0f}s")
+
+
+@contextlib.contextmanager
+def run_process(
+    args: Sequence[str],
+    *,
+    health_path: str,
+    port: int,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start a server process (``python -m ...`` is ``sys.executable``); yields (base URL, process)."""
+    full_env = {**os.environ, **(env or {})}
+    args = [sys.executable if a == "python" else a for a in args]
+    proc = subprocess.Popen(args, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_http(base + health_path, timeout, proc)
+        except RuntimeError as exc:
+            proc.kill()
+            _, err = proc.communicate(timeout=10)
+            tail = err.decode(errors="replace")[-2000:]
+            raise RuntimeError(f"{exc}\n--- server stderr ---\n{tail}") from None
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        if proc.stderr is not None:
+            proc.stderr.close()
