@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -74,15 +75,18 @@ def run_process(
     """Start a server process (``python -m ...`` is ``sys.executable``); yields (base URL, process)."""
     full_env = {**os.environ, **(env or {})}
     args = [sys.executable if a == "python" else a for a in args]
-    proc = subprocess.Popen(args, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # stderr goes to a file, not a pipe: llama.cpp logs a lot, and a full pipe would stall the server.
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below, after the process
+    proc = subprocess.Popen(args, env=full_env, stdout=subprocess.DEVNULL, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
         try:
             wait_http(base + health_path, timeout, proc)
         except RuntimeError as exc:
             proc.kill()
-            _, err = proc.communicate(timeout=10)
-            tail = err.decode(errors="replace")[-2000:]
+            proc.wait(timeout=10)
+            log.seek(0)
+            tail = log.read().decode(errors="replace")[-2000:]
             raise RuntimeError(f"{exc}\n--- server stderr ---\n{tail}") from None
         yield base, proc
     finally:
@@ -93,5 +97,4 @@ def run_process(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
-        if proc.stderr is not None:
-            proc.stderr.close()
+        log.close()
