@@ -1,0 +1,65 @@
+"""Copy bug-report transcripts into the shipped corpus (conformance/corpus/), each with a sidecar.
+
+The reports are bare ``.sse`` quotes; the sidecar makes them replayable: a request (endpoint from the
+chunks' ``object``, ``model`` = the transcript name so it is unique, ``stream: true``), status 200,
+``text/event-stream``, and a synthetic per-event timing (the reports carry none).
+Usage: python scripts/build_corpus.py [SOURCE_DIR]   (default tests/data/transcripts/reports)
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from conformance.sse import parse_sse
+from conformance.transcript import load_transcript, save_transcript
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "conformance" / "corpus"
+FIRST_EVENT_S = 0.05
+BETWEEN_EVENTS_S = 0.02
+
+
+def request_for(stem: str, body: bytes) -> dict[str, object]:
+    chat = b'"text_completion"' not in body
+    payload: dict[str, object] = {"model": stem, "stream": True}
+    if chat:
+        payload["messages"] = [{"role": "user", "content": "Hello"}]
+        return {"method": "POST", "path": "/v1/chat/completions", "body": payload}
+    payload["prompt"] = "Hello"
+    return {"method": "POST", "path": "/v1/completions", "body": payload}
+
+
+def synthetic_timing(body: bytes) -> list[tuple[float, int]]:
+    """One read per SSE event, the way a server flushes them, evenly spaced."""
+    ends = [*[block.offset for block in parse_sse([body])][1:], len(body)]
+    starts = [0, *ends[:-1]]
+    sizes = [end - start for start, end in zip(starts, ends, strict=True) if end > start]
+    return [(round(FIRST_EVENT_S + i * BETWEEN_EVENTS_S, 3), size) for i, size in enumerate(sizes)]
+
+
+def main(source: Path) -> int:
+    for body_path in sorted(source.glob("*.sse")):
+        # A dotted stem ("x.reconstructed") would lose its last part to with_suffix() in the core.
+        stem = body_path.name[: -len(".sse")].replace(".", "-")
+        body = body_path.read_bytes()
+        save_transcript(
+            CORPUS / stem,
+            body,
+            request=request_for(stem, body),
+            status=200,
+            headers={"content-type": "text/event-stream"},
+            chunk_timing=synthetic_timing(body),
+            server=stem.split("-", 1)[0],
+        )
+        src = body_path.with_name(body_path.name[: -len(".sse")] + ".source.txt")
+        if src.exists():
+            shutil.copyfile(src, CORPUS / (stem + ".source.txt"))
+        assert load_transcript(CORPUS / (stem + ".sse")).read_body() == body
+        print(f"{stem}: {len(body)} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests/data/transcripts/reports"))

@@ -1,0 +1,133 @@
+"""The replay server against real HTTP clients: bytes, status and headers as recorded, paced as recorded."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conformance.replay import TRANSCRIPT_HEADER, create_replay_app, load_corpus, transcript_stem
+from conformance.transcript import Transcript, save_transcript
+from tests.support.servers import run_asgi
+
+CORPUS = load_corpus()
+
+
+@pytest.fixture(scope="module")
+def corpus_url() -> object:
+    with run_asgi(create_replay_app(CORPUS, pace=None)) as url:
+        yield url
+
+
+def test_corpus_ships_every_report() -> None:
+    reports = Path(__file__).parents[1] / "data" / "transcripts" / "reports"
+    assert len(CORPUS) >= len(list(reports.glob("*.sse")))
+    assert all(t.request and t.status == 200 and t.chunk_timing for t in CORPUS)
+
+
+@pytest.mark.parametrize("transcript", CORPUS, ids=transcript_stem)
+def test_corpus_replays_byte_identical_by_request(corpus_url: str, transcript: Transcript) -> None:
+    request = transcript.request or {}
+    # Key order must not matter: send the body with its keys reversed.
+    body = dict(reversed(list(transcript.request_body.items())))
+    with httpx.Client(base_url=corpus_url) as client:
+        response = client.post(request["path"], content=json.dumps(body))
+    assert response.status_code == transcript.status
+    assert response.content == transcript.read_body()
+    assert response.headers["content-type"] == transcript.headers["content-type"]
+
+
+@pytest.mark.parametrize("transcript", CORPUS, ids=transcript_stem)
+def test_corpus_replays_byte_identical_by_name(corpus_url: str, transcript: Transcript) -> None:
+    with httpx.Client(base_url=corpus_url) as client:
+        response = client.post(
+            "/v1/chat/completions",
+            json={"anything": 1},
+            headers={TRANSCRIPT_HEADER: transcript_stem(transcript)},
+        )
+    assert response.content == transcript.read_body()
+
+
+def test_corpus_keeps_its_quirks() -> None:
+    """The corpus is for testing clients against known bugs: the judge must still see them."""
+    judge_transcript = pytest.importorskip("conformance.judge").judge_transcript
+    flagged = [transcript_stem(t) for t in CORPUS if judge_transcript(t).errors]
+    assert "ik_llama-767" in flagged
+    assert "localai-1194" in flagged
+
+
+def _error_of(response: httpx.Response) -> dict[str, object]:
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error  # type: ignore[no-any-return]
+
+
+def test_unmatched_request_says_how_to_record(corpus_url: str) -> None:
+    with httpx.Client(base_url=corpus_url) as client:
+        response = client.post("/v1/chat/completions", json={"model": "nobody", "messages": []})
+    assert response.status_code == 404
+    assert "conformant record" in str(_error_of(response)["message"])
+
+
+def test_unknown_transcript_name_and_bad_json(corpus_url: str) -> None:
+    with httpx.Client(base_url=corpus_url) as client:
+        named = client.post("/v1/completions", json={}, headers={TRANSCRIPT_HEADER: "no-such"})
+        broken = client.post("/v1/completions", content=b'{"model": ')
+    assert named.status_code == 404
+    assert "no-such" in str(_error_of(named)["message"])
+    assert broken.status_code == 400
+    assert "conformant record" in str(_error_of(broken)["message"])
+
+
+def test_models_lists_recorded_models(corpus_url: str) -> None:
+    ids = {m["id"] for m in httpx.get(corpus_url + "/v1/models").json()["data"]}
+    assert "ollama-4357" in ids
+
+
+def test_status_and_headers_replayed(tmp_path: Path) -> None:
+    body = b'{"error":{"message":"too long","type":"invalid_request_error","param":null,"code":"x"}}'
+    transcript = save_transcript(
+        tmp_path / "err",
+        body,
+        request={"method": "POST", "path": "/v1/completions", "body": {"prompt": "x"}},
+        status=400,
+        headers={"content-type": "application/json", "x-request-id": "abc", "content-length": "999"},
+    )
+    with run_asgi(create_replay_app([transcript])) as url:
+        response = httpx.post(url + "/v1/completions", json={"prompt": "x"})
+    assert (response.status_code, response.content) == (400, body)
+    assert response.headers["x-request-id"] == "abc"
+
+
+def _arrivals(url: str, stem: str) -> list[tuple[float, int]]:
+    arrivals = []
+    with httpx.Client(base_url=url) as client:
+        started = time.monotonic()
+        with client.stream("POST", "/v1/completions", json={}, headers={TRANSCRIPT_HEADER: stem}) as response:
+            for piece in response.iter_raw():
+                arrivals.append((time.monotonic() - started, len(piece)))
+    return arrivals
+
+
+@pytest.mark.parametrize("pace", [1.0, 0.5])
+def test_pacing_within_20_percent(tmp_path: Path, pace: float) -> None:
+    events = [f"data: {i}\n\n".encode() for i in range(3)]
+    timing = [(0.3 * (i + 1), len(event)) for i, event in enumerate(events)]
+    body = b"".join(events)
+    transcript = save_transcript(tmp_path / "paced", body, status=200, chunk_timing=timing)
+    with run_asgi(create_replay_app([transcript], pace=pace)) as url:
+        arrivals = _arrivals(url, "paced")
+    assert b"".join(b"x" * n for _, n in arrivals) == b"x" * len(body)
+    assert len(arrivals) == len(timing)
+    for (got, _), (recorded, _) in zip(arrivals, timing, strict=True):
+        assert got == pytest.approx(recorded * pace, rel=0.2)
+
+
+def test_pace_none_sends_at_once(tmp_path: Path) -> None:
+    transcript = save_transcript(tmp_path / "slow", b"data: 1\n\n", status=200, chunk_timing=[(30.0, 9)])
+    with run_asgi(create_replay_app([transcript], pace=None)) as url:
+        arrivals = _arrivals(url, "slow")
+    assert arrivals[-1][0] < 30
