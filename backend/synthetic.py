@@ -1,0 +1,288 @@
+"""Tiny synthetic GGUF models that llama.cpp loads and runs: for fast tests, and for users needing a model.
+
+Two kinds, both ``llama`` architecture with random (seeded) weights:
+
+- ``dense``: a plain transformer.
+- ``moe``: the same with a Mixtral-style mixture of experts (``ffn_{gate,up,down}_exps`` tensors, a router),
+  so expert placement (``--cpu-moe``, ``--override-tensor``) can be exercised without a real MoE download.
+
+Weights are quantized Q8_0 or Q4_0 (quantizations llama.cpp repacks on CPU); norms and the router stay F32.
+The tokenizer is a small SentencePiece-style ("llama") vocabulary with byte fallback, so any text tokenizes,
+plus ChatML control tokens, FIM tokens and a ChatML chat template. The text it generates is noise, but it is
+deterministic for a given seed.
+
+    python -m backend.synthetic --kind moe --quant q4_0 moe-q4_0.gguf
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import string
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, TokenType
+from gguf.quants import quantize
+
+Kind = Literal["dense", "moe"]
+Quant = Literal["q8_0", "q4_0"]
+
+KINDS: tuple[Kind, ...] = ("dense", "moe")
+QUANTS: tuple[Quant, ...] = ("q8_0", "q4_0")
+
+_QTYPES: dict[Quant, tuple[GGMLQuantizationType, LlamaFileType]] = {
+    "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
+    "q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0),
+}
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+# Token ids of the special tokens: fixed so tests and users can rely on them.
+UNK, BOS, EOS, IM_START, IM_END, FIM_PRE, FIM_SUF, FIM_MID = range(8)
+_SPECIAL_TOKENS = (
+    "<unk>",
+    "<s>",
+    "</s>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|fim_prefix|>",
+    "<|fim_suffix|>",
+    "<|fim_middle|>",
+)
+_WORDS = " ".join(
+    (
+        "the hello world is and of to in it you that was for on are with as be at this have from or one had",
+        "by word but not what all were we when your can said there use an each which she do how their",
+        "up other about out many then them these so some her would make like him into time has look two more",
+    )
+).split()
+# A multiple of 8 keeps every weight matrix eligible for llama.cpp's CPU repacking (rows % 8 == 0).
+VOCAB_SIZE = 384
+
+EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """Shape of a synthetic model. The defaults make a model of about 1-4 MB that decodes in milliseconds."""
+
+    kind: Kind = "dense"
+    quant: Quant = "q8_0"
+    n_layer: int = 2
+    n_embd: int = 256
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 512
+    n_expert: int = 4
+    n_expert_used: int = 2
+    n_ctx_train: int = 2048
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.quant not in QUANTS:
+            raise ValueError(f"quant must be one of {', '.join(QUANTS)}, not {self.quant!r}")
+        # Q8_0/Q4_0 quantize rows in blocks of 32 values; the head split must be exact.
+        for name in ("n_embd", "n_ff"):
+            if getattr(self, name) % 32:
+                raise ValueError(f"{name} must be a multiple of 32")
+        if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
+            raise ValueError("n_embd must divide by n_head, and n_head by n_head_kv")
+        if (self.n_embd // self.n_head) % 32:
+            raise ValueError("the head size (n_embd / n_head) must be a multiple of 32")
+        if self.kind == "moe" and not 0 < self.n_expert_used <= self.n_expert:
+            raise ValueError("n_expert_used must be between 1 and n_expert")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+def vocabulary() -> tuple[list[str], list[float], list[TokenType]]:
+    """The token pieces, their SentencePiece scores and types, VOCAB_SIZE long."""
+    tokens = list(_SPECIAL_TOKENS)
+    types = [TokenType.UNKNOWN] + [TokenType.CONTROL] * (len(_SPECIAL_TOKENS) - 1)
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [TokenType.BYTE] * 256
+    pieces = list(_normal_pieces())
+    tokens += pieces
+    types += [TokenType.NORMAL] * len(pieces)
+    # SentencePiece merges the highest-scoring piece first: prefer longer pieces so words stay whole.
+    scores = [0.0] * (len(_SPECIAL_TOKENS) + 256) + [float(len(p)) - i * 1e-3 for i, p in enumerate(pieces)]
+    return tokens, scores, types
+
+
+def _normal_pieces() -> Iterator[str]:
+    wanted = VOCAB_SIZE - len(_SPECIAL_TOKENS) - 256
+    seen: set[str] = set()
+
+    def candidates() -> Iterator[str]:
+        yield "\u2581"
+        yield from string.ascii_lowercase
+        yield from ("\u2581" + c for c in string.ascii_lowercase)
+        yield from string.digits
+        yield from ".,!?:;'\"-()"
+        yield from ("\u2581" + w for w in _WORDS)
+        yield from (a + b for a in "etaoinshr" for b in "etaoinshr")
+
+    for piece in candidates():
+        if piece not in seen:
+            seen.add(piece)
+            yield piece
+            if len(seen) == wanted:
+                return
+    raise AssertionError("the piece list is shorter than the vocabulary")  # a bug in this module, not input
+
+
+def expert_tensor_names(spec: SyntheticSpec) -> list[str]:
+    """Names of the expert weight tensors, in file order (empty for a dense model)."""
+    if spec.kind != "moe":
+        return []
+    return [f"blk.{i}.{t}.weight" for i in range(spec.n_layer) for t in EXPERT_TENSORS]
+
+
+def _tensors(
+    spec: SyntheticSpec,
+) -> Iterator[tuple[str, npt.NDArray[np.float32], bool]]:
+    """(name, values in numpy order = reversed ggml order, quantize?) for every tensor of the model."""
+    rng = np.random.default_rng(spec.seed)
+
+    def weight(*shape: int) -> npt.NDArray[np.float32]:
+        # 1/sqrt(fan_in) keeps activations of the random network in a sane range at any width.
+        values: npt.NDArray[np.float32] = rng.standard_normal(shape, dtype=np.float32)
+        return values / np.float32(np.sqrt(shape[-1]))
+
+    def norm(n: int) -> npt.NDArray[np.float32]:
+        return np.ones(n, dtype=np.float32)
+
+    e, kv = spec.n_embd, spec.n_head_kv * spec.head_dim
+    yield "token_embd.weight", weight(VOCAB_SIZE, e), True
+    for i in range(spec.n_layer):
+        p = f"blk.{i}."
+        yield p + "attn_norm.weight", norm(e), False
+        yield p + "attn_q.weight", weight(e, e), True
+        yield p + "attn_k.weight", weight(kv, e), True
+        yield p + "attn_v.weight", weight(kv, e), True
+        yield p + "attn_output.weight", weight(e, e), True
+        yield p + "ffn_norm.weight", norm(e), False
+        if spec.kind == "moe":
+            x = spec.n_expert
+            yield p + "ffn_gate_inp.weight", weight(x, e), False
+            yield p + "ffn_gate_exps.weight", weight(x, spec.n_ff, e), True
+            yield p + "ffn_up_exps.weight", weight(x, spec.n_ff, e), True
+            yield p + "ffn_down_exps.weight", weight(x, e, spec.n_ff), True
+        else:
+            yield p + "ffn_gate.weight", weight(spec.n_ff, e), True
+            yield p + "ffn_up.weight", weight(spec.n_ff, e), True
+            yield p + "ffn_down.weight", weight(e, spec.n_ff), True
+    yield "output_norm.weight", norm(e), False
+    yield "output.weight", weight(VOCAB_SIZE, e), True
+
+
+def write_synthetic(path: str | os.PathLike[str], spec: SyntheticSpec | None = None) -> Path:
+    """Write a synthetic model to ``path`` (atomically: no reader sees half a file) and return the path."""
+    spec = spec or SyntheticSpec()
+    out = Path(path)
+    qtype, ftype = _QTYPES[spec.quant]
+    tmp = out.with_name(out.name + ".partial")
+    writer = GGUFWriter(str(tmp), "llama")
+    try:
+        _write_metadata(writer, spec, ftype)
+        for name, values, quantized in _tensors(spec):
+            if quantized:
+                writer.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
+            else:
+                writer.add_tensor(name, values)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    os.replace(tmp, out)
+    return out
+
+
+def _write_metadata(writer: GGUFWriter, spec: SyntheticSpec, ftype: LlamaFileType) -> None:
+    writer.add_name(f"conformant-synthetic-{spec.kind}-{spec.quant}")
+    writer.add_file_type(int(ftype))
+    writer.add_context_length(spec.n_ctx_train)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_rope_dimension_count(spec.head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(VOCAB_SIZE)
+    if spec.kind == "moe":
+        writer.add_expert_count(spec.n_expert)
+        writer.add_expert_used_count(spec.n_expert_used)
+    tokens, scores, types = vocabulary()
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(UNK)
+    writer.add_bos_token_id(BOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_eot_token_id(IM_END)
+    writer.add_uint32("tokenizer.ggml.fim_pre_token_id", FIM_PRE)
+    writer.add_uint32("tokenizer.ggml.fim_suf_token_id", FIM_SUF)
+    writer.add_uint32("tokenizer.ggml.fim_mid_token_id", FIM_MID)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(CHATML_TEMPLATE)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m backend.synthetic",
+        description="Write a tiny synthetic GGUF model (random weights) that llama.cpp can load and run.",
+    )
+    parser.add_argument("--kind", choices=KINDS, default="dense", help="dense, or mixture of experts")
+    parser.add_argument("--quant", choices=QUANTS, default="q8_0", help="weight quantization")
+    parser.add_argument("--layers", type=int, default=SyntheticSpec.n_layer, help="number of blocks")
+    parser.add_argument("--experts", type=int, default=SyntheticSpec.n_expert, help="experts per layer (moe)")
+    parser.add_argument(
+        "--experts-used", type=int, default=SyntheticSpec.n_expert_used, help="experts per token (moe)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument("out", help="path of the .gguf file to write")
+    args = parser.parse_args(argv)
+    if args.layers < 1:
+        parser.error("--layers must be at least 1")
+    try:
+        spec = SyntheticSpec(
+            kind=args.kind,
+            quant=args.quant,
+            n_layer=args.layers,
+            n_expert=args.experts,
+            n_expert_used=args.experts_used,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        path = write_synthetic(args.out, spec)
+    except OSError as exc:
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {path} ({path.stat().st_size} bytes, {spec.kind}, {spec.quant}, seed {spec.seed})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
