@@ -1,0 +1,228 @@
+"""The judge: runs every rule over one response (a stream in one pass, or a JSON body) and returns a Verdict.
+
+Streams are judged as they are read: one pass over the SSE blocks with per-stream state, never holding
+all events, so a 1 GB transcript costs the memory of one block plus the (capped) findings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.findings import ERROR, WARNING, Finding
+from conformance.rules import (
+    BLOCK_RULES,
+    CHOICE_RULES,
+    CHUNK_RULES,
+    END_RULES,
+    ChoiceState,
+    Context,
+    Expectations,
+    bodies,
+    chat_deltas,
+    errors,
+    framing,
+)
+from conformance.rules.schema_checks import schema_findings
+from conformance.sse import SSEBlock, SSELineTooLong, SSEParser
+from conformance.transcript import Endpoint, Transcript
+
+__all__ = ["MAX_LINE_BYTES", "Verdict", "infer_endpoint", "judge_response", "judge_transcript"]
+
+MAX_LINE_BYTES = 64 << 20
+"""A single SSE line longer than this is reported instead of buffered."""
+_CHUNK_SCHEMA = {"chat": "chat_completion_chunk", "completions": "text_completion_chunk"}
+
+
+@dataclass
+class Verdict:
+    """The judgement of one response: where it came from, what it was, and what is wrong with it."""
+
+    source: str
+    endpoint: Endpoint | None
+    stream: bool
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == ERROR for f in self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of the JSON report's ``results``."""
+        return {
+            "source": self.source,
+            "endpoint": self.endpoint,
+            "stream": self.stream,
+            "errors": [f.to_json() for f in self.errors],
+            "warnings": [f.to_json() for f in self.warnings],
+        }
+
+
+def infer_endpoint(payload: Any) -> Endpoint | None:
+    """Chat or completions from a payload's ``object``, else from the shape of its first choice."""
+    if not isinstance(payload, dict):
+        return None
+    obj = payload.get("object")
+    if isinstance(obj, str):
+        if obj.startswith("chat.completion"):
+            return "chat"
+        # mini-sglang's "text_completion.chunk" carries chat deltas (Q12): there the shape decides.
+        if obj == "text_completion":
+            return "completions"
+    choices = payload.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        if "delta" in choices[0] or "message" in choices[0]:
+            return "chat"
+        if "text" in choices[0]:
+            return "completions"
+    return None
+
+
+def judge_transcript(t: Transcript) -> Verdict:
+    """Judge a recorded (or live-captured) response. Raises TranscriptError for unreadable bodies."""
+    ctx = Context(t.endpoint, t.stream, Expectations.from_request(t.request), t.status, t.headers)
+    errors.http_status(ctx)
+    failed = t.status is not None and t.status >= 400
+    if ctx.stream and not failed and _looks_like_json(t.head()):
+        ctx.error(
+            "stream-not-sse",
+            "a stream was requested but the body is a JSON document; openai-python yields no events",
+            quirk="spec",
+        )
+        ctx.stream = False
+    if ctx.stream and not failed:
+        _judge_stream(ctx, t.iter_body())
+    else:
+        _judge_body(ctx, t.read_body())
+    return Verdict(t.name, ctx.endpoint, ctx.stream, ctx.sink.close())
+
+
+def judge_response(
+    body: bytes,
+    *,
+    request: dict[str, Any] | None,
+    status: int | None,
+    headers: Mapping[str, str] | None,
+    source: str = "<live>",
+) -> Verdict:
+    """Judge a response held in memory (a live probe, the proxy's own output)."""
+    transcript = Transcript(
+        name=source,
+        body_path=None,
+        request=request,
+        status=status,
+        headers={k.lower(): v for k, v in (headers or {}).items()},
+        body=body,
+    )
+    return judge_transcript(transcript)
+
+
+def _looks_like_json(head: bytes) -> bool:
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
+
+
+def _judge_stream(ctx: Context, chunks: Iterable[bytes]) -> None:
+    parser = SSEParser(max_line_bytes=MAX_LINE_BYTES)
+    tail: SSEBlock | None = None
+    try:
+        for data in chunks:
+            for block in parser.feed(data):
+                _block(ctx, block)
+        tail = parser.close()
+    except SSELineTooLong as exc:
+        ctx.error("sse-line-too-long", str(exc), event=ctx.last_event)
+    framing.bom(ctx, parser.bom)
+    if tail is not None:
+        _block(ctx, tail)
+    for rule in END_RULES:
+        rule(ctx)
+
+
+def _block(ctx: Context, block: SSEBlock) -> None:
+    for block_rule in BLOCK_RULES:
+        block_rule(ctx, block)
+    data = block.data
+    if not data:
+        return
+    event = block.index
+    ctx.last_event = event
+    if ctx.done_event is not None:
+        framing.data_after_done(ctx, event)
+        return
+    if block.is_done:
+        ctx.done_event = event
+        return
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        ctx.error("data-not-json", f"data is not JSON: {data[:80]!r}", event=event, quirk="spec")
+        return
+    if errors.is_error_payload(payload):
+        errors.error_event(ctx, event, payload)
+        return
+    if not isinstance(payload, dict):
+        ctx.error("chunk-not-object", "data is JSON but not an object", event=event, quirk="spec")
+        return
+    _chunk(ctx, event, payload)
+
+
+def _chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
+    if ctx.first_chunk_event is None:
+        ctx.first_chunk_event = event
+        if ctx.endpoint is None:
+            ctx.endpoint = infer_endpoint(chunk)
+    ctx.chunks += 1
+    if ctx.endpoint is not None:
+        schema_findings(ctx, event, chunk, _CHUNK_SCHEMA[ctx.endpoint])
+    for chunk_rule in CHUNK_RULES:
+        chunk_rule(ctx, event, chunk)
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return
+    for pos, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            continue
+        index = chat_deltas.choice_index(ctx, event, pos, choice)
+        state = ctx.choices.get(index)
+        if state is None:
+            state = ctx.choices[index] = ChoiceState(first_event=event)
+        for choice_rule in CHOICE_RULES:
+            choice_rule(ctx, event, pos, choice, state)
+
+
+def _judge_body(ctx: Context, raw: bytes) -> None:
+    failed = ctx.status is not None and ctx.status >= 400
+    if not raw.strip():
+        if not failed:
+            ctx.error("body-empty", "empty response body", quirk="spec")
+        else:
+            ctx.error("error-body-shape", "error response without a body", quirk="spec")
+        return
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        rule = "error-body-shape" if failed else "body-not-json"
+        ctx.error(rule, f"body is not JSON: {raw[:80]!r}", quirk="spec")
+        return
+    if failed or errors.is_error_payload(body) or (isinstance(body, dict) and body.get("object") == "error"):
+        errors.error_body(ctx, body)
+        return
+    if isinstance(body, list):
+        ctx.error("body-not-object", "body is a JSON array (one object per prompt?)", quirk="Q73")
+        return
+    if not isinstance(body, dict):
+        ctx.error("body-not-object", "body is JSON but not an object", quirk="spec")
+        return
+    if ctx.endpoint is None:
+        ctx.endpoint = infer_endpoint(body)
+    bodies.judge_body_object(ctx, body)

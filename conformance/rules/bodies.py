@@ -1,0 +1,55 @@
+"""Non-streaming bodies: ``chat.completion`` and ``text_completion`` (spec §2.3, §2.5; Q61, Q73)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.rules import chat_deltas, identity, logprobs, usage
+from conformance.rules.context import ChoiceState, Context
+from conformance.rules.schema_checks import schema_findings
+
+__all__ = ["BODY_SCHEMA", "judge_body_object", "tool_calls_finish_body"]
+
+BODY_SCHEMA = {"chat": "chat_completion", "completions": "text_completion"}
+
+
+def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
+    """Every rule that applies to one complete response object."""
+    if ctx.endpoint is not None:
+        schema_findings(ctx, None, body, BODY_SCHEMA[ctx.endpoint])
+    identity.id_stable(ctx, None, body)
+    identity.id_prefix(ctx, None, body)
+    identity.model_stable(ctx, None, body)
+    usage.usage_arithmetic(ctx, None, body.get("usage"), "/usage")
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return
+    for pos, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            continue
+        index = chat_deltas.choice_index(ctx, None, pos, choice)
+        ctx.choices.setdefault(index, ChoiceState(first_event=-1))
+        logprobs.legacy_logprobs_shape(ctx, None, pos, choice, None)
+        logprobs.logprobs_present(ctx, None, pos, choice, None)
+        tool_calls_finish_body(ctx, pos, choice)
+    n = ctx.expect.n if ctx.expect.known else None
+    if n is not None and len(ctx.choices) < n:
+        ctx.error(
+            "choice-count", f"request asked for n={n} choices, the body has {len(ctx.choices)}", quirk="Q71"
+        )
+
+
+def tool_calls_finish_body(ctx: Context, pos: int, choice: dict[str, Any]) -> None:
+    """A message with ``tool_calls`` finishes with ``"tool_calls"`` (spec checklist §7.6; Q19, Q64)."""
+    message = choice.get("message")
+    if (
+        isinstance(message, dict)
+        and message.get("tool_calls")
+        and choice.get("finish_reason") != "tool_calls"
+    ):
+        ctx.warn(
+            "tool-calls-finish-reason",
+            f"message has tool_calls but finish_reason is {choice.get('finish_reason')!r}",
+            pointer=f"/choices/{pos}/finish_reason",
+            quirk="Q64",
+        )

@@ -1,0 +1,117 @@
+"""Chat delta shape: ``role`` once, in the first delta of each choice (Q58-Q60); no explicit nulls (Q38);
+dense choice indices (openai-python indexes ``choices`` by position); ``n`` choices when asked (Q70, Q71)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.rules.context import ChoiceState, Context
+
+__all__ = ["choice_count", "delta_nulls", "role_once", "tool_calls_empty"]
+
+_NULLABLE_BY_SPEC = frozenset({"content", "refusal"})
+
+
+def role_once(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
+    """openai-python joins repeated strings: a role in every delta becomes "assistantassistant..." (Q58)."""
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return
+    role = delta.get("role")
+    first = state.first_event == event
+    if role is not None:
+        if state.role_seen:
+            ctx.error(
+                "role-repeated",
+                "'role' repeated after the first delta; openai-python's accumulator concatenates it",
+                event=event,
+                pointer=f"/choices/{pos}/delta/role",
+                quirk="Q58",
+            )
+        elif not first:
+            ctx.warn(
+                "role-late",
+                "'role' first appears after the choice's first delta",
+                event=event,
+                pointer=f"/choices/{pos}/delta/role",
+                quirk="Q60",
+            )
+        state.role_seen = True
+    elif first:
+        ctx.warn(
+            "role-missing",
+            "the first delta of a choice carries no role (OpenAI sends role 'assistant' once)",
+            event=event,
+            pointer=f"/choices/{pos}/delta",
+            quirk="Q59" if "role" not in delta else "Q60",
+        )
+
+
+def delta_nulls(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
+    """Unset delta keys are omitted by OpenAI; SGLang sends ``role``/``tool_calls`` as null (Q38)."""
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return
+    for key, value in delta.items():
+        if value is None and key not in _NULLABLE_BY_SPEC:
+            ctx.warn(
+                "delta-null-field",
+                f"delta key {key!r} is explicitly null; OpenAI omits unset keys",
+                event=event,
+                pointer=f"/choices/{pos}/delta/{key}",
+                quirk="Q38",
+            )
+
+
+def tool_calls_empty(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
+    """``"tool_calls": []`` on plain content deltas (vLLM 0.9.0, Q17)."""
+    delta = choice.get("delta")
+    if isinstance(delta, dict) and delta.get("tool_calls") == []:
+        ctx.warn(
+            "tool-calls-empty",
+            "empty 'tool_calls' list in a delta; OpenAI omits the key",
+            event=event,
+            pointer=f"/choices/{pos}/delta/tool_calls",
+            quirk="Q17",
+        )
+
+
+def choice_index(ctx: Context, event: int | None, pos: int, choice: dict[str, Any]) -> int:
+    """The choice's index; new indices must come in order from 0 without gaps, below ``n`` (Q61, Q71)."""
+    index = choice.get("index")
+    if not isinstance(index, int) or isinstance(index, bool):
+        return pos
+    if index not in ctx.choices:
+        expected = len(ctx.choices)
+        if index != expected:
+            ctx.error(
+                "choice-index-gap",
+                f"choice index {index} appears before index {expected}; indices start at 0 without gaps",
+                event=event,
+                pointer=f"/choices/{pos}/index",
+                quirk="spec",
+            )
+        n = ctx.expect.n if ctx.expect.known else None
+        if n is not None and not 0 <= index < n:
+            ctx.error(
+                "choice-index-range",
+                f"choice index {index} outside 0..{n - 1} for n={n}",
+                event=event,
+                pointer=f"/choices/{pos}/index",
+                quirk="spec",
+            )
+    return index
+
+
+def choice_count(ctx: Context) -> None:
+    """With ``n`` set, a finished stream carries n choices; servers silently ignore n (Q71)."""
+    n = ctx.expect.n
+    if not ctx.expect.known or n is None or ctx.done_event is None or ctx.in_band_errors:
+        return
+    if len(ctx.choices) < n:
+        ctx.error(
+            "choice-count",
+            f"request asked for n={n} choices, the stream carried {len(ctx.choices)}",
+            event=ctx.done_event,
+            quirk="Q71",
+        )

@@ -1,0 +1,192 @@
+"""Per-response state the rules share: what the request asked for, what the stream showed so far, findings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.findings import ERROR, WARNING, Finding, Severity
+from conformance.transcript import Endpoint
+
+__all__ = ["MAX_PER_RULE", "ChoiceState", "Context", "Expectations", "FindingSink", "ToolCallState"]
+
+MAX_PER_RULE = 20
+"""Findings kept per rule id; a systematic deviation in a 1 GB stream must not fill memory."""
+
+
+class FindingSink:
+    """Collects findings, keeping the first :data:`MAX_PER_RULE` of each rule and counting the rest."""
+
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+        self._counts: dict[str, int] = {}
+        self._first: dict[str, Finding] = {}
+
+    def add(self, finding: Finding) -> None:
+        count = self._counts.get(finding.rule, 0) + 1
+        self._counts[finding.rule] = count
+        if count <= MAX_PER_RULE:
+            self.findings.append(finding)
+            self._first.setdefault(finding.rule, finding)
+
+    def close(self) -> list[Finding]:
+        """The findings, plus one summary line per rule whose repeats were left out."""
+        out = list(self.findings)
+        for rule, count in self._counts.items():
+            if count > MAX_PER_RULE:
+                first = self._first[rule]
+                out.append(
+                    Finding(
+                        rule,
+                        first.severity,
+                        f"{count - MAX_PER_RULE} more occurrences not listed ({count} in all)",
+                        None,
+                        None,
+                        first.quirk,
+                    )
+                )
+        return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Expectations:
+    """What the request body (when known) says the response must contain."""
+
+    known: bool = False
+    """False when the request is unknown (a bare transcript): request-driven rules stay quiet."""
+    include_usage: bool = False
+    n: int | None = None
+    """``n`` when the request set it explicitly."""
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    echo: bool = False
+    stop: bool = False
+    max_tokens: int | None = None
+    tools: bool = False
+
+    @classmethod
+    def from_request(cls, request: Mapping[str, Any] | None) -> Expectations:
+        if not request:
+            return cls()
+        body = request.get("body")
+        if not isinstance(body, Mapping):
+            return cls()
+        options = body.get("stream_options")
+        include_usage = isinstance(options, Mapping) and options.get("include_usage") is True
+        logprobs = body.get("logprobs")
+        wants_logprobs = logprobs is True or (_int_or_none(logprobs) is not None)
+        top = _int_or_none(body.get("top_logprobs"))
+        if _int_or_none(logprobs) is not None:
+            top = _int_or_none(logprobs)
+        max_tokens = _int_or_none(body.get("max_tokens"))
+        if max_tokens is None:
+            max_tokens = _int_or_none(body.get("max_completion_tokens"))
+        return cls(
+            known=True,
+            include_usage=include_usage,
+            n=_int_or_none(body.get("n")),
+            logprobs=wants_logprobs,
+            top_logprobs=top,
+            echo=body.get("echo") is True,
+            stop=body.get("stop") not in (None, "", []),
+            max_tokens=max_tokens,
+            tools=bool(body.get("tools")),
+        )
+
+
+@dataclass(slots=True)
+class ToolCallState:
+    first_event: int
+    has_id: bool = False
+    has_name: bool = False
+    has_type: bool = False
+
+
+@dataclass(slots=True)
+class ChoiceState:
+    first_event: int
+    role_seen: bool = False
+    finished_event: int | None = None
+    finish_reason: str | None = None
+    content_chunks: int = 0
+    tool_calls: dict[int, ToolCallState] = field(default_factory=dict)
+
+
+_UNSET: Any = object()
+
+
+class Context:
+    """Everything one judgement shares: endpoint, expectations, stream state and the finding sink."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint | None,
+        stream: bool,
+        expect: Expectations,
+        status: int | None,
+        headers: Mapping[str, str],
+    ) -> None:
+        self.endpoint = endpoint
+        self.stream = stream
+        self.expect = expect
+        self.status = status
+        self.headers = headers
+        self.sink = FindingSink()
+        # Stream state, filled in by the rules as events go by.
+        self.id: Any = _UNSET
+        self.model: Any = _UNSET
+        self.created: Any = _UNSET
+        self.chunks = 0
+        self.first_chunk_event: int | None = None
+        self.choices: dict[int, ChoiceState] = {}
+        self.usage_event: int | None = None
+        self.usage_seen_event: int | None = None
+        """First event with any non-null usage (usage_event is the proper choices: [] usage chunk)."""
+        self.done_event: int | None = None
+        self.in_band_errors = 0
+        self.unknown_seen: set[str] = set()
+        self.sticky_id = False
+        self.last_event: int | None = None
+
+    @staticmethod
+    def unset(value: Any) -> bool:
+        return value is _UNSET
+
+    def report(
+        self,
+        severity: Severity,
+        rule: str,
+        message: str,
+        *,
+        event: int | None = None,
+        pointer: str | None = None,
+        quirk: str | None = None,
+    ) -> None:
+        self.sink.add(Finding(rule, severity, message, event, pointer, quirk))
+
+    def error(
+        self,
+        rule: str,
+        message: str,
+        *,
+        event: int | None = None,
+        pointer: str | None = None,
+        quirk: str | None = None,
+    ) -> None:
+        self.report(ERROR, rule, message, event=event, pointer=pointer, quirk=quirk)
+
+    def warn(
+        self,
+        rule: str,
+        message: str,
+        *,
+        event: int | None = None,
+        pointer: str | None = None,
+        quirk: str | None = None,
+    ) -> None:
+        self.report(WARNING, rule, message, event=event, pointer=pointer, quirk=quirk)

@@ -1,0 +1,112 @@
+"""Errors and HTTP: error events inside a 200 stream (note N2, Q42-Q51), error body shape and status,
+status code and content type of the response (spec §2.11, §6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance import schemas
+from conformance.rules.context import Context
+
+__all__ = ["error_body", "error_event", "http_status", "is_error_payload"]
+
+_CLIENT_ERROR_CODES = frozenset(
+    {"context_length_exceeded", "exceed_context_size_error", "invalid_request_error"}
+)
+
+
+def is_error_payload(payload: Any) -> bool:
+    """What openai-python raises APIError for: a mapping with a truthy ``error`` key."""
+    return isinstance(payload, dict) and bool(payload.get("error"))
+
+
+def error_event(ctx: Context, event: int, payload: dict[str, Any]) -> None:
+    """An error inside an HTTP 200 stream: the request failed after the status was committed (N2)."""
+    ctx.in_band_errors += 1
+    err = payload.get("error")
+    message = err.get("message") if isinstance(err, dict) else err
+    ctx.error(
+        "error-in-stream",
+        f"error event inside an HTTP 200 stream: {str(message)[:160]}",
+        event=event,
+        pointer="/error",
+        quirk=_error_quirk(payload),
+    )
+    odd = _odd_shape(payload)
+    if odd:
+        ctx.warn(
+            "error-event-shape",
+            f"error event not in OpenAI's shape: {odd}",
+            event=event,
+            pointer="/error",
+            quirk=_error_quirk(payload),
+        )
+
+
+def _odd_shape(payload: dict[str, Any]) -> str | None:
+    err = payload.get("error")
+    if not isinstance(err, dict):
+        return "'error' is not an object"
+    problems = [f"no {k!r}" for k in ("message", "type") if not isinstance(err.get(k), str)]
+    problems += [f"extra {k!r}" for k in ("http_status_code", "trace", "object") if k in err]
+    problems += [f"top-level {k!r}" for k in payload if k != "error"]
+    return ", ".join(problems) or None
+
+
+def _error_quirk(payload: dict[str, Any]) -> str:
+    err = payload.get("error")
+    if not isinstance(err, dict) or "http_status_code" in err or "error_type" in payload:
+        return "Q45"
+    if "trace" in err:
+        return "Q49"
+    if "message" in payload:
+        return "Q48"
+    if err.get("object") == "error":
+        return "Q47"
+    return "N2"
+
+
+def http_status(ctx: Context) -> None:
+    """2xx responses are 200; a stream is ``text/event-stream``, anything else JSON (spec §6)."""
+    status = ctx.status
+    if status is None:
+        return
+    if status != 200 and status < 400:
+        ctx.error("http-status", f"HTTP {status}; a successful completion is HTTP 200", quirk="spec")
+    content_type = (ctx.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if not content_type:
+        return
+    if status == 200 and ctx.stream and content_type != "text/event-stream":
+        ctx.error("content-type", f"stream sent as {content_type!r}, not 'text/event-stream'", quirk="spec")
+    elif (status >= 400 or not ctx.stream) and not content_type.endswith("json"):
+        ctx.error("content-type", f"JSON body sent as {content_type!r}", quirk="spec")
+
+
+def error_body(ctx: Context, body: Any) -> None:
+    """An error response: ``{"error": {message, type, param, code}}`` with a fitting status (Q43-Q46)."""
+    if isinstance(body, dict) and body.get("object") == "error" and "error" not in body:
+        ctx.error("error-body-shape", "top-level error object without the 'error' wrapper", quirk="Q46")
+    else:
+        result = schemas.check("error", body)
+        for error in result.errors:
+            where = schemas.pointer(error.absolute_path)
+            ctx.error(
+                "error-body-shape",
+                f"{where or '/'}: {error.message[:160]}",
+                pointer=where,
+                quirk="Q45" if isinstance(body, dict) and isinstance(body.get("error"), str) else "spec",
+            )
+    status = ctx.status
+    err = body.get("error") if isinstance(body, dict) else None
+    if status is None or not isinstance(err, dict):
+        return
+    if status < 400:
+        ctx.error("error-with-200", f"error body sent with HTTP {status}", quirk="Q43")
+        return
+    code, kind = err.get("code"), err.get("type")
+    if status >= 500 and (code in _CLIENT_ERROR_CODES or kind in _CLIENT_ERROR_CODES):
+        ctx.error(
+            "error-status",
+            f"client error ({code or kind}) answered with HTTP {status}; OpenAI uses 400",
+            quirk="Q43",
+        )

@@ -1,0 +1,86 @@
+"""Logprobs: the legacy parallel-array shape on ``/v1/completions`` with equal lengths (Q67, Q68), and
+present when the request asked for them (Q69)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.rules.context import ChoiceState, Context
+
+__all__ = ["legacy_logprobs_shape", "logprobs_present"]
+
+_LEGACY_ARRAYS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+
+
+def legacy_logprobs_shape(
+    ctx: Context, event: int | None, pos: int, choice: dict[str, Any], state: ChoiceState | None
+) -> None:
+    if ctx.endpoint != "completions":
+        return
+    logprobs = choice.get("logprobs")
+    where = f"/choices/{pos}/logprobs"
+    if isinstance(logprobs, list):
+        ctx.error(
+            "logprobs-shape",
+            "logprobs is a flat list; /v1/completions uses the legacy object",
+            event=event,
+            pointer=where,
+            quirk="Q68",
+        )
+        return
+    if not isinstance(logprobs, dict):
+        return
+    if "content" in logprobs and not any(k in logprobs for k in _LEGACY_ARRAYS):
+        ctx.error(
+            "logprobs-shape",
+            "chat-style logprobs {content: [...]} in a text_completion; legacy clients expect "
+            "{tokens, token_logprobs, top_logprobs, text_offset}",
+            event=event,
+            pointer=where,
+            quirk="Q67",
+        )
+        return
+    lengths = {k: len(v) for k in _LEGACY_ARRAYS if isinstance(v := logprobs.get(k), list)}
+    if len(set(lengths.values())) > 1:
+        ctx.error(
+            "logprobs-lengths",
+            "legacy logprobs arrays differ in length: " + ", ".join(f"{k}={n}" for k, n in lengths.items()),
+            event=event,
+            pointer=where,
+            quirk="spec",
+        )
+    top = ctx.expect.top_logprobs if ctx.expect.known else None
+    entries = logprobs.get("top_logprobs")
+    if top is not None and isinstance(entries, list):
+        for j, entry in enumerate(entries):
+            if isinstance(entry, dict) and len(entry) > top + 1:
+                ctx.error(
+                    "logprobs-top-count",
+                    f"top_logprobs entry has {len(entry)} alternatives; the request asked for {top} (+1)",
+                    event=event,
+                    pointer=f"{where}/top_logprobs/{j}",
+                    quirk="spec",
+                )
+                break
+
+
+def logprobs_present(
+    ctx: Context, event: int | None, pos: int, choice: dict[str, Any], state: ChoiceState | None
+) -> None:
+    """Asked-for logprobs must come on every chunk that carries text (Q69)."""
+    if not (ctx.expect.known and ctx.expect.logprobs):
+        return
+    if choice.get("logprobs") is not None:
+        return
+    delta = choice.get("delta")
+    text = (
+        choice.get("text") if delta is None else (delta.get("content") if isinstance(delta, dict) else None)
+    )
+    if text:
+        ctx.error(
+            "logprobs-missing",
+            "the request asked for logprobs but this choice carries text without them",
+            event=event,
+            pointer=f"/choices/{pos}/logprobs",
+            quirk="Q69",
+        )

@@ -1,0 +1,108 @@
+"""Streamed tool calls: ``index`` on every fragment, from 0 without gaps; ``id``, ``type`` and
+``function.name`` on the first fragment only, since openai-python concatenates repeats (Q63-Q66)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.rules.context import ChoiceState, Context, ToolCallState
+
+__all__ = ["tool_call_fragments", "tool_calls_finish"]
+
+
+def tool_call_fragments(
+    ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState
+) -> None:
+    delta = choice.get("delta")
+    calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+    if not isinstance(calls, list):
+        return
+    for k, call in enumerate(calls):
+        if not isinstance(call, dict):
+            continue
+        where = f"/choices/{pos}/delta/tool_calls/{k}"
+        index = call.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            continue  # a schema finding (required-key, Q64)
+        function = call.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        tool = state.tool_calls.get(index)
+        if tool is None:
+            _first_fragment(ctx, event, where, index, call, name, state)
+            continue
+        _later_fragment(ctx, event, where, call, name, tool)
+
+
+def _first_fragment(
+    ctx: Context, event: int, where: str, index: int, call: dict[str, Any], name: Any, state: ChoiceState
+) -> None:
+    if index != len(state.tool_calls):
+        ctx.error(
+            "tool-call-index-gap",
+            f"tool call index {index} appears before index {len(state.tool_calls)}",
+            event=event,
+            pointer=f"{where}/index",
+            quirk="Q64",
+        )
+    tool = state.tool_calls[index] = ToolCallState(first_event=event)
+    tool.has_id = bool(call.get("id"))
+    tool.has_type = call.get("type") is not None
+    tool.has_name = bool(name)
+    if not tool.has_id:
+        ctx.error(
+            "tool-call-id-missing",
+            "first fragment of a tool call has no 'id'",
+            event=event,
+            pointer=f"{where}/id",
+            quirk="Q63",
+        )
+    if not tool.has_type:
+        ctx.error(
+            "tool-call-type-missing",
+            "first fragment of a tool call has no 'type': 'function'",
+            event=event,
+            pointer=f"{where}/type",
+            quirk="Q63",
+        )
+    if not tool.has_name:
+        ctx.error(
+            "tool-call-name-missing",
+            "first fragment of a tool call has no function name",
+            event=event,
+            pointer=f"{where}/function/name",
+            quirk="Q66",
+        )
+
+
+def _later_fragment(
+    ctx: Context, event: int, where: str, call: dict[str, Any], name: Any, tool: ToolCallState
+) -> None:
+    if call.get("id"):
+        ctx.error(
+            "tool-call-id-repeated",
+            "tool call 'id' sent again on a later fragment; openai-python concatenates it",
+            event=event,
+            pointer=f"{where}/id",
+            quirk="Q63",
+        )
+    if name:
+        ctx.error(
+            "tool-call-name-repeated",
+            "function name sent again on a later fragment; clients concatenate it (get_weatherget_weather)",
+            event=event,
+            pointer=f"{where}/function/name",
+            quirk="Q63",
+        )
+
+
+def tool_calls_finish(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
+    """A turn that called tools ends with ``finish_reason: "tool_calls"`` (Q19, Q64, Q65)."""
+    value = choice.get("finish_reason")
+    if state.tool_calls and value in ("stop", "length") and state.finished_event is None:
+        ctx.warn(
+            "tool-calls-finish-reason",
+            f"choice called tools but finished with {value!r} instead of 'tool_calls'",
+            event=event,
+            pointer=f"/choices/{pos}/finish_reason",
+            quirk="Q64",
+        )

@@ -1,0 +1,100 @@
+"""Usage: only when ``stream_options.include_usage`` asked for it, once, in a ``choices: []`` chunk just
+before ``[DONE]``, with ``total = prompt + completion`` (spec §2.10; Q26-Q34)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.rules.context import Context
+
+__all__ = ["usage_arithmetic", "usage_chunk", "usage_last", "usage_requested"]
+
+
+def usage_chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
+    """Usage rides alone in one ``choices: []`` chunk, never on content chunks (Q26, Q27, Q29, Q32)."""
+    usage = chunk.get("usage")
+    if usage is None:
+        return
+    if ctx.usage_seen_event is None:
+        ctx.usage_seen_event = event
+    choices = chunk.get("choices")
+    if ctx.stream and isinstance(choices, list) and choices:
+        ctx.error(
+            "usage-in-choice-chunk",
+            "non-null 'usage' on a chunk with choices; usage comes alone in a final choices: [] chunk "
+            "(the OpenAI Node SDK treats any truthy usage as the usage chunk)",
+            event=event,
+            pointer="/usage",
+            quirk="Q29" if _all_zero(usage) else "Q26",
+        )
+        return
+    if not ctx.stream:
+        return
+    if ctx.usage_event is not None:
+        ctx.error(
+            "usage-repeated",
+            f"a second usage chunk (first at event {ctx.usage_event})",
+            event=event,
+            pointer="/usage",
+            quirk="spec",
+        )
+    else:
+        ctx.usage_event = event
+
+
+def usage_last(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
+    """The usage chunk is the last data event before ``[DONE]`` (openai-python overwrites usage per chunk)."""
+    if ctx.usage_event is not None and ctx.usage_event != event and chunk.get("usage") is None:
+        ctx.error(
+            "usage-not-last",
+            f"chunk after the usage chunk (event {ctx.usage_event}); usage must come just before [DONE]",
+            event=event,
+            quirk="spec",
+        )
+
+
+def usage_arithmetic(ctx: Context, event: int | None, usage: Any, where: str) -> None:
+    """``total_tokens`` is ``prompt_tokens + completion_tokens`` (CompletionUsage)."""
+    if not isinstance(usage, dict):
+        return
+    counts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    ints = [v for v in counts if isinstance(v, int) and not isinstance(v, bool)]
+    if len(ints) == 3:
+        prompt, completion, total = ints
+        if prompt + completion != total:
+            ctx.error(
+                "usage-arithmetic",
+                f"total_tokens {total} != prompt_tokens {prompt} + completion_tokens {completion}",
+                event=event,
+                pointer=f"{where}/total_tokens",
+                quirk="spec",
+            )
+        elif min(prompt, completion, total) < 0:
+            ctx.error("usage-arithmetic", "negative token count", event=event, pointer=where, quirk="spec")
+
+
+def usage_requested(ctx: Context) -> None:
+    """At the end: usage present iff the request asked (Q26 sent unasked, Q28/Q33 missing when asked)."""
+    if not ctx.expect.known or not ctx.stream:
+        return
+    if ctx.expect.include_usage and ctx.usage_event is None and ctx.done_event is not None:
+        ctx.error(
+            "usage-missing",
+            "stream_options.include_usage was set but no usage chunk came before [DONE]",
+            event=ctx.done_event,
+            quirk="Q28",
+        )
+    if not ctx.expect.include_usage and ctx.usage_seen_event is not None:
+        ctx.error(
+            "usage-unrequested",
+            "usage sent although stream_options.include_usage was not set",
+            event=ctx.usage_seen_event,
+            pointer="/usage",
+            quirk="Q26",
+        )
+
+
+def _all_zero(usage: Any) -> bool:
+    return isinstance(usage, dict) and not any(
+        usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    )
