@@ -104,7 +104,8 @@ def judge_transcript(t: Transcript) -> Verdict:
         _judge_stream(ctx, t.iter_body())
     else:
         _judge_body(ctx, t.read_body())
-    return Verdict(t.name, ctx.endpoint, ctx.stream, ctx.sink.close())
+    source = str(t.body_path) if t.body_path is not None else t.name
+    return Verdict(source, ctx.endpoint, ctx.stream, ctx.sink.close())
 
 
 def judge_response(
