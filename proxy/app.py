@@ -1,0 +1,252 @@
+"""The Starlette application: routes, auth, body limits, and the wiring of upstream, adapter and sources."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Send
+
+from conformance.openai_errors import error_body
+
+from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
+from .config import ProxyConfig
+from .errors import ProxyError
+from .normalizer import Endpoint, RequestInfo, clean_model_name
+from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_of
+from .respond import HeldResponse, serve_source
+from .source import FanOutSource, Source, UpstreamSource, prompt_text
+from .upstream import Upstream
+
+__all__ = ["create_app"]
+
+_HOP_HEADERS = frozenset(
+    {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "authorization", "api-key",
+     "x-api-key", "accept-encoding", "upgrade", "te", "trailer", "proxy-authorization"}
+)
+
+
+@dataclass(slots=True)
+class _Context:
+    config: ProxyConfig
+    upstream: Upstream
+    adapter: Adapter
+    metrics: Metrics
+
+
+def _error(message: str, status: int, code: str | None = None, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, status, code=code, param=param), status_code=status)
+
+
+def _authorized(request: Request, api_key: str | None) -> bool:
+    if not api_key:
+        return True
+    header = request.headers.get("authorization", "")
+    supplied = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("api-key", "")
+    return hmac.compare_digest(supplied.encode(), api_key.encode())
+
+
+async def _read_body(request: Request, limit: int) -> bytes | Response:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return _error(f"request body larger than {limit} bytes", 413, "request_too_large")
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            return _error(f"request body larger than {limit} bytes", 413, "request_too_large")
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _split(endpoint: Endpoint, body: dict[str, Any], info: RequestInfo) -> list[dict[str, Any]] | None:
+    """One single-choice request per (prompt, sample) when ``n > 1`` or the prompt is an array."""
+    prompts: list[Any] = [body.get("prompt")]
+    raw_prompt = body.get("prompt")
+    if endpoint == "completions" and isinstance(raw_prompt, list) and raw_prompt:
+        if all(isinstance(p, str) for p in raw_prompt) or all(isinstance(p, list) for p in raw_prompt):
+            prompts = raw_prompt
+    if info.n == 1 and len(prompts) == 1:
+        return None
+    parts = []
+    for prompt in prompts:
+        for _ in range(info.n):
+            part = {**body, "n": 1}
+            if endpoint == "completions":
+                part["prompt"] = prompt
+            parts.append(part)
+    return parts
+
+
+def _make_source(ctx: _Context, endpoint: Endpoint, body: dict[str, Any], info: RequestInfo, exchange: Exchange) -> Source:
+    emit_usage = info.include_usage or not info.stream
+    common = {"prompt": prompt_text(body), "max_line_bytes": ctx.config.max_line_bytes}
+    parts = _split(endpoint, body, info) if ctx.config.fan_out else None
+    if parts is None:
+        call = ctx.adapter.call(endpoint, body)
+        return UpstreamSource(
+            ctx.upstream, ctx.adapter, info, call, repairs=exchange.repairs, emit_usage=emit_usage, **common
+        )
+    exchange.repairs.add("Q71" if info.n > 1 else "Q73")
+    first = UpstreamSource(
+        ctx.upstream, ctx.adapter, info, ctx.adapter.call(endpoint, parts[0]), repairs=exchange.repairs,
+        emit_usage=emit_usage, **common,
+    )
+    sources = [first]
+    for index, part in enumerate(parts[1:], start=1):
+        common["prompt"] = prompt_text(part)
+        sources.append(
+            UpstreamSource(
+                ctx.upstream, ctx.adapter, info, ctx.adapter.call(endpoint, part), repairs=exchange.repairs,
+                identity=first.identity, index_base=index, emit_usage=emit_usage, **common,
+            )
+        )
+    return FanOutSource(sources, info, exchange.repairs)
+
+
+async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Response:
+    exchange = exchange_of(request.scope)
+    exchange.endpoint = endpoint
+    if not _authorized(request, ctx.config.api_key):
+        return _error("invalid or missing API key", 401, "invalid_api_key")
+    raw = await _read_body(request, ctx.config.max_body)
+    if isinstance(raw, Response):
+        return raw
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return _error("the request body is not valid JSON", 400, "invalid_json")
+    if not isinstance(body, dict):
+        return _error("the request body must be a JSON object", 400, "invalid_request")
+    info = RequestInfo.from_body(endpoint, body)
+    if ctx.config.model_alias:
+        info = replace(info, model=ctx.config.model_alias)
+    elif info.model is not None:
+        info = replace(info, model=clean_model_name(info.model))
+    source = _make_source(ctx, endpoint, body, info, exchange)
+
+    async def run(send: Send) -> None:
+        await serve_source(send, source, info, exchange, ctx.config.first_byte_timeout)
+
+    return HeldResponse(run, exchange)
+
+
+async def _models(ctx: _Context, request: Request) -> Response:
+    exchange_of(request.scope).endpoint = "models"
+    if not _authorized(request, ctx.config.api_key):
+        return _error("invalid or missing API key", 401, "invalid_api_key")
+    alias = ctx.config.model_alias
+    answer = await ctx.upstream.json("GET", "/v1/models")
+    entries = answer.get("data") if isinstance(answer, dict) else None
+    if alias:
+        entries = [{"id": alias}]
+    if not isinstance(entries, list):
+        return _error("the upstream server did not list its models", 502)
+    now = int(time.time())
+    data = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id") or entry.get("name"), str):
+            continue
+        created = entry.get("created")
+        owned_by = entry.get("owned_by")
+        data.append(
+            {
+                "id": clean_model_name(entry.get("id") or entry["name"]),
+                "object": "model",
+                "created": created if isinstance(created, int) and not isinstance(created, bool) else now,
+                "owned_by": owned_by if isinstance(owned_by, str) and owned_by else "conformant",
+            }
+        )
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def _passthrough(ctx: _Context, request: Request) -> Response:
+    """Other /v1/* paths go to the upstream unchanged (auth and the upstream key still apply)."""
+    if not _authorized(request, ctx.config.api_key):
+        return _error("invalid or missing API key", 401, "invalid_api_key")
+    raw = await _read_body(request, ctx.config.max_body)
+    if isinstance(raw, Response):
+        return raw
+    headers = [(k, v) for k, v in request.headers.items() if k not in _HOP_HEADERS]
+    client = ctx.upstream.client
+    upstream_request = client.build_request(
+        request.method, request.url.path, params=request.query_params, headers=headers, content=raw
+    )
+    try:
+        response = await client.send(upstream_request, stream=True)
+    except httpx.HTTPError:
+        return _error("could not reach the upstream server", 502)
+    exchange_of(request.scope).upstream_status = response.status_code
+    out_headers = {k: v for k, v in response.headers.items() if k not in _HOP_HEADERS}
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for part in response.aiter_raw():
+                yield part
+        finally:
+            await response.aclose()
+
+    return StreamingResponse(body(), status_code=response.status_code, headers=out_headers)
+
+
+async def _health(_: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _metrics(ctx: _Context, _: Request) -> Response:
+    return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
+    if config.upstream_kind == "llamacpp":
+        return LlamaCppAdapter()
+    if config.upstream_kind == "auto" and is_llamacpp_props(await upstream.json("GET", "/props", timeout=5)):
+        return LlamaCppAdapter()
+    return OpenAIAdapter()
+
+
+def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+    """The proxy as an ASGI app; ``transport`` replaces the network (tests only)."""
+    metrics = Metrics()
+    ctx = _Context(config, Upstream(config, transport), OpenAIAdapter(), metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        ctx.adapter = await _detect_adapter(config, ctx.upstream)
+        try:
+            yield
+        finally:
+            await ctx.upstream.aclose()
+
+    routes = [
+        Route("/v1/chat/completions", partial(_completion, ctx, "chat"), methods=["POST"]),
+        Route("/v1/completions", partial(_completion, ctx, "completions"), methods=["POST"]),
+        Route("/v1/models", partial(_models, ctx), methods=["GET"]),
+        Route("/health", _health, methods=["GET"]),
+        Route("/metrics", partial(_metrics, ctx), methods=["GET"]),
+        Route("/v1/{rest:path}", partial(_passthrough, ctx), methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+    ]
+    middleware = [Middleware(ObservabilityMiddleware, metrics=metrics)]
+    if config.cors_origins:
+        middleware.append(
+            Middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["*"], allow_headers=["*"])
+        )
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app.state.context = ctx
+    return app
+

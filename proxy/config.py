@@ -1,0 +1,40 @@
+"""Proxy configuration: one frozen object built from flags and ``CONFORMANT_*`` environment variables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["ProxyConfig", "UpstreamKind"]
+
+UpstreamKind = Literal["auto", "openai", "llamacpp"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    upstream: str
+    """Base URL of the upstream server, with or without a trailing ``/v1``."""
+    api_key: str | None = field(default=None, repr=False)
+    """When set, clients must send ``Authorization: Bearer <api_key>``."""
+    upstream_api_key: str | None = field(default=None, repr=False)
+    """Sent to the upstream as a bearer token; never logged or echoed."""
+    model_alias: str | None = None
+    """The model name clients see in every response and in /v1/models."""
+    upstream_kind: UpstreamKind = "auto"
+    connect_timeout: float = 10.0
+    first_byte_timeout: float = 600.0
+    """Seconds from sending the request to the upstream's first event (covers prompt processing)."""
+    idle_timeout: float = 120.0
+    """Longest silence between two upstream reads once the stream has started (Q25)."""
+    max_body: int = 16 * 1024 * 1024
+    max_line_bytes: int = 4 * 1024 * 1024
+    """Upper bound on one upstream SSE line; longer lines fail the stream instead of growing memory."""
+    cors_origins: tuple[str, ...] = ()
+    fan_out: bool = True
+    """Serve ``n > 1`` and prompt arrays as concurrent single requests (Q70-Q73)."""
+
+    @property
+    def upstream_base(self) -> str:
+        """The upstream origin without ``/v1``: native endpoints (llama.cpp ``/completion``) hang off it."""
+        base = self.upstream.rstrip("/")
+        return base[: -len("/v1")] if base.endswith("/v1") else base

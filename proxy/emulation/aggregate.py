@@ -1,0 +1,97 @@
+"""``stream: false`` on a stream-only upstream (seed 002): normalized chunks folded into one response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..normalizer.request import RequestInfo
+
+__all__ = ["Aggregator"]
+
+
+class _Choice:
+    __slots__ = ("calls", "finish", "logprobs", "reasoning", "refusal", "text")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.logprobs: dict[str, Any] | None = None
+        self.finish = "stop"
+
+
+class Aggregator:
+    def __init__(self, request: RequestInfo) -> None:
+        self._request = request
+        self._choices: dict[int, _Choice] = {}
+        self._head: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        if self._head is None:
+            self._head = {k: chunk[k] for k in ("id", "created", "model")}
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
+        for raw in chunk["choices"]:
+            choice = self._choices.setdefault(raw["index"], _Choice())
+            if raw.get("finish_reason"):
+                choice.finish = raw["finish_reason"]
+            self._logprobs(choice, raw.get("logprobs"))
+            if self._request.endpoint == "completions":
+                choice.text.append(raw["text"])
+                continue
+            delta = raw["delta"]
+            if delta.get("content"):
+                choice.text.append(delta["content"])
+            if delta.get("refusal"):
+                choice.refusal.append(delta["refusal"])
+            if delta.get("reasoning_content"):
+                choice.reasoning.append(delta["reasoning_content"])
+            for call in delta.get("tool_calls") or ():
+                current = choice.calls.get(call["index"])
+                if current is None:
+                    choice.calls[call["index"]] = {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": dict(call["function"]),
+                    }
+                else:
+                    current["function"]["arguments"] += call["function"].get("arguments", "")
+
+    def result(self, usage: dict[str, Any] | None) -> dict[str, Any]:
+        head = self._head or {}
+        choices = [self._body_choice(index, c) for index, c in sorted(self._choices.items())]
+        return {
+            "id": head.get("id"),
+            "object": self._request.body_object_name,
+            "created": head.get("created"),
+            "model": head.get("model"),
+            "choices": choices,
+            "usage": self.usage or usage,
+        }
+
+    def _logprobs(self, choice: _Choice, logprobs: Any) -> None:
+        if not isinstance(logprobs, dict):
+            return
+        if choice.logprobs is None:
+            choice.logprobs = {key: list(value) if isinstance(value, list) else value for key, value in logprobs.items()}
+            return
+        for key, value in logprobs.items():
+            if isinstance(value, list) and isinstance(choice.logprobs.get(key), list):
+                choice.logprobs[key].extend(value)
+
+    def _body_choice(self, index: int, choice: _Choice) -> dict[str, Any]:
+        text = "".join(choice.text)
+        if self._request.endpoint == "completions":
+            return {"text": text, "index": index, "logprobs": choice.logprobs, "finish_reason": choice.finish}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": text if text or not choice.calls else None,
+            "refusal": "".join(choice.refusal) or None,
+        }
+        if choice.calls:
+            message["tool_calls"] = [choice.calls[i] for i in sorted(choice.calls)]
+        if choice.reasoning:
+            message["reasoning_content"] = "".join(choice.reasoning)
+        return {"index": index, "message": message, "logprobs": choice.logprobs, "finish_reason": choice.finish}

@@ -1,0 +1,161 @@
+"""Upstream error shapes (quirks section E, note N2) turned into OpenAI errors with a real status.
+
+Every shape a server uses to say "this failed" ends here: an ``error:`` SSE line (Q42), a string
+error (Q45), an odd error object (Q45/Q47-Q49/Q51), a top-level ``{"object": "error"}`` (Q46), an HTML or
+plain-text error page. The result is always ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.openai_errors import error_body
+
+__all__ = [
+    "ProxyError",
+    "error_from_http",
+    "error_from_payload",
+    "is_error_payload",
+    "scrub_message",
+]
+
+_CONTEXT_OVERFLOW = re.compile(
+    r"context (size|length|window)|maximum context|exceeds? the available context|exceed_context_size"
+    r"|context_length_exceeded|prompt is too long|too many tokens|input is too long|"
+    r"inputs.{0,20}tokens.{0,40}must be <=",
+    re.IGNORECASE,
+)
+# Local paths and tracebacks must not reach clients (DESIGN: never a stack trace or a local path).
+_PATH = re.compile(r"(?<![\w:/])(?:/[\w.@+-]+){2,}/?|[A-Za-z]:\\(?:[\w .@+-]+\\?)+")
+_TAGS = re.compile(r"<[^>]*>")
+_SPACE = re.compile(r"\s+")
+_MAX_MESSAGE = 500
+# Statuses servers use where OpenAI uses another (Q45 422 for every error, Q53 DeepSeek codes).
+_STATUS_MAP = {422: 400, 424: 502, 402: 429}
+
+
+@dataclass(slots=True)
+class ProxyError(Exception):
+    """An error to send the client: HTTP status before the stream started, an error event after."""
+
+    status: int
+    body: dict[str, Any]
+    quirk: str | None = None
+    """The quirk the upstream showed by sending it this way, for the repair counters."""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def make(
+        cls,
+        message: str,
+        status: int,
+        *,
+        code: str | None = None,
+        type: str | None = None,
+        param: str | None = None,
+        quirk: str | None = None,
+    ) -> ProxyError:
+        return cls(status, error_body(message, status, type=type, param=param, code=code), quirk)
+
+    @property
+    def message(self) -> str:
+        return str(self.body["error"]["message"])
+
+
+def scrub_message(text: str) -> str:
+    """One line, no local paths, bounded length."""
+    text = _SPACE.sub(" ", _PATH.sub("<path>", text)).strip()
+    return text[:_MAX_MESSAGE] + ("..." if len(text) > _MAX_MESSAGE else "")
+
+
+def is_error_payload(obj: Any) -> bool:
+    """Whether a decoded JSON payload is an error in any of the N2 shapes rather than a completion."""
+    if not isinstance(obj, dict):
+        return False
+    if obj.get("error"):
+        return True
+    return obj.get("object") == "error" or (obj.get("type") == "error" and "choices" not in obj)
+
+
+def _int_status(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+        return value
+    if isinstance(value, str) and value.isdigit() and 400 <= int(value) <= 599:
+        return int(value)
+    return None
+
+
+def error_from_payload(obj: Any, status: int | None = None, *, quirk: str | None = None) -> ProxyError:
+    """An OpenAI error from a decoded upstream error payload (any N2 shape) and the HTTP status seen."""
+    inner: Any = obj
+    if isinstance(obj, dict) and "error" in obj:
+        inner = obj["error"]
+    message = ""
+    code: Any = None
+    etype: Any = None
+    param: Any = None
+    hinted: int | None = None
+    if isinstance(inner, dict):
+        message = str(inner.get("message") or inner.get("msg") or inner.get("detail") or "")
+        code = inner.get("code")
+        etype = inner.get("type") or (obj.get("error_type") if isinstance(obj, dict) else None)
+        param = inner.get("param")
+        hinted = _int_status(inner.get("http_status_code")) or _int_status(inner.get("status"))
+        hinted = hinted or _int_status(code)
+    elif isinstance(inner, str):
+        message = inner
+        if isinstance(obj, dict):
+            etype = obj.get("error_type")
+            hinted = _int_status(obj.get("code")) or _int_status(obj.get("status"))
+    if not message and isinstance(obj, dict) and isinstance(obj.get("message"), str):
+        message = obj["message"]
+    return _build(message or "the upstream server reported an error", hinted or status, code, etype, param, quirk)
+
+
+def _build(
+    message: str, status: int | None, code: Any, etype: Any, param: Any, quirk: str | None
+) -> ProxyError:
+    message = scrub_message(message)
+    haystack = f"{message} {etype or ''} {code or ''}"
+    if _CONTEXT_OVERFLOW.search(haystack):
+        # Seed 003 / llama.cpp #14566, Q43/Q44/Q47/Q48: overflow is the client's error, 400.
+        return ProxyError.make(
+            message, 400, code="context_length_exceeded", type="invalid_request_error", quirk=quirk
+        )
+    final = _STATUS_MAP.get(status or 500, status or 500)
+    if final < 400 or final > 599:
+        final = 502
+    str_code = code if isinstance(code, str) and not code.isdigit() else None
+    str_type = etype if isinstance(etype, str) and etype and etype not in ("validation", "error") else None
+    if final >= 500:
+        str_type = "server_error" if str_type in (None, "invalid_request_error") else str_type
+    elif str_type in ("server_error", "BadRequestError"):
+        str_type = None
+    str_param = param if isinstance(param, str) else None
+    return ProxyError.make(message, final, code=str_code, type=str_type, param=str_param, quirk=quirk)
+
+
+def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
+    """An OpenAI error from an upstream non-2xx response of any content type (JSON, HTML, plain text)."""
+    text = body.decode("utf-8", "replace")
+    stripped = text.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            obj = json.loads(stripped)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            if is_error_payload(obj) or "message" in obj or "detail" in obj:
+                detail = obj.get("detail")
+                if not is_error_payload(obj) and isinstance(detail, str | list):
+                    obj = {"error": {"message": json.dumps(detail) if isinstance(detail, list) else detail}}
+                already_openai = isinstance(obj.get("error"), dict) and {"message", "type"} <= set(obj["error"])
+                return error_from_payload(obj, status, quirk=None if already_openai else "Q46")
+    if "html" in content_type or stripped.lower().startswith(("<!doctype", "<html")):
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        text = title.group(1) if title else _TAGS.sub(" ", text)
+    message = scrub_message(text) or f"the upstream server answered HTTP {status}"
+    return _build(f"upstream error (HTTP {status}): {message}", status, None, None, None, None)

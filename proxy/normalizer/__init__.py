@@ -1,0 +1,24 @@
+"""Pure normalization of upstream responses to OpenAI's shapes; every repair counted by quirk id."""
+
+from .body import merge_bodies, normalize_body
+from .finish import map_finish_reason
+from .identity import Identity, clean_model_name, new_id
+from .repairs import Repairs
+from .request import Endpoint, RequestInfo
+from .stream import StreamNormalizer
+from .usage import clean_usage, sum_usage
+
+__all__ = [
+    "Endpoint",
+    "Identity",
+    "Repairs",
+    "RequestInfo",
+    "StreamNormalizer",
+    "clean_model_name",
+    "clean_usage",
+    "map_finish_reason",
+    "merge_bodies",
+    "new_id",
+    "normalize_body",
+    "sum_usage",
+]

@@ -1,0 +1,87 @@
+"""One id, one model and one ``created`` per response (quirks section A)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .repairs import Repairs
+from .request import Endpoint
+
+__all__ = ["Identity", "clean_model_name", "new_id"]
+
+_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-"}
+_OTHER_PREFIX = re.compile(r"^(?:chatcmpl|cmpl|chat)-")
+# Ollama draws ids from rand.Intn(999) (Q05): such ids collide across requests, so mint our own.
+_WEAK_ID = re.compile(r"^(?:chatcmpl|cmpl)-\d{1,4}$")
+
+
+def new_id(endpoint: Endpoint) -> str:
+    return _PREFIX[endpoint] + os.urandom(12).hex()
+
+
+def clean_model_name(name: str) -> str:
+    """A served model name without a local path or a ``.gguf`` suffix (Q09 path leak)."""
+    if "/" in name and (name.startswith(("/", "./", "~")) or name.endswith(".gguf")) or "\\" in name:
+        name = re.split(r"[\\/]", name)[-1]
+    return name.removesuffix(".gguf") or "model"
+
+
+@dataclass(slots=True)
+class Identity:
+    """Fixed by the first upstream object seen; stamped on everything after it."""
+
+    endpoint: Endpoint
+    model: str | None
+    """The request's model or the alias; None until an upstream object supplies one."""
+    id: str | None = None
+    created: int | None = None
+    upstream_id: str | None = field(default=None, repr=False)
+
+    def stamp(self, obj: dict[str, Any], repairs: Repairs) -> None:
+        """Fix the identity from ``obj`` if not yet fixed, then write it onto ``obj``."""
+        upstream_id = obj.get("id")
+        if self.id is None:
+            self.id = self._choose_id(upstream_id, repairs)
+        elif upstream_id != self.id and upstream_id not in (None, "") and not self._same_upstream(upstream_id):
+            repairs.add("Q03")
+        created = obj.get("created")
+        if self.created is None:
+            if isinstance(created, int) and not isinstance(created, bool) and created > 0:
+                self.created = created
+            else:
+                repairs.add("Q06")
+                self.created = int(time.time())
+        elif created != self.created:
+            repairs.add("Q13")
+        upstream_model = obj.get("model")
+        if self.model is None:
+            if isinstance(upstream_model, str) and upstream_model:
+                self.model = clean_model_name(upstream_model)
+            else:
+                self.model = "model"
+        if upstream_model != self.model:
+            repairs.add("Q02" if upstream_model == "" else "Q11" if upstream_model is None else "Q09")
+        obj["id"] = self.id
+        obj["created"] = self.created
+        obj["model"] = self.model
+
+    def _same_upstream(self, upstream_id: Any) -> bool:
+        return upstream_id == self.upstream_id
+
+    def _choose_id(self, upstream_id: Any, repairs: Repairs) -> str:
+        prefix = _PREFIX[self.endpoint]
+        if not isinstance(upstream_id, str) or not upstream_id.strip():
+            repairs.add("Q01")
+            return new_id(self.endpoint)
+        self.upstream_id = upstream_id
+        if _WEAK_ID.match(upstream_id):
+            repairs.add("Q05")
+            return new_id(self.endpoint)
+        if upstream_id.startswith(prefix):
+            return upstream_id
+        repairs.add("Q04" if upstream_id.startswith("chatcmpl-") else "Q07")
+        return prefix + _OTHER_PREFIX.sub("", upstream_id)

@@ -1,0 +1,63 @@
+"""What the normalizer needs to know about the client's request, read once per request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["Endpoint", "RequestInfo"]
+
+Endpoint = Literal["chat", "completions"]
+
+
+def _stop_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, list):
+        return tuple(s for s in value if isinstance(s, str) and s)
+    return ()
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    endpoint: Endpoint
+    model: str | None = None
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    logprobs: bool = False
+
+    @classmethod
+    def from_body(cls, endpoint: Endpoint, body: dict[str, Any]) -> RequestInfo:
+        options = body.get("stream_options")
+        stream = body.get("stream") is True
+        include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
+        max_tokens = _positive_int(body.get("max_completion_tokens")) or _positive_int(body.get("max_tokens"))
+        model = body.get("model")
+        logprobs = body.get("logprobs")
+        return cls(
+            endpoint=endpoint,
+            model=model if isinstance(model, str) and model else None,
+            stream=stream,
+            include_usage=include_usage,
+            max_tokens=max_tokens,
+            stop=_stop_list(body.get("stop")),
+            n=_positive_int(body.get("n")) or 1,
+            logprobs=logprobs is True or (type(logprobs) is int and logprobs >= 0),
+        )
+
+    @property
+    def object_name(self) -> str:
+        return "chat.completion.chunk" if self.endpoint == "chat" else "text_completion"
+
+    @property
+    def body_object_name(self) -> str:
+        return "chat.completion" if self.endpoint == "chat" else "text_completion"

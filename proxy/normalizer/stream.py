@@ -1,0 +1,384 @@
+"""The streaming normalizer: one pure state machine per response, upstream events in, OpenAI chunks out.
+
+``feed(block)`` takes parsed SSE blocks, ``feed_payload(obj)`` decoded objects (adapters that translate a
+native format), and both return the chunks to send now. ``close()`` ends the stream: it releases the
+held finish reasons, adds the usage chunk when the client asked, and turns an unfinished upstream into
+a failure. A failure is never raised: it lands in ``failure`` and the caller decides between an HTTP
+error (nothing sent yet) and an error event.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conformance.sse import SSEBlock
+
+from ..errors import ProxyError, error_from_payload, is_error_payload
+from .choices import ChoiceState
+from .finish import FAILURE_REASONS, map_finish_reason
+from .identity import Identity
+from .logprobs import chat_logprobs, legacy_logprobs
+from .repairs import Repairs
+from .request import RequestInfo
+from .usage import clean_usage, is_zero_usage
+
+__all__ = ["StreamNormalizer"]
+
+_KNOWN_TOP = frozenset(
+    {"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"}
+)
+_EXTENSION_QUIRK = {
+    "timings": "Q35",
+    "__verbose": "Q35",
+    "prompt_progress": "Q36",
+    "prompt_logprobs": "Q37",
+    "prompt_token_ids": "Q37",
+    "kv_transfer_params": "Q37",
+    "model_name": "Q11",
+}
+
+
+def failure_for_reason(reason: str, quirk: str | None) -> ProxyError:
+    status = 500 if reason == "error" else 503
+    return ProxyError.make(
+        f"the upstream server ended the generation with finish_reason '{reason}'", status, quirk=quirk
+    )
+
+
+class StreamNormalizer:
+    def __init__(
+        self,
+        request: RequestInfo,
+        *,
+        identity: Identity | None = None,
+        repairs: Repairs | None = None,
+        index_base: int = 0,
+        emit_usage: bool | None = None,
+    ) -> None:
+        self.request = request
+        self.identity = identity or Identity(request.endpoint, request.model)
+        self.repairs = repairs if repairs is not None else Repairs()
+        self.index_base = index_base
+        self.emit_usage = request.include_usage if emit_usage is None else emit_usage
+        self.usage: dict[str, Any] | None = None
+        self.failure: ProxyError | None = None
+        self.upstream_done = False
+        self.closed = False
+        self._chat = request.endpoint == "chat"
+        self._object = request.object_name
+        self._choices: dict[int, ChoiceState] = {}
+        self._keep_text = self.emit_usage
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def feed(self, block: SSEBlock) -> list[dict[str, Any]]:
+        if self.failure is not None or self.closed:
+            return []
+        if block.other_fields:
+            for name, value in block.other_fields:
+                if name == "error":  # llama.cpp wrote the error's event name as the field (Q42)
+                    self._fail_text(value, "Q42")
+                    return []
+                if name.startswith("{"):  # a raw JSON line with no field name (Q50)
+                    return self._raw_line(f"{name}:{value}")
+        data = block.data
+        if data is None:
+            if block.comments:
+                self.repairs.add("Q57")
+            return []
+        if self.upstream_done:
+            return []
+        if data.strip() == "[DONE]":
+            self.upstream_done = True
+            return []
+        if not block.complete:
+            return []  # cut off before its blank line: a WHATWG client would never see it
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            self.fail(ProxyError.make("the upstream server sent an event that is not valid JSON", 502))
+            return []
+        return self.feed_payload(obj)
+
+    def feed_payload(self, obj: Any) -> list[dict[str, Any]]:
+        if self.failure is not None or self.closed:
+            return []
+        if not isinstance(obj, dict):
+            self.fail(ProxyError.make("the upstream server sent an event that is not a JSON object", 502))
+            return []
+        if is_error_payload(obj):
+            self.fail(error_from_payload(obj, 500, quirk="N2"))
+            return []
+        choices = obj.get("choices")
+        raw_usage = obj.get("usage")
+        if raw_usage is not None:
+            self._take_usage(raw_usage, bool(choices))
+        if not isinstance(choices, list):
+            self.repairs.add("Q40")  # a non-chunk object in the stream
+            return []
+        if "prompt_progress" in obj:
+            self.repairs.add("Q36")
+            return []
+        self._observe(obj)
+        out: list[dict[str, Any]] = []
+        for position, raw in enumerate(choices):
+            if not isinstance(raw, dict):
+                continue
+            choice = self._chat_choice(raw, position) if self._chat else self._text_choice(raw, position)
+            if self.failure is not None:
+                return []
+            if choice is not None:
+                out.append(choice)
+        if not out:
+            return []
+        return [self._chunk(out)]
+
+    # -- end -----------------------------------------------------------------------------------
+
+    @property
+    def all_stopped(self) -> bool:
+        """Every choice hit a stop sequence: the upstream request can be cancelled."""
+        return bool(self._choices) and all(state.stopped for state in self._choices.values())
+
+    @property
+    def needs_usage(self) -> bool:
+        return self.emit_usage and self.usage is None
+
+    def completion_texts(self) -> list[str]:
+        return ["".join(s.parts or ()) for _, s in sorted(self._choices.items())]
+
+    def completion_tokens(self) -> int:
+        return sum(state.tokens for state in self._choices.values())
+
+    def close(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The end of the upstream stream ([DONE], EOF, or cancelled after all choices stopped)."""
+        if self.failure is not None or self.closed:
+            return []
+        self.closed = True
+        if not self._choices:
+            # An empty 200 stream (Q48), or only [DONE] after an error the parser could not see.
+            self.fail(
+                ProxyError.make("the upstream server ended the stream without a completion", 502, quirk="Q48")
+            )
+            return []
+        out: list[dict[str, Any]] = []
+        finals: list[dict[str, Any]] = []
+        for index, state in sorted(self._choices.items()):
+            tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
+            if tail:
+                out.append(self._chunk([self._content_choice(index, tail)]))
+            reason = "stop" if state.stopped else state.finish
+            if reason is None:
+                if not self.upstream_done:
+                    self.fail(
+                        ProxyError.make(
+                            "the upstream server closed the stream before its final chunk", 502, quirk="Q56"
+                        )
+                    )
+                    return out
+                self.repairs.add("Q16")  # [DONE] came, the finish_reason never did
+                reason = "stop"
+            reason = self._final_reason(state, reason)
+            finals.append(self._final_choice(index, reason))
+        if not self.upstream_done and not self.all_stopped:
+            self.repairs.add("Q55")
+        out.extend(self._chunk([choice]) for choice in finals)
+        if self.emit_usage:
+            self.usage = self.usage or usage or self._estimated_usage()
+            out.append(self._chunk([], usage=self.usage))
+        return out
+
+    # -- choices -------------------------------------------------------------------------------
+
+    def _state(self, raw: dict[str, Any], position: int) -> ChoiceState:
+        index = raw.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            self.repairs.add("Q06")
+            index = position
+        index += self.index_base
+        state = self._choices.get(index)
+        if state is None:
+            state = self._choices[index] = ChoiceState(index, self.request.stop, self._keep_text)
+        return state
+
+    def _reason(self, raw: dict[str, Any], state: ChoiceState, has_output: bool) -> bool:
+        """Record the choice's finish reason (held until the end); False when it is a failure."""
+        if "finish_reason" not in raw:
+            self.repairs.add("Q17")
+        reason, quirk = map_finish_reason(raw.get("finish_reason"), self.request.endpoint)
+        if quirk is not None:
+            self.repairs.add(quirk)
+        if reason is None:
+            return True
+        if reason in FAILURE_REASONS:
+            self.fail(failure_for_reason(reason, quirk))
+            return False
+        if state.finish is not None:
+            self.repairs.add("Q22" if self._chat else "Q14")  # a finish_reason before the final chunk
+        elif has_output:
+            self.repairs.add("Q23")
+        state.finish = reason
+        return True
+
+    def _chat_choice(self, raw: dict[str, Any], position: int) -> dict[str, Any] | None:
+        state = self._state(raw, position)
+        if state.stopped:
+            return None
+        delta = raw.get("delta")
+        if not isinstance(delta, dict):
+            delta = raw.get("message") if isinstance(raw.get("message"), dict) else {}
+        out: dict[str, Any] = {}
+        role = delta.get("role")
+        first = not state.role_sent
+        if first:
+            out["role"] = "assistant"
+            if role != "assistant":
+                self.repairs.add("Q59")
+        elif role is not None:
+            self.repairs.add("Q58")
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            content = state.pass_text(content)
+            if content:
+                out["content"] = content
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            out["refusal"] = refusal
+        for key in ("reasoning_content", "reasoning"):
+            value = delta.get(key)
+            if isinstance(value, str) and value:
+                out["reasoning_content"] = value
+                if key == "reasoning":
+                    self.repairs.add("Q39")
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            fixed = state.stream_tool_calls(calls, self.repairs)
+            if fixed:
+                out["tool_calls"] = fixed
+        elif calls is not None:
+            self.repairs.add("Q17")  # "tool_calls": [] or null on a content delta
+        has_output = any(key in out for key in ("content", "tool_calls", "refusal", "reasoning_content"))
+        if first:
+            if "content" not in out:
+                out["content"] = None if "tool_calls" in out else ""
+                if content is None and "tool_calls" not in out:
+                    self.repairs.add("Q60")
+            state.role_sent = True
+        if not self._reason(raw, state, has_output):
+            return None
+        logprobs, repaired = chat_logprobs(raw.get("logprobs"))
+        if repaired:
+            self.repairs.add("Q61")
+        if not first and not out and not (logprobs and logprobs.get("content")):
+            if raw.get("finish_reason") is None:
+                self.repairs.add("Q62")  # a chunk with nothing in it
+            return None
+        return {"index": state.index, "delta": out, "logprobs": logprobs, "finish_reason": None}
+
+    def _text_choice(self, raw: dict[str, Any], position: int) -> dict[str, Any] | None:
+        state = self._state(raw, position)
+        if state.stopped:
+            return None
+        text = raw.get("text")
+        if not isinstance(text, str):
+            text = ""
+        if text:
+            text = state.pass_text(text)
+        logprobs, covered, converted = legacy_logprobs(raw.get("logprobs"), state.text_offset)
+        if converted:
+            self.repairs.add("Q67")
+        state.text_offset += covered
+        if not self._reason(raw, state, bool(text)):
+            return None
+        if not text and logprobs is None:
+            if raw.get("finish_reason") is None:
+                self.repairs.add("Q62")
+            return None
+        return {"text": text, "index": state.index, "logprobs": logprobs, "finish_reason": None}
+
+    def _content_choice(self, index: int, text: str) -> dict[str, Any]:
+        if self._chat:
+            return {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+        return {"text": text, "index": index, "logprobs": None, "finish_reason": None}
+
+    def _final_choice(self, index: int, reason: str) -> dict[str, Any]:
+        if self._chat:
+            return {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
+        return {"text": "", "index": index, "logprobs": None, "finish_reason": reason}
+
+    def _final_reason(self, state: ChoiceState, reason: str) -> str:
+        if reason == "stop" and not state.stopped and self._hit_limit(state):
+            self.repairs.add("Q21")  # the token limit ended it, whatever the upstream said
+            return "length"
+        if self._chat and reason == "stop" and state.had_tools:
+            self.repairs.add("Q64")
+            return "tool_calls"
+        return reason
+
+    def _hit_limit(self, state: ChoiceState) -> bool:
+        limit = self.request.max_tokens
+        if limit is None:
+            return False
+        if self.usage is not None and len(self._choices) == 1:
+            return int(self.usage["completion_tokens"]) >= limit
+        return state.tokens >= limit
+
+    # -- usage and output ----------------------------------------------------------------------
+
+    def _take_usage(self, raw: Any, on_content: bool) -> None:
+        usage = clean_usage(raw)
+        if not self.request.include_usage or on_content:
+            self.repairs.add("Q26")  # usage nobody asked for, or on a content chunk: stripped
+        if usage is None or (is_zero_usage(usage) and self.usage is not None):
+            return
+        if is_zero_usage(usage):
+            self.repairs.add("Q29")
+        self.usage = usage
+
+    def _estimated_usage(self) -> dict[str, Any]:
+        completion = self.completion_tokens()
+        return {"prompt_tokens": 0, "completion_tokens": completion, "total_tokens": completion}
+
+    def _chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        identity = self.identity
+        chunk: dict[str, Any] = {
+            "id": identity.id,
+            "object": self._object,
+            "created": identity.created,
+            "model": identity.model,
+            "choices": choices,
+        }
+        if usage is not None:
+            chunk["usage"] = usage
+        return chunk
+
+    def _observe(self, obj: dict[str, Any]) -> None:
+        """Fix the identity on the first object; count the extension keys stripped (section D)."""
+        self.identity.stamp(obj, self.repairs)
+        for key in obj:
+            if key not in _KNOWN_TOP:
+                self.repairs.add(_EXTENSION_QUIRK.get(key, "Q37"))
+        if obj.get("object") != self._object:
+            self.repairs.add("Q12")
+
+    def fail(self, error: ProxyError) -> None:
+        self.failure = error
+        if error.quirk:
+            self.repairs.add(error.quirk)
+
+    def _fail_text(self, value: str, quirk: str) -> None:
+        try:
+            payload: Any = json.loads(value)
+        except ValueError:
+            payload = {"error": {"message": value}}
+        self.fail(error_from_payload(payload, 500, quirk=quirk))
+
+    def _raw_line(self, line: str) -> list[dict[str, Any]]:
+        try:
+            payload = json.loads(line)
+        except ValueError:
+            self.fail(ProxyError.make("the upstream server sent a line that is not SSE", 502))
+            return []
+        self.repairs.add("Q50")
+        return self.feed_payload(payload)

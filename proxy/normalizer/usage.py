@@ -1,0 +1,65 @@
+"""Usage objects: cleaned to OpenAI's integer counts (Q32, Q41) and summed across fan-out requests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["clean_usage", "is_zero_usage", "sum_usage"]
+
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+_DETAILS = ("prompt_tokens_details", "completion_tokens_details")
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, float) and value >= 0 and value.is_integer():
+        return int(value)
+    return None
+
+
+def clean_usage(raw: Any) -> dict[str, Any] | None:
+    """OpenAI's ``CompletionUsage`` from an upstream usage object, or None when it has no counts."""
+    if not isinstance(raw, dict):
+        return None
+    prompt = _count(raw.get("prompt_tokens"))
+    completion = _count(raw.get("completion_tokens"))
+    if prompt is None and completion is None:
+        return None
+    prompt = prompt or 0
+    completion = completion or 0
+    total = _count(raw.get("total_tokens"))
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": total if total is not None and total >= prompt + completion else prompt + completion,
+    }
+    for key in _DETAILS:
+        details = raw.get(key)
+        if isinstance(details, dict):
+            ints = {k: v for k, v in details.items() if _count(v) is not None}
+            if ints:
+                usage[key] = ints
+    cache_hit = _count(raw.get("prompt_cache_hit_tokens"))  # DeepSeek's name (Q41)
+    if cache_hit is not None and "prompt_tokens_details" not in usage:
+        usage["prompt_tokens_details"] = {"cached_tokens": cache_hit}
+    return usage
+
+
+def is_zero_usage(usage: dict[str, Any]) -> bool:
+    return all(usage.get(k) == 0 for k in _COUNTS)
+
+
+def sum_usage(usages: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+    total: dict[str, Any] | None = None
+    for usage in usages:
+        if usage is None:
+            continue
+        if total is None:
+            total = {k: 0 for k in _COUNTS}
+        for key in _COUNTS:
+            total[key] += int(usage.get(key, 0))
+    return total

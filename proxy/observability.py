@@ -1,0 +1,146 @@
+"""Access log, ``x-request-id`` and Prometheus metrics: one ASGI middleware, no per-chunk cost."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .normalizer import Repairs
+
+__all__ = ["Exchange", "Metrics", "ObservabilityMiddleware", "exchange_of"]
+
+access_log = logging.getLogger("conformant.access")
+
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What one request did, filled in by the handler, logged and counted once at the end."""
+
+    request_id: str
+    started: float
+    endpoint: str = "other"
+    status: int = 0
+    upstream_status: int | None = None
+    first_token: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    repairs: Repairs = field(default_factory=Repairs)
+    disconnected: bool = False
+    error: str | None = None
+
+    def mark_first_token(self) -> None:
+        if self.first_token is None:
+            self.first_token = time.perf_counter()
+
+    def take_usage(self, usage: dict[str, Any] | None) -> None:
+        if usage:
+            self.prompt_tokens = usage.get("prompt_tokens")
+            self.completion_tokens = usage.get("completion_tokens")
+
+
+def exchange_of(scope: Scope) -> Exchange:
+    exchange: Exchange = scope["state"]["conformant_exchange"]
+    return exchange
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "conformant_requests", "Requests served", ["endpoint", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "conformant_request_seconds", "Request duration", ["endpoint"], registry=self.registry,
+            buckets=_LATENCY_BUCKETS,
+        )
+        self.ttft = Histogram(
+            "conformant_time_to_first_token_seconds", "Time to the first chunk sent", ["endpoint"],
+            registry=self.registry, buckets=_LATENCY_BUCKETS,
+        )
+        self.repairs = Counter(
+            "conformant_repairs", "Responses that needed a repair, by quirk id", ["rule"], registry=self.registry
+        )
+        self.in_flight = Gauge("conformant_in_flight_requests", "Requests in progress", registry=self.registry)
+        self.disconnects = Counter(
+            "conformant_client_disconnects", "Requests the client abandoned", registry=self.registry
+        )
+
+    def record(self, exchange: Exchange, duration: float) -> None:
+        self.requests.labels(exchange.endpoint, str(exchange.status)).inc()
+        self.latency.labels(exchange.endpoint).observe(duration)
+        if exchange.first_token is not None:
+            self.ttft.labels(exchange.endpoint).observe(exchange.first_token - exchange.started)
+        for rule in exchange.repairs:
+            self.repairs.labels(rule).inc()
+        if exchange.disconnected:
+            self.disconnects.inc()
+
+
+class ObservabilityMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _header(scope, b"x-request-id") or "req_" + os.urandom(12).hex()
+        exchange = Exchange(request_id=request_id, started=time.perf_counter())
+        scope.setdefault("state", {})["conformant_exchange"] = exchange
+        raw_id = request_id.encode("latin-1", "replace")
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                exchange.status = message["status"]
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", raw_id)]
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self.metrics.in_flight.dec()
+            duration = time.perf_counter() - exchange.started
+            if exchange.status == 0:
+                exchange.status = 499 if exchange.disconnected else 500
+            self.metrics.record(exchange, duration)
+            _log(scope, exchange, duration)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            text = value.decode("latin-1")
+            return text[:200] if text.isprintable() else None
+    return None
+
+
+def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    ttft = None if exchange.first_token is None else round((exchange.first_token - exchange.started) * 1000, 2)
+    line = {
+        "request_id": exchange.request_id,
+        "method": scope["method"],
+        "path": scope["path"],
+        "status": exchange.status,
+        "upstream_status": exchange.upstream_status,
+        "ttft_ms": ttft,
+        "duration_ms": round(duration * 1000, 2),
+        "prompt_tokens": exchange.prompt_tokens,
+        "completion_tokens": exchange.completion_tokens,
+        "repairs": exchange.repairs.summary(),
+        "client_disconnected": exchange.disconnected,
+        "error": exchange.error,
+    }
+    access_log.info(json.dumps(line, separators=(",", ":")))

@@ -1,0 +1,165 @@
+"""Writing a source's output to the client: held status, streamed chunks, and cancel on disconnect.
+
+``HeldResponse`` runs the whole exchange as one task and watches ``receive()`` for the client going
+away from the first moment, not only once the body has started (Starlette's ``StreamingResponse``
+does not watch while the upstream's first byte is awaited), so the upstream is cancelled at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from conformance.sse import DONE_EVENT, encode_data
+
+from .emulation import Aggregator, synthesize_chunks
+from .errors import ProxyError
+from .normalizer import RequestInfo
+from .observability import Exchange
+from .source import Source
+
+__all__ = ["HeldResponse", "send_json", "serve_source"]
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _events(chunks: list[dict[str, Any]]) -> bytes:
+    return b"".join(encode_data(_dumps(chunk)) for chunk in chunks)
+
+
+async def send_json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": _JSON_HEADERS + (headers or [])})
+    await send({"type": "http.response.body", "body": _dumps(body)})
+
+
+class HeldResponse(Response):
+    """An ASGI response that runs ``run(send)`` and cancels it when the client disconnects."""
+
+    def __init__(self, run: Callable[[Send], Awaitable[None]], exchange: Exchange) -> None:
+        self._run = run
+        self._exchange = exchange
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"done": False}
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not state["done"]:
+                        self._exchange.disconnected = True
+                        task.cancel()
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await self._run(send)
+        except asyncio.CancelledError:
+            if not self._exchange.disconnected:
+                raise
+            task.uncancel()
+        except OSError:
+            self._exchange.disconnected = True  # the client went away while we were sending
+        finally:
+            state["done"] = True
+            watcher.cancel()
+            if self._exchange.disconnected and task.cancelling():
+                task.uncancel()
+
+
+async def serve_source(
+    send: Send, source: Source, request: RequestInfo, exchange: Exchange, first_byte_timeout: float
+) -> None:
+    """Hold the status until the first normalized output, then answer as the client asked."""
+    try:
+        try:
+            async with asyncio.timeout(first_byte_timeout):
+                initial = await source.start()
+        except TimeoutError:
+            raise ProxyError.make(
+                "the upstream server sent nothing before the first-byte timeout", 504, code="upstream_timeout"
+            ) from None
+    except ProxyError as exc:
+        await source.aclose()
+        exchange.upstream_status = source.upstream_status
+        exchange.error = exc.message
+        await send_json(send, exc.status, exc.body)
+        return
+    exchange.upstream_status = source.upstream_status
+    try:
+        if source.body is not None:
+            await _send_body(send, source.body, request, exchange)
+        elif request.stream:
+            await _stream(send, source, initial, exchange)
+        else:
+            await _aggregate(send, source, initial, request, exchange)
+    finally:
+        await source.aclose()
+
+
+async def _send_body(send: Send, body: dict[str, Any], request: RequestInfo, exchange: Exchange) -> None:
+    exchange.take_usage(body.get("usage"))
+    if not request.stream:
+        exchange.mark_first_token()
+        await send_json(send, 200, body)
+        return
+    exchange.repairs.add("seed002-stream")
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    exchange.mark_first_token()
+    await send({"type": "http.response.body", "body": _events(synthesize_chunks(body, request)) + DONE_EVENT})
+
+
+async def _stream(send: Send, source: Source, initial: list[dict[str, Any]], exchange: Exchange) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    exchange.mark_first_token()
+    await send({"type": "http.response.body", "body": _events(initial), "more_body": True})
+    while (batch := await source.next_batch()) is not None:
+        if batch:
+            await send({"type": "http.response.body", "body": _events(batch), "more_body": True})
+    failure = source.failure
+    if failure is not None:
+        # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
+        exchange.error = failure.message
+        tail = encode_data(_dumps(failure.body))
+    else:
+        tail = DONE_EVENT
+    exchange.take_usage(source.usage)
+    await send({"type": "http.response.body", "body": tail})
+
+
+async def _aggregate(
+    send: Send, source: Source, initial: list[dict[str, Any]], request: RequestInfo, exchange: Exchange
+) -> None:
+    exchange.repairs.add("seed002-aggregate")
+    aggregator = Aggregator(request)
+    for chunk in initial:
+        aggregator.add(chunk)
+    while (batch := await source.next_batch()) is not None:
+        for chunk in batch:
+            aggregator.add(chunk)
+    failure = source.failure
+    if failure is not None:
+        exchange.error = failure.message
+        await send_json(send, failure.status, failure.body)
+        return
+    body = aggregator.result(source.usage)
+    exchange.take_usage(body.get("usage"))
+    exchange.mark_first_token()
+    await send_json(send, 200, body)

@@ -1,0 +1,299 @@
+"""Upstream responses as sources of normalized output: one upstream request, or a fan-out of several.
+
+A source's ``start()`` opens the upstream and returns once the first normalized chunks exist (or the
+whole body, for a JSON answer), so the caller can still choose the HTTP status; ``next_batch()`` then
+yields the rest. Failures before ``start()`` returns are raised; later ones land in ``failure``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from conformance.sse import SSELineTooLong, SSEParser
+
+from .adapters import Adapter, UpstreamCall
+from .errors import ProxyError
+from .normalizer import Identity, Repairs, RequestInfo, StreamNormalizer, merge_bodies, normalize_body, sum_usage
+from .upstream import Upstream, UpstreamStream
+
+__all__ = ["FanOutSource", "Source", "UpstreamSource", "prompt_text"]
+
+_MAX_JSON_BODY = 64 * 1024 * 1024
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """The request's text for counting prompt tokens (chat: the message texts, without the template)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    parts: list[str] = []
+    for message in body.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return "\n".join(parts)
+
+
+class Source:
+    """What the response writer reads from."""
+
+    body: dict[str, Any] | None = None
+    upstream_status: int | None = None
+
+    async def start(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    async def next_batch(self) -> list[dict[str, Any]] | None:
+        raise NotImplementedError
+
+    @property
+    def failure(self) -> ProxyError | None:
+        raise NotImplementedError
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+
+class UpstreamSource(Source):
+    def __init__(
+        self,
+        upstream: Upstream,
+        adapter: Adapter,
+        request: RequestInfo,
+        call: UpstreamCall,
+        *,
+        prompt: str,
+        max_line_bytes: int,
+        identity: Identity | None = None,
+        repairs: Repairs | None = None,
+        index_base: int = 0,
+        emit_usage: bool | None = None,
+    ) -> None:
+        self._upstream = upstream
+        self._adapter = adapter
+        self._request = request
+        self._call = call
+        self._prompt = prompt
+        self.repairs = repairs if repairs is not None else Repairs()
+        self.identity = identity or Identity(request.endpoint, request.model)
+        self.normalizer = StreamNormalizer(
+            request, identity=self.identity, repairs=self.repairs, index_base=index_base, emit_usage=emit_usage
+        )
+        self._parser = SSEParser(max_line_bytes=max_line_bytes)
+        self._stream: UpstreamStream | None = None
+        self._pending: bytes | None = None
+        self._ended = False
+
+    @property
+    def failure(self) -> ProxyError | None:
+        return self.normalizer.failure
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return self.normalizer.usage if self.body is None else self.body.get("usage")
+
+    async def start(self) -> list[dict[str, Any]]:
+        stream = self._stream = await self._upstream.open("POST", self._call.path, json_body=self._call.body)
+        self.upstream_status = stream.status
+        if stream.status >= 400:
+            raise await stream.error()
+        content_type = stream.content_type
+        if "event-stream" not in content_type:
+            first = await stream.read()
+            if first is not None and ("json" in content_type or first.lstrip()[:1] in (b"{", b"[")):
+                await self._read_body(first + await stream.read_all(_MAX_JSON_BODY))
+                return []
+            self._pending = first
+        while True:
+            batch = await self.next_batch()
+            if self.failure is not None:
+                raise self.failure
+            if batch is None:
+                return []
+            if batch:
+                return batch
+
+    async def _read_body(self, raw: bytes) -> None:
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            raise ProxyError.make("the upstream server sent a body that is not valid JSON", 502) from None
+        if self._call.translate is not None:
+            obj = self._call.translate(obj)
+        body = normalize_body(obj, self._request, repairs=self.repairs, identity=self.identity)
+        if body["usage"] is None:
+            texts = [c["text"] if "text" in c else c["message"].get("content") or "" for c in body["choices"]]
+            body["usage"] = await self._count_usage(texts, len(texts))
+        self.body = body
+
+    async def next_batch(self) -> list[dict[str, Any]] | None:
+        """The next normalized chunks ([] when a read gave nothing to send), None at the end."""
+        normalizer = self.normalizer
+        if self._ended or self._stream is None:
+            return None
+        try:
+            raw = self._pending if self._pending is not None else await self._stream.read()
+            self._pending = None
+            if raw is None:
+                return await self._finish(self._parser.close())
+            out: list[dict[str, Any]] = []
+            translate = self._call.translate
+            for block in self._parser.feed(raw):
+                if translate is not None and block.data is not None and block.data.strip()[:1] == "{":
+                    out += normalizer.feed_payload(translate(json.loads(block.data)))
+                else:
+                    out += normalizer.feed(block)
+                if normalizer.failure is not None:
+                    break
+            if normalizer.failure is not None:
+                await self.aclose()
+                self._ended = True
+                return out
+            if normalizer.upstream_done or normalizer.all_stopped:
+                if normalizer.all_stopped:
+                    self.repairs.add("Q76")
+                return out + (await self._finish(None) or [])
+            return out
+        except SSELineTooLong:
+            normalizer.fail(ProxyError.make("the upstream server sent an SSE line over the size limit", 502))
+        except ValueError:
+            normalizer.fail(ProxyError.make("the upstream server sent an event that is not valid JSON", 502))
+        except ProxyError as exc:
+            normalizer.fail(exc)
+        await self.aclose()
+        self._ended = True
+        return None
+
+    async def _finish(self, tail: Any) -> list[dict[str, Any]] | None:
+        """End of the upstream: cancel what is left of it, then close the normalizer."""
+        self._ended = True
+        await self.aclose()
+        normalizer = self.normalizer
+        out = normalizer.feed(tail) if tail is not None else []
+        usage = None
+        if normalizer.needs_usage and normalizer.failure is None:
+            texts = normalizer.completion_texts()
+            usage = await self._count_usage(texts, normalizer.completion_tokens())
+        return out + normalizer.close(usage)
+
+    async def _count_usage(self, texts: list[str], fallback_completion: int) -> dict[str, Any]:
+        """Usage the upstream did not report: counted with its tokenizer when it has one."""
+        self.repairs.add("Q28")
+        prompt = await self._adapter.count_tokens(self._upstream, self._prompt) if self._prompt else 0
+        completion = 0
+        for text in texts:
+            counted = await self._adapter.count_tokens(self._upstream, text) if text else 0
+            if counted is None:
+                completion = fallback_completion
+                break
+            completion += counted
+        prompt = prompt or 0
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await stream.aclose()
+
+
+class FanOutSource(Source):
+    """``n > 1`` and prompt arrays served as concurrent single requests, choices indexed, usage summed."""
+
+    def __init__(self, sources: list[UpstreamSource], request: RequestInfo, repairs: Repairs) -> None:
+        self._sources = sources
+        self._request = request
+        self.repairs = repairs
+        self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | None]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._live = 0
+        self._failure: ProxyError | None = None
+        self._usage: dict[str, Any] | None = None
+        self._closed = False
+
+    @property
+    def failure(self) -> ProxyError | None:
+        return self._failure
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return self._usage
+
+    async def start(self) -> list[dict[str, Any]]:
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(source.start()) for source in self._sources]
+        except* ProxyError as errors:
+            await self.aclose()
+            raise errors.exceptions[0] from None
+        self.upstream_status = max(s.upstream_status or 0 for s in self._sources)
+        bodies = [s.body for s in self._sources]
+        if all(body is not None for body in bodies):
+            self.body = merge_bodies([b for b in bodies if b is not None])
+            self._usage = self.body.get("usage")
+            return []
+        if any(body is not None for body in bodies):
+            await self.aclose()
+            raise ProxyError.make("the upstream server answered some requests streamed and some not", 502)
+        self._live = len(self._sources)
+        self._tasks = [asyncio.create_task(self._pump(i, s)) for i, s in enumerate(self._sources)]
+        return [chunk for task in tasks for chunk in task.result()]
+
+    async def _pump(self, position: int, source: UpstreamSource) -> None:
+        while (batch := await source.next_batch()) is not None:
+            if batch:
+                await self._queue.put((position, batch))
+            if source.failure is not None:
+                break
+        await self._queue.put((position, None))
+
+    async def next_batch(self) -> list[dict[str, Any]] | None:
+        while self._live:
+            position, batch = await self._queue.get()
+            if batch is not None:
+                return self._strip_usage(batch)
+            self._live -= 1
+            failure = self._sources[position].failure
+            if failure is not None:
+                self._failure = failure
+                await self.aclose()
+                return None
+        if self._closed:
+            return None
+        self._closed = True
+        self._usage = sum_usage(s.usage for s in self._sources)
+        if not self._request.include_usage or self._usage is None:
+            return None
+        head = next(iter(self._sources)).identity
+        usage_chunk = {
+            "id": head.id,
+            "object": self._request.object_name,
+            "created": head.created,
+            "model": head.model,
+            "choices": [],
+            "usage": self._usage,
+        }
+        return [usage_chunk]
+
+    @staticmethod
+    def _strip_usage(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [chunk for chunk in batch if chunk["choices"]]
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: PERF203 - each task is awaited once
+                pass
+        self._tasks = []
+        for source in self._sources:
+            await source.aclose()

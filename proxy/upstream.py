@@ -1,0 +1,120 @@
+"""The upstream client: one pooled ``httpx.AsyncClient``, transport faults mapped to OpenAI errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from .config import ProxyConfig
+from .errors import ProxyError, error_from_http
+
+__all__ = ["Upstream", "UpstreamStream"]
+
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class UpstreamStream:
+    """An open upstream response read chunk by chunk, each read bounded by a deadline."""
+
+    def __init__(self, response: httpx.Response, idle_timeout: float) -> None:
+        self.response = response
+        self._reads = response.aiter_raw()
+        self._idle = idle_timeout
+
+    @property
+    def status(self) -> int:
+        return self.response.status_code
+
+    @property
+    def content_type(self) -> str:
+        return self.response.headers.get("content-type", "").lower()
+
+    async def read(self, timeout: float | None = None) -> bytes | None:
+        """The next bytes, or None at the end; a silent upstream is a 504 (Q25)."""
+        try:
+            async with asyncio.timeout(timeout if timeout is not None else self._idle):
+                return await anext(self._reads)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise ProxyError.make(
+                "the upstream server stopped sending data (idle timeout)", 504, code="upstream_timeout"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ProxyError.make(f"the upstream connection failed: {type(exc).__name__}", 502) from None
+
+    async def read_all(self, limit: int) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while (part := await self.read()) is not None:
+            size += len(part)
+            if size > limit:
+                raise ProxyError.make("the upstream response is too large", 502)
+            parts.append(part)
+        return b"".join(parts)
+
+    async def error(self) -> ProxyError:
+        body = await self.read_all(_MAX_ERROR_BODY) if self.status >= 400 else b""
+        return error_from_http(self.status, self.content_type, body)
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+
+class Upstream:
+    def __init__(self, config: ProxyConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.config = config
+        headers = {"accept-encoding": "identity", "user-agent": "conformant-proxy"}
+        if config.upstream_api_key:
+            headers["authorization"] = f"Bearer {config.upstream_api_key}"
+        self.client = httpx.AsyncClient(
+            base_url=config.upstream_base,
+            headers=headers,
+            timeout=httpx.Timeout(connect=config.connect_timeout, read=None, write=60.0, pool=60.0),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30.0),
+            transport=transport,
+        )
+
+    async def open(
+        self, method: str, path: str, *, json_body: Any = None, content: bytes | None = None
+    ) -> UpstreamStream:
+        """Send the request and return once response headers arrive; faults become ProxyError."""
+        request = self.client.build_request(method, path, json=json_body, content=content)
+        for attempt in (1, 2):
+            try:
+                response = await self.client.send(request, stream=True)
+                return UpstreamStream(response, self.config.idle_timeout)
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                # A pooled keep-alive connection the upstream closed before any response byte
+                # (llama-server does this): once more, on a fresh connection.
+                if attempt == 2:
+                    raise ProxyError.make(
+                        "the upstream server closed the connection without a response", 502
+                    ) from None
+            except httpx.ConnectTimeout:
+                raise ProxyError.make(
+                    "timed out connecting to the upstream server", 504, code="upstream_timeout"
+                ) from None
+            except httpx.TimeoutException:
+                raise ProxyError.make("the upstream server timed out", 504, code="upstream_timeout") from None
+            except httpx.ConnectError:
+                raise ProxyError.make("could not connect to the upstream server", 502) from None
+            except httpx.HTTPError as exc:
+                raise ProxyError.make(f"the upstream request failed: {type(exc).__name__}", 502) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+        """A small request whose JSON answer is wanted (models, tokenize, probes); None on any failure."""
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self.client.request(method, path, json=body)
+            if response.status_code != 200:
+                return None
+            return response.json()
+        except (httpx.HTTPError, ValueError, TimeoutError):
+            return None
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
