@@ -60,6 +60,7 @@ class LoadOptions:
     override_tensor: list[str] = field(default_factory=list)  # "REGEX=BUFFER", comma-separated lists allowed
     use_mmap: bool = True
     use_mlock: bool = False
+    repack: bool = True  # let the CPU backend repack weights for its SIMD/AMX kernels (llama.cpp's default)
 
     def overrides(self, cpu_buffer_type: str = "CPU") -> list[TensorOverride]:
         """All placement rules in the order llama.cpp tries them (first match wins): explicit ones first."""
@@ -136,6 +137,11 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-mmap", action="store_true", help="read the weights into memory instead of mapping"
     )
     group.add_argument("--mlock", action="store_true", help="lock the weights in RAM (no swapping)")
+    group.add_argument(
+        "--no-repack",
+        action="store_true",
+        help="keep CPU weights as stored, without repacking them for AMX/SIMD",
+    )
 
 
 def _gpu_layers(value: str) -> int:
@@ -168,6 +174,7 @@ def options_from_args(args: argparse.Namespace) -> LoadOptions:
         override_tensor=list(args.override_tensor),
         use_mmap=not args.no_mmap,
         use_mlock=args.mlock,
+        repack=not args.no_repack,
     )
     opts.check()
     return opts
@@ -232,6 +239,8 @@ def load_model(path: str, opts: LoadOptions | None = None) -> LoadedModel:
     params.split_mode = SPLIT_MODES.index(opts.split_mode)  # llama_split_mode: NONE, LAYER, ROW
     params.main_gpu = opts.main_gpu
     params.load_mode = _load_mode(llama, opts, params.load_mode)
+    # AND, not assignment: a process-wide policy may already have turned repacking off in the defaults.
+    params.use_extra_bufts = params.use_extra_bufts and opts.repack and not _amx_faults(registry)
     keepalive: list[object] = []
     if opts.tensor_split is not None:
         n_max = llama.llama_max_devices()
@@ -327,6 +336,17 @@ def _captured_log(llama: ModuleType) -> Iterator[LoadLog]:
 GGML_DEVICE_CPU, GGML_DEVICE_GPU, GGML_DEVICE_IGPU = 0, 1, 2  # enum ggml_backend_dev_type
 
 
+def _amx_faults(registry: BufferTypes) -> bool:
+    if "AMX" not in registry.host_names:
+        return False
+    from backend.smoke import amx_faults
+
+    if not amx_faults():
+        return False
+    log.warning("AMX faults on this machine (advertised but not usable): CPU weight repacking is off")
+    return True
+
+
 @dataclass(frozen=True)
 class BufferTypes:
     """Each device's default buffer type by name ("CPU", "CUDA0"), the names llama.cpp's -ot accepts."""
@@ -334,24 +354,30 @@ class BufferTypes:
     by_name: dict[str, int]  # name -> ggml_backend_buffer_type_t
     cpu_name: str
     gpu_count: int
+    host_names: frozenset[str] = (
+        frozenset()
+    )  # buffer types in host memory: the CPU's, repacking ones included
 
     @classmethod
     def from_registry(cls) -> BufferTypes:
         ggml = _ggml()
         by_name: dict[str, int] = {}
+        host: set[str] = set()
         cpu_name, gpus = "CPU", 0
         for i in range(ggml.ggml_backend_dev_count()):
             dev = ggml.ggml_backend_dev_get(i)
             kind = ggml.ggml_backend_dev_type(dev)
             gpus += kind in (GGML_DEVICE_GPU, GGML_DEVICE_IGPU)
-            buft = ggml.ggml_backend_dev_buffer_type(dev)
-            if not buft:
-                continue
-            name = ggml.ggml_backend_buft_name(buft).decode()
-            by_name[name] = buft
-            if kind == GGML_DEVICE_CPU:
-                cpu_name = name
-        return cls(by_name, cpu_name, gpus)
+            default = ggml.ggml_backend_dev_buffer_type(dev)
+            # llama.cpp's -ot names only defaults; the extra buffer types ("CPU_REPACK") are accepted too.
+            bufts = ([default] if default else []) + _extra_buffer_types(ggml, dev)
+            names = [ggml.ggml_backend_buft_name(buft).decode() for buft in bufts]
+            for name, buft in zip(names, bufts, strict=True):
+                by_name.setdefault(name, buft)
+            if kind == GGML_DEVICE_CPU and default:
+                cpu_name = names[0]
+                host.update(names)
+        return cls(by_name, cpu_name, gpus, frozenset(host))
 
     def resolve(self, name: str) -> int:
         if name in self.by_name:
@@ -364,6 +390,24 @@ class BufferTypes:
         raise PlacementError(
             f"unknown buffer type {name!r} in tensor override (available: {available}{hint})"
         )
+
+
+_GET_EXTRA_BUFTS = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+def _extra_buffer_types(ggml: SimpleNamespace, dev: int) -> list[int]:
+    """A device's extra buffer types (NULL-terminated array from the backend's proc address table)."""
+    reg = ggml.ggml_backend_dev_backend_reg(dev)
+    address = (
+        ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts") if reg else None
+    )
+    if not address:
+        return []
+    extras = _GET_EXTRA_BUFTS(address)(dev)
+    found: list[int] = []
+    while extras and extras[len(found)]:
+        found.append(extras[len(found)])
+    return found
 
 
 @cache
@@ -391,6 +435,8 @@ def _ggml() -> SimpleNamespace:
         "ggml_backend_dev_type": ([ctypes.c_void_p], ctypes.c_int),
         "ggml_backend_dev_buffer_type": ([ctypes.c_void_p], ctypes.c_void_p),
         "ggml_backend_buft_name": ([ctypes.c_void_p], ctypes.c_char_p),
+        "ggml_backend_dev_backend_reg": ([ctypes.c_void_p], ctypes.c_void_p),
+        "ggml_backend_reg_get_proc_address": ([ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
     }
     bound = SimpleNamespace()
     for name, (argtypes, restype) in signatures.items():
