@@ -141,7 +141,7 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes]) -> None:
                 _block(ctx, block)
         tail = parser.close()
     except SSELineTooLong as exc:
-        ctx.error("sse-line-too-long", str(exc), event=ctx.last_event)
+        ctx.error("sse-line-too-long", str(exc), event=ctx.last_event, quirk="spec")
     framing.bom(ctx, parser.bom)
     if tail is not None:
         _block(ctx, tail)

@@ -28,7 +28,12 @@ __all__ = [
 def bom(ctx: Context, had_bom: bool) -> None:
     """A leading UTF-8 BOM: WHATWG strips it, openai-python loses the first event (spec §4)."""
     if had_bom:
-        ctx.error("sse-bom", "stream starts with a UTF-8 BOM; openai-python drops the first event", event=0)
+        ctx.error(
+            "sse-bom",
+            "stream starts with a UTF-8 BOM; openai-python drops the first event",
+            event=0,
+            quirk="spec",
+        )
 
 
 def event_field(ctx: Context, block: SSEBlock) -> None:
@@ -46,12 +51,22 @@ def id_field(ctx: Context, block: SSEBlock) -> None:
     """``id:`` lines: harmless alone, but afterwards every comment block reaches json.loads (spec §4)."""
     if block.id is not None:
         ctx.sticky_id = True
-        ctx.warn("sse-id-field", "'id:' line; OpenAI streams carry only data lines", event=block.index)
+        ctx.warn(
+            "sse-id-field",
+            "'id:' line; OpenAI streams carry only data lines",
+            event=block.index,
+            quirk="spec",
+        )
 
 
 def retry_field(ctx: Context, block: SSEBlock) -> None:
     if block.retry is not None or block.invalid_retry:
-        ctx.warn("sse-retry-field", "'retry:' line; OpenAI streams carry only data lines", event=block.index)
+        ctx.warn(
+            "sse-retry-field",
+            "'retry:' line; OpenAI streams carry only data lines",
+            event=block.index,
+            quirk="spec",
+        )
 
 
 def nonstandard_field(ctx: Context, block: SSEBlock) -> None:
@@ -70,7 +85,7 @@ def nonstandard_field(ctx: Context, block: SSEBlock) -> None:
                 "sse-unknown-field",
                 f"line with unknown SSE field {name[:40]!r}; clients drop it (a raw JSON line, Q50?)",
                 event=block.index,
-                quirk="Q50" if name.startswith("{") else None,
+                quirk="Q50" if name.startswith("{") else "N2",
             )
 
 
@@ -94,6 +109,7 @@ def empty_event(ctx: Context, block: SSEBlock) -> None:
             "sse-empty-data",
             "'data:' block with empty data; openai-python fails to parse it",
             event=block.index,
+            quirk="spec",
         )
     elif block.data is None and (
         block.event is not None or block.retry is not None or (ctx.sticky_id and block.id is None)
@@ -102,6 +118,7 @@ def empty_event(ctx: Context, block: SSEBlock) -> None:
             "sse-empty-event",
             "block without data that openai-python still dispatches (event/retry/id set); json.loads fails",
             event=block.index,
+            quirk="spec",
         )
 
 

@@ -81,7 +81,7 @@ def unknown_fields(ctx: Context, event: int | None, extras: tuple[tuple[str, str
             f"non-OpenAI key {key!r} at {general}",
             event=event,
             pointer=where,
-            quirk=_EXTRA_QUIRK.get(key),
+            quirk=_EXTRA_QUIRK.get(key, "N4"),
         )
 
 

@@ -1,0 +1,215 @@
+"""Every recorded stream and body in tests/data is judged, and the exact rule ids it breaks are written down.
+
+Broken transcripts must be flagged for exactly the deviations of their quirk rows (quirks.md and each
+``.source.txt``); conformant ones must pass. Excerpts quoted in bug reports stop early: for them the
+table adds what the cut itself causes (``done-missing``; ``sse-cut-off`` when the paste also lost the
+last blank line), kept apart in ``EXCERPT`` so the quirk-driven part stays readable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.judge import judge_transcript
+from conformance.transcript import Transcript, load_transcript
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
+
+CHAT_STREAM = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stream": True}}
+COMPLETIONS_STREAM = {"method": "POST", "path": "/v1/completions", "body": {"model": "m", "stream": True}}
+
+EXCERPT = frozenset({"done-missing"})
+EXCERPT_UNTERMINATED = frozenset({"done-missing", "sse-cut-off"})
+
+
+@dataclass(frozen=True)
+class Case:
+    path: str
+    errors: frozenset[str]
+    warnings: frozenset[str] = frozenset()
+    request: dict[str, Any] | None = None
+    """The request as the source describes it, where it does (bare pasted streams have no sidecar)."""
+    excerpt: frozenset[str] = field(default=frozenset())
+
+
+def case(path: str, errors: set[str], warnings: set[str] | None = None, **kw: Any) -> Any:
+    c = Case(path, frozenset(errors), frozenset(warnings or ()), **kw)
+    return pytest.param(c, id=path)
+
+
+CASES = [
+    # --- reports: streams quoted in public bug reports (quirks.md, "Transcripts") ---
+    case(
+        "reports/ik_llama-767.sse",
+        # Q02 empty id and model; Q14 finish_reason on every chunk; Q27 usage on every chunk, unasked (Q26).
+        {"id-empty", "model-empty", "finish-reason-repeated", "usage-in-choice-chunk", "usage-unrequested"},
+        request=COMPLETIONS_STREAM,
+        excerpt=EXCERPT_UNTERMINATED,
+    ),
+    case("reports/llamacpp-14566.reconstructed.sse", {"sse-error-field"}),  # Q42: error: line, then [DONE]
+    case(
+        "reports/llamacpp-16048.sse",
+        {"usage-unrequested"},  # Q26: usage chunk without include_usage
+        {"unknown-field", "done-unterminated"},  # Q35 timings; the paste lost [DONE]'s blank line
+        request=CHAT_STREAM,
+    ),
+    case(
+        "reports/llamacpp-ik_llama-767-comment.sse",
+        {"created-changed"},  # Q13: llama.cpp stamps created per chunk (1757389182 -> ...183)
+        {"id-prefix"},  # Q04: chatcmpl- id on text_completion
+        excerpt=EXCERPT_UNTERMINATED,
+    ),
+    case(
+        "reports/llamacpp-openai-php-780.sse",
+        set(),
+        {"unknown-field", "role-missing"},  # Q35 timings, Q39 reasoning_content; Q60 no role in first delta
+        excerpt=EXCERPT_UNTERMINATED,
+    ),
+    case(
+        "reports/llamacpp-vllm-pr18692.sse",
+        # Q26: usage on the finish chunk (choices non-empty) and unasked; Q13 created per chunk.
+        {"usage-in-choice-chunk", "usage-unrequested", "created-changed"},
+        {"id-prefix", "unknown-field", "done-unterminated"},  # Q04, Q35 timings; paste lost the blank line
+        request=COMPLETIONS_STREAM,
+    ),
+    case(
+        "reports/localai-1194.sse",
+        # required-key: Q06 no id/created, Q61 no index, Q16 no finish_reason. Q29 zero usage per chunk.
+        {"required-key", "usage-in-choice-chunk"},
+        excerpt=EXCERPT_UNTERMINATED,
+    ),
+    case(
+        "reports/ollama-4357.sse",
+        {"finish-reason-value", "role-repeated"},  # Q15 finish_reason "", Q58 role in every delta
+        excerpt=EXCERPT_UNTERMINATED,
+    ),
+    case("reports/openai-reference-simonw-llm-284.sse", set(), excerpt=EXCERPT_UNTERMINATED),  # the baseline
+    case(
+        "reports/sglang-4550.sse",
+        set(),
+        # Q07 bare hex id; Q38 matched_stop, explicit null delta keys; Q39 reasoning_content; Q60 role null.
+        {"id-prefix", "unknown-field", "delta-null-field", "role-missing"},
+        excerpt=EXCERPT_UNTERMINATED,
+    ),
+    case(
+        "reports/vllm-18412.sse",
+        {"tool-call-id-missing", "tool-call-type-missing", "tool-call-name-repeated"},  # Q63
+        excerpt=EXCERPT_UNTERMINATED,
+    ),
+    case(
+        "reports/vllm-19650.sse",
+        {"required-key"},  # Q17: finish_reason key gone from content deltas
+        {"tool-calls-empty"},  # Q17: "tool_calls": []
+        excerpt=EXCERPT_UNTERMINATED,
+    ),
+    case(
+        "reports/vllm-pr19662.sse",
+        set(),
+        {"unknown-field", "role-missing"},  # Q37 stop_reason; the excerpt starts after the role chunk
+        excerpt=EXCERPT_UNTERMINATED,
+    ),
+    # --- seeds: SSE examples extracted from tests/data/seeds (see each .source.txt) ---
+    case(
+        "seeds/ik_llama-767-broken.sse",
+        # Q02, Q13, Q14, Q27 (+ Q26 unasked), Q55 no [DONE].
+        {
+            "id-empty",
+            "model-empty",
+            "created-changed",
+            "finish-reason-repeated",
+            "usage-in-choice-chunk",
+            "usage-unrequested",
+            "done-missing",
+        },
+        {"unknown-field"},  # Q35 timings
+        request=COMPLETIONS_STREAM,
+    ),
+    case(
+        "seeds/ik_llama-767-fixed.sse",
+        # PR #768 fixed Q14 only: Q02, Q13, Q27 (+ Q26), Q55 remain.
+        {
+            "id-empty",
+            "model-empty",
+            "created-changed",
+            "usage-in-choice-chunk",
+            "usage-unrequested",
+            "done-missing",
+        },
+        {"unknown-field"},
+        request=COMPLETIONS_STREAM,
+    ),
+    case(
+        "seeds/ik_llama-767-chat.sse",
+        # Q02 model "" until the finish chunk (so it also changes), Q13, Q27 usage on every chunk (+ Q26).
+        {"model-empty", "model-changed", "created-changed", "usage-in-choice-chunk", "usage-unrequested"},
+        {"unknown-field"},
+        request=CHAT_STREAM,
+    ),
+    case(
+        "seeds/llamacpp-b6351-completions.sse",
+        {"created-changed", "usage-in-choice-chunk", "usage-unrequested"},  # Q13, Q26
+        {"id-prefix", "unknown-field"},  # Q04, Q35
+        request=COMPLETIONS_STREAM,
+    ),
+    case("seeds/llamacpp-docs-completions-stream.sse", set(), request=COMPLETIONS_STREAM),
+    case(
+        "seeds/minisglang-docs-chat-stream.sse",
+        {"object-value", "required-key"},  # Q12 text_completion.chunk; no created/model (Q06, Q11)
+        {"id-prefix"},  # cmpl-1 on chat
+    ),
+    case("seeds/deepseek-fim-logprobs.sse", set(), {"id-prefix"}, excerpt=EXCERPT),  # bare UUID id
+    case("seeds/llamacpp-docs-completion.json", set()),
+    case(
+        "seeds/ik_llama-767-completion.json", {"model-empty"}, {"id-prefix", "unknown-field"}
+    ),  # Q02, Q04, Q35
+    case("seeds/ik_llama-767-chat-completion.json", {"required-key"}, {"unknown-field"}),  # Q61, Q35
+]
+
+
+def _load(c: Case) -> Transcript:
+    path = DATA / c.path
+    if path.suffix == ".json":
+        transcript = load_transcript(path)
+    else:
+        # Built directly: these are bare pasted streams, and the table supplies the request.
+        transcript = Transcript(name=str(path.with_suffix("")), body_path=path)
+    if c.request is not None:
+        transcript.request = c.request
+    return transcript
+
+
+@pytest.mark.parametrize("c", CASES)
+def test_transcript_breaks_exactly_its_rules(c: Case) -> None:
+    verdict = judge_transcript(_load(c))
+    assert {f.rule for f in verdict.errors} == c.errors | c.excerpt
+    assert {f.rule for f in verdict.warnings} == c.warnings
+
+
+def test_every_corpus_file_has_a_row() -> None:
+    listed = {DATA / c.values[0].path for c in CASES}
+    on_disk = {
+        p
+        for folder in ("reports", "seeds")
+        for p in (DATA / folder).iterdir()
+        if p.suffix in {".sse", ".json"}
+    }
+    assert on_disk == listed
+
+
+@pytest.mark.parametrize("path", sorted((DATA / "openai").glob("*.sse")), ids=lambda p: p.name)
+def test_golden_openai_streams_pass(path: Path) -> None:
+    verdict = judge_transcript(load_transcript(path))
+    assert verdict.endpoint == "chat"
+    assert verdict.stream
+    assert verdict.errors == []
+    assert verdict.warnings == []
+
+
+def test_every_finding_cites_a_quirk_or_the_spec() -> None:
+    for c in CASES:
+        for finding in judge_transcript(_load(c.values[0])).findings:
+            assert finding.quirk, finding
