@@ -65,6 +65,10 @@ def create_replay_app(transcripts: Sequence[Transcript], pace: float | None = 1.
         try:
             body = json.loads(raw) if raw.strip() else None
         except (json.JSONDecodeError, UnicodeDecodeError):
+            # A recording of a malformed request keeps the body as its text (see RequestSpec.as_request).
+            chosen = index.by_request(path, raw.decode("utf-8", "replace"))
+            if chosen is not None:
+                return _replay(chosen, pace)
             return _error(
                 "the request body is not valid JSON, so no recorded request can match it; "
                 + _HOW_TO_RECORD.format(path=path),

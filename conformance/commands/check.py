@@ -1,0 +1,118 @@
+"""``conformant check BASE_URL``: run the probe battery against a live server, judge and report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from conformance.cli import CommandError
+from conformance.live.probes import PROBES, ProbeContext, select_probes
+from conformance.live.runner import ProbeResult, ServerUnreachable, client_for, default_model, run_probes
+from conformance.report import FORMATS, render
+
+__all__ = ["register", "run"]
+
+_STYLE = {"pass": "green", "warn": "yellow", "unsupported": "cyan", "fail": "bold red"}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "check",
+        help="probe a live server and judge every response",
+        description="Send a battery of small probes (both endpoints, streaming and not, usage, stop, n, "
+        "logprobs, echo, prompt arrays, token prompts, limits, invalid requests, context overflow, client "
+        "disconnect), judge each response, and report. Exit 1 when errors remain, 2 when the server "
+        "cannot be reached.",
+    )
+    parser.add_argument("url", metavar="BASE_URL", help="server root, e.g. http://127.0.0.1:8080")
+    parser.add_argument(
+        "--model", default=None, help="model to ask for (default: the first of GET /v1/models)"
+    )
+    parser.add_argument("--api-key", default=None, help="sent as a bearer token, never recorded")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default text)")
+    parser.add_argument(
+        "--output", "-o", type=Path, default=None, help="write the report here (default stdout)"
+    )
+    parser.add_argument("--record", type=Path, default=None, metavar="DIR", help="save every exchange here")
+    parser.add_argument(
+        "--allow", nargs="+", action="extend", default=[], metavar="RULE", help="waive rules or quirk ids"
+    )
+    parser.add_argument(
+        "--only", nargs="+", action="extend", default=[], metavar="PROBE", help="run only these probes"
+    )
+    parser.add_argument(
+        "--skip", nargs="+", action="extend", default=[], metavar="PROBE", help="skip these probes"
+    )
+    parser.add_argument(
+        "--overflow-words",
+        type=int,
+        default=40_000,
+        help="words in the context-overflow prompt (default 40000)",
+    )
+    parser.add_argument("--server", default=None, help="server label for recorded transcripts")
+    parser.add_argument("--list", action="store_true", help="list the probes and exit")
+    parser.set_defaults(func=run)
+
+
+def _summary(results: list[ProbeResult]) -> Table:
+    table = Table(title="conformant check")
+    table.add_column("probe", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("errors", justify="right")
+    table.add_column("warnings", justify="right")
+    table.add_column("rules", overflow="fold")
+    for r in results:
+        rules = dict.fromkeys(f"{f.rule} ({f.quirk})" if f.quirk else f.rule for f in r.verdict.findings)
+        table.add_row(
+            r.probe.name,
+            f"[{_STYLE[r.outcome]}]{r.outcome}[/]",
+            str(len(r.verdict.errors)),
+            str(len(r.verdict.warnings)),
+            ", ".join(rules),
+        )
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        for probe in PROBES:
+            print(f"{probe.name:28} {probe.summary}")
+        return 0
+    try:
+        probes = select_probes(args.only, args.skip)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    console = Console(stderr=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        with client_for(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+            ctx = ProbeContext(args.model or default_model(client), overflow_words=args.overflow_words)
+            with Progress(*columns, console=console, transient=True) as progress:
+                task = progress.add_task(f"probing {args.url}", total=len(probes))
+                results = run_probes(
+                    client,
+                    probes,
+                    ctx,
+                    record_dir=args.record,
+                    allow=set(args.allow),
+                    server=args.server,
+                    on_result=lambda r: progress.update(
+                        task, advance=1, description=f"{r.probe.name}: {r.outcome}"
+                    ),
+                )
+    except ServerUnreachable as exc:
+        raise CommandError(str(exc)) from None
+    console.print(_summary(results))
+    report = render([r.verdict for r in results], args.format)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(report)
+    else:
+        sys.stdout.write(report if report.endswith("\n") else report + "\n")
+    return 1 if any(r.verdict.errors for r in results) else 0

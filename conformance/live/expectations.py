@@ -1,0 +1,216 @@
+"""What each probe expects of the response, beyond what the judge checks for every response.
+
+Each expectation is a small function from a :class:`Recording` to findings; rule ids are stable and cite
+the quirk catalogue (``Q28``) or ``spec``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from conformance.findings import ERROR, WARNING, Finding
+from conformance.live.payloads import choices, error_object, is_openai_error, leaked_path, objects, streamed
+from conformance.live.recorder import Recording
+
+__all__ = [
+    "Expect",
+    "common",
+    "echoes_prompt",
+    "finishes_with_length",
+    "has_logprobs",
+    "has_n_choices",
+    "honours_stop",
+    "overflow_rejected",
+    "rejected",
+    "succeeds",
+    "unknown_model_rejected",
+    "usage_chunk",
+]
+
+Expect = Callable[[Recording], list[Finding]]
+
+
+def _error(rule: str, message: str, quirk: str | None) -> Finding:
+    return Finding(rule, ERROR, message, quirk=quirk)
+
+
+def common(recording: Recording) -> list[Finding]:
+    """Checked on every response: no local path as ``model`` (Q09), none in an error message."""
+    found: list[Finding] = []
+    for obj in objects(recording):
+        model = obj.get("model")
+        if isinstance(model, str) and leaked_path(model):
+            found.append(_error("model-is-local-path", f"`model` is a local file path: {model!r}", "Q09"))
+            break
+    error = error_object(recording)
+    message = error.get("message") if error else recording.body.decode("utf-8", "replace")[:4096]
+    if isinstance(message, str) and recording.status and recording.status >= 400:
+        leak = leaked_path(message)
+        if leak:
+            found.append(
+                _error("error-leaks-path", f"the error message shows a local path ({leak!r})", "spec")
+            )
+    return found
+
+
+def _status_text(recording: Recording) -> str:
+    kind = "stream" if streamed(recording) else recording.headers.get("content-type", "no content type")
+    return f"HTTP {recording.status} ({kind}, {len(recording.body)} bytes)"
+
+
+def succeeds(*checks: Expect) -> Expect:
+    """A valid request: HTTP 200, then the probe's own checks."""
+
+    def expect(recording: Recording) -> list[Finding]:
+        if recording.status != 200:
+            return [_error("expected-success", f"a valid request got {_status_text(recording)}", "spec")]
+        return [finding for check in checks for finding in check(recording)]
+
+    return expect
+
+
+def rejected(quirk: str = "Q43") -> Expect:
+    """An invalid request: a 4xx status with an OpenAI error body; never a 5xx, never a 200."""
+
+    def expect(recording: Recording) -> list[Finding]:
+        status = recording.status or 0
+        if 400 <= status < 500:
+            if is_openai_error(recording):
+                return []
+            return [
+                _error("error-body-shape", f"{_status_text(recording)} is not an OpenAI error body", "spec")
+            ]
+        return [
+            _error(
+                "invalid-request-status",
+                f"an invalid request got {_status_text(recording)}; OpenAI answers 400 with an error object",
+                quirk,
+            )
+        ]
+
+    return expect
+
+
+def overflow_rejected(recording: Recording) -> list[Finding]:
+    """A prompt longer than the context: 400 ``context_length_exceeded`` before any stream starts."""
+    if recording.status == 200 and streamed(recording):
+        shown = "an empty" if not recording.body.strip() else "a"
+        return [
+            _error(
+                "context-overflow-in-stream",
+                f"context overflow answered with {shown} HTTP 200 stream ({len(recording.body)} bytes) "
+                "instead of HTTP 400 context_length_exceeded",
+                "Q52" if not recording.body.strip() else "Q42",
+            )
+        ]
+    if recording.status != 400:
+        return [
+            _error(
+                "context-overflow-status",
+                f"context overflow got {_status_text(recording)} instead of HTTP 400",
+                "Q43",
+            )
+        ]
+    error = error_object(recording) or {}
+    if error.get("code") != "context_length_exceeded":
+        return [
+            _error(
+                "context-overflow-code",
+                f"context overflow error has code {error.get('code')!r}, not 'context_length_exceeded'",
+                "Q43",
+            )
+        ]
+    return []
+
+
+def unknown_model_rejected(recording: Recording) -> list[Finding]:
+    """OpenAI answers 404 ``model_not_found``; a one-model server that ignores the name only warns."""
+    if recording.status == 200:
+        return [
+            Finding(
+                "unknown-model-accepted", WARNING, "a request for an unknown model was served", quirk="spec"
+            )
+        ]
+    return rejected()(recording)
+
+
+def _indices(listed: Iterable[dict[str, Any]]) -> set[int]:
+    return {c["index"] for c in listed if isinstance(c.get("index"), int)}
+
+
+def has_n_choices(count: int, rule: str, quirk: str) -> Expect:
+    def expect(recording: Recording) -> list[Finding]:
+        got = _indices(choices(recording))
+        if got == set(range(count)):
+            return []
+        return [_error(rule, f"asked for {count} choices, got indices {sorted(got)}", quirk)]
+
+    return expect
+
+
+def usage_chunk(recording: Recording) -> list[Finding]:
+    usage = [o for o in objects(recording) if o.get("choices") == [] and isinstance(o.get("usage"), dict)]
+    if len(usage) == 1:
+        return []
+    return [
+        _error(
+            "stream-usage-missing" if not usage else "stream-usage-repeated",
+            f"stream_options.include_usage asked for one usage chunk with choices: []; got {len(usage)}",
+            "Q28",
+        )
+    ]
+
+
+def _texts(recording: Recording) -> str:
+    parts: list[str] = []
+    for choice in choices(recording):
+        for holder in (choice, choice.get("delta"), choice.get("message")):
+            if isinstance(holder, dict):
+                value = holder.get("text", holder.get("content"))
+                if isinstance(value, str):
+                    parts.append(value)
+    return "".join(parts)
+
+
+def honours_stop(stop: str) -> Expect:
+    def expect(recording: Recording) -> list[Finding]:
+        if stop in _texts(recording):
+            return [_error("stop-not-honoured", f"the output contains the stop sequence {stop!r}", "Q76")]
+        return []
+
+    return expect
+
+
+def finishes_with_length(recording: Recording) -> list[Finding]:
+    reasons = {c.get("finish_reason") for c in choices(recording)} - {None}
+    if "length" in reasons:
+        return []
+    return [
+        _error(
+            "finish-length-expected",
+            f"max_tokens was reached but finish_reason is {sorted(map(str, reasons))}, not 'length'",
+            "spec",
+        )
+    ]
+
+
+def has_logprobs(chat: bool) -> Expect:
+    def expect(recording: Recording) -> list[Finding]:
+        first = next(iter(choices(recording)), {})
+        logprobs = first.get("logprobs")
+        ok = isinstance(logprobs, dict) and isinstance(logprobs.get("content" if chat else "tokens"), list)
+        if ok:
+            return []
+        return [_error("logprobs-missing", f"logprobs were asked for; got {str(logprobs)[:80]}", "Q69")]
+
+    return expect
+
+
+def echoes_prompt(prompt: str) -> Expect:
+    def expect(recording: Recording) -> list[Finding]:
+        if _texts(recording).startswith(prompt):
+            return []
+        return [_error("echo-ignored", "echo: true, but the text does not start with the prompt", "Q72")]
+
+    return expect
