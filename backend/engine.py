@@ -1,0 +1,392 @@
+"""The continuous-batching engine: one llama context, ``parallel`` sequence slots, one worker thread.
+
+Each decode step puts one token per running sequence into the batch first, then fills what is left of
+the batch with prompt chunks of sequences still prefilling, so a long prompt never stalls running
+streams. Sequences join and leave between steps. A slot keeps its KV cache after its sequence ends,
+and the next sequence whose prompt shares the longest prefix with it reuses that prefix.
+
+Only the worker thread touches the context. The HTTP side submits :class:`Job` objects and gets
+:class:`Event` objects back through a callback (``loop.call_soon_threadsafe`` into an asyncio queue).
+"""
+
+from __future__ import annotations
+
+import builtins
+import codecs
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp as ll
+import numpy as np
+
+from backend.sampling import Sampler
+from backend.vocab import Vocab
+
+__all__ = ["Engine", "EngineStats", "Event", "Job", "QueueFull", "TokenLogprob"]
+
+log = logging.getLogger("conformant.backend")
+
+
+class QueueFull(Exception):
+    """More sequences waiting than ``queue_size`` allows: the app answers 429."""
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token: str
+    bytes: bytes
+    logprob: float
+    top: list[tuple[str, builtins.bytes, float]]
+
+
+@dataclass(slots=True)
+class Event:
+    """What a sequence produced: text (with its tokens' logprobs when asked), then one finish."""
+
+    index: int
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob] | None = None
+    """Echo with logprobs: one entry per prompt token after the first (which has no logprob)."""
+    finish_reason: str | None = None
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(eq=False)
+class Job:
+    """One sequence to generate (a request with ``n`` choices over ``p`` prompts submits ``n*p`` jobs)."""
+
+    index: int
+    prompt: list[int]
+    sampler: Sampler
+    emit: Callable[[Event], None]
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+    logprobs: int | None = None
+    prompt_logprobs: bool = False
+    cache_prompt: bool = True
+    ignore_eos: bool = False
+    cancelled: bool = False
+    cancel_step: int = -1
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0
+    cancel_latency_steps: list[int] = field(default_factory=list)
+    """Per cancelled running sequence: decode steps between ``cancel()`` and its slot being free."""
+    reused_prompt_tokens: int = 0
+
+
+class _Text:
+    """Token bytes -> text: whole UTF-8 characters only, stop strings cut, their prefixes held back."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = stops
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.pending = ""
+        self.tokens: list[tuple[TokenLogprob | None, int]] = []  # (logprob, start offset in pending)
+
+    def add(self, piece: bytes, info: TokenLogprob | None) -> tuple[str, list[TokenLogprob], bool]:
+        self.tokens.append((info, len(self.pending)))
+        self.pending += self.decoder.decode(piece)
+        if not self.stops:
+            return (*self._emit(len(self.pending)), False)
+        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            return (*self._emit(min(hits), drop_rest=True), True)
+        return (*self._emit(len(self.pending) - self._held()), False)
+
+    def flush(self) -> tuple[str, list[TokenLogprob]]:
+        self.pending += self.decoder.decode(b"", final=True)
+        return self._emit(len(self.pending))
+
+    def _held(self) -> int:
+        """Length of the longest tail of pending text that could still grow into a stop string."""
+        best = 0
+        for stop in self.stops:
+            for k in range(min(len(stop) - 1, len(self.pending)), best, -1):
+                if self.pending.endswith(stop[:k]):
+                    best = k
+                    break
+        return best
+
+    def _emit(self, cut: int, *, drop_rest: bool = False) -> tuple[str, list[TokenLogprob]]:
+        text = self.pending[:cut]
+        whole = cut >= len(self.pending)
+        out = [info for info, start in self.tokens if info is not None and (whole or start < cut)]
+        if drop_rest or whole:
+            self.tokens = []
+        else:
+            self.tokens = [(info, start - cut) for info, start in self.tokens if start >= cut]
+        self.pending = "" if drop_rest else self.pending[cut:]
+        return text, out
+
+
+class _Slot:
+    def __init__(self, seq_id: int) -> None:
+        self.seq_id = seq_id
+        self.cached: list[int] = []
+        """Tokens in this sequence's KV cache, in position order."""
+        self.job: Job | None = None
+        self.prefilled = 0
+        self.next_token: int | None = None
+        self.generated = 0
+        self.text = _Text([])
+        self.prompt_logprobs: list[TokenLogprob] = []
+        self.last_used = 0
+
+
+class Engine:
+    """Owns the llama context and the worker thread; ``submit``, ``cancel`` and ``health`` are thread-safe."""
+
+    def __init__(self, model: Any, ctx_params: Any, *, queue_size: int = 64) -> None:
+        self.model = model
+        self.vocab = Vocab(model)
+        self.ctx = ll.llama_init_from_model(model, ctx_params)
+        if not self.ctx:
+            raise RuntimeError("llama.cpp could not create the context (see its log above)")
+        self.mem = ll.llama_get_memory(self.ctx)
+        self.n_parallel = int(ll.llama_n_seq_max(self.ctx))
+        self.n_batch = int(ll.llama_n_batch(self.ctx))
+        self.n_ctx_seq = int(ll.llama_n_ctx_seq(self.ctx))
+        self.queue_size = queue_size
+        self.stats = EngineStats()
+        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self._slots = [_Slot(i) for i in range(self.n_parallel)]
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
+        self._thread.start()
+
+    # ---- HTTP side -------------------------------------------------------------------------------
+
+    def submit(self, jobs: list[Job]) -> None:
+        with self._cond:
+            if self._stop:
+                raise RuntimeError("engine is shut down")
+            if len(self._waiting) + len(jobs) > self.queue_size + self._free_slots():
+                raise QueueFull(f"{len(self._waiting)} sequences are already waiting for a slot")
+            self._waiting.extend(jobs)
+            self._cond.notify()
+
+    def cancel(self, jobs: list[Job]) -> None:
+        """Safe from any thread: the worker frees their slots before its next decode step."""
+        for job in jobs:
+            if not job.cancelled:
+                job.cancel_step = self.stats.steps
+                job.cancelled = True
+
+    def _free_slots(self) -> int:
+        return sum(1 for s in self._slots if s.job is None)
+
+    def health(self) -> dict[str, int]:
+        busy = sum(1 for s in self._slots if s.job is not None)
+        return {
+            "slots_idle": self.n_parallel - busy,
+            "slots_processing": busy,
+            "queued": len(self._waiting),
+            "decode_steps": self.stats.steps,
+        }
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+        for job in list(self._waiting) + [s.job for s in self._slots if s.job is not None]:
+            job.sampler.close()
+            job.emit(Event(job.index, error="the server is shutting down"))
+        self._waiting.clear()
+        ll.llama_batch_free(self._batch)
+        ll.llama_free(self.ctx)
+
+    # ---- worker ----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and not self._waiting and all(s.job is None for s in self._slots):
+                    self._cond.wait()
+                if self._stop:
+                    return
+                self._admit()
+            self._release_cancelled()
+            if any(s.job is not None for s in self._slots):
+                try:
+                    self._step()
+                except Exception as exc:  # never let the worker die: fail the running sequences instead
+                    log.exception("decode step failed")
+                    for slot in self._slots:
+                        if slot.job is not None:
+                            self._finish(slot, error=f"generation failed: {exc}")
+
+    def _admit(self) -> None:
+        """Move waiting jobs into free slots, each to the slot whose cache shares the longest prefix."""
+        while self._waiting:
+            job = self._waiting[0]
+            if job.cancelled:
+                self._waiting.popleft()
+                job.sampler.close()
+                continue
+            free = [s for s in self._slots if s.job is None]
+            if not free:
+                return
+            self._waiting.popleft()
+            slot = max(
+                free,
+                key=lambda s: (_common_prefix(s.cached, job.prompt) if job.cache_prompt else 0, -s.last_used),
+            )
+            self._assign(slot, job)
+
+    def _assign(self, slot: _Slot, job: Job) -> None:
+        keep = 0
+        if job.cache_prompt and not job.prompt_logprobs:
+            # At least one prompt token must be decoded again: its logits give the first sampled token.
+            keep = min(_common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
+        if not ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
+            ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+            keep = 0
+        self.stats.reused_prompt_tokens += keep
+        slot.cached = job.prompt[:keep]
+        slot.prefilled = keep
+        slot.job = job
+        slot.next_token = None
+        slot.generated = 0
+        slot.text = _Text(job.stop)
+        slot.prompt_logprobs = []
+        slot.last_used = self.stats.steps
+
+    def _release_cancelled(self) -> None:
+        for slot in self._slots:
+            job = slot.job
+            if job is not None and job.cancelled:
+                self.stats.cancel_latency_steps.append(self.stats.steps - job.cancel_step)
+                self._release(slot)
+
+    def _release(self, slot: _Slot) -> None:
+        if slot.job is not None:
+            slot.job.sampler.close()
+        slot.job = None
+        slot.next_token = None
+        slot.last_used = self.stats.steps
+
+    def _step(self) -> None:
+        batch = self._batch
+        n = 0
+        rows: list[tuple[_Slot, int, str]] = []  # (slot, batch row, "gen" | "last" | "prompt")
+
+        def add(slot: _Slot, token: int, logits: bool) -> None:
+            nonlocal n
+            batch.token[n] = token
+            batch.pos[n] = len(slot.cached)
+            batch.n_seq_id[n] = 1
+            batch.seq_id[n][0] = slot.seq_id
+            batch.logits[n] = logits
+            slot.cached.append(token)
+            n += 1
+
+        running = [s for s in self._slots if s.job is not None]
+        for slot in running:
+            if slot.next_token is not None:
+                rows.append((slot, n, "gen"))
+                add(slot, slot.next_token, True)
+                slot.next_token = None
+        for slot in sorted(running, key=lambda s: s.last_used):
+            job = slot.job
+            assert job is not None
+            if slot.prefilled >= len(job.prompt) or n >= self.n_batch:
+                continue
+            end = min(len(job.prompt), slot.prefilled + self.n_batch - n)
+            for i in range(slot.prefilled, end):
+                last = i == len(job.prompt) - 1
+                if last or job.prompt_logprobs:
+                    rows.append((slot, n, "last" if last else "prompt"))
+                add(slot, job.prompt[i], last or job.prompt_logprobs)
+            slot.prefilled = end
+        if n == 0:
+            return
+        batch.n_tokens = n
+        rc = ll.llama_decode(self.ctx, batch)
+        self.stats.steps += 1
+        if rc != 0:
+            for slot in running:
+                ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+                slot.cached = []
+                self._finish(slot, error=f"llama_decode failed with status {rc}")
+            return
+        for slot, row, kind in rows:
+            job = slot.job
+            if job is None:
+                continue
+            if kind == "prompt":
+                following = job.prompt[int(batch.pos[row]) + 1]
+                slot.prompt_logprobs.append(self._logprob(row, following, job.logprobs or 0))
+                continue
+            if kind == "last" and job.prompt_logprobs:
+                job.emit(Event(job.index, prompt_logprobs=slot.prompt_logprobs))
+                slot.prompt_logprobs = []
+            self._sample(slot, row)
+
+    def _sample(self, slot: _Slot, row: int) -> None:
+        job = slot.job
+        assert job is not None
+        token = job.sampler.sample(self.ctx, row)
+        info = self._logprob(row, token, job.logprobs) if job.logprobs is not None else None
+        slot.generated += 1
+        if self.vocab.is_eog(token) and not job.ignore_eos:
+            self._finish(slot, "stop")
+            return
+        text, infos, stopped = slot.text.add(self.vocab.piece(token), info)
+        if text or infos:
+            job.emit(Event(job.index, text=text, logprobs=infos))
+        if stopped:
+            self._finish(slot, "stop", flush=False)
+        elif (job.max_tokens is not None and slot.generated >= job.max_tokens) or len(
+            slot.cached
+        ) + 1 >= self.n_ctx_seq:
+            self._finish(slot, "length")
+        else:
+            slot.next_token = token
+
+    def _finish(
+        self, slot: _Slot, reason: str | None = None, *, flush: bool = True, error: str | None = None
+    ) -> None:
+        job = slot.job
+        if job is None:
+            return
+        if flush and error is None:
+            text, infos = slot.text.flush()
+            if text or infos:
+                job.emit(Event(job.index, text=text, logprobs=infos))
+        job.emit(Event(job.index, finish_reason=reason, completion_tokens=slot.generated, error=error))
+        self._release(slot)
+
+    def _logprob(self, row: int, token: int, top: int) -> TokenLogprob:
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self.vocab.n_tokens,))
+        peak = float(logits.max())
+        norm = peak + float(np.log(np.exp(logits - peak).sum()))
+        alternatives: list[tuple[str, bytes, float]] = []
+        if top > 0:
+            best = np.argpartition(-logits, top)[:top]
+            for t in sorted(best.tolist(), key=lambda t: -float(logits[t])):
+                piece = self.vocab.piece(t)
+                alternatives.append((piece.decode("utf-8", "replace"), piece, float(logits[t]) - norm))
+        piece = self.vocab.piece(token)
+        return TokenLogprob(
+            piece.decode("utf-8", "replace"), piece, float(logits[token]) - norm, alternatives
+        )
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
