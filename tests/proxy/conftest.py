@@ -1,0 +1,60 @@
+"""Fixtures: the replay upstream serving the shipped quirk corpus, and a proxy in front of any upstream."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from conformance.judge import Verdict, judge_response
+from conformance.replay import create_replay_app, load_corpus
+from conformance.transcript import Transcript
+from proxy.app import create_app
+from proxy.config import ProxyConfig
+from tests.support.servers import run_asgi
+
+
+@contextlib.contextmanager
+def run_proxy(upstream: str, **config: Any) -> Iterator[str]:
+    """The proxy on a free loopback port in front of ``upstream``; yields its base URL."""
+    app = create_app(ProxyConfig(upstream=upstream, **config))
+    with run_asgi(app) as url:
+        yield url
+
+
+def completed(t: Transcript) -> Transcript:
+    """The transcript with ``[DONE]`` appended: the corpus holds excerpts cut off mid-stream."""
+    body = t.read_body().rstrip(b"\r\n") + b"\n\ndata: [DONE]\n\n"
+    return Transcript(
+        name=t.name + "-completed", body_path=None, request=t.request, status=t.status, headers=t.headers, body=body
+    )
+
+
+@pytest.fixture(scope="session")
+def corpus() -> list[Transcript]:
+    return load_corpus()
+
+
+@pytest.fixture(scope="session")
+def replay_url(corpus: list[Transcript]) -> Iterator[str]:
+    transcripts = corpus + [completed(t) for t in corpus if t.stream]
+    with run_asgi(create_replay_app(transcripts, pace=None)) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def proxy_url(replay_url: str) -> Iterator[str]:
+    with run_proxy(replay_url) as url:
+        yield url
+
+
+def judge(response: httpx.Response, path: str, body: dict[str, Any]) -> Verdict:
+    return judge_response(
+        response.content,
+        request={"method": "POST", "path": path, "body": body},
+        status=response.status_code,
+        headers=dict(response.headers),
+    )

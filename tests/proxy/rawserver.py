@@ -1,0 +1,101 @@
+"""A raw asyncio TCP upstream in a thread, for faults no well-behaved HTTP server produces.
+
+The handler gets (reader, writer, record); the server counts connections and notes when each one is
+closed by the peer, so tests can assert that the proxy cancelled (closed) its upstream request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+
+from tests.support.servers import free_port
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Record"], Awaitable[None]]
+
+
+@dataclass
+class Record:
+    connections: int = 0
+    open: int = 0
+    requests: int = 0
+    peer_closed_at: list[float] = field(default_factory=list)
+    request_sent_at: list[float] = field(default_factory=list)
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes | None:
+    """One HTTP/1.1 request (headers and a Content-Length body); None when the peer closed."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    body = await reader.readexactly(length) if length else b""
+    return head + body
+
+
+async def wait_peer_close(reader: asyncio.StreamReader, record: Record) -> None:
+    """Block until the proxy closes the connection, and note when."""
+    with contextlib.suppress(ConnectionError):
+        while await reader.read(65536):
+            pass
+    record.peer_closed_at.append(time.monotonic())
+
+
+def sse_head() -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def http_chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+@contextlib.contextmanager
+def raw_server(handler: Handler) -> Iterator[tuple[str, Record]]:
+    record = Record()
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    server_box: list[asyncio.Server] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        record.connections += 1
+        record.open += 1
+        try:
+            await handler(reader, writer, record)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            record.open -= 1
+            writer.close()
+
+    async def main() -> None:
+        server_box.append(await asyncio.start_server(on_connect, "127.0.0.1", port))
+        started.set()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(main())
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    started.wait(10)
+    try:
+        yield f"http://127.0.0.1:{port}", record
+    finally:
+        def stop() -> None:
+            server_box[0].close()
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.stop()
+
+        loop.call_soon_threadsafe(stop)
+        thread.join(10)

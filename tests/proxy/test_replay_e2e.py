@@ -1,0 +1,133 @@
+"""Acceptance 1a and 2: the official SDK through the proxy in front of the replayed quirk corpus.
+
+Every proxied response is judged by the conformance rules. The corpus holds excerpts of real streams
+that are cut off mid-stream; through the proxy those must end in an error event (never a silent
+success), so they are also served "completed" (``[DONE]`` appended), which must judge clean.
+"""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from conformance.replay import transcript_stem
+from conformance.transcript import Transcript
+
+from .conftest import completed, judge
+
+pytestmark = pytest.mark.slow
+
+
+def _names(corpus: list[Transcript]) -> list[str]:
+    return [transcript_stem(t) for t in corpus]
+
+
+def _client(proxy_url: str, name: str) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=proxy_url + "/v1",
+        api_key="unused",
+        max_retries=0,
+        default_headers={"x-conformant-transcript": name},
+    )
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+@pytest.mark.parametrize("include_usage", [False, True], ids=["no-usage", "usage"])
+def test_every_corpus_transcript_judges_clean_through_the_proxy(
+    corpus: list[Transcript], proxy_url: str, stream: bool, include_usage: bool
+) -> None:
+    checked = 0
+    for t in corpus:
+        if not t.stream:
+            continue
+        name = transcript_stem(completed(t))
+        path = t.request["path"] if t.request else "/v1/chat/completions"
+        body = {**t.request_body, "stream": stream}
+        if stream and include_usage:
+            body["stream_options"] = {"include_usage": True}
+        response = httpx.post(proxy_url + path, json=body, headers={"x-conformant-transcript": name}, timeout=20)
+        verdict = judge(response, path, body)
+        assert verdict.errors == [], (name, [f.message for f in verdict.errors], response.text[:2000])
+        if response.status_code == 200 and stream:
+            assert response.text.endswith("data: [DONE]\n\n")
+            assert ('"choices":[],"usage"' in response.text) == include_usage
+        checked += 1
+    assert checked >= 10
+
+
+def test_cut_off_streams_end_in_an_error_event_the_sdk_raises(corpus: list[Transcript], proxy_url: str) -> None:
+    cut = 0
+    for t in corpus:
+        raw = t.read_body()
+        if not t.stream or b"[DONE]" in raw or b'"finish_reason":"' in raw.rsplit(b"data:", 1)[-1]:
+            continue
+        name = transcript_stem(t)
+        path = t.request["path"] if t.request else ""
+        body = t.request_body
+        response = httpx.post(proxy_url + path, json=body, headers={"x-conformant-transcript": name}, timeout=20)
+        verdict = judge(response, path, body)
+        if response.status_code == 200:
+            # The only finding allowed is the error event itself, which is the right answer here.
+            assert {f.rule for f in verdict.errors} == {"error-in-stream"}, (name, verdict.errors)
+            assert "closed the stream before its final chunk" in response.text
+            client = _client(proxy_url, name)
+            create = client.chat.completions.create if path.endswith("chat/completions") else None
+            with pytest.raises(openai.APIError):
+                if create is not None:
+                    for _ in create(**{**body, "stream": True}):
+                        pass
+                else:
+                    for _ in client.completions.create(**{**body, "stream": True}):
+                        pass
+            cut += 1
+    assert cut >= 5
+
+
+def test_sdk_streams_and_json_on_both_endpoints(corpus: list[Transcript], proxy_url: str) -> None:
+    by_name = {transcript_stem(t): t for t in corpus}
+    chat = by_name["ollama-4357"]
+    client = _client(proxy_url, "ollama-4357-completed")
+    chunks = list(client.chat.completions.create(**{**chat.request_body, "stream": True}))
+    assert len({c.id for c in chunks}) == 1
+    assert [c.choices[0].delta.role for c in chunks].count("assistant") == 1
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    reply = client.chat.completions.create(**{**chat.request_body, "stream": False})
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert reply.choices[0].message.content == text and text
+    completion = by_name["llamacpp-vllm-pr18692"]
+    client = _client(proxy_url, "llamacpp-vllm-pr18692-completed")
+    streamed = list(client.completions.create(**{**completion.request_body, "stream": True}))
+    assert streamed[0].id.startswith("cmpl-")  # Q04: llama.cpp's chatcmpl- id on a text_completion
+    whole = client.completions.create(**{**completion.request_body, "stream": False})
+    assert whole.choices[0].text == "".join(c.choices[0].text for c in streamed if c.choices)
+    assert whole.usage is not None and whole.usage.total_tokens > 0
+
+
+def test_ik_llama_767_comes_out_with_one_id_a_model_and_one_finish(corpus: list[Transcript], proxy_url: str) -> None:
+    """Seed case: every upstream chunk has id "", model "", finish_reason "length" and usage (Q02/Q14/Q27)."""
+    t = {transcript_stem(t): t for t in corpus}["ik_llama-767"]
+    client = _client(proxy_url, "ik_llama-767")
+    chunks = list(client.completions.create(**{**t.request_body, "stream": True}))
+    assert len({c.id for c in chunks}) == 1 and chunks[0].id.startswith("cmpl-")
+    assert all(c.model == t.request_body["model"] for c in chunks)
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert all(c.usage is None for c in chunks)
+    asked = list(
+        client.completions.create(**{**t.request_body, "stream": True, "stream_options": {"include_usage": True}})
+    )
+    assert asked[-1].choices == [] and asked[-1].usage is not None
+    assert asked[-1].usage.prompt_tokens == 13  # the upstream's own count, moved to the usage chunk
+
+
+def test_llamacpp_14566_overflow_is_a_400_the_sdk_raises(corpus: list[Transcript], proxy_url: str) -> None:
+    """Seed case: an ``error:`` line inside a 200 stream becomes HTTP 400 context_length_exceeded."""
+    t = {transcript_stem(t): t for t in corpus}["llamacpp-14566-reconstructed"]
+    client = _client(proxy_url, "llamacpp-14566-reconstructed")
+    with pytest.raises(openai.BadRequestError) as caught:
+        for _ in client.chat.completions.create(**{**t.request_body, "stream": True}):
+            pass
+    assert caught.value.status_code == 400
+    assert caught.value.code == "context_length_exceeded"
