@@ -4,6 +4,10 @@ The reports are bare ``.sse`` quotes; the sidecar makes them replayable: a reque
 chunks' ``object``, ``model`` = the transcript name so it is unique, ``stream: true``), status 200,
 ``text/event-stream``, and a synthetic per-event timing (the reports carry none).
 Usage: python scripts/build_corpus.py [SOURCE_DIR]   (default tests/data/transcripts/reports)
+
+Recordings made with ``conformant check --record DIR`` already have sidecars; they are copied under a
+sub-folder, each name prefixed so it stays unique in the corpus:
+       python scripts/build_corpus.py --recorded DIR PREFIX
 """
 
 from __future__ import annotations
@@ -61,5 +65,18 @@ def main(source: Path) -> int:
     return 0
 
 
+def import_recorded(source: Path, prefix: str) -> int:
+    target = CORPUS / prefix
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.glob("*.json")):
+        for part in (path, path.with_suffix(".sse")):
+            if part.exists():
+                shutil.copyfile(part, target / f"{prefix}-{part.name}")
+        print(f"{prefix}-{path.stem}")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--recorded"]:
+        sys.exit(import_recorded(Path(sys.argv[2]), sys.argv[3]))
     sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests/data/transcripts/reports"))

@@ -37,9 +37,15 @@ class RequestSpec:
         return json.dumps(self.body).encode()
 
     def as_request(self) -> dict[str, Any]:
-        """The transcript's ``request`` object; a malformed body is kept as its text."""
+        """The transcript's ``request`` object; a malformed body is kept as its text.
+
+        Headers are included when given; ``save_transcript`` drops credentials and cookies from them.
+        """
         body: Any = self.body if self.raw is None else self.raw.decode("utf-8", "replace")
-        return {"method": self.method, "path": self.path, "body": body}
+        request: dict[str, Any] = {"method": self.method, "path": self.path, "body": body}
+        if self.headers:
+            request["headers"] = dict(self.headers)
+        return request
 
 
 @dataclass

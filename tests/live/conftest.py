@@ -1,0 +1,35 @@
+"""Servers the live tests share: the replay server over recorded llama-cpp-python exchanges."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conformance.replay import corpus_dir, create_replay_app
+from conformance.transcript import Transcript, discover
+from tests.support.servers import run_asgi
+
+LLAMA_CPP_PYTHON = Path(corpus_dir()) / "llama-cpp-python"
+
+
+@pytest.fixture(scope="session")
+def recorded_llama_cpp_python() -> list[Transcript]:
+    return discover([LLAMA_CPP_PYTHON])
+
+
+@pytest.fixture(scope="session")
+def recorded_model(recorded_llama_cpp_python: list[Transcript]) -> str:
+    """The model the recording asked for (the one its server listed first)."""
+    chat = next(t for t in recorded_llama_cpp_python if t.name.endswith("-chat"))
+    model = chat.request_body["model"]
+    assert isinstance(model, str)
+    return model
+
+
+@pytest.fixture(scope="session")
+def replayed_llama_cpp_python(recorded_llama_cpp_python: list[Transcript]) -> Iterator[str]:
+    """llama-cpp-python's server as recorded by ``conformant check --record``, replayed without pacing."""
+    with run_asgi(create_replay_app(recorded_llama_cpp_python, pace=None)) as url:
+        yield url

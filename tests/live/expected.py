@@ -1,0 +1,29 @@
+"""What a check of llama-cpp-python's server must find: its known deviations, by probe, rule and quirk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# (probe, rule id, quirk id)
+LLAMA_CPP_PYTHON_DEVIATIONS = [
+    ("chat-stream-usage", "usage-missing", "Q28"),  # no stream usage despite include_usage
+    ("completion-stream-usage", "usage-missing", "Q28"),
+    ("invalid-type", "invalid-request-status", "Q43"),  # HTTP 500 for an invalid parameter
+    ("malformed-json", "invalid-request-status", "Q43"),
+    ("context-overflow-stream", "context-overflow-in-stream", "Q52"),  # empty 200 stream on overflow
+    ("chat-stream", "model-is-local-path", "Q09"),  # the local .gguf path as `model`
+    ("completion", "model-is-local-path", "Q09"),
+]
+
+
+def findings_by_probe(report: Path) -> dict[str, set[tuple[str, Any]]]:
+    """``{probe: {(rule, quirk), ...}}`` from a JSON report's errors."""
+    loaded = json.loads(report.read_text())
+    return {r["source"]: {(e["rule"], e["quirk"]) for e in r["errors"]} for r in loaded["results"]}
+
+
+def missing_deviations(report: Path) -> list[tuple[str, str, str]]:
+    found = findings_by_probe(report)
+    return [d for d in LLAMA_CPP_PYTHON_DEVIATIONS if (d[1], d[2]) not in found.get(d[0], set())]

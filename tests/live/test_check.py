@@ -1,0 +1,147 @@
+"""``conformant check`` and ``record`` end to end, against llama-cpp-python's server as recorded.
+
+The recording (conformance/corpus/llama-cpp-python/, made by ``conformant check --record``) is served by
+the replay server, so these tests run without llama.cpp; tests/live/test_llama_cpp_python.py runs the
+same checks against the real server.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from conformance.live.probes import PROBES
+from conformance.transcript import load_transcript
+from tests.live.expected import findings_by_probe, missing_deviations
+from tests.support.servers import free_port
+
+OVERFLOW_WORDS = "3000"  # the recording's context-overflow prompt (the recorded server had n_ctx 2048)
+
+
+def _check(url: str, model: str, tmp_path: Path, fmt: str, *extra: str) -> tuple[int, Path]:
+    out = tmp_path / f"report.{fmt}"
+    args = [
+        "check",
+        url,
+        "--model",
+        model,
+        "--overflow-words",
+        OVERFLOW_WORDS,
+        "--format",
+        fmt,
+        "-o",
+        str(out),
+    ]
+    return main([*args, *extra]), out
+
+
+def test_known_deviations_found_with_rule_ids(
+    replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path
+) -> None:
+    status, report = _check(replayed_llama_cpp_python, recorded_model, tmp_path, "json")
+    assert status == 1
+    assert missing_deviations(report) == []
+    found = findings_by_probe(report)
+    assert set(found) == {p.name for p in PROBES}
+    assert found["context-overflow"] == set()  # non-streamed overflow is a proper 400 there
+
+
+def test_junit_has_one_testcase_per_probe(
+    replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path
+) -> None:
+    _, report = _check(replayed_llama_cpp_python, recorded_model, tmp_path, "junit")
+    cases = list(ET.parse(report).getroot().iter("testcase"))
+    assert [c.get("name") for c in cases] == [p.name for p in PROBES]
+    failed = {c.get("name") for c in cases if c.find("failure") is not None}
+    assert {"chat-stream-usage", "context-overflow-stream", "invalid-type"} <= failed
+    assert "context-overflow" not in failed
+
+
+def test_markdown_lists_every_probe(
+    replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path
+) -> None:
+    _, report = _check(replayed_llama_cpp_python, recorded_model, tmp_path, "markdown")
+    text = report.read_text()
+    assert all(f"`{p.name}`" in text for p in PROBES)
+
+
+def test_allow_waives_rules_and_quirks(
+    replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path
+) -> None:
+    _, report = _check(
+        replayed_llama_cpp_python, recorded_model, tmp_path, "json", "--allow", "Q09", "usage-missing"
+    )
+    rules = {rule for found in findings_by_probe(report).values() for rule, _ in found}
+    assert "usage-missing" not in rules
+    assert "model-is-local-path" not in rules
+    assert "context-overflow-in-stream" in rules
+
+
+def test_only_and_record(replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path) -> None:
+    status, report = _check(
+        replayed_llama_cpp_python,
+        recorded_model,
+        tmp_path,
+        "json",
+        "--only",
+        "context-overflow",
+        "--record",
+        str(tmp_path / "rec"),
+    )
+    assert status == 0
+    assert list(findings_by_probe(report)) == ["context-overflow"]
+    recorded = load_transcript(tmp_path / "rec" / "context-overflow.sse")
+    assert recorded.status == 400
+    assert json.loads(recorded.read_body())["error"]["code"] == "context_length_exceeded"
+
+
+def test_unreachable_server_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", f"http://127.0.0.1:{free_port()}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot connect" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_unknown_probe_name_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "http://127.0.0.1:9", "--only", "no-such-probe"]) == 2
+    assert "no-such-probe" in capsys.readouterr().err
+
+
+def test_record_keeps_bytes_and_scrubs_credentials(
+    replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path
+) -> None:
+    original = load_transcript(
+        Path(__file__).parents[2] / "conformance/corpus/llama-cpp-python/llama-cpp-python-chat-stream.sse"
+    )
+    requests = tmp_path / "requests.jsonl"
+    line = {
+        "name": "again",
+        "path": original.request["path"] if original.request else "",
+        "body": original.request_body,
+        "headers": {"authorization": "Bearer s3cret-token", "x-trace": "t-1"},
+    }
+    requests.write_text(json.dumps(line) + "\n")
+    out = tmp_path / "out"
+    argv = ["record", replayed_llama_cpp_python, "--requests", str(requests), "-o", str(out)]
+    assert main([*argv, "--api-key", "another-s3cret"]) == 0
+    again = load_transcript(out / "again.sse")
+    assert again.read_body() == original.read_body()
+    assert again.status == 200
+    assert len(again.chunk_timing) >= 1
+    assert sum(n for _, n in again.chunk_timing) == len(original.read_body())
+    sidecar = (out / "again.json").read_text()
+    assert "s3cret" not in sidecar
+    assert json.loads(sidecar)["request"]["headers"] == {"x-trace": "t-1"}
+
+
+def test_record_one_request_from_body(replayed_llama_cpp_python: str, tmp_path: Path) -> None:
+    body = json.dumps({"model": "nobody", "messages": []})
+    argv = ["record", replayed_llama_cpp_python, "--body", body, "--name", "miss", "-o", str(tmp_path)]
+    assert main(argv) == 0
+    missed = load_transcript(tmp_path / "miss.sse")
+    assert missed.status == 404
+    assert "conformant record" in missed.read_body().decode()
