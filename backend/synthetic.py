@@ -126,24 +126,15 @@ def vocabulary() -> tuple[list[str], list[float], list[TokenType]]:
 
 def _normal_pieces() -> Iterator[str]:
     wanted = VOCAB_SIZE - len(_SPECIAL_TOKENS) - 256
-    seen: set[str] = set()
-
-    def candidates() -> Iterator[str]:
-        yield "\u2581"
-        yield from string.ascii_lowercase
-        yield from ("\u2581" + c for c in string.ascii_lowercase)
-        yield from string.digits
-        yield from ".,!?:;'\"-()"
-        yield from ("\u2581" + w for w in _WORDS)
-        yield from (a + b for a in "etaoinshr" for b in "etaoinshr")
-
-    for piece in candidates():
-        if piece not in seen:
-            seen.add(piece)
-            yield piece
-            if len(seen) == wanted:
-                return
-    raise AssertionError("the piece list is shorter than the vocabulary")  # a bug in this module, not input
+    pieces = ["\u2581", *string.ascii_lowercase, *("\u2581" + c for c in string.ascii_lowercase)]
+    pieces += [*string.digits, *".,!?:;'\"-()"]
+    for word in _WORDS:
+        # SentencePiece only reaches "▁hello" through "▁he", "▁hel", ...: a word needs all its prefixes.
+        missing = [p for k in range(2, len(word) + 1) if (p := "\u2581" + word[:k]) not in pieces]
+        if len(pieces) + len(missing) <= wanted:
+            pieces += missing
+    pieces += [a + b for a in string.ascii_lowercase for b in string.ascii_lowercase]
+    yield from pieces[:wanted]
 
 
 def expert_tensor_names(spec: SyntheticSpec) -> list[str]:

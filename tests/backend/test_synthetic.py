@@ -1,0 +1,145 @@
+"""The synthetic GGUF writer: files that read back as written, and that llama.cpp loads and tokenizes."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.backend
+
+gguf = pytest.importorskip("gguf")
+
+from backend.synthetic import (  # noqa: E402 - after the importorskip that guards the backend extra
+    BOS,
+    CHATML_TEMPLATE,
+    EOS,
+    EXPERT_TENSORS,
+    IM_END,
+    VOCAB_SIZE,
+    SyntheticSpec,
+    expert_tensor_names,
+    main,
+    vocabulary,
+    write_synthetic,
+)
+
+QTYPE = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}
+
+
+def field_value(reader: Any, key: str) -> object:
+    return reader.get_field(key).contents()
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+@pytest.mark.parametrize("quant", ["q8_0", "q4_0"])
+def test_written_model_reads_back_with_the_declared_shape(tmp_path: Path, kind: str, quant: str) -> None:
+    spec = SyntheticSpec(kind=kind, quant=quant)  # type: ignore[arg-type]
+    reader = gguf.GGUFReader(write_synthetic(tmp_path / "m.gguf", spec))
+
+    assert field_value(reader, "general.architecture") == "llama"
+    assert field_value(reader, "llama.block_count") == spec.n_layer
+    assert field_value(reader, "llama.embedding_length") == spec.n_embd
+    assert field_value(reader, "tokenizer.ggml.model") == "llama"
+    assert len(field_value(reader, "tokenizer.ggml.tokens")) == VOCAB_SIZE  # type: ignore[arg-type]
+    assert field_value(reader, "tokenizer.chat_template") == CHATML_TEMPLATE
+    tensors = {t.name: t for t in reader.tensors}
+    assert tensors["token_embd.weight"].tensor_type == QTYPE[quant]
+    assert list(tensors["token_embd.weight"].shape) == [spec.n_embd, VOCAB_SIZE]  # ggml order
+    assert tensors["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    if kind == "moe":
+        assert field_value(reader, "llama.expert_count") == spec.n_expert
+        assert field_value(reader, "llama.expert_used_count") == spec.n_expert_used
+        gate = tensors["blk.1.ffn_gate_exps.weight"]
+        assert gate.tensor_type == QTYPE[quant]
+        assert list(gate.shape) == [spec.n_embd, spec.n_ff, spec.n_expert]
+        assert list(tensors["blk.0.ffn_down_exps.weight"].shape) == [spec.n_ff, spec.n_embd, spec.n_expert]
+        assert tensors["blk.0.ffn_gate_inp.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+        assert [n for n in tensors if "_exps" in n] == expert_tensor_names(spec)
+    else:
+        assert "llama.expert_count" not in reader.fields
+        assert not [n for n in tensors if "_exps" in n or "gate_inp" in n]
+        assert expert_tensor_names(spec) == []
+
+
+def test_same_seed_same_bytes_other_seed_other_weights(tmp_path: Path) -> None:
+    a = write_synthetic(tmp_path / "a.gguf", SyntheticSpec(kind="moe", quant="q4_0", seed=7)).read_bytes()
+    b = write_synthetic(tmp_path / "b.gguf", SyntheticSpec(kind="moe", quant="q4_0", seed=7)).read_bytes()
+    c = write_synthetic(tmp_path / "c.gguf", SyntheticSpec(kind="moe", quant="q4_0", seed=8)).read_bytes()
+    assert a == b
+    assert len(a) == len(c)
+    assert a != c
+
+
+def test_vocabulary_has_specials_bytes_and_unique_pieces() -> None:
+    tokens, scores, types = vocabulary()
+    assert len(tokens) == len(scores) == len(types) == VOCAB_SIZE
+    assert len(set(tokens)) == VOCAB_SIZE
+    assert (tokens[BOS], tokens[EOS], tokens[IM_END]) == ("<s>", "</s>", "<|im_end|>")
+    assert sum(t == gguf.TokenType.BYTE for t in types) == 256
+    assert "<0x0A>" in tokens
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"kind": "sparse"}, "kind must be one of"),
+        ({"quant": "q5_k"}, "quant must be one of"),
+        ({"n_embd": 100}, "multiple of 32"),
+        ({"n_head": 3}, "n_embd must divide by n_head"),
+        ({"kind": "moe", "n_expert_used": 5}, "n_expert_used"),
+    ],
+)
+def test_spec_rejects_shapes_llama_cpp_cannot_quantize_or_split(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        SyntheticSpec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_cli_writes_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "moe.gguf"
+    assert main(["--kind", "moe", "--quant", "q4_0", "--layers", "3", "--seed", "5", str(out)]) == 0
+    assert "moe, q4_0, seed 5" in capsys.readouterr().out
+    reader = gguf.GGUFReader(out)
+    assert field_value(reader, "llama.block_count") == 3
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_cli_rejects_bad_arguments_with_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--kind", "moe", "--experts", "2", "--experts-used", "3", str(tmp_path / "x.gguf")])
+    assert exited.value.code == 2
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_llama_cpp_tokenizes_and_detokenizes_text(tmp_path: Path) -> None:
+    llama = pytest.importorskip("llama_cpp")
+    from backend.loading import LoadOptions, load_model
+
+    path = write_synthetic(tmp_path / "dense.gguf", SyntheticSpec())
+    with load_model(str(path), LoadOptions()) as loaded:
+        vocab = llama.llama_model_get_vocab(loaded.model)
+        text = "hello world, the time is 10:42!\n"
+        tokens = (llama.llama_token * 128)()
+        n = llama.llama_tokenize(vocab, text.encode(), len(text.encode()), tokens, 128, True, False)
+        assert n > 1
+        assert tokens[0] == BOS
+        # Whole words come out as single pieces: the scores make SentencePiece prefer them.
+        hello = (llama.llama_token * 8)()
+        assert llama.llama_tokenize(vocab, b"hello", 5, hello, 8, False, False) == 1
+        text_out = ctypes.create_string_buffer(256)
+        # Without the BOS: llama.cpp strips the SentencePiece space prefix only when no BOS is removed.
+        after_bos = (llama.llama_token * (n - 1))(*tokens[1:n])
+        size = llama.llama_detokenize(vocab, after_bos, n - 1, text_out, 256, False, False)
+        assert text_out.raw[:size].decode() == text
+        assert llama.llama_vocab_is_eog(vocab, EOS)
+        assert llama.llama_vocab_is_eog(vocab, IM_END)
+
+
+def test_expert_tensor_names_follow_llama_cpp_names() -> None:
+    names = expert_tensor_names(SyntheticSpec(kind="moe", n_layer=2))
+    assert len(names) == 2 * len(EXPERT_TENSORS)
+    assert "blk.1.ffn_down_exps.weight" in names
