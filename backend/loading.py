@@ -233,7 +233,27 @@ def load_model(path: str, opts: LoadOptions | None = None) -> LoadedModel:
         resolved = [(rule, registry.resolve(rule.buffer_type)) for rule in rules]
     except PlacementError as exc:
         raise ModelLoadError(str(exc)) from None
+    params, keepalive = _model_params(llama, opts, registry, resolved)
 
+    with _captured_log(llama) as load_log:
+        model = llama.llama_model_load_from_file(os.fsencode(path), params)
+    _forward(load_log)
+    if not model:
+        raise ModelLoadError(f"cannot load model {path}: {_load_failure(load_log)}")
+    placement = load_log.placement(rules)
+    for line in placement.summary():
+        log.info("%s", line)
+    for rule in placement.unmatched:
+        log.warning(
+            "--override-tensor %s placed no tensor: no tensor name matches it, or an earlier rule won", rule
+        )
+    return LoadedModel(path, model, opts, placement, keepalive)
+
+
+def _model_params(
+    llama: ModuleType, opts: LoadOptions, registry: BufferTypes, resolved: list[tuple[TensorOverride, int]]
+) -> tuple[Any, tuple[object, ...]]:
+    """llama_model_params for ``opts``, and the ctypes arrays it points into (to keep alive)."""
     params = llama.llama_model_default_params()
     params.n_gpu_layers = opts.n_gpu_layers
     params.split_mode = SPLIT_MODES.index(opts.split_mode)  # llama_split_mode: NONE, LAYER, ROW
@@ -259,17 +279,7 @@ def load_model(path: str, opts: LoadOptions | None = None) -> LoadedModel:
             overrides[i].buft = buft
         params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
         keepalive += [overrides, patterns]
-
-    with _captured_log(llama) as load_log:
-        model = llama.llama_model_load_from_file(os.fsencode(path), params)
-    _forward(load_log)
-    if not model:
-        reason = _load_failure(load_log)
-        raise ModelLoadError(f"cannot load model {path}: {reason}")
-    placement = load_log.placement(rules)
-    for line in placement.summary():
-        log.info("%s", line)
-    return LoadedModel(path, model, opts, placement, tuple(keepalive))
+    return params, tuple(keepalive)
 
 
 class _BuftOverride(ctypes.Structure):

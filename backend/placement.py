@@ -89,14 +89,19 @@ class Placement:
     offloaded_layers: tuple[int, int] | None = None
     warnings: tuple[str, ...] = ()
 
+    def placed_by(self) -> dict[TensorOverride, list[str]]:
+        """The tensors each rule placed: llama.cpp applies the first rule whose pattern matches a name."""
+        placed: dict[TensorOverride, list[str]] = {rule: [] for rule in self.requested}
+        for name in self.overridden:
+            rule = next((r for r in self.requested if re.search(r.pattern, name)), None)
+            if rule is not None:
+                placed[rule].append(name)
+        return placed
+
     @property
     def unmatched(self) -> tuple[TensorOverride, ...]:
-        """Rules that matched no tensor: almost always a typo in the pattern."""
-        return tuple(
-            rule
-            for rule in self.requested
-            if not any(re.search(rule.pattern, name) for name in self.overridden)
-        )
+        """Rules that placed no tensor: a typo in the pattern, or an earlier rule took every match."""
+        return tuple(rule for rule, names in self.placed_by().items() if not names)
 
     def summary(self) -> list[str]:
         lines = []
@@ -118,7 +123,6 @@ class Placement:
             lines.append(
                 f"{len(self.repacked)} tensors repacked for the CPU: {_abbreviate(list(self.repacked))}"
             )
-        lines.extend(f"override {rule} matched no tensor" for rule in self.unmatched)
         return lines
 
     def _layers_on(self, device: str) -> str:

@@ -11,6 +11,7 @@ a placement the log can only show if the override took effect, tensor by tensor.
 from __future__ import annotations
 
 import argparse
+import logging
 
 import pytest
 
@@ -65,13 +66,17 @@ def baseline(moe_q4: str) -> tuple[dict[str, float], list[int]]:
 
 
 def test_cpu_moe_places_every_expert_tensor_and_generates(
-    moe_q4: str, baseline: tuple[dict[str, float], list[int]]
+    moe_q4: str, baseline: tuple[dict[str, float], list[int]], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="conformant.backend")
     cpu = BufferTypes.from_registry().cpu_name
     with load_with_flags(moe_q4, "--cpu-moe", "--no-repack") as loaded:
         assert loaded.placement.overridden == dict.fromkeys(EXPERTS, cpu)
         assert loaded.placement.unmatched == ()
         tokens = generate(loaded)
+    # Where the tensors went is logged, not only returned.
+    assert f"{len(EXPERTS)} tensors overridden to {cpu}: blk.0.ffn_gate_exps.weight" in caplog.text
+    assert "model buffers: CPU" in caplog.text
     # Same weights, same kind of buffer, same kernels: the same greedy continuation as without the flag.
     assert tokens == baseline[1]
 
@@ -127,8 +132,15 @@ def test_first_matching_rule_wins_as_in_llama_cpp(moe_q4: str) -> None:
         assert loaded.placement.overridden == expected
 
 
-def test_override_matching_no_tensor_is_reported(moe_q4: str) -> None:
-    with load_with_flags(moe_q4, "--no-repack", "-ot", r"ffn_experts=CPU") as loaded:
-        assert loaded.placement.overridden == {}
-        assert [str(rule) for rule in loaded.placement.unmatched] == ["ffn_experts=CPU"]
-        assert "override ffn_experts=CPU matched no tensor" in loaded.placement.summary()
+def test_override_placing_no_tensor_is_reported(moe_q4: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="conformant.backend")
+    with load_with_flags(
+        moe_q4, "--no-repack", "-ot", "ffn_experts=CPU", "-ot", "exps=CPU", "--cpu-moe"
+    ) as loaded:
+        assert loaded.placement.overridden == dict.fromkeys(EXPERTS, "CPU")
+        # The first rule matches nothing; --cpu-moe's rule comes after "exps", which took every expert.
+        assert [str(rule) for rule in loaded.placement.unmatched] == [
+            "ffn_experts=CPU",
+            str(loaded.placement.requested[-1]),
+        ]
+    assert "--override-tensor ffn_experts=CPU placed no tensor" in caplog.text
