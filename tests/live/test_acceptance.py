@@ -1,0 +1,49 @@
+"""Acceptance: the bundled backend, and the proxy in front of llama-cpp-python's server, pass every probe."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from tests.live.conftest import OVERFLOW_WORDS
+from tests.support.servers import free_port, run_process
+
+pytestmark = pytest.mark.backend
+
+
+@pytest.fixture(scope="module")
+def backend_url() -> Iterator[str]:
+    port = free_port()
+    args = ["python", "-m", "conformance", "backend", "--host", "127.0.0.1", "--port", str(port)]
+    with run_process(args, health_path="/health", port=port, timeout=180) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def proxy_url(llama_cpp_python_url: str) -> Iterator[str]:
+    port = free_port()
+    args = ["python", "-m", "conformance", "serve", "--upstream", llama_cpp_python_url]
+    args += ["--host", "127.0.0.1", "--port", str(port)]
+    with run_process(args, health_path="/health", port=port, timeout=120) as (url, _):
+        yield url
+
+
+def _errors(url: str, tmp_path: Path, *extra: str) -> dict[str, list[str]]:
+    report = tmp_path / "report.json"
+    main(["check", url, "--format", "json", "-o", str(report), "--record", str(tmp_path / "rec"), *extra])
+    results = json.loads(report.read_text())["results"]
+    return {
+        r["source"]: [f"{e['rule']}: {e['message']}" for e in r["errors"]] for r in results if r["errors"]
+    }
+
+
+def test_bundled_backend_has_no_errors(backend_url: str, tmp_path: Path) -> None:
+    assert _errors(backend_url, tmp_path) == {}
+
+
+def test_proxy_before_llama_cpp_python_has_no_errors(proxy_url: str, tmp_path: Path) -> None:
+    assert _errors(proxy_url, tmp_path, "--overflow-words", OVERFLOW_WORDS) == {}
