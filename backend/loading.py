@@ -353,7 +353,10 @@ def _amx_faults(registry: BufferTypes) -> bool:
 
     if not amx_faults():
         return False
-    log.warning("AMX faults on this machine (advertised but not usable): CPU weight repacking is off")
+    log.warning(
+        "this CPU advertises AMX but llama.cpp's AMX kernels crash here: weight repacking is off "
+        "(CONFORMANT_AMX=on forces it)"
+    )
     return True
 
 
