@@ -25,6 +25,7 @@ __all__ = [
     "check",
     "load_schema",
     "pointer",
+    "registry",
     "validator",
 ]
 
@@ -67,7 +68,8 @@ def load_schema(name: str) -> dict[str, Any]:
 
 
 @cache
-def _registry() -> Registry[Any]:
+def registry() -> Registry[Any]:
+    """All shipped schemas by ``$id``, so ``$ref`` between files resolves without network."""
     resources = [
         (doc["$id"], Resource.from_contents(doc, default_specification=DRAFT202012))
         for doc in _documents().values()
@@ -78,7 +80,7 @@ def _registry() -> Registry[Any]:
 @cache
 def validator(name: str) -> Draft202012Validator:
     """The compiled validator for one schema, built once per process."""
-    return Draft202012Validator(load_schema(name), registry=_registry())
+    return Draft202012Validator(load_schema(name), registry=registry())
 
 
 def pointer(path: Iterator[Any] | Any) -> str:
