@@ -34,10 +34,31 @@ from .upstream import Upstream
 
 __all__ = ["create_app"]
 
+# Not forwarded: hop-by-hop, the client's credentials (the upstream gets its own key), and what the
+# proxy sets itself for the upstream request.
 _HOP_HEADERS = frozenset(
-    {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "authorization", "api-key",
-     "x-api-key", "accept-encoding", "upgrade", "te", "trailer", "proxy-authorization"}
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "authorization",
+        "api-key",
+        "x-api-key",
+        "accept-encoding",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-authorization",
+        "cookie",
+    }
 )
+_NOT_FORWARDED_TO_COMPLETIONS = _HOP_HEADERS | {"content-type", "accept", "user-agent"}
+
+
+def _forward_headers(request: Request) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in request.headers.items() if k not in _NOT_FORWARDED_TO_COMPLETIONS]
 
 
 @dataclass(slots=True)
@@ -56,7 +77,9 @@ def _authorized(request: Request, api_key: str | None) -> bool:
     if not api_key:
         return True
     header = request.headers.get("authorization", "")
-    supplied = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("api-key", "")
+    supplied = (
+        header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("api-key", "")
+    )
     return hmac.compare_digest(supplied.encode(), api_key.encode())
 
 
@@ -93,9 +116,20 @@ def _split(endpoint: Endpoint, body: dict[str, Any], info: RequestInfo) -> list[
     return parts
 
 
-def _make_source(ctx: _Context, endpoint: Endpoint, body: dict[str, Any], info: RequestInfo, exchange: Exchange) -> Source:
+def _make_source(
+    ctx: _Context,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    info: RequestInfo,
+    exchange: Exchange,
+    headers: list[tuple[str, str]],
+) -> Source:
     emit_usage = info.include_usage or not info.stream
-    common = {"prompt": prompt_text(body), "max_line_bytes": ctx.config.max_line_bytes}
+    common: dict[str, Any] = {
+        "prompt": prompt_text(body),
+        "max_line_bytes": ctx.config.max_line_bytes,
+        "headers": headers,
+    }
     parts = _split(endpoint, body, info) if ctx.config.fan_out else None
     if parts is None:
         call = ctx.adapter.call(endpoint, body)
@@ -104,16 +138,28 @@ def _make_source(ctx: _Context, endpoint: Endpoint, body: dict[str, Any], info: 
         )
     exchange.repairs.add("Q71" if info.n > 1 else "Q73")
     first = UpstreamSource(
-        ctx.upstream, ctx.adapter, info, ctx.adapter.call(endpoint, parts[0]), repairs=exchange.repairs,
-        emit_usage=emit_usage, **common,
+        ctx.upstream,
+        ctx.adapter,
+        info,
+        ctx.adapter.call(endpoint, parts[0]),
+        repairs=exchange.repairs,
+        emit_usage=emit_usage,
+        **common,
     )
     sources = [first]
     for index, part in enumerate(parts[1:], start=1):
         common["prompt"] = prompt_text(part)
         sources.append(
             UpstreamSource(
-                ctx.upstream, ctx.adapter, info, ctx.adapter.call(endpoint, part), repairs=exchange.repairs,
-                identity=first.identity, index_base=index, emit_usage=emit_usage, **common,
+                ctx.upstream,
+                ctx.adapter,
+                info,
+                ctx.adapter.call(endpoint, part),
+                repairs=exchange.repairs,
+                identity=first.identity,
+                index_base=index,
+                emit_usage=emit_usage,
+                **common,
             )
         )
     return FanOutSource(sources, info, exchange.repairs)
@@ -138,7 +184,7 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         info = replace(info, model=ctx.config.model_alias)
     elif info.model is not None:
         info = replace(info, model=clean_model_name(info.model))
-    source = _make_source(ctx, endpoint, body, info, exchange)
+    source = _make_source(ctx, endpoint, body, info, exchange, _forward_headers(request))
 
     async def run(send: Send) -> None:
         await serve_source(send, source, info, exchange, ctx.config.first_byte_timeout)
@@ -239,14 +285,20 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         Route("/v1/models", partial(_models, ctx), methods=["GET"]),
         Route("/health", _health, methods=["GET"]),
         Route("/metrics", partial(_metrics, ctx), methods=["GET"]),
-        Route("/v1/{rest:path}", partial(_passthrough, ctx), methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+        Route(
+            "/v1/{rest:path}", partial(_passthrough, ctx), methods=["GET", "POST", "PUT", "PATCH", "DELETE"]
+        ),
     ]
     middleware = [Middleware(ObservabilityMiddleware, metrics=metrics)]
     if config.cors_origins:
         middleware.append(
-            Middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["*"], allow_headers=["*"])
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.cors_origins),
+                allow_methods=["*"],
+                allow_headers=["*"],
+            )
         )
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.context = ctx
     return app
-

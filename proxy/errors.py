@@ -30,6 +30,7 @@ _CONTEXT_OVERFLOW = re.compile(
 )
 # Local paths and tracebacks must not reach clients (DESIGN: never a stack trace or a local path).
 _PATH = re.compile(r"(?<![\w:/])(?:/[\w.@+-]+){2,}/?|[A-Za-z]:\\(?:[\w .@+-]+\\?)+")
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)|\nTraceback|\n\s+at |\n\s*File \"")
 _TAGS = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 _MAX_MESSAGE = 500
@@ -66,7 +67,8 @@ class ProxyError(Exception):
 
 
 def scrub_message(text: str) -> str:
-    """One line, no local paths, bounded length."""
+    """One line, no traceback, no local paths, bounded length."""
+    text = _TRACEBACK.split(text, 1)[0]
     text = _SPACE.sub(" ", _PATH.sub("<path>", text)).strip()
     return text[:_MAX_MESSAGE] + ("..." if len(text) > _MAX_MESSAGE else "")
 
@@ -112,7 +114,9 @@ def error_from_payload(obj: Any, status: int | None = None, *, quirk: str | None
             hinted = _int_status(obj.get("code")) or _int_status(obj.get("status"))
     if not message and isinstance(obj, dict) and isinstance(obj.get("message"), str):
         message = obj["message"]
-    return _build(message or "the upstream server reported an error", hinted or status, code, etype, param, quirk)
+    return _build(
+        message or "the upstream server reported an error", hinted or status, code, etype, param, quirk
+    )
 
 
 def _build(
@@ -152,10 +156,14 @@ def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
                 detail = obj.get("detail")
                 if not is_error_payload(obj) and isinstance(detail, str | list):
                     obj = {"error": {"message": json.dumps(detail) if isinstance(detail, list) else detail}}
-                already_openai = isinstance(obj.get("error"), dict) and {"message", "type"} <= set(obj["error"])
+                already_openai = isinstance(obj.get("error"), dict) and {"message", "type"} <= set(
+                    obj["error"]
+                )
                 return error_from_payload(obj, status, quirk=None if already_openai else "Q46")
     if "html" in content_type or stripped.lower().startswith(("<!doctype", "<html")):
         title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
         text = title.group(1) if title else _TAGS.sub(" ", text)
+    else:
+        text = next((line for line in text.splitlines() if line.strip()), "")  # a page's first line
     message = scrub_message(text) or f"the upstream server answered HTTP {status}"
     return _build(f"upstream error (HTTP {status}): {message}", status, None, None, None, None)

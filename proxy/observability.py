@@ -59,17 +59,28 @@ class Metrics:
             "conformant_requests", "Requests served", ["endpoint", "status"], registry=self.registry
         )
         self.latency = Histogram(
-            "conformant_request_seconds", "Request duration", ["endpoint"], registry=self.registry,
+            "conformant_request_seconds",
+            "Request duration",
+            ["endpoint"],
+            registry=self.registry,
             buckets=_LATENCY_BUCKETS,
         )
         self.ttft = Histogram(
-            "conformant_time_to_first_token_seconds", "Time to the first chunk sent", ["endpoint"],
-            registry=self.registry, buckets=_LATENCY_BUCKETS,
+            "conformant_time_to_first_token_seconds",
+            "Time to the first chunk sent",
+            ["endpoint"],
+            registry=self.registry,
+            buckets=_LATENCY_BUCKETS,
         )
         self.repairs = Counter(
-            "conformant_repairs", "Responses that needed a repair, by quirk id", ["rule"], registry=self.registry
+            "conformant_repairs",
+            "Responses that needed a repair, by quirk id",
+            ["rule"],
+            registry=self.registry,
         )
-        self.in_flight = Gauge("conformant_in_flight_requests", "Requests in progress", registry=self.registry)
+        self.in_flight = Gauge(
+            "conformant_in_flight_requests", "Requests in progress", registry=self.registry
+        )
         self.disconnects = Counter(
             "conformant_client_disconnects", "Requests the client abandoned", registry=self.registry
         )
@@ -128,7 +139,9 @@ def _header(scope: Scope, name: bytes) -> str | None:
 def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
     if not access_log.isEnabledFor(logging.INFO):
         return
-    ttft = None if exchange.first_token is None else round((exchange.first_token - exchange.started) * 1000, 2)
+    ttft = (
+        None if exchange.first_token is None else round((exchange.first_token - exchange.started) * 1000, 2)
+    )
     line = {
         "request_id": exchange.request_id,
         "method": scope["method"],

@@ -41,7 +41,9 @@ def _events(chunks: list[dict[str, Any]]) -> bytes:
     return b"".join(encode_data(_dumps(chunk)) for chunk in chunks)
 
 
-async def send_json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def send_json(
+    send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     await send({"type": "http.response.start", "status": status, "headers": _JSON_HEADERS + (headers or [])})
     await send({"type": "http.response.body", "body": _dumps(body)})
 

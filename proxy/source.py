@@ -8,6 +8,7 @@ yields the rest. Failures before ``start()`` returns are raised; later ones land
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -15,12 +16,21 @@ from conformance.sse import SSELineTooLong, SSEParser
 
 from .adapters import Adapter, UpstreamCall
 from .errors import ProxyError
-from .normalizer import Identity, Repairs, RequestInfo, StreamNormalizer, merge_bodies, normalize_body, sum_usage
+from .normalizer import (
+    Identity,
+    Repairs,
+    RequestInfo,
+    StreamNormalizer,
+    merge_bodies,
+    normalize_body,
+    sum_usage,
+)
 from .upstream import Upstream, UpstreamStream
 
 __all__ = ["FanOutSource", "Source", "UpstreamSource", "prompt_text"]
 
 _MAX_JSON_BODY = 64 * 1024 * 1024
+_DRAIN_TIMEOUT = 0.05
 
 
 def prompt_text(body: dict[str, Any]) -> str:
@@ -72,6 +82,7 @@ class UpstreamSource(Source):
         *,
         prompt: str,
         max_line_bytes: int,
+        headers: list[tuple[str, str]] | None = None,
         identity: Identity | None = None,
         repairs: Repairs | None = None,
         index_base: int = 0,
@@ -82,10 +93,15 @@ class UpstreamSource(Source):
         self._request = request
         self._call = call
         self._prompt = prompt
+        self._headers = headers
         self.repairs = repairs if repairs is not None else Repairs()
         self.identity = identity or Identity(request.endpoint, request.model)
         self.normalizer = StreamNormalizer(
-            request, identity=self.identity, repairs=self.repairs, index_base=index_base, emit_usage=emit_usage
+            request,
+            identity=self.identity,
+            repairs=self.repairs,
+            index_base=index_base,
+            emit_usage=emit_usage,
         )
         self._parser = SSEParser(max_line_bytes=max_line_bytes)
         self._stream: UpstreamStream | None = None
@@ -101,7 +117,9 @@ class UpstreamSource(Source):
         return self.normalizer.usage if self.body is None else self.body.get("usage")
 
     async def start(self) -> list[dict[str, Any]]:
-        stream = self._stream = await self._upstream.open("POST", self._call.path, json_body=self._call.body)
+        stream = self._stream = await self._upstream.open(
+            "POST", self._call.path, json_body=self._call.body, headers=self._headers
+        )
         self.upstream_status = stream.status
         if stream.status >= 400:
             raise await stream.error()
@@ -175,6 +193,8 @@ class UpstreamSource(Source):
     async def _finish(self, tail: Any) -> list[dict[str, Any]] | None:
         """End of the upstream: cancel what is left of it, then close the normalizer."""
         self._ended = True
+        if self.normalizer.upstream_done and self._stream is not None:
+            await self._drain(self._stream)
         await self.aclose()
         normalizer = self.normalizer
         out = normalizer.feed(tail) if tail is not None else []
@@ -183,6 +203,14 @@ class UpstreamSource(Source):
             texts = normalizer.completion_texts()
             usage = await self._count_usage(texts, normalizer.completion_tokens())
         return out + normalizer.close(usage)
+
+    @staticmethod
+    async def _drain(stream: UpstreamStream) -> None:
+        """Read the few bytes after [DONE] (the chunked terminator) so the connection can be reused."""
+        with contextlib.suppress(ProxyError):
+            for _ in range(4):
+                if await stream.read(_DRAIN_TIMEOUT) is None:
+                    return
 
     async def _count_usage(self, texts: list[str], fallback_completion: int) -> dict[str, Any]:
         """Usage the upstream did not report: counted with its tokenizer when it has one."""

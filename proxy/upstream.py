@@ -78,10 +78,16 @@ class Upstream:
         )
 
     async def open(
-        self, method: str, path: str, *, json_body: Any = None, content: bytes | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        content: bytes | None = None,
+        headers: list[tuple[str, str]] | None = None,
     ) -> UpstreamStream:
         """Send the request and return once response headers arrive; faults become ProxyError."""
-        request = self.client.build_request(method, path, json=json_body, content=content)
+        request = self.client.build_request(method, path, json=json_body, content=content, headers=headers)
         for attempt in (1, 2):
             try:
                 response = await self.client.send(request, stream=True)

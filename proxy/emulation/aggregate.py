@@ -75,7 +75,9 @@ class Aggregator:
         if not isinstance(logprobs, dict):
             return
         if choice.logprobs is None:
-            choice.logprobs = {key: list(value) if isinstance(value, list) else value for key, value in logprobs.items()}
+            choice.logprobs = {
+                key: list(value) if isinstance(value, list) else value for key, value in logprobs.items()
+            }
             return
         for key, value in logprobs.items():
             if isinstance(value, list) and isinstance(choice.logprobs.get(key), list):
@@ -94,4 +96,9 @@ class Aggregator:
             message["tool_calls"] = [choice.calls[i] for i in sorted(choice.calls)]
         if choice.reasoning:
             message["reasoning_content"] = "".join(choice.reasoning)
-        return {"index": index, "message": message, "logprobs": choice.logprobs, "finish_reason": choice.finish}
+        return {
+            "index": index,
+            "message": message,
+            "logprobs": choice.logprobs,
+            "finish_reason": choice.finish,
+        }

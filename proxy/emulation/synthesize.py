@@ -10,20 +10,34 @@ __all__ = ["synthesize_chunks"]
 
 
 def synthesize_chunks(body: dict[str, Any], request: RequestInfo) -> list[dict[str, Any]]:
-    head = {"id": body["id"], "object": request.object_name, "created": body["created"], "model": body["model"]}
+    head = {
+        "id": body["id"],
+        "object": request.object_name,
+        "created": body["created"],
+        "model": body["model"],
+    }
     chunks: list[dict[str, Any]] = []
     finals: list[dict[str, Any]] = []
     for choice in body["choices"]:
         index = choice["index"]
         if request.endpoint == "completions":
-            part = {"text": choice["text"], "index": index, "logprobs": choice["logprobs"], "finish_reason": None}
+            part = {
+                "text": choice["text"],
+                "index": index,
+                "logprobs": choice["logprobs"],
+                "finish_reason": None,
+            }
             chunks.append({**head, "choices": [part]})
-            finals.append({"text": "", "index": index, "logprobs": None, "finish_reason": choice["finish_reason"]})
+            finals.append(
+                {"text": "", "index": index, "logprobs": None, "finish_reason": choice["finish_reason"]}
+            )
             continue
         message = choice["message"]
         calls = message.get("tool_calls")
         first: dict[str, Any] = {"role": "assistant", "content": None if calls else ""}
-        chunks.append({**head, "choices": [{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]})
+        chunks.append(
+            {**head, "choices": [{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]}
+        )
         delta: dict[str, Any] = {}
         if message.get("reasoning_content"):
             delta["reasoning_content"] = message["reasoning_content"]
@@ -36,7 +50,9 @@ def synthesize_chunks(body: dict[str, Any], request: RequestInfo) -> list[dict[s
         if delta:
             part = {"index": index, "delta": delta, "logprobs": choice["logprobs"], "finish_reason": None}
             chunks.append({**head, "choices": [part]})
-        finals.append({"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]})
+        finals.append(
+            {"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
+        )
     chunks.extend({**head, "choices": [final]} for final in finals)
     if request.include_usage:
         chunks.append({**head, "choices": [], "usage": body.get("usage")})

@@ -98,7 +98,12 @@ def _finish(
     if reason is None:
         repairs.add("Q16")
         reason = "stop"
-    if reason == "stop" and request.max_tokens is not None and tokens is not None and tokens >= request.max_tokens:
+    if (
+        reason == "stop"
+        and request.max_tokens is not None
+        and tokens is not None
+        and tokens >= request.max_tokens
+    ):
         repairs.add("Q21")
         reason = "length"
     return reason

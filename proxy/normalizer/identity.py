@@ -46,7 +46,9 @@ class Identity:
         upstream_id = obj.get("id")
         if self.id is None:
             self.id = self._choose_id(upstream_id, repairs)
-        elif upstream_id != self.id and upstream_id not in (None, "") and not self._same_upstream(upstream_id):
+        elif (
+            upstream_id != self.id and upstream_id not in (None, "") and not self._same_upstream(upstream_id)
+        ):
             repairs.add("Q03")
         created = obj.get("created")
         if self.created is None:
