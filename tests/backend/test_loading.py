@@ -233,3 +233,21 @@ def test_more_tensor_split_shares_than_devices_is_a_clear_error(dense_q8: Path) 
     shares = [1.0] * (llama.llama_max_devices() + 1)
     with pytest.raises(ModelLoadError, match="--tensor-split has"):
         load_model(str(dense_q8), LoadOptions(tensor_split=shares))
+
+
+@pytest.mark.parametrize(("setting", "faults"), [("off", True), ("0", True), ("on", False), ("1", False)])
+def test_amx_setting_decides_without_probing(
+    monkeypatch: pytest.MonkeyPatch, setting: str, faults: bool
+) -> None:
+    from backend import smoke
+
+    def no_probe(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the probe must not run when CONFORMANT_AMX decides")
+
+    monkeypatch.setenv("CONFORMANT_AMX", setting)
+    monkeypatch.setattr("subprocess.run", no_probe)
+    smoke.amx_faults.cache_clear()
+    try:
+        assert smoke.amx_faults() is faults
+    finally:
+        smoke.amx_faults.cache_clear()
