@@ -362,14 +362,15 @@ def _amx_faults(registry: BufferTypes) -> bool:
 
 @dataclass(frozen=True)
 class BufferTypes:
-    """Each device's default buffer type by name ("CPU", "CUDA0"), the names llama.cpp's -ot accepts."""
+    """The buffer types an override may name: each device's default ("CPU", "CUDA0") and extra ones.
+
+    ``host_names``: the CPU's buffer types, repacking ones ("CPU_REPACK", "AMX") included: host memory.
+    """
 
     by_name: dict[str, int]  # name -> ggml_backend_buffer_type_t
     cpu_name: str
     gpu_count: int
-    host_names: frozenset[str] = (
-        frozenset()
-    )  # buffer types in host memory: the CPU's, repacking ones included
+    host_names: frozenset[str] = frozenset()
 
     @classmethod
     def from_registry(cls) -> BufferTypes:
