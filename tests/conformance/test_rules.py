@@ -1,0 +1,316 @@
+"""Rules on streams and bodies built for one condition each: request-driven expectations, errors, bodies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from conformance.judge import judge_response
+from conformance.openai_errors import error_bytes
+from conformance.rules.context import MAX_PER_RULE
+from conformance.sse import DONE_EVENT, encode_data
+
+SSE = {"content-type": "text/event-stream"}
+JSON = {"content-type": "application/json"}
+
+
+def chat_chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": choices,
+        **extra,
+    }
+
+
+def delta(content: str | None = None, finish: str | None = None, index: int = 0, **d: Any) -> dict[str, Any]:
+    body = dict(d)
+    if content is not None:
+        body["content"] = content
+    return {"index": index, "delta": body, "logprobs": None, "finish_reason": finish}
+
+
+def stream(*chunks: dict[str, Any] | bytes, done: bool = True) -> bytes:
+    parts = [c if isinstance(c, bytes) else encode_data(json.dumps(c)) for c in chunks]
+    return b"".join(parts) + (DONE_EVENT if done else b"")
+
+
+def chat_request(**body: Any) -> dict[str, Any]:
+    return {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stream": True, **body}}
+
+
+def judged(
+    body: bytes,
+    request: dict[str, Any] | None = None,
+    status: int | None = 200,
+    headers: dict[str, str] | None = None,
+) -> tuple[set[str], set[str]]:
+    verdict = judge_response(
+        body, request=request, status=status, headers=SSE if headers is None else headers
+    )
+    return {f.rule for f in verdict.errors}, {f.rule for f in verdict.warnings}
+
+
+FIRST = chat_chunk([delta("", role="assistant")])
+TEXT = chat_chunk([delta("Hi")])
+FINISH = chat_chunk([delta(finish="stop")])
+USAGE = chat_chunk([], usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
+
+
+def test_include_usage_asked_and_given() -> None:
+    body = stream(FIRST, TEXT, FINISH, USAGE)
+    assert judged(body, chat_request(stream_options={"include_usage": True})) == (set(), set())
+
+
+def test_include_usage_asked_and_missing_q28() -> None:
+    body = stream(FIRST, TEXT, FINISH)
+    assert judged(body, chat_request(stream_options={"include_usage": True})) == ({"usage-missing"}, set())
+
+
+def test_usage_unasked_q26() -> None:
+    assert judged(stream(FIRST, TEXT, FINISH, USAGE), chat_request()) == ({"usage-unrequested"}, set())
+
+
+def test_usage_repeated_not_last_and_wrong_sum() -> None:
+    bad = chat_chunk([], usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 9})
+    errors, _ = judged(stream(FIRST, USAGE, TEXT, FINISH, bad))
+    assert errors == {"usage-not-last", "usage-repeated", "usage-arithmetic"}
+
+
+def test_usage_null_on_content_chunks_is_fine() -> None:
+    body = stream(chat_chunk([delta("", role="assistant")], usage=None), FINISH, USAGE)
+    assert judged(body, chat_request(stream_options={"include_usage": True})) == (set(), set())
+
+
+def test_n_choices_interleaved_and_counted_q71() -> None:
+    two = [chat_chunk([delta("", role="assistant", index=i)]) for i in (0, 1)]
+    fins = [chat_chunk([delta(finish="stop", index=i)]) for i in (0, 1)]
+    assert judged(stream(*two, *fins), chat_request(n=2)) == (set(), set())
+    assert judged(stream(two[0], fins[0]), chat_request(n=2)) == ({"choice-count"}, set())
+
+
+def test_choice_index_gap_and_finish_missing_q22() -> None:
+    body = stream(FIRST, chat_chunk([delta("x", role="assistant", index=2)]), FINISH)
+    assert judged(body) == ({"choice-index-gap", "finish-reason-missing"}, set())
+
+
+def test_finish_reason_values_q20_q24() -> None:
+    for value, quirk in (("abort", "Q20"), ("insufficient_system_resource", "Q24"), ("", "Q15")):
+        verdict = judge_response(
+            stream(FIRST, chat_chunk([delta(finish=value)])), request=None, status=200, headers=SSE
+        )
+        [finding] = [f for f in verdict.errors if f.rule == "finish-reason-value"]
+        assert (finding.quirk, finding.pointer) == (quirk, "/choices/0/finish_reason")
+
+
+def test_finish_on_content_chunk_warns_q23() -> None:
+    assert judged(stream(FIRST, chat_chunk([delta("end", finish="stop")]))) == (set(), {"finish-on-content"})
+
+
+def test_tool_call_fragments_done_right() -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    opening = {"role": "assistant", "content": None, "tool_calls": [call]}
+    first = chat_chunk([{"index": 0, "delta": opening, "logprobs": None, "finish_reason": None}])
+    more = chat_chunk([delta(tool_calls=[{"index": 0, "function": {"arguments": "{}"}}])])
+    end = chat_chunk([delta(finish="tool_calls")])
+    assert judged(stream(first, more, end)) == (set(), set())
+    again = chat_chunk([delta(tool_calls=[{"index": 0, "id": "call_1", "function": {"arguments": "}"}}])])
+    gap = chat_chunk(
+        [delta(tool_calls=[{"index": 2, "id": "c", "type": "function", "function": {"name": "g"}}])]
+    )
+    stop = chat_chunk([delta(finish="stop")])
+    assert judged(stream(first, again, gap, stop)) == (
+        {"tool-call-id-repeated", "tool-call-index-gap"},
+        {"tool-calls-finish-reason"},
+    )
+
+
+def test_identity_changes_q03_q13() -> None:
+    other = dict(TEXT, id="chatcmpl-2", created=2, model="n")
+    assert judged(stream(FIRST, other, FINISH))[0] == {"id-changed", "created-changed", "model-changed"}
+
+
+@pytest.mark.parametrize(
+    ("payload", "quirk", "shape"),
+    [
+        ({"error": {"message": "boom", "type": "server_error", "param": None, "code": None}}, "N2", False),
+        ({"error": "Input validation error", "error_type": "validation"}, "Q45", True),  # TGI < 2.4.1
+        ({"error": {"message": "too long", "http_status_code": 422}}, "Q45", True),  # TGI >= 2.4.1
+        ({"error": {"message": "x", "trace": "Traceback"}}, "Q49", True),  # TabbyAPI
+        ({"error": {"message": "Compute error."}, "message": "Compute error."}, "Q48", True),  # LM Studio
+        ({"error": {"object": "error", "message": "x", "type": "BadRequestError", "code": 400}}, "Q47", True),
+    ],
+)
+def test_error_events_in_a_200_stream_n2(payload: dict[str, Any], quirk: str, shape: bool) -> None:
+    verdict = judge_response(stream(FIRST, payload, done=False), request=None, status=200, headers=SSE)
+    assert {f.rule for f in verdict.errors} == {"error-in-stream"}
+    assert {f.rule for f in verdict.warnings} == ({"error-event-shape"} if shape else set())
+    assert verdict.errors[0].quirk == quirk
+
+
+def test_error_then_done_is_one_error_q46() -> None:
+    payload = {"error": {"message": "x", "type": "server_error", "param": None, "code": None}}
+    assert judged(stream(FIRST, payload)) == ({"error-in-stream"}, set())
+
+
+def test_proper_error_body() -> None:
+    body = error_bytes("This model's maximum context length is 10", 400, code="context_length_exceeded")
+    assert judged(body, chat_request(), status=400, headers=JSON) == (set(), set())
+
+
+def test_error_bodies_q43_q46() -> None:
+    overflow = json.dumps(
+        {
+            "error": {
+                "message": "too long",
+                "type": "exceed_context_size_error",
+                "param": None,
+                "code": "exceed_context_size_error",
+            }
+        }
+    ).encode()
+    assert judged(overflow, chat_request(), status=500, headers=JSON) == ({"error-status"}, set())
+    vllm = json.dumps(
+        {"object": "error", "message": "x", "type": "BadRequestError", "param": None, "code": 400}
+    ).encode()
+    assert judged(vllm, chat_request(), status=400, headers=JSON) == ({"error-body-shape"}, set())
+    llamacpp = json.dumps(
+        {"error": {"message": "prompt is required", "type": "invalid_request_error", "code": 400}}
+    ).encode()
+    assert judged(llamacpp, None, status=400, headers=JSON) == ({"error-body-shape"}, set())
+    assert judged(b"<html>502</html>", None, status=502, headers={"content-type": "text/html"}) == (
+        {"error-body-shape", "content-type"},
+        set(),
+    )
+    in_200 = error_bytes("bad", 400)
+    assert judged(in_200, None, status=200, headers=JSON) == ({"error-with-200"}, set())
+
+
+def test_http_status_and_content_type() -> None:
+    assert judged(stream(FIRST, FINISH), chat_request(), headers={"content-type": "application/json"}) == (
+        {"content-type"},
+        set(),
+    )
+    assert judged(stream(FIRST, FINISH), chat_request(), status=201)[0] == {"http-status"}
+
+
+def test_json_body_for_a_stream_request() -> None:
+    body = json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "hi", "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+    ).encode()
+    assert judged(body, chat_request(), headers=JSON)[0] == {"stream-not-sse", "content-type"}
+    plain = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m"}}
+    assert judged(body, plain, headers=JSON) == (set(), set())
+
+
+def test_non_stream_chat_required_but_nullable_q61() -> None:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    }
+    verdict = judge_response(json.dumps(body).encode(), request=None, status=200, headers=JSON)
+    assert sorted(f.pointer or "" for f in verdict.errors) == [
+        "/choices/0/logprobs",
+        "/choices/0/message/refusal",
+    ]
+    assert {f.quirk for f in verdict.errors} == {"Q61"}
+
+
+def completion(logprobs: Any, **extra: Any) -> bytes:
+    return json.dumps(
+        {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "text": " blue", "logprobs": logprobs, "finish_reason": "length"}],
+            **extra,
+        }
+    ).encode()
+
+
+def test_legacy_logprobs_shape_q67_and_lengths() -> None:
+    request = {
+        "method": "POST",
+        "path": "/v1/completions",
+        "body": {"model": "m", "prompt": "x", "logprobs": 1},
+    }
+    good = {
+        "tokens": [" blue"],
+        "token_logprobs": [-0.1],
+        "top_logprobs": [{" blue": -0.1, " red": -2.0}],
+        "text_offset": [0],
+    }
+    assert judged(completion(good), request, headers=JSON) == (set(), set())
+    chat_style = {
+        "content": [{"id": 1, "token": " blue", "logprob": -0.1, "bytes": [32], "top_logprobs": []}]
+    }
+    assert judged(completion(chat_style), request, headers=JSON)[0] == {"logprobs-shape"}
+    short = dict(good, text_offset=[])
+    assert judged(completion(short), request, headers=JSON)[0] == {"logprobs-lengths"}
+    assert judged(completion(None), request, headers=JSON)[0] == {"logprobs-missing"}  # Q69
+    echo = dict(good, token_logprobs=[None], top_logprobs=[None])  # echo's null first entries are allowed
+    assert judged(completion(echo), request, headers=JSON) == (set(), set())
+
+
+def test_prompt_array_answered_with_an_array_q73() -> None:
+    assert judged(b"[" + completion(None) + b"]", None, headers=JSON)[0] == {"body-not-object"}
+
+
+def test_unknown_fields_are_warnings_once_each() -> None:
+    chunks = [chat_chunk([delta("x", reasoning_content="r")], timings={"n": 1}) for _ in range(5)]
+    verdict = judge_response(stream(FIRST, *chunks, FINISH), request=None, status=200, headers=SSE)
+    assert verdict.errors == []
+    assert sorted((f.pointer, f.quirk) for f in verdict.warnings) == [
+        ("/choices/0/delta/reasoning_content", "Q39"),
+        ("/timings", "Q35"),
+    ]
+
+
+def test_findings_per_rule_are_capped() -> None:
+    body = stream(*[dict(TEXT, created=i) for i in range(MAX_PER_RULE * 3)], FINISH)
+    verdict = judge_response(body, request=None, status=200, headers=SSE)
+    created = [f for f in verdict.errors if f.rule == "created-changed"]
+    assert len(created) == MAX_PER_RULE + 1
+    assert "more occurrences" in created[-1].message
+
+
+def test_verdict_json_shape() -> None:
+    verdict = judge_response(
+        stream(FIRST, FINISH, done=False), request=None, status=None, headers=None, source="x"
+    )
+    assert verdict.to_json() == {
+        "source": "x",
+        "endpoint": "chat",
+        "stream": True,
+        "errors": [
+            {
+                "rule": "done-missing",
+                "message": verdict.errors[0].message,
+                "event": 1,
+                "pointer": None,
+                "quirk": "Q55",
+            }
+        ],
+        "warnings": [],
+    }
