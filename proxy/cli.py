@@ -1,0 +1,127 @@
+"""``conformant serve``: the normalizing proxy, in front of ``--upstream`` or of the bundled backend."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from conformance.cli import CommandError
+
+from .config import ProxyConfig
+
+__all__ = ["register", "run"]
+
+_BACKEND_WAIT = 600.0
+
+
+def _env(name: str, default: Any = None) -> Any:
+    return os.environ.get(f"CONFORMANT_{name}", default)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="OpenAI endpoint that repairs an upstream server's output (or runs the bundled backend)",
+        description="A drop-in OpenAI endpoint in front of any OpenAI-compatible server. Every flag "
+        "can also be set as CONFORMANT_<FLAG> (e.g. CONFORMANT_UPSTREAM).",
+    )
+    p.add_argument("--upstream", default=_env("UPSTREAM"), help="upstream base URL; omitted: start the backend")
+    p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(_env("PORT", 8000)))
+    p.add_argument("--api-key", default=_env("API_KEY"), help="key clients must send as a bearer token")
+    p.add_argument("--upstream-api-key", default=_env("UPSTREAM_API_KEY"), help="key sent to the upstream")
+    p.add_argument("--model-alias", default=_env("MODEL_ALIAS"), help="model name clients see")
+    p.add_argument("--upstream-kind", choices=["auto", "openai", "llamacpp"], default=_env("UPSTREAM_KIND", "auto"))
+    p.add_argument("--connect-timeout", type=float, default=float(_env("CONNECT_TIMEOUT", 10)))
+    p.add_argument("--first-byte-timeout", type=float, default=float(_env("FIRST_BYTE_TIMEOUT", 600)))
+    p.add_argument("--idle-timeout", type=float, default=float(_env("IDLE_TIMEOUT", 120)))
+    p.add_argument("--max-body", type=int, default=int(_env("MAX_BODY", 16 * 1024 * 1024)), help="bytes (413 above)")
+    p.add_argument("--cors-origin", action="append", default=_cors_default(), help="allowed origin (repeatable)")
+    p.add_argument("--no-fan-out", action="store_true", default=_env("NO_FAN_OUT") == "1",
+                   help="pass n>1 and prompt arrays through instead of fanning out")
+    p.add_argument("--model", default=_env("MODEL"), help="model for the bundled backend (without --upstream)")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    p.set_defaults(func=run)
+
+
+def _cors_default() -> list[str]:
+    value = _env("CORS_ORIGINS", "")
+    return [origin for origin in value.split(",") if origin]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def _backend(model: str | None) -> Iterator[str]:
+    """The bundled backend as a subprocess on a free port; yields its URL once /health answers."""
+    port = _free_port()
+    args = [sys.executable, "-m", "conformance", "backend", "--host", "127.0.0.1", "--port", str(port)]
+    if model:
+        args += ["--model", model]
+    proc = subprocess.Popen(args)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        print(f"conformant serve: starting the bundled backend on {url} ...", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + _BACKEND_WAIT
+        while True:
+            if proc.poll() is not None:
+                raise CommandError(f"the bundled backend exited with status {proc.returncode}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise CommandError("the bundled backend did not become ready")
+            time.sleep(0.5)
+        print("conformant serve: backend ready", file=sys.stderr, flush=True)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
+    with contextlib.ExitStack() as stack:
+        upstream = args.upstream or stack.enter_context(_backend(args.model))
+        if not upstream.startswith(("http://", "https://")):
+            raise CommandError(f"--upstream must be an http(s) URL, not {upstream!r}")
+        config = ProxyConfig(
+            upstream=upstream,
+            api_key=args.api_key,
+            upstream_api_key=args.upstream_api_key,
+            model_alias=args.model_alias,
+            upstream_kind=args.upstream_kind,
+            connect_timeout=args.connect_timeout,
+            first_byte_timeout=args.first_byte_timeout,
+            idle_timeout=args.idle_timeout,
+            max_body=args.max_body,
+            cors_origins=tuple(args.cors_origin),
+            fan_out=not args.no_fan_out,
+        )
+        print(f"conformant serve: http://{args.host}:{args.port}/v1 -> {upstream}", file=sys.stderr, flush=True)
+        uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
