@@ -1,0 +1,145 @@
+"""``conformant validate``: formats, output file, exit statuses, unreadable input, and bounded memory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tracemalloc
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from conformance.report import render
+from conformance.sse import DONE_EVENT, encode_data
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
+GOLDEN = DATA / "openai" / "e2aad469b71d.sse"
+BROKEN = DATA / "reports" / "vllm-18412.sse"
+WARNED = DATA / "seeds" / "deepseek-fim-logprobs.sse"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["validate", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_exit_0_for_golden_streams(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, str(DATA / "openai"))
+    assert status == 0
+    assert out.rstrip().endswith("12 checked, 0 errors, 0 warnings")
+
+
+def test_exit_1_for_errors_and_strict_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, str(BROKEN))[0] == 1
+    sidecar_free_warning_only = DATA / "seeds" / "llamacpp-docs-completion.json"
+    assert run(capsys, str(sidecar_free_warning_only))[0] == 0
+    tmp_warned = run(capsys, str(DATA / "reports" / "llamacpp-16048.sse"))
+    assert tmp_warned[0] == 0
+    assert run(capsys, "--strict", str(DATA / "reports" / "llamacpp-16048.sse"))[0] == 1
+
+
+def test_json_report_is_the_documented_format(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "--format", "json", str(GOLDEN), str(BROKEN))
+    report = json.loads(out)
+    assert status == 1
+    assert set(report) == {"conformant", "results", "summary"}
+    assert [set(r) for r in report["results"]] == [{"source", "endpoint", "stream", "errors", "warnings"}] * 2
+    finding = report["results"][1]["errors"][0]
+    assert set(finding) == {"rule", "message", "event", "pointer", "quirk"}
+    assert report["summary"] == {"transcripts": 2, "errors": 6, "warnings": 0}
+    assert report["results"][0]["source"] == str(GOLDEN)
+
+
+def test_junit_and_markdown(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    target = tmp_path / "report.xml"
+    status, out, _ = run(capsys, "--format", "junit", "--output", str(target), str(GOLDEN), str(BROKEN))
+    assert (status, out) == (1, "")
+    root = ET.fromstring(target.read_text())
+    cases = root.findall("./testsuite/testcase")
+    assert [c.find("failure") is not None for c in cases] == [False, True]
+    _, md, _ = run(capsys, "--format", "markdown", str(BROKEN))
+    assert "| error | `tool-call-id-missing` | Q63 |" in md
+
+
+def test_render_rejects_unknown_format() -> None:
+    with pytest.raises(ValueError, match="unknown report format"):
+        render([], "yaml")
+
+
+def test_sidecar_drives_the_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    body = GOLDEN.read_bytes()
+    (tmp_path / "t.sse").write_bytes(body)
+    request = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stream": True}}
+    sidecar = {
+        "request": request,
+        "response": {"status": 200, "headers": {"content-type": "text/event-stream"}},
+    }
+    (tmp_path / "t.json").write_text(json.dumps(sidecar))
+    status, out, _ = run(capsys, "--format", "json", str(tmp_path / "t.json"))
+    [result] = json.loads(out)["results"]
+    assert status == 1
+    assert {f["rule"] for f in result["errors"]} == {"usage-unrequested"}
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: d / "missing.sse", "no such file"),
+        (lambda d: d, "no .sse or .json transcripts"),
+        (lambda d: (d / "junk.sse").write_bytes(bytes(range(256)) * 20) and d / "junk.sse", "binary data"),
+        (lambda d: (d / "hi.sse").write_bytes("é".encode("latin-1") * 500) and d / "hi.sse", "binary data"),
+    ],
+    ids=["missing", "empty-folder", "binary", "undecodable"],
+)
+def test_unreadable_input_exits_2_with_one_line(tmp_path: Path, make: object, message: str) -> None:
+    path = make(tmp_path)  # type: ignore[operator]
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_large_stream_is_judged_in_bounded_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """16 MB of chunks: peak Python allocations stay a small fraction of the file (streamed, never loaded)."""
+    path = tmp_path / "big.sse"
+    chunk = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "word " * 20}, "finish_reason": None}],
+    }
+    first = dict(
+        chunk, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
+    )
+    line = encode_data(json.dumps(chunk))
+    with path.open("wb") as fh:
+        fh.write(encode_data(json.dumps(first)))
+        for _ in range((16 << 20) // len(line)):
+            fh.write(line)
+        fh.write(
+            encode_data(json.dumps(dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}])))
+        )
+        fh.write(DONE_EVENT)
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        status, out, _ = run(capsys, str(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert status == 0, out
+    assert peak < size // 10
