@@ -113,6 +113,7 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
         builder: ResponseBuilder, queue: asyncio.Queue[Event], jobs: list[Job]
     ) -> AsyncIterator[bytes]:
         open_jobs = {job.index for job in jobs}
+        order = _FirstAppearance(len(jobs))
         try:
             while open_jobs:
                 event = await queue.get()
@@ -120,9 +121,9 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
                     open_jobs.discard(event.index)
                     yield _sse(error_body(event.error, 500))
                     return
-                out = b"".join(_sse(chunk) for chunk in builder.chunks(event))
                 if event.finish_reason is not None:
                     open_jobs.discard(event.index)
+                out = b"".join(_sse(chunk) for ready in order.push(event) for chunk in builder.chunks(ready))
                 if out:
                     yield out
             if builder.req.include_usage:
@@ -185,6 +186,27 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
         Exception: server_error,
     }
     return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+
+
+class _FirstAppearance:
+    """Holds a choice's events until every lower index has shown up, so choices first appear in order
+    (0, 1, 2...) as OpenAI streams them, whichever slot happens to produce first."""
+
+    def __init__(self, n: int) -> None:
+        self.next = 0
+        self.held: dict[int, list[Event]] = {i: [] for i in range(n)}
+
+    def push(self, event: Event) -> list[Event]:
+        if event.index > self.next:
+            self.held[event.index].append(event)
+            return []
+        out = [event]
+        if event.index == self.next:
+            self.next += 1
+            while self.held.get(self.next):
+                out += self.held.pop(self.next)
+                self.next += 1
+        return out
 
 
 def _sse(payload: Any) -> bytes:

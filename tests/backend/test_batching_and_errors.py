@@ -1,0 +1,118 @@
+"""Acceptance 3: batched outputs equal solo outputs at temperature 0; cancellation frees the slot within
+one decode step; invalid parameters, over-long prompts and a full queue get the right errors."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from backend.service import Backend
+from tests.backend.conftest import CTX_PER_SLOT, RecordingTransport, assert_conformant
+
+pytestmark = pytest.mark.backend
+
+PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "The best way to learn"]
+
+
+def test_concurrent_outputs_equal_solo_outputs(client: Any, recorder: RecordingTransport) -> None:
+    def complete(prompt: str) -> str:
+        r = client.completions.create(model="gemma", prompt=prompt, max_tokens=16, temperature=0)
+        return str(r.choices[0].text)
+
+    solo = [complete(p) for p in PROMPTS]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(complete, PROMPTS))
+    assert together == solo
+    assert_conformant(recorder)
+
+
+def _wait_idle(backend: Backend, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while backend.engine.health()["slots_processing"] or backend.engine.health()["queued"]:
+        assert time.monotonic() < deadline, backend.engine.health()
+        time.sleep(0.02)
+
+
+def test_disconnect_frees_the_slot_within_one_step(gemma_url: str, gemma_backend: Backend) -> None:
+    _wait_idle(gemma_backend)
+    before = len(gemma_backend.engine.stats.cancel_latency_steps)
+    body = {"prompt": "Count:", "max_tokens": 400, "stream": True, "ignore_eos": True}
+    with httpx.Client() as http, http.stream("POST", gemma_url + "/v1/completions", json=body) as response:
+        lines = response.iter_lines()
+        assert next(line for line in lines if line.startswith("data:"))
+        assert gemma_backend.engine.health()["slots_processing"] == 1
+    _wait_idle(gemma_backend)
+    latencies = gemma_backend.engine.stats.cancel_latency_steps[before:]
+    assert latencies
+    assert max(latencies) <= 1
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": "x", "temperature": 5}, "temperature"),
+        ({"prompt": "x", "top_p": "high"}, "top_p"),
+        ({"prompt": "x", "logprobs": 9}, "logprobs"),
+        ({"prompt": "x", "n": 0}, "n"),
+        ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+        ({"prompt": "x", "grammar": "root ::= ("}, "grammar"),
+        ({"prompt": "x", "mirostat": 3}, "mirostat"),
+        ({"prompt": [999999999]}, "prompt"),
+        ({"prompt": {"a": 1}}, "prompt"),
+        ({"prompt": "x", "suffix": "y"}, "suffix"),  # Gemma 3 270M has no fill-in-the-middle tokens
+    ],
+)
+def test_invalid_parameters_are_400_naming_the_parameter(
+    client: Any, recorder: RecordingTransport, body: dict[str, Any], param: str
+) -> None:
+    extra = {k: v for k, v in body.items() if k != "prompt"}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="gemma", prompt=body["prompt"], extra_body=extra)
+    error = info.value.body
+    assert info.value.status_code == 400
+    assert error["type"] == "invalid_request_error" and error["param"] == param, error
+    assert_conformant(recorder)
+
+
+def test_chat_parameter_errors(client: Any, recorder: RecordingTransport) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="gemma", messages=[], max_tokens=2)
+    assert info.value.body["param"] == "messages"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model="gemma", messages=[{"role": "user", "content": "hi"}], top_logprobs=2, max_tokens=2
+        )
+    assert info.value.body["param"] == "top_logprobs"
+    assert_conformant(recorder)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_prompt_beyond_the_context_is_400_before_any_stream_byte(
+    client: Any, recorder: RecordingTransport, stream: bool
+) -> None:
+    long_prompt = "hello " * (CTX_PER_SLOT + 50)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model="gemma", messages=[{"role": "user", "content": long_prompt}], stream=stream, max_tokens=4
+        )
+    assert info.value.body["code"] == "context_length_exceeded"
+    assert recorder.exchanges[-1].headers["content-type"].startswith("application/json")
+    assert_conformant(recorder)
+
+
+def test_full_queue_is_429_with_retry_after(gemma_url: str, gemma_backend: Backend) -> None:
+    _wait_idle(gemma_backend)
+    # One request with n=6 takes the 4 slots and the 2 queue places; the next one does not fit.
+    hog = {"prompt": "Count:", "max_tokens": 300, "n": 6, "stream": True, "ignore_eos": True}
+    with httpx.Client() as http, http.stream("POST", gemma_url + "/v1/completions", json=hog) as held:
+        assert held.status_code == 200
+        refused = http.post(gemma_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert refused.status_code == 429
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"]["type"] == "rate_limit_exceeded"
+    _wait_idle(gemma_backend)

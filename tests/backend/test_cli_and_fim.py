@@ -1,0 +1,123 @@
+"""The `conformant backend` command as users run it, and what only the synthetic model has: a GGUF chat
+template (rendered with Jinja) and fill-in-the-middle tokens for `suffix`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from backend.app import create_app
+from backend.context import ContextOptions
+from backend.service import Backend
+from backend.synthetic import SyntheticSpec, write_synthetic
+from tests.backend.conftest import Exchange
+from tests.support.servers import free_port, run_asgi, run_process
+
+pytestmark = pytest.mark.backend
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Backend]]:
+    path = write_synthetic(tmp_path_factory.mktemp("models") / "dense.gguf", SyntheticSpec())
+    backend = Backend.open(str(path), context=ContextOptions(ctx_size=512, parallel=2, threads=2))
+    with run_asgi(create_app(backend)) as url:
+        yield url, backend
+    backend.close()
+
+
+def _post(url: str, path: str, body: dict[str, Any]) -> Exchange:
+    response = httpx.post(url + path, json=body, timeout=60)
+    exchange = Exchange("POST", path, body, response.status_code, dict(response.headers))
+    exchange.raw += response.content
+    return exchange
+
+
+def test_suffix_uses_the_models_fim_tokens(synthetic: tuple[str, Backend]) -> None:
+    url, backend = synthetic
+    assert backend.vocab.fim is not None
+    exchange = _post(url, "/v1/completions", {"prompt": "hello", "suffix": "world", "max_tokens": 4})
+    assert exchange.status == 200
+    assert exchange.judge_errors() == []
+    prompt = backend.prompts(_parse({"prompt": "hello", "suffix": "world"}))[0].tokens
+    pre, suf, mid = backend.vocab.fim
+    assert prompt[-1] == mid
+    assert pre in prompt
+    assert suf in prompt
+
+
+def test_gguf_chat_template_is_used(synthetic: tuple[str, Backend]) -> None:
+    url, backend = synthetic
+    assert backend.template.origin == "gguf"
+    text = backend.template.render(_parse_chat([{"role": "user", "content": "hi"}]).messages)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    exchange = _post(
+        url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    )
+    assert exchange.status == 200
+    assert exchange.judge_errors() == []
+
+
+def _parse(body: dict[str, Any]) -> Any:
+    from backend.requests import parse_completion_request
+
+    return parse_completion_request(body)
+
+
+def _parse_chat(messages: list[dict[str, str]]) -> Any:
+    from backend.requests import parse_chat_request
+
+    return parse_chat_request({"messages": messages})
+
+
+def test_command_serves_gemma_by_default() -> None:
+    port = free_port()
+    args = [
+        "python",
+        "-m",
+        "backend",
+        "--port",
+        str(port),
+        "--ctx-size",
+        "1024",
+        "--parallel",
+        "1",
+        "-t",
+        "2",
+    ]
+    with run_process(args, health_path="/health", port=port) as (url, _):
+        exchange = _post(
+            url,
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True},
+        )
+        assert exchange.status == 200
+        assert exchange.judge_errors() == []
+        assert httpx.get(url + "/v1/models").json()["data"][0]["id"] == "gemma-3-270m-q4_k_m"
+
+
+def test_quantized_v_cache_without_flash_attention_is_refused_up_front(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend",
+            "--model",
+            str(tmp_path / "none.gguf"),
+            "--cache-type-v",
+            "q8_0",
+            "--flash-attn",
+            "off",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--cache-type-v q8_0 needs flash attention" in result.stderr
+    assert "Traceback" not in result.stderr
