@@ -25,7 +25,6 @@ from conformance.openai_errors import error_body
 
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
 from .config import ProxyConfig
-from .errors import ProxyError
 from .normalizer import Endpoint, RequestInfo, clean_model_name
 from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_of
 from .respond import HeldResponse, serve_source

@@ -35,21 +35,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="A drop-in OpenAI endpoint in front of any OpenAI-compatible server. Every flag "
         "can also be set as CONFORMANT_<FLAG> (e.g. CONFORMANT_UPSTREAM).",
     )
-    p.add_argument("--upstream", default=_env("UPSTREAM"), help="upstream base URL; omitted: start the backend")
+    p.add_argument(
+        "--upstream", default=_env("UPSTREAM"), help="upstream base URL; omitted: start the backend"
+    )
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(_env("PORT", 8000)))
     p.add_argument("--api-key", default=_env("API_KEY"), help="key clients must send as a bearer token")
     p.add_argument("--upstream-api-key", default=_env("UPSTREAM_API_KEY"), help="key sent to the upstream")
     p.add_argument("--model-alias", default=_env("MODEL_ALIAS"), help="model name clients see")
-    p.add_argument("--upstream-kind", choices=["auto", "openai", "llamacpp"], default=_env("UPSTREAM_KIND", "auto"))
+    p.add_argument(
+        "--upstream-kind", choices=["auto", "openai", "llamacpp"], default=_env("UPSTREAM_KIND", "auto")
+    )
     p.add_argument("--connect-timeout", type=float, default=float(_env("CONNECT_TIMEOUT", 10)))
     p.add_argument("--first-byte-timeout", type=float, default=float(_env("FIRST_BYTE_TIMEOUT", 600)))
     p.add_argument("--idle-timeout", type=float, default=float(_env("IDLE_TIMEOUT", 120)))
-    p.add_argument("--max-body", type=int, default=int(_env("MAX_BODY", 16 * 1024 * 1024)), help="bytes (413 above)")
-    p.add_argument("--cors-origin", action="append", default=_cors_default(), help="allowed origin (repeatable)")
-    p.add_argument("--no-fan-out", action="store_true", default=_env("NO_FAN_OUT") == "1",
-                   help="pass n>1 and prompt arrays through instead of fanning out")
-    p.add_argument("--model", default=_env("MODEL"), help="model for the bundled backend (without --upstream)")
+    p.add_argument(
+        "--max-body", type=int, default=int(_env("MAX_BODY", 16 * 1024 * 1024)), help="bytes (413 above)"
+    )
+    p.add_argument(
+        "--cors-origin", action="append", default=_cors_default(), help="allowed origin (repeatable)"
+    )
+    p.add_argument(
+        "--no-fan-out",
+        action="store_true",
+        default=_env("NO_FAN_OUT") == "1",
+        help="pass n>1 and prompt arrays through instead of fanning out",
+    )
+    p.add_argument(
+        "--model", default=_env("MODEL"), help="model for the bundled backend (without --upstream)"
+    )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     p.set_defaults(func=run)
 
@@ -122,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
             cors_origins=tuple(args.cors_origin),
             fan_out=not args.no_fan_out,
         )
-        print(f"conformant serve: http://{args.host}:{args.port}/v1 -> {upstream}", file=sys.stderr, flush=True)
+        print(
+            f"conformant serve: http://{args.host}:{args.port}/v1 -> {upstream}", file=sys.stderr, flush=True
+        )
         uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0

@@ -151,15 +151,12 @@ def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
             obj = json.loads(stripped)
         except ValueError:
             obj = None
-        if isinstance(obj, dict):
-            if is_error_payload(obj) or "message" in obj or "detail" in obj:
-                detail = obj.get("detail")
-                if not is_error_payload(obj) and isinstance(detail, str | list):
-                    obj = {"error": {"message": json.dumps(detail) if isinstance(detail, list) else detail}}
-                already_openai = isinstance(obj.get("error"), dict) and {"message", "type"} <= set(
-                    obj["error"]
-                )
-                return error_from_payload(obj, status, quirk=None if already_openai else "Q46")
+        if isinstance(obj, dict) and (is_error_payload(obj) or "message" in obj or "detail" in obj):
+            detail = obj.get("detail")
+            if not is_error_payload(obj) and isinstance(detail, str | list):
+                obj = {"error": {"message": json.dumps(detail) if isinstance(detail, list) else detail}}
+            already_openai = isinstance(obj.get("error"), dict) and {"message", "type"} <= set(obj["error"])
+            return error_from_payload(obj, status, quirk=None if already_openai else "Q46")
     if "html" in content_type or stripped.lower().startswith(("<!doctype", "<html")):
         title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
         text = title.group(1) if title else _TAGS.sub(" ", text)

@@ -301,7 +301,7 @@ class FanOutSource(Source):
         if not self._request.include_usage or self._usage is None:
             return None
         head = next(iter(self._sources)).identity
-        usage_chunk = {
+        usage_chunk: dict[str, Any] = {
             "id": head.id,
             "object": self._request.object_name,
             "created": head.created,
@@ -319,10 +319,8 @@ class FanOutSource(Source):
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            except (asyncio.CancelledError, Exception):  # noqa: PERF203 - each task is awaited once
-                pass
         self._tasks = []
         for source in self._sources:
             await source.aclose()

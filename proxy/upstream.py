@@ -29,9 +29,9 @@ class UpstreamStream:
 
     @property
     def content_type(self) -> str:
-        return self.response.headers.get("content-type", "").lower()
+        return str(self.response.headers.get("content-type", "")).lower()
 
-    async def read(self, timeout: float | None = None) -> bytes | None:
+    async def read(self, timeout: float | None = None) -> bytes | None:  # noqa: ASYNC109
         """The next bytes, or None at the end; a silent upstream is a 504 (Q25)."""
         try:
             async with asyncio.timeout(timeout if timeout is not None else self._idle):
@@ -111,7 +111,7 @@ class Upstream:
                 raise ProxyError.make(f"the upstream request failed: {type(exc).__name__}", 502) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+    async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
         """A small request whose JSON answer is wanted (models, tokenize, probes); None on any failure."""
         try:
             async with asyncio.timeout(timeout):

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..emulation.stop import truncate_at_stop
 from ..errors import ProxyError, error_from_payload, is_error_payload
-from .choices import fix_tool_call
+from .choices import as_dict, fix_tool_call
 from .finish import FAILURE_REASONS, map_finish_reason
 from .identity import Identity
 from .logprobs import chat_logprobs, legacy_logprobs
@@ -121,7 +121,7 @@ def _enforce_stop(text: str, request: RequestInfo, repairs: Repairs) -> tuple[st
 def _chat_choice(
     raw: dict[str, Any], index: int, request: RequestInfo, repairs: Repairs, tokens: int | None
 ) -> dict[str, Any]:
-    message = raw.get("message") if isinstance(raw.get("message"), dict) else {}
+    message = as_dict(raw.get("message"))
     content = message.get("content")
     stopped = False
     if isinstance(content, str):

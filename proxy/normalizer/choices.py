@@ -9,7 +9,12 @@ from typing import Any
 from ..emulation.stop import StopScanner
 from .repairs import Repairs
 
-__all__ = ["ChoiceState", "fix_tool_call", "new_tool_call_id"]
+__all__ = ["ChoiceState", "as_dict", "fix_tool_call", "new_tool_call_id"]
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is an object, else an empty one (upstreams send null or other types)."""
+    return value if isinstance(value, dict) else {}
 
 
 def new_tool_call_id() -> str:
@@ -26,7 +31,7 @@ def _arguments(value: Any) -> str:
 
 def fix_tool_call(call: dict[str, Any], repairs: Repairs) -> dict[str, Any]:
     """A whole tool call with an id (TGI's "0", Q65), ``type`` and string arguments."""
-    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+    fn = as_dict(call.get("function"))
     call_id = call.get("id")
     if not isinstance(call_id, str) or not call_id or call_id == "0":
         repairs.add("Q65" if call_id == "0" else "Q63")
@@ -92,7 +97,7 @@ class ChoiceState:
             if not isinstance(call, dict):
                 continue
             index = call.get("index")
-            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            fn = as_dict(call.get("function"))
             if not isinstance(index, int) or isinstance(index, bool):
                 repairs.add("Q64")
                 starts_call = bool(call.get("id") or fn.get("name")) or not self.tool_ids

@@ -25,7 +25,7 @@ def new_id(endpoint: Endpoint) -> str:
 
 def clean_model_name(name: str) -> str:
     """A served model name without a local path or a ``.gguf`` suffix (Q09 path leak)."""
-    if "/" in name and (name.startswith(("/", "./", "~")) or name.endswith(".gguf")) or "\\" in name:
+    if ("/" in name and (name.startswith(("/", "./", "~")) or name.endswith(".gguf"))) or "\\" in name:
         name = re.split(r"[\\/]", name)[-1]
     return name.removesuffix(".gguf") or "model"
 
@@ -72,7 +72,7 @@ class Identity:
         obj["model"] = self.model
 
     def _same_upstream(self, upstream_id: Any) -> bool:
-        return upstream_id == self.upstream_id
+        return bool(upstream_id == self.upstream_id)
 
     def _choose_id(self, upstream_id: Any, repairs: Repairs) -> str:
         prefix = _PREFIX[self.endpoint]

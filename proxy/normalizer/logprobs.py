@@ -29,8 +29,8 @@ def legacy_logprobs(raw: Any, offset: int = 0) -> tuple[dict[str, Any] | None, i
     content = raw.get("content")
     if not isinstance(content, list):
         if "tokens" in raw:
-            tokens = raw.get("tokens") or []
-            return raw, sum(len(t) for t in tokens if isinstance(t, str)), False
+            given = raw.get("tokens") or []
+            return raw, sum(len(t) for t in given if isinstance(t, str)), False
         return None, 0, True
     tokens: list[str] = []
     token_lps: list[float | None] = []

@@ -15,7 +15,7 @@ from typing import Any
 from conformance.sse import SSEBlock
 
 from ..errors import ProxyError, error_from_payload, is_error_payload
-from .choices import ChoiceState
+from .choices import ChoiceState, as_dict
 from .finish import FAILURE_REASONS, map_finish_reason
 from .identity import Identity
 from .logprobs import chat_logprobs, legacy_logprobs
@@ -227,7 +227,7 @@ class StreamNormalizer:
             return None
         delta = raw.get("delta")
         if not isinstance(delta, dict):
-            delta = raw.get("message") if isinstance(raw.get("message"), dict) else {}
+            delta = as_dict(raw.get("message"))
         out: dict[str, Any] = {}
         role = delta.get("role")
         first = not state.role_sent

@@ -29,7 +29,12 @@ def completed(t: Transcript) -> Transcript:
     """The transcript with ``[DONE]`` appended: the corpus holds excerpts cut off mid-stream."""
     body = t.read_body().rstrip(b"\r\n") + b"\n\ndata: [DONE]\n\n"
     return Transcript(
-        name=t.name + "-completed", body_path=None, request=t.request, status=t.status, headers=t.headers, body=body
+        name=t.name + "-completed",
+        body_path=None,
+        request=t.request,
+        status=t.status,
+        headers=t.headers,
+        body=body,
     )
 
 

@@ -91,6 +91,7 @@ def raw_server(handler: Handler) -> Iterator[tuple[str, Record]]:
     try:
         yield f"http://127.0.0.1:{port}", record
     finally:
+
         def stop() -> None:
             server_box[0].close()
             for task in asyncio.all_tasks(loop):

@@ -128,7 +128,9 @@ def test_first_byte_timeout_is_504_and_cancels_the_upstream() -> None:
         assert_idle(app)
 
 
-async def _stall_after_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+async def _stall_after_one(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
     await read_request(reader)
     writer.write(sse_head() + http_chunk(chunk("Hello")))
     await writer.drain()
@@ -161,23 +163,39 @@ def _page(status: str, content_type: str, body: bytes) -> Any:
 @pytest.mark.parametrize(
     ("status", "content_type", "body", "expected"),
     [
-        ("503 Service Unavailable", "text/html", b"<html><title>503 Service Temporarily Unavailable</title>"
-         b"<body><h1>nginx</h1> at /srv/app/models/x.gguf</body></html>", 503),
+        (
+            "503 Service Unavailable",
+            "text/html",
+            b"<html><title>503 Service Temporarily Unavailable</title>"
+            b"<body><h1>nginx</h1> at /srv/app/models/x.gguf</body></html>",
+            503,
+        ),
         ("500 Internal Server Error", "text/plain", b"Internal Server Error\nTraceback at /home/u/x.py", 500),
         ("404 Not Found", "text/plain", b"404 page not found", 404),
-        ("422 Unprocessable Entity", "application/json", b'{"error":"Input validation error","error_type":"validation"}', 400),
+        (
+            "422 Unprocessable Entity",
+            "application/json",
+            b'{"error":"Input validation error","error_type":"validation"}',
+            400,
+        ),
     ],
 )
-def test_upstream_error_pages_become_openai_errors(status: str, content_type: str, body: bytes, expected: int) -> None:
+def test_upstream_error_pages_become_openai_errors(
+    status: str, content_type: str, body: bytes, expected: int
+) -> None:
     with raw_server(_page(status, content_type, body)) as (upstream, _), proxy(upstream) as (url, app):
         for stream in (True, False):
             response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
             error = assert_error(response, expected)
-            assert "<" not in error["message"] and "/srv/" not in error["message"] and "/home/" not in error["message"]
+            assert "<" not in error["message"]
+            assert "/srv/" not in error["message"]
+            assert "/home/" not in error["message"]
         assert_idle(app)
 
 
-async def _close_second_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+async def _close_second_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
     """Like llama-server: answers on a keep-alive connection, then drops it on the next request."""
     served = 0
     while await read_request(reader) is not None:
@@ -191,7 +209,10 @@ async def _close_second_request(reader: asyncio.StreamReader, writer: asyncio.St
 
 
 def test_keepalive_connection_closed_before_response_is_retried_once() -> None:
-    with raw_server(_close_second_request) as (upstream, record), proxy(upstream, upstream_kind="openai") as (url, app):
+    with (
+        raw_server(_close_second_request) as (upstream, record),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
         for _ in range(2):
             response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
             assert response.status_code == 200, response.text
@@ -238,8 +259,10 @@ def test_non_json_first_event_is_a_502() -> None:
 def test_utf8_split_across_reads_and_invalid_bytes() -> None:
     whole = chunk("h\u00e9llo \u4e16\u754c")
     cut = whole.index("\u4e16".encode()) + 1  # inside a three-byte character
-    bad = b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,' \
-          b'"delta":{"content":"\xff\xfe"},"finish_reason":"stop"}]}\n\n'
+    bad = (
+        b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        b'"delta":{"content":"\xff\xfe"},"finish_reason":"stop"}]}\n\n'
+    )
     handler = _streams(whole[:cut], whole[cut:], bad, b"data: [DONE]\n\n", then_wait=False)
     with raw_server(handler) as (upstream, _), proxy(upstream) as (url, app):
         response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
@@ -264,7 +287,10 @@ async def _huge_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
 
 
 def test_ten_megabyte_line_is_an_error_event_with_bounded_memory() -> None:
-    with raw_server(_huge_line) as (upstream, record), proxy(upstream, max_line_bytes=256 * 1024) as (url, app):
+    with (
+        raw_server(_huge_line) as (upstream, record),
+        proxy(upstream, max_line_bytes=256 * 1024) as (url, app),
+    ):
         response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=20)
         assert response.status_code == 200
         assert "size limit" in response.text.rsplit("data: ", 1)[-1]
@@ -285,7 +311,10 @@ async def _endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
 
 def test_client_disconnect_mid_stream_cancels_the_upstream() -> None:
     with raw_server(_endless) as (upstream, record), proxy(upstream) as (url, app):
-        with httpx.Client(timeout=10) as client, client.stream("POST", url + "/v1/chat/completions", json=CHAT) as r:
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("POST", url + "/v1/chat/completions", json=CHAT) as r,
+        ):
             lines = r.iter_lines()
             assert next(lines).startswith("data: ")
             next(lines)
@@ -302,7 +331,8 @@ def test_client_disconnect_before_the_first_byte_cancels_the_upstream() -> None:
         body = json.dumps(CHAT).encode()
         sock.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            + f"content-length: {len(body)}\r\n\r\n".encode() + body
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         wait_for(lambda: record.requests == 1)
         sock.close()

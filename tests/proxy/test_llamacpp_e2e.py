@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,7 +34,18 @@ def llama_cpp_python() -> Iterator[str]:
     port = free_port()
     # The shared launcher runs ``python -m llama_cpp.server`` with the AMX repack workaround this host needs.
     launcher = str(Path(__file__).parents[1] / "live" / "llama_cpp_server.py")
-    args = ["python", launcher, "--model", _model_path(), "--port", str(port), "--host", "127.0.0.1", "--n_ctx", "512"]
+    args = [
+        "python",
+        launcher,
+        "--model",
+        _model_path(),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--n_ctx",
+        "512",
+    ]
     with run_process(args, health_path="/v1/models", port=port, timeout=180) as (url, _):
         yield url
 
@@ -61,12 +72,14 @@ def _exercise(upstream: str) -> None:
         client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
         model = "gemma"
         chunks = list(client.chat.completions.create(model=model, stream=True, **CHAT))  # type: ignore[call-overload]
-        assert len({c.id for c in chunks}) == 1 and chunks[-1].choices[0].finish_reason in ("stop", "length")
+        assert len({c.id for c in chunks}) == 1
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
         # Gemma under llama-cpp-python's fallback chat template may answer with EOS at once: the text
         # may be empty, but stream and JSON must agree and the JSON reply must carry usage.
         streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         reply = client.chat.completions.create(model=model, **CHAT)  # type: ignore[call-overload]
-        assert reply.choices[0].message.content == streamed and reply.usage is not None
+        assert reply.choices[0].message.content == streamed
+        assert reply.usage is not None
         texts = list(client.completions.create(model=model, stream=True, **COMPLETION))  # type: ignore[call-overload]
         assert "".join(c.choices[0].text for c in texts if c.choices)
         whole = client.completions.create(model=model, **COMPLETION)  # type: ignore[call-overload]
@@ -76,15 +89,23 @@ def _exercise(upstream: str) -> None:
                 model=model, stream=True, stream_options={"include_usage": True}, **CHAT
             )
         )
-        assert usage_chunks[-1].choices == [] and usage_chunks[-1].usage.completion_tokens > 0
+        assert usage_chunks[-1].choices == []
+        usage = usage_chunks[-1].usage
+        assert usage.prompt_tokens > 0  # llama-cpp-python streams no usage (Q28): counted via its tokenizer
+        assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
         for stream in (True, False):
             _judged(url, "/v1/chat/completions", {"model": model, "stream": stream, **CHAT})
             _judged(url, "/v1/completions", {"model": model, "stream": stream, **COMPLETION})
             _judged(url, "/v1/completions", {"model": model, "stream": stream, "n": 2, **COMPLETION})
-            _judged(url, "/v1/completions", {"model": model, "stream": stream, "stop": [" Paris"], **COMPLETION})
+            _judged(
+                url, "/v1/completions", {"model": model, "stream": stream, "stop": [" Paris"], **COMPLETION}
+            )
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(  # type: ignore[call-overload]
-                model=model, stream=True, messages=[{"role": "user", "content": "overflow " * 2000}], max_tokens=4
+                model=model,
+                stream=True,
+                messages=[{"role": "user", "content": "overflow " * 2000}],
+                max_tokens=4,
             )
 
 

@@ -43,10 +43,12 @@ def test_every_corpus_transcript_judges_clean_through_the_proxy(
             continue
         name = transcript_stem(completed(t))
         path = t.request["path"] if t.request else "/v1/chat/completions"
-        body = {**t.request_body, "stream": stream}
+        body = {k: v for k, v in t.request_body.items() if k != "stream_options"} | {"stream": stream}
         if stream and include_usage:
             body["stream_options"] = {"include_usage": True}
-        response = httpx.post(proxy_url + path, json=body, headers={"x-conformant-transcript": name}, timeout=20)
+        response = httpx.post(
+            proxy_url + path, json=body, headers={"x-conformant-transcript": name}, timeout=20
+        )
         verdict = judge(response, path, body)
         assert verdict.errors == [], (name, [f.message for f in verdict.errors], response.text[:2000])
         if response.status_code == 200 and stream:
@@ -56,7 +58,9 @@ def test_every_corpus_transcript_judges_clean_through_the_proxy(
     assert checked >= 10
 
 
-def test_cut_off_streams_end_in_an_error_event_the_sdk_raises(corpus: list[Transcript], proxy_url: str) -> None:
+def test_cut_off_streams_end_in_an_error_event_the_sdk_raises(
+    corpus: list[Transcript], proxy_url: str
+) -> None:
     cut = 0
     for t in corpus:
         raw = t.read_body()
@@ -65,7 +69,9 @@ def test_cut_off_streams_end_in_an_error_event_the_sdk_raises(corpus: list[Trans
         name = transcript_stem(t)
         path = t.request["path"] if t.request else ""
         body = t.request_body
-        response = httpx.post(proxy_url + path, json=body, headers={"x-conformant-transcript": name}, timeout=20)
+        response = httpx.post(
+            proxy_url + path, json=body, headers={"x-conformant-transcript": name}, timeout=20
+        )
         verdict = judge(response, path, body)
         if response.status_code == 200:
             # The only finding allowed is the error event itself, which is the right answer here.
@@ -95,30 +101,38 @@ def test_sdk_streams_and_json_on_both_endpoints(corpus: list[Transcript], proxy_
     assert chunks[-1].choices[0].finish_reason == "stop"
     reply = client.chat.completions.create(**{**chat.request_body, "stream": False})
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
-    assert reply.choices[0].message.content == text and text
+    assert reply.choices[0].message.content == text
+    assert text
     completion = by_name["llamacpp-vllm-pr18692"]
     client = _client(proxy_url, "llamacpp-vllm-pr18692-completed")
     streamed = list(client.completions.create(**{**completion.request_body, "stream": True}))
     assert streamed[0].id.startswith("cmpl-")  # Q04: llama.cpp's chatcmpl- id on a text_completion
     whole = client.completions.create(**{**completion.request_body, "stream": False})
     assert whole.choices[0].text == "".join(c.choices[0].text for c in streamed if c.choices)
-    assert whole.usage is not None and whole.usage.total_tokens > 0
+    assert whole.usage is not None
+    assert whole.usage.total_tokens > 0
 
 
-def test_ik_llama_767_comes_out_with_one_id_a_model_and_one_finish(corpus: list[Transcript], proxy_url: str) -> None:
+def test_ik_llama_767_comes_out_with_one_id_a_model_and_one_finish(
+    corpus: list[Transcript], proxy_url: str
+) -> None:
     """Seed case: every upstream chunk has id "", model "", finish_reason "length" and usage (Q02/Q14/Q27)."""
     t = {transcript_stem(t): t for t in corpus}["ik_llama-767"]
     client = _client(proxy_url, "ik_llama-767")
     chunks = list(client.completions.create(**{**t.request_body, "stream": True}))
-    assert len({c.id for c in chunks}) == 1 and chunks[0].id.startswith("cmpl-")
+    assert len({c.id for c in chunks}) == 1
+    assert chunks[0].id.startswith("cmpl-")
     assert all(c.model == t.request_body["model"] for c in chunks)
     assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
     assert chunks[-1].choices[0].finish_reason == "length"
     assert all(c.usage is None for c in chunks)
     asked = list(
-        client.completions.create(**{**t.request_body, "stream": True, "stream_options": {"include_usage": True}})
+        client.completions.create(
+            **{**t.request_body, "stream": True, "stream_options": {"include_usage": True}}
+        )
     )
-    assert asked[-1].choices == [] and asked[-1].usage is not None
+    assert asked[-1].choices == []
+    assert asked[-1].usage is not None
     assert asked[-1].usage.prompt_tokens == 13  # the upstream's own count, moved to the usage chunk
 
 
