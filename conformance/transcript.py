@@ -137,6 +137,11 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
     return loaded
 
 
+def _sibling(base: Path, suffix: str) -> Path:
+    """``base`` plus a suffix; unlike ``with_suffix`` it keeps dots inside the name (``x.reconstructed``)."""
+    return base.parent / (base.name + suffix)
+
+
 def _looks_binary(head: bytes) -> bool:
     return b"\x00" in head
 
@@ -149,8 +154,8 @@ def load_transcript(path: str | Path) -> Transcript:
         side_path = path.with_name(path.name + ".json")
         name = str(path)
     else:
-        base = path.with_suffix("")
-        body_path, side_path, name = base.with_suffix(".sse"), base.with_suffix(".json"), str(base)
+        base = path.parent / path.stem
+        body_path, side_path, name = _sibling(base, ".sse"), _sibling(base, ".json"), str(base)
     if not path.exists():
         raise TranscriptError(f"{path}: no such file")
     if path.is_dir():
@@ -205,7 +210,8 @@ def discover(paths: Iterable[str | Path]) -> list[Transcript]:
     found: list[Transcript] = []
 
     def add(candidate: Path) -> None:
-        key = str(candidate.with_suffix("")) if candidate.suffix in {".sse", ".json"} else str(candidate)
+        paired = candidate.suffix in {".sse", ".json"}
+        key = str(candidate.parent / candidate.stem) if paired else str(candidate)
         if key in seen:
             return
         seen.add(key)
@@ -235,7 +241,9 @@ def save_transcript(
     """Write ``base.sse`` and ``base.json``; request and response headers are scrubbed of credentials."""
     base = Path(base)
     base.parent.mkdir(parents=True, exist_ok=True)
-    body_path = base.with_suffix(".sse")
+    if base.suffix in {".sse", ".json"}:
+        base = base.parent / base.stem
+    body_path = _sibling(base, ".sse")
     body_path.write_bytes(body)
     req: dict[str, Any] | None = None
     if request is not None:
@@ -251,5 +259,5 @@ def save_transcript(
     timing = [[round(t, 6), n] for t, n in chunk_timing]
     if timing:
         sidecar["chunk_timing"] = timing
-    base.with_suffix(".json").write_text(json.dumps(sidecar, indent=2) + "\n")
+    _sibling(base, ".json").write_text(json.dumps(sidecar, indent=2) + "\n")
     return load_transcript(body_path)
