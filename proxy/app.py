@@ -100,9 +100,11 @@ def _split(endpoint: Endpoint, body: dict[str, Any], info: RequestInfo) -> list[
     """One single-choice request per (prompt, sample) when ``n > 1`` or the prompt is an array."""
     prompts: list[Any] = [body.get("prompt")]
     raw_prompt = body.get("prompt")
-    if endpoint == "completions" and isinstance(raw_prompt, list) and raw_prompt:
-        if all(isinstance(p, str) for p in raw_prompt) or all(isinstance(p, list) for p in raw_prompt):
-            prompts = raw_prompt
+    uniform = isinstance(raw_prompt, list) and (
+        all(isinstance(p, str) for p in raw_prompt) or all(isinstance(p, list) for p in raw_prompt)
+    )
+    if endpoint == "completions" and uniform and raw_prompt:
+        prompts = list(raw_prompt)
     if info.n == 1 and len(prompts) == 1:
         return None
     parts = []
