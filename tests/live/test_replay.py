@@ -9,6 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conformance.cli import main
+from conformance.commands.replay import parse_pace
 from conformance.replay import TRANSCRIPT_HEADER, create_replay_app, load_corpus, transcript_stem
 from conformance.transcript import Transcript, save_transcript
 from tests.support.servers import run_asgi
@@ -138,3 +140,13 @@ def test_pace_none_sends_at_once(tmp_path: Path) -> None:
     with run_asgi(create_replay_app([transcript], pace=None)) as url:
         arrivals = _arrivals(url, "slow")
     assert arrivals[-1][0] < 30
+
+
+def test_replay_command_rejects_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["replay-server"]) == 2
+    assert main(["replay-server", str(tmp_path)]) == 2
+    assert "no transcripts" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["replay-server", "--corpus", "--pace", "fast"])
+    assert parse_pace("none") is None
+    assert parse_pace("0.5") == 0.5
