@@ -75,7 +75,8 @@ def test_invalid_parameters_are_400_naming_the_parameter(
         client.completions.create(model="gemma", prompt=body["prompt"], extra_body=extra)
     error = info.value.body
     assert info.value.status_code == 400
-    assert error["type"] == "invalid_request_error" and error["param"] == param, error
+    assert error["type"] == "invalid_request_error", error
+    assert error["param"] == param, error
     assert_conformant(recorder)
 
 
