@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -24,9 +23,12 @@ from starlette.types import Send
 from conformance.openai_errors import error_body
 
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
+from .adapters.token_prompts import with_text_prompt_fallback
 from .config import ProxyConfig
+from .errors import ProxyError
 from .normalizer import Endpoint, RequestInfo, clean_model_name
 from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_of
+from .request_validation import parse_request
 from .respond import HeldResponse, serve_source
 from .source import FanOutSource, Source, UpstreamSource, prompt_text
 from .upstream import Upstream
@@ -175,17 +177,23 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     if isinstance(raw, Response):
         return raw
     try:
-        body = json.loads(raw)
-    except ValueError:
-        return _error("the request body is not valid JSON", 400, "invalid_json")
-    if not isinstance(body, dict):
-        return _error("the request body must be a JSON object", 400, "invalid_request")
+        body = parse_request(endpoint, raw)
+    except ProxyError as exc:
+        return JSONResponse(exc.body, status_code=exc.status)
     info = RequestInfo.from_body(endpoint, body)
     if ctx.config.model_alias:
         info = replace(info, model=ctx.config.model_alias)
     elif info.model is not None:
         info = replace(info, model=clean_model_name(info.model))
-    source = _make_source(ctx, endpoint, body, info, exchange, _forward_headers(request))
+    headers = _forward_headers(request)
+    source = with_text_prompt_fallback(
+        _make_source(ctx, endpoint, body, info, exchange, headers),
+        body,
+        ctx.upstream,
+        lambda text_body: _make_source(ctx, endpoint, text_body, info, exchange, headers),
+        repairs=exchange.repairs,
+        llamacpp_first=ctx.adapter.name == "llamacpp",
+    )
 
     async def run(send: Send) -> None:
         await serve_source(send, source, info, exchange, ctx.config.first_byte_timeout)

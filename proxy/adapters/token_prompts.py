@@ -1,0 +1,184 @@
+"""Token-id prompts (Q74) for upstreams that refuse them: turned into text by the upstream, sent once more.
+
+OpenAI takes ``prompt`` as token ids (``int[]`` or ``int[][]``); llama-cpp-python answers them with a
+500 and llama.cpp's OpenAI endpoint refused them before PR #15001. When the upstream refuses one, the
+proxy asks the upstream's own detokenizer for the text (llama-cpp-python: ``POST /extras/detokenize``
+-> ``{"text"}``; llama.cpp: ``POST /detokenize`` -> ``{"content"}``), so the ids mean what the model's
+vocabulary says, and retries once with that text. An upstream without a detokenizer gets a clear 400.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ProxyError
+from ..normalizer import Repairs
+from ..source import Source
+from ..upstream import Upstream
+
+__all__ = ["TextPromptFallback", "detokenize", "is_token_prompt", "with_text_prompt_fallback"]
+
+# (path, field of the answer holding the text); llama.cpp's names first for a llama.cpp upstream.
+_DETOKENIZERS = (("/extras/detokenize", "text"), ("/detokenize", "content"))
+_LLAMACPP_FIRST = (_DETOKENIZERS[1], _DETOKENIZERS[0])
+# Statuses an upstream refuses a token prompt with (422 arrives mapped to 400); not a timeout, not a
+# missing model, not an overflow, which text would meet the same way.
+_REFUSALS = frozenset({400, 500})
+_MAX_DETOKENIZE_CALLS = 64
+_REPLACEMENT = "\ufffd"
+
+_found: weakref.WeakKeyDictionary[Upstream, tuple[str, str] | None] = weakref.WeakKeyDictionary()
+
+
+def is_token_prompt(prompt: Any) -> bool:
+    """``int[]`` or ``int[][]``, non-empty (a bool is not a token id)."""
+    if not isinstance(prompt, list) or not prompt:
+        return False
+    if all(type(t) is int for t in prompt):
+        return True
+    return all(isinstance(p, list) and p and all(type(t) is int for t in p) for p in prompt)
+
+
+async def _detokenizer(upstream: Upstream, llamacpp_first: bool) -> tuple[str, str] | None:
+    """The upstream's detokenize endpoint, found once per upstream with an empty list."""
+    if upstream in _found:
+        return _found[upstream]
+    found = None
+    for path, field in _LLAMACPP_FIRST if llamacpp_first else _DETOKENIZERS:
+        answer = await upstream.json("POST", path, {"tokens": []})
+        if isinstance(answer, dict) and isinstance(answer.get(field), str):
+            found = (path, field)
+            break
+    _found[upstream] = found
+    return found
+
+
+class _Budget:
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+
+async def _text(upstream: Upstream, where: tuple[str, str], tokens: list[int], budget: _Budget) -> str:
+    """The text of ``tokens``; halves that will not decode are split further.
+
+    llama-cpp-python decodes strictly, so ids that end inside a UTF-8 character fail as a whole; each id
+    that fails alone becomes U+FFFD, as llama.cpp's own ``/detokenize`` writes it.
+    """
+    if budget.calls <= 0:
+        raise ProxyError.make(
+            "The upstream server could not turn these token ids into text.", 400, param="prompt"
+        )
+    budget.calls -= 1
+    path, field = where
+    answer = await upstream.json("POST", path, {"tokens": tokens})
+    if isinstance(answer, dict) and isinstance(answer.get(field), str):
+        return str(answer[field])
+    if len(tokens) <= 1:
+        return _REPLACEMENT * len(tokens)
+    half = len(tokens) // 2
+    return await _text(upstream, where, tokens[:half], budget) + await _text(
+        upstream, where, tokens[half:], budget
+    )
+
+
+async def detokenize(
+    upstream: Upstream, prompt: list[Any], *, llamacpp_first: bool = False
+) -> str | list[str]:
+    """A token prompt as text (``int[][]``: one text each); a 400 when the upstream has no detokenizer."""
+    where = await _detokenizer(upstream, llamacpp_first)
+    if where is None:
+        raise ProxyError.make(
+            "The upstream server does not accept a prompt of token ids and has no detokenize endpoint "
+            "to turn them into text; send the prompt as text.",
+            400,
+            code="unsupported_prompt",
+            param="prompt",
+        )
+    budget = _Budget(_MAX_DETOKENIZE_CALLS)
+    if all(type(t) is int for t in prompt):
+        return await _text(upstream, where, prompt, budget)
+    return [await _text(upstream, where, tokens, budget) for tokens in prompt]
+
+
+class TextPromptFallback(Source):
+    """A source for a token-id prompt that, when the upstream refuses it, starts over once with text."""
+
+    def __init__(
+        self,
+        first: Source,
+        body: dict[str, Any],
+        upstream: Upstream,
+        make: Callable[[dict[str, Any]], Source],
+        *,
+        repairs: Repairs,
+        llamacpp_first: bool = False,
+    ) -> None:
+        self._current = first
+        self._body = body
+        self._upstream = upstream
+        self._make = make
+        self._repairs = repairs
+        self._llamacpp_first = llamacpp_first
+
+    # Read by the response writer; whichever attempt runs now answers.
+    @property
+    def body(self) -> dict[str, Any] | None:
+        return self._current.body
+
+    @body.setter
+    def body(self, value: dict[str, Any] | None) -> None:
+        self._current.body = value
+
+    @property
+    def upstream_status(self) -> int | None:
+        return self._current.upstream_status
+
+    @upstream_status.setter
+    def upstream_status(self, value: int | None) -> None:
+        self._current.upstream_status = value
+
+    @property
+    def failure(self) -> ProxyError | None:
+        return self._current.failure
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return self._current.usage
+
+    async def start(self) -> list[dict[str, Any]]:
+        try:
+            return await self._current.start()
+        except ProxyError as refused:
+            if (
+                refused.status not in _REFUSALS
+                or refused.body["error"].get("code") == "context_length_exceeded"
+            ):
+                raise
+            await self._current.aclose()
+        text = await detokenize(self._upstream, self._body["prompt"], llamacpp_first=self._llamacpp_first)
+        self._repairs.add("Q74")
+        self._current = self._make({**self._body, "prompt": text})
+        return await self._current.start()
+
+    async def next_batch(self) -> list[dict[str, Any]] | None:
+        return await self._current.next_batch()
+
+    async def aclose(self) -> None:
+        await self._current.aclose()
+
+
+def with_text_prompt_fallback(
+    source: Source,
+    body: dict[str, Any],
+    upstream: Upstream,
+    make: Callable[[dict[str, Any]], Source],
+    *,
+    repairs: Repairs,
+    llamacpp_first: bool = False,
+) -> Source:
+    """``source`` itself unless the prompt is token ids; then one that can fall back to text."""
+    if not is_token_prompt(body.get("prompt")):
+        return source
+    return TextPromptFallback(source, body, upstream, make, repairs=repairs, llamacpp_first=llamacpp_first)

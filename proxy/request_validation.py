@@ -1,0 +1,350 @@
+"""The client's request checked before it reaches the upstream: bad input is a 400 naming the parameter.
+
+Local servers answer a wrong type with a 500 (llama-cpp-python, Q43), take ``temperature: 7`` or a
+request without ``prompt`` as if nothing were wrong, and choke on ``NaN``. The proxy answers each the
+way OpenAI does: 400 ``invalid_request_error`` with ``param`` set. The schema below states the standard
+parameters of both endpoints (openai-spec.md 2.2, 2.4, 2.10); parameters it does not name (``top_k``,
+``min_p``, ``grammar``, ...) are the upstream's extensions and pass through untouched. ``model`` may be
+left out: many local clients omit it and one-model servers ignore it.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any, NoReturn
+
+from jsonschema import Draft202012Validator, ValidationError
+from jsonschema.exceptions import best_match
+
+from .errors import ProxyError
+from .normalizer.request import Endpoint
+
+__all__ = ["parse_request", "validate_request"]
+
+
+def _number(low: float, high: float) -> dict[str, Any]:
+    return {"type": ["number", "null"], "minimum": low, "maximum": high}
+
+
+def _integer(low: int, high: int | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": ["integer", "null"], "minimum": low}
+    if high is not None:
+        schema["maximum"] = high
+    return schema
+
+
+_BOOLEAN = {"type": ["boolean", "null"]}
+_STRING = {"type": ["string", "null"]}
+_OBJECT = {"type": ["object", "null"]}
+
+# Keys both endpoints share. ``x-expects`` words a type error; ``x-message``/``x-code`` replace the
+# generic message for the keyword beside them.
+_COMMON: dict[str, Any] = {
+    "model": {"type": ["string", "null"], "x-expects": "a string"},
+    "temperature": _number(0, 2),
+    "top_p": _number(0, 1),
+    "n": _integer(1, 128),
+    "max_tokens": _integer(0),
+    "presence_penalty": _number(-2, 2),
+    "frequency_penalty": _number(-2, 2),
+    "seed": _integer(-(2**63), 2**63 - 1),
+    "stream": _BOOLEAN,
+    "stream_options": {
+        "type": ["object", "null"],
+        "properties": {"include_usage": _BOOLEAN, "include_obfuscation": _BOOLEAN},
+    },
+    "stop": {
+        "type": ["string", "array", "null"],
+        "x-expects": "a string, an array of strings, or null",
+        "minItems": 1,
+        "maxItems": 4,
+        "items": {"type": "string"},
+    },
+    "logit_bias": {
+        "type": ["object", "null"],
+        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
+    },
+    "user": _STRING,
+}
+# OpenAI's own answer, on the ``required`` and the ``const`` error alike.
+_ONLY_WITH_STREAM = {
+    "x-param": "stream_options",
+    "x-message": "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+    "x-code": "invalid_value",
+}
+_STREAM_OPTIONS_NEED_STREAM = {
+    "if": {"properties": {"stream_options": {"type": "object"}}, "required": ["stream_options"]},
+    "then": {
+        "properties": {"stream": {"const": True, **_ONLY_WITH_STREAM}},
+        "required": ["stream"],
+        **_ONLY_WITH_STREAM,
+    },
+}
+
+_TOKEN = {"type": "integer", "minimum": 0}
+# string | string[] | int[] | int[][] (and llama.cpp's mixed text-and-token arrays), each branch
+# checked by one ``type`` list rather than an ``anyOf``: a prompt of 100k token ids then costs one
+# check per id instead of a failed branch (an exception object) per id.
+_PROMPT = {
+    "type": ["string", "array", "null"],
+    "x-expects": "a string, an array of strings, an array of token ids, or an array of token-id arrays",
+    "minItems": 1,
+    "items": {
+        "type": ["string", "integer", "array"],
+        "x-expects": "a string, a token id or an array of token ids",
+        "minimum": 0,
+        "minItems": 1,
+        "items": {"type": ["integer", "string"], "x-expects": "a token id", "minimum": 0},
+    },
+}
+
+_COMPLETIONS: dict[str, Any] = {
+    "type": "object",
+    "required": ["prompt"],
+    "properties": {
+        **_COMMON,
+        "prompt": _PROMPT,
+        "logprobs": {**_integer(0, 5), "x-expects": "an integer from 0 to 5"},
+        "echo": _BOOLEAN,
+        "best_of": _integer(0, 20),
+        "suffix": _STRING,
+    },
+    **_STREAM_OPTIONS_NEED_STREAM,
+}
+
+_ROLES = ["system", "developer", "user", "assistant", "tool", "function"]
+_CONTENT = {"type": ["string", "array", "null"], "x-expects": "a string or an array of content parts"}
+_MESSAGE = {
+    "type": "object",
+    "x-expects": "an object with a role",
+    "required": ["role"],
+    "properties": {"role": {"enum": _ROLES}, "content": _CONTENT, "name": {"type": "string"}},
+    "if": {"properties": {"role": {"enum": ["system", "developer", "user", "tool"]}}},
+    "then": {"required": ["content"]},
+}
+
+_CHAT: dict[str, Any] = {
+    "type": "object",
+    "required": ["messages"],
+    "properties": {
+        **_COMMON,
+        "messages": {"type": "array", "minItems": 1, "items": _MESSAGE, "x-expects": "an array of messages"},
+        "logprobs": _BOOLEAN,
+        "top_logprobs": _integer(0, 20),
+        "max_completion_tokens": _integer(0),
+        "response_format": _OBJECT,
+        "tools": {"type": ["array", "null"], "items": {"type": "object"}},
+        "tool_choice": {"type": ["string", "object", "null"]},
+        "parallel_tool_calls": _BOOLEAN,
+        "metadata": _OBJECT,
+    },
+    **_STREAM_OPTIONS_NEED_STREAM,
+}
+
+_SCHEMAS: dict[Endpoint, dict[str, Any]] = {"completions": _COMPLETIONS, "chat": _CHAT}
+
+
+@cache
+def _validator(endpoint: Endpoint) -> Draft202012Validator:
+    Draft202012Validator.check_schema(_SCHEMAS[endpoint])
+    return Draft202012Validator(_SCHEMAS[endpoint])
+
+
+_TYPE_NAMES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean",
+    "array": "an array",
+    "object": "an object",
+    "null": "null",
+}
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _param(path: Any) -> str | None:
+    """OpenAI's spelling of a nested parameter: ``messages[0].role``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or None
+
+
+def _expected(schema: dict[str, Any]) -> str:
+    if "x-expects" in schema:
+        return str(schema["x-expects"])
+    kinds = [k for k in schema.get("type", ()) if k != "null"] if isinstance(schema.get("type"), list) else []
+    if not kinds:
+        kinds = [schema.get("type", "object")]
+    return " or ".join(_TYPE_NAMES.get(k, k) for k in kinds)
+
+
+def _words(error: ValidationError, param: str, value: Any) -> tuple[str, str]:
+    """The message and code OpenAI gives for one failed keyword on ``value``."""
+    keyword = error.validator
+    limit: Any = error.validator_value
+    if keyword == "type":
+        schema = error.schema if isinstance(error.schema, dict) else {}
+        expected = _expected(schema)
+        return (
+            f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
+            "invalid_type",
+        )
+    if keyword in ("minimum", "maximum"):
+        kind = "integer" if isinstance(value, int) else "decimal"
+        bound, sign = ("below minimum", ">=") if keyword == "minimum" else ("above maximum", "<=")
+        message = (
+            f"Invalid '{param}': {kind} {bound} value. Expected a value {sign} {limit}, but got {value}."
+        )
+        return message, f"{kind}_{bound.replace(' ', '_')}_value"
+    if keyword == "minItems" and not value:
+        return f"Invalid '{param}': empty array. Expected an array with at least 1 item.", "empty_array"
+    if keyword in ("minItems", "maxItems"):
+        bound, code = ("at least", "array_below_min_length")
+        if keyword == "maxItems":
+            bound, code = ("at most", "array_above_max_length")
+        return f"Invalid '{param}': expected an array with {bound} {limit} items, got {len(value)}.", code
+    if keyword == "enum":
+        allowed = ", ".join(f"'{v}'" for v in limit)
+        return f"Invalid value for '{param}': {value!r}. Supported values are: {allowed}.", "invalid_value"
+    return f"Invalid value for '{param}'.", "invalid_value"
+
+
+def _reject(error: ValidationError, path: list[Any], instance: Any) -> NoReturn:
+    """One schema error (found at ``path``, on the client's ``instance``) as a 400 naming the parameter."""
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    param = _param(path)
+    if "x-message" in schema:
+        raise ProxyError.make(
+            str(schema["x-message"]), 400, code=schema.get("x-code"), param=schema.get("x-param", param)
+        )
+    if error.validator == "required":
+        required: Any = error.validator_value
+        given: Any = instance
+        missing = next(name for name in required if name not in given)
+        param = f"{param}.{missing}" if param else missing
+        message = f"Missing required parameter: '{param}'."
+        raise ProxyError.make(message, 400, code="missing_required_parameter", param=param)
+    # An error on the body itself (not an object) has no parameter; the type check words it.
+    message, code = _words(error, param or "body", instance)
+    raise ProxyError.make(message, 400, code=code, param=param)
+
+
+# Validity depends on a body's shape, not on its text: strings are checked for their type only (but
+# ``role``, an enum), numbers in objects by value, numbers in arrays only for sign (token ids), and array
+# lengths only up to the schema's largest bound. ``_reduce`` keeps exactly that, so bodies that reduce
+# alike are alike valid: jsonschema (tens of microseconds per request, seconds for a 100k-token prompt)
+# runs once per shape, on the reduced body, and a seen shape costs one walk of the body.
+# Keep in step with the schemas above (test_request_validation checks the two agree).
+_LENGTH_BOUND = 5
+_CACHE_LIMIT = 4096
+_valid_shapes: dict[tuple[Endpoint, Any], None] = {}
+
+
+def _reduce(
+    value: Any, origins: dict[int, list[int]], *, in_array: bool = False, exact: bool = False
+) -> tuple[Any, Any]:
+    """(reduced value, its shape); see above for what a shape keeps."""
+    kind = type(value)
+    if kind is dict:
+        out: dict[str, Any] = {}
+        shape: list[Any] = []
+        for key, item in value.items():
+            out[key], item_shape = _reduce(item, origins, exact=key == "role")
+            shape.append((key, item_shape))
+        return out, ("{", *shape)
+    if kind is list:
+        return _reduce_array(value, origins)
+    if kind is str:
+        return value, value if exact else "s"
+    if kind is bool or value is None:
+        return value, value
+    return value, (kind.__name__, value >= 0 if in_array else value)
+
+
+def _reduce_array(items: list[Any], origins: dict[int, list[int]]) -> tuple[list[Any], Any]:
+    if items and all(type(t) is int for t in items) and min(items) >= 0:
+        keep = list(range(min(len(items), _LENGTH_BOUND)))  # the common token prompt, without a walk
+        kept = [items[i] for i in keep]
+        origins[id(kept)] = keep
+        return kept, ("[", len(keep), ("int", True))
+    first: dict[Any, int] = {}
+    reduced: list[tuple[int, Any]] = []
+    for index, item in enumerate(items):
+        value, item_shape = _reduce(item, origins, in_array=True)
+        if item_shape not in first:
+            first[item_shape] = len(reduced)
+            reduced.append((index, value))
+    while len(reduced) < min(len(items), _LENGTH_BOUND):
+        reduced.append(reduced[0])  # lengths count only up to the bound
+    out = [value for _, value in reduced]
+    origins[id(out)] = [index for index, _ in reduced]
+    return out, ("[", len(out), frozenset(first))
+
+
+def _client_path(reduced: Any, path: Any, origins: dict[int, list[int]]) -> list[Any]:
+    """An error's path in the reduced body, as the path in the client's body."""
+    out: list[Any] = []
+    node = reduced
+    for part in path:
+        out.append(origins[id(node)][part] if isinstance(part, int) else part)
+        node = node[part]
+    return out
+
+
+def validate_request(endpoint: Endpoint, body: dict[str, Any]) -> None:
+    """Raise a 400 :class:`ProxyError` naming the first bad parameter; return when the body is fine."""
+    origins: dict[int, list[int]] = {}
+    reduced, shape = _reduce(body, origins)
+    key = (endpoint, shape)
+    if key in _valid_shapes:
+        return
+    validator = _validator(endpoint)
+    if validator.is_valid(reduced):
+        if len(_valid_shapes) >= _CACHE_LIMIT:
+            _valid_shapes.clear()
+        _valid_shapes[key] = None
+        return
+    error = best_match(validator.iter_errors(reduced))
+    assert error is not None  # is_valid said there is one
+    path = _client_path(reduced, error.absolute_path, origins)
+    instance = body
+    for part in path:
+        instance = instance[part]
+    _reject(error, path, instance)
+
+
+def _no_constant(name: str) -> NoReturn:
+    # NaN and Infinity are not JSON; Python's parser takes them, and the upstream would get them.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
+    """The client's body as a validated JSON object, or a 400 :class:`ProxyError` saying what is wrong."""
+    try:
+        body = json.loads(raw, parse_constant=_no_constant)
+    except ValueError as exc:  # UnicodeDecodeError included
+        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise ProxyError.make(
+            f"The request body is not valid JSON{where}.", 400, code="invalid_json"
+        ) from None
+    if not isinstance(body, dict):
+        raise ProxyError.make(
+            f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
+        )
+    validate_request(endpoint, body)
+    return body
