@@ -196,7 +196,8 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     )
 
     async def run(send: Send) -> None:
-        await serve_source(send, source, info, exchange, ctx.config.first_byte_timeout)
+        config = ctx.config
+        await serve_source(send, source, info, exchange, config.first_byte_timeout, config.upstream_api_key)
 
     return HeldResponse(run, exchange)
 

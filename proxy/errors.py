@@ -65,6 +65,13 @@ class ProxyError(Exception):
     def message(self) -> str:
         return str(self.body["error"]["message"])
 
+    def redacted(self, secret: str | None) -> ProxyError:
+        """This error with ``secret`` (the upstream key an upstream may echo) cut out of its message."""
+        if not secret or secret not in self.message:
+            return self
+        error = {**self.body["error"], "message": self.message.replace(secret, "<redacted>")}
+        return ProxyError(self.status, {"error": error}, self.quirk, self.details)
+
 
 def scrub_message(text: str) -> str:
     """One line, no traceback, no local paths, bounded length."""

@@ -31,6 +31,7 @@ _SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+_COALESCE_LIMIT = 256 * 1024
 
 
 def _dumps(obj: Any) -> bytes:
@@ -87,9 +88,17 @@ class HeldResponse(Response):
 
 
 async def serve_source(
-    send: Send, source: Source, request: RequestInfo, exchange: Exchange, first_byte_timeout: float
+    send: Send,
+    source: Source,
+    request: RequestInfo,
+    exchange: Exchange,
+    first_byte_timeout: float,
+    secret: str | None = None,
 ) -> None:
-    """Hold the status until the first normalized output, then answer as the client asked."""
+    """Hold the status until the first normalized output, then answer as the client asked.
+
+    ``secret`` (the upstream key) is cut out of every error message the client or the log would see.
+    """
     try:
         try:
             async with asyncio.timeout(first_byte_timeout):
@@ -98,7 +107,8 @@ async def serve_source(
             raise ProxyError.make(
                 "the upstream server sent nothing before the first-byte timeout", 504, code="upstream_timeout"
             ) from None
-    except ProxyError as exc:
+    except ProxyError as raised:
+        exc = raised.redacted(secret)
         await source.aclose()
         exchange.upstream_status = source.upstream_status
         exchange.error = exc.message
@@ -109,9 +119,9 @@ async def serve_source(
         if source.body is not None:
             await _send_body(send, source.body, request, exchange)
         elif request.stream:
-            await _stream(send, source, initial, exchange)
+            await _stream(send, source, initial, exchange, secret)
         else:
-            await _aggregate(send, source, initial, request, exchange)
+            await _aggregate(send, source, initial, request, exchange, secret)
     finally:
         await source.aclose()
 
@@ -128,26 +138,94 @@ async def _send_body(send: Send, body: dict[str, Any], request: RequestInfo, exc
     await send({"type": "http.response.body", "body": _events(synthesize_chunks(body, request)) + DONE_EVENT})
 
 
-async def _stream(send: Send, source: Source, initial: list[dict[str, Any]], exchange: Exchange) -> None:
+class _CoalescingWriter:
+    """Body bytes sent by a helper task that runs only when the producer waits for the upstream.
+
+    Chunks the upstream delivered back to back (one socket read holds many) leave in one write instead
+    of one send per chunk, and a chunk never waits for a later one: the flush runs as soon as the
+    producer blocks. At most ``limit`` bytes wait unsent, so a slow client still slows the upstream.
+    """
+
+    def __init__(self, send: Send, limit: int = _COALESCE_LIMIT) -> None:
+        self._send = send
+        self._limit = limit
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._ready = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._closing = False
+        self._task = asyncio.create_task(self._run())
+
+    async def write(self, data: bytes) -> None:
+        if self._task.done():
+            self._task.result()  # the client connection failed: raise it here
+            raise ConnectionError("the response writer stopped")
+        self._parts.append(data)
+        self._size += len(data)
+        self._ready.set()
+        if self._size > self._limit:
+            self._drained.clear()
+            await self._drained.wait()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._ready.wait()
+                self._ready.clear()
+                while self._parts:
+                    data = b"".join(self._parts)
+                    self._parts.clear()
+                    self._size = 0
+                    await self._send({"type": "http.response.body", "body": data, "more_body": True})
+                self._drained.set()
+                if self._closing:
+                    return
+        finally:
+            self._drained.set()  # a producer waiting for room must not wait for a dead writer
+
+    async def close(self, tail: bytes) -> None:
+        """Send what is left, then ``tail`` as the last body message."""
+        self._closing = True
+        self._ready.set()
+        await self._task
+        await self._send({"type": "http.response.body", "body": tail})
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+
+async def _stream(
+    send: Send, source: Source, initial: list[dict[str, Any]], exchange: Exchange, secret: str | None
+) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
     await send({"type": "http.response.body", "body": _events(initial), "more_body": True})
-    while (batch := await source.next_batch()) is not None:
-        if batch:
-            await send({"type": "http.response.body", "body": _events(batch), "more_body": True})
-    failure = source.failure
-    if failure is not None:
-        # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
-        exchange.error = failure.message
-        tail = encode_data(_dumps(failure.body))
-    else:
-        tail = DONE_EVENT
-    exchange.take_usage(source.usage)
-    await send({"type": "http.response.body", "body": tail})
+    writer = _CoalescingWriter(send)
+    try:
+        while (batch := await source.next_batch()) is not None:
+            if batch:
+                await writer.write(_events(batch))
+        failure = source.failure
+        if failure is not None:
+            failure = failure.redacted(secret)
+            # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
+            exchange.error = failure.message
+            tail = encode_data(_dumps(failure.body))
+        else:
+            tail = DONE_EVENT
+        exchange.take_usage(source.usage)
+        await writer.close(tail)
+    finally:
+        writer.cancel()
 
 
 async def _aggregate(
-    send: Send, source: Source, initial: list[dict[str, Any]], request: RequestInfo, exchange: Exchange
+    send: Send,
+    source: Source,
+    initial: list[dict[str, Any]],
+    request: RequestInfo,
+    exchange: Exchange,
+    secret: str | None,
 ) -> None:
     exchange.repairs.add("seed002-aggregate")
     aggregator = Aggregator(request)
@@ -158,6 +236,7 @@ async def _aggregate(
             aggregator.add(chunk)
     failure = source.failure
     if failure is not None:
+        failure = failure.redacted(secret)
         exchange.error = failure.message
         await send_json(send, failure.status, failure.body)
         return

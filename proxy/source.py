@@ -107,6 +107,7 @@ class UpstreamSource(Source):
         self._stream: UpstreamStream | None = None
         self._pending: bytes | None = None
         self._ended = False
+        self._received = 0
 
     @property
     def failure(self) -> ProxyError | None:
@@ -133,11 +134,32 @@ class UpstreamSource(Source):
         while True:
             batch = await self.next_batch()
             if self.failure is not None:
+                if self._received == 0 and self._call.body.get("stream") is True:
+                    await self._retry_without_stream()
+                    return []
                 raise self.failure
             if batch is None:
                 return []
             if batch:
                 return batch
+
+    async def _retry_without_stream(self) -> None:
+        """An upstream stream that ended before its first byte: ask once more without streaming.
+
+        llama-cpp-python sends its SSE headers before running the model, so a failure there (context
+        overflow) can only end the stream empty (Q52); its non-streamed answer carries the real error
+        (400 ``context_length_exceeded``). Should the retry succeed, its body is served instead.
+        """
+        self.repairs.add("Q52")
+        body = {k: v for k, v in self._call.body.items() if k != "stream_options"} | {"stream": False}
+        stream = self._stream = await self._upstream.open(
+            "POST", self._call.path, json_body=body, headers=self._headers
+        )
+        self.upstream_status = stream.status
+        if stream.status >= 400:
+            raise await stream.error()
+        await self._read_body(await stream.read_all(_MAX_JSON_BODY))
+        self.normalizer.failure = None
 
     async def _read_body(self, raw: bytes) -> None:
         try:
@@ -163,6 +185,7 @@ class UpstreamSource(Source):
             self._pending = None
             if raw is None:
                 return await self._finish(self._parser.close())
+            self._received += len(raw)
             out: list[dict[str, Any]] = []
             translate = self._call.translate
             for block in self._parser.feed(raw):

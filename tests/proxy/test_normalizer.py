@@ -1,0 +1,354 @@
+"""The normalizer alone, offline (no sockets): the corpus's broken streams come out judged clean, and
+each repair of the issue's list is checked on a minimal upstream response.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.judge import Verdict, judge_response
+from conformance.sse import DONE_EVENT, SSEParser, encode_data
+from conformance.transcript import Transcript, discover
+from proxy.errors import ProxyError
+from proxy.normalizer import (
+    Endpoint,
+    RequestInfo,
+    StreamNormalizer,
+    map_finish_reason,
+    normalize_body,
+)
+from proxy.normalizer.repairs import Repairs
+
+DATA = Path(__file__).parents[1] / "data" / "transcripts"
+CORPUS = Path(__file__).parents[2] / "conformance" / "corpus"
+PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+def _request(t: Transcript) -> dict[str, Any]:
+    """The recorded request (from the corpus sidecar of the same report), else one inferred from the body."""
+    sidecar = CORPUS / (Path(t.name).name.replace(".", "-") + ".json")
+    if sidecar.exists():
+        request: dict[str, Any] = json.loads(sidecar.read_text())["request"]
+        return request
+    text = t.read_body()
+    path = PATHS["completions"] if b'"text_completion"' in text else PATHS["chat"]
+    return {"method": "POST", "path": path, "body": {"model": "m", "stream": True}}
+
+
+def normalize_stream(raw: bytes, endpoint: Endpoint, body: dict[str, Any]) -> tuple[int, bytes, Repairs]:
+    """What the proxy would answer for an upstream stream ``raw``: (status, body, repairs)."""
+    normalizer = StreamNormalizer(RequestInfo.from_body(endpoint, body))
+    out: list[dict[str, Any]] = []
+    parser = SSEParser()
+    for block in parser.feed(raw):
+        out += normalizer.feed(block)
+    tail = parser.close()
+    if tail is not None:
+        out += normalizer.feed(tail)
+    out += normalizer.close()
+    failure = normalizer.failure
+    if failure is not None and not out:
+        return failure.status, json.dumps(failure.body).encode(), normalizer.repairs
+    events = b"".join(encode_data(json.dumps(chunk).encode()) for chunk in out)
+    end = encode_data(json.dumps(failure.body).encode()) if failure is not None else DONE_EVENT
+    return 200, events + end, normalizer.repairs
+
+
+def judged(status: int, raw: bytes, endpoint: Endpoint, body: dict[str, Any]) -> Verdict:
+    stream = status == 200 and body.get("stream") is True
+    content_type = "text/event-stream" if stream else "application/json"
+    request = {"method": "POST", "path": PATHS[endpoint], "body": body}
+    return judge_response(raw, request=request, status=status, headers={"content-type": content_type})
+
+
+def _reports() -> list[Transcript]:
+    return discover([DATA / "reports"])
+
+
+@pytest.mark.parametrize("include_usage", [False, True], ids=["no-usage", "usage"])
+@pytest.mark.parametrize("t", _reports(), ids=lambda t: Path(t.name).name)
+def test_every_report_normalizes_to_zero_judge_errors(t: Transcript, include_usage: bool) -> None:
+    request = _request(t)
+    endpoint: Endpoint = "chat" if request["path"].endswith("chat/completions") else "completions"
+    body = {**request["body"], "stream": True}
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
+    raw = t.read_body()
+    broken = judged(200, raw, endpoint, body).errors
+    # The corpus holds excerpts cut off mid-stream: through the proxy those end in an error event, so
+    # the excerpt is normalized as the complete stream it was taken from ([DONE] appended).
+    if b"[DONE]" not in raw:
+        raw = raw.rstrip(b"\r\n") + b"\n\ndata: [DONE]\n\n"
+    status, out, repairs = normalize_stream(raw, endpoint, body)
+    verdict = judged(status, out, endpoint, body)
+    assert verdict.errors == [], ([f"{f.rule}: {f.message}" for f in verdict.errors], out[:1500])
+    if broken:
+        assert repairs, "the judge found errors in the upstream stream but no repair was counted"
+
+
+def test_reference_openai_streams_pass_through_unchanged_in_meaning() -> None:
+    for t in discover([DATA / "openai"]):
+        if not t.stream or t.request is None:
+            continue
+        endpoint: Endpoint = "chat" if t.request["path"].endswith("chat/completions") else "completions"
+        status, out, _ = normalize_stream(t.read_body(), endpoint, t.request["body"])
+        assert status == 200
+        assert judged(status, out, endpoint, t.request["body"]).errors == []
+
+
+# -- targeted repairs ---------------------------------------------------------------------------
+
+
+def chunk(choice: dict[str, Any], **top: Any) -> bytes:
+    payload = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m"} | top
+    payload["choices"] = [{"index": 0, **choice}]
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def text_chunk(choice: dict[str, Any], **top: Any) -> bytes:
+    payload = {"id": "x", "object": "text_completion", "created": 1, "model": "m"} | top
+    payload["choices"] = [{"index": 0, **choice}]
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def events(raw: bytes) -> list[dict[str, Any]]:
+    out = []
+    for block in SSEParser().feed(raw):
+        if block.data and block.data != "[DONE]":
+            out.append(json.loads(block.data))
+    return out
+
+
+CHAT_REQUEST = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", None),
+        ("null", None),
+        ("eos", "stop"),
+        ("eos_token", "stop"),
+        ("stop_sequence", "stop"),
+        ("Generated", "stop"),
+        ("STOP", "stop"),
+        ("max_tokens", "length"),
+        ("stop", "stop"),
+        ("length", "length"),
+        ("tool_calls", "tool_calls"),
+    ],
+)
+def test_finish_reason_mapping(value: str, expected: str | None) -> None:
+    reason, quirk = map_finish_reason(value, "chat")
+    assert reason == expected
+    assert (quirk is None) == (value in ("stop", "length", "tool_calls"))
+
+
+@pytest.mark.parametrize("value", ["", "null", "eos", "eos_token", "stop_sequence", "Generated"])
+def test_non_standard_finish_reasons_come_out_as_one_final_stop(value: str) -> None:
+    raw = (
+        chunk({"delta": {"role": "assistant", "content": "Hi"}, "finish_reason": value})
+        + chunk({"delta": {"content": "!"}, "finish_reason": "eos" if value in ("", "null") else None})
+        + b"data: [DONE]\n\n"
+    )
+    status, out, _ = normalize_stream(raw, "chat", CHAT_REQUEST)
+    reasons = [c["choices"][0]["finish_reason"] for c in events(out)]
+    assert reasons[-1] == "stop"
+    assert reasons[:-1] == [None] * (len(reasons) - 1)
+    assert judged(status, out, "chat", CHAT_REQUEST).errors == []
+
+
+@pytest.mark.parametrize(("value", "status"), [("abort", 503), ("error", 500)])
+def test_abort_and_error_finish_reasons_become_errors(value: str, status: int) -> None:
+    # First thing the upstream says: an HTTP error status.
+    raw = chunk({"delta": {"role": "assistant", "content": ""}, "finish_reason": value})
+    got, out, _ = normalize_stream(raw, "chat", CHAT_REQUEST)
+    assert got == status
+    assert json.loads(out)["error"]["message"]
+    # After some output: one error event the SDK raises on, and no [DONE].
+    raw = chunk({"delta": {"role": "assistant", "content": "Hi"}}) + raw + b"data: [DONE]\n\n"
+    got, out, _ = normalize_stream(raw, "chat", CHAT_REQUEST)
+    assert got == 200
+    assert "error" in events(out)[-1]
+    assert b"[DONE]" not in out
+
+
+def test_length_when_the_token_limit_was_hit_but_upstream_said_stop() -> None:
+    body = {**CHAT_REQUEST, "max_tokens": 3}
+    raw = (
+        chunk({"delta": {"role": "assistant", "content": "a"}})
+        + chunk({"delta": {"content": "b"}})
+        + chunk({"delta": {"content": "c"}, "finish_reason": "stop"})
+        + b"data: [DONE]\n\n"
+    )
+    status, out, repairs = normalize_stream(raw, "chat", body)
+    assert status == 200
+    assert events(out)[-1]["choices"][0]["finish_reason"] == "length"
+    assert repairs["Q21"] == 1
+    # Under the limit, "stop" stays "stop".
+    _, out, _ = normalize_stream(raw, "chat", {**CHAT_REQUEST, "max_tokens": 4})
+    assert events(out)[-1]["choices"][0]["finish_reason"] == "stop"
+    # Whole bodies too: the upstream's usage says the limit was reached.
+    whole = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "abc"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
+    }
+    info = RequestInfo.from_body("chat", {**body, "stream": False})
+    assert normalize_body(whole, info, repairs=Repairs())["choices"][0]["finish_reason"] == "length"
+
+
+def test_role_only_in_the_first_delta() -> None:
+    raw = b"".join(chunk({"delta": {"role": "assistant", "content": w}}) for w in ("a", "b", "c"))
+    raw += chunk({"delta": {}, "finish_reason": "stop"}) + b"data: [DONE]\n\n"
+    status, out, repairs = normalize_stream(raw, "chat", CHAT_REQUEST)
+    deltas = [c["choices"][0]["delta"] for c in events(out)]
+    assert [d.get("role") for d in deltas] == ["assistant"] + [None] * (len(deltas) - 1)
+    assert "".join(d.get("content") or "" for d in deltas) == "abc"
+    assert repairs["Q58"] == 2
+    assert judged(status, out, "chat", CHAT_REQUEST).errors == []
+
+
+def test_tool_call_id_type_and_name_only_in_the_first_fragment() -> None:
+    def call(arguments: str, index: int | None = 0) -> dict[str, Any]:
+        fragment: dict[str, Any] = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": arguments},
+        }
+        if index is not None:
+            fragment["index"] = index
+        return fragment
+
+    raw = (
+        chunk({"delta": {"role": "assistant", "content": None, "tool_calls": [call('{"city"', None)]}})
+        + chunk({"delta": {"tool_calls": [call(': "Paris"}')]}})
+        + chunk({"delta": {}, "finish_reason": "stop"})
+        + b"data: [DONE]\n\n"
+    )
+    body = {**CHAT_REQUEST, "tools": [{"type": "function", "function": {"name": "get_weather"}}]}
+    status, out, _ = normalize_stream(raw, "chat", body)
+    fragments = [f for c in events(out) for f in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert fragments[0] == {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city"'},
+    }
+    assert fragments[1:] == [{"index": 0, "function": {"arguments": ': "Paris"}'}}]
+    assert events(out)[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert judged(status, out, "chat", body).errors == []
+
+
+def test_usage_only_when_asked_in_one_empty_choices_chunk() -> None:
+    usage = {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+    raw = (
+        chunk({"delta": {"role": "assistant", "content": "a"}}, usage=usage)
+        + chunk({"delta": {"content": "b"}}, usage=usage)
+        + chunk({"delta": {}, "finish_reason": "stop"}, usage=usage)
+        + b"data: [DONE]\n\n"
+    )
+    status, out, _ = normalize_stream(raw, "chat", CHAT_REQUEST)
+    assert all("usage" not in c for c in events(out))
+    assert judged(status, out, "chat", CHAT_REQUEST).errors == []
+    asked = {**CHAT_REQUEST, "stream_options": {"include_usage": True}}
+    status, out, _ = normalize_stream(raw, "chat", asked)
+    chunks = events(out)
+    with_usage = [c for c in chunks if "usage" in c]
+    assert len(with_usage) == 1
+    assert with_usage[0] is chunks[-1]
+    assert with_usage[0]["choices"] == []
+    assert with_usage[0]["usage"] == usage
+    assert out.endswith(DONE_EVENT)
+    assert judged(status, out, "chat", asked).errors == []
+
+
+def test_chat_logprobs_on_completions_become_the_legacy_shape() -> None:
+    """Q67: llama.cpp answers /v1/completions with chat-style logprobs."""
+    logprobs = {
+        "content": [
+            {"token": "Hel", "logprob": -0.5, "top_logprobs": [{"token": "Hel", "logprob": -0.5}]},
+            {"token": "lo", "logprob": -3.4e38, "top_logprobs": []},
+        ]
+    }
+    body = {"model": "m", "prompt": "x", "stream": True, "logprobs": 1}
+    raw = (
+        text_chunk({"text": "Hello", "logprobs": logprobs, "finish_reason": None})
+        + text_chunk({"text": "", "finish_reason": "stop"})
+        + b"data: [DONE]\n\n"
+    )
+    status, out, repairs = normalize_stream(raw, "completions", body)
+    legacy = events(out)[0]["choices"][0]["logprobs"]
+    assert legacy == {
+        "tokens": ["Hel", "lo"],
+        "token_logprobs": [-0.5, -9999.0],
+        "top_logprobs": [{"Hel": -0.5}, {}],
+        "text_offset": [0, 3],
+    }
+    assert repairs["Q67"] == 1
+    assert judged(status, out, "completions", body).errors == []
+    whole = {
+        "id": "x",
+        "object": "text_completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "text": "Hello", "logprobs": logprobs, "finish_reason": "stop"}],
+    }
+    info = RequestInfo.from_body("completions", {**body, "stream": False})
+    assert normalize_body(whole, info, repairs=Repairs())["choices"][0]["logprobs"] == legacy
+
+
+def test_llamacpp_json_array_for_a_prompt_array_becomes_one_object() -> None:
+    """Q73: llama.cpp answers a prompt array with a JSON array of whole responses."""
+
+    def reply(text: str, completion_tokens: int) -> dict[str, Any]:
+        return {
+            "id": f"chatcmpl-{text}",
+            "object": "text_completion",
+            "created": 5,
+            "model": "/models/gemma.gguf",
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}],
+            "usage": {
+                "prompt_tokens": 2,
+                "completion_tokens": completion_tokens,
+                "total_tokens": 2 + completion_tokens,
+            },
+        }
+
+    body = {"model": "gemma", "prompt": ["a", "b"], "max_tokens": 8}
+    repairs = Repairs()
+    merged = normalize_body(
+        [reply("one", 1), reply("two", 2)], RequestInfo.from_body("completions", body), repairs=repairs
+    )
+    assert [(c["index"], c["text"]) for c in merged["choices"]] == [(0, "one"), (1, "two")]
+    assert merged["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    assert merged["id"].startswith("cmpl-")
+    assert merged["model"] == "gemma"
+    assert repairs["Q73"] == 1
+    raw = json.dumps(merged).encode()
+    # Known judge gap: choice-index-range does not account for prompt arrays with n>1 (not used here).
+    assert judged(200, raw, "completions", body).errors == []
+
+
+def test_an_error_payload_as_the_first_event_is_an_http_error() -> None:
+    raw = b'error: {"code":400,"message":"the request exceeds the available context size","type":"x"}\n\n'
+    status, out, repairs = normalize_stream(raw, "chat", CHAT_REQUEST)
+    assert status == 400
+    assert json.loads(out)["error"]["code"] == "context_length_exceeded"
+    assert repairs["Q42"] == 1
+    with pytest.raises(ProxyError) as caught:
+        normalize_body(
+            {"object": "error", "message": "boom", "code": 503},
+            RequestInfo.from_body("chat", {**CHAT_REQUEST, "stream": False}),
+            repairs=Repairs(),
+        )
+    assert caught.value.status == 503

@@ -1,0 +1,345 @@
+"""The proxy's server surface against a real upstream: auth, keys, body limit, models, pass-through,
+metrics, the access log, request ids and CORS.
+
+The upstream is a small Starlette app that records what reached it, so each test can assert what the
+proxy forwarded (the upstream key, never the client's) as well as what the client got back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.support.servers import run_asgi
+
+from .conftest import judge, run_proxy
+
+pytestmark = pytest.mark.slow
+
+CLIENT_KEY = "sk-client-secret-1"
+UPSTREAM_KEY = "sk-upstream-secret-2"
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+# OpenAI's ListModelsResponse and Model (openai-spec.md 2.12).
+MODELS_SCHEMA = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "object", "created", "owned_by"],
+                "additionalProperties": False,
+                "properties": {
+                    "id": {"type": "string", "minLength": 1},
+                    "object": {"const": "model"},
+                    "created": {"type": "integer"},
+                    "owned_by": {"type": "string"},
+                },
+            },
+        },
+    },
+}
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-up",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+class Upstream:
+    """Records the requests it gets; streams a reply that needs a repair (finish_reason "eos", Q18)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        routes = [
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/{rest:path}", self.echo, methods=["GET", "POST", "DELETE"]),
+        ]
+        self.app = Starlette(routes=routes)
+
+    async def _record(self, request: Request) -> dict[str, Any]:
+        seen = {
+            "method": request.method,
+            "path": request.url.path,
+            "query": request.url.query,
+            "headers": dict(request.headers),
+            "body": (await request.body()).decode(),
+        }
+        self.requests.append(seen)
+        return seen
+
+    async def chat(self, request: Request) -> Response:
+        seen = await self._record(request)
+        body = json.loads(seen["body"])
+        if body.get("model") == "echo-key":
+            # Like OpenAI's "Incorrect API key provided: sk-...": the upstream repeats the key it got.
+            message = f"key {seen['headers'].get('authorization')} is not allowed for this model"
+            return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, 403)
+
+        async def events() -> AsyncIterator[bytes]:
+            yield _event(_chunk({"role": "assistant", "content": ""}))
+            yield _event(_chunk({"content": "Hello"}))
+            usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+            yield _event({**_chunk({}, "eos"), "usage": usage})
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def models(self, request: Request) -> Response:
+        await self._record(request)
+        # llama.cpp's shape: a local path as the id, extra keys, no created/owned_by on one entry.
+        return JSONResponse(
+            {
+                "object": "list",
+                "models": [{"name": "gemma"}],
+                "data": [
+                    {"id": "/srv/models/gemma-3-270m.gguf", "object": "model", "meta": {"n_ctx": 2048}},
+                    {"id": "other", "object": "model", "created": 7, "owned_by": "someone"},
+                ],
+            }
+        )
+
+    async def echo(self, request: Request) -> Response:
+        seen = await self._record(request)
+        return JSONResponse(
+            {"path": seen["path"], "query": seen["query"], "body": seen["body"]},
+            status_code=201,
+            headers={"x-upstream-header": "kept"},
+        )
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[str, Upstream]]:
+    server = Upstream()
+    with run_asgi(server.app) as url:
+        yield url, server
+
+
+def _auth(key: str = CLIENT_KEY) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def _assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return dict(error)
+
+
+def test_api_key_is_required_on_every_route(upstream: tuple[str, Upstream]) -> None:
+    url, server = upstream
+    with run_proxy(url, api_key=CLIENT_KEY, upstream_kind="openai") as proxy:
+        for headers in ({}, _auth("sk-wrong"), {"authorization": CLIENT_KEY}):
+            for method, path in (
+                ("POST", "/v1/chat/completions"),
+                ("POST", "/v1/completions"),
+                ("GET", "/v1/models"),
+                ("POST", "/v1/embeddings"),
+            ):
+                response = httpx.request(method, proxy + path, json=CHAT, headers=headers, timeout=10)
+                error = _assert_openai_error(response, 401)
+                assert error["code"] == "invalid_api_key"
+                assert error["type"] == "invalid_request_error"
+        assert server.requests == []  # nothing unauthorized reached the upstream
+        response = httpx.post(proxy + "/v1/chat/completions", json=CHAT, headers=_auth(), timeout=10)
+        assert response.status_code == 200
+        assert judge(response, "/v1/chat/completions", CHAT).errors == []
+        assert httpx.get(proxy + "/health", timeout=10).status_code == 200  # health needs no key
+
+
+def test_upstream_key_is_injected_and_never_shown(
+    upstream: tuple[str, Upstream], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, server = upstream
+    caplog.set_level(logging.INFO, logger="conformant.access")
+    seen_by_client: list[str] = []
+    with run_proxy(url, api_key=CLIENT_KEY, upstream_api_key=UPSTREAM_KEY, upstream_kind="openai") as proxy:
+        for method, path, body in (
+            ("POST", "/v1/chat/completions", CHAT),
+            ("POST", "/v1/chat/completions", {**CHAT, "stream": False}),
+            ("POST", "/v1/chat/completions", {**CHAT, "model": "echo-key"}),
+            ("POST", "/v1/chat/completions", {**CHAT, "model": "echo-key", "stream": False}),
+            ("GET", "/v1/models", None),
+            ("POST", "/v1/embeddings", {"input": "x"}),
+        ):
+            response = httpx.request(method, proxy + path, json=body, headers=_auth(), timeout=10)
+            assert response.status_code < 500, response.text
+            seen_by_client += [response.text, json.dumps(dict(response.headers))]
+        error = httpx.post(
+            proxy + "/v1/chat/completions", json={**CHAT, "model": "echo-key"}, headers=_auth(), timeout=10
+        )
+        assert error.status_code == 403
+        assert "<redacted>" in error.json()["error"]["message"]
+        seen_by_client.append(httpx.get(proxy + "/metrics", timeout=10).text)
+    assert all(r["headers"]["authorization"] == f"Bearer {UPSTREAM_KEY}" for r in server.requests)
+    assert len(server.requests) == 7
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert logged.count('"request_id"') >= 7
+    for text in [*seen_by_client, logged]:
+        assert UPSTREAM_KEY not in text
+        assert CLIENT_KEY not in text
+
+
+def test_max_body_is_413(upstream: tuple[str, Upstream]) -> None:
+    url, server = upstream
+    big = {**CHAT, "messages": [{"role": "user", "content": "x" * 2000}]}
+    with run_proxy(url, max_body=1000, upstream_kind="openai") as proxy:
+        declared = httpx.post(proxy + "/v1/chat/completions", json=big, timeout=10)
+        assert _assert_openai_error(declared, 413)["code"] == "request_too_large"
+
+        def chunked() -> Iterator[bytes]:  # no content-length: counted while read
+            data = json.dumps(big).encode()
+            for start in range(0, len(data), 256):
+                yield data[start : start + 256]
+
+        streamed = httpx.post(
+            proxy + "/v1/chat/completions",
+            content=chunked(),
+            headers={"content-type": "application/json"},
+            timeout=10,
+        )
+        _assert_openai_error(streamed, 413)
+        passthrough = httpx.post(proxy + "/v1/embeddings", json={"input": "x" * 2000}, timeout=10)
+        _assert_openai_error(passthrough, 413)
+        assert server.requests == []
+        assert httpx.post(proxy + "/v1/chat/completions", json=CHAT, timeout=10).status_code == 200
+
+
+def test_models_list_is_normalized(upstream: tuple[str, Upstream]) -> None:
+    url, _ = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        listing = httpx.get(proxy + "/v1/models", timeout=10)
+        assert listing.status_code == 200
+        jsonschema.validate(listing.json(), MODELS_SCHEMA)
+        entries = listing.json()["data"]
+        assert [m["id"] for m in entries] == ["gemma-3-270m", "other"]  # no local path (Q09)
+        assert entries[1]["created"] == 7
+        assert entries[1]["owned_by"] == "someone"
+    with run_proxy(url, model_alias="my-model", upstream_kind="openai") as proxy:
+        listing = httpx.get(proxy + "/v1/models", timeout=10)
+        jsonschema.validate(listing.json(), MODELS_SCHEMA)
+        assert [m["id"] for m in listing.json()["data"]] == ["my-model"]
+
+
+def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -> None:
+    url, server = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        body = '{"input": ["a", "b"], "model": "m"}'
+        response = httpx.post(
+            proxy + "/v1/embeddings?x=1&y=two",
+            content=body,
+            headers={"content-type": "application/json", "x-custom": "yes"},
+            timeout=10,
+        )
+        assert response.status_code == 201
+        assert response.headers["x-upstream-header"] == "kept"
+        assert response.json() == {"path": "/v1/embeddings", "query": "x=1&y=two", "body": body}
+        assert server.requests[-1]["headers"]["x-custom"] == "yes"
+        deleted = httpx.delete(proxy + "/v1/files/file-1", timeout=10)
+        assert deleted.status_code == 201
+        assert server.requests[-1]["method"] == "DELETE"
+        assert server.requests[-1]["path"] == "/v1/files/file-1"
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {labels} not in /metrics")
+
+
+def test_metrics_count_requests_latency_and_repairs_by_rule(upstream: tuple[str, Upstream]) -> None:
+    url, _ = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        for _ in range(2):
+            response = httpx.post(proxy + "/v1/chat/completions", json=CHAT, timeout=10)
+            assert '"finish_reason":"stop"' in response.text
+        httpx.post(proxy + "/v1/chat/completions", json=[1], timeout=10)  # a 400
+        text = httpx.get(proxy + "/metrics", timeout=10).text
+    assert _metric(text, "conformant_requests_total", endpoint="chat", status="200") == 2
+    assert _metric(text, "conformant_requests_total", endpoint="chat", status="400") == 1
+    assert _metric(text, "conformant_request_seconds_count", endpoint="chat") == 3
+    assert _metric(text, "conformant_time_to_first_token_seconds_count", endpoint="chat") == 2
+    assert _metric(text, "conformant_repairs_total", rule="Q18") == 2  # finish_reason "eos"
+    assert _metric(text, "conformant_repairs_total", rule="Q26") == 2  # usage nobody asked for
+    assert _metric(text, "conformant_in_flight_requests") == 1  # the /metrics request itself
+
+
+def test_access_log_line_has_status_upstream_status_ttft_tokens_and_repairs(
+    upstream: tuple[str, Upstream], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, _ = upstream
+    caplog.set_level(logging.INFO, logger="conformant.access")
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        body = {**CHAT, "stream_options": {"include_usage": True}}
+        response = httpx.post(
+            proxy + "/v1/chat/completions", json=body, headers={"x-request-id": "req-abc"}, timeout=10
+        )
+        assert response.headers["x-request-id"] == "req-abc"
+        generated = httpx.post(proxy + "/v1/chat/completions", json=CHAT, timeout=10)
+        assert generated.headers["x-request-id"].startswith("req_")
+        assert len(generated.headers["x-request-id"]) > 12
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "conformant.access"]
+    line = next(entry for entry in lines if entry["request_id"] == "req-abc")
+    assert line["method"] == "POST"
+    assert line["path"] == "/v1/chat/completions"
+    assert line["status"] == 200
+    assert line["upstream_status"] == 200
+    assert isinstance(line["ttft_ms"], float)
+    assert 0 < line["ttft_ms"] <= line["duration_ms"]
+    assert (line["prompt_tokens"], line["completion_tokens"]) == (3, 1)
+    assert "Q18" in line["repairs"].split(",")
+    assert line["client_disconnected"] is False
+    assert line["error"] is None
+    assert any(entry["request_id"] == generated.headers["x-request-id"] for entry in lines)
+
+
+def test_cors_preflight_and_response_headers(upstream: tuple[str, Upstream]) -> None:
+    url, _ = upstream
+    origin = "https://app.example"
+    with run_proxy(url, cors_origins=(origin,), api_key=CLIENT_KEY, upstream_kind="openai") as proxy:
+        preflight = httpx.options(
+            proxy + "/v1/chat/completions",
+            headers={
+                "origin": origin,
+                "access-control-request-method": "POST",
+                "access-control-request-headers": "authorization, content-type",
+            },
+            timeout=10,
+        )
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == origin
+        assert "authorization" in preflight.headers["access-control-allow-headers"].lower()
+        response = httpx.post(
+            proxy + "/v1/chat/completions", json=CHAT, headers={**_auth(), "origin": origin}, timeout=10
+        )
+        assert response.headers["access-control-allow-origin"] == origin
+        other = httpx.options(
+            proxy + "/v1/chat/completions",
+            headers={"origin": "https://evil.example", "access-control-request-method": "POST"},
+            timeout=10,
+        )
+        assert other.status_code == 400
+        assert "access-control-allow-origin" not in other.headers
