@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -113,12 +114,19 @@ def _backend(model: str | None) -> Iterator[str]:
                 proc.wait()
 
 
+def _exit_on_sigterm(signum: int, _: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
+    # uvicorn shuts down on SIGTERM and then raises the signal again with the previous handler; with
+    # the default one the process would die before it stops the backend it started.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with contextlib.ExitStack() as stack:
         upstream = args.upstream or stack.enter_context(_backend(args.model))
         if not upstream.startswith(("http://", "https://")):

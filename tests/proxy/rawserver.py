@@ -84,6 +84,10 @@ def raw_server(handler: Handler) -> Iterator[tuple[str, Record]]:
         asyncio.set_event_loop(loop)
         loop.run_until_complete(main())
         loop.run_forever()
+        # Let the cancelled handlers run their cleanup on a live loop, then close it.
+        pending = asyncio.all_tasks(loop)
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

@@ -309,8 +309,15 @@ async def _endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
         await asyncio.sleep(0.02)
 
 
+def assert_cancelled_in_time(delay: float, when: str) -> None:
+    """The issue's bound: the upstream sees its connection closed within 100 ms of the client leaving."""
+    print(f"client disconnect {when}: upstream connection closed after {delay * 1000:.1f} ms")
+    assert 0 <= delay < 0.1
+
+
 def test_client_disconnect_mid_stream_cancels_the_upstream() -> None:
-    with raw_server(_endless) as (upstream, record), proxy(upstream) as (url, app):
+    # No /props probe: the only upstream connection is the request's.
+    with raw_server(_endless) as (upstream, record), proxy(upstream, upstream_kind="openai") as (url, app):
         with (
             httpx.Client(timeout=10) as client,
             client.stream("POST", url + "/v1/chat/completions", json=CHAT) as r,
@@ -320,13 +327,12 @@ def test_client_disconnect_mid_stream_cancels_the_upstream() -> None:
             next(lines)
             left = time.monotonic()
         wait_for(lambda: record.peer_closed_at)
-        # Reported, not asserted tightly (shared CI cores): the goal is well under 100 ms.
-        assert record.peer_closed_at[0] - left < 1.0
+        assert_cancelled_in_time(record.peer_closed_at[0] - left, "mid-stream")
         assert_idle(app)
 
 
 def test_client_disconnect_before_the_first_byte_cancels_the_upstream() -> None:
-    with raw_server(_silent) as (upstream, record), proxy(upstream) as (url, app):
+    with raw_server(_silent) as (upstream, record), proxy(upstream, upstream_kind="openai") as (url, app):
         sock = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
         body = json.dumps(CHAT).encode()
         sock.sendall(
@@ -338,7 +344,7 @@ def test_client_disconnect_before_the_first_byte_cancels_the_upstream() -> None:
         sock.close()
         left = time.monotonic()
         wait_for(lambda: record.peer_closed_at)
-        assert record.peer_closed_at[0] - left < 1.0
+        assert_cancelled_in_time(record.peer_closed_at[0] - left, "before the first byte")
         assert_idle(app)
 
 

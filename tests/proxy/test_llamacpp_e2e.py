@@ -91,7 +91,7 @@ def _exercise(upstream: str) -> None:
             client.chat.completions.create(
                 model=model,
                 stream=True,
-                messages=[{"role": "user", "content": "overflow " * 2000}],
+                messages=[{"role": "user", "content": "overflow " * llama_cpp_server.OVERFLOW_WORDS}],
                 max_tokens=4,
             )
 
