@@ -74,7 +74,8 @@ def _cors_default() -> list[str]:
     return [origin for origin in value.split(",") if origin]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now (the OS picks it)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -84,7 +85,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def _backend(model: str | None) -> Iterator[str]:
     """The bundled backend as a subprocess on a free port; yields its URL once /health answers."""
-    port = _free_port()
+    port = free_port()
     args = [sys.executable, "-m", "conformance", "backend", "--host", "127.0.0.1", "--port", str(port)]
     if model:
         args += ["--model", model]

@@ -11,25 +11,38 @@ __all__ = ["created_stable", "id_prefix", "id_stable", "model_stable"]
 _PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-"}
 
 
-def id_stable(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:
-    """Non-empty id (Q01, Q02), the same on every chunk (Q03). A missing id is a schema finding."""
-    value = chunk.get("id")
+def _stable_text(
+    ctx: Context,
+    event: int | None,
+    chunk: dict[str, Any],
+    key: str,
+    *,
+    empty: str,
+    changed: str,
+    hint: str = "",
+) -> None:
+    """The string field ``key`` is non-empty on its first chunk and the same on every later one."""
+    value = chunk.get(key)
     if not isinstance(value, str):
         return
-    if ctx.unset(ctx.id):
-        ctx.id = value
+    seen = getattr(ctx, key)
+    setattr(ctx, key, value)
+    if ctx.unset(seen):
         if not value:
-            ctx.error("id-empty", "empty 'id'", event=event, pointer="/id", quirk="Q01")
-        return
-    if value != ctx.id:
+            ctx.error(f"{key}-empty", f"empty {key!r}", event=event, pointer=f"/{key}", quirk=empty)
+    elif value != seen:
         ctx.error(
-            "id-changed",
-            f"'id' changed from {ctx.id[:60]!r} to {value[:60]!r}; every chunk has the same id",
+            f"{key}-changed",
+            f"{key!r} changed from {seen[:60]!r} to {value[:60]!r}{hint}",
             event=event,
-            pointer="/id",
-            quirk="Q03",
+            pointer=f"/{key}",
+            quirk=changed,
         )
-        ctx.id = value
+
+
+def id_stable(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:
+    """Non-empty id (Q01, Q02), the same on every chunk (Q03). A missing id is a schema finding."""
+    _stable_text(ctx, event, chunk, "id", empty="Q01", changed="Q03", hint="; every chunk has the same id")
 
 
 def id_prefix(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:
@@ -50,23 +63,7 @@ def id_prefix(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:
 
 def model_stable(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:
     """``model`` names the served model (Q02, Q09): non-empty, and the same on every chunk."""
-    value = chunk.get("model")
-    if not isinstance(value, str):
-        return
-    if ctx.unset(ctx.model):
-        ctx.model = value
-        if not value:
-            ctx.error("model-empty", "empty 'model'", event=event, pointer="/model", quirk="Q02")
-        return
-    if value != ctx.model:
-        ctx.error(
-            "model-changed",
-            f"'model' changed from {ctx.model[:60]!r} to {value[:60]!r}",
-            event=event,
-            pointer="/model",
-            quirk="spec",
-        )
-        ctx.model = value
+    _stable_text(ctx, event, chunk, "model", empty="Q02", changed="spec")
 
 
 def created_stable(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:

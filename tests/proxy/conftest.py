@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,8 @@ from conformance.replay import create_replay_app, load_corpus
 from conformance.transcript import Transcript
 from proxy.app import create_app
 from proxy.config import ProxyConfig
-from tests.support.servers import run_asgi
+from tests.live import llama_cpp_server
+from tests.support.servers import free_port, run_asgi, run_process
 
 
 @contextlib.contextmanager
@@ -63,3 +65,14 @@ def judge(response: httpx.Response, path: str, body: dict[str, Any]) -> Verdict:
         status=response.status_code,
         headers=dict(response.headers),
     )
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_python() -> Iterator[str]:
+    """llama-cpp-python's own server on the Gemma model, started for this module."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed")
+    port = free_port()
+    command = llama_cpp_server.command(port)
+    with run_process(command, health_path="/v1/models", port=port, timeout=180) as (url, _):
+        yield url

@@ -23,19 +23,6 @@ COMPLETION = {"prompt": "The capital of France is", "max_tokens": 8, "temperatur
 
 
 @pytest.fixture(scope="module")
-def llama_cpp_python() -> Iterator[str]:
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed")
-    port = free_port()
-    # The shared launcher runs ``python -m llama_cpp.server`` with the AMX repack workaround this host needs.
-    with run_process(llama_cpp_server.command(port), health_path="/v1/models", port=port, timeout=180) as (
-        url,
-        _,
-    ):
-        yield url
-
-
-@pytest.fixture(scope="module")
 def bundled_backend() -> Iterator[str]:
     if importlib.util.find_spec("backend.cli") is None:
         pytest.skip("the bundled backend is not built yet")

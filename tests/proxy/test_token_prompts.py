@@ -7,7 +7,6 @@ llama-cpp-python's own server is the real case (it answers a token prompt with a
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,8 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.adapters.token_prompts import is_token_prompt
-from tests.live import llama_cpp_server
-from tests.support.servers import free_port, run_asgi, run_process
+from tests.support.servers import run_asgi
 
 from .conftest import judge, run_proxy
 
@@ -147,18 +145,6 @@ def test_an_upstream_that_takes_token_prompts_gets_them_unchanged() -> None:
         response = _complete(url, {"model": "m", "prompt": [1, 2]})
     assert response.json()["choices"][0]["text"] == "[tokens]"
     assert [b["prompt"] for b in app.state.seen] == [[1, 2]]
-
-
-@pytest.fixture(scope="module")
-def llama_cpp_python() -> Iterator[str]:
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed")
-    port = free_port()
-    with run_process(llama_cpp_server.command(port), health_path="/v1/models", port=port, timeout=180) as (
-        url,
-        _,
-    ):
-        yield url
 
 
 @pytest.mark.backend

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,14 +18,9 @@ from typing import Any
 import httpx
 import uvicorn
 
+from proxy.cli import free_port
+
 __all__ = ["free_port", "run_asgi", "run_process", "wait_http"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager
