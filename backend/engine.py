@@ -1,9 +1,12 @@
 """The continuous-batching engine: one llama context, ``parallel`` sequence slots, one worker thread.
 
-Each decode step puts one token per running sequence into the batch first, then fills what is left of
-the batch with prompt chunks of sequences still prefilling, so a long prompt never stalls running
-streams. Sequences join and leave between steps. A slot keeps its KV cache after its sequence ends,
-and the next sequence whose prompt shares the longest prefix with it reuses that prefix.
+A step either decodes one token for every running sequence or prefills waiting prompts (up to a batch
+of prompt tokens), never both: a joint step costs about as much as the two apart, so a new request
+would wait for the running streams' rows before its first token. While prompts wait, prefill and
+decode steps alternate, so a new request's first token comes after at most one decode step and a long
+prompt, prefilled in chunks, never stalls running streams. Sequences join and leave between steps.
+A slot keeps its KV cache after its sequence ends, and the next sequence whose prompt shares the
+longest prefix with it reuses that prefix.
 
 Only the worker thread touches the context. The HTTP side submits :class:`Job` objects and gets
 :class:`Event` objects back through a callback (``loop.call_soon_threadsafe`` into an asyncio queue).
@@ -128,11 +131,28 @@ class _Text:
         return text, out
 
 
+# Batch invariance. llama.cpp's CPU kernels for repacked weights multiply activation rows four at a time
+# (gemm) and take the rest one by one (gemv); the two reduce in different orders, so a row's numbers
+# depend on where it sits in its batch, and greedy outputs drift with whatever else runs. Every row is
+# therefore computed as it would be alone: a decode call holds at most three rows (all gemv, like a
+# lone sequence's decode), each prompt is prefilled in calls of its own starting on a multiple of four
+# (the gemm/gemv split of a fresh prefill), and a cached prefix is reused only up to a multiple of four
+# that a prefill computed (generated tokens were computed by gemv).
+_GEMM_ROWS = 4
+_VECTOR_ROWS = _GEMM_ROWS - 1
+
+_Row = tuple["_Slot", int, str]
+"""(slot, token, kind): "gen" and "last" rows are sampled, "prompt" rows give echo logprobs, "cache"
+rows only fill the KV cache."""
+
+
 class _Slot:
     def __init__(self, seq_id: int) -> None:
         self.seq_id = seq_id
         self.cached: list[int] = []
         """Tokens in this sequence's KV cache, in position order."""
+        self.reusable = 0
+        """How many of ``cached`` a later prompt may reuse: those a prefill computed on the 4-row grid."""
         self.job: Job | None = None
         self.prefilled = 0
         self.next_token: int | None = None
@@ -162,6 +182,8 @@ class Engine:
         self._waiting: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._stop = False
+        self._prefill_turn = False
+        """Whether the last step prefilled: while prompts wait, prefill and decode steps alternate."""
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
         self._thread.start()
 
@@ -241,7 +263,10 @@ class Engine:
             self._waiting.popleft()
             slot = max(
                 free,
-                key=lambda s: (_common_prefix(s.cached, job.prompt) if job.cache_prompt else 0, -s.last_used),
+                key=lambda s: (
+                    _common_prefix(s.cached[: s.reusable], job.prompt) if job.cache_prompt else 0,
+                    -s.last_used,
+                ),
             )
             self._assign(slot, job)
 
@@ -249,13 +274,15 @@ class Engine:
         keep = 0
         if job.cache_prompt and not job.prompt_logprobs:
             # At least one prompt token must be decoded again: its logits give the first sampled token.
-            keep = min(_common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
+            keep = min(_common_prefix(slot.cached[: slot.reusable], job.prompt), len(job.prompt) - 1)
+            keep -= keep % _GEMM_ROWS
         if not ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
             ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
             keep = 0
         self.stats.reused_prompt_tokens += keep
         slot.cached = job.prompt[:keep]
         slot.prefilled = keep
+        slot.reusable = keep
         slot.job = job
         slot.next_token = None
         slot.generated = 0
@@ -278,61 +305,75 @@ class Engine:
         slot.last_used = self.stats.steps
 
     def _step(self) -> None:
-        batch = self._batch
-        n = 0
-        rows: list[tuple[_Slot, int, str]] = []  # (slot, batch row, "gen" | "last" | "prompt")
+        running = [s for s in self._slots if s.job is not None]
+        decoding = [s for s in running if s.next_token is not None]
+        prefilling = [s for s in running if s.job is not None and s.prefilled < len(s.job.prompt)]
+        self._prefill_turn = bool(prefilling) and (not decoding or not self._prefill_turn)
+        if not decoding and not prefilling:
+            return
+        self.stats.steps += 1
+        if not self._prefill_turn:
+            for start in range(0, len(decoding), _VECTOR_ROWS):
+                rows: list[_Row] = []
+                for slot in decoding[start : start + _VECTOR_ROWS]:
+                    assert slot.next_token is not None
+                    rows.append((slot, slot.next_token, "gen"))
+                    slot.next_token = None
+                self._decode(rows)
+            return
+        budget = self.n_batch
+        for slot in sorted(prefilling, key=lambda s: s.last_used):
+            job = slot.job
+            assert job is not None
+            remaining = len(job.prompt) - slot.prefilled
+            chunk = min(remaining, budget)
+            if chunk < remaining:  # only a prompt's last chunk may end off the 4-row grid
+                aligned = chunk - chunk % _GEMM_ROWS
+                if aligned == 0 and budget < self.n_batch:
+                    break  # the rest waits for the next prefill turn
+                chunk = aligned or chunk
+            budget -= chunk
+            rows = []
+            for i in range(slot.prefilled, slot.prefilled + chunk):
+                last = i == len(job.prompt) - 1
+                kind = "last" if last else "prompt" if job.prompt_logprobs else "cache"
+                rows.append((slot, job.prompt[i], kind))
+            slot.prefilled += chunk
+            if slot.prefilled == len(job.prompt):
+                slot.reusable = slot.prefilled - slot.prefilled % _GEMM_ROWS
+            self._decode(rows)
 
-        def add(slot: _Slot, token: int, logits: bool) -> None:
-            nonlocal n
+    def _decode(self, rows: list[_Row]) -> None:
+        """One llama_decode call over ``rows``, then what each row's logits are for."""
+        batch = self._batch
+        for n, (slot, token, kind) in enumerate(rows):
             batch.token[n] = token
             batch.pos[n] = len(slot.cached)
             batch.n_seq_id[n] = 1
             batch.seq_id[n][0] = slot.seq_id
-            batch.logits[n] = logits
+            batch.logits[n] = kind != "cache"
             slot.cached.append(token)
-            n += 1
-
-        running = [s for s in self._slots if s.job is not None]
-        for slot in running:
-            if slot.next_token is not None:
-                rows.append((slot, n, "gen"))
-                add(slot, slot.next_token, True)
-                slot.next_token = None
-        for slot in sorted(running, key=lambda s: s.last_used):
-            job = slot.job
-            assert job is not None
-            if slot.prefilled >= len(job.prompt) or n >= self.n_batch:
-                continue
-            end = min(len(job.prompt), slot.prefilled + self.n_batch - n)
-            for i in range(slot.prefilled, end):
-                last = i == len(job.prompt) - 1
-                if last or job.prompt_logprobs:
-                    rows.append((slot, n, "last" if last else "prompt"))
-                add(slot, job.prompt[i], last or job.prompt_logprobs)
-            slot.prefilled = end
-        if n == 0:
-            return
-        batch.n_tokens = n
+        batch.n_tokens = len(rows)
         rc = ll.llama_decode(self.ctx, batch)
-        self.stats.steps += 1
         if rc != 0:
-            for slot in running:
+            for slot in {id(slot): slot for slot, _, _ in rows}.values():
                 ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
                 slot.cached = []
+                slot.reusable = 0
                 self._finish(slot, error=f"llama_decode failed with status {rc}")
             return
-        for slot, row, kind in rows:
+        for n, (slot, _, kind) in enumerate(rows):
             job = slot.job
-            if job is None:
+            if job is None or kind == "cache":
                 continue
             if kind == "prompt":
-                following = job.prompt[int(batch.pos[row]) + 1]
-                slot.prompt_logprobs.append(self._logprob(row, following, job.logprobs or 0))
+                following = job.prompt[int(batch.pos[n]) + 1]
+                slot.prompt_logprobs.append(self._logprob(n, following, job.logprobs or 0))
                 continue
             if kind == "last" and job.prompt_logprobs:
                 job.emit(Event(job.index, prompt_logprobs=slot.prompt_logprobs))
                 slot.prompt_logprobs = []
-            self._sample(slot, row)
+            self._sample(slot, n)
 
     def _sample(self, slot: _Slot, row: int) -> None:
         job = slot.job
