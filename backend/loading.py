@@ -346,13 +346,21 @@ def _captured_log(llama: ModuleType) -> Iterator[LoadLog]:
 GGML_DEVICE_CPU, GGML_DEVICE_GPU, GGML_DEVICE_IGPU = 0, 1, 2  # enum ggml_backend_dev_type
 
 
-def _amx_faults(registry: BufferTypes) -> bool:
+def repack_faults() -> bool:
+    """Whether the loader turns weight repacking off on this machine (see ``_amx_faults``)."""
+    _llama().llama_backend_init()
+    return _amx_faults(BufferTypes.from_registry(), quiet=True)
+
+
+def _amx_faults(registry: BufferTypes, *, quiet: bool = False) -> bool:
     if "AMX" not in registry.host_names:
         return False
     from backend.smoke import amx_faults
 
     if not amx_faults():
         return False
+    if quiet:
+        return True
     log.warning(
         "this CPU advertises AMX but llama.cpp's AMX kernels crash here: weight repacking is off "
         "(CONFORMANT_AMX=on forces it)"

@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 
 PROBE_TIMEOUT_S = 120
+_SILENT: object = None
 
 
 class DecodeError(RuntimeError):
@@ -93,7 +94,11 @@ def _probe() -> int:
 
     from backend.synthetic import SyntheticSpec, write_synthetic
 
-    llama.llama_log_set(llama.llama_log_callback(lambda *_: None), None)
+    # The callback object must outlive every llama.cpp log call: a temporary one is freed at once, and
+    # the next log line would jump into freed memory (a segfault that looks like the AMX crash).
+    global _SILENT
+    _SILENT = llama.llama_log_callback(lambda *_: None)
+    llama.llama_log_set(_SILENT, None)
     llama.llama_backend_init()
     with tempfile.TemporaryDirectory(prefix="conformant-amx-") as tmp:
         # Q8_0 weights: a type the AMX buffer takes, so the decode runs the AMX kernels. Loaded with

