@@ -42,6 +42,9 @@ class ContextOptions:
     sequence's greedy output would change with the other sequences in the step."""
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
+    batch_invariant: bool = False
+    """Schedule so that a greedy output never depends on what else runs (see backend/engine.py); costs
+    part of the throughput gain of batching, so it is off by default."""
 
     def check(self) -> None:
         if self.parallel < 1:
@@ -115,6 +118,11 @@ def add_context_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.cache_type_v,
         help="V cache type (quantized needs flash attention)",
     )
+    group.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="greedy outputs independent of concurrent requests, at some cost in 4-stream throughput",
+    )
 
 
 def context_options_from_args(args: argparse.Namespace) -> ContextOptions:
@@ -127,6 +135,7 @@ def context_options_from_args(args: argparse.Namespace) -> ContextOptions:
         flash_attn=args.flash_attn,
         cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v,
+        batch_invariant=args.batch_invariant,
     )
     opts.check()
     return opts

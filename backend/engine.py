@@ -131,13 +131,13 @@ class _Text:
         return text, out
 
 
-# Batch invariance. llama.cpp's CPU kernels for repacked weights multiply activation rows four at a time
-# (gemm) and take the rest one by one (gemv); the two reduce in different orders, so a row's numbers
-# depend on where it sits in its batch, and greedy outputs drift with whatever else runs. Every row is
-# therefore computed as it would be alone: a decode call holds at most three rows (all gemv, like a
-# lone sequence's decode), each prompt is prefilled in calls of its own starting on a multiple of four
-# (the gemm/gemv split of a fresh prefill), and a cached prefix is reused only up to a multiple of four
-# that a prefill computed (generated tokens were computed by gemv).
+# Batch invariance (``--batch-invariant``). llama.cpp's CPU kernels for repacked weights multiply
+# activation rows four at a time (gemm) and take the rest one by one (gemv); the two reduce in different
+# orders, so a row's numbers depend on where it sits in its batch, and greedy outputs drift with
+# whatever else runs. In this mode every row is computed as it would be alone: a decode call holds at
+# most three rows (all gemv, like a lone sequence's decode), each prompt is prefilled in calls of its
+# own starting on a multiple of four (the gemm/gemv split of a fresh prefill), and a cached prefix is
+# reused only up to a multiple of four that a prefill computed (generated tokens were computed by gemv).
 _GEMM_ROWS = 4
 _VECTOR_ROWS = _GEMM_ROWS - 1
 
@@ -165,7 +165,9 @@ class _Slot:
 class Engine:
     """Owns the llama context and the worker thread; ``submit``, ``cancel`` and ``health`` are thread-safe."""
 
-    def __init__(self, model: Any, ctx_params: Any, *, queue_size: int = 64) -> None:
+    def __init__(
+        self, model: Any, ctx_params: Any, *, queue_size: int = 64, batch_invariant: bool = False
+    ) -> None:
         self.model = model
         self.vocab = Vocab(model)
         self.ctx = ll.llama_init_from_model(model, ctx_params)
@@ -176,6 +178,10 @@ class Engine:
         self.n_batch = int(ll.llama_n_batch(self.ctx))
         self.n_ctx_seq = int(ll.llama_n_ctx_seq(self.ctx))
         self.queue_size = queue_size
+        self.batch_invariant = batch_invariant
+        # Without batch invariance every running sequence decodes in one call (llama.cpp's 4-row gemm).
+        self._rows_per_call = _VECTOR_ROWS if batch_invariant else self.n_batch
+        self._grid = _GEMM_ROWS if batch_invariant else 1
         self.stats = EngineStats()
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
         self._slots = [_Slot(i) for i in range(self.n_parallel)]
@@ -264,7 +270,7 @@ class Engine:
             slot = max(
                 free,
                 key=lambda s: (
-                    _common_prefix(s.cached[: s.reusable], job.prompt) if job.cache_prompt else 0,
+                    _common_prefix(self._reusable(s), job.prompt) if job.cache_prompt else 0,
                     -s.last_used,
                 ),
             )
@@ -274,8 +280,8 @@ class Engine:
         keep = 0
         if job.cache_prompt and not job.prompt_logprobs:
             # At least one prompt token must be decoded again: its logits give the first sampled token.
-            keep = min(_common_prefix(slot.cached[: slot.reusable], job.prompt), len(job.prompt) - 1)
-            keep -= keep % _GEMM_ROWS
+            keep = min(_common_prefix(self._reusable(slot), job.prompt), len(job.prompt) - 1)
+            keep -= keep % self._grid
         if not ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
             ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
             keep = 0
@@ -289,6 +295,11 @@ class Engine:
         slot.text = _Text(job.stop)
         slot.prompt_logprobs = []
         slot.last_used = self.stats.steps
+
+    def _reusable(self, slot: _Slot) -> list[int]:
+        """The cached tokens a new prompt may skip: all of them, or under batch invariance only those a
+        prefill computed on the 4-row grid."""
+        return slot.cached[: slot.reusable] if self.batch_invariant else slot.cached
 
     def _release_cancelled(self) -> None:
         for slot in self._slots:
@@ -313,9 +324,9 @@ class Engine:
             return
         self.stats.steps += 1
         if not self._prefill_turn:
-            for start in range(0, len(decoding), _VECTOR_ROWS):
+            for start in range(0, len(decoding), self._rows_per_call):
                 rows: list[_Row] = []
-                for slot in decoding[start : start + _VECTOR_ROWS]:
+                for slot in decoding[start : start + self._rows_per_call]:
                     assert slot.next_token is not None
                     rows.append((slot, slot.next_token, "gen"))
                     slot.next_token = None
@@ -328,7 +339,7 @@ class Engine:
             remaining = len(job.prompt) - slot.prefilled
             chunk = min(remaining, budget)
             if chunk < remaining:  # only a prompt's last chunk may end off the 4-row grid
-                aligned = chunk - chunk % _GEMM_ROWS
+                aligned = chunk - chunk % self._grid
                 if aligned == 0 and budget < self.n_batch:
                     break  # the rest waits for the next prefill turn
                 chunk = aligned or chunk

@@ -170,7 +170,13 @@ class Backend:
         loaded = load_model(path, load or LoadOptions())
         try:
             quiet_llama_log()
-            engine = Engine(loaded.model, (context or ContextOptions()).to_params(), queue_size=queue_size)
+            options = context or ContextOptions()
+            engine = Engine(
+                loaded.model,
+                options.to_params(),
+                queue_size=queue_size,
+                batch_invariant=options.batch_invariant,
+            )
         except BaseException:
             loaded.close()
             raise

