@@ -27,7 +27,9 @@ def bundled_backend() -> Iterator[str]:
     if importlib.util.find_spec("backend.cli") is None:
         pytest.skip("the bundled backend is not built yet")
     port = free_port()
+    # Batch-invariant: the test compares a streamed and a whole reply to the same greedy request.
     args = ["python", "-m", "conformance", "backend", "--host", "127.0.0.1", "--port", str(port)]
+    args.append("--batch-invariant")
     with run_process(args, health_path="/health", port=port, timeout=300) as (url, _):
         yield url
 
