@@ -351,7 +351,7 @@ class Engine:
                 rows.append((slot, job.prompt[i], kind))
             slot.prefilled += chunk
             if slot.prefilled == len(job.prompt):
-                slot.reusable = slot.prefilled - slot.prefilled % _GEMM_ROWS
+                slot.reusable = slot.prefilled - slot.prefilled % self._grid
             self._decode(rows)
 
     def _decode(self, rows: list[_Row]) -> None:
