@@ -14,6 +14,7 @@ import json
 from functools import cache
 from typing import Any, NoReturn
 
+import orjson
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 
@@ -333,15 +334,24 @@ def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
-    """The client's body as a validated JSON object, or a 400 :class:`ProxyError` saying what is wrong."""
+def _parse_slowly(raw: bytes) -> Any:
+    """What orjson refused: either valid JSON it does not take (an integer beyond 64 bits) or an error,
+    worded with the line and column of the standard parser."""
     try:
-        body = json.loads(raw, parse_constant=_no_constant)
+        return json.loads(raw, parse_constant=_no_constant)
     except ValueError as exc:  # UnicodeDecodeError included
         where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
         raise ProxyError.make(
             f"The request body is not valid JSON{where}.", 400, code="invalid_json"
         ) from None
+
+
+def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
+    """The client's body as a validated JSON object, or a 400 :class:`ProxyError` saying what is wrong."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = _parse_slowly(raw)
     if not isinstance(body, dict):
         raise ProxyError.make(
             f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"

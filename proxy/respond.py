@@ -8,7 +8,6 @@ does not watch while the upstream's first byte is awaited), so the upstream is c
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from conformance.sse import DONE_EVENT, encode_data
 
+from . import jsoncodec
 from .emulation import Aggregator, synthesize_chunks
 from .errors import ProxyError
 from .normalizer import RequestInfo
@@ -34,8 +34,7 @@ _JSON_HEADERS = [(b"content-type", b"application/json")]
 _COALESCE_LIMIT = 256 * 1024
 
 
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+_dumps = jsoncodec.dumps
 
 
 def _events(chunks: list[dict[str, Any]]) -> bytes:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from conformance.sse import SSELineTooLong, SSEParser
 
+from . import jsoncodec
 from .adapters import Adapter, UpstreamCall
 from .errors import ProxyError
 from .normalizer import (
@@ -163,7 +163,7 @@ class UpstreamSource(Source):
 
     async def _read_body(self, raw: bytes) -> None:
         try:
-            obj = json.loads(raw)
+            obj = jsoncodec.loads(raw)
         except ValueError:
             raise ProxyError.make("the upstream server sent a body that is not valid JSON", 502) from None
         if self._call.translate is not None:
@@ -190,7 +190,7 @@ class UpstreamSource(Source):
             translate = self._call.translate
             for block in self._parser.feed(raw):
                 if translate is not None and block.data is not None and block.data.strip()[:1] == "{":
-                    out += normalizer.feed_payload(translate(json.loads(block.data)))
+                    out += normalizer.feed_payload(translate(jsoncodec.loads(block.data)))
                 else:
                     out += normalizer.feed(block)
                 if normalizer.failure is not None:

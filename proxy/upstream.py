@@ -9,10 +9,12 @@ import httpx
 
 from .config import ProxyConfig
 from .errors import ProxyError, error_from_http
+from .transport import UpstreamTransport
 
 __all__ = ["Upstream", "UpstreamStream"]
 
 _MAX_ERROR_BODY = 64 * 1024
+_KEEPALIVE_EXPIRY = 30.0
 
 
 class UpstreamStream:
@@ -69,12 +71,12 @@ class Upstream:
         headers = {"accept-encoding": "identity", "user-agent": "conformant-proxy"}
         if config.upstream_api_key:
             headers["authorization"] = f"Bearer {config.upstream_api_key}"
+        self._transport = transport or UpstreamTransport(keepalive_expiry=_KEEPALIVE_EXPIRY)
         self.client = httpx.AsyncClient(
             base_url=config.upstream_base,
             headers=headers,
             timeout=httpx.Timeout(connect=config.connect_timeout, read=None, write=60.0, pool=60.0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30.0),
-            transport=transport,
+            transport=self._transport,
         )
         self._urls: dict[str, httpx.URL] = {}
 
@@ -100,7 +102,9 @@ class Upstream:
         )
         for attempt in (1, 2):
             try:
-                response = await self.client.send(request, stream=True)
+                # Straight to the transport: the client's send would add cookie-jar bookkeeping, auth
+                # and redirect handling to every request, none of which an upstream call uses.
+                response = await self._transport.handle_async_request(request)
                 return UpstreamStream(response, self.config.idle_timeout)
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
                 # A pooled keep-alive connection the upstream closed before any response byte
@@ -131,6 +135,10 @@ class Upstream:
             return response.json()
         except (httpx.HTTPError, ValueError, TimeoutError):
             return None
+
+    def connections_in_use(self) -> int:
+        transport = self._transport
+        return transport.connections_in_use() if isinstance(transport, UpstreamTransport) else 0
 
     async def aclose(self) -> None:
         await self.client.aclose()

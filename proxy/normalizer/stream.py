@@ -14,6 +14,7 @@ from typing import Any
 
 from conformance.sse import SSEBlock
 
+from .. import jsoncodec
 from ..errors import ProxyError, error_from_payload, is_error_payload
 from .choices import ChoiceState, as_dict
 from .finish import FAILURE_REASONS, map_finish_reason
@@ -95,7 +96,7 @@ class StreamNormalizer:
         if not block.complete:
             return []  # cut off before its blank line: a WHATWG client would never see it
         try:
-            obj = json.loads(data)
+            obj = jsoncodec.loads(data)
         except ValueError:
             self.fail(ProxyError.make("the upstream server sent an event that is not valid JSON", 502))
             return []

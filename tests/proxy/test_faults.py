@@ -54,8 +54,7 @@ def assert_idle(app: Starlette) -> None:
     deadline = time.monotonic() + 3
     while True:
         in_flight = ctx.metrics.in_flight._value.get()
-        pool = ctx.upstream.client._transport._pool
-        busy = [c for c in pool.connections if not (c.is_idle() or c.is_closed())]
+        busy = ctx.upstream.connections_in_use()
         if in_flight == 0 and not busy:
             return
         if time.monotonic() > deadline:

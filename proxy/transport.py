@@ -1,0 +1,85 @@
+"""The upstream transport: httpx's request and response types over aiohttp's pool and C HTTP parser.
+
+httpx's default transport parses HTTP in pure Python (h11) and walks its whole connection pool on every
+request; behind it the proxy spent more CPU opening one upstream request than normalizing the stream
+that came back (bench/RESULTS.md). ``httpx-aiohttp`` (the transport openai-python ships for the same
+reason) keeps httpx's API and hands the I/O to aiohttp.
+
+Two things are set here rather than left to its defaults: the pool has no connection cap (aiohttp's
+default of 100 would queue the 101st concurrent stream), and errors are mapped again from the aiohttp
+exception they came from. httpx-aiohttp's map turns "the server closed the connection" into
+``ConnectTimeout``; the proxy must tell that apart, because a pooled keep-alive connection that the
+upstream closed before answering is retried once (``Upstream.open``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+__all__ = ["UpstreamTransport"]
+
+
+def _remapped(exc: httpx.TransportError) -> httpx.TransportError:
+    cause = exc.__cause__
+    message = str(exc)
+    if isinstance(cause, aiohttp.ClientConnectorError):  # refused, unreachable, DNS: no connection made
+        return httpx.ConnectError(message)
+    if isinstance(cause, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(message)
+    if isinstance(cause, aiohttp.ServerTimeoutError):
+        return httpx.ReadTimeout(message)
+    if isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        return httpx.RemoteProtocolError(message)
+    if isinstance(cause, aiohttp.ClientPayloadError):  # a body cut short or badly framed
+        return httpx.ReadError(message)
+    return exc
+
+
+class _Body(httpx.AsyncByteStream):
+    """The response body, with the same error mapping as the request."""
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in self._inner:
+                yield part
+        except httpx.TransportError as exc:
+            raise _remapped(exc) from exc.__cause__
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class UpstreamTransport(AiohttpTransport):
+    def __init__(self, keepalive_expiry: float) -> None:
+        super().__init__(client=self._session)
+        self._keepalive_expiry = keepalive_expiry
+
+    def _session(self) -> aiohttp.ClientSession:
+        # Created on the first request, inside the server's event loop, as aiohttp requires.
+        connector = aiohttp.TCPConnector(
+            limit=0, keepalive_timeout=self._keepalive_expiry, ssl=self.ssl_context
+        )
+        return aiohttp.ClientSession(connector=connector)
+
+    def connections_in_use(self) -> int:
+        """Upstream connections that a response still holds (a leak shows here)."""
+        session = self.client
+        if not isinstance(session, aiohttp.ClientSession) or session.connector is None:
+            return 0
+        return len(session.connector._acquired)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            response = await super().handle_async_request(request)
+        except httpx.TransportError as exc:
+            raise _remapped(exc) from exc.__cause__
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _Body(response.stream)
+        return response
