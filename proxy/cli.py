@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -148,5 +149,9 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"conformant serve: http://{args.host}:{args.port}/v1 -> {upstream}", file=sys.stderr, flush=True
         )
-        uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning", access_log=False)
+        app = create_app(config)
+        # Everything imported and built so far lives as long as the server: the collector need not
+        # scan it again on every full collection while streams are being served.
+        gc.freeze()
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0

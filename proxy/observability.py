@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -12,6 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from . import jsoncodec
 from .normalizer import Repairs
 
 __all__ = ["Exchange", "Metrics", "ObservabilityMiddleware", "exchange_of"]
@@ -156,4 +156,4 @@ def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
         "client_disconnected": exchange.disconnected,
         "error": exchange.error,
     }
-    access_log.info(json.dumps(line, separators=(",", ":")))
+    access_log.info(jsoncodec.dumps(line).decode())
