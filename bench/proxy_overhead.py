@@ -246,6 +246,22 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def settle(targets: list[Target], quiet: float = 0.05, window: float = 0.5, limit: float = 60.0) -> None:
+    """Wait until no target process uses more than ``quiet`` of a core over ``window`` seconds.
+
+    A proxy that fell behind (LiteLLM at 64 streams) goes on working after its client is done; measuring
+    the next target then would charge that work to it.
+    """
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        before = [cpu_seconds(t.pid) for t in targets if t.pid]
+        time.sleep(window)
+        after = [cpu_seconds(t.pid) for t in targets if t.pid]
+        if all(b - a <= quiet * window for a, b in zip(before, after, strict=True)):
+            return
+    print(f"warning: the targets were still busy after {limit:.0f} s", flush=True)
+
+
 def litellm_config(upstream: str, directory: Path) -> Path:
     path = directory / "litellm.yaml"
     path.write_text(
@@ -394,6 +410,7 @@ def main() -> int:
         for round_ in range(args.rounds):
             for level in levels:
                 for target in targets:
+                    settle(targets)
                     result = load(target.url, level.streams, level.requests, level.chunks, level.pace)
                     if result.failures:
                         raise RuntimeError(f"{target.name}: {result.failures} requests failed")
@@ -408,6 +425,7 @@ def main() -> int:
         print(f"{'target':<12}{'chunks/s':>12}{'chunks/CPU-s':>14}  (CPU of the target's own process)")
         rates: dict[str, float] = {}
         for target in targets:
+            settle(targets)
             cpu_before = cpu_seconds(target.pid) if target.pid else 0.0
             started = time.perf_counter()
             result = load(target.url, args.long_streams, args.long_streams, args.long_chunks)
