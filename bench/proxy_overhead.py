@@ -201,14 +201,16 @@ class Connection:
 async def _load(url: str, concurrency: int, requests: int, chunks: int, pace: float) -> Result:
     """``concurrency`` streams in a closed loop, ``requests`` requests in all.
 
-    With ``pace`` (seconds per chunk) the streams use the paced model and start staggered over one
-    request's duration, so that requests arrive evenly rather than in waves of ``concurrency``.
+    With ``pace`` (seconds per chunk) the streams use the paced model and start staggered: stream i
+    waits i * (duration / n + pace / n), so that both the request starts (over one request's
+    duration) and the chunk phases (over one ``pace``) are spread evenly, as with independent streams.
+    A plain i * duration / n would put every other stream on the same chunk phase: 32 chunks at once.
     """
     host, port = url.removeprefix("http://").split(":")
     result = Result()
     left = [requests]
     model = PACED_MODEL if pace else MODEL
-    spacing = pace * chunks / concurrency
+    spacing = (pace * chunks + pace) / concurrency
 
     async def worker(position: int) -> None:
         await asyncio.sleep(position * spacing)

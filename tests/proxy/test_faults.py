@@ -248,6 +248,26 @@ def test_non_json_data_mid_stream_is_an_error_event() -> None:
         assert_idle(app)
 
 
+def test_connection_cut_mid_stream_is_an_error_event() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        writer.write(sse_head() + http_chunk(chunk("Hello")))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.transport.abort()  # no last chunk, no [DONE], no chunked terminator: a reset
+
+    with raw_server(handler) as (upstream, _), proxy(upstream) as (url, app):
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+        assert response.status_code == 200
+        assert "Hello" in response.text
+        last = json.loads(response.text.rsplit("data: ", 1)[-1])
+        message = last["error"]["message"]
+        assert message.startswith("the upstream connection failed")
+        assert "Timeout" not in message  # a reset is not reported as a timeout (proxy/transport.py)
+        assert "[DONE]" not in response.text
+        assert_idle(app)
+
+
 def test_non_json_first_event_is_a_502() -> None:
     with raw_server(_streams(b"data: <html>\n\n")) as (upstream, record), proxy(upstream) as (url, app):
         assert_error(httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10), 502)
