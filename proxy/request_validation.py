@@ -18,6 +18,7 @@ import orjson
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 
+from . import jsoncodec
 from .errors import ProxyError
 from .normalizer.request import Endpoint
 
@@ -335,7 +336,7 @@ def _no_constant(name: str) -> NoReturn:
 
 
 def _parse_slowly(raw: bytes) -> Any:
-    """What orjson refused: either valid JSON it does not take (an integer beyond 64 bits) or an error,
+    """What orjson may not read exactly or refused: valid JSON (an integer beyond 64 bits) or an error,
     worded with the line and column of the standard parser."""
     try:
         return json.loads(raw, parse_constant=_no_constant)
@@ -349,7 +350,7 @@ def _parse_slowly(raw: bytes) -> Any:
 def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
     """The client's body as a validated JSON object, or a 400 :class:`ProxyError` saying what is wrong."""
     try:
-        body = orjson.loads(raw)
+        body = orjson.loads(raw) if jsoncodec.orjson_reads_exactly(raw) else _parse_slowly(raw)
     except orjson.JSONDecodeError:
         body = _parse_slowly(raw)
     if not isinstance(body, dict):
