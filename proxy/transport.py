@@ -15,6 +15,7 @@ upstream closed before answering is retried once (``Upstream.open``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import httpx
@@ -39,17 +40,34 @@ def _remapped(exc: httpx.TransportError) -> httpx.TransportError:
     return exc
 
 
-class _Body(httpx.AsyncByteStream):
-    """The response body, with the same error mapping as the request."""
+def _unread(content: Any) -> bytes:
+    """Bytes aiohttp received but had not handed over when the body failed.
 
-    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+    aiohttp raises a failed body's error before the data it buffered ahead of the failure; h11 hands the
+    data over first. An upstream that sends its last event and closes without the chunked terminator
+    (llama-cpp-python, when a newer request interrupts a stream: ``[DONE]`` and the FIN arrive together)
+    would lose that event. aiohttp offers no public read past a set error, hence its buffer attributes.
+    """
+    buffer = getattr(content, "_buffer", None)
+    if not buffer:
+        return b""
+    return b"".join(buffer)[getattr(content, "_buffer_offset", 0) :]
+
+
+class _Body(httpx.AsyncByteStream):
+    """The response body, with the same error mapping as the request, losing nothing received."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, content: Any) -> None:
         self._inner = inner
+        self._content = content
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for part in self._inner:
                 yield part
         except httpx.TransportError as exc:
+            if received := _unread(self._content):
+                yield received
             raise _remapped(exc) from exc.__cause__
 
     async def aclose(self) -> None:
@@ -81,5 +99,6 @@ class UpstreamTransport(AiohttpTransport):
         except httpx.TransportError as exc:
             raise _remapped(exc) from exc.__cause__
         assert isinstance(response.stream, httpx.AsyncByteStream)
-        response.stream = _Body(response.stream)
+        aiohttp_response = getattr(response.stream, "_aiohttp_response", None)
+        response.stream = _Body(response.stream, getattr(aiohttp_response, "content", None))
         return response

@@ -21,8 +21,10 @@ from starlette.applications import Starlette
 
 from proxy.app import create_app
 from proxy.config import ProxyConfig
+from proxy.transport import UpstreamTransport
 from tests.support.servers import free_port, run_asgi
 
+from .conftest import judge
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head, wait_peer_close
 
 pytestmark = pytest.mark.slow
@@ -266,6 +268,49 @@ def test_connection_cut_mid_stream_is_an_error_event() -> None:
         assert "Timeout" not in message  # a reset is not reported as a timeout (proxy/transport.py)
         assert "[DONE]" not in response.text
         assert_idle(app)
+
+
+async def _done_then_fin(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """llama-cpp-python ending a stream it interrupts for a newer request: [DONE], then the FIN, with no
+    chunked terminator."""
+    await read_request(reader)
+    writer.write(sse_head() + http_chunk(chunk("Hello", "stop") + b"data: [DONE]\n\n"))
+    writer.write_eof()
+    await wait_peer_close(reader, record)
+
+
+def test_done_then_a_close_without_the_chunked_terminator_is_a_complete_stream() -> None:
+    with raw_server(_done_then_fin) as (upstream, _), proxy(upstream) as (url, app):
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+        assert response.status_code == 200, response.text
+        assert judge(response, "/v1/chat/completions", CHAT).errors == []
+        assert response.text.endswith("data: [DONE]\n\n")
+        assert_idle(app)
+
+
+def test_the_transport_hands_over_what_came_before_a_failed_body() -> None:
+    # aiohttp raises a failed body's error before the bytes it buffered ahead of it; when the reader is
+    # busy as the last event and the close arrive (a fan-out's other stream), the event would be lost.
+    async def read(upstream: str) -> tuple[bytes, str]:
+        transport = UpstreamTransport(keepalive_expiry=5)
+        request = httpx.Request("POST", upstream + "/v1/chat/completions", json=CHAT)
+        response = await transport.handle_async_request(request)
+        await asyncio.sleep(0.2)  # busy elsewhere: the data and the close are both in before the read
+        received = b""
+        try:
+            async for part in response.aiter_raw():
+                received += part
+        except httpx.TransportError as exc:
+            return received, type(exc).__name__
+        finally:
+            await response.aclose()
+            await transport.aclose()
+        return received, "no error"
+
+    with raw_server(_done_then_fin) as (upstream, _):
+        received, error = asyncio.run(read(upstream))
+    assert received.endswith(b"data: [DONE]\n\n")
+    assert error == "ReadError"  # then the failure itself, not a timeout
 
 
 def test_non_json_first_event_is_a_502() -> None:
