@@ -6,10 +6,11 @@ that came back (bench/RESULTS.md). ``httpx-aiohttp`` (the transport openai-pytho
 reason) keeps httpx's API and hands the I/O to aiohttp.
 
 Two things are set here rather than left to its defaults: the pool has no connection cap (aiohttp's
-default of 100 would queue the 101st concurrent stream), and errors are mapped again from the aiohttp
-exception they came from. httpx-aiohttp's map turns "the server closed the connection" into
-``ConnectTimeout``; the proxy must tell that apart, because a pooled keep-alive connection that the
-upstream closed before answering is retried once (``Upstream.open``).
+default of 100 would queue the 101st concurrent stream), and every aiohttp error becomes the httpx error
+it means. httpx-aiohttp's map turns "the server closed the connection" into ``ConnectTimeout`` (the
+proxy must tell that apart: a pooled keep-alive connection that the upstream closed before answering is
+retried once, ``Upstream.open``) and lets through what it does not know, such as a reply that is not
+HTTP at all, which would then escape every ``httpx`` handler, the start-up probe's included.
 """
 
 from __future__ import annotations
@@ -24,20 +25,28 @@ from httpx_aiohttp import AiohttpTransport
 __all__ = ["UpstreamTransport"]
 
 
-def _remapped(exc: httpx.TransportError) -> httpx.TransportError:
-    cause = exc.__cause__
+def _as_httpx(exc: Exception) -> tuple[httpx.TransportError, BaseException | None]:
+    """The httpx error an aiohttp error (raw, or as httpx-aiohttp mapped it) means, and its cause."""
+    cause = exc.__cause__ if isinstance(exc, httpx.TransportError) else exc
     message = str(exc)
     if isinstance(cause, aiohttp.ClientConnectorError):  # refused, unreachable, DNS: no connection made
-        return httpx.ConnectError(message)
+        return httpx.ConnectError(message), cause
     if isinstance(cause, aiohttp.ConnectionTimeoutError):
-        return httpx.ConnectTimeout(message)
+        return httpx.ConnectTimeout(message), cause
     if isinstance(cause, aiohttp.ServerTimeoutError):
-        return httpx.ReadTimeout(message)
+        return httpx.ReadTimeout(message), cause
     if isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
-        return httpx.RemoteProtocolError(message)
+        return httpx.RemoteProtocolError(message), cause
     if isinstance(cause, aiohttp.ClientPayloadError):  # a body cut short or badly framed
-        return httpx.ReadError(message)
-    return exc
+        return httpx.ReadError(message), cause
+    if isinstance(cause, aiohttp.ClientResponseError):  # a reply that is not HTTP, or broken HTTP
+        return httpx.ProtocolError(message), cause
+    if isinstance(exc, httpx.TransportError):
+        return exc, cause
+    return httpx.TransportError(message), cause
+
+
+_FAILURES = (httpx.TransportError, aiohttp.ClientError)
 
 
 def _unread(content: Any) -> bytes:
@@ -65,10 +74,11 @@ class _Body(httpx.AsyncByteStream):
         try:
             async for part in self._inner:
                 yield part
-        except httpx.TransportError as exc:
+        except _FAILURES as exc:
             if received := _unread(self._content):
                 yield received
-            raise _remapped(exc) from exc.__cause__
+            error, cause = _as_httpx(exc)
+            raise error from cause
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -96,8 +106,9 @@ class UpstreamTransport(AiohttpTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
             response = await super().handle_async_request(request)
-        except httpx.TransportError as exc:
-            raise _remapped(exc) from exc.__cause__
+        except _FAILURES as exc:
+            error, cause = _as_httpx(exc)
+            raise error from cause
         assert isinstance(response.stream, httpx.AsyncByteStream)
         aiohttp_response = getattr(response.stream, "_aiohttp_response", None)
         response.stream = _Body(response.stream, getattr(aiohttp_response, "content", None))

@@ -209,6 +209,29 @@ async def _close_second_request(
         served += 1
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"HELLO WORLD\r\n\r\n",  # not HTTP at all
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\na header without a colon\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nZZ\r\ndata\r\n",  # a bad chunk size
+    ],
+    ids=["not-http", "bad-header", "bad-chunk"],
+)
+def test_a_reply_that_is_not_http_is_a_502(reply: bytes) -> None:
+    # The start-up probe (GET /props) gets the same reply: the proxy must still start.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        writer.write(reply)
+        await wait_peer_close(reader, record)
+
+    with raw_server(handler) as (upstream, _), proxy(upstream) as (url, app):
+        for stream in (True, False):
+            response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
+            assert_error(response, 502)
+        assert_idle(app)
+
+
 def test_keepalive_connection_closed_before_response_is_retried_once() -> None:
     with (
         raw_server(_close_second_request) as (upstream, record),
