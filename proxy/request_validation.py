@@ -14,7 +14,6 @@ import json
 from functools import cache
 from typing import Any, NoReturn
 
-import orjson
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 
@@ -335,7 +334,7 @@ def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _parse_slowly(raw: bytes) -> Any:
+def _parse_slowly(raw: str | bytes) -> Any:
     """What orjson may not read exactly or refused: valid JSON (an integer beyond 64 bits) or an error,
     worded with the line and column of the standard parser."""
     try:
@@ -349,10 +348,7 @@ def _parse_slowly(raw: bytes) -> Any:
 
 def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
     """The client's body as a validated JSON object, or a 400 :class:`ProxyError` saying what is wrong."""
-    try:
-        body = orjson.loads(raw) if jsoncodec.orjson_reads_exactly(raw) else _parse_slowly(raw)
-    except orjson.JSONDecodeError:
-        body = _parse_slowly(raw)
+    body = jsoncodec.loads(raw, _parse_slowly)
     if not isinstance(body, dict):
         raise ProxyError.make(
             f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
