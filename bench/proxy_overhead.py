@@ -9,8 +9,9 @@ LiteLLM's proxy in front of it.
 
 - Added time to first token: the TTFT percentile through a proxy minus the same percentile direct.
   At 1 stream: closed loop on the fast model (each request starts when the last one ends). At 64
-  streams: 64 paced streams open at once, their starts staggered over one request's duration so
-  requests arrive evenly, each stream starting its next request when one ends; TTFT of every request.
+  streams: 64 paced streams open at once, their starts staggered so that request arrivals and chunk
+  phases are both spread evenly, each stream starting its next request when one ends; TTFT of every
+  request.
 - Saturation, printed for information: 64 closed-loop streams on the fast model. Nothing paces them,
   so the machine's two cores are the bottleneck and TTFT is time queued behind other streams' chunks
   (for the direct connection too); it measures capacity, which the throughput run measures per chunk.
