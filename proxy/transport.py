@@ -1,115 +1,404 @@
-"""The upstream transport: httpx's request and response types over aiohttp's pool and C HTTP parser.
+"""The upstream transport: httpx's request and response types over pooled asyncio connections,
+with responses parsed by httptools (llhttp, the C parser uvicorn uses for the client side).
 
-httpx's default transport parses HTTP in pure Python (h11) and walks its whole connection pool on every
-request; behind it the proxy spent more CPU opening one upstream request than normalizing the stream
-that came back (bench/RESULTS.md). ``httpx-aiohttp`` (the transport openai-python ships for the same
-reason) keeps httpx's API and hands the I/O to aiohttp.
+The proxy's own time to first token is mostly the cost of one upstream request: httpx's default
+transport parses HTTP in pure Python (h11) and walks its pool on every request, and aiohttp (through
+httpx-aiohttp) builds a session request, a response object, a tracing context and a body-writing task
+for each; measured in the same run, either costs 300-500 µs of CPU per request against about 100 µs for
+a request written in one ``transport.write`` and parsed by llhttp as the bytes arrive (bench/RESULTS.md).
+The proxy sends one kind of request (a bytes body, no redirects, no cookies, no HTTP/2), so this module
+keeps only that path and leaves the client API to ``httpx.AsyncClient``.
 
-Two things are set here rather than left to its defaults: the pool has no connection cap (aiohttp's
-default of 100 would queue the 101st concurrent stream), and every aiohttp error becomes the httpx error
-it means. httpx-aiohttp's map turns "the server closed the connection" into ``ConnectTimeout`` (the
-proxy must tell that apart: a pooled keep-alive connection that the upstream closed before answering is
-retried once, ``Upstream.open``) and lets through what it does not know, such as a reply that is not
-HTTP at all, which would then escape every ``httpx`` handler, the start-up probe's included.
+Faults map to the httpx errors the proxy tells apart (``Upstream.open``):
+
+- nothing can be connected: ``ConnectError``; the connect takes too long: ``ConnectTimeout``;
+- the connection closes before any response byte (a pooled keep-alive connection the upstream dropped,
+  as llama-server does): ``RemoteProtocolError``, which the proxy retries once;
+- a reply that is not HTTP: ``ProtocolError`` (not retried);
+- a body cut short or badly framed: ``ReadError``, raised only after every byte received before it has
+  been handed over (an upstream that sends ``[DONE]`` and closes without the chunked terminator loses
+  nothing).
+
+The pool has no connection cap: every concurrent stream holds its own connection, as a client of a
+streaming server must.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import ssl
+import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import cast
 
-import aiohttp
+import httptools
 import httpx
-from httpx_aiohttp import AiohttpTransport
 
-__all__ = ["UpstreamTransport"]
+__all__ = ["ResponseBody", "UpstreamTransport"]
 
+# Received but unread body bytes above which the connection stops reading until the next read takes
+# them (a slow client then slows the upstream instead of filling the proxy's memory).
+_HIGH_WATER = 256 * 1024
 
-def _as_httpx(exc: Exception) -> tuple[httpx.TransportError, BaseException | None]:
-    """The httpx error an aiohttp error (raw, or as httpx-aiohttp mapped it) means, and its cause."""
-    cause = exc.__cause__ if isinstance(exc, httpx.TransportError) else exc
-    message = str(exc)
-    if isinstance(cause, aiohttp.ClientConnectorError):  # refused, unreachable, DNS: no connection made
-        return httpx.ConnectError(message), cause
-    if isinstance(cause, aiohttp.ConnectionTimeoutError):
-        return httpx.ConnectTimeout(message), cause
-    if isinstance(cause, aiohttp.ServerTimeoutError):
-        return httpx.ReadTimeout(message), cause
-    if isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
-        return httpx.RemoteProtocolError(message), cause
-    if isinstance(cause, aiohttp.ClientPayloadError):  # a body cut short or badly framed
-        return httpx.ReadError(message), cause
-    if isinstance(cause, aiohttp.ClientResponseError):  # a reply that is not HTTP, or broken HTTP
-        return httpx.ProtocolError(message), cause
-    if isinstance(exc, httpx.TransportError):
-        return exc, cause
-    return httpx.TransportError(message), cause
+_Key = tuple[str, str, int]
 
 
-_FAILURES = (httpx.TransportError, aiohttp.ClientError)
+class _Connection(asyncio.Protocol):
+    """One upstream connection, serving one request at a time."""
+
+    def __init__(self, key: _Key) -> None:
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self.idle_since = 0.0
+        self._active = False
+        self._prepare()
+
+    def _prepare(self) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.reason = b""
+        self.status = 0
+        self._head: asyncio.Future[None] | None = None
+        self._parts: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._paused = False
+        self._received = False
+        self._complete = False
+        self._until_close = False
+        self._keep_alive = False
+        self._failure: httpx.TransportError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._read_timeout: float | None = None
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- the request side --------------------------------------------------------------------------
+
+    def send(self, data: bytes, read_timeout: float | None) -> None:
+        assert self.transport is not None
+        self._prepare()
+        self._read_timeout = read_timeout
+        self._active = True
+        self._head = asyncio.get_running_loop().create_future()
+        self.transport.write(data)
+
+    async def response_head(self) -> None:
+        """Wait for the status line and headers; raise the failure that came instead."""
+        assert self._head is not None
+        await self._head
+
+    async def next_data(self) -> bytes | None:
+        """All body bytes received since the last call, waiting for some; None at the end."""
+        while True:
+            if self._parts:
+                data = b"".join(self._parts)
+                self._parts.clear()
+                self._buffered = 0
+                if self._paused and self.transport is not None:
+                    self._paused = False
+                    self.transport.resume_reading()
+                return data
+            if self._complete:
+                return None
+            if self._failure is not None:
+                raise self._failure
+            loop = asyncio.get_running_loop()
+            if self._read_timeout is not None:
+                self._deadline = loop.time() + self._read_timeout
+                if self._timer is None:
+                    self._timer = loop.call_at(self._deadline, self._check_deadline, loop)
+            self._waiter = loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _check_deadline(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The read timeout, as one timer per connection that each wait pushes back: the timer is moved
+        only when it fires early, so a read costs a clock reading rather than a timer of its own."""
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # not waiting: the next wait sets the timer again
+        if loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._check_deadline, loop)
+        else:
+            waiter.set_exception(
+                httpx.ReadTimeout("the upstream server sent nothing within the read timeout")
+            )
+
+    @property
+    def received(self) -> bool:
+        """Whether any byte of the current response arrived."""
+        return self._received
+
+    @property
+    def reusable(self) -> bool:
+        return self._complete and self._keep_alive and not self.closed
+
+    @property
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def finish(self) -> None:
+        self._active = False
+        self._stop_timer()
+
+    def close(self) -> None:
+        self.closed = True
+        self._active = False
+        self._stop_timer()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+
+    def data_received(self, data: bytes) -> None:
+        if not self._active or self._complete:
+            self.close()  # bytes nobody asked for: the connection is no longer in a known state
+            return
+        self._received = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(httpx.ProtocolError("the upstream server switched protocols"))
+        except httptools.HttpParserError as exc:
+            if self._head is not None and not self._head.done():
+                self._fail(httpx.ProtocolError(f"the upstream reply is not valid HTTP: {exc}"))
+            else:
+                self._fail(httpx.ReadError(f"the upstream response body is badly framed: {exc}"))
+        if self._buffered > _HIGH_WATER and not self._paused and not self.closed:
+            self._paused = True
+            transport = self.transport
+            assert transport is not None
+            transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self._active:
+            return
+        if self._head is not None and not self._head.done():
+            if not self._received:
+                self._fail(
+                    httpx.RemoteProtocolError("the upstream server closed the connection without a response")
+                )
+            else:
+                self._fail(httpx.RemoteProtocolError("the upstream server closed the connection mid-reply"))
+        elif not self._complete:
+            if self._until_close:
+                self._complete = True  # a body without a length ends with the connection
+                self._wake()
+            else:
+                self._fail(
+                    httpx.ReadError("the upstream server closed the connection before the response ended")
+                )
+
+    def _fail(self, error: httpx.TransportError) -> None:
+        if self._failure is None:
+            self._failure = error
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(error)
+        self._wake()
+        self.close()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    # -- httptools callbacks ---------------------------------------------------------------------------
+
+    def on_status(self, status: bytes) -> None:
+        self.reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if status < 200:  # an informational reply: the real one follows
+            self.headers = []
+            self.reason = b""
+            return
+        self.status = status
+        names = {name.lower() for name, _ in self.headers}
+        chunked = any(
+            name.lower() == b"transfer-encoding" and b"chunked" in value.lower()
+            for name, value in self.headers
+        )
+        self._until_close = b"content-length" not in names and not chunked and status not in (204, 304)
+        if self._head is not None and not self._head.done():
+            self._head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self._parts.append(body)
+        self._buffered += len(body)
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if self.status:
+            self._complete = True
+            # Read here: llhttp resets its flags once the message is done.
+            self._keep_alive = not self._until_close and self._parser.should_keep_alive()
+            self._wake()
 
 
-def _unread(content: Any) -> bytes:
-    """Bytes aiohttp received but had not handed over when the body failed.
+class ResponseBody(httpx.AsyncByteStream):
+    """A response body read from its connection; the connection goes back to the pool at its end.
 
-    aiohttp raises a failed body's error before the data it buffered ahead of the failure; h11 hands the
-    data over first. An upstream that sends its last event and closes without the chunked terminator
-    (llama-cpp-python, when a newer request interrupts a stream: ``[DONE]`` and the FIN arrive together)
-    would lose that event. aiohttp offers no public read past a set error, hence its buffer attributes.
+    ``read()`` is the body without the two async generators of ``Response.aiter_raw()``; the proxy's
+    streams read through it, one call per upstream read.
     """
-    buffer = getattr(content, "_buffer", None)
-    if not buffer:
-        return b""
-    return b"".join(buffer)[getattr(content, "_buffer_offset", 0) :]
 
+    def __init__(self, pool: UpstreamTransport, connection: _Connection) -> None:
+        self._pool = pool
+        self._connection: _Connection | None = connection
 
-class _Body(httpx.AsyncByteStream):
-    """The response body, with the same error mapping as the request, losing nothing received."""
-
-    def __init__(self, inner: httpx.AsyncByteStream, content: Any) -> None:
-        self._inner = inner
-        self._content = content
+    async def read(self) -> bytes | None:
+        """Every byte received since the last read (waiting for some), None at the end."""
+        connection = self._connection
+        if connection is None:
+            return None
+        data = await connection.next_data()
+        if data is None:
+            await self.aclose()
+        return data
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for part in self._inner:
-                yield part
-        except _FAILURES as exc:
-            if received := _unread(self._content):
-                yield received
-            error, cause = _as_httpx(exc)
-            raise error from cause
+        while (data := await self.read()) is not None:
+            yield data
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            self._pool.release(connection)
 
 
-class UpstreamTransport(AiohttpTransport):
+class UpstreamTransport(httpx.AsyncBaseTransport):
     def __init__(self, keepalive_expiry: float) -> None:
-        super().__init__(client=self._session)
         self._keepalive_expiry = keepalive_expiry
-
-    def _session(self) -> aiohttp.ClientSession:
-        # Created on the first request, inside the server's event loop, as aiohttp requires.
-        connector = aiohttp.TCPConnector(
-            limit=0, keepalive_timeout=self._keepalive_expiry, ssl=self.ssl_context
-        )
-        return aiohttp.ClientSession(connector=connector)
+        self._idle: dict[_Key, list[_Connection]] = {}
+        self._in_use: set[_Connection] = set()
+        self._ssl: ssl.SSLContext | None = None
 
     def connections_in_use(self) -> int:
-        """Upstream connections that a response still holds (a leak shows here)."""
-        session = self.client
-        if not isinstance(session, aiohttp.ClientSession) or session.connector is None:
-            return 0
-        return len(session.connector._acquired)
+        """Upstream connections that a request or response still holds (a leak shows here)."""
+        return len(self._in_use)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts = request.extensions.get("timeout", {})
+        message = await _encode(request)
+        connection = await self._acquire(request.url, timeouts.get("connect"))
         try:
-            response = await super().handle_async_request(request)
-        except _FAILURES as exc:
-            error, cause = _as_httpx(exc)
-            raise error from cause
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        aiohttp_response = getattr(response.stream, "_aiohttp_response", None)
-        response.stream = _Body(response.stream, getattr(aiohttp_response, "content", None))
-        return response
+            # The read timeout bounds each wait for body bytes; the wait for the response head is the
+            # caller's to bound (the proxy's first-byte timeout covers a long prompt, an idle one not).
+            connection.send(message, timeouts.get("read"))
+            await connection.response_head()
+        except httpx.RemoteProtocolError:
+            if connection.reused and not connection.received:
+                self._drop_idle(connection.key)  # one dropped keep-alive connection: likely all of them
+            self.release(connection)
+            raise
+        except BaseException:
+            self.release(connection)
+            raise
+        return httpx.Response(
+            connection.status,
+            headers=connection.headers,
+            stream=ResponseBody(self, connection),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": connection.reason.strip()},
+        )
+
+    async def _acquire(self, url: httpx.URL, connect_timeout: float | None) -> _Connection:
+        scheme = url.scheme
+        key = (scheme, url.host, url.port or (443 if scheme == "https" else 80))
+        idle = self._idle.get(key)
+        expired = time.monotonic() - self._keepalive_expiry
+        while idle:
+            connection = idle.pop()
+            if connection.closed or connection.idle_since < expired or connection.closing:
+                connection.close()
+                continue
+            connection.reused = True
+            self._in_use.add(connection)
+            return connection
+        connection = _Connection(key)
+        self._in_use.add(connection)
+        try:
+            await self._connect(connection, connect_timeout)
+        except BaseException:
+            self._in_use.discard(connection)
+            connection.close()
+            raise
+        return connection
+
+    async def _connect(self, connection: _Connection, timeout: float | None) -> None:  # noqa: ASYNC109
+        scheme, host, port = connection.key
+        if scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"the upstream URL scheme {scheme!r} is not http or https")
+        context = None
+        if scheme == "https":
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            context = self._ssl
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                await loop.create_connection(
+                    lambda: connection, host, port, ssl=context, server_hostname=host if context else None
+                )
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"could not connect to {host}:{port}: {exc.strerror or exc}") from None
+
+    def release(self, connection: _Connection) -> None:
+        """Back to the pool when its response was read to the end and may be followed; closed otherwise."""
+        self._in_use.discard(connection)
+        if connection.reusable:
+            connection.finish()
+            connection.idle_since = time.monotonic()
+            self._idle.setdefault(connection.key, []).append(connection)
+        else:
+            connection.close()
+
+    def _drop_idle(self, key: _Key) -> None:
+        for connection in self._idle.pop(key, []):
+            connection.close()
+
+    async def aclose(self) -> None:
+        for key in list(self._idle):
+            self._drop_idle(key)
+        for connection in list(self._in_use):
+            connection.close()
+        self._in_use.clear()
+
+
+async def _encode(request: httpx.Request) -> bytes:
+    """The request as HTTP/1.1 bytes: head and whole body, to go out in one write."""
+    body = await request.aread()  # a bytes body is already read: this returns it
+    lines = [request.method.encode(), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
+    has_length = False
+    for name, value in request.headers.raw:
+        lowered = name.lower()
+        if lowered == b"transfer-encoding":
+            continue  # the body is sent whole, with its length
+        has_length = has_length or lowered == b"content-length"
+        lines += (name, b": ", value, b"\r\n")
+    if not has_length and (body or request.method in ("POST", "PUT", "PATCH")):
+        lines += (b"content-length: ", str(len(body)).encode(), b"\r\n")
+    lines += (b"\r\n", body)
+    return b"".join(lines)

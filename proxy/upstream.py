@@ -10,7 +10,7 @@ import httpx
 from . import jsoncodec
 from .config import ProxyConfig
 from .errors import ProxyError, error_from_http
-from .transport import UpstreamTransport
+from .transport import ResponseBody, UpstreamTransport
 
 __all__ = ["Upstream", "UpstreamStream"]
 
@@ -21,10 +21,15 @@ _KEEPALIVE_EXPIRY = 30.0
 class UpstreamStream:
     """An open upstream response read chunk by chunk, each read bounded by a deadline."""
 
-    def __init__(self, response: httpx.Response, idle_timeout: float) -> None:
+    def __init__(self, response: httpx.Response) -> None:
         self.response = response
+        body = response.stream
+        self._next = body.read if isinstance(body, ResponseBody) else self._next_raw
         self._reads = response.aiter_raw()
-        self._idle = idle_timeout
+
+    async def _next_raw(self) -> bytes | None:
+        """The next bytes from a body another transport made (tests only)."""
+        return await anext(self._reads, None)
 
     @property
     def status(self) -> int:
@@ -35,13 +40,17 @@ class UpstreamStream:
         return str(self.response.headers.get("content-type", "")).lower()
 
     async def read(self, timeout: float | None = None) -> bytes | None:  # noqa: ASYNC109
-        """The next bytes, or None at the end; a silent upstream is a 504 (Q25)."""
+        """The next bytes, or None at the end; a silent upstream is a 504 (Q25).
+
+        The idle timeout is the transport's read timeout (one timer per connection, proxy/transport.py);
+        ``timeout`` sets a shorter bound for this read alone.
+        """
         try:
-            async with asyncio.timeout(timeout if timeout is not None else self._idle):
-                return await anext(self._reads)
-        except StopAsyncIteration:
-            return None
-        except TimeoutError:
+            if timeout is None:
+                return await self._next()
+            async with asyncio.timeout(timeout):
+                return await self._next()
+        except (TimeoutError, httpx.ReadTimeout):
             raise ProxyError.make(
                 "the upstream server stopped sending data (idle timeout)", 504, code="upstream_timeout"
             ) from None
@@ -80,7 +89,8 @@ class Upstream:
             transport=self._transport,
         )
         self._urls: dict[str, httpx.URL] = {}
-        self._timeouts = self.client.timeout.as_dict()
+        # Streams read with the idle timeout between reads; other calls bound themselves.
+        self._timeouts = {**self.client.timeout.as_dict(), "read": config.idle_timeout}
 
     def _url(self, path: str) -> httpx.URL:
         """The absolute URL of ``path``, parsed once (httpx joins URLs slowly, on every request)."""
@@ -126,7 +136,7 @@ class Upstream:
                 # Straight to the transport: the client's send would add cookie-jar bookkeeping, auth
                 # and redirect handling to every request, none of which an upstream call uses.
                 response = await self._transport.handle_async_request(request)
-                return UpstreamStream(response, self.config.idle_timeout)
+                return UpstreamStream(response)
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
                 # A pooled keep-alive connection the upstream closed before any response byte
                 # (llama-server does this): once more, on a fresh connection.

@@ -312,8 +312,8 @@ def test_done_then_a_close_without_the_chunked_terminator_is_a_complete_stream()
 
 
 def test_the_transport_hands_over_what_came_before_a_failed_body() -> None:
-    # aiohttp raises a failed body's error before the bytes it buffered ahead of it; when the reader is
-    # busy as the last event and the close arrive (a fan-out's other stream), the event would be lost.
+    # Every byte received before a body fails is handed over before the error: when the reader is busy
+    # as the last event and the close arrive (a fan-out's other stream), the event must not be lost.
     async def read(upstream: str) -> tuple[bytes, str]:
         transport = UpstreamTransport(keepalive_expiry=5)
         request = httpx.Request("POST", upstream + "/v1/chat/completions", json=CHAT)

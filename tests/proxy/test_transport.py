@@ -1,0 +1,146 @@
+"""The upstream transport (proxy/transport.py) on its own, against raw upstreams: pooling, body framing,
+the read timeout and flow control. Its fault mapping is covered through the proxy in test_faults.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.transport import UpstreamTransport
+
+from .rawserver import Record, http_chunk, raw_server, read_request, wait_peer_close
+
+pytestmark = pytest.mark.slow
+
+
+def _run(upstream: str, body: Callable[[httpx.AsyncClient], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        transport = UpstreamTransport(keepalive_expiry=5)
+        async with httpx.AsyncClient(base_url=upstream, transport=transport) as client:
+            result = await body(client)
+            assert transport.connections_in_use() == 0
+            return result
+
+    return asyncio.run(main())
+
+
+async def _keepalive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    while (request := await read_request(reader)) is not None:
+        record.requests += 1
+        answer = request.split(b" ", 2)[1]
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(answer) + answer)
+        await writer.drain()
+
+
+def test_a_connection_read_to_the_end_is_reused() -> None:
+    async def three(client: httpx.AsyncClient) -> list[str]:
+        return [(await client.post(f"/p{i}", content=b"x" * i)).text for i in range(3)]
+
+    with raw_server(_keepalive) as (upstream, record):
+        assert _run(upstream, three) == ["/p0", "/p1", "/p2"]
+    assert (record.connections, record.requests) == (1, 3)
+
+
+async def _until_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    await read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nno length, ")
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.write(b"ends with the connection")
+    await writer.drain()
+
+
+def test_a_body_without_a_length_ends_with_the_connection() -> None:
+    async def get(client: httpx.AsyncClient) -> str:
+        return (await client.get("/")).text
+
+    with raw_server(_until_close) as (upstream, _):
+        assert _run(upstream, get) == "no length, ends with the connection"
+
+
+async def _trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """Five chunks 0.1 s apart, then silence until the client gives up."""
+    await read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    for i in range(5):
+        writer.write(http_chunk(b"%d" % i))
+        await writer.drain()
+        await asyncio.sleep(0.1)
+    await wait_peer_close(reader, record)
+
+
+def test_the_read_timeout_bounds_each_wait_not_the_whole_body() -> None:
+    # 0.3 s between reads: the 0.5 s of trickling passes, the silence after it does not.
+    async def read(client: httpx.AsyncClient) -> tuple[bytes, str, float]:
+        received = b""
+        async with client.stream("GET", "/", timeout=httpx.Timeout(5, read=0.3)) as response:
+            started = time.monotonic()
+            try:
+                async for part in response.aiter_raw():
+                    received += part
+                    started = time.monotonic()
+            except httpx.ReadTimeout as exc:
+                return received, type(exc).__name__, time.monotonic() - started
+        return received, "no error", 0.0
+
+    with raw_server(_trickle) as (upstream, record):
+        received, error, silence = _run(upstream, read)
+        assert received == b"01234"
+        assert error == "ReadTimeout"
+        assert 0.25 < silence < 0.6
+        assert record.connections == 1
+
+
+async def _one_then_wait(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    await read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + http_chunk(b"0"))
+    await wait_peer_close(reader, record)
+
+
+def test_a_response_left_before_its_end_closes_its_connection() -> None:
+    # The upstream must see the close at once: that is how a cancelled request stops its generation.
+    async def leave(client: httpx.AsyncClient) -> float:
+        async with client.stream("GET", "/") as response:
+            assert await anext(response.aiter_raw()) == b"0"
+            left = time.monotonic()
+        for _ in range(100):
+            if record.peer_closed_at:
+                break
+            await asyncio.sleep(0.01)
+        return record.peer_closed_at[0] - left
+
+    with raw_server(_one_then_wait) as (upstream, record):
+        assert _run(upstream, leave) < 0.1
+
+
+async def _flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """Writes 8 MiB as fast as the reader takes it, counting what went out."""
+    await read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (8 << 20))
+    piece = b"x" * (64 << 10)
+    for _ in range(128):
+        writer.write(piece)
+        await writer.drain()
+        record.requests += 1  # counts pieces written
+
+
+def test_a_slow_reader_stops_the_upstream_instead_of_buffering_it() -> None:
+    async def slow(client: httpx.AsyncClient) -> tuple[int, int]:
+        async with client.stream("GET", "/") as response:
+            reads = response.aiter_raw()
+            first = await anext(reads)
+            await asyncio.sleep(0.5)  # the upstream fills the buffers meanwhile, then must wait
+            written_while_stalled = record.requests
+            total = len(first) + sum([len(part) async for part in reads])
+        return written_while_stalled, total
+
+    with raw_server(_flood) as (upstream, record):
+        written, total = _run(upstream, slow)
+    assert total == 8 << 20
+    # Socket buffers hold a few MiB on loopback; without flow control all 128 pieces would be out.
+    assert written < 100, written
