@@ -4,8 +4,11 @@ A fast local upstream (raw asyncio HTTP/1.1 in its own process) streams chat chu
 ``max_tokens`` small content chunks, a final chunk and ``[DONE]``; for the model ``bench-model`` as fast
 as it can, for ``bench-paced`` one content chunk every ``--pace-ms`` (a token rate a real server keeps
 up per stream). The same raw asyncio client (keep-alive, one connection per concurrent stream) measures
-three targets in alternating rounds: the upstream directly, ``conformant serve`` in front of it, and
-LiteLLM's proxy in front of it.
+four targets in alternating rounds: the upstream directly, ``conformant serve`` in front of it, the
+"floor" (the same uvicorn server and upstream transport relaying bytes, with no parsing, normalizing
+or validation: what the stack costs before the proxy does any work) and LiteLLM's proxy in front of it.
+The client and the fake upstream run on uvloop where it is installed, so that they take less of the
+machine from the targets.
 
 - Added time to first token: the TTFT percentile through a proxy minus the same percentile direct.
   At 1 stream: closed loop on the fast model (each request starts when the last one ends). At 64
@@ -38,8 +41,10 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,6 +56,17 @@ PACED_MODEL = "bench-paced"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Both proxies check this key (LiteLLM refuses to start without one); the upstream ignores it.
 KEY = "sk-" + os.urandom(16).hex()
+T = TypeVar("T")
+
+
+def _run(main: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop where it is installed (the proxy's own loop): the load generator and the fake
+    upstream then take less of the machine's time, and every target is measured with less noise."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 # -- the fast upstream (its own process: python bench/proxy_overhead.py --serve-upstream PORT) --------
@@ -124,7 +140,49 @@ def serve_upstream(port: int, pace: float) -> None:
         async with server:
             await server.serve_forever()
 
-    asyncio.run(main())
+    _run(main())
+
+
+# -- the stack floor (its own process: python bench/proxy_overhead.py --serve-floor PORT --upstream URL) --
+
+
+def serve_floor(port: int, upstream: str) -> None:
+    """What the proxy's stack costs before the proxy does anything: the same uvicorn server (uvloop,
+    httptools) and upstream transport, relaying bytes with no parsing, normalizing or validation."""
+    import httpx
+    import uvicorn
+
+    from proxy.transport import ResponseBody, UpstreamTransport
+
+    transport = UpstreamTransport(keepalive_expiry=30)
+    url = httpx.URL(upstream + "/v1/chat/completions")
+    sse = [(b"content-type", b"text/event-stream")]
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if scope["path"] == "/health":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+            return
+        request = httpx.Request("POST", url, headers={"content-type": "application/json"}, content=body)
+        response = await transport.handle_async_request(request)
+        assert isinstance(response.stream, ResponseBody)
+        await send({"type": "http.response.start", "status": 200, "headers": sse})
+        while (data := await response.stream.read()) is not None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 # -- the client ----------------------------------------------------------------------------------
@@ -228,7 +286,7 @@ async def _load(url: str, concurrency: int, requests: int, chunks: int, pace: fl
 
 
 def load(url: str, concurrency: int, requests: int, chunks: int, pace: float = 0.0) -> Result:
-    return asyncio.run(_load(url, concurrency, requests, chunks, pace))
+    return _run(_load(url, concurrency, requests, chunks, pace))
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -355,6 +413,8 @@ def _verdict(ok: bool) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-floor", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds over the targets")
     parser.add_argument("--requests", type=int, default=200, help="requests per round at 1 stream")
     parser.add_argument("--chunks", type=int, default=16, help="content chunks per request at 1 stream")
@@ -369,6 +429,9 @@ def main() -> int:
     if args.serve_upstream:
         serve_upstream(args.serve_upstream, pace)
         return 0
+    if args.serve_floor:
+        serve_floor(args.serve_floor, args.upstream)
+        return 0
 
     print(f"machine: {machine()}")
     with contextlib.ExitStack() as stack:
@@ -382,6 +445,10 @@ def main() -> int:
         serve += ["--api-key", KEY, "--upstream-kind", "openai"]
         url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
         targets.append(Target("conformant", url, proc.pid))
+        port = free_port()
+        floor = ["python", __file__, "--serve-floor", str(port), "--upstream", upstream]
+        url, proc = stack.enter_context(run_process(floor, health_path="/health", port=port))
+        targets.append(Target("floor", url, proc.pid))
         if args.no_litellm:
             print("LiteLLM: skipped (--no-litellm)")
         elif not LITELLM.exists():
@@ -443,6 +510,8 @@ def main() -> int:
         a50, a99 = added["conformant", levels[1].label]
         print(f"  added TTFT p50 at {levels[1].label} <= 1 ms: {a50 * 1e3:.3f} ms  {_verdict(a50 <= 1e-3)}")
         print(f"  added TTFT p99 at {levels[1].label} <= 5 ms: {a99 * 1e3:.3f} ms  {_verdict(a99 <= 5e-3)}")
+        f50, f99 = added["floor", levels[1].label]
+        print(f"  (the stack floor adds {f50 * 1e3:.3f} ms p50, {f99 * 1e3:.3f} ms p99 at {levels[1].label})")
         rate = rates["conformant"]
         print(f"  >= 20,000 chunks per CPU-second of one worker: {rate:,.0f}  {_verdict(rate >= 20000)}")
         if "litellm" in rates:
