@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -24,12 +25,12 @@ class UpstreamStream:
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
         body = response.stream
-        self._next = body.read if isinstance(body, ResponseBody) else self._next_raw
-        self._reads = response.aiter_raw()
-
-    async def _next_raw(self) -> bytes | None:
-        """The next bytes from a body another transport made (tests only)."""
-        return await anext(self._reads, None)
+        self._next: Callable[[], Awaitable[bytes | None]]
+        if isinstance(body, ResponseBody):
+            self._next = body.read
+        else:  # a body another transport made (tests only)
+            reads = response.aiter_raw()
+            self._next = lambda: anext(reads, None)
 
     @property
     def status(self) -> int:
