@@ -152,10 +152,11 @@ def serve_floor(port: int, upstream: str) -> None:
     import httpx
     import uvicorn
 
-    from proxy.transport import ResponseBody, UpstreamTransport
+    from proxy.transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
 
     transport = UpstreamTransport(keepalive_expiry=30)
     url = httpx.URL(upstream + "/v1/chat/completions")
+    headers = [(b"host", url.netloc), (b"content-type", b"application/json")]
     sse = [(b"content-type", b"text/event-stream")]
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -174,8 +175,8 @@ def serve_floor(port: int, upstream: str) -> None:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"{}"})
             return
-        request = httpx.Request("POST", url, headers={"content-type": "application/json"}, content=body)
-        response = await transport.handle_async_request(request)
+        message = request_bytes("POST", url.raw_path, headers, body)
+        response = await transport.send(origin_of(url), message, connect_timeout=None, read_timeout=None)
         assert isinstance(response.stream, ResponseBody)
         await send({"type": "http.response.start", "status": 200, "headers": sse})
         while (data := await response.stream.read()) is not None:

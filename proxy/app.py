@@ -55,11 +55,14 @@ _HOP_HEADERS = frozenset(
         "cookie",
     }
 )
-_NOT_FORWARDED_TO_COMPLETIONS = _HOP_HEADERS | {"content-type", "accept", "user-agent"}
+_NOT_FORWARDED_TO_COMPLETIONS = frozenset(
+    name.encode() for name in _HOP_HEADERS | {"content-type", "accept", "user-agent"}
+)
 
 
-def _forward_headers(request: Request) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in request.headers.items() if k not in _NOT_FORWARDED_TO_COMPLETIONS]
+def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
+    """The client's headers that the upstream gets too (names are lower case in ASGI)."""
+    return [(k, v) for k, v in request.scope["headers"] if k not in _NOT_FORWARDED_TO_COMPLETIONS]
 
 
 @dataclass(slots=True)
@@ -125,7 +128,7 @@ def _make_source(
     body: dict[str, Any],
     info: RequestInfo,
     exchange: Exchange,
-    headers: list[tuple[str, str]],
+    headers: list[tuple[bytes, bytes]],
 ) -> Source:
     emit_usage = info.include_usage or not info.stream
     common: dict[str, Any] = {
@@ -276,10 +279,10 @@ async def _detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
     return OpenAIAdapter()
 
 
-def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
-    """The proxy as an ASGI app; ``transport`` replaces the network (tests only)."""
+def create_app(config: ProxyConfig) -> Starlette:
+    """The proxy as an ASGI app."""
     metrics = Metrics()
-    ctx = _Context(config, Upstream(config, transport), OpenAIAdapter(), metrics)
+    ctx = _Context(config, Upstream(config), OpenAIAdapter(), metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

@@ -82,7 +82,7 @@ class UpstreamSource(Source):
         *,
         prompt: str,
         max_line_bytes: int,
-        headers: list[tuple[str, str]] | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
         identity: Identity | None = None,
         repairs: Repairs | None = None,
         index_base: int = 0,
@@ -119,7 +119,7 @@ class UpstreamSource(Source):
 
     async def start(self) -> list[dict[str, Any]]:
         stream = self._stream = await self._upstream.open(
-            "POST", self._call.path, json_body=self._call.body, headers=self._headers
+            self._call.path, self._call.body, headers=self._headers
         )
         self.upstream_status = stream.status
         if stream.status >= 400:
@@ -152,9 +152,7 @@ class UpstreamSource(Source):
         """
         self.repairs.add("Q52")
         body = {k: v for k, v in self._call.body.items() if k != "stream_options"} | {"stream": False}
-        stream = self._stream = await self._upstream.open(
-            "POST", self._call.path, json_body=body, headers=self._headers
-        )
+        stream = self._stream = await self._upstream.open(self._call.path, body, headers=self._headers)
         self.upstream_status = stream.status
         if stream.status >= 400:
             raise await stream.error()

@@ -7,7 +7,8 @@ httpx-aiohttp) builds a session request, a response object, a tracing context an
 for each; measured in the same run, either costs 300-500 µs of CPU per request against about 100 µs for
 a request written in one ``transport.write`` and parsed by llhttp as the bytes arrive (bench/RESULTS.md).
 The proxy sends one kind of request (a bytes body, no redirects, no cookies, no HTTP/2), so this module
-keeps only that path and leaves the client API to ``httpx.AsyncClient``.
+keeps only that path and leaves the client API to ``httpx.AsyncClient``. The completion requests skip
+even ``httpx.Request``: ``UpstreamTransport.send`` takes them as bytes (``request_bytes``).
 
 Faults map to the httpx errors the proxy tells apart (``Upstream.open``):
 
@@ -29,25 +30,28 @@ import asyncio
 import collections
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import cast
 
 import httptools
 import httpx
 
-__all__ = ["ResponseBody", "UpstreamTransport"]
+__all__ = ["Origin", "ResponseBody", "UpstreamTransport", "origin_of", "request_bytes"]
 
 # Received but unread body bytes above which the connection stops reading until the next read takes
 # them (a slow client then slows the upstream instead of filling the proxy's memory).
 _HIGH_WATER = 256 * 1024
 
-_Key = tuple[str, str, int]
+Origin = tuple[str, str, int]
+"""Scheme, host and port: what a pooled connection is for."""
+# Framing headers: the body is always sent whole, with its length set by request_bytes.
+_SET_HERE = frozenset({b"content-length", b"transfer-encoding"})
 
 
 class _Connection(asyncio.Protocol):
     """One upstream connection, serving one request at a time."""
 
-    def __init__(self, key: _Key) -> None:
+    def __init__(self, key: Origin) -> None:
         self.key = key
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -290,7 +294,7 @@ class ResponseBody(httpx.AsyncByteStream):
 class UpstreamTransport(httpx.AsyncBaseTransport):
     def __init__(self, keepalive_expiry: float) -> None:
         self._keepalive_expiry = keepalive_expiry
-        self._idle: dict[_Key, list[_Connection]] = {}
+        self._idle: dict[Origin, list[_Connection]] = {}
         self._in_use: set[_Connection] = set()
         self._ssl: ssl.SSLContext | None = None
 
@@ -300,12 +304,28 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts = request.extensions.get("timeout", {})
-        message = await _encode(request)
-        connection = await self._acquire(request.url, timeouts.get("connect"))
+        body = await request.aread()  # a bytes body is already read: this returns it
+        message = request_bytes(request.method, request.url.raw_path, request.headers.raw, body)
+        return await self.send(
+            origin_of(request.url),
+            message,
+            connect_timeout=timeouts.get("connect"),
+            read_timeout=timeouts.get("read"),
+        )
+
+    async def send(
+        self, origin: Origin, message: bytes, *, connect_timeout: float | None, read_timeout: float | None
+    ) -> httpx.Response:
+        """Send ``message`` (``request_bytes``) to ``origin``; return once the response head arrived.
+
+        The proxy's completion requests come here directly with bytes built once, without an
+        ``httpx.Request``: building one and its headers costs more CPU than the rest of the way out.
+        """
+        connection = await self._acquire(origin, connect_timeout)
         try:
             # The read timeout bounds each wait for body bytes; the wait for the response head is the
             # caller's to bound (the proxy's first-byte timeout covers a long prompt, an idle one not).
-            connection.send(message, timeouts.get("read"))
+            connection.send(message, read_timeout)
             await connection.response_head()
         except httpx.RemoteProtocolError:
             if connection.reused and not connection.received:
@@ -322,9 +342,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": connection.reason.strip()},
         )
 
-    async def _acquire(self, url: httpx.URL, connect_timeout: float | None) -> _Connection:
-        scheme = url.scheme
-        key = (scheme, url.host, url.port or (443 if scheme == "https" else 80))
+    async def _acquire(self, key: Origin, connect_timeout: float | None) -> _Connection:
         idle = self._idle.get(key)
         expired = time.monotonic() - self._keepalive_expiry
         while idle:
@@ -375,7 +393,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         else:
             connection.close()
 
-    def _drop_idle(self, key: _Key) -> None:
+    def _drop_idle(self, key: Origin) -> None:
         for connection in self._idle.pop(key, []):
             connection.close()
 
@@ -387,18 +405,18 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self._in_use.clear()
 
 
-async def _encode(request: httpx.Request) -> bytes:
-    """The request as HTTP/1.1 bytes: head and whole body, to go out in one write."""
-    body = await request.aread()  # a bytes body is already read: this returns it
-    lines = [request.method.encode(), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
-    has_length = False
-    for name, value in request.headers.raw:
-        lowered = name.lower()
-        if lowered == b"transfer-encoding":
-            continue  # the body is sent whole, with its length
-        has_length = has_length or lowered == b"content-length"
-        lines += (name, b": ", value, b"\r\n")
-    if not has_length and (body or request.method in ("POST", "PUT", "PATCH")):
-        lines += (b"content-length: ", str(len(body)).encode(), b"\r\n")
+def origin_of(url: httpx.URL) -> Origin:
+    """The pool key of ``url``: scheme, host and port."""
+    return (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+
+
+def request_bytes(method: str, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> bytes:
+    """An HTTP/1.1 request, head and whole body, to go out in one write; the body's length declared."""
+    lines = [method.encode(), b" ", target, b" HTTP/1.1\r\n"]
+    for name, value in headers:
+        if name.lower() not in _SET_HERE:
+            lines += (name, b": ", value, b"\r\n")
+    if body or method in ("POST", "PUT", "PATCH"):
+        lines += (b"content-length: ", b"%d" % len(body), b"\r\n")
     lines += (b"\r\n", body)
     return b"".join(lines)

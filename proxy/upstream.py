@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -11,7 +10,7 @@ import httpx
 from . import jsoncodec
 from .config import ProxyConfig
 from .errors import ProxyError, error_from_http
-from .transport import ResponseBody, UpstreamTransport
+from .transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
 
 __all__ = ["Upstream", "UpstreamStream"]
 
@@ -25,12 +24,8 @@ class UpstreamStream:
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
         body = response.stream
-        self._next: Callable[[], Awaitable[bytes | None]]
-        if isinstance(body, ResponseBody):
-            self._next = body.read
-        else:  # a body another transport made (tests only)
-            reads = response.aiter_raw()
-            self._next = lambda: anext(reads, None)
+        assert isinstance(body, ResponseBody)
+        self._body = body
 
     @property
     def status(self) -> int:
@@ -48,9 +43,9 @@ class UpstreamStream:
         """
         try:
             if timeout is None:
-                return await self._next()
+                return await self._body.read()
             async with asyncio.timeout(timeout):
-                return await self._next()
+                return await self._body.read()
         except (TimeoutError, httpx.ReadTimeout):
             raise ProxyError.make(
                 "the upstream server stopped sending data (idle timeout)", 504, code="upstream_timeout"
@@ -77,66 +72,56 @@ class UpstreamStream:
 
 
 class Upstream:
-    def __init__(self, config: ProxyConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         headers = {"accept-encoding": "identity", "user-agent": "conformant-proxy"}
         if config.upstream_api_key:
             headers["authorization"] = f"Bearer {config.upstream_api_key}"
-        self._transport = transport or UpstreamTransport(keepalive_expiry=_KEEPALIVE_EXPIRY)
+        self._transport = UpstreamTransport(keepalive_expiry=_KEEPALIVE_EXPIRY)
         self.client = httpx.AsyncClient(
             base_url=config.upstream_base,
             headers=headers,
             timeout=httpx.Timeout(connect=config.connect_timeout, read=None, write=60.0, pool=60.0),
             transport=self._transport,
         )
-        self._urls: dict[str, httpx.URL] = {}
-        # Streams read with the idle timeout between reads; other calls bound themselves.
-        self._timeouts = {**self.client.timeout.as_dict(), "read": config.idle_timeout}
+        base = self.client.base_url
+        self._origin = origin_of(base)
+        # What httpx would send on every request: the host, then the client's headers.
+        self._headers = [(b"host", base.netloc), *self.client.headers.raw]
+        self._targets: dict[str, bytes] = {}
 
-    def _url(self, path: str) -> httpx.URL:
-        """The absolute URL of ``path``, parsed once (httpx joins URLs slowly, on every request)."""
-        url = self._urls.get(path)
-        if url is None:
-            url = self._urls[path] = httpx.URL(str(self.client.base_url).rstrip("/") + "/" + path.lstrip("/"))
-        return url
+    def _target(self, path: str) -> bytes:
+        """The request target of ``path`` under the upstream's base URL, joined once."""
+        target = self._targets.get(path)
+        if target is None:
+            url = httpx.URL(str(self.client.base_url).rstrip("/") + "/" + path.lstrip("/"))
+            target = self._targets[path] = url.raw_path
+        return target
 
-    def _request(
-        self,
-        method: str,
-        path: str,
-        json_body: Any,
-        content: bytes | None,
-        headers: list[tuple[str, str]] | None,
-    ) -> httpx.Request:
-        """The upstream request, built directly: ``client.build_request`` merges cookies, parameters
-        and URLs on every call and encodes JSON with the standard library, which costs more than the
-        rest of the request's way out."""
-        merged = self.client.headers.copy()
-        if json_body is not None:
-            content = jsoncodec.dumps(json_body)
-            merged["content-type"] = "application/json"
-        if headers:
-            merged.update(headers)
-        return httpx.Request(
-            method, self._url(path), headers=merged, content=content, extensions={"timeout": self._timeouts}
-        )
+    def _message(self, path: str, json_body: Any, headers: list[tuple[bytes, bytes]] | None) -> bytes:
+        """The request as bytes, built directly: ``client.build_request`` and ``httpx.Request`` merge
+        cookies, URLs and headers on every call, which costs more than the rest of the way out."""
+        given = [(b"content-type", b"application/json"), *(headers or ())]
+        replaced = {name.lower() for name, _ in given}
+        defaults = [(name, value) for name, value in self._headers if name.lower() not in replaced]
+        return request_bytes("POST", self._target(path), defaults + given, jsoncodec.dumps(json_body))
 
     async def open(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Any = None,
-        content: bytes | None = None,
-        headers: list[tuple[str, str]] | None = None,
+        self, path: str, json_body: Any, *, headers: list[tuple[bytes, bytes]] | None = None
     ) -> UpstreamStream:
-        """Send the request and return once response headers arrive; faults become ProxyError."""
-        request = self._request(method, path, json_body, content, headers)
+        """POST ``json_body`` and return once response headers arrive; faults become ProxyError.
+
+        ``headers`` replace the upstream client's own headers of the same names.
+        """
+        message = self._message(path, json_body, headers)
         for attempt in (1, 2):
             try:
-                # Straight to the transport: the client's send would add cookie-jar bookkeeping, auth
-                # and redirect handling to every request, none of which an upstream call uses.
-                response = await self._transport.handle_async_request(request)
+                response = await self._transport.send(
+                    self._origin,
+                    message,
+                    connect_timeout=self.config.connect_timeout,
+                    read_timeout=self.config.idle_timeout,  # between the body's reads (Q25)
+                )
                 return UpstreamStream(response)
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
                 # A pooled keep-alive connection the upstream closed before any response byte
@@ -169,8 +154,7 @@ class Upstream:
             return None
 
     def connections_in_use(self) -> int:
-        transport = self._transport
-        return transport.connections_in_use() if isinstance(transport, UpstreamTransport) else 0
+        return self._transport.connections_in_use()
 
     async def aclose(self) -> None:
         await self.client.aclose()
