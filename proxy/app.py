@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -15,10 +15,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conformance.openai_errors import error_body
 
@@ -279,6 +280,49 @@ async def _detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
     return OpenAIAdapter()
 
 
+_COMPLETION_PATHS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+async def _internal_error(_: Request, exc: Exception) -> Response:
+    """A bug in the proxy: an OpenAI error for the client; the traceback goes to the server log only."""
+    return _error("internal error in the proxy", 500)
+
+
+def _wrapped(app: ASGIApp, middleware: Sequence[Middleware]) -> ASGIApp:
+    for cls, args, kwargs in reversed(middleware):
+        app = cls(app, *args, **kwargs)
+    return app
+
+
+class _ProxyApplication(Starlette):
+    """Starlette with a shorter way in for POSTs to the two completion routes, the proxy's hot path.
+
+    Starlette's router and exception middleware cost about 20 µs of CPU per request and one more
+    wrapper call for every chunk sent; on a loaded machine each costs two to three times that, and the
+    time to first token pays it. These requests get the same middleware (the access log and metrics,
+    CORS, the guard against the proxy's own faults) around a direct call of their handler. Other methods
+    on these paths still go through the router.
+    """
+
+    def __init__(
+        self, completion: Callable[[Endpoint, Request], Awaitable[Response]], **options: Any
+    ) -> None:
+        super().__init__(**options)
+
+        async def completion_route(scope: Scope, receive: Receive, send: Send) -> None:
+            response = await completion(_COMPLETION_PATHS[scope["path"]], Request(scope, receive))
+            await response(scope, receive, send)
+
+        self._completions = _wrapped(completion_route, self.user_middleware)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in _COMPLETION_PATHS:
+            scope["app"] = self
+            await self._completions(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+
 def create_app(config: ProxyConfig) -> Starlette:
     """The proxy as an ASGI app."""
     metrics = Metrics()
@@ -312,6 +356,13 @@ def create_app(config: ProxyConfig) -> Starlette:
                 allow_headers=["*"],
             )
         )
-    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    # Inside the access log, so that a 500 is logged and counted and carries its x-request-id.
+    middleware.append(Middleware(ServerErrorMiddleware, handler=_internal_error))
+    app = _ProxyApplication(
+        partial(_completion, ctx),
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+    )
     app.state.context = ctx
     return app

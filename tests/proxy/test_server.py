@@ -343,3 +343,27 @@ def test_cors_preflight_and_response_headers(upstream: tuple[str, Upstream]) -> 
         )
         assert other.status_code == 400
         assert "access-control-allow-origin" not in other.headers
+
+
+def test_a_proxy_bug_is_an_openai_500_without_the_traceback(
+    upstream: tuple[str, Upstream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No real upstream can make the proxy itself fail; a patched-in exception stands for a bug."""
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("bug seen at /srv/conformant/secret.py")
+
+    url, _ = upstream
+    monkeypatch.setattr("proxy.app.parse_request", broken)  # the completion routes
+    monkeypatch.setattr("proxy.app.clean_model_name", broken)  # /v1/models, through Starlette's router
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        completion = httpx.post(proxy + "/v1/chat/completions", json=CHAT, timeout=10)
+        models = httpx.get(proxy + "/v1/models", timeout=10)
+        text = httpx.get(proxy + "/metrics", timeout=10).text
+    for response in (completion, models):
+        error = _assert_openai_error(response, 500)
+        assert error["type"] == "server_error"
+        assert "secret" not in response.text
+        assert "Traceback" not in response.text
+        assert response.headers["x-request-id"].startswith("req_")
+    assert _metric(text, "conformant_requests_total", endpoint="chat", status="500") == 1
