@@ -152,6 +152,7 @@ def serve_floor(port: int, upstream: str) -> None:
     import httpx
     import uvicorn
 
+    from proxy.http_protocol import HeadWithBodyProtocol
     from proxy.transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
 
     transport = UpstreamTransport(keepalive_expiry=30)
@@ -183,7 +184,9 @@ def serve_floor(port: int, upstream: str) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, http=HeadWithBodyProtocol
+    )
 
 
 # -- the client ----------------------------------------------------------------------------------

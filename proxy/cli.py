@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
+    from .http_protocol import HeadWithBodyProtocol
 
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     # uvicorn shuts down on SIGTERM and then raises the signal again with the previous handler; with
@@ -153,5 +154,12 @@ def run(args: argparse.Namespace) -> int:
         # Everything imported and built so far lives as long as the server: the collector need not
         # scan it again on every full collection while streams are being served.
         gc.freeze()
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            access_log=False,
+            http=HeadWithBodyProtocol,
+        )
     return 0

@@ -12,19 +12,17 @@ import contextlib
 import json
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from starlette.applications import Starlette
 
-from proxy.app import create_app
-from proxy.config import ProxyConfig
 from proxy.transport import UpstreamTransport
-from tests.support.servers import free_port, run_asgi
+from tests.support.servers import free_port
 
 from .conftest import judge
+from .conftest import serve_proxy as proxy
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head, wait_peer_close
 
 pytestmark = pytest.mark.slow
@@ -41,13 +39,6 @@ def chunk(text: str, finish: str | None = None) -> bytes:
         "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
     }
     return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
-
-
-@contextlib.contextmanager
-def proxy(upstream: str, **config: Any) -> Iterator[tuple[str, Starlette]]:
-    app = create_app(ProxyConfig(upstream=upstream, **config))
-    with run_asgi(app) as url:
-        yield url, app
 
 
 def assert_idle(app: Starlette) -> None:
