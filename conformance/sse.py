@@ -97,14 +97,19 @@ class SSEParser:
         if self._skip_lf and buf[:1] == b"\n":
             pos = 1
         self._skip_lf = False
-        end = len(buf)
-        for match in _LINE_END.finditer(buf, pos):
-            start_eol = match.start()
-            if match.group() == b"\r" and match.end() == end:
-                # A CR that ends this read may be the first half of a CRLF split across reads.
-                self._skip_lf = True
-            self._line(buf[pos:start_eol], self._consumed + pos, out)
-            pos = match.end()
+        if b"\r" in buf:
+            end = len(buf)
+            for match in _LINE_END.finditer(buf, pos):
+                start_eol = match.start()
+                if match.group() == b"\r" and match.end() == end:
+                    # A CR that ends this read may be the first half of a CRLF split across reads.
+                    self._skip_lf = True
+                self._line(buf[pos:start_eol], self._consumed + pos, out)
+                pos = match.end()
+        else:  # LF line ends only, as nearly every server sends: no need for the regular expression
+            while (eol := buf.find(b"\n", pos)) >= 0:
+                self._line(buf[pos:eol], self._consumed + pos, out)
+                pos = eol + 1
         rest = buf[pos:]
         if self._max_line is not None and len(rest) > self._max_line:
             raise SSELineTooLong(f"an SSE line exceeded {self._max_line} bytes without a line end")
@@ -137,6 +142,10 @@ class SSEParser:
         if block is None:
             block = self._current = SSEBlock(index=self._blocks, offset=offset)
             self._blocks += 1
+        if raw[:6] == b"data: ":  # the usual line, without the general parsing below
+            value = raw[6:].decode("utf-8", "replace")
+            block.data = value if block.data is None else f"{block.data}\n{value}"
+            return
         line = raw.decode("utf-8", "replace")
         if line[0] == ":":
             block.comments.append(line[1:].removeprefix(" "))
