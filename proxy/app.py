@@ -6,7 +6,7 @@ import contextlib
 import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.errors import ServerErrorMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -94,12 +94,17 @@ async def _read_body(request: Request, limit: int) -> bytes | Response:
         return _error(f"request body larger than {limit} bytes", 413, "request_too_large")
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
+    while True:  # receive() itself: Request.stream() is an async generator, which costs more per request
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        part = message.get("body", b"")
         size += len(part)
         if size > limit:
             return _error(f"request body larger than {limit} bytes", 413, "request_too_large")
         parts.append(part)
-    return b"".join(parts)
+        if not message.get("more_body", False):
+            return b"".join(parts)
 
 
 def _split(endpoint: Endpoint, body: dict[str, Any], info: RequestInfo) -> list[dict[str, Any]] | None:
@@ -184,11 +189,9 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         body = parse_request(endpoint, raw)
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
-    info = RequestInfo.from_body(endpoint, body)
-    if ctx.config.model_alias:
-        info = replace(info, model=ctx.config.model_alias)
-    elif info.model is not None:
-        info = replace(info, model=clean_model_name(info.model))
+    asked = body.get("model")
+    shown = ctx.config.model_alias or (clean_model_name(asked) if isinstance(asked, str) and asked else None)
+    info = RequestInfo.from_body(endpoint, body, model=shown)
     headers = _forward_headers(request)
     source = with_text_prompt_fallback(
         _make_source(ctx, endpoint, body, info, exchange, headers),

@@ -247,54 +247,61 @@ def _reject(error: ValidationError, path: list[Any], instance: Any) -> NoReturn:
 
 # Validity depends on a body's shape, not on its text: strings are checked for their type only (but
 # ``role``, an enum), numbers in objects by value, numbers in arrays only for sign (token ids), and array
-# lengths only up to the schema's largest bound. ``_reduce`` keeps exactly that, so bodies that reduce
-# alike are alike valid: jsonschema (tens of microseconds per request, seconds for a 100k-token prompt)
-# runs once per shape, on the reduced body, and a seen shape costs one walk of the body.
+# lengths only up to the schema's largest bound. ``_shape`` keeps exactly that, so bodies of one shape
+# are alike valid: jsonschema (tens of microseconds per request, seconds for a 100k-token prompt) runs
+# once per shape, on a body ``_reduce`` cut down to one item per distinct item shape, and a seen shape
+# costs one walk of the body.
 # Keep in step with the schemas above (test_request_validation checks the two agree).
 _LENGTH_BOUND = 5
 _CACHE_LIMIT = 4096
 _valid_shapes: dict[tuple[Endpoint, Any], None] = {}
 
 
-def _reduce(
-    value: Any, origins: dict[int, list[int]], *, in_array: bool = False, exact: bool = False
-) -> tuple[Any, Any]:
-    """(reduced value, its shape); see above for what a shape keeps."""
+def _is_token_array(items: list[Any]) -> bool:
+    return bool(items) and all(type(t) is int for t in items) and min(items) >= 0
+
+
+def _shape(value: Any, *, in_array: bool = False, exact: bool = False) -> Any:
+    """What of ``value`` its validity depends on (see above), as a hashable value."""
     kind = type(value)
     if kind is dict:
-        out: dict[str, Any] = {}
-        shape: list[Any] = []
-        for key, item in value.items():
-            out[key], item_shape = _reduce(item, origins, exact=key == "role")
-            shape.append((key, item_shape))
-        return out, ("{", *shape)
+        return ("{", *[(key, _shape(item, exact=key == "role")) for key, item in value.items()])
     if kind is list:
-        return _reduce_array(value, origins)
+        if _is_token_array(value):  # the common token prompt, without a walk
+            return ("[", min(len(value), _LENGTH_BOUND), ("int", True))
+        shapes = frozenset([_shape(item, in_array=True) for item in value])
+        return ("[", max(len(shapes), min(len(value), _LENGTH_BOUND)), shapes)
     if kind is str:
-        return value, value if exact else "s"
+        return value if exact else "s"
     if kind is bool or value is None:
-        return value, value
-    return value, (kind.__name__, value >= 0 if in_array else value)
+        return value
+    return (kind.__name__, value >= 0 if in_array else value)
 
 
-def _reduce_array(items: list[Any], origins: dict[int, list[int]]) -> tuple[list[Any], Any]:
-    if items and all(type(t) is int for t in items) and min(items) >= 0:
-        keep = list(range(min(len(items), _LENGTH_BOUND)))  # the common token prompt, without a walk
-        kept = [items[i] for i in keep]
-        origins[id(kept)] = keep
-        return kept, ("[", len(keep), ("int", True))
-    first: dict[Any, int] = {}
+def _reduce(value: Any, origins: dict[int, list[int]]) -> Any:
+    """``value`` with each array cut to its first item of each shape, padded to the length its shape
+    counts; ``origins`` maps each cut array to the indexes its items had."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _reduce(item, origins) for key, item in value.items()}
+    if kind is not list:
+        return value
+    if _is_token_array(value):
+        kept = value[:_LENGTH_BOUND]
+        origins[id(kept)] = list(range(len(kept)))
+        return kept
+    first: set[Any] = set()
     reduced: list[tuple[int, Any]] = []
-    for index, item in enumerate(items):
-        value, item_shape = _reduce(item, origins, in_array=True)
+    for index, item in enumerate(value):
+        item_shape = _shape(item, in_array=True)
         if item_shape not in first:
-            first[item_shape] = len(reduced)
-            reduced.append((index, value))
-    while len(reduced) < min(len(items), _LENGTH_BOUND):
+            first.add(item_shape)
+            reduced.append((index, _reduce(item, origins)))
+    while len(reduced) < min(len(value), _LENGTH_BOUND):
         reduced.append(reduced[0])  # lengths count only up to the bound
-    out = [value for _, value in reduced]
+    out = [item for _, item in reduced]
     origins[id(out)] = [index for index, _ in reduced]
-    return out, ("[", len(out), frozenset(first))
+    return out
 
 
 def _client_path(reduced: Any, path: Any, origins: dict[int, list[int]]) -> list[Any]:
@@ -309,11 +316,11 @@ def _client_path(reduced: Any, path: Any, origins: dict[int, list[int]]) -> list
 
 def validate_request(endpoint: Endpoint, body: dict[str, Any]) -> None:
     """Raise a 400 :class:`ProxyError` naming the first bad parameter; return when the body is fine."""
-    origins: dict[int, list[int]] = {}
-    reduced, shape = _reduce(body, origins)
-    key = (endpoint, shape)
+    key = (endpoint, _shape(body))
     if key in _valid_shapes:
         return
+    origins: dict[int, list[int]] = {}
+    reduced = _reduce(body, origins)
     validator = _validator(endpoint)
     if validator.is_valid(reduced):
         if len(_valid_shapes) >= _CACHE_LIMIT:

@@ -36,16 +36,19 @@ class RequestInfo:
     logprobs: bool = False
 
     @classmethod
-    def from_body(cls, endpoint: Endpoint, body: dict[str, Any]) -> RequestInfo:
+    def from_body(cls, endpoint: Endpoint, body: dict[str, Any], *, model: str | None = None) -> RequestInfo:
+        """What ``body`` asks for; ``model``, when given, is the name to report instead of the body's."""
         options = body.get("stream_options")
         stream = body.get("stream") is True
         include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
         max_tokens = _positive_int(body.get("max_completion_tokens")) or _positive_int(body.get("max_tokens"))
-        model = body.get("model")
+        if model is None:
+            asked = body.get("model")
+            model = asked if isinstance(asked, str) and asked else None
         logprobs = body.get("logprobs")
         return cls(
             endpoint=endpoint,
-            model=model if isinstance(model, str) and model else None,
+            model=model,
             stream=stream,
             include_usage=include_usage,
             max_tokens=max_tokens,
