@@ -38,7 +38,11 @@ _dumps = jsoncodec.dumps
 
 
 def _events(chunks: list[dict[str, Any]]) -> bytes:
-    return b"".join(encode_data(_dumps(chunk)) for chunk in chunks)
+    # Compact JSON never holds a raw line end (both encoders escape them), so each chunk is one data
+    # line without encode_data's check; most batches hold one chunk.
+    if len(chunks) == 1:
+        return b"data: " + _dumps(chunks[0]) + b"\n\n"
+    return b"".join([b"data: " + _dumps(chunk) + b"\n\n" for chunk in chunks])
 
 
 async def send_json(

@@ -90,7 +90,7 @@ class StreamNormalizer:
             return []
         if self.upstream_done:
             return []
-        if data.strip() == "[DONE]":
+        if data[:1] != "{" and data.strip() == "[DONE]":  # a JSON object is by far the usual case
             self.upstream_done = True
             return []
         if not block.complete:
@@ -140,6 +140,8 @@ class StreamNormalizer:
     @property
     def all_stopped(self) -> bool:
         """Every choice hit a stop sequence: the upstream request can be cancelled."""
+        if not self.request.stop:
+            return False  # asked on every read; only a stop sequence stops a choice
         return bool(self._choices) and all(state.stopped for state in self._choices.values())
 
     @property
