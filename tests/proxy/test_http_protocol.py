@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -33,50 +34,51 @@ class _Recorder:
         return f"info:{name}"
 
 
-def test_the_head_goes_out_with_the_first_body_write() -> None:
-    asyncio.run(_the_head_goes_out_with_the_first_body_write())
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
 
 
-async def _the_head_goes_out_with_the_first_body_write() -> None:
+def _end_of_turn(loop: asyncio.AbstractEventLoop) -> None:
+    """Let the loop run what is due: a head held alone is flushed then."""
+    loop.run_until_complete(asyncio.sleep(0))
+
+
+def test_the_head_goes_out_with_the_first_body_write(loop: asyncio.AbstractEventLoop) -> None:
     inner = _Recorder()
-    transport = _HeadHoldingTransport(inner, asyncio.get_running_loop())  # type: ignore[arg-type]
+    transport = _HeadHoldingTransport(inner, loop)  # type: ignore[arg-type]
     transport.write(HEAD)
     assert inner.writes == []
     transport.write(b"5\r\nhello\r\n")
     transport.write(b"0\r\n\r\n")
     assert inner.writes == [HEAD + b"5\r\nhello\r\n", b"0\r\n\r\n"]
-    await asyncio.sleep(0)
+    _end_of_turn(loop)
     assert inner.writes == [HEAD + b"5\r\nhello\r\n", b"0\r\n\r\n"]  # the flush found nothing held
     assert transport.get_extra_info("peername") == "info:peername"
 
 
-def test_a_head_alone_leaves_at_the_end_of_the_loop_turn() -> None:
-    asyncio.run(_a_head_alone_leaves_at_the_end_of_the_loop_turn())
-
-
-async def _a_head_alone_leaves_at_the_end_of_the_loop_turn() -> None:
+def test_a_head_alone_leaves_at_the_end_of_the_loop_turn(loop: asyncio.AbstractEventLoop) -> None:
     inner = _Recorder()
-    transport = _HeadHoldingTransport(inner, asyncio.get_running_loop())  # type: ignore[arg-type]
+    transport = _HeadHoldingTransport(inner, loop)  # type: ignore[arg-type]
     transport.write(HEAD)
-    await asyncio.sleep(0)
+    _end_of_turn(loop)
     assert inner.writes == [HEAD]
     transport.write(b"5\r\nhello\r\n")
     assert inner.writes == [HEAD, b"5\r\nhello\r\n"]
 
 
-def test_close_sends_what_is_held_first() -> None:
-    asyncio.run(_close_sends_what_is_held_first())
-
-
-async def _close_sends_what_is_held_first() -> None:
+def test_close_sends_what_is_held_first(loop: asyncio.AbstractEventLoop) -> None:
     inner = _Recorder()
-    transport = _HeadHoldingTransport(inner, asyncio.get_running_loop())  # type: ignore[arg-type]
-    transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+    head = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"
+    transport = _HeadHoldingTransport(inner, loop)  # type: ignore[arg-type]
+    transport.write(head)
     transport.close()
-    assert inner.writes == [b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"]
+    assert inner.writes == [head]
     assert inner.closed
-    await asyncio.sleep(0)
-    assert len(inner.writes) == 1
+    _end_of_turn(loop)
+    assert inner.writes == [head]
 
 
 async def _slow_stream(scope: dict[str, object], receive: object, send: object) -> None:
