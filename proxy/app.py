@@ -189,9 +189,7 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         body = parse_request(endpoint, raw)
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
-    asked = body.get("model")
-    shown = ctx.config.model_alias or (clean_model_name(asked) if isinstance(asked, str) and asked else None)
-    info = RequestInfo.from_body(endpoint, body, model=shown)
+    info = RequestInfo.from_body(endpoint, body, alias=ctx.config.model_alias)
     headers = _forward_headers(request)
     source = with_text_prompt_fallback(
         _make_source(ctx, endpoint, body, info, exchange, headers),

@@ -86,8 +86,10 @@ class Upstream:
         )
         base = self.client.base_url
         self._origin = origin_of(base)
-        # What httpx would send on every request: the host, then the client's headers.
-        self._headers = [(b"host", base.netloc), *self.client.headers.raw]
+        # What httpx would send on every request: the host, then the client's headers (names lowered
+        # once here: a request's own headers replace them by name).
+        defaults = [(b"host", base.netloc), *self.client.headers.raw]
+        self._headers = [(name.lower(), value) for name, value in defaults]
         self._targets: dict[str, bytes] = {}
 
     def _target(self, path: str) -> bytes:
@@ -103,7 +105,7 @@ class Upstream:
         cookies, URLs and headers on every call, which costs more than the rest of the way out."""
         given = [(b"content-type", b"application/json"), *(headers or ())]
         replaced = {name.lower() for name, _ in given}
-        defaults = [(name, value) for name, value in self._headers if name.lower() not in replaced]
+        defaults = [(name, value) for name, value in self._headers if name not in replaced]
         return request_bytes("POST", self._target(path), defaults + given, jsoncodec.dumps(json_body))
 
     async def open(

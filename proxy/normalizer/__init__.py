@@ -2,9 +2,9 @@
 
 from .body import merge_bodies, normalize_body
 from .finish import map_finish_reason
-from .identity import Identity, clean_model_name, new_id
+from .identity import Identity, new_id
 from .repairs import Repairs
-from .request import Endpoint, RequestInfo
+from .request import Endpoint, RequestInfo, clean_model_name
 from .stream import StreamNormalizer
 from .usage import clean_usage, sum_usage
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .repairs import Repairs
-from .request import Endpoint
+from .request import Endpoint, clean_model_name
 
-__all__ = ["Identity", "clean_model_name", "new_id"]
+__all__ = ["Identity", "new_id"]
 
 _PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-"}
 _OTHER_PREFIX = re.compile(r"^(?:chatcmpl|cmpl|chat)-")
@@ -21,13 +21,6 @@ _WEAK_ID = re.compile(r"^(?:chatcmpl|cmpl)-\d{1,4}$")
 
 def new_id(endpoint: Endpoint) -> str:
     return _PREFIX[endpoint] + os.urandom(12).hex()
-
-
-def clean_model_name(name: str) -> str:
-    """A served model name without a local path or a ``.gguf`` suffix (Q09 path leak)."""
-    if ("/" in name and (name.startswith(("/", "./", "~")) or name.endswith(".gguf"))) or "\\" in name:
-        name = re.split(r"[\\/]", name)[-1]
-    return name.removesuffix(".gguf") or "model"
 
 
 @dataclass(slots=True)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Endpoint", "RequestInfo"]
+__all__ = ["Endpoint", "RequestInfo", "clean_model_name"]
 
 Endpoint = Literal["chat", "completions"]
+
+
+def clean_model_name(name: str) -> str:
+    """A served model name without a local path or a ``.gguf`` suffix (Q09 path leak)."""
+    if ("/" in name and (name.startswith(("/", "./", "~")) or name.endswith(".gguf"))) or "\\" in name:
+        name = re.split(r"[\\/]", name)[-1]
+    return name.removesuffix(".gguf") or "model"
 
 
 def _stop_list(value: Any) -> tuple[str, ...]:
@@ -36,15 +44,14 @@ class RequestInfo:
     logprobs: bool = False
 
     @classmethod
-    def from_body(cls, endpoint: Endpoint, body: dict[str, Any], *, model: str | None = None) -> RequestInfo:
-        """What ``body`` asks for; ``model``, when given, is the name to report instead of the body's."""
+    def from_body(cls, endpoint: Endpoint, body: dict[str, Any], *, alias: str | None = None) -> RequestInfo:
+        """What ``body`` asks for; the model reported is ``alias`` when given, else the body's, cleaned."""
         options = body.get("stream_options")
         stream = body.get("stream") is True
         include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
         max_tokens = _positive_int(body.get("max_completion_tokens")) or _positive_int(body.get("max_tokens"))
-        if model is None:
-            asked = body.get("model")
-            model = asked if isinstance(asked, str) and asked else None
+        asked = body.get("model")
+        model = alias or (clean_model_name(asked) if isinstance(asked, str) and asked else None)
         logprobs = body.get("logprobs")
         return cls(
             endpoint=endpoint,

@@ -352,3 +352,19 @@ def test_an_error_payload_as_the_first_event_is_an_http_error() -> None:
             repairs=Repairs(),
         )
     assert caught.value.status == 503
+
+
+@pytest.mark.parametrize(
+    ("asked", "alias", "shown"),
+    [
+        ("gpt-4o-mini", None, "gpt-4o-mini"),
+        ("/models/gemma-3-270m.gguf", None, "gemma-3-270m"),  # Q09: no local path reaches the client
+        ("C:\\models\\gemma.gguf", None, "gemma"),
+        ("/models/gemma.gguf", "gemma", "gemma"),  # the alias wins over whatever was asked
+        ("", None, None),
+        (7, None, None),
+    ],
+)
+def test_the_model_a_request_reports(asked: Any, alias: str | None, shown: str | None) -> None:
+    body = {"model": asked, "messages": [{"role": "user", "content": "hi"}]}
+    assert RequestInfo.from_body("chat", body, alias=alias).model == shown
