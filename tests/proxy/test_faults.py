@@ -142,6 +142,67 @@ def test_idle_timeout_mid_stream_is_an_error_event() -> None:
         assert_idle(app)
 
 
+def test_idle_timeout_counts_from_the_last_event_not_the_first() -> None:
+    """Events written from the upstream's callback move the idle deadline on; only a real stall ends it."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        writer.write(sse_head())
+        for i in range(8):  # 0.8 s of events, each well inside the 0.3 s idle timeout
+            writer.write(http_chunk(chunk(f"t{i} ")))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        await wait_peer_close(reader, record)
+
+    with (
+        raw_server(handler) as (upstream, record),
+        proxy(upstream, idle_timeout=0.3, upstream_kind="openai") as (url, app),
+    ):
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+        assert response.status_code == 200
+        assert all(f"t{i} " in response.text for i in range(8)), response.text
+        last = json.loads(response.text.rstrip().rsplit("data: ", 1)[-1])
+        assert "idle timeout" in last["error"]["message"]
+        wait_for(lambda: record.peer_closed_at)
+        assert_idle(app)
+
+
+def test_a_client_that_stops_reading_slows_the_upstream_and_loses_nothing() -> None:
+    """Flow control end to end: while the client reads nothing, the proxy stops taking the upstream's
+    events once the buffers between them are full, instead of holding the stream in memory; when the
+    client reads again, every event arrives, in order."""
+    count = 1_250  # about 40 MB: more than the loopback socket buffers of both hops hold
+    finished: list[float] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        writer.write(sse_head())
+        for i in range(count):
+            writer.write(http_chunk(chunk(f"{i:05d}" + "x" * 32_000)))
+            await writer.drain()
+        writer.write(http_chunk(chunk("", "stop") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        finished.append(time.monotonic())
+        await wait_peer_close(reader, record)
+
+    with raw_server(handler) as (upstream, _), proxy(upstream, upstream_kind="openai") as (url, app):
+        with (
+            httpx.Client(timeout=30) as client,
+            client.stream("POST", url + "/v1/chat/completions", json=CHAT) as r,
+        ):
+            lines = r.iter_lines()
+            first = next(lines)
+            time.sleep(1.5)  # the client reads nothing; unchecked, the proxy takes it all in about 0.6 s
+            resumed = time.monotonic()
+            events = [line.removeprefix("data: ") for line in [first, *lines] if line.startswith("data: ")]
+        assert finished
+        assert finished[0] > resumed, "the upstream was not held back while the client waited"
+        texts = [json.loads(e)["choices"][0]["delta"].get("content") for e in events[:-1]]
+        assert [t[:5] for t in texts if t] == [f"{i:05d}" for i in range(count)]
+        assert events[-1] == "[DONE]"
+        assert_idle(app)
+
+
 def _page(status: str, content_type: str, body: bytes) -> Any:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         await read_request(reader)

@@ -7,14 +7,19 @@ success), so they are also served "completed" (``[DONE]`` appended), which must 
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from collections.abc import Iterator
+
 import httpx
 import openai
 import pytest
 
-from conformance.replay import transcript_stem
+from conformance.replay import create_replay_app, transcript_stem
 from conformance.transcript import Transcript
+from tests.support.servers import run_asgi
 
-from .conftest import completed, judge
+from .conftest import completed, judge, run_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +42,34 @@ def _client(proxy_url: str, name: str) -> openai.OpenAI:
 def test_every_corpus_transcript_judges_clean_through_the_proxy(
     corpus: list[Transcript], proxy_url: str, stream: bool, include_usage: bool
 ) -> None:
+    _judge_corpus(corpus, proxy_url, stream, include_usage)
+
+
+def _one_read_per_event(t: Transcript, gap: float = 0.002) -> Transcript:
+    """``t`` replayed as a token-by-token server sends: each event in a read of its own, ``gap`` apart."""
+    body = t.read_body()
+    events = [event for event in re.split(rb"(?<=\n\n)", body) if event]  # the bytes unchanged
+    timing = [(i * gap, len(event)) for i, event in enumerate(events)]
+    return dataclasses.replace(t, body=body, body_path=None, chunk_timing=timing)
+
+
+@pytest.fixture(scope="module")
+def event_paced_proxy_url(corpus: list[Transcript]) -> Iterator[str]:
+    streams = [_one_read_per_event(completed(t)) for t in corpus if t.stream]
+    with run_asgi(create_replay_app(streams, pace=1.0)) as upstream, run_proxy(upstream) as url:
+        yield url
+
+
+@pytest.mark.parametrize("include_usage", [False, True], ids=["no-usage", "usage"])
+def test_corpus_streams_sent_event_by_event_judge_clean(
+    corpus: list[Transcript], event_paced_proxy_url: str, include_usage: bool
+) -> None:
+    """Replayed as fast as possible, most streams reach the proxy in one read; one read per event is
+    how a token-by-token server sends, and each event is then parsed, normalized and written alone."""
+    _judge_corpus(corpus, event_paced_proxy_url, True, include_usage)
+
+
+def _judge_corpus(corpus: list[Transcript], proxy_url: str, stream: bool, include_usage: bool) -> None:
     checked = 0
     for t in corpus:
         if not t.stream:
