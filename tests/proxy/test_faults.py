@@ -143,17 +143,9 @@ def test_idle_timeout_mid_stream_is_an_error_event() -> None:
 
 
 def test_idle_timeout_counts_from_the_last_event_not_the_first() -> None:
-    """Events written from the upstream's callback move the idle deadline on; only a real stall ends it."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
-        await read_request(reader)
-        writer.write(sse_head())
-        for i in range(8):  # 0.8 s of events, each well inside the 0.3 s idle timeout
-            writer.write(http_chunk(chunk(f"t{i} ")))
-            await writer.drain()
-            await asyncio.sleep(0.1)
-        await wait_peer_close(reader, record)
-
+    """Each event moves the idle deadline on (one lazy timer per connection); only a real stall ends it."""
+    # 0.8 s of events, each well inside the 0.3 s idle timeout
+    handler = _streams(*(chunk(f"t{i} ") for i in range(8)), gap=0.1)
     with (
         raw_server(handler) as (upstream, record),
         proxy(upstream, idle_timeout=0.3, upstream_kind="openai") as (url, app),
@@ -298,14 +290,14 @@ def test_keepalive_connection_closed_before_response_is_retried_once() -> None:
         assert_idle(app)
 
 
-def _streams(*parts: bytes, then_wait: bool = True) -> Any:
+def _streams(*parts: bytes, then_wait: bool = True, gap: float = 0.01) -> Any:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         await read_request(reader)
         writer.write(sse_head())
         for part in parts:
             writer.write(http_chunk(part))
             await writer.drain()
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(gap)
         if then_wait:
             await wait_peer_close(reader, record)
         else:
