@@ -4,9 +4,10 @@ A fast local upstream (raw asyncio HTTP/1.1 in its own process) streams chat chu
 ``max_tokens`` small content chunks, a final chunk and ``[DONE]``; for the model ``bench-model`` as fast
 as it can, for ``bench-paced`` one content chunk every ``--pace-ms`` (a token rate a real server keeps
 up per stream). The same raw asyncio client (keep-alive, one connection per concurrent stream) measures
-four targets in alternating rounds: the upstream directly, ``conformant serve`` in front of it, the
-"floor" (the same uvicorn server and upstream transport relaying bytes, with no parsing, normalizing
-or validation: what the stack costs before the proxy does any work) and LiteLLM's proxy in front of it.
+its targets in alternating rounds: the upstream directly; ``conformant serve`` in front of it, with one
+worker (the default) and with ``--workers 2`` ("conformant x2", one event loop per core); the "floor"
+(the same uvicorn server and upstream transport relaying bytes, with no parsing, normalizing or
+validation: what the stack costs before the proxy does any work); and LiteLLM's proxy in front of it.
 The client and the fake upstream run on uvloop where it is installed, so that they take less of the
 machine from the targets.
 
@@ -28,6 +29,7 @@ LiteLLM columns are skipped with a message.
 
     python bench/proxy_overhead.py [--rounds 2] [--requests 200] [--chunks 16] [--pace-ms 20]
                                    [--paced-chunks 32] [--paced-requests 640] [--long-chunks 5000]
+                                   [--workers 2] [--no-litellm]
 """
 
 from __future__ import annotations
@@ -394,7 +396,7 @@ class Level:
 def _ttft_table(targets: list[Target], levels: list[Level]) -> dict[tuple[str, str], tuple[float, float]]:
     """Print TTFT percentiles per target and level; return (p50, p99) added over direct, in seconds."""
     direct = targets[0]
-    print(f"{'target':<12}{'level':<26}{'p50':>9}{'p99':>9}{'added p50':>11}{'added p99':>11}")
+    print(f"{'target':<15}{'level':<26}{'p50':>9}{'p99':>9}{'added p50':>11}{'added p99':>11}")
     added: dict[tuple[str, str], tuple[float, float]] = {}
     for level in levels:
         base50 = percentile(direct.ttft[level.label], 50)
@@ -404,7 +406,7 @@ def _ttft_table(targets: list[Target], levels: list[Level]) -> dict[tuple[str, s
             p99 = percentile(target.ttft[level.label], 99)
             added[target.name, level.label] = (p50 - base50, p99 - base99)
             print(
-                f"{target.name:<12}{level.label:<26}{p50 * 1e3:>9.3f}{p99 * 1e3:>9.3f}"
+                f"{target.name:<15}{level.label:<26}{p50 * 1e3:>9.3f}{p99 * 1e3:>9.3f}"
                 f"{(p50 - base50) * 1e3:>11.3f}{(p99 - base99) * 1e3:>11.3f}"
             )
     return added
@@ -427,6 +429,12 @@ def main() -> int:
     parser.add_argument("--paced-requests", type=int, default=640, help="requests per round at 64 streams")
     parser.add_argument("--long-chunks", type=int, default=5000, help="chunks per stream in throughput runs")
     parser.add_argument("--long-streams", type=int, default=8, help="concurrent streams in throughput runs")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="also measure `conformant serve --workers N` (1: only the single-worker proxy)",
+    )
     parser.add_argument("--no-litellm", action="store_true")
     args = parser.parse_args()
     pace = args.pace_ms / 1000
@@ -444,11 +452,12 @@ def main() -> int:
         command = ["python", __file__, "--serve-upstream", str(port), "--pace-ms", str(args.pace_ms)]
         upstream, proc = stack.enter_context(run_process(command, health_path="/health", port=port))
         targets = [Target("direct", upstream, proc.pid)]
-        port = free_port()
-        serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
-        serve += ["--api-key", KEY, "--upstream-kind", "openai"]
-        url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
-        targets.append(Target("conformant", url, proc.pid))
+        for workers in sorted({1, args.workers}):
+            port = free_port()
+            serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+            serve += ["--api-key", KEY, "--upstream-kind", "openai", "--workers", str(workers)]
+            url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+            targets.append(Target(_conformant(workers), url, proc.pid))
         port = free_port()
         floor = ["python", __file__, "--serve-floor", str(port), "--upstream", upstream]
         url, proc = stack.enter_context(run_process(floor, health_path="/health", port=port))
@@ -496,7 +505,7 @@ def main() -> int:
 
         total = args.long_chunks * args.long_streams
         print(f"\nthroughput, {args.long_streams} streams x {args.long_chunks} chunks")
-        print(f"{'target':<12}{'chunks/s':>12}{'chunks/CPU-s':>14}  (CPU of the target's own process)")
+        print(f"{'target':<15}{'chunks/s':>12}{'chunks/CPU-s':>14}  (CPU of the target's own process)")
         rates: dict[str, float] = {}
         for target in targets:
             settle(targets)
@@ -508,30 +517,45 @@ def main() -> int:
             if result.chunks < total:
                 raise RuntimeError(f"{target.name}: {result.chunks} of {total} chunks arrived")
             rates[target.name] = total / cpu if cpu else float("nan")
-            print(f"{target.name:<12}{total / wall:>12,.0f}{rates[target.name]:>14,.0f}")
+            print(f"{target.name:<15}{total / wall:>12,.0f}{rates[target.name]:>14,.0f}")
 
-        print("\ngoals (conformant)")
-        a50, a99 = added["conformant", levels[1].label]
-        print(f"  added TTFT p50 at {levels[1].label} <= 1 ms: {a50 * 1e3:.3f} ms  {_verdict(a50 <= 1e-3)}")
-        print(f"  added TTFT p99 at {levels[1].label} <= 5 ms: {a99 * 1e3:.3f} ms  {_verdict(a99 <= 5e-3)}")
         f50, f99 = added["floor", levels[1].label]
-        print(f"  (the stack floor adds {f50 * 1e3:.3f} ms p50, {f99 * 1e3:.3f} ms p99 at {levels[1].label})")
-        rate = rates["conformant"]
-        print(f"  >= 20,000 chunks per CPU-second of one worker: {rate:,.0f}  {_verdict(rate >= 20000)}")
-        if "litellm" in rates:
-            for level in levels:
-                if not level.goal:
-                    continue
-                ours, theirs = added["conformant", level.label], added["litellm", level.label]
-                for label, i in (("p50", 0), ("p99", 1)):
-                    ratio = ours[i] / theirs[i] if theirs[i] > 0 else float("nan")
-                    print(
-                        f"  added TTFT {label} at {level.label}, conformant / LiteLLM <= 0.25: "
-                        f"{ratio:.3f}  {_verdict(ratio <= 0.25)}"
-                    )
-            print(f"  chunks per CPU-second, conformant / LiteLLM: {rate / rates['litellm']:.1f}x")
+        print(f"\nthe stack floor adds {f50 * 1e3:.3f} ms p50, {f99 * 1e3:.3f} ms p99 at {levels[1].label}")
+        for target in targets:
+            if target.name.startswith("conformant"):
+                _print_goals(target.name, added, rates, levels)
     print(f"\nafter: load average {os.getloadavg()[0]:.2f}")
     return 0
+
+
+def _print_goals(
+    name: str, added: dict[tuple[str, str], tuple[float, float]], rates: dict[str, float], levels: list[Level]
+) -> None:
+    print(f"\ngoals ({name})")
+    a50, a99 = added[name, levels[1].label]
+    print(f"  added TTFT p50 at {levels[1].label} <= 1 ms: {a50 * 1e3:.3f} ms  {_verdict(a50 <= 1e-3)}")
+    print(f"  added TTFT p99 at {levels[1].label} <= 5 ms: {a99 * 1e3:.3f} ms  {_verdict(a99 <= 5e-3)}")
+    if name != _conformant(1):
+        return  # the chunk rate per worker and LiteLLM (one worker) are compared with one worker
+    rate = rates[name]
+    print(f"  >= 20,000 chunks per CPU-second of one worker: {rate:,.0f}  {_verdict(rate >= 20000)}")
+    if "litellm" not in rates:
+        return
+    for level in levels:
+        if not level.goal:
+            continue
+        ours, theirs = added[name, level.label], added["litellm", level.label]
+        for label, i in (("p50", 0), ("p99", 1)):
+            ratio = ours[i] / theirs[i] if theirs[i] > 0 else float("nan")
+            print(
+                f"  added TTFT {label} at {level.label}, conformant / LiteLLM <= 0.25: "
+                f"{ratio:.3f}  {_verdict(ratio <= 0.25)}"
+            )
+    print(f"  chunks per CPU-second, conformant / LiteLLM: {rate / rates['litellm']:.1f}x")
+
+
+def _conformant(workers: int) -> str:
+    return "conformant" if workers == 1 else f"conformant x{workers}"
 
 
 if __name__ == "__main__":

@@ -270,7 +270,7 @@ async def _health(_: Request) -> Response:
 
 
 async def _metrics(ctx: _Context, _: Request) -> Response:
-    return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(ctx.metrics.exposed()), media_type=CONTENT_TYPE_LATEST)
 
 
 async def _detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
@@ -336,6 +336,7 @@ def create_app(config: ProxyConfig) -> Starlette:
             yield
         finally:
             await ctx.upstream.aclose()
+            metrics.retire()
 
     routes = [
         Route("/v1/models", partial(_models, ctx), methods=["GET"]),

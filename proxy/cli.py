@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
-import logging
 import os
 import signal
 import socket
@@ -66,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--model", default=_env("MODEL"), help="model for the bundled backend (without --upstream)"
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(_env("WORKERS", 1)),
+        help="processes serving requests, each on its own event loop (one per core spreads the load)",
+    )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     p.set_defaults(func=run)
 
@@ -123,10 +127,10 @@ def _exit_on_sigterm(signum: int, _: object) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .app import create_app
-    from .http_protocol import HeadWithBodyProtocol
+    from .workers import build_app, serve_in_workers, uvicorn_options
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
+    if args.workers < 1:
+        raise CommandError(f"--workers must be at least 1, not {args.workers}")
     # uvicorn shuts down on SIGTERM and then raises the signal again with the previous handler; with
     # the default one the process would die before it stops the backend it started.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -147,19 +151,14 @@ def run(args: argparse.Namespace) -> int:
             cors_origins=tuple(args.cors_origin),
             fan_out=not args.no_fan_out,
         )
+        workers = f" ({args.workers} workers)" if args.workers > 1 else ""
         print(
-            f"conformant serve: http://{args.host}:{args.port}/v1 -> {upstream}", file=sys.stderr, flush=True
+            f"conformant serve: http://{args.host}:{args.port}/v1 -> {upstream}{workers}",
+            file=sys.stderr,
+            flush=True,
         )
-        app = create_app(config)
-        # Everything imported and built so far lives as long as the server: the collector need not
-        # scan it again on every full collection while streams are being served.
-        gc.freeze()
-        uvicorn.run(
-            app,
-            host=args.host,
-            port=args.port,
-            log_level="warning",
-            access_log=False,
-            http=HeadWithBodyProtocol,
-        )
+        if args.workers > 1:
+            serve_in_workers(config, args.workers, args.host, args.port, args.log_level)
+        else:
+            uvicorn.run(build_app(config, args.log_level), **uvicorn_options(args.host, args.port))
     return 0

@@ -9,14 +9,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import jsoncodec
 from .normalizer import Repairs
 
-__all__ = ["Exchange", "Metrics", "ObservabilityMiddleware", "exchange_of"]
+__all__ = ["MULTIPROCESS_DIRECTORY", "Exchange", "Metrics", "ObservabilityMiddleware", "exchange_of"]
 
 access_log = logging.getLogger("conformant.access")
+
+# Set (by ``--workers``, or by the user) when several processes serve: prometheus_client then keeps every
+# value in a file of this directory, read by whichever worker answers ``/metrics``.
+MULTIPROCESS_DIRECTORY = "PROMETHEUS_MULTIPROC_DIR"
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -79,11 +84,27 @@ class Metrics:
             registry=self.registry,
         )
         self.in_flight = Gauge(
-            "conformant_in_flight_requests", "Requests in progress", registry=self.registry
+            "conformant_in_flight_requests",
+            "Requests in progress",
+            registry=self.registry,
+            multiprocess_mode="livesum",  # with --workers: the sum over the workers alive now
         )
         self.disconnects = Counter(
             "conformant_client_disconnects", "Requests the client abandoned", registry=self.registry
         )
+
+    def exposed(self) -> CollectorRegistry:
+        """What ``/metrics`` shows: this process's metrics, or with ``--workers`` every worker's summed."""
+        if not os.environ.get(MULTIPROCESS_DIRECTORY):
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return registry
+
+    def retire(self) -> None:
+        """At a worker's shutdown: its requests in flight no longer count."""
+        if os.environ.get(MULTIPROCESS_DIRECTORY):
+            mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
     def record(self, exchange: Exchange, duration: float) -> None:
         self.requests.labels(exchange.endpoint, str(exchange.status)).inc()

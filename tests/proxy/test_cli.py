@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -76,6 +77,7 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
     [
         (["--upstream", "ftp://example"], "--upstream must be an http(s) URL"),
         (["--upstream-kind", "vllm"], "invalid choice"),
+        (["--workers", "0"], "--workers must be at least 1"),
     ],
 )
 def test_bad_configuration_exits_2_with_one_line(flags: list[str], message: str) -> None:
@@ -96,6 +98,43 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(p) for p in (task / "children").read_text().split()]
     return found
+
+
+def _metric_total(text: str, prefix: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_serve_with_workers_shares_the_load_and_sums_metrics_over_them(
+    replay_url: str, tmp_path: Path
+) -> None:
+    """Two worker processes answer on one port; /metrics on either counts what both served."""
+    port = free_port()
+    args = [*SERVE, "--upstream", replay_url, "--port", str(port), "--upstream-kind", "openai"]
+    env = {"CONFORMANT_WORKERS": "2", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    with run_process(args, health_path="/health", port=port, timeout=60, env=env) as (url, proc):
+        workers = [pid for pid in _children(proc.pid) if _is_worker(pid)]
+        assert len(workers) == 2, workers
+        sent = 0
+        # Connections go to whichever worker accepts first: send batches of concurrent requests, each
+        # on its own connection, until both workers have served some (each then has a counter file).
+        for _ in range(20):
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda _: _replayed(url, "ollama-4357-completed", True), range(8)))
+            sent += 8
+            if all((tmp_path / f"counter_{pid}.db").exists() for pid in workers):
+                break
+        assert all((tmp_path / f"counter_{pid}.db").exists() for pid in workers), "one worker served all"
+        text = httpx.get(url + "/metrics", timeout=10).text
+        assert _metric_total(text, 'conformant_requests_total{endpoint="chat",status="200"}') == sent
+        assert _metric_total(text, "conformant_in_flight_requests") == 1  # the /metrics request itself
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+
+def _is_worker(pid: int) -> bool:
+    """A process uvicorn spawned to serve (its other child is multiprocessing's resource tracker)."""
+    return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
 @pytest.mark.backend
