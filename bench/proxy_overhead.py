@@ -437,6 +437,8 @@ def main() -> int:
     )
     parser.add_argument("--no-litellm", action="store_true")
     args = parser.parse_args()
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     pace = args.pace_ms / 1000
     if args.serve_upstream:
         serve_upstream(args.serve_upstream, pace)
@@ -505,7 +507,7 @@ def main() -> int:
 
         total = args.long_chunks * args.long_streams
         print(f"\nthroughput, {args.long_streams} streams x {args.long_chunks} chunks")
-        print(f"{'target':<15}{'chunks/s':>12}{'chunks/CPU-s':>14}  (CPU of the target's own process)")
+        print(f"{'target':<15}{'chunks/s':>12}{'chunks/CPU-s':>14}  (CPU of the target's processes)")
         rates: dict[str, float] = {}
         for target in targets:
             settle(targets)

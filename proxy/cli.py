@@ -70,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=int(_env("WORKERS", 1)),
         help="processes serving requests, each on its own event loop (one per core spreads the load)",
     )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=float(_env("SHUTDOWN_TIMEOUT", 30)),
+        help="seconds open streams get to finish on SIGINT or SIGTERM before they are cut",
+    )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     p.set_defaults(func=run)
 
@@ -158,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         if args.workers > 1:
-            serve_in_workers(config, args.workers, args.host, args.port, args.log_level)
+            serve_in_workers(config, args.log_level, uvicorn_options(args))
         else:
-            uvicorn.run(build_app(config, args.log_level), **uvicorn_options(args.host, args.port))
+            uvicorn.run(build_app(config, args.log_level), **uvicorn_options(args))
     return 0

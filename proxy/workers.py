@@ -2,16 +2,17 @@
 
 They share one listening socket, so the kernel spreads connections over them, and each stream lives in
 one process from its request to its last chunk. uvicorn's process supervisor starts them (spawned, not
-forked), restarts one that dies and stops them all on SIGINT or SIGTERM. A spawned worker builds its
-app from the configuration the parent put in its environment; the variable is removed as soon as it
-is read, so nothing the worker starts inherits the keys in it.
+forked), replaces one that dies and stops them all on SIGINT or SIGTERM. A spawned worker builds its
+app from a configuration file the parent wrote into a private temporary directory (mode 0700, the
+file 0600), so the keys in it appear in no process's arguments or environment.
 
-Prometheus metrics are kept in prometheus_client's multiprocess mode: every worker writes its counters
+Prometheus metrics are kept in prometheus_client's multiprocess mode: every worker writes its values
 to files in one directory, and ``/metrics`` on any worker sums them over all workers.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import gc
@@ -20,28 +21,39 @@ import logging
 import os
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+
+from conformance.cli import CommandError
 
 from .config import ProxyConfig
 from .observability import MULTIPROCESS_DIRECTORY
 
 __all__ = ["build_app", "serve_in_workers", "uvicorn_options", "worker_app"]
 
-_CONFIG_VARIABLE = "_CONFORMANT_WORKER_CONFIG"
+_CONFIG_FILE_VARIABLE = "_CONFORMANT_WORKER_CONFIG_FILE"
 
 
-def uvicorn_options(host: str, port: int) -> dict[str, Any]:
-    """How every worker (one or many) runs uvicorn: uvloop, httptools with heads sent with bodies."""
+def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
+    """How uvicorn runs the proxy (``serve``'s flags): uvloop, httptools with heads sent with bodies.
+
+    ``workers`` is always given: left out, uvicorn reads ``WEB_CONCURRENCY``, which some hosts set. The
+    shutdown timeout bounds how long a stream that never ends (a client that stops reading) can hold
+    up the shutdown, and the bundled backend's: with workers, uvicorn's supervisor passes one signal
+    on to them and ignores a second.
+    """
     from .http_protocol import HeadWithBodyProtocol
 
     return {
-        "host": host,
-        "port": port,
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
         "log_level": "warning",
         "access_log": False,
         "http": HeadWithBodyProtocol,
+        "timeout_graceful_shutdown": args.shutdown_timeout,
     }
 
 
@@ -58,37 +70,42 @@ def build_app(config: ProxyConfig, log_level: str) -> Starlette:
 
 
 @contextlib.contextmanager
-def _shared_metrics() -> Iterator[None]:
-    """A directory for the workers' metric files (the user's own, if they set one), set for the workers."""
-    if os.environ.get(MULTIPROCESS_DIRECTORY):
-        yield
-        return
-    with tempfile.TemporaryDirectory(prefix="conformant-metrics-") as directory:
-        os.environ[MULTIPROCESS_DIRECTORY] = directory
+def _worker_files(config: ProxyConfig, log_level: str) -> Iterator[None]:
+    """The private directory with the workers' configuration and (unless the user set one) metrics."""
+    metrics = os.environ.get(MULTIPROCESS_DIRECTORY)
+    if metrics and not Path(metrics).is_dir():
+        raise CommandError(f"{MULTIPROCESS_DIRECTORY} is set to {metrics!r}, which is not a directory")
+    with tempfile.TemporaryDirectory(prefix="conformant-serve-") as directory:
+        config_file = Path(directory) / "config.json"
+        state = {"config": dataclasses.asdict(config), "log_level": log_level}
+        with os.fdopen(os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            json.dump(state, out)
+        variables = {_CONFIG_FILE_VARIABLE: str(config_file)}
+        if not metrics:
+            variables[MULTIPROCESS_DIRECTORY] = os.path.join(directory, "metrics")
+            os.mkdir(variables[MULTIPROCESS_DIRECTORY])
+        os.environ.update(variables)  # what the spawned workers inherit
         try:
             yield
         finally:
-            del os.environ[MULTIPROCESS_DIRECTORY]
+            for name in variables:
+                del os.environ[name]
 
 
-def serve_in_workers(config: ProxyConfig, workers: int, host: str, port: int, log_level: str) -> None:
-    """Serve the proxy from ``workers`` processes until SIGINT or SIGTERM."""
+def serve_in_workers(config: ProxyConfig, log_level: str, options: dict[str, Any]) -> None:
+    """Serve the proxy from ``options["workers"]`` processes until SIGINT or SIGTERM.
+
+    ``log_level`` is the access log's; ``options`` are uvicorn's (``uvicorn_options``).
+    """
     import uvicorn
 
-    state = {"config": dataclasses.asdict(config), "log_level": log_level}
-    with _shared_metrics():
-        os.environ[_CONFIG_VARIABLE] = json.dumps(state)
-        try:
-            uvicorn.run(
-                f"{__name__}:worker_app", factory=True, workers=workers, **uvicorn_options(host, port)
-            )
-        finally:
-            del os.environ[_CONFIG_VARIABLE]
+    with _worker_files(config, log_level):
+        uvicorn.run(f"{__name__}:worker_app", factory=True, **options)
 
 
 def worker_app() -> Starlette:
-    """uvicorn's factory in each spawned worker: the app, from the configuration its parent passed."""
-    state = json.loads(os.environ.pop(_CONFIG_VARIABLE))
+    """uvicorn's factory in each spawned worker: the app, from the configuration its parent wrote."""
+    state = json.loads(Path(os.environ[_CONFIG_FILE_VARIABLE]).read_text())
     fields = state["config"]
     config = ProxyConfig(**{**fields, "cors_origins": tuple(fields["cors_origins"])})
     return build_app(config, state["log_level"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -47,6 +48,18 @@ async def wait_peer_close(reader: asyncio.StreamReader, record: Record) -> None:
         while await reader.read(65536):
             pass
     record.peer_closed_at.append(time.monotonic())
+
+
+def chunk(text: str, finish: str | None = None) -> bytes:
+    """One chat chunk event with ``text`` as its content."""
+    payload = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
 
 
 def sse_head() -> bytes:

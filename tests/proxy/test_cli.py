@@ -4,10 +4,13 @@ in front of the replayed corpus, or (without ``--upstream``) in front of the bun
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import pytest
 from tests.support.servers import free_port, run_process
 
 from .conftest import judge
+from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
 
 pytestmark = pytest.mark.slow
 
@@ -24,14 +28,17 @@ SERVE = ["python", "-m", "conformance", "serve"]
 CHAT = {"model": "gemma", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4}
 
 
-def _replayed(url: str, name: str, stream: bool) -> httpx.Response:
+def _replayed(url: str, name: str, stream: bool, headers: dict[str, str] | None = None) -> httpx.Response:
     from conformance.replay import load_corpus, transcript_stem
 
     t = next(t for t in load_corpus() if transcript_stem(t) == name.removesuffix("-completed"))
     assert t.request is not None
     body = {**t.request_body, "stream": stream}
     response = httpx.post(
-        url + t.request["path"], json=body, headers={"x-conformant-transcript": name}, timeout=30
+        url + t.request["path"],
+        json=body,
+        headers={"x-conformant-transcript": name, **(headers or {})},
+        timeout=30,
     )
     verdict = judge(response, t.request["path"], body)
     assert verdict.errors == [], ([f.message for f in verdict.errors], response.text[:1000])
@@ -104,32 +111,85 @@ def _metric_total(text: str, prefix: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
+@pytest.mark.parametrize("own_directory", [False, True], ids=["temporary-metrics", "user-metrics"])
 def test_serve_with_workers_shares_the_load_and_sums_metrics_over_them(
-    replay_url: str, tmp_path: Path
+    replay_url: str, tmp_path: Path, own_directory: bool
 ) -> None:
     """Two worker processes answer on one port; /metrics on either counts what both served."""
     port = free_port()
     args = [*SERVE, "--upstream", replay_url, "--port", str(port), "--upstream-kind", "openai"]
-    env = {"CONFORMANT_WORKERS": "2", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    args += ["--api-key", "sk-workers-test"]
+    env = {"CONFORMANT_WORKERS": "2"}
+    if own_directory:
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
+    auth = {"authorization": "Bearer sk-workers-test"}
     with run_process(args, health_path="/health", port=port, timeout=60, env=env) as (url, proc):
         workers = [pid for pid in _children(proc.pid) if _is_worker(pid)]
         assert len(workers) == 2, workers
+        environments = [Path(f"/proc/{pid}/environ").read_bytes() for pid in workers]
+        assert not any(b"sk-workers-test" in environ for environ in environments)
+        metrics = Path(_variable(environments[0], b"PROMETHEUS_MULTIPROC_DIR"))
+        assert own_directory == (metrics == tmp_path)
+        config = Path(_variable(environments[0], b"_CONFORMANT_WORKER_CONFIG_FILE"))
+        assert config.stat().st_mode & 0o077 == 0  # neither the file nor its directory is readable
+        assert config.parent.stat().st_mode & 0o077 == 0  # by other users
         sent = 0
         # Connections go to whichever worker accepts first: send batches of concurrent requests, each
-        # on its own connection, until both workers have served some (each then has a counter file).
+        # on its own connection, until both workers have counted some in their own files.
         for _ in range(20):
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda _: _replayed(url, "ollama-4357-completed", True), range(8)))
+                list(pool.map(lambda _: _replayed(url, "ollama-4357-completed", True, auth), range(8)))
             sent += 8
-            if all((tmp_path / f"counter_{pid}.db").exists() for pid in workers):
+            if all(_counted_requests(metrics, pid) for pid in workers):
                 break
-        assert all((tmp_path / f"counter_{pid}.db").exists() for pid in workers), "one worker served all"
+        assert all(_counted_requests(metrics, pid) for pid in workers), "one worker served every request"
         text = httpx.get(url + "/metrics", timeout=10).text
         assert _metric_total(text, 'conformant_requests_total{endpoint="chat",status="200"}') == sent
         assert _metric_total(text, "conformant_in_flight_requests") == 1  # the /metrics request itself
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    assert not config.parent.exists()  # the private directory, with the configuration and metrics
+    assert metrics.exists() == own_directory
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_cuts_a_stream_still_open_after_the_shutdown_timeout(workers: int) -> None:
+    """A stream that would never end holds the shutdown --shutdown-timeout seconds, then is cut."""
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        writer.write(sse_head() + http_chunk(chunk("Hello")))
+        await writer.drain()
+        await wait_peer_close(reader, record)
+
+    port = free_port()
+    with raw_server(endless) as (upstream, record):
+        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
+        args += ["--workers", str(workers), "--shutdown-timeout", "1"]
+        with run_process(args, health_path="/health", port=port, timeout=60) as (url, proc):
+            body = {**CHAT, "stream": True}
+            with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as response:
+                lines = response.iter_lines()
+                assert any("Hello" in line for line in lines)
+                proc.terminate()
+                stopping = time.monotonic()
+                with contextlib.suppress(httpx.HTTPError):  # cut: the chunked body never ends
+                    rest = list(lines)
+                    assert "[DONE]" not in "".join(rest)
+            proc.wait(timeout=30)
+            took = time.monotonic() - stopping
+        assert 1 <= took < 15, took
+        assert record.peer_closed_at is not None  # the upstream request was closed too
+
+
+def _variable(environ: bytes, name: bytes) -> str:
+    return next(v for k, _, v in (e.partition(b"=") for e in environ.split(b"\0")) if k == name).decode()
+
+
+def _counted_requests(directory: Path, pid: int) -> bool:
+    counters = directory / f"counter_{pid}.db"
+    return counters.exists() and b"conformant_requests" in counters.read_bytes()
 
 
 def _is_worker(pid: int) -> bool:

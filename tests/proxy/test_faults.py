@@ -23,22 +23,11 @@ from tests.support.servers import free_port
 
 from .conftest import judge
 from .conftest import serve_proxy as proxy
-from .rawserver import Record, http_chunk, raw_server, read_request, sse_head, wait_peer_close
+from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
 
 pytestmark = pytest.mark.slow
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-
-
-def chunk(text: str, finish: str | None = None) -> bytes:
-    payload = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
 
 
 def assert_idle(app: Starlette) -> None:
