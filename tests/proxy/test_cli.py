@@ -192,22 +192,27 @@ def _counted_requests(directory: Path, pid: int) -> bool:
     return counters.exists() and b"conformant_requests" in counters.read_bytes()
 
 
+def _arguments(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+
+
 def _is_worker(pid: int) -> bool:
     """A process uvicorn spawned to serve (its other child is multiprocessing's resource tracker)."""
-    return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return any(b"spawn_main" in argument for argument in _arguments(pid))
 
 
 @pytest.mark.backend
-def test_serve_without_upstream_starts_the_bundled_backend_and_stops_it() -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_without_upstream_starts_the_bundled_backend_and_stops_it(workers: int) -> None:
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama-cpp-python is not installed")
     port = free_port()
-    with run_process([*SERVE, "--port", str(port)], health_path="/health", port=port, timeout=300) as (
-        url,
-        proc,
-    ):
-        backends = _children(proc.pid)
+    args = [*SERVE, "--port", str(port), "--workers", str(workers)]
+    with run_process(args, health_path="/health", port=port, timeout=300) as (url, proc):
+        children = _children(proc.pid)
+        backends = [pid for pid in children if b"backend" in _arguments(pid)]
         assert len(backends) == 1
+        assert len([pid for pid in children if _is_worker(pid)]) == (workers if workers > 1 else 0)
         for stream in (True, False):
             body = {**CHAT, "stream": stream}
             response = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
