@@ -4,7 +4,9 @@ They share one listening socket, so the kernel spreads connections over them, an
 one process from its request to its last chunk. uvicorn's process supervisor starts them (spawned, not
 forked), replaces one that dies and stops them all on SIGINT or SIGTERM. A spawned worker builds its
 app from a configuration file the parent wrote into a private temporary directory (mode 0700, the
-file 0600), so the keys in it appear in no process's arguments or environment.
+file 0600), so the keys in it appear in no worker's arguments or environment (keys given as
+``CONFORMANT_*`` variables are taken out of what the workers inherit). A worker that cannot start
+stops the server, which then exits with status 2 and the reason.
 
 Prometheus metrics are kept in prometheus_client's multiprocess mode: every worker writes its values
 to files in one directory, and ``/metrics`` on any worker sums them over all workers.
@@ -19,6 +21,7 @@ import gc
 import json
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +37,10 @@ from .observability import MULTIPROCESS_DIRECTORY
 __all__ = ["build_app", "serve_in_workers", "uvicorn_options", "worker_app"]
 
 _CONFIG_FILE_VARIABLE = "_CONFORMANT_WORKER_CONFIG_FILE"
+_CONFIG_FILE = "config.json"
+_FAILURE_FILE = "startup-failure"
+# ``serve``'s keys as environment variables (proxy/cli.py): kept out of what the workers inherit.
+_KEY_VARIABLES = ("CONFORMANT_API_KEY", "CONFORMANT_UPSTREAM_API_KEY")
 
 
 def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -70,26 +77,33 @@ def build_app(config: ProxyConfig, log_level: str) -> Starlette:
 
 
 @contextlib.contextmanager
-def _worker_files(config: ProxyConfig, log_level: str) -> Iterator[None]:
-    """The private directory with the workers' configuration and (unless the user set one) metrics."""
+def _worker_files(config: ProxyConfig, log_level: str) -> Iterator[Path]:
+    """The private directory with the workers' configuration and (unless the user set one) metrics.
+
+    While it exists the environment the workers inherit holds its paths and none of the keys (given as
+    ``CONFORMANT_*`` variables, they reach the workers through the file like any other setting).
+    """
     metrics = os.environ.get(MULTIPROCESS_DIRECTORY)
     if metrics and not Path(metrics).is_dir():
         raise CommandError(f"{MULTIPROCESS_DIRECTORY} is set to {metrics!r}, which is not a directory")
-    with tempfile.TemporaryDirectory(prefix="conformant-serve-") as directory:
-        config_file = Path(directory) / "config.json"
+    with tempfile.TemporaryDirectory(prefix="conformant-serve-") as name:
+        directory = Path(name)
         state = {"config": dataclasses.asdict(config), "log_level": log_level}
-        with os.fdopen(os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        with os.fdopen(os.open(directory / _CONFIG_FILE, flags, 0o600), "w") as out:
             json.dump(state, out)
-        variables = {_CONFIG_FILE_VARIABLE: str(config_file)}
+        variables = {_CONFIG_FILE_VARIABLE: str(directory / _CONFIG_FILE)}
         if not metrics:
-            variables[MULTIPROCESS_DIRECTORY] = os.path.join(directory, "metrics")
+            variables[MULTIPROCESS_DIRECTORY] = str(directory / "metrics")
             os.mkdir(variables[MULTIPROCESS_DIRECTORY])
-        os.environ.update(variables)  # what the spawned workers inherit
+        keys = {name: os.environ.pop(name) for name in _KEY_VARIABLES if name in os.environ}
+        os.environ.update(variables)
         try:
-            yield
+            yield directory
         finally:
             for name in variables:
                 del os.environ[name]
+            os.environ.update(keys)
 
 
 def serve_in_workers(config: ProxyConfig, log_level: str, options: dict[str, Any]) -> None:
@@ -99,13 +113,29 @@ def serve_in_workers(config: ProxyConfig, log_level: str, options: dict[str, Any
     """
     import uvicorn
 
-    with _worker_files(config, log_level):
+    with _worker_files(config, log_level) as directory:
         uvicorn.run(f"{__name__}:worker_app", factory=True, **options)
+        failure = directory / _FAILURE_FILE
+        if failure.exists():  # uvicorn stopped every worker because one could not start
+            raise CommandError(f"a worker could not start: {failure.read_text()}")
 
 
 def worker_app() -> Starlette:
-    """uvicorn's factory in each spawned worker: the app, from the configuration its parent wrote."""
-    state = json.loads(Path(os.environ[_CONFIG_FILE_VARIABLE]).read_text())
-    fields = state["config"]
-    config = ProxyConfig(**{**fields, "cors_origins": tuple(fields["cors_origins"])})
-    return build_app(config, state["log_level"])
+    """uvicorn's factory in each spawned worker: the app, from the configuration its parent wrote.
+
+    A worker that cannot build its app leaves the reason for the parent and exits with uvicorn's
+    startup-failure status, on which the supervisor stops the server instead of spawning the worker
+    again and again.
+    """
+    from uvicorn.config import STARTUP_FAILURE
+
+    config_file = Path(os.environ[_CONFIG_FILE_VARIABLE])
+    try:
+        state = json.loads(config_file.read_text())
+        fields = state["config"]
+        config = ProxyConfig(**{**fields, "cors_origins": tuple(fields["cors_origins"])})
+        return build_app(config, state["log_level"])
+    except Exception as exc:
+        logging.getLogger("uvicorn.error").exception("conformant serve: a worker could not start")
+        (config_file.parent / _FAILURE_FILE).write_text(f"{type(exc).__name__}: {exc}")
+        sys.exit(STARTUP_FAILURE)

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.servers import free_port, run_process
+from tests.support.servers import free_port, run_process, wait_for
 
 from .conftest import judge
 from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
@@ -118,8 +118,8 @@ def test_serve_with_workers_shares_the_load_and_sums_metrics_over_them(
     """Two worker processes answer on one port; /metrics on either counts what both served."""
     port = free_port()
     args = [*SERVE, "--upstream", replay_url, "--port", str(port), "--upstream-kind", "openai"]
-    args += ["--api-key", "sk-workers-test"]
-    env = {"CONFORMANT_WORKERS": "2"}
+    args += ["--upstream-api-key", "sk-upstream-workers-test"]
+    env = {"CONFORMANT_WORKERS": "2", "CONFORMANT_API_KEY": "sk-workers-test"}
     if own_directory:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
     auth = {"authorization": "Bearer sk-workers-test"}
@@ -127,7 +127,8 @@ def test_serve_with_workers_shares_the_load_and_sums_metrics_over_them(
         workers = [pid for pid in _children(proc.pid) if _is_worker(pid)]
         assert len(workers) == 2, workers
         environments = [Path(f"/proc/{pid}/environ").read_bytes() for pid in workers]
-        assert not any(b"sk-workers-test" in environ for environ in environments)
+        assert not any(b"workers-test" in environ for environ in environments)  # neither key
+        assert not any(b"workers-test" in b"".join(_arguments(pid)) for pid in workers)
         metrics = Path(_variable(environments[0], b"PROMETHEUS_MULTIPROC_DIR"))
         assert own_directory == (metrics == tmp_path)
         config = Path(_variable(environments[0], b"_CONFORMANT_WORKER_CONFIG_FILE"))
@@ -143,14 +144,34 @@ def test_serve_with_workers_shares_the_load_and_sums_metrics_over_them(
             if all(_counted_requests(metrics, pid) for pid in workers):
                 break
         assert all(_counted_requests(metrics, pid) for pid in workers), "one worker served every request"
-        text = httpx.get(url + "/metrics", timeout=10).text
-        assert _metric_total(text, 'conformant_requests_total{endpoint="chat",status="200"}') == sent
-        assert _metric_total(text, "conformant_in_flight_requests") == 1  # the /metrics request itself
+
+        def summed() -> bool:
+            # A worker counts a request after its last byte left: poll until every count is in.
+            text = httpx.get(url + "/metrics", timeout=10).text
+            counted = _metric_total(text, 'conformant_requests_total{endpoint="chat",status="200"}')
+            in_flight = _metric_total(text, "conformant_in_flight_requests")
+            assert counted <= sent
+            return counted == sent and in_flight == 1  # the /metrics request itself
+
+        wait_for(summed, timeout=10)
         proc.terminate()
         proc.wait(timeout=60)
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
     assert not config.parent.exists()  # the private directory, with the configuration and metrics
     assert metrics.exists() == own_directory
+
+
+def test_a_worker_that_cannot_start_stops_the_server_with_the_reason(replay_url: str) -> None:
+    """Not respawned again and again: the server exits 2 and says why (here: no metrics can be written)."""
+    result = subprocess.run(
+        [sys.executable, *SERVE[1:], "--upstream", replay_url, "--port", str(free_port()), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": "/proc/sys"},  # a directory nobody can write
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "a worker could not start: " in result.stderr.splitlines()[-1]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -180,7 +201,7 @@ def test_sigterm_cuts_a_stream_still_open_after_the_shutdown_timeout(workers: in
             proc.wait(timeout=30)
             took = time.monotonic() - stopping
         assert 1 <= took < 15, took
-        assert record.peer_closed_at is not None  # the upstream request was closed too
+        wait_for(lambda: record.peer_closed_at)  # the upstream request was closed too
 
 
 def _variable(environ: bytes, name: bytes) -> str:

@@ -19,7 +19,7 @@ import pytest
 from starlette.applications import Starlette
 
 from proxy.transport import UpstreamTransport
-from tests.support.servers import free_port
+from tests.support.servers import free_port, wait_for
 
 from .conftest import judge
 from .conftest import serve_proxy as proxy
@@ -51,14 +51,6 @@ def assert_error(response: httpx.Response, status: int) -> dict[str, Any]:
     assert set(error) == {"message", "type", "param", "code"}
     assert "Traceback" not in error["message"]
     return dict(error)
-
-
-def wait_for(condition: Any, timeout: float = 3) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 def test_connection_refused_is_502() -> None:

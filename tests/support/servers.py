@@ -20,7 +20,7 @@ import uvicorn
 
 from proxy.cli import free_port
 
-__all__ = ["free_port", "run_asgi", "run_process", "wait_http"]
+__all__ = ["free_port", "run_asgi", "run_process", "wait_for", "wait_http"]
 
 
 @contextlib.contextmanager
@@ -42,6 +42,15 @@ def run_asgi(app: Any, *, port: int | None = None, **config: Any) -> Iterator[st
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+def wait_for(condition: Any, timeout: float = 3) -> None:
+    """Poll ``condition()`` until it is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.005)
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
