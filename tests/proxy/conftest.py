@@ -77,6 +77,14 @@ def judge(response: httpx.Response, path: str, body: dict[str, Any]) -> Verdict:
     )
 
 
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of the sample ``name`` with ``labels`` in a /metrics page."""
+    for line in text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {labels} not in /metrics")
+
+
 @pytest.fixture(scope="module")
 def llama_cpp_python() -> Iterator[str]:
     """llama-cpp-python's own server on the Gemma model, started for this module."""

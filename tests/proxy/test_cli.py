@@ -19,12 +19,12 @@ import pytest
 
 from tests.support.servers import free_port, run_process, wait_for
 
-from .conftest import judge
+from .conftest import judge, metric
 from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
 
 pytestmark = pytest.mark.slow
 
-SERVE = ["python", "-m", "conformance", "serve"]
+SERVE = [sys.executable, "-m", "conformance", "serve"]
 CHAT = {"model": "gemma", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4}
 
 
@@ -89,7 +89,7 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
 )
 def test_bad_configuration_exits_2_with_one_line(flags: list[str], message: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "conformance", "serve", *flags, "--port", str(free_port())],
+        [*SERVE, *flags, "--port", str(free_port())],
         capture_output=True,
         text=True,
         timeout=60,
@@ -105,10 +105,6 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(p) for p in (task / "children").read_text().split()]
     return found
-
-
-def _metric_total(text: str, prefix: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 @pytest.mark.parametrize("own_directory", [False, True], ids=["temporary-metrics", "user-metrics"])
@@ -148,8 +144,8 @@ def test_serve_with_workers_shares_the_load_and_sums_metrics_over_them(
         def summed() -> bool:
             # A worker counts a request after its last byte left: poll until every count is in.
             text = httpx.get(url + "/metrics", timeout=10).text
-            counted = _metric_total(text, 'conformant_requests_total{endpoint="chat",status="200"}')
-            in_flight = _metric_total(text, "conformant_in_flight_requests")
+            counted = metric(text, "conformant_requests_total", endpoint="chat", status="200")
+            in_flight = metric(text, "conformant_in_flight_requests")
             assert counted <= sent
             return counted == sent and in_flight == 1  # the /metrics request itself
 
@@ -164,7 +160,7 @@ def test_serve_with_workers_shares_the_load_and_sums_metrics_over_them(
 def test_a_worker_that_cannot_start_stops_the_server_with_the_reason(replay_url: str) -> None:
     """Not respawned again and again: the server exits 2 and says why (here: no metrics can be written)."""
     result = subprocess.run(
-        [sys.executable, *SERVE[1:], "--upstream", replay_url, "--port", str(free_port()), "--workers", "2"],
+        [*SERVE, "--upstream", replay_url, "--port", str(free_port()), "--workers", "2"],
         capture_output=True,
         text=True,
         timeout=60,

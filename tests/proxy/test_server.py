@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from tests.support.servers import run_asgi
 
-from .conftest import judge, run_proxy
+from .conftest import judge, metric, run_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -263,13 +263,6 @@ def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -
         assert server.requests[-1]["path"] == "/v1/files/file-1"
 
 
-def _metric(text: str, name: str, **labels: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} {labels} not in /metrics")
-
-
 def test_metrics_count_requests_latency_and_repairs_by_rule(upstream: tuple[str, Upstream]) -> None:
     url, _ = upstream
     with run_proxy(url, upstream_kind="openai") as proxy:
@@ -278,13 +271,13 @@ def test_metrics_count_requests_latency_and_repairs_by_rule(upstream: tuple[str,
             assert '"finish_reason":"stop"' in response.text
         httpx.post(proxy + "/v1/chat/completions", json=[1], timeout=10)  # a 400
         text = httpx.get(proxy + "/metrics", timeout=10).text
-    assert _metric(text, "conformant_requests_total", endpoint="chat", status="200") == 2
-    assert _metric(text, "conformant_requests_total", endpoint="chat", status="400") == 1
-    assert _metric(text, "conformant_request_seconds_count", endpoint="chat") == 3
-    assert _metric(text, "conformant_time_to_first_token_seconds_count", endpoint="chat") == 2
-    assert _metric(text, "conformant_repairs_total", rule="Q18") == 2  # finish_reason "eos"
-    assert _metric(text, "conformant_repairs_total", rule="Q26") == 2  # usage nobody asked for
-    assert _metric(text, "conformant_in_flight_requests") == 1  # the /metrics request itself
+    assert metric(text, "conformant_requests_total", endpoint="chat", status="200") == 2
+    assert metric(text, "conformant_requests_total", endpoint="chat", status="400") == 1
+    assert metric(text, "conformant_request_seconds_count", endpoint="chat") == 3
+    assert metric(text, "conformant_time_to_first_token_seconds_count", endpoint="chat") == 2
+    assert metric(text, "conformant_repairs_total", rule="Q18") == 2  # finish_reason "eos"
+    assert metric(text, "conformant_repairs_total", rule="Q26") == 2  # usage nobody asked for
+    assert metric(text, "conformant_in_flight_requests") == 1  # the /metrics request itself
 
 
 def test_access_log_line_has_status_upstream_status_ttft_tokens_and_repairs(
@@ -366,4 +359,4 @@ def test_a_proxy_bug_is_an_openai_500_without_the_traceback(
         assert "secret" not in response.text
         assert "Traceback" not in response.text
         assert response.headers["x-request-id"].startswith("req_")
-    assert _metric(text, "conformant_requests_total", endpoint="chat", status="500") == 1
+    assert metric(text, "conformant_requests_total", endpoint="chat", status="500") == 1
