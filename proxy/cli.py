@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -28,6 +28,26 @@ def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"CONFORMANT_{name}", default)
 
 
+def _number(kind: type[int] | type[float], variable: str) -> Callable[[str], int | float]:
+    """argparse ``type`` for a number flag that names its variable when the text is no number.
+
+    The value from ``CONFORMANT_<variable>`` is given to argparse as the flag's default *text*, which
+    argparse converts only when ``serve`` is the command: a bad variable is then one usage line (exit 2)
+    for ``serve``, and no concern of the other commands.
+    """
+
+    def parse(text: str) -> int | float:
+        try:
+            return kind(text)
+        except ValueError:
+            noun = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {noun} (from the flag or CONFORMANT_{variable})"
+            ) from None
+
+    return parse
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "serve",
@@ -39,18 +59,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--upstream", default=_env("UPSTREAM"), help="upstream base URL; omitted: start the backend"
     )
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(_env("PORT", 8000)))
+    p.add_argument("--port", type=_number(int, "PORT"), default=_env("PORT", "8000"))
     p.add_argument("--api-key", default=_env("API_KEY"), help="key clients must send as a bearer token")
     p.add_argument("--upstream-api-key", default=_env("UPSTREAM_API_KEY"), help="key sent to the upstream")
     p.add_argument("--model-alias", default=_env("MODEL_ALIAS"), help="model name clients see")
     p.add_argument(
         "--upstream-kind", choices=["auto", "openai", "llamacpp"], default=_env("UPSTREAM_KIND", "auto")
     )
-    p.add_argument("--connect-timeout", type=float, default=float(_env("CONNECT_TIMEOUT", 10)))
-    p.add_argument("--first-byte-timeout", type=float, default=float(_env("FIRST_BYTE_TIMEOUT", 600)))
-    p.add_argument("--idle-timeout", type=float, default=float(_env("IDLE_TIMEOUT", 120)))
     p.add_argument(
-        "--max-body", type=int, default=int(_env("MAX_BODY", 16 * 1024 * 1024)), help="bytes (413 above)"
+        "--connect-timeout", type=_number(float, "CONNECT_TIMEOUT"), default=_env("CONNECT_TIMEOUT", "10")
+    )
+    p.add_argument(
+        "--first-byte-timeout",
+        type=_number(float, "FIRST_BYTE_TIMEOUT"),
+        default=_env("FIRST_BYTE_TIMEOUT", "600"),
+    )
+    p.add_argument("--idle-timeout", type=_number(float, "IDLE_TIMEOUT"), default=_env("IDLE_TIMEOUT", "120"))
+    p.add_argument(
+        "--max-body",
+        type=_number(int, "MAX_BODY"),
+        default=_env("MAX_BODY", str(16 * 1024 * 1024)),
+        help="bytes (413 above)",
     )
     p.add_argument(
         "--cors-origin", action="append", default=_cors_default(), help="allowed origin (repeatable)"
@@ -66,14 +95,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--workers",
-        type=int,
-        default=int(_env("WORKERS", 1)),
+        type=_number(int, "WORKERS"),
+        default=_env("WORKERS", "1"),
         help="processes serving requests, each on its own event loop (one per core spreads the load)",
     )
     p.add_argument(
         "--shutdown-timeout",
-        type=float,
-        default=float(_env("SHUTDOWN_TIMEOUT", 30)),
+        type=_number(float, "SHUTDOWN_TIMEOUT"),
+        default=_env("SHUTDOWN_TIMEOUT", "30"),
         help="seconds open streams get to finish on SIGINT or SIGTERM before they are cut",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))

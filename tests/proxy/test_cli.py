@@ -80,24 +80,47 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags", "message"),
+    ("flags", "variables", "message"),
     [
-        (["--upstream", "ftp://example"], "--upstream must be an http(s) URL"),
-        (["--upstream-kind", "vllm"], "invalid choice"),
-        (["--workers", "0"], "--workers must be at least 1"),
+        (["--upstream", "ftp://example"], {}, "--upstream must be an http(s) URL"),
+        (["--upstream-kind", "vllm"], {}, "invalid choice"),
+        (["--workers", "0"], {}, "--workers must be at least 1"),
+        (["--idle-timeout", "soon"], {}, "'soon' is not a number (from the flag or CONFORMANT_IDLE_TIMEOUT)"),
+        ([], {"CONFORMANT_PORT": "eighty"}, "'eighty' is not an integer (from the flag or CONFORMANT_PORT)"),
+        (
+            [],
+            {"CONFORMANT_MAX_BODY": "1.5"},
+            "'1.5' is not an integer (from the flag or CONFORMANT_MAX_BODY)",
+        ),
     ],
 )
-def test_bad_configuration_exits_2_with_one_line(flags: list[str], message: str) -> None:
+def test_bad_configuration_exits_2_with_one_line(
+    flags: list[str], variables: dict[str, str], message: str
+) -> None:
+    port = [] if "CONFORMANT_PORT" in variables else ["--port", str(free_port())]
     result = subprocess.run(
-        [*SERVE, *flags, "--port", str(free_port())],
+        [*SERVE, *flags, *port],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "CONFORMANT_UPSTREAM": "http://127.0.0.1:1"},
+        env={**os.environ, "CONFORMANT_UPSTREAM": "http://127.0.0.1:1", **variables},
     )
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_bad_serve_variable_is_no_concern_of_the_other_commands(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "conformance", "validate", str(tmp_path / "missing.sse")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CONFORMANT_PORT": "eighty", "CONFORMANT_WORKERS": "many"},
+    )
+    assert result.returncode == 2  # validate's own answer to a missing file, not serve's variables
+    assert "missing.sse" in result.stderr
+    assert "CONFORMANT_" not in result.stderr and "Traceback" not in result.stderr
 
 
 def _children(pid: int) -> list[int]:
