@@ -10,14 +10,34 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points, version
+from pathlib import Path
 
-__all__ = ["CommandError", "main"]
+__all__ = ["CommandError", "main", "output_folder", "write_report"]
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 
 class CommandError(Exception):
     """A failure to report as one line on stderr with exit status 2 (bad invocation, unreadable input)."""
+
+
+def output_folder(path: Path, flag: str) -> Path:
+    """Create the folder a command writes into before it does any work, so that a path that cannot be
+    written is one line at once instead of a traceback after minutes of probing or recording."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"{flag} {path}: cannot create the folder ({exc.strerror})") from None
+    return path
+
+
+def write_report(path: Path, report: str) -> None:
+    """Write a command's report to ``--output``, creating its folder; a failure is a CommandError."""
+    output_folder(path.parent, "--output")
+    try:
+        path.write_text(report, encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"--output {path}: cannot write the report ({exc.strerror})") from None
 
 
 def _version() -> str:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from conformance.cli import CommandError
+from conformance.cli import CommandError, output_folder, write_report
 from conformance.live.probes import PROBES, ProbeContext, select_probes
 from conformance.live.runner import ProbeResult, ServerUnreachable, client_for, default_model, run_probes
 from conformance.report import FORMATS, render
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "disconnect), judge each response, and report. Exit 1 when errors remain, 2 when the server "
         "cannot be reached.",
     )
-    parser.add_argument("url", metavar="BASE_URL", help="server root, e.g. http://127.0.0.1:8080")
+    parser.add_argument("url", metavar="BASE_URL", nargs="?", help="server root, e.g. http://127.0.0.1:8080")
     parser.add_argument(
         "--model", default=None, help="model to ask for (default: the first of GET /v1/models)"
     )
@@ -84,10 +84,16 @@ def run(args: argparse.Namespace) -> int:
         for probe in PROBES:
             print(f"{probe.name:28} {probe.summary}")
         return 0
+    if args.url is None:
+        raise CommandError("give the server's BASE_URL (or --list to see the probes)")
     try:
         probes = select_probes(args.only, args.skip)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+    if args.record is not None:
+        output_folder(args.record, "--record")
+    if args.output is not None:
+        output_folder(args.output.parent, "--output")
     console = Console(stderr=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
@@ -111,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(_summary(results))
     report = render([r.verdict for r in results], args.format)
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(report)
+        write_report(args.output, report)
     else:
         sys.stdout.write(report if report.endswith("\n") else report + "\n")
     return 1 if any(r.verdict.errors for r in results) else 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from conformance.cli import CommandError
+from conformance.cli import CommandError, output_folder
 from conformance.live.recorder import RequestSpec, record, save_recording
 from conformance.live.requests_file import NamedRequest, load_requests, parse_body, safe_name
 from conformance.live.runner import client_for
@@ -64,13 +64,19 @@ def _requests(args: argparse.Namespace) -> list[NamedRequest]:
 
 def run(args: argparse.Namespace) -> int:
     requests = _requests(args)
+    output_folder(args.output, "--output")
     with client_for(args.url, api_key=args.api_key, timeout=args.timeout) as client:
         for name, spec in requests:
             try:
                 recording = record(client, spec)
             except httpx.ConnectError as exc:
                 raise CommandError(f"cannot connect to {args.url} ({exc})") from None
-            transcript = save_recording(recording, args.output / name, server=args.server)
+            try:
+                transcript = save_recording(recording, args.output / name, server=args.server)
+            except OSError as exc:
+                raise CommandError(
+                    f"{args.output / name}: cannot save the transcript ({exc.strerror})"
+                ) from None
             outcome = f"HTTP {recording.status}" if recording.error is None else recording.error
             print(
                 f"{name}: {outcome}, {len(recording.body)} bytes in {len(recording.chunk_timing)} reads"

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance.cli import CommandError
+from conformance.cli import CommandError, write_report
 from conformance.judge import Verdict, judge_transcript
 from conformance.report import FORMATS, exit_status, render
 from conformance.transcript import TranscriptError, discover
@@ -66,10 +66,7 @@ def run(args: argparse.Namespace) -> int:
     verdicts = validate_paths(args.paths)
     report = render(verdicts, args.format)
     if args.output is not None:
-        try:
-            args.output.write_text(report, encoding="utf-8")
-        except OSError as exc:
-            raise CommandError(f"{args.output}: cannot write the report ({exc.strerror})") from None
+        write_report(args.output, report)
     else:
         sys.stdout.write(report)
     return exit_status(verdicts, strict=args.strict)

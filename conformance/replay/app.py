@@ -23,8 +23,9 @@ _NOT_REPLAYED = frozenset(
     {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding", "date", "server"}
 )
 _HOW_TO_RECORD = (
-    "record one with `conformant record --url UPSTREAM_BASE_URL --path {path} --body REQUEST.json "
-    "--output DIR/NAME` and serve DIR, or name a transcript with the `x-conformant-transcript: NAME` header"
+    "record one with `conformant record UPSTREAM_BASE_URL --path {path} --body @REQUEST.json "
+    "--output DIR --name NAME` and serve DIR, or name a transcript with the `x-conformant-transcript: NAME` "
+    "header"
 )
 
 

@@ -145,3 +145,34 @@ def test_record_one_request_from_body(replayed_llama_cpp_python: str, tmp_path: 
     missed = load_transcript(tmp_path / "miss.sse")
     assert missed.status == 404
     assert "conformant record" in missed.read_body().decode()
+
+
+def test_list_needs_no_url_and_a_run_does(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listed] == [probe.name for probe in PROBES]
+    assert main(["check"]) == 2
+    assert "BASE_URL" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--only", "chat", "-o", "{file}/report.json"],
+        ["check", "--only", "chat", "--record", "{file}/sub"],
+        ["record", "--body", "{{}}", "-o", "{file}"],
+    ],
+    ids=["check-output", "check-record", "record-output"],
+)
+def test_an_output_path_that_cannot_be_written_exits_2_before_any_request(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("")
+    # No server listens here: a command that sent anything first would fail with "cannot connect".
+    url = f"http://127.0.0.1:{free_port()}"
+    filled = [a.format(file=in_the_way) for a in argv]
+    assert main([filled[0], url, *filled[1:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(in_the_way) in err and "cannot" in err, err
+    assert "connect" not in err and len(err.splitlines()) == 1

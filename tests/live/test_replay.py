@@ -74,11 +74,25 @@ def _error_of(response: httpx.Response) -> dict[str, object]:
     return error  # type: ignore[no-any-return]
 
 
-def test_unmatched_request_says_how_to_record(corpus_url: str) -> None:
+def test_unmatched_request_says_how_to_record(corpus_url: str, tmp_path: Path) -> None:
     with httpx.Client(base_url=corpus_url) as client:
         response = client.post("/v1/chat/completions", json={"model": "nobody", "messages": []})
     assert response.status_code == 404
-    assert "conformant record" in str(_error_of(response)["message"])
+    message = str(_error_of(response)["message"])
+    # The command it gives works as written once its placeholders are filled: here it records a case
+    # the corpus has from the corpus server itself.
+    command = message.split("`")[1]
+    known = next(t for t in CORPUS if transcript_stem(t) == "ollama-4357")
+    (tmp_path / "request.json").write_text(json.dumps(known.request_body))
+    filled = (
+        command.replace("UPSTREAM_BASE_URL", corpus_url)
+        .replace("REQUEST.json", str(tmp_path / "request.json"))
+        .replace("DIR", str(tmp_path / "recorded"))
+        .replace("NAME", "case")
+    )
+    assert filled.split()[:2] == ["conformant", "record"]
+    assert main(filled.split()[1:]) == 0
+    assert (tmp_path / "recorded" / "case.sse").read_bytes() == b"".join(known.iter_body())
 
 
 def test_unknown_transcript_name_and_bad_json(corpus_url: str) -> None:
