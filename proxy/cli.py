@@ -48,6 +48,19 @@ def _number(kind: type[int] | type[float], variable: str) -> Callable[[str], int
     return parse
 
 
+_LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _log_level(text: str) -> str:
+    """argparse ``type`` for ``--log-level``: argparse checks ``choices`` on flags, not on defaults, so a
+    bad ``CONFORMANT_LOG_LEVEL`` is refused here."""
+    if text.lower() not in _LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one of {', '.join(_LOG_LEVELS)} (from the flag or CONFORMANT_LOG_LEVEL)"
+        )
+    return text.lower()
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "serve",
@@ -105,7 +118,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=_env("SHUTDOWN_TIMEOUT", "30"),
         help="seconds open streams get to finish on SIGINT or SIGTERM before they are cut",
     )
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    p.add_argument("--log-level", type=_log_level, choices=_LOG_LEVELS, default=_env("LOG_LEVEL", "info"))
     p.set_defaults(func=run)
 
 

@@ -85,6 +85,7 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
         (["--upstream", "ftp://example"], {}, "--upstream must be an http(s) URL"),
         (["--upstream-kind", "vllm"], {}, "invalid choice"),
         (["--workers", "0"], {}, "--workers must be at least 1"),
+        ([], {"CONFORMANT_LOG_LEVEL": "loud"}, "'loud' is not one of critical, error, warning, info, debug"),
         (["--idle-timeout", "soon"], {}, "'soon' is not a number (from the flag or CONFORMANT_IDLE_TIMEOUT)"),
         ([], {"CONFORMANT_PORT": "eighty"}, "'eighty' is not an integer (from the flag or CONFORMANT_PORT)"),
         (
@@ -120,7 +121,8 @@ def test_a_bad_serve_variable_is_no_concern_of_the_other_commands(tmp_path: Path
     )
     assert result.returncode == 2  # validate's own answer to a missing file, not serve's variables
     assert "missing.sse" in result.stderr
-    assert "CONFORMANT_" not in result.stderr and "Traceback" not in result.stderr
+    assert "CONFORMANT_" not in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def _children(pid: int) -> list[int]:
