@@ -238,6 +238,8 @@ class UpstreamSource(Source):
         """Usage the upstream did not report: counted with its tokenizer when it has one."""
         self.repairs.add("Q28")
         prompt = await self._adapter.count_tokens(self._upstream, self._prompt) if self._prompt else 0
+        if prompt is None and self._prompt:
+            prompt = len(self._prompt.split())  # no tokenizer: words, the same estimate as the completion's
         completion = 0
         for text in texts:
             counted = await self._adapter.count_tokens(self._upstream, text) if text else 0

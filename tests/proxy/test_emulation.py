@@ -91,7 +91,7 @@ def _post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
     return response
 
 
-CHAT = {"messages": [{"role": "user", "content": "hi"}]}
+CHAT = {"messages": [{"role": "user", "content": "hi there, you"}]}
 
 
 def test_stream_false_on_a_stream_only_upstream_is_aggregated(proxy_url: str) -> None:
@@ -101,6 +101,9 @@ def test_stream_false_on_a_stream_only_upstream_is_aggregated(proxy_url: str) ->
     assert reply.choices[0].finish_reason == "stop"
     assert reply.usage is not None
     assert reply.usage.completion_tokens == len(WORDS)
+    # No tokenizer on this upstream: the prompt's words, never 0 for a prompt that has some.
+    assert reply.usage.prompt_tokens == 3
+    assert reply.usage.total_tokens == 3 + len(WORDS)
     _post(proxy_url, "/v1/completions", {"model": "stream-only", "prompt": "x", "stream": False})
 
 
