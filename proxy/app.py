@@ -149,6 +149,7 @@ def _make_source(
             ctx.upstream, ctx.adapter, info, call, repairs=exchange.repairs, emit_usage=emit_usage, **common
         )
     exchange.repairs.add("Q71" if info.n > 1 else "Q73")
+    common["prompt"] = prompt_text(parts[0])  # each request's own prompt, not the client's array
     first = UpstreamSource(
         ctx.upstream,
         ctx.adapter,

@@ -288,7 +288,7 @@ class FanOutSource(Source):
         self.upstream_status = max(s.upstream_status or 0 for s in self._sources)
         bodies = [s.body for s in self._sources]
         if all(body is not None for body in bodies):
-            self.body = merge_bodies([b for b in bodies if b is not None])
+            self.body = merge_bodies([b for b in bodies if b is not None], self._request.n)
             self._usage = self.body.get("usage")
             return []
         if any(body is not None for body in bodies):
@@ -296,7 +296,8 @@ class FanOutSource(Source):
             raise ProxyError.make("the upstream server answered some requests streamed and some not", 502)
         self._live = len(self._sources)
         self._tasks = [asyncio.create_task(self._pump(i, s)) for i, s in enumerate(self._sources)]
-        return [chunk for task in tasks for chunk in task.result()]
+        # A request whose whole stream came in its first read has its usage chunk here already.
+        return self._strip_usage([chunk for task in tasks for chunk in task.result()])
 
     async def _pump(self, position: int, source: UpstreamSource) -> None:
         while (batch := await source.next_batch()) is not None:
@@ -320,7 +321,7 @@ class FanOutSource(Source):
         if self._closed:
             return None
         self._closed = True
-        self._usage = sum_usage(s.usage for s in self._sources)
+        self._usage = sum_usage((s.usage for s in self._sources), self._request.n)
         if not self._request.include_usage or self._usage is None:
             return None
         head = next(iter(self._sources)).identity

@@ -73,15 +73,15 @@ def normalize_body(
     return body
 
 
-def merge_bodies(bodies: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One response whose choices are the bodies' choices in order, re-indexed; usage summed."""
+def merge_bodies(bodies: Sequence[dict[str, Any]], samples_per_prompt: int = 1) -> dict[str, Any]:
+    """One response whose choices are the bodies' choices in order, re-indexed; usage summed (``sum_usage``)."""
     first = bodies[0]
     choices: list[dict[str, Any]] = []
     for body in bodies:
         for choice in body["choices"]:
             choices.append({**choice, "index": len(choices)})
     usages = [body.get("usage") for body in bodies]
-    usage = sum_usage(usages) if all(u is not None for u in usages) else None
+    usage = sum_usage(usages, samples_per_prompt) if all(u is not None for u in usages) else None
     return {**first, "choices": choices, "usage": usage}
 
 

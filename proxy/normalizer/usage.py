@@ -53,13 +53,21 @@ def is_zero_usage(usage: dict[str, Any]) -> bool:
     return all(usage.get(k) == 0 for k in _COUNTS)
 
 
-def sum_usage(usages: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
-    total: dict[str, Any] | None = None
-    for usage in usages:
+def sum_usage(usages: Iterable[dict[str, Any] | None], samples_per_prompt: int = 1) -> dict[str, Any] | None:
+    """The usage of one response made of fan-out requests, given in order, ``samples_per_prompt`` per prompt.
+
+    Completion tokens add up over every request, prompt tokens over the prompts only: ``n`` samples of
+    one prompt read it once, and OpenAI counts it once.
+    """
+    prompt = completion = 0
+    counted = False
+    for position, usage in enumerate(usages):
         if usage is None:
             continue
-        if total is None:
-            total = {k: 0 for k in _COUNTS}
-        for key in _COUNTS:
-            total[key] += int(usage.get(key, 0))
-    return total
+        counted = True
+        if position % samples_per_prompt == 0:
+            prompt += int(usage.get("prompt_tokens", 0))
+        completion += int(usage.get("completion_tokens", 0))
+    if not counted:
+        return None
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -69,7 +69,10 @@ async def _complete(request: Request) -> Response:
         }
         yield b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n"
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    async def burst() -> AsyncIterator[bytes]:
+        yield b"".join([event async for event in events()])  # the whole stream in one write
+
+    return StreamingResponse(burst() if mode == "burst" else events(), media_type="text/event-stream")
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +177,25 @@ def test_n_fans_out_with_indexed_choices_and_summed_usage(proxy_url: str, stream
     assert texts == {0: "".join(WORDS), 1: "".join(WORDS), 2: "".join(WORDS)}
     # Streams count chunks; this upstream has no tokenizer, so JSON bodies are estimated (words).
     assert usage["completion_tokens"] == 3 * len(WORDS) if stream else usage["completion_tokens"] >= 3
+    assert usage["prompt_tokens"] == 1  # one prompt ("x", one word) read by all three samples: once
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_n_with_usage_has_one_usage_chunk_last_when_a_whole_stream_comes_in_one_read(
+    proxy_url: str, path: str
+) -> None:
+    body: dict[str, Any] = {
+        "model": "burst",
+        "n": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    body |= {"prompt": "x"} if path == "/v1/completions" else CHAT
+    for _ in range(5):  # which sample's stream is read first, and how, varies: several rounds
+        response = _post(proxy_url, path, body)  # judged: usage-not-last, usage-repeated
+        events = [json.loads(e[6:]) for e in response.text.split("\n\n") if e.startswith("data: {")]
+        assert [i for i, e in enumerate(events) if not e["choices"]] == [len(events) - 1]
+        assert events[-1]["usage"]["completion_tokens"] == 3 * len(WORDS)
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -183,6 +205,7 @@ def test_prompt_arrays_fan_out_in_prompt_order(proxy_url: str, stream: bool) -> 
     assert texts[1].startswith("[p1]")
     assert len(texts) == 2
     assert usage["completion_tokens"] == 2 * (len(WORDS) + 1) if stream else usage["completion_tokens"] >= 2
+    assert usage["prompt_tokens"] == 2  # two prompts of one word each
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -197,3 +220,4 @@ def test_prompt_arrays_times_n_index_prompt_major(proxy_url: str, stream: bool) 
     assert texts[2].startswith("[p1]")
     assert texts[3].startswith("[p1]")
     assert usage["completion_tokens"] == 4 * (len(WORDS) + 1) if stream else usage["completion_tokens"] >= 4
+    assert usage["prompt_tokens"] == 2  # two prompts, each counted once for its two samples
