@@ -174,5 +174,7 @@ def test_an_output_path_that_cannot_be_written_exits_2_before_any_request(
     filled = [a.format(file=in_the_way) for a in argv]
     assert main([filled[0], url, *filled[1:]]) == 2
     err = capsys.readouterr().err.strip()
-    assert str(in_the_way) in err and "cannot" in err, err
-    assert "connect" not in err and len(err.splitlines()) == 1
+    assert str(in_the_way) in err, err
+    assert "cannot" in err
+    assert "connect" not in err
+    assert len(err.splitlines()) == 1
