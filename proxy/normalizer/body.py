@@ -74,7 +74,7 @@ def normalize_body(
 
 
 def merge_bodies(bodies: Sequence[dict[str, Any]], samples_per_prompt: int = 1) -> dict[str, Any]:
-    """One response whose choices are the bodies' choices in order, re-indexed; usage summed (``sum_usage``)."""
+    """One response of the bodies' choices in order, re-indexed; usage summed (``sum_usage``)."""
     first = bodies[0]
     choices: list[dict[str, Any]] = []
     for body in bodies:
@@ -132,8 +132,9 @@ def _chat_choice(
     if "refusal" not in message:
         repairs.add("Q61")
     calls = message.get("tool_calls")
-    if isinstance(calls, dict):
+    if isinstance(calls, dict):  # TGI before v3.2.0 (Q65)
         calls = [calls]
+        repairs.add("Q65")
     if isinstance(calls, list) and calls:
         out["tool_calls"] = [fix_tool_call(c, repairs) for c in calls if isinstance(c, dict)]
     reasoning = message.get("reasoning_content", message.get("reasoning"))

@@ -255,6 +255,9 @@ class StreamNormalizer:
                 if key == "reasoning":
                     self.repairs.add("Q39")
         calls = delta.get("tool_calls")
+        if isinstance(calls, dict):  # TGI before v3.2.0 sends one call, not a list (Q65)
+            calls = [calls]
+            self.repairs.add("Q65")
         if isinstance(calls, list) and calls:
             fixed = state.stream_tool_calls(calls, self.repairs)
             if fixed:

@@ -368,3 +368,37 @@ def test_an_error_payload_as_the_first_event_is_an_http_error() -> None:
 def test_the_model_a_request_reports(asked: Any, alias: str | None, shown: str | None) -> None:
     body = {"model": asked, "messages": [{"role": "user", "content": "hi"}]}
     assert RequestInfo.from_body("chat", body, alias=alias).model == shown
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_tool_call_sent_as_one_object_not_a_list_is_kept(stream: bool) -> None:
+    # TGI before v3.2.0 (Q65): "tool_calls" is the call itself, on every delta with role and an empty id.
+    def call(name: str | None, arguments: str) -> dict[str, Any]:
+        return {"index": 0, "id": "", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+    body = {**CHAT_REQUEST, "stream": stream, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    if stream:
+        raw = (
+            chunk({"delta": {"role": "assistant", "tool_calls": call("get_weather", '{"')}})
+            + chunk({"delta": {"role": "assistant", "tool_calls": call(None, 'city":"Paris"}')}})
+            + chunk({"delta": {"role": "assistant"}, "finish_reason": "stop"})
+            + b"data: [DONE]\n\n"
+        )
+        status, out, repairs = normalize_stream(raw, "chat", body)
+        fragments = [f for c in events(out) for f in c["choices"][0]["delta"].get("tool_calls", [])]
+        calls = {f["index"]: f for f in fragments if "id" in f}
+        assert [f["function"].get("name") for f in fragments] == ["get_weather", None]
+        assert "".join(f["function"]["arguments"] for f in fragments) == '{"city":"Paris"}'
+        assert events(out)[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        assert judged(status, out, "chat", body).errors == []
+    else:
+        message = {"role": "assistant", "content": None, "tool_calls": call("get_weather", "{}")}
+        reply = {"id": "x", "object": "chat.completion", "created": 1, "model": "m"}
+        reply["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+        repairs = Repairs()
+        normalized = normalize_body(reply, RequestInfo.from_body("chat", body), repairs=repairs)
+        calls = {0: normalized["choices"][0]["message"]["tool_calls"][0]}
+        assert normalized["choices"][0]["finish_reason"] == "tool_calls"
+    assert calls[0]["function"]["name"] == "get_weather"
+    assert calls[0]["id"]  # an id made up for the empty one (Q63)
+    assert repairs["Q65"] >= 1
