@@ -1,4 +1,5 @@
-"""Chat-style logprobs on ``/v1/completions`` converted to the legacy shape (Q67, Q68)."""
+"""Chat-style logprobs on ``/v1/completions`` converted to the legacy shape (Q67, Q68); logprobs that
+are not finite numbers (``-Infinity``, ``NaN``), which JSON cannot carry, made OpenAI's floor."""
 
 from __future__ import annotations
 
@@ -16,8 +17,15 @@ def _lp(entry: dict[str, Any]) -> float | None:
         prob = float(entry["prob"])  # post_sampling_probs renames logprob to prob (Q67)
         value = math.log(prob) if prob > 0 else _FLOOR
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return max(float(value), _FLOOR)
+        return _finite(float(value))
     return None
+
+
+def _finite(value: float) -> float:
+    """``value`` as a logprob JSON can carry: at least the floor, and a number (NaN and -inf: the floor)."""
+    if math.isnan(value):
+        return _FLOOR
+    return min(max(value, _FLOOR), 0.0)
 
 
 def legacy_logprobs(raw: Any, offset: int = 0) -> tuple[dict[str, Any] | None, int, bool]:
@@ -64,6 +72,32 @@ def chat_logprobs(raw: Any) -> tuple[dict[str, Any] | None, bool]:
         return None, False
     if not isinstance(raw, dict):
         return None, True
-    if "content" in raw and "refusal" in raw:
+    content = raw.get("content")
+    if isinstance(content, list) and not all(_all_finite(entry) for entry in content):
+        content = [_made_finite(entry) for entry in content]
+    elif "content" in raw and "refusal" in raw:
         return raw, False
-    return {"content": raw.get("content"), "refusal": raw.get("refusal")}, True
+    return {"content": content, "refusal": raw.get("refusal")}, True
+
+
+def _all_finite(entry: Any) -> bool:
+    if not isinstance(entry, dict):
+        return True
+    value = entry.get("logprob")
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    top = entry.get("top_logprobs")
+    return not isinstance(top, list) or all(_all_finite(alt) for alt in top)
+
+
+def _made_finite(entry: Any) -> Any:
+    """A copy of a chat logprob entry (and its alternatives) with a non-finite logprob replaced."""
+    if not isinstance(entry, dict):
+        return entry
+    out = dict(entry)
+    value = out.get("logprob")
+    if isinstance(value, float) and not math.isfinite(value):
+        out["logprob"] = _finite(value)
+    if isinstance(out.get("top_logprobs"), list):
+        out["top_logprobs"] = [_made_finite(alt) for alt in out["top_logprobs"]]
+    return out

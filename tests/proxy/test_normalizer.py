@@ -402,3 +402,49 @@ def test_a_tool_call_sent_as_one_object_not_a_list_is_kept(stream: bool) -> None
     assert calls[0]["function"]["name"] == "get_weather"
     assert calls[0]["id"]  # an id made up for the empty one (Q63)
     assert repairs["Q65"] >= 1
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_logprobs_that_are_not_finite_become_the_floor(endpoint: Endpoint) -> None:
+    # Python's json reads (and an upstream built on it writes) -Infinity and NaN; JSON has neither, and
+    # a chunk that carried them would go out with "logprob": null, which the schema refuses.
+    content = [
+        {"token": "Hi", "logprob": -0.25, "bytes": [72, 105], "top_logprobs": []},
+        {
+            "token": "!",
+            "logprob": "-Infinity",
+            "bytes": [33],
+            "top_logprobs": [{"token": "?", "logprob": "NaN", "bytes": [63]}],
+        },
+    ]
+    delta = {"content": "Hi!"} if endpoint == "chat" else {}
+    choice = {"delta": delta} if endpoint == "chat" else {"text": "Hi!"}
+    payload = json.dumps(
+        {"choices": [{"index": 0, **choice, "logprobs": {"content": content, "refusal": None}}]}
+    )
+    payload = payload.replace('"-Infinity"', "-Infinity").replace('"NaN"', "NaN")
+    raw = (
+        b"data: "
+        + payload.encode()
+        + b"\n\n"
+        + chunk(
+            {"delta": {}, "finish_reason": "stop"}
+            if endpoint == "chat"
+            else {"text": "", "finish_reason": "stop"}
+        )
+        + b"data: [DONE]\n\n"
+    )
+    body = (
+        {**CHAT_REQUEST, "logprobs": True}
+        if endpoint == "chat"
+        else {"model": "m", "prompt": "x", "stream": True, "logprobs": 1}
+    )
+    status, out, _ = normalize_stream(raw, endpoint, body)
+    logprobs = events(out)[0]["choices"][0]["logprobs"]
+    if endpoint == "chat":
+        assert [e["logprob"] for e in logprobs["content"]] == [-0.25, -9999.0]
+        assert logprobs["content"][1]["top_logprobs"] == [{"token": "?", "logprob": -9999.0, "bytes": [63]}]
+    else:
+        assert logprobs["token_logprobs"] == [-0.25, -9999.0]
+        assert logprobs["top_logprobs"] == [{}, {"?": -9999.0}]
+    assert judged(status, out, endpoint, body).errors == []
