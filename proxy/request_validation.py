@@ -355,10 +355,15 @@ def _parse_slowly(raw: str | bytes) -> Any:
 
 def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
     """The client's body as a validated JSON object, or a 400 :class:`ProxyError` saying what is wrong."""
-    body = jsoncodec.loads(raw, _parse_slowly)
-    if not isinstance(body, dict):
-        raise ProxyError.make(
-            f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
-        )
-    validate_request(endpoint, body)
+    try:
+        body = jsoncodec.loads(raw, _parse_slowly)
+        if not isinstance(body, dict):
+            raise ProxyError.make(
+                f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
+            )
+        validate_request(endpoint, body)
+    except RecursionError:
+        # Hundreds of nested arrays or objects: past what Python's parser and the shape walk can
+        # recurse through. No real request is built so; a 400 says so instead of a 500.
+        raise ProxyError.make("The request body is nested too deeply.", 400, code="invalid_request") from None
     return body

@@ -168,6 +168,9 @@ def test_good_requests_and_extensions_pass(endpoint: Endpoint, body: dict[str, A
         (b"\xff\xfe\x00", "not valid JSON"),
         (b"", "not valid JSON"),
         (b"[1, 2]", "must be a JSON object, not an array"),
+        # Nested past orjson's limit (so Python's parser reads it) and past what the shape walk recurses.
+        (b'{"messages": [], "metadata": ' + b"[" * 3000 + b"]" * 3000 + b"}", "nested too deeply"),
+        (b'{"messages": [], "metadata": ' + b'{"a":' * 600 + b"1" + b"}" * 600 + b"}", "nested too deeply"),
     ],
 )
 def test_a_body_that_is_not_a_json_object_is_400(raw: bytes, message: str) -> None:
