@@ -28,8 +28,11 @@ def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"CONFORMANT_{name}", default)
 
 
-def _number(kind: type[int] | type[float], variable: str) -> Callable[[str], int | float]:
-    """argparse ``type`` for a number flag that names its variable when the text is no number.
+def _number(
+    kind: type[int] | type[float], variable: str, *, zero: bool = False
+) -> Callable[[str], int | float]:
+    """argparse ``type`` for a number flag, above 0 (or at least 0 with ``zero``), that names its
+    variable when the text is no such number.
 
     The value from ``CONFORMANT_<variable>`` is given to argparse as the flag's default *text*, which
     argparse converts only when ``serve`` is the command: a bad variable is then one usage line (exit 2)
@@ -38,12 +41,17 @@ def _number(kind: type[int] | type[float], variable: str) -> Callable[[str], int
 
     def parse(text: str) -> int | float:
         try:
-            return kind(text)
+            value = kind(text)
         except ValueError:
-            noun = "an integer" if kind is int else "a number"
+            value = None
+        if value is None or not (value >= 0 if zero else value > 0):  # NaN fails both comparisons
+            qualifier = "" if value is None else ("non-negative " if zero else "positive ")
+            noun = qualifier + ("integer" if kind is int else "number")
+            article = "an" if noun[0] in "aeiou" else "a"
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not {noun} (from the flag or CONFORMANT_{variable})"
-            ) from None
+                f"{text!r} is not {article} {noun} (from the flag or CONFORMANT_{variable})"
+            )
+        return value
 
     return parse
 
@@ -72,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--upstream", default=_env("UPSTREAM"), help="upstream base URL; omitted: start the backend"
     )
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    p.add_argument("--port", type=_number(int, "PORT"), default=_env("PORT", "8000"))
+    p.add_argument("--port", type=_number(int, "PORT", zero=True), default=_env("PORT", "8000"))
     p.add_argument("--api-key", default=_env("API_KEY"), help="key clients must send as a bearer token")
     p.add_argument("--upstream-api-key", default=_env("UPSTREAM_API_KEY"), help="key sent to the upstream")
     p.add_argument("--model-alias", default=_env("MODEL_ALIAS"), help="model name clients see")
@@ -114,7 +122,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--shutdown-timeout",
-        type=_number(float, "SHUTDOWN_TIMEOUT"),
+        type=_number(float, "SHUTDOWN_TIMEOUT", zero=True),
         default=_env("SHUTDOWN_TIMEOUT", "30"),
         help="seconds open streams get to finish on SIGINT or SIGTERM before they are cut",
     )
@@ -177,8 +185,6 @@ def run(args: argparse.Namespace) -> int:
 
     from .workers import build_app, serve_in_workers, uvicorn_options
 
-    if args.workers < 1:
-        raise CommandError(f"--workers must be at least 1, not {args.workers}")
     # uvicorn shuts down on SIGTERM and then raises the signal again with the previous handler; with
     # the default one the process would die before it stops the backend it started.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)

@@ -84,7 +84,11 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
     [
         (["--upstream", "ftp://example"], {}, "--upstream must be an http(s) URL"),
         (["--upstream-kind", "vllm"], {}, "invalid choice"),
-        (["--workers", "0"], {}, "--workers must be at least 1"),
+        (["--workers", "0"], {}, "'0' is not a positive integer (from the flag or CONFORMANT_WORKERS)"),
+        (["--max-body", "-1"], {}, "'-1' is not a positive integer"),
+        (["--first-byte-timeout", "0"], {}, "'0' is not a positive number"),
+        (["--connect-timeout", "nan"], {}, "'nan' is not a positive number"),
+        (["--shutdown-timeout", "-2"], {}, "'-2' is not a non-negative number"),
         ([], {"CONFORMANT_LOG_LEVEL": "loud"}, "'loud' is not one of critical, error, warning, info, debug"),
         (["--idle-timeout", "soon"], {}, "'soon' is not a number (from the flag or CONFORMANT_IDLE_TIMEOUT)"),
         ([], {"CONFORMANT_PORT": "eighty"}, "'eighty' is not an integer (from the flag or CONFORMANT_PORT)"),
