@@ -15,18 +15,20 @@ from .base import OPENAI_PATHS, UpstreamCall
 
 __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "translate_native_event"]
 
-# OpenAI request keys and their native names; the rest is left out (native rejects little, but guesses).
-_NATIVE_KEYS = {
-    "prompt": "prompt",
-    "max_tokens": "n_predict",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "stop": "stop",
-    "seed": "seed",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "logit_bias": "logit_bias",
-}
+# llama-server parses /v1/completions and native /completion bodies with the same code
+# (``params_from_json_cmpl``), so the client's keys go across unchanged (grammar, json_schema, top_k,
+# min_p, repeat_penalty, n_probs, mirostat*, dry_*, xtc_*, samplers, cache_prompt, id_slot, lora, ...),
+# and ``model`` too: a llama-server in router mode picks the model for /completion by it. Left out:
+# keys the proxy owns (stream, stream_options, n: fanned out) or answers from the native event shape
+# (response_fields would strip the content/stop fields translate_native_event reads), and OpenAI-only
+# keys native ignores (user; echo/logprobs/best_of/suffix only reach here when they ask for nothing).
+_NOT_NATIVE = frozenset(
+    {"stream", "stream_options", "n", "echo", "logprobs", "best_of", "suffix", "user", "response_fields"}
+)
+# OpenAI's names for native n_predict, by precedence (llama.cpp: n_predict > max_completion_tokens >
+# max_tokens). They are folded into n_predict rather than passed on, so that the proxy's default below
+# cannot shadow them and builds that read only n_predict still get them.
+_MAX_TOKENS_KEYS = ("n_predict", "max_completion_tokens", "max_tokens")
 _STOP_TYPES = {"limit": "length", "eos": "stop", "word": "stop"}
 
 
@@ -36,13 +38,18 @@ def is_llamacpp_props(answer: Any) -> bool:
 
 
 def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
-    native: dict[str, Any] = {"stream": True, "cache_prompt": True}
-    for key, name in _NATIVE_KEYS.items():
-        if body.get(key) is not None:
-            native[name] = body[key]
+    """The client's ``/v1/completions`` body as a native ``/completion`` streaming request."""
+    # Nulls are dropped: native reads a present null as "the default", and for json_schema that
+    # default is ``{}``, which would constrain the output to any JSON value.
+    native = {k: v for k, v in body.items() if v is not None and k not in _NOT_NATIVE}
+    for key in _MAX_TOKENS_KEYS[1:]:
+        native.pop(key, None)
+    limit = next((body[k] for k in _MAX_TOKENS_KEYS if body.get(k) is not None), 16)
+    native["n_predict"] = limit  # 16 is OpenAI's default max_tokens; native would run to the context end
+    native["stream"] = True
+    native.setdefault("cache_prompt", True)
     if isinstance(native.get("stop"), str):
-        native["stop"] = [native["stop"]]
-    native.setdefault("n_predict", 16)  # OpenAI's default max_tokens; native would run to the context end
+        native["stop"] = [native["stop"]]  # native takes only an array (the OpenAI endpoint converts)
     return native
 
 
@@ -79,7 +86,18 @@ class LlamaCppAdapter:
     name = "llamacpp"
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
-        native_ok = isinstance(body.get("prompt"), str) and not body.get("logprobs") and not body.get("echo")
+        # The native stream is read for its text only; what it cannot answer (logprobs, echo, several
+        # choices) or would silently ignore (suffix, best_of) goes to the OpenAI endpoint, which honours
+        # it or refuses it.
+        native_ok = (
+            isinstance(body.get("prompt"), str)
+            and not body.get("logprobs")
+            and not body.get("echo")
+            and body.get("suffix") is None
+            and body.get("best_of") in (None, 1)
+            and body.get("n") in (None, 1)
+            and body.get("n_cmpl") in (None, 1)
+        )
         if endpoint == "completions" and body.get("stream") is True and native_ok:
             return UpstreamCall("/completion", native_completion_body(body), translate_native_event)
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
