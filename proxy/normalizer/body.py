@@ -14,7 +14,7 @@ from ..errors import ProxyError, error_from_payload, is_error_payload
 from .choices import as_dict, fix_tool_call
 from .finish import FAILURE_REASONS, map_finish_reason
 from .identity import Identity
-from .logprobs import chat_logprobs, legacy_logprobs
+from .logprobs import chat_logprobs, legacy_logprobs, logprobs_up_to
 from .repairs import Repairs
 from .request import RequestInfo
 from .stream import failure_for_reason
@@ -149,6 +149,8 @@ def _chat_choice(
     logprobs, repaired = chat_logprobs(raw.get("logprobs"))
     if repaired:
         repairs.add("Q61")
+    if stopped:  # the tokens past the stop sequence went with the text
+        logprobs = logprobs_up_to(logprobs, len(content or ""))
     return {"index": index, "message": out, "logprobs": logprobs, "finish_reason": reason}
 
 
@@ -162,5 +164,7 @@ def _text_choice(
     logprobs, _, converted = legacy_logprobs(raw.get("logprobs"))
     if converted:
         repairs.add("Q67")
+    if stopped:
+        logprobs = logprobs_up_to(logprobs, len(text))
     reason = _finish(raw, request, repairs, stopped, tokens)
     return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": reason}

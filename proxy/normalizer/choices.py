@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ..emulation.stop import StopScanner
+from .logprobs import LogprobEntry, from_entries, logprob_entries
 from .repairs import Repairs
 
 __all__ = ["ChoiceState", "as_dict", "fix_tool_call", "new_tool_call_id"]
@@ -54,11 +55,14 @@ class ChoiceState:
     __slots__ = (
         "finish",
         "had_tools",
+        "held_logprobs",
         "index",
+        "logprob_chars",
         "next_tool",
         "parts",
         "role_sent",
         "scanner",
+        "sent_chars",
         "stopped",
         "text_offset",
         "tokens",
@@ -77,6 +81,11 @@ class ChoiceState:
         self.had_tools = False
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
+        # With stop sequences, logprob entries wait with the text the scanner holds back: (start and
+        # end of the token in the upstream's text, entry). Counted only then.
+        self.held_logprobs: list[tuple[int, int, LogprobEntry]] = []
+        self.logprob_chars = 0
+        self.sent_chars = 0
 
     def pass_text(self, text: str) -> str:
         """Text after stop-sequence enforcement (Q76); marks the choice stopped on a hit."""
@@ -84,11 +93,40 @@ class ChoiceState:
             text = self.scanner.feed(text)
             if self.scanner.hit:
                 self.stopped = True
+            self.sent_chars += len(text)
         if text:
             self.tokens += 1
             if self.parts is not None:
                 self.parts.append(text)
         return text
+
+    def pass_logprobs(self, logprobs: Any) -> Any:
+        """The logprobs of the text sent so far: with stop sequences, a token's wait while the scanner
+        holds its text back, and those past a stop are dropped with the text."""
+        if self.scanner is None or not isinstance(logprobs, dict):
+            return logprobs
+        for token, entry in logprob_entries(logprobs):
+            start = self.logprob_chars
+            self.logprob_chars += len(token)
+            self.held_logprobs.append((start, self.logprob_chars, (token, entry)))
+        return from_entries(logprobs, self._release())
+
+    def flush_logprobs(self, empty: dict[str, Any]) -> dict[str, Any] | None:
+        """What is still held, at the end (its text was flushed), in the shape of ``empty``."""
+        if not self.held_logprobs:
+            return None
+        self.sent_chars = self.logprob_chars
+        return from_entries(empty, self._release())
+
+    def _release(self) -> list[LogprobEntry]:
+        # After a stop the text ends at sent_chars: tokens that start before it go, the rest never do.
+        sent = self.sent_chars
+        ready = [e for start, end, e in self.held_logprobs if (start < sent if self.stopped else end <= sent)]
+        if self.stopped:
+            self.held_logprobs = []
+        else:
+            self.held_logprobs = [h for h in self.held_logprobs if h[1] > sent]
+        return ready
 
     def stream_tool_calls(self, calls: list[Any], repairs: Repairs) -> list[dict[str, Any]]:
         """Tool-call deltas with ``index`` always, and id/type/name only in a call's first fragment."""

@@ -6,7 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["chat_logprobs", "legacy_logprobs"]
+__all__ = [
+    "LogprobEntry",
+    "chat_logprobs",
+    "from_entries",
+    "legacy_logprobs",
+    "logprob_entries",
+    "logprobs_up_to",
+]
 
 _FLOOR = -9999.0  # OpenAI's "very unlikely"; llama.cpp sends -3.4e38 for -inf (Q67)
 
@@ -101,3 +108,42 @@ def _made_finite(entry: Any) -> Any:
     if isinstance(out.get("top_logprobs"), list):
         out["top_logprobs"] = [_made_finite(alt) for alt in out["top_logprobs"]]
     return out
+
+
+# -- logprobs cut with the text at a stop sequence the proxy enforces (Q76) ---------------------------
+
+LogprobEntry = tuple[str, Any]
+"""One token's logprobs: its text and what stands for it in the shape it came in."""
+
+_LEGACY_KEYS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+
+
+def logprob_entries(logprobs: dict[str, Any]) -> list[LogprobEntry]:
+    """The tokens of chat (``content``) or legacy (parallel arrays) logprobs, in order."""
+    content = logprobs.get("content")
+    if isinstance(content, list):
+        return [(str(e.get("token", "")) if isinstance(e, dict) else "", e) for e in content]
+    columns = [logprobs.get(key) or [] for key in _LEGACY_KEYS]
+    return [(str(row[0]), row) for row in zip(*columns, strict=False)]
+
+
+def from_entries(logprobs: dict[str, Any], entries: list[LogprobEntry]) -> dict[str, Any]:
+    """``logprobs`` (the shape the entries came in) holding only ``entries``."""
+    if isinstance(logprobs.get("content"), list):
+        return {**logprobs, "content": [entry for _, entry in entries]}
+    rows = [entry for _, entry in entries]
+    return {key: [row[i] for row in rows] for i, key in enumerate(_LEGACY_KEYS)}
+
+
+def logprobs_up_to(logprobs: Any, chars: int) -> Any:
+    """``logprobs`` without the tokens that start at or past ``chars`` characters of the text."""
+    if not isinstance(logprobs, dict):
+        return logprobs
+    kept: list[LogprobEntry] = []
+    start = 0
+    for token, entry in logprob_entries(logprobs):
+        if start >= chars:
+            break
+        kept.append((token, entry))
+        start += len(token)
+    return from_entries(logprobs, kept)

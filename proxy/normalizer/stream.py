@@ -38,6 +38,7 @@ _EXTENSION_QUIRK = {
     "kv_transfer_params": "Q37",
     "model_name": "Q11",
 }
+_EMPTY_CHAT_LOGPROBS: dict[str, Any] = {"content": [], "refusal": None}
 
 
 def failure_for_reason(reason: str, quirk: str | None) -> ProxyError:
@@ -170,7 +171,9 @@ class StreamNormalizer:
         for index, state in sorted(self._choices.items()):
             tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
             if tail:
-                out.append(self._chunk([self._content_choice(index, tail)]))
+                choice = self._content_choice(index, tail)
+                choice["logprobs"] = state.flush_logprobs(_EMPTY_CHAT_LOGPROBS if self._chat else {})
+                out.append(self._chunk([choice]))
             reason = "stop" if state.stopped else state.finish
             if reason is None:
                 if not self.upstream_done:
@@ -276,6 +279,7 @@ class StreamNormalizer:
         logprobs, repaired = chat_logprobs(raw.get("logprobs"))
         if repaired:
             self.repairs.add("Q61")
+        logprobs = state.pass_logprobs(logprobs)
         if not first and not out and not (logprobs and logprobs.get("content")):
             if raw.get("finish_reason") is None:
                 self.repairs.add("Q62")  # a chunk with nothing in it
@@ -295,6 +299,7 @@ class StreamNormalizer:
         if converted:
             self.repairs.add("Q67")
         state.text_offset += covered
+        logprobs = state.pass_logprobs(logprobs)
         if not self._reason(raw, state, bool(text)):
             return None
         if not text and logprobs is None:

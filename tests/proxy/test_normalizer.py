@@ -448,3 +448,74 @@ def test_logprobs_that_are_not_finite_become_the_floor(endpoint: Endpoint) -> No
         assert logprobs["token_logprobs"] == [-0.25, -9999.0]
         assert logprobs["top_logprobs"] == [{}, {"?": -9999.0}]
     assert judged(status, out, endpoint, body).errors == []
+
+
+def _with_logprobs(endpoint: Endpoint, tokens: list[str], finish: str = "stop") -> bytes:
+    """An upstream stream of one token per chunk, each with its chat-style logprobs (as llama.cpp)."""
+    out = b""
+    for token in tokens:
+        entry = {"token": token, "logprob": -0.5, "bytes": list(token.encode()), "top_logprobs": []}
+        logprobs = {"content": [entry], "refusal": None}
+        part = {"delta": {"content": token}} if endpoint == "chat" else {"text": token}
+        out += (chunk if endpoint == "chat" else text_chunk)({**part, "logprobs": logprobs})
+    end = {"delta": {}} if endpoint == "chat" else {"text": ""}
+    return out + (chunk if endpoint == "chat" else text_chunk)({**end, "finish_reason": finish})
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+@pytest.mark.parametrize(
+    ("tokens", "text"),
+    [
+        (["Hi", " th", "ere", " friend", "!"], "Hi there"),  # cut inside a token: it goes with the text
+        (["Hi", " ", "f", "x", " fr", "og"], "Hi fx"),  # held back twice, then sent, then a stop
+        (["Hi", " ", "f"], "Hi f"),  # held back to the end: sent with the tail
+    ],
+)
+def test_logprobs_follow_the_text_the_proxy_cuts_at_a_stop_sequence(
+    endpoint: Endpoint, tokens: list[str], text: str
+) -> None:
+    body: dict[str, Any] = {"stop": [" fr"], "stream": True}
+    body |= (
+        {**CHAT_REQUEST, "logprobs": True}
+        if endpoint == "chat"
+        else {"model": "m", "prompt": "x", "logprobs": 0}
+    )
+    status, out, _ = normalize_stream(_with_logprobs(endpoint, tokens) + b"data: [DONE]\n\n", endpoint, body)
+    choices = [c["choices"][0] for c in events(out) if c["choices"]]
+    if endpoint == "chat":
+        sent = "".join(c["delta"].get("content") or "" for c in choices)
+        logged = [e["token"] for c in choices if c["logprobs"] for e in c["logprobs"]["content"]]
+    else:
+        sent = "".join(c["text"] for c in choices)
+        logged = [t for c in choices if c["logprobs"] for t in c["logprobs"]["tokens"]]
+    assert sent == text
+    # Every token whose text was sent, none past the stop: the tokens cover the text, a cut one included.
+    kept = []
+    for token in tokens:
+        if len("".join(kept)) >= len(text):
+            break
+        kept.append(token)
+    assert logged == kept
+    assert judged(status, out, endpoint, body).errors == []
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_logprobs_of_a_body_are_cut_with_its_text_at_a_stop_sequence(endpoint: Endpoint) -> None:
+    tokens = ["Hi", " th", "ere", " friend"]
+    content = [{"token": t, "logprob": -0.5, "bytes": list(t.encode()), "top_logprobs": []} for t in tokens]
+    text = "".join(tokens)
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop", "logprobs": {"content": content}}
+    choice |= {"message": {"role": "assistant", "content": text}} if endpoint == "chat" else {"text": text}
+    reply = {"id": "x", "object": "x", "created": 1, "model": "m", "choices": [choice]}
+    body: dict[str, Any] = {"stop": " fr", "stream": False}
+    body |= (
+        {**CHAT_REQUEST, "logprobs": True}
+        if endpoint == "chat"
+        else {"model": "m", "prompt": "x", "logprobs": 0}
+    )
+    normalized = normalize_body(reply, RequestInfo.from_body(endpoint, body), repairs=Repairs())
+    logprobs = normalized["choices"][0]["logprobs"]
+    logged = [e["token"] for e in logprobs["content"]] if endpoint == "chat" else logprobs["tokens"]
+    assert logged == ["Hi", " th", "ere"]
+    if endpoint == "completions":
+        assert logprobs["text_offset"] == [0, 2, 5]
