@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -29,6 +29,7 @@ from .config import ProxyConfig
 from .errors import ProxyError
 from .normalizer import Endpoint, RequestInfo, clean_model_name
 from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_of
+from .passthrough import relay
 from .request_validation import parse_request
 from .respond import HeldResponse, serve_source
 from .source import FanOutSource, Source, UpstreamSource, prompt_text
@@ -38,27 +39,25 @@ __all__ = ["create_app"]
 
 # Not forwarded: hop-by-hop, the client's credentials (the upstream gets its own key), and what the
 # proxy sets itself for the upstream request.
-_HOP_HEADERS = frozenset(
+_NOT_FORWARDED = frozenset(
     {
-        "host",
-        "content-length",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "authorization",
-        "api-key",
-        "x-api-key",
-        "accept-encoding",
-        "upgrade",
-        "te",
-        "trailer",
-        "proxy-authorization",
-        "cookie",
+        b"host",
+        b"content-length",
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"authorization",
+        b"api-key",
+        b"x-api-key",
+        b"accept-encoding",
+        b"upgrade",
+        b"te",
+        b"trailer",
+        b"proxy-authorization",
+        b"cookie",
     }
 )
-_NOT_FORWARDED_TO_COMPLETIONS = frozenset(
-    name.encode() for name in _HOP_HEADERS | {"content-type", "accept", "user-agent"}
-)
+_NOT_FORWARDED_TO_COMPLETIONS = _NOT_FORWARDED | {b"content-type", b"accept", b"user-agent"}
 
 
 def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
@@ -244,26 +243,29 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
     raw = await _read_body(request, ctx.config.max_body)
     if isinstance(raw, Response):
         return raw
-    headers = [(k, v) for k, v in request.headers.items() if k not in _HOP_HEADERS]
-    client = ctx.upstream.client
-    upstream_request = client.build_request(
-        request.method, request.url.path, params=request.query_params, headers=headers, content=raw
+    scope = request.scope
+    target = scope.get("raw_path") or request.url.path.encode()  # as the client wrote it
+    if scope["query_string"]:
+        target += b"?" + scope["query_string"]
+    headers = [(k, v) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
+    config = ctx.config
+    exchange = exchange_of(scope)
+    open_upstream = partial(
+        ctx.upstream.forward,
+        request.method,
+        target,
+        raw,
+        headers,
+        first_byte_timeout=config.first_byte_timeout,
     )
-    try:
-        response = await client.send(upstream_request, stream=True)
-    except httpx.HTTPError:
-        return _error("could not reach the upstream server", 502)
-    exchange_of(request.scope).upstream_status = response.status_code
-    out_headers = {k: v for k, v in response.headers.items() if k not in _HOP_HEADERS}
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            async for part in response.aiter_raw():
-                yield part
-        finally:
-            await response.aclose()
-
-    return StreamingResponse(body(), status_code=response.status_code, headers=out_headers)
+    run = partial(
+        relay,
+        open_upstream=open_upstream,
+        exchange=exchange,
+        secret=config.upstream_api_key,
+        head_only=request.method == "HEAD",
+    )
+    return HeldResponse(run, exchange)
 
 
 async def _health(_: Request) -> Response:
@@ -283,6 +285,19 @@ async def _detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
 
 
 _COMPLETION_PATHS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (an unknown path: 404; a method the route does not take: 405, with its
+    Allow header) as OpenAI errors, which is what clients of an OpenAI endpoint can read."""
+    assert isinstance(exc, HTTPException)
+    where = f"{request.method} {request.url.path}"
+    if exc.status_code == 404:
+        response = _error(f"unknown request URL: {where}", 404, "unknown_url")
+    else:
+        response = _error(f"{exc.detail}: {where}", exc.status_code)
+    response.headers.update(exc.headers or {})
+    return response
 
 
 async def _internal_error(_: Request, exc: Exception) -> Response:
@@ -363,6 +378,7 @@ def create_app(config: ProxyConfig) -> Starlette:
         partial(_completion, ctx),
         routes=routes,
         middleware=middleware,
+        exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
     app.state.context = ctx

@@ -15,6 +15,7 @@ from typing import Any
 from conformance.openai_errors import error_body
 
 __all__ = [
+    "REDACTED",
     "ProxyError",
     "error_from_http",
     "error_from_payload",
@@ -36,6 +37,8 @@ _SPACE = re.compile(r"\s+")
 _MAX_MESSAGE = 500
 # Statuses servers use where OpenAI uses another (Q45 422 for every error, Q53 DeepSeek codes).
 _STATUS_MAP = {422: 400, 424: 502, 402: 429}
+REDACTED = "<redacted>"
+"""What stands in for the upstream key wherever an upstream repeats it."""
 
 
 @dataclass(slots=True)
@@ -69,7 +72,7 @@ class ProxyError(Exception):
         """This error with ``secret`` (the upstream key an upstream may echo) cut out of its message."""
         if not secret or secret not in self.message:
             return self
-        error = {**self.body["error"], "message": self.message.replace(secret, "<redacted>")}
+        error = {**self.body["error"], "message": self.message.replace(secret, REDACTED)}
         return ProxyError(self.status, {"error": error}, self.quirk, self.details)
 
 

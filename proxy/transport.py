@@ -13,8 +13,9 @@ even ``httpx.Request``: ``UpstreamTransport.send`` takes them as bytes (``reques
 Faults map to the httpx errors the proxy tells apart (``Upstream.open``):
 
 - nothing can be connected: ``ConnectError``; the connect takes too long: ``ConnectTimeout``;
-- the connection closes before any response byte (a pooled keep-alive connection the upstream dropped,
-  as llama-server does): ``RemoteProtocolError``, which the proxy retries once;
+- the connection closes before any response byte: ``RemoteProtocolError``; when it was a pooled
+  keep-alive connection the upstream dropped while idle (llama-server does), ``send`` first retries
+  once on a fresh connection;
 - a reply that is not HTTP: ``ProtocolError`` (not retried);
 - a body cut short or badly framed: ``ReadError``, raised only after every byte received before it has
   been handed over (an upstream that sends ``[DONE]`` and closes without the chunked terminator loses
@@ -321,20 +322,26 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         The proxy's completion requests come here directly with bytes built once, without an
         ``httpx.Request``: building one and its headers costs more CPU than the rest of the way out.
         """
-        connection = await self._acquire(origin, connect_timeout)
-        try:
-            # The read timeout bounds each wait for body bytes; the wait for the response head is the
-            # caller's to bound (the proxy's first-byte timeout covers a long prompt, an idle one not).
-            connection.send(message, read_timeout)
-            await connection.response_head()
-        except httpx.RemoteProtocolError:
-            if connection.reused and not connection.received:
+        for attempt in (1, 2):
+            connection = await self._acquire(origin, connect_timeout, fresh=attempt == 2)
+            try:
+                # The read timeout bounds each wait for body bytes; the wait for the response head is the
+                # caller's to bound (the proxy's first-byte timeout covers a long prompt, an idle one not).
+                connection.send(message, read_timeout)
+                await connection.response_head()
+                break
+            except httpx.RemoteProtocolError:
+                self.release(connection)
+                # Only a reused keep-alive connection closed before any response byte is retried: the
+                # upstream closed it while idle (llama-server does), before the request arrived. A new
+                # connection closed so had the request and may have acted on it: generation is not
+                # idempotent.
+                if not connection.reused or connection.received or attempt == 2:
+                    raise
                 self._drop_idle(connection.key)  # one dropped keep-alive connection: likely all of them
-            self.release(connection)
-            raise
-        except BaseException:
-            self.release(connection)
-            raise
+            except BaseException:
+                self.release(connection)
+                raise
         return httpx.Response(
             connection.status,
             headers=connection.headers,
@@ -342,8 +349,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": connection.reason.strip()},
         )
 
-    async def _acquire(self, key: Origin, connect_timeout: float | None) -> _Connection:
-        idle = self._idle.get(key)
+    async def _acquire(self, key: Origin, connect_timeout: float | None, *, fresh: bool) -> _Connection:
+        idle = None if fresh else self._idle.get(key)
         expired = time.monotonic() - self._keepalive_expiry
         while idle:
             connection = idle.pop()

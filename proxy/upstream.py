@@ -12,9 +12,9 @@ from .config import ProxyConfig
 from .errors import ProxyError, error_from_http
 from .transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
 
-__all__ = ["Upstream", "UpstreamStream"]
+__all__ = ["MAX_ERROR_BODY", "Upstream", "UpstreamStream"]
 
-_MAX_ERROR_BODY = 64 * 1024
+MAX_ERROR_BODY = 64 * 1024
 _KEEPALIVE_EXPIRY = 30.0
 
 
@@ -64,7 +64,7 @@ class UpstreamStream:
         return b"".join(parts)
 
     async def error(self) -> ProxyError:
-        body = await self.read_all(_MAX_ERROR_BODY) if self.status >= 400 else b""
+        body = await self.read_all(MAX_ERROR_BODY) if self.status >= 400 else b""
         return error_from_http(self.status, self.content_type, body)
 
     async def aclose(self) -> None:
@@ -86,6 +86,7 @@ class Upstream:
         )
         base = self.client.base_url
         self._origin = origin_of(base)
+        self._base_path = base.raw_path.rstrip(b"/")
         # What httpx would send on every request: the host, then the client's headers (names lowered
         # once here: a request's own headers replace them by name).
         defaults = [(b"host", base.netloc), *self.client.headers.raw]
@@ -100,13 +101,12 @@ class Upstream:
             target = self._targets[path] = url.raw_path
         return target
 
-    def _message(self, path: str, json_body: Any, headers: list[tuple[bytes, bytes]] | None) -> bytes:
+    def _message(self, method: str, target: bytes, body: bytes, given: list[tuple[bytes, bytes]]) -> bytes:
         """The request as bytes, built directly: ``client.build_request`` and ``httpx.Request`` merge
         cookies, URLs and headers on every call, which costs more than the rest of the way out."""
-        given = [(b"content-type", b"application/json"), *(headers or ())]
         replaced = {name.lower() for name, _ in given}
         defaults = [(name, value) for name, value in self._headers if name not in replaced]
-        return request_bytes("POST", self._target(path), defaults + given, jsoncodec.dumps(json_body))
+        return request_bytes(method, target, defaults + given, body)
 
     async def open(
         self, path: str, json_body: Any, *, headers: list[tuple[bytes, bytes]] | None = None
@@ -115,34 +115,55 @@ class Upstream:
 
         ``headers`` replace the upstream client's own headers of the same names.
         """
-        message = self._message(path, json_body, headers)
-        for attempt in (1, 2):
-            try:
-                response = await self._transport.send(
-                    self._origin,
-                    message,
-                    connect_timeout=self.config.connect_timeout,
-                    read_timeout=self.config.idle_timeout,  # between the body's reads (Q25)
-                )
-                return UpstreamStream(response)
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-                # A pooled keep-alive connection the upstream closed before any response byte
-                # (llama-server does this): once more, on a fresh connection.
-                if attempt == 2:
-                    raise ProxyError.make(
-                        "the upstream server closed the connection without a response", 502
-                    ) from None
-            except httpx.ConnectTimeout:
-                raise ProxyError.make(
-                    "timed out connecting to the upstream server", 504, code="upstream_timeout"
-                ) from None
-            except httpx.TimeoutException:
-                raise ProxyError.make("the upstream server timed out", 504, code="upstream_timeout") from None
-            except httpx.ConnectError:
-                raise ProxyError.make("could not connect to the upstream server", 502) from None
-            except httpx.HTTPError as exc:
-                raise ProxyError.make(f"the upstream request failed: {type(exc).__name__}", 502) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        given = [(b"content-type", b"application/json"), *(headers or ())]
+        return await self._send(self._message("POST", self._target(path), jsoncodec.dumps(json_body), given))
+
+    async def forward(
+        self,
+        method: str,
+        target: bytes,
+        body: bytes,
+        headers: list[tuple[bytes, bytes]],
+        *,
+        first_byte_timeout: float,
+    ) -> UpstreamStream:
+        """A client's request for another path (``target``: its path and query) sent on as it came.
+
+        Faults become ProxyError as in ``open``, and so does a response head that takes longer than
+        ``first_byte_timeout``. ``target`` is not cached like ``open``'s paths: clients choose it.
+        """
+        message = self._message(method, self._base_path + target, body, headers)
+        try:
+            async with asyncio.timeout(first_byte_timeout):
+                return await self._send(message)
+        except TimeoutError:
+            raise ProxyError.make(
+                "the upstream server sent nothing before the first-byte timeout", 504, code="upstream_timeout"
+            ) from None
+
+    async def _send(self, message: bytes) -> UpstreamStream:
+        try:
+            response = await self._transport.send(
+                self._origin,
+                message,
+                connect_timeout=self.config.connect_timeout,
+                read_timeout=self.config.idle_timeout,  # between the body's reads (Q25)
+            )
+        except httpx.RemoteProtocolError as exc:
+            # Closed before a whole response head. The transport already retried the one case that is
+            # safe to retry (a reused keep-alive connection, nothing received): this one is the upstream's.
+            raise ProxyError.make(str(exc), 502) from None
+        except httpx.ConnectTimeout:
+            raise ProxyError.make(
+                "timed out connecting to the upstream server", 504, code="upstream_timeout"
+            ) from None
+        except httpx.TimeoutException:
+            raise ProxyError.make("the upstream server timed out", 504, code="upstream_timeout") from None
+        except httpx.ConnectError:
+            raise ProxyError.make("could not connect to the upstream server", 502) from None
+        except httpx.HTTPError as exc:
+            raise ProxyError.make(f"the upstream request failed: {type(exc).__name__}", 502) from None
+        return UpstreamStream(response)
 
     async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
         """A small request whose JSON answer is wanted (models, tokenize, probes); None on any failure."""

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import struct
 import time
 from typing import Any
 
@@ -76,10 +77,11 @@ def test_connect_timeout_is_504() -> None:
             fillers.append(filler)
         port = listener.getsockname()[1]
         with proxy(f"http://127.0.0.1:{port}", connect_timeout=0.3) as (url, app):
-            started = time.monotonic()
-            response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
-            assert_error(response, 504)
-            assert time.monotonic() - started < 5
+            for path in ("/v1/chat/completions", "/v1/embeddings"):  # a completion, a pass-through
+                started = time.monotonic()
+                response = httpx.post(url + path, json=CHAT, timeout=10)
+                assert_error(response, 504)
+                assert time.monotonic() - started < 5
             assert_idle(app)
     finally:
         for filler in fillers:
@@ -95,9 +97,10 @@ async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, re
 
 def test_first_byte_timeout_is_504_and_cancels_the_upstream() -> None:
     with raw_server(_silent) as (upstream, record), proxy(upstream, first_byte_timeout=0.3) as (url, app):
-        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
-        assert_error(response, 504)
-        wait_for(lambda: record.peer_closed_at)
+        for path in ("/v1/chat/completions", "/v1/embeddings"):  # a completion, a pass-through
+            response = httpx.post(url + path, json=CHAT, timeout=10)
+            assert_error(response, 504)
+            wait_for(lambda: record.requests == len(record.peer_closed_at))
         assert_idle(app)
 
 
@@ -268,6 +271,35 @@ def test_keepalive_connection_closed_before_response_is_retried_once() -> None:
             assert response.text.endswith("data: [DONE]\n\n")
         assert record.requests == 3  # one answered, one dropped, one retried
         assert record.connections == 2
+        assert_idle(app)
+
+
+def reset(writer: asyncio.StreamWriter) -> None:
+    """Close the connection with a reset (RST), not an orderly close."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def _reset_on_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    await read_request(reader)
+    record.requests += 1
+    reset(writer)  # before any response byte
+
+
+def test_a_new_connection_reset_before_the_response_is_not_retried() -> None:
+    """Only a reused keep-alive connection is retried: this upstream had the request, and generation is
+    not idempotent."""
+    with (
+        raw_server(_reset_on_request) as (upstream, record),
+        proxy(upstream, upstream_kind="openai") as (url, app),  # no probe: the first connection is new
+    ):
+        for stream in (True, False):
+            response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
+            assert_error(response, 502)
+        assert (record.requests, record.connections) == (2, 2)
         assert_idle(app)
 
 

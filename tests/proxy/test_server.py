@@ -360,3 +360,25 @@ def test_a_proxy_bug_is_an_openai_500_without_the_traceback(
         assert "Traceback" not in response.text
         assert response.headers["x-request-id"].startswith("req_")
     assert metric(text, "conformant_requests_total", endpoint="chat", status="500") == 1
+
+
+def test_unknown_paths_and_methods_are_openai_errors(upstream: tuple[str, Upstream]) -> None:
+    url, server = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        for path in ("/foo", "/v2/chat/completions", "/"):
+            error = _assert_openai_error(httpx.post(proxy + path, json=CHAT, timeout=10), 404)
+            assert error["code"] == "unknown_url"
+            assert path in error["message"]
+        for method, path, allowed in (
+            ("POST", "/health", "GET"),
+            ("POST", "/metrics", "GET"),
+            ("TRACE", "/v1/models", "GET"),
+            ("TRACE", "/v1/embeddings", "POST"),
+        ):
+            response = httpx.request(method, proxy + path, timeout=10)
+            error = _assert_openai_error(response, 405)
+            assert error["type"] == "invalid_request_error"
+            assert f"{method} {path}" in error["message"]
+            assert allowed in response.headers["allow"].split(", ")
+            assert response.headers["x-request-id"].startswith("req_")  # logged and counted like the rest
+    assert server.requests == []
