@@ -133,11 +133,15 @@ class UpstreamSource(Source):
             self._pending = first
         while True:
             batch = await self.next_batch()
-            if self.failure is not None:
-                if self._received == 0 and self._call.body.get("stream") is True:
+            failure = self.failure
+            if failure is not None:
+                # An upstream that ended its stream empty (Q52), not one still silent at a timeout:
+                # asking again would run its generation twice.
+                timed_out = failure.body["error"].get("code") == "upstream_timeout"
+                if self._received == 0 and self._call.body.get("stream") is True and not timed_out:
                     await self._retry_without_stream()
                     return []
-                raise self.failure
+                raise failure
             if batch is None:
                 return []
             if batch:

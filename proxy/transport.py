@@ -77,15 +77,18 @@ class _Connection(asyncio.Protocol):
         self._failure: httpx.TransportError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._read_timeout: float | None = None
+        self._first_read_timeout: float | None = None
+        self._body_started = False
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
     # -- the request side --------------------------------------------------------------------------
 
-    def send(self, data: bytes, read_timeout: float | None) -> None:
+    def send(self, data: bytes, read_timeout: float | None, first_read_timeout: float | None) -> None:
         assert self.transport is not None
         self._prepare()
         self._read_timeout = read_timeout
+        self._first_read_timeout = first_read_timeout
         self._active = True
         self._head = asyncio.get_running_loop().create_future()
         self.transport.write(data)
@@ -105,14 +108,19 @@ class _Connection(asyncio.Protocol):
                 if self._paused and self.transport is not None:
                     self._paused = False
                     self.transport.resume_reading()
+                self._body_started = True
                 return data
             if self._complete:
                 return None
             if self._failure is not None:
                 raise self._failure
             loop = asyncio.get_running_loop()
-            if self._read_timeout is not None:
-                self._deadline = loop.time() + self._read_timeout
+            timeout = self._read_timeout if self._body_started else self._first_read_timeout
+            if timeout is not None:
+                self._deadline = loop.time() + timeout
+                if self._timer is not None and self._timer.when() > self._deadline:
+                    self._timer.cancel()  # armed for the first read's longer bound
+                    self._timer = None
                 if self._timer is None:
                     self._timer = loop.call_at(self._deadline, self._check_deadline, loop)
             self._waiter = loop.create_future()
@@ -315,7 +323,13 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         )
 
     async def send(
-        self, origin: Origin, message: bytes, *, connect_timeout: float | None, read_timeout: float | None
+        self,
+        origin: Origin,
+        message: bytes,
+        *,
+        connect_timeout: float | None,
+        read_timeout: float | None,
+        first_read_timeout: float | None = None,
     ) -> httpx.Response:
         """Send ``message`` (``request_bytes``) to ``origin``; return once the response head arrived.
 
@@ -325,9 +339,12 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         for attempt in (1, 2):
             connection = await self._acquire(origin, connect_timeout, fresh=attempt == 2)
             try:
-                # The read timeout bounds each wait for body bytes; the wait for the response head is the
-                # caller's to bound (the proxy's first-byte timeout covers a long prompt, an idle one not).
-                connection.send(message, read_timeout)
+                # The read timeout bounds each wait for body bytes after the first; the wait for the
+                # response head is the caller's to bound, and so is the first body byte when
+                # ``first_read_timeout`` is given (a server that sends its head before running the
+                # model, as llama-cpp-python does, is in prompt processing until then).
+                first = read_timeout if first_read_timeout is None else first_read_timeout
+                connection.send(message, read_timeout, first)
                 await connection.response_head()
                 break
             except httpx.RemoteProtocolError:

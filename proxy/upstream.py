@@ -116,7 +116,10 @@ class Upstream:
         ``headers`` replace the upstream client's own headers of the same names.
         """
         given = [(b"content-type", b"application/json"), *(headers or ())]
-        return await self._send(self._message("POST", self._target(path), jsoncodec.dumps(json_body), given))
+        message = self._message("POST", self._target(path), jsoncodec.dumps(json_body), given)
+        # Until its first body byte an upstream may be processing the prompt: the first-byte timeout
+        # (the caller's, over the whole wait) bounds that, the idle timeout only the reads after it.
+        return await self._send(message, first_read_timeout=self.config.first_byte_timeout)
 
     async def forward(
         self,
@@ -141,13 +144,14 @@ class Upstream:
                 "the upstream server sent nothing before the first-byte timeout", 504, code="upstream_timeout"
             ) from None
 
-    async def _send(self, message: bytes) -> UpstreamStream:
+    async def _send(self, message: bytes, first_read_timeout: float | None = None) -> UpstreamStream:
         try:
             response = await self._transport.send(
                 self._origin,
                 message,
                 connect_timeout=self.config.connect_timeout,
                 read_timeout=self.config.idle_timeout,  # between the body's reads (Q25)
+                first_read_timeout=first_read_timeout,
             )
         except httpx.RemoteProtocolError as exc:
             # Closed before a whole response head. The transport already retried the one case that is

@@ -126,6 +126,69 @@ def test_idle_timeout_mid_stream_is_an_error_event() -> None:
         assert_idle(app)
 
 
+def _head_then_events_after(delay: float, stall: bool = False) -> Any:
+    """An upstream that answers its head at once and runs the model before its first event, as
+    llama-cpp-python does: prompt processing happens after the head. ``stall``: one event, then silence."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        record.requests += 1
+        writer.write(sse_head())
+        await writer.drain()
+        await asyncio.sleep(delay)
+        if stall:
+            writer.write(http_chunk(chunk("Hello")))
+            await writer.drain()
+            await wait_peer_close(reader, record)
+            return
+        for part in (chunk("Hello"), chunk(" there", finish="stop"), b"data: [DONE]\n\n"):
+            writer.write(http_chunk(part))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    return handler
+
+
+def test_the_idle_timeout_takes_over_from_the_first_byte_timeout_after_the_first_event() -> None:
+    with (
+        raw_server(_head_then_events_after(0.5, stall=True)) as (upstream, record),
+        proxy(upstream, idle_timeout=0.3, first_byte_timeout=20, upstream_kind="openai") as (url, app),
+    ):
+        started = time.monotonic()
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=30)
+        assert time.monotonic() - started < 5  # 0.5 s to the event, 0.3 s idle; not the 20 s bound
+        assert "Hello" in response.text
+        assert "idle timeout" in response.text.rsplit("data: ", 1)[-1]
+        wait_for(lambda: record.peer_closed_at)
+        assert_idle(app)
+
+
+def test_prompt_processing_after_the_head_is_bounded_by_the_first_byte_timeout_not_the_idle_one() -> None:
+    with (
+        raw_server(_head_then_events_after(0.8)) as (upstream, record),
+        proxy(upstream, idle_timeout=0.3, first_byte_timeout=5, upstream_kind="openai") as (url, app),
+    ):
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+        assert response.status_code == 200
+        assert "Hello" in response.text
+        assert response.text.endswith("data: [DONE]\n\n")
+        assert record.requests == 1  # not asked again without streaming: the generation ran once
+        assert_idle(app)
+
+
+def test_an_upstream_silent_after_its_head_is_a_504_at_the_first_byte_timeout_never_asked_twice() -> None:
+    with (
+        raw_server(_head_then_events_after(30)) as (upstream, record),
+        proxy(upstream, idle_timeout=0.2, first_byte_timeout=0.8, upstream_kind="openai") as (url, app),
+    ):
+        started = time.monotonic()
+        error = assert_error(httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10), 504)
+        assert 0.7 < time.monotonic() - started < 5
+        assert "first-byte timeout" in error["message"]
+        assert record.requests == 1
+        assert_idle(app)
+
+
 def test_idle_timeout_counts_from_the_last_event_not_the_first() -> None:
     """Each event moves the idle deadline on (one lazy timer per connection); only a real stall ends it."""
     # 0.8 s of events, each well inside the 0.3 s idle timeout
