@@ -6,7 +6,7 @@ import contextlib
 import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = ["create_app"]
 
 # Not forwarded: hop-by-hop, the client's credentials (the upstream gets its own key), and what the
 # proxy sets itself for the upstream request.
+_MAX_SERVED_NAMES = 1024  # bounds what an upstream listing many models can make the proxy remember
 _NOT_FORWARDED = frozenset(
     {
         b"host",
@@ -71,6 +72,9 @@ class _Context:
     upstream: Upstream
     adapter: Adapter
     metrics: Metrics
+    served_names: dict[str, str] = field(default_factory=dict)
+    """The upstream's model names that ``/v1/models`` shows without their local path (Q09), by the
+    name shown: a client that sends the name it was shown reaches the model."""
 
 
 def _error(message: str, status: int, code: str | None = None, param: str | None = None) -> JSONResponse:
@@ -190,6 +194,9 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
     info = RequestInfo.from_body(endpoint, body, alias=ctx.config.model_alias)
+    model = body.get("model")
+    if isinstance(model, str) and model in ctx.served_names:
+        body = {**body, "model": ctx.served_names[model]}  # answers still name the model as asked
     headers = _forward_headers(request)
     source = with_text_prompt_fallback(
         _make_source(ctx, endpoint, body, info, exchange, headers),
@@ -212,8 +219,7 @@ async def _models(ctx: _Context, request: Request) -> Response:
     if not _authorized(request, ctx.config.api_key):
         return _error("invalid or missing API key", 401, "invalid_api_key")
     alias = ctx.config.model_alias
-    answer = await ctx.upstream.json("GET", "/v1/models")
-    entries = answer.get("data") if isinstance(answer, dict) else None
+    entries = await _upstream_models(ctx)
     if alias:
         entries = [{"id": alias}]
     if not isinstance(entries, list):
@@ -234,6 +240,26 @@ async def _models(ctx: _Context, request: Request) -> Response:
             }
         )
     return JSONResponse({"object": "list", "data": data})
+
+
+async def _upstream_models(ctx: _Context) -> list[Any] | None:
+    """The upstream's ``/v1/models`` entries (None when it lists none); their names are remembered."""
+    answer = await ctx.upstream.json("GET", "/v1/models")
+    entries = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(entries, list):
+        return None
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("id") or entry.get("name"), str):
+            _shown_name(ctx, entry)
+    return entries
+
+
+def _shown_name(ctx: _Context, entry: dict[str, Any]) -> str:
+    served = entry.get("id") or entry["name"]
+    shown = clean_model_name(served)
+    if shown != served and len(ctx.served_names) < _MAX_SERVED_NAMES:
+        ctx.served_names[shown] = served
+    return shown
 
 
 async def _passthrough(ctx: _Context, request: Request) -> Response:

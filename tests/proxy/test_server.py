@@ -243,6 +243,24 @@ def test_models_list_is_normalized(upstream: tuple[str, Upstream]) -> None:
         assert [m["id"] for m in listing.json()["data"]] == ["my-model"]
 
 
+def test_a_model_listed_without_its_path_reaches_the_upstream_by_its_served_name(
+    upstream: tuple[str, Upstream],
+) -> None:
+    url, server = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        shown = httpx.get(proxy + "/v1/models", timeout=10).json()["data"][0]["id"]
+        assert shown == "gemma-3-270m"
+        body = {**CHAT, "model": shown}
+        response = httpx.post(proxy + "/v1/chat/completions", json=body, timeout=10)
+        assert response.status_code == 200
+        assert judge(response, "/v1/chat/completions", body).errors == []
+        assert json.loads(server.requests[-1]["body"])["model"] == "/srv/models/gemma-3-270m.gguf"
+        assert {json.loads(line[6:])["model"] for line in response.text.split("\n\n")[:-2]} == {shown}
+        other = httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "model": "other"}, timeout=10)
+        assert other.status_code == 200
+        assert json.loads(server.requests[-1]["body"])["model"] == "other"  # listed as it is served
+
+
 def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -> None:
     url, server = upstream
     with run_proxy(url, upstream_kind="openai") as proxy:
