@@ -266,10 +266,13 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
     """Other /v1/* paths go to the upstream unchanged (auth and the upstream key still apply)."""
     if not _authorized(request, ctx.config.api_key):
         return _error("invalid or missing API key", 401, "invalid_api_key")
+    scope = request.scope
+    if {".", ".."} & set(scope["path"].split("/")):
+        # /v1/../props would leave /v1 at the upstream, which resolves dot segments (also %2e%2e).
+        return _error(f"unknown request URL: {request.method} {scope['path']}", 404, "unknown_url")
     raw = await _read_body(request, ctx.config.max_body)
     if isinstance(raw, Response):
         return raw
-    scope = request.scope
     target = scope.get("raw_path") or request.url.path.encode()  # as the client wrote it
     if scope["query_string"]:
         target += b"?" + scope["query_string"]

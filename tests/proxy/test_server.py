@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -279,6 +280,25 @@ def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -
         assert deleted.status_code == 201
         assert server.requests[-1]["method"] == "DELETE"
         assert server.requests[-1]["path"] == "/v1/files/file-1"
+
+
+@pytest.mark.parametrize("path", ["/v1/../props", "/v1/%2e%2e/props", "/v1/./models/../../health"])
+def test_a_path_that_would_leave_v1_at_the_upstream_is_not_forwarded(
+    upstream: tuple[str, Upstream], path: str
+) -> None:
+    url, server = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        # Raw, as written: an HTTP client would resolve the dot segments before sending.
+        host, port = proxy.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 404"), head
+        assert json.loads(body)["error"]["code"] == "unknown_url"
+        assert server.requests == []
 
 
 def test_metrics_count_requests_latency_and_repairs_by_rule(upstream: tuple[str, Upstream]) -> None:
