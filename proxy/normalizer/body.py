@@ -122,7 +122,7 @@ def _chat_choice(
     raw: dict[str, Any], index: int, request: RequestInfo, repairs: Repairs, tokens: int | None
 ) -> dict[str, Any]:
     message = as_dict(raw.get("message"))
-    content = message.get("content")
+    content = whole = message.get("content")
     stopped = False
     if isinstance(content, str):
         content, stopped = _enforce_stop(content, request, repairs)
@@ -150,7 +150,7 @@ def _chat_choice(
     if repaired:
         repairs.add("Q61")
     if stopped:  # the tokens past the stop sequence went with the text
-        logprobs = logprobs_up_to(logprobs, len(content or ""))
+        logprobs = logprobs_up_to(logprobs, str(whole), len(content or ""), chat=True)
     return {"index": index, "message": out, "logprobs": logprobs, "finish_reason": reason}
 
 
@@ -160,11 +160,12 @@ def _text_choice(
     text = raw.get("text")
     if not isinstance(text, str):
         text = ""
+    whole = text
     text, stopped = _enforce_stop(text, request, repairs)
     logprobs, _, converted = legacy_logprobs(raw.get("logprobs"))
     if converted:
         repairs.add("Q67")
     if stopped:
-        logprobs = logprobs_up_to(logprobs, len(text))
+        logprobs = logprobs_up_to(logprobs, whole, len(text), chat=False)
     reason = _finish(raw, request, repairs, stopped, tokens)
     return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": reason}

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from ..emulation.stop import StopScanner
-from .logprobs import LogprobEntry, from_entries, logprob_entries
+from .logprobs import empty_logprobs, merged_logprobs
 from .repairs import Repairs
 
 __all__ = ["ChoiceState", "as_dict", "fix_tool_call", "new_tool_call_id"]
@@ -53,14 +53,16 @@ class ChoiceState:
     """What one choice index has shown so far in a stream."""
 
     __slots__ = (
+        "chunk_start",
         "finish",
         "had_tools",
         "held_logprobs",
         "index",
-        "logprob_chars",
         "next_tool",
         "parts",
+        "raw_chars",
         "role_sent",
+        "saw_logprobs",
         "scanner",
         "sent_chars",
         "stopped",
@@ -81,15 +83,19 @@ class ChoiceState:
         self.had_tools = False
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
-        # With stop sequences, logprob entries wait with the text the scanner holds back: (start and
-        # end of the token in the upstream's text, entry). Counted only then.
-        self.held_logprobs: list[tuple[int, int, LogprobEntry]] = []
-        self.logprob_chars = 0
+        # With stop sequences, a chunk's logprobs wait with the text the scanner holds back: (where the
+        # chunk's content starts in the upstream's text, its logprobs). Counted only then.
+        self.held_logprobs: list[tuple[int, dict[str, Any]]] = []
+        self.saw_logprobs = False
+        self.chunk_start = 0
+        self.raw_chars = 0
         self.sent_chars = 0
 
     def pass_text(self, text: str) -> str:
         """Text after stop-sequence enforcement (Q76); marks the choice stopped on a hit."""
         if self.scanner is not None:
+            self.chunk_start = self.raw_chars
+            self.raw_chars += len(text)
             text = self.scanner.feed(text)
             if self.scanner.hit:
                 self.stopped = True
@@ -100,33 +106,37 @@ class ChoiceState:
                 self.parts.append(text)
         return text
 
-    def pass_logprobs(self, logprobs: Any) -> Any:
-        """The logprobs of the text sent so far: with stop sequences, a token's wait while the scanner
-        holds its text back, and those past a stop are dropped with the text."""
-        if self.scanner is None or not isinstance(logprobs, dict):
+    def pass_logprobs(self, logprobs: Any, *, chat: bool, had_text: bool, sends_text: bool) -> Any:
+        """This chunk's logprobs once its text goes out: with stop sequences, a chunk's wait while the
+        scanner holds all its text back, and those wholly past a stop are dropped with the text.
+
+        Logprobs go by chunk, not by token: a token's text need not spell the content (byte tokens of
+        one emoji), so a chunk's logprobs belong to the span of content it came with. ``had_text``: the
+        chunk had content before the scanner (logprobs of reasoning or tool calls are not held);
+        ``sends_text``: content goes out with this chunk (it then gets logprobs, empty if need be).
+        """
+        if self.scanner is None:
             return logprobs
-        for token, entry in logprob_entries(logprobs):
-            start = self.logprob_chars
-            self.logprob_chars += len(token)
-            self.held_logprobs.append((start, self.logprob_chars, (token, entry)))
-        return from_entries(logprobs, self._release())
+        if isinstance(logprobs, dict):
+            self.saw_logprobs = True
+            if not had_text:
+                return logprobs
+            self.held_logprobs.append((self.chunk_start, logprobs))
+        return self._release(chat, sends_text)
 
-    def flush_logprobs(self, empty: dict[str, Any]) -> dict[str, Any] | None:
-        """What is still held, at the end (its text was flushed), in the shape of ``empty``."""
-        if not self.held_logprobs:
-            return None
-        self.sent_chars = self.logprob_chars
-        return from_entries(empty, self._release())
+    def flush_logprobs(self, chat: bool) -> Any:
+        """What is still held, for the tail the scanner flushed at the end."""
+        self.sent_chars = self.raw_chars
+        return self._release(chat, sends_text=True)
 
-    def _release(self) -> list[LogprobEntry]:
-        # After a stop the text ends at sent_chars: tokens that start before it go, the rest never do.
+    def _release(self, chat: bool, sends_text: bool) -> Any:
+        # A chunk goes once any of its text has gone; after a stop, the ones whose text did not never go.
         sent = self.sent_chars
-        ready = [e for start, end, e in self.held_logprobs if (start < sent if self.stopped else end <= sent)]
-        if self.stopped:
-            self.held_logprobs = []
-        else:
-            self.held_logprobs = [h for h in self.held_logprobs if h[1] > sent]
-        return ready
+        ready = [logprobs for start, logprobs in self.held_logprobs if start < sent]
+        self.held_logprobs = [] if self.stopped else [h for h in self.held_logprobs if h[0] >= sent]
+        if ready:
+            return merged_logprobs(ready, chat)
+        return empty_logprobs(chat) if sends_text and self.saw_logprobs else None
 
     def stream_tool_calls(self, calls: list[Any], repairs: Repairs) -> list[dict[str, Any]]:
         """Tool-call deltas with ``index`` always, and id/type/name only in a call's first fragment."""

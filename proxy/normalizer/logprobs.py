@@ -6,14 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = [
-    "LogprobEntry",
-    "chat_logprobs",
-    "from_entries",
-    "legacy_logprobs",
-    "logprob_entries",
-    "logprobs_up_to",
-]
+__all__ = ["chat_logprobs", "empty_logprobs", "legacy_logprobs", "logprobs_up_to", "merged_logprobs"]
 
 _FLOOR = -9999.0  # OpenAI's "very unlikely"; llama.cpp sends -3.4e38 for -inf (Q67)
 
@@ -112,38 +105,58 @@ def _made_finite(entry: Any) -> Any:
 
 # -- logprobs cut with the text at a stop sequence the proxy enforces (Q76) ---------------------------
 
-LogprobEntry = tuple[str, Any]
-"""One token's logprobs: its text and what stands for it in the shape it came in."""
-
 _LEGACY_KEYS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
 
 
-def logprob_entries(logprobs: dict[str, Any]) -> list[LogprobEntry]:
-    """The tokens of chat (``content``) or legacy (parallel arrays) logprobs, in order."""
-    content = logprobs.get("content")
-    if isinstance(content, list):
-        return [(str(e.get("token", "")) if isinstance(e, dict) else "", e) for e in content]
-    columns = [logprobs.get(key) or [] for key in _LEGACY_KEYS]
-    return [(str(row[0]), row) for row in zip(*columns, strict=False)]
+def empty_logprobs(chat: bool) -> dict[str, Any]:
+    """Logprobs of no token, for a chunk whose text's tokens came with an earlier or later chunk."""
+    return {"content": [], "refusal": None} if chat else {key: [] for key in _LEGACY_KEYS}
 
 
-def from_entries(logprobs: dict[str, Any], entries: list[LogprobEntry]) -> dict[str, Any]:
-    """``logprobs`` (the shape the entries came in) holding only ``entries``."""
-    if isinstance(logprobs.get("content"), list):
-        return {**logprobs, "content": [entry for _, entry in entries]}
-    rows = [entry for _, entry in entries]
-    return {key: [row[i] for row in rows] for i, key in enumerate(_LEGACY_KEYS)}
+def merged_logprobs(parts: list[dict[str, Any]], chat: bool) -> dict[str, Any]:
+    """The logprobs of several chunks, in order, as one object of their endpoint's shape."""
+    if len(parts) == 1:
+        return parts[0]
+    if chat:
+        content = [entry for part in parts for entry in (part.get("content") or ())]
+        refusal = [entry for part in parts for entry in (part.get("refusal") or ())]
+        return {"content": content, "refusal": refusal or None}
+    return {
+        key: [v for part in parts for v in part[key]]
+        if all(isinstance(p.get(key), list) for p in parts)
+        else None
+        for key in _LEGACY_KEYS
+    }
 
 
-def logprobs_up_to(logprobs: Any, chars: int) -> Any:
-    """``logprobs`` without the tokens that start at or past ``chars`` characters of the text."""
+def logprobs_up_to(logprobs: Any, text: str, kept: int, chat: bool) -> Any:
+    """``logprobs`` of ``text`` without the tokens that start at or past its first ``kept`` characters.
+
+    Cut only where the tokens spell ``text`` exactly: byte tokens (an emoji in pieces) or text the
+    tokens do not cover leave no place to cut at, and the logprobs are kept whole.
+    """
     if not isinstance(logprobs, dict):
         return logprobs
-    kept: list[LogprobEntry] = []
+    if chat:
+        rows = logprobs.get("content")
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            return logprobs
+        tokens = [str(r.get("token", "")) for r in rows]
+    else:
+        columns = [logprobs.get(key) for key in _LEGACY_KEYS]
+        lists = [c for c in columns if isinstance(c, list)]
+        if len(lists) != len(columns) or len({len(c) for c in lists}) != 1:
+            return logprobs
+        tokens = [str(t) for t in lists[0]]
+    if "".join(tokens) != text:
+        return logprobs
+    count = 0
     start = 0
-    for token, entry in logprob_entries(logprobs):
-        if start >= chars:
+    for token in tokens:
+        if start >= kept:
             break
-        kept.append((token, entry))
+        count += 1
         start += len(token)
-    return from_entries(logprobs, kept)
+    if chat:
+        return {**logprobs, "content": logprobs["content"][:count]}
+    return {key: logprobs[key][:count] for key in _LEGACY_KEYS}

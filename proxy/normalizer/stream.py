@@ -38,7 +38,6 @@ _EXTENSION_QUIRK = {
     "kv_transfer_params": "Q37",
     "model_name": "Q11",
 }
-_EMPTY_CHAT_LOGPROBS: dict[str, Any] = {"content": [], "refusal": None}
 
 
 def failure_for_reason(reason: str, quirk: str | None) -> ProxyError:
@@ -172,7 +171,7 @@ class StreamNormalizer:
             tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
             if tail:
                 choice = self._content_choice(index, tail)
-                choice["logprobs"] = state.flush_logprobs(_EMPTY_CHAT_LOGPROBS if self._chat else {})
+                choice["logprobs"] = state.flush_logprobs(self._chat)
                 out.append(self._chunk([choice]))
             reason = "stop" if state.stopped else state.finish
             if reason is None:
@@ -244,6 +243,7 @@ class StreamNormalizer:
         elif role is not None:
             self.repairs.add("Q58")
         content = delta.get("content")
+        had_text = isinstance(content, str) and bool(content)
         if isinstance(content, str) and content:
             content = state.pass_text(content)
             if content:
@@ -279,7 +279,7 @@ class StreamNormalizer:
         logprobs, repaired = chat_logprobs(raw.get("logprobs"))
         if repaired:
             self.repairs.add("Q61")
-        logprobs = state.pass_logprobs(logprobs)
+        logprobs = state.pass_logprobs(logprobs, chat=True, had_text=had_text, sends_text="content" in out)
         if not first and not out and not (logprobs and logprobs.get("content")):
             if raw.get("finish_reason") is None:
                 self.repairs.add("Q62")  # a chunk with nothing in it
@@ -293,13 +293,14 @@ class StreamNormalizer:
         text = raw.get("text")
         if not isinstance(text, str):
             text = ""
-        if text:
+        had_text = bool(text)
+        if had_text:
             text = state.pass_text(text)
         logprobs, covered, converted = legacy_logprobs(raw.get("logprobs"), state.text_offset)
         if converted:
             self.repairs.add("Q67")
         state.text_offset += covered
-        logprobs = state.pass_logprobs(logprobs)
+        logprobs = state.pass_logprobs(logprobs, chat=False, had_text=had_text, sends_text=bool(text))
         if not self._reason(raw, state, bool(text)):
             return None
         if not text and logprobs is None:

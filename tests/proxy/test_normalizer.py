@@ -519,3 +519,68 @@ def test_logprobs_of_a_body_are_cut_with_its_text_at_a_stop_sequence(endpoint: E
     assert logged == ["Hi", " th", "ere"]
     if endpoint == "completions":
         assert logprobs["text_offset"] == [0, 2, 5]
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_logprobs_whose_tokens_do_not_spell_the_text_are_not_lost_to_a_stop_sequence(
+    endpoint: Endpoint,
+) -> None:
+    # Byte tokens: one emoji in two tokens whose strings are escapes, not the emoji (OpenAI, vLLM).
+    pieces = [("Hi ", "Hi "), ("\U0001f642", "\\xf0\\x9f\\x99"), ("", "\\x82"), (" a", " a"), (" b", " b")]
+    raw = b""
+    for text, token in pieces:
+        entry = {"token": token, "logprob": -0.5, "bytes": [], "top_logprobs": []}
+        part = {"delta": {"content": text}} if endpoint == "chat" else {"text": text}
+        raw += (chunk if endpoint == "chat" else text_chunk)(
+            {**part, "logprobs": {"content": [entry], "refusal": None}}
+        )
+    end = {"delta": {}} if endpoint == "chat" else {"text": ""}
+    raw += (chunk if endpoint == "chat" else text_chunk)(
+        {**end, "finish_reason": "stop"}
+    ) + b"data: [DONE]\n\n"
+    body: dict[str, Any] = {"stop": ["XYZ"], "stream": True}
+    body |= (
+        {**CHAT_REQUEST, "logprobs": True}
+        if endpoint == "chat"
+        else {"model": "m", "prompt": "x", "logprobs": 0}
+    )
+    status, out, _ = normalize_stream(raw, endpoint, body)
+    choices = [c["choices"][0] for c in events(out) if c["choices"]]
+    if endpoint == "chat":
+        logged = [e["token"] for c in choices if c["logprobs"] for e in c["logprobs"]["content"]]
+    else:
+        logged = [t for c in choices if c["logprobs"] for t in c["logprobs"]["tokens"]]
+    assert logged == [token for _, token in pieces]  # no stop was hit: every token, in order
+    assert judged(status, out, endpoint, body).errors == []
+
+
+def test_reasoning_logprobs_and_a_null_content_keep_their_shape_with_a_stop_sequence() -> None:
+    thinking = {"token": "think", "logprob": -0.1, "bytes": [116], "top_logprobs": []}
+    raw = (
+        chunk(
+            {
+                "delta": {"role": "assistant", "reasoning_content": "think"},
+                "logprobs": {"content": [thinking]},
+            }
+        )
+        + chunk({"delta": {"content": "A"}, "logprobs": {"content": None, "refusal": None}})
+        + chunk({"delta": {}, "finish_reason": "stop"})
+        + b"data: [DONE]\n\n"
+    )
+    body = {**CHAT_REQUEST, "logprobs": True, "stop": ["ZZZ"]}
+    status, out, _ = normalize_stream(raw, "chat", body)
+    logprobs = [c["choices"][0]["logprobs"] for c in events(out) if c["choices"]]
+    assert logprobs[0] == {"content": [thinking], "refusal": None}  # not held: no content to wait for
+    assert all(lp is None or set(lp) == {"content", "refusal"} for lp in logprobs)  # never the legacy shape
+    assert judged(status, out, "chat", body).errors == []
+
+
+def test_legacy_logprobs_with_a_null_column_are_kept_whole_in_a_body_cut_at_a_stop() -> None:
+    logprobs = {"tokens": ["Hi", " th", "ere"], "token_logprobs": [-0.1, -0.2, -0.3], "top_logprobs": None}
+    logprobs["text_offset"] = [0, 2, 5]
+    choice = {"index": 0, "text": "Hi there", "finish_reason": "stop", "logprobs": logprobs}
+    reply = {"id": "x", "object": "text_completion", "created": 1, "model": "m", "choices": [choice]}
+    info = RequestInfo.from_body("completions", {"model": "m", "prompt": "x", "stop": "ere", "logprobs": 0})
+    normalized = normalize_body(reply, info, repairs=Repairs())["choices"][0]
+    assert normalized["text"] == "Hi th"
+    assert normalized["logprobs"]["tokens"] == ["Hi", " th", "ere"]  # no place to cut: kept, not emptied
