@@ -77,10 +77,14 @@ async def relay(
     try:
         stream = await open_upstream()
         exchange.upstream_status = stream.status
-        error_body = await stream.read_all(MAX_ERROR_BODY) if stream.status >= 400 else None
-        if error_body is not None and not _is_json(error_body):
-            # An HTML or plain-text error page (tracebacks, local paths): an OpenAI error, status mapped.
-            raise error_from_http(stream.status, stream.content_type, error_body)
+        first, complete = b"", head_only
+        if stream.status >= 400 and not head_only:
+            first, complete = await stream.read_upto(MAX_ERROR_BODY)
+            # Read whole, an error body is judged by what it is; one too long to hold (a 422 that echoes
+            # a large input) by what it says it is.
+            if not (_is_json(first) if complete else "json" in stream.content_type):
+                # An HTML or plain-text error page (tracebacks, local paths): an OpenAI error, status mapped.
+                raise error_from_http(stream.status, stream.content_type, first[:MAX_ERROR_BODY])
         headers = [
             (name.lower(), redactor.text(value))
             for name, value in stream.response.headers.raw
@@ -88,10 +92,9 @@ async def relay(
         ]
         await send({"type": "http.response.start", "status": stream.status, "headers": headers})
         started = True
-        if error_body is not None:
-            await send({"type": "http.response.body", "body": redactor.feed(error_body) + redactor.end()})
-            return
-        while not head_only and (data := await stream.read()) is not None:
+        if first:
+            await send({"type": "http.response.body", "body": redactor.feed(first), "more_body": True})
+        while not complete and (data := await stream.read()) is not None:
             await send({"type": "http.response.body", "body": redactor.feed(data), "more_body": True})
         await send({"type": "http.response.body", "body": redactor.end()})
     except ProxyError as raised:

@@ -54,14 +54,22 @@ class UpstreamStream:
             raise ProxyError.make(f"the upstream connection failed: {type(exc).__name__}", 502) from None
 
     async def read_all(self, limit: int) -> bytes:
+        body, complete = await self.read_upto(limit)
+        if not complete:
+            raise ProxyError.make("the upstream response is too large", 502)
+        return body
+
+    async def read_upto(self, limit: int) -> tuple[bytes, bool]:
+        """The body if it ends within ``limit`` bytes, and True; else its first reads past it, and False
+        (the rest is still to read)."""
         parts: list[bytes] = []
         size = 0
         while (part := await self.read()) is not None:
             size += len(part)
-            if size > limit:
-                raise ProxyError.make("the upstream response is too large", 502)
             parts.append(part)
-        return b"".join(parts)
+            if size > limit:
+                return b"".join(parts), False
+        return b"".join(parts), True
 
     async def error(self) -> ProxyError:
         body = await self.read_all(MAX_ERROR_BODY) if self.status >= 400 else b""
@@ -138,7 +146,8 @@ class Upstream:
         message = self._message(method, self._base_path + target, body, headers)
         try:
             async with asyncio.timeout(first_byte_timeout):
-                return await self._send(message)
+                # The first body byte too: a streaming upstream may send its head before prefill.
+                return await self._send(message, first_read_timeout=first_byte_timeout)
         except TimeoutError:
             raise ProxyError.make(
                 "the upstream server sent nothing before the first-byte timeout", 504, code="upstream_timeout"

@@ -221,11 +221,49 @@ def test_a_fault_after_the_head_ends_the_response_with_one_line_and_no_traceback
     assert reason in next(line for line in access if line["path"].endswith("/content"))["error"]
 
 
-def test_a_head_request_is_answered_without_waiting_for_a_body() -> None:
+@pytest.mark.parametrize("status", ["200 OK", "404 Not Found"])
+def test_a_head_request_is_answered_without_waiting_for_a_body(status: str) -> None:
     # A HEAD answer: no body, whatever its length says; the upstream keeps the connection open.
-    handler = _replying(_head("200 OK", "application/json", length=100), then="stall")
-    with _proxy(handler) as (url, app, _), httpx.Client(timeout=5) as client:
-        assert client.head(url + "/v1/files/file-1").status_code == 200
+    handler = _replying(_head(status, "application/json", length=100), then="stall")
+    with _proxy(handler, idle_timeout=5) as (url, app, _), httpx.Client(timeout=10) as client:
+        started = time.monotonic()
+        assert client.head(url + "/v1/files/file-1").status_code == int(status[:3])
+        assert time.monotonic() - started < 2  # not the idle timeout, waiting for a body
         # The next request on the same connection waits until the proxy is done with the first.
         assert client.get(url + "/health").status_code == 200
+        assert_idle(app)
+
+
+def test_a_json_error_too_large_to_hold_is_relayed_not_refused() -> None:
+    # FastAPI and vLLM answer 422 echoing the input: for a large input, more than the proxy holds.
+    detail = [{"type": "missing", "loc": ["body", "model"], "msg": "Field required", "input": "x" * 100_000}]
+    body = json.dumps({"detail": detail}).encode()
+    with _proxy(_page("422 Unprocessable Entity", "application/json", body)) as (url, app, _):
+        response = httpx.post(url + "/v1/embeddings", json=EMBEDDINGS, timeout=10)
+        assert response.status_code == 422
+        assert response.content == body
+        assert_idle(app)
+
+
+async def _head_then_prefill(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    # Starlette and FastAPI upstreams send a stream's head before the model runs.
+    await read_request(reader)
+    record.requests += 1
+    writer.write(_head("200 OK", "text/event-stream"))
+    await writer.drain()
+    await asyncio.sleep(0.8)
+    writer.write(http_chunk(b'data: {"type": "response.output_text.delta"}\n\n') + b"0\r\n\r\n")
+    await writer.drain()
+
+
+def test_a_streamed_pass_through_gets_the_first_byte_timeout_for_its_prefill() -> None:
+    with _proxy(_head_then_prefill, idle_timeout=0.3, first_byte_timeout=5) as (url, app, record):
+        response = httpx.post(
+            url + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
+        )
+        assert response.status_code == 200
+        assert response.text == 'data: {"type": "response.output_text.delta"}\n\n'
+        assert record.requests == 1
         assert_idle(app)
