@@ -243,23 +243,26 @@ async def _models(ctx: _Context, request: Request) -> Response:
 
 
 async def _upstream_models(ctx: _Context) -> list[Any] | None:
-    """The upstream's ``/v1/models`` entries (None when it lists none); their names are remembered."""
+    """The upstream's ``/v1/models`` entries (None when it lists none); the names they are shown by
+    are remembered (``_Context.served_names``)."""
     answer = await ctx.upstream.json("GET", "/v1/models")
     entries = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(entries, list):
         return None
-    for entry in entries:
-        if isinstance(entry, dict) and isinstance(entry.get("id") or entry.get("name"), str):
-            _shown_name(ctx, entry)
+    served = [
+        name for e in entries if isinstance(e, dict) and isinstance(name := e.get("id") or e.get("name"), str)
+    ]
+    shown: dict[str, set[str]] = {}
+    for name in served[:_MAX_SERVED_NAMES]:
+        shown.setdefault(clean_model_name(name), set()).add(name)
+    # Only a name that is no served name itself and stands for one model: a client asking for a name
+    # the upstream serves gets that model, and two paths that end alike are left as asked.
+    ctx.served_names = {
+        name: next(iter(names))
+        for name, names in shown.items()
+        if len(names) == 1 and name not in names and name not in served
+    }
     return entries
-
-
-def _shown_name(ctx: _Context, entry: dict[str, Any]) -> str:
-    served = entry.get("id") or entry["name"]
-    shown = clean_model_name(served)
-    if shown != served and len(ctx.served_names) < _MAX_SERVED_NAMES:
-        ctx.served_names[shown] = served
-    return shown
 
 
 async def _passthrough(ctx: _Context, request: Request) -> Response:

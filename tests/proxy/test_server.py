@@ -262,6 +262,27 @@ def test_a_model_listed_without_its_path_reaches_the_upstream_by_its_served_name
         assert json.loads(server.requests[-1]["body"])["model"] == "other"  # listed as it is served
 
 
+def test_a_shown_name_that_is_served_itself_or_stands_for_two_models_is_not_mapped() -> None:
+    asked: list[str] = []
+
+    async def models(_: Request) -> Response:
+        served = ["qwen", "/models/qwen.gguf", "/a/model.gguf", "/b/model.gguf", "/srv/solo.gguf"]
+        return JSONResponse({"object": "list", "data": [{"id": name} for name in served]})
+
+    async def chat(request: Request) -> Response:
+        asked.append((await request.json())["model"])
+        return JSONResponse({"error": {"message": "no", "type": "invalid_request_error"}}, 400)
+
+    routes = [Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"])]
+    with run_asgi(Starlette(routes=routes)) as url, run_proxy(url, upstream_kind="openai") as proxy:
+        shown = [m["id"] for m in httpx.get(proxy + "/v1/models", timeout=10).json()["data"]]
+        assert shown == ["qwen", "qwen", "model", "model", "solo"]
+        for name in ("qwen", "model", "solo"):
+            httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "model": name}, timeout=10)
+    # "qwen" is served as it is; "model" could be either path; only "solo" stands for one path.
+    assert asked == ["qwen", "model", "/srv/solo.gguf"]
+
+
 def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -> None:
     url, server = upstream
     with run_proxy(url, upstream_kind="openai") as proxy:
