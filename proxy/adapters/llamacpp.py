@@ -17,7 +17,7 @@ __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "tr
 
 # llama-server parses /v1/completions and native /completion bodies with the same code
 # (``params_from_json_cmpl``), so the client's keys go across unchanged (grammar, json_schema, top_k,
-# min_p, repeat_penalty, n_probs, mirostat*, dry_*, xtc_*, samplers, cache_prompt, id_slot, lora, ...),
+# min_p, repeat_penalty, mirostat*, dry_*, xtc_*, samplers, cache_prompt, id_slot, lora, ...),
 # and ``model`` too: a llama-server in router mode picks the model for /completion by it. Left out:
 # keys the proxy owns (stream, stream_options, n: fanned out) or answers from the native event shape
 # (response_fields would strip the content/stop fields translate_native_event reads), and OpenAI-only
@@ -93,6 +93,7 @@ class LlamaCppAdapter:
             isinstance(body.get("prompt"), str)
             and not body.get("logprobs")
             and not body.get("echo")
+            and not body.get("n_probs")  # its probabilities come in a native shape the stream reader drops
             and body.get("suffix") is None
             and body.get("best_of") in (None, 1)
             and body.get("n") in (None, 1)

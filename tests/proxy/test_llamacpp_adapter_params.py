@@ -35,7 +35,6 @@ EXTENSIONS: dict[str, Any] = {
     "min_p": 0.1,
     "repeat_penalty": 1.3,
     "repeat_last_n": 32,
-    "n_probs": 2,
     "typical_p": 0.9,
     "mirostat": 2,
     "mirostat_tau": 4.0,
@@ -152,8 +151,8 @@ def test_explicit_native_values_win_over_the_adapters_defaults(upstream: tuple[U
 
 @pytest.mark.parametrize(
     "extra",
-    [{"suffix": "!"}, {"best_of": 2}, {"echo": True}, {"logprobs": 2}],
-    ids=["suffix", "best_of", "echo", "logprobs"],
+    [{"suffix": "!"}, {"best_of": 2}, {"echo": True}, {"logprobs": 2}, {"n_probs": 2}],
+    ids=["suffix", "best_of", "echo", "logprobs", "n_probs"],
 )
 def test_what_native_would_ignore_goes_to_the_openai_endpoint(
     upstream: tuple[Upstream, str], extra: dict[str, Any]
