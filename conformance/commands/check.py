@@ -94,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
         output_folder(args.record, "--record")
     if args.output is not None:
         output_folder(args.output.parent, "--output")
+        if args.output.is_dir():
+            raise CommandError(
+                f"--output {args.output}: cannot write the report to a folder; give a file name"
+            )
     console = Console(stderr=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:

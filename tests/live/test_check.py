@@ -161,8 +161,9 @@ def test_list_needs_no_url_and_a_run_does(capsys: pytest.CaptureFixture[str]) ->
         ["check", "--only", "chat", "-o", "{file}/report.json"],
         ["check", "--only", "chat", "--record", "{file}/sub"],
         ["record", "--body", "{{}}", "-o", "{file}"],
+        ["check", "--only", "chat", "-o", "{folder}"],
     ],
-    ids=["check-output", "check-record", "record-output"],
+    ids=["check-output", "check-record", "record-output", "check-output-folder"],
 )
 def test_an_output_path_that_cannot_be_written_exits_2_before_any_request(
     argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -171,10 +172,10 @@ def test_an_output_path_that_cannot_be_written_exits_2_before_any_request(
     in_the_way.write_text("")
     # No server listens here: a command that sent anything first would fail with "cannot connect".
     url = f"http://127.0.0.1:{free_port()}"
-    filled = [a.format(file=in_the_way) for a in argv]
+    filled = [a.format(file=in_the_way, folder=tmp_path) for a in argv]
     assert main([filled[0], url, *filled[1:]]) == 2
     err = capsys.readouterr().err.strip()
-    assert str(in_the_way) in err, err
+    assert str(in_the_way if "{folder}" not in argv else tmp_path) in err, err
     assert "cannot" in err
     assert "connect" not in err
     assert len(err.splitlines()) == 1
