@@ -74,6 +74,10 @@ class SSEParser:
         self._max_line = max_line_bytes
         self._blocks = 0
         self._current: SSEBlock | None = None
+        # A block's data lines after its first, joined when the block ends: joining line by line
+        # would copy the whole data on every line (minutes for a block of millions of lines).
+        self._more_data: list[str] = []
+        self._block_bytes = 0
         self.bom = False
         """True when the stream began with a UTF-8 BOM (stripped, as WHATWG says; openai-python chokes)."""
         self.bytes_seen = 0
@@ -126,25 +130,44 @@ class SSEParser:
                 leftover: list[SSEBlock] = []
                 self._line(self._buffer, self._consumed, leftover)
                 self._buffer = b""
-        block, self._current = self._current, None
+        block = self._end_block()
         if block is None:
             return None
         block.complete = False
         return block
 
+    def _end_block(self) -> SSEBlock | None:
+        block, self._current = self._current, None
+        if block is not None and self._more_data:
+            block.data = "\n".join([block.data or "", *self._more_data])
+            self._more_data = []
+        self._block_bytes = 0
+        return block
+
+    def _add_data(self, block: SSEBlock, value: str) -> None:
+        if block.data is None:
+            block.data = value
+        else:
+            self._more_data.append(value)
+
     def _line(self, raw: bytes, offset: int, out: list[SSEBlock]) -> None:
         if not raw:
-            if self._current is not None:
-                out.append(self._current)
-                self._current = None
+            block = self._end_block()
+            if block is not None:
+                out.append(block)
             return
         block = self._current
         if block is None:
             block = self._current = SSEBlock(index=self._blocks, offset=offset)
             self._blocks += 1
+        if self._max_line is not None:
+            # A block without its blank line grows by whole lines, each under the line bound: bound
+            # the block too, or an upstream that never ends one fills the proxy's memory.
+            self._block_bytes += len(raw)
+            if self._block_bytes > self._max_line:
+                raise SSELineTooLong(f"an SSE event exceeded {self._max_line} bytes without its blank line")
         if raw[:6] == b"data: ":  # the usual line, without the general parsing below
-            value = raw[6:].decode("utf-8", "replace")
-            block.data = value if block.data is None else f"{block.data}\n{value}"
+            self._add_data(block, raw[6:].decode("utf-8", "replace"))
             return
         line = raw.decode("utf-8", "replace")
         if line[0] == ":":
@@ -154,7 +177,7 @@ class SSEParser:
         if colon and value[:1] == " ":
             value = value[1:]
         if name == "data":
-            block.data = value if block.data is None else f"{block.data}\n{value}"
+            self._add_data(block, value)
         elif name == "event":
             block.event = value
         elif name == "id":

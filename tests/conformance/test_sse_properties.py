@@ -155,3 +155,12 @@ def test_unterminated_done_is_a_warning() -> None:
 )
 def test_framing_lints(body: bytes, errors: set[str], warnings: set[str]) -> None:
     assert rules(body) == (errors, warnings)
+
+
+def test_an_event_of_many_data_lines_is_joined_once_at_its_end() -> None:
+    # 200,000 lines in one event, CR-ended: joined line by line this copied the data on every line.
+    lines = [f"{i}" for i in range(200_000)]
+    raw = b"".join(b"data: " + line.encode() + b"\r" for line in lines) + b"\r"
+    blocks = list(parse_sse([raw[i : i + 65536] for i in range(0, len(raw), 65536)]))
+    assert len(blocks) == 1
+    assert blocks[0].data == "\n".join(lines)

@@ -493,9 +493,23 @@ async def _huge_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     await wait_peer_close(reader, record)
 
 
-def test_ten_megabyte_line_is_an_error_event_with_bounded_memory() -> None:
+async def _endless_block(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """Short data lines, 10 MiB of them, and never the blank line that would end their event."""
+    await read_request(reader)
+    writer.write(sse_head() + http_chunk(chunk("Hello")))
+    lines = b"data: x\n" * (1 << 17)  # 1 MiB
+    with contextlib.suppress(ConnectionError):
+        for _ in range(10):
+            writer.write(http_chunk(lines))
+            await writer.drain()
+            record.requests += 1  # counts MiB written
+    await wait_peer_close(reader, record)
+
+
+@pytest.mark.parametrize("handler", [_huge_line, _endless_block], ids=["one-line", "one-event"])
+def test_ten_megabyte_line_is_an_error_event_with_bounded_memory(handler: Any) -> None:
     with (
-        raw_server(_huge_line) as (upstream, record),
+        raw_server(handler) as (upstream, record),
         proxy(upstream, max_line_bytes=256 * 1024) as (url, app),
     ):
         response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=20)
