@@ -168,13 +168,25 @@ def _block(ctx: Context, block: SSEBlock) -> None:
     except ValueError:
         ctx.error("data-not-json", f"data is not JSON: {data[:80]!r}", event=event, quirk="spec")
         return
+    except RecursionError:
+        _too_deep(ctx, event)
+        return
     if errors.is_error_payload(payload):
         errors.error_event(ctx, event, payload)
         return
     if not isinstance(payload, dict):
         ctx.error("chunk-not-object", "data is JSON but not an object", event=event, quirk="spec")
         return
-    _chunk(ctx, event, payload)
+    try:
+        _chunk(ctx, event, payload)
+    except RecursionError:
+        _too_deep(ctx, event)
+
+
+def _too_deep(ctx: Context, event: int | None) -> None:
+    # Hundreds of nested arrays or objects: past what the parser and the schema walk recurse through.
+    # No real response is built so; it is reported, and the other events and files are still judged.
+    ctx.error("json-too-deep", "JSON nested too deeply to check", event=event, quirk="spec")
 
 
 def _chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
@@ -215,6 +227,9 @@ def _judge_body(ctx: Context, raw: bytes) -> None:
         rule = "error-body-shape" if failed else "body-not-json"
         ctx.error(rule, f"body is not JSON: {raw[:80]!r}", quirk="spec")
         return
+    except RecursionError:
+        _too_deep(ctx, None)
+        return
     if failed or errors.is_error_payload(body) or (isinstance(body, dict) and body.get("object") == "error"):
         errors.error_body(ctx, body)
         return
@@ -226,4 +241,7 @@ def _judge_body(ctx: Context, raw: bytes) -> None:
         return
     if ctx.endpoint is None:
         ctx.endpoint = infer_endpoint(body)
-    bodies.judge_body_object(ctx, body)
+    try:
+        bodies.judge_body_object(ctx, body)
+    except RecursionError:
+        _too_deep(ctx, None)

@@ -125,16 +125,13 @@ class Transcript:
         return self.body_path.read_bytes()
 
 
-def _read_sidecar(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> Any:
     try:
         if path.stat().st_size > 64 << 20:
             raise TranscriptError(f"{path}: sidecar larger than 64 MiB")
-        loaded = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise TranscriptError(f"{path}: not a readable JSON file ({type(exc).__name__})") from None
-    if not isinstance(loaded, dict):
-        raise TranscriptError(f"{path}: JSON is not an object")
-    return loaded
 
 
 def _sibling(base: Path, suffix: str) -> Path:
@@ -163,8 +160,11 @@ def load_transcript(path: str | Path) -> Transcript:
     sidecar: dict[str, Any] = {}
     transcript = Transcript(name=name, body_path=None)
     if side_path.exists():
-        sidecar = _read_sidecar(side_path)
+        loaded = _read_json(side_path)
+        sidecar = loaded if isinstance(loaded, dict) else {}
         if "request" not in sidecar and "response" not in sidecar:
+            # A response body as pasted from docs or a report (an array too: llama.cpp's reply to a
+            # prompt array, Q73, which the body rules judge).
             if body_path is not None and body_path.exists():
                 # Both a body and a bare JSON next to it: the .json is not a sidecar; judge the .sse.
                 sidecar = {}
@@ -185,6 +185,8 @@ def load_transcript(path: str | Path) -> Transcript:
     response = sidecar.get("response") or {}
     if request is not None and not isinstance(request, dict):
         raise TranscriptError(f"{side_path}: 'request' must be an object")
+    if request is not None and not isinstance(request.get("path", ""), str):
+        raise TranscriptError(f"{side_path}: 'request.path' must be a string")
     if not isinstance(response, dict):
         raise TranscriptError(f"{side_path}: 'response' must be an object")
     transcript.request = request

@@ -32,10 +32,12 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
         logprobs.legacy_logprobs_shape(ctx, None, pos, choice, None)
         logprobs.logprobs_present(ctx, None, pos, choice, None)
         tool_calls_finish_body(ctx, pos, choice)
-    n = ctx.expect.n if ctx.expect.known else None
+    n = ctx.expect.choices
     if n is not None and len(ctx.choices) < n:
         ctx.error(
-            "choice-count", f"request asked for n={n} choices, the body has {len(ctx.choices)}", quirk="Q71"
+            "choice-count",
+            f"request asked for {ctx.expect.asked()}: {n} choices, the body has {len(ctx.choices)}",
+            quirk="Q71",
         )
 
 

@@ -91,11 +91,11 @@ def choice_index(ctx: Context, event: int | None, pos: int, choice: dict[str, An
                 pointer=f"/choices/{pos}/index",
                 quirk="spec",
             )
-        n = ctx.expect.n if ctx.expect.known else None
+        n = ctx.expect.choices
         if n is not None and not 0 <= index < n:
             ctx.error(
                 "choice-index-range",
-                f"choice index {index} outside 0..{n - 1} for n={n}",
+                f"choice index {index} outside 0..{n - 1} for {ctx.expect.asked()}",
                 event=event,
                 pointer=f"/choices/{pos}/index",
                 quirk="spec",
@@ -104,14 +104,15 @@ def choice_index(ctx: Context, event: int | None, pos: int, choice: dict[str, An
 
 
 def choice_count(ctx: Context) -> None:
-    """With ``n`` set, a finished stream carries n choices; servers silently ignore n (Q71)."""
-    n = ctx.expect.n
-    if not ctx.expect.known or n is None or ctx.done_event is None or ctx.in_band_errors:
+    """A finished stream carries n choices (per prompt); servers silently ignore n (Q71) and send
+    streams with no choice at all (Q48)."""
+    n = ctx.expect.choices
+    if n is None or ctx.done_event is None or ctx.in_band_errors:
         return
     if len(ctx.choices) < n:
         ctx.error(
             "choice-count",
-            f"request asked for n={n} choices, the stream carried {len(ctx.choices)}",
+            f"request asked for {ctx.expect.asked()}: {n} choices, the stream carried {len(ctx.choices)}",
             event=ctx.done_event,
             quirk="Q71",
         )

@@ -62,12 +62,24 @@ class Expectations:
     include_usage: bool = False
     n: int | None = None
     """``n`` when the request set it explicitly."""
+    prompts: int = 1
+    """Prompts in a ``/v1/completions`` prompt array (each gets ``n`` choices, Q73)."""
     logprobs: bool = False
     top_logprobs: int | None = None
     echo: bool = False
     stop: bool = False
     max_tokens: int | None = None
     tools: bool = False
+
+    @property
+    def choices(self) -> int | None:
+        """How many choices the response must carry (None when the request is unknown)."""
+        return (self.n or 1) * self.prompts if self.known else None
+
+    def asked(self) -> str:
+        """The request's ask, for messages: ``n=2``, or ``n=2 for each of 3 prompts``."""
+        n = f"n={self.n or 1}"
+        return n if self.prompts == 1 else f"{n} for each of {self.prompts} prompts"
 
     @classmethod
     def from_request(cls, request: Mapping[str, Any] | None) -> Expectations:
@@ -86,10 +98,14 @@ class Expectations:
         max_tokens = _int_or_none(body.get("max_tokens"))
         if max_tokens is None:
             max_tokens = _int_or_none(body.get("max_completion_tokens"))
+        prompt = body.get("prompt")
+        prompts = prompt if isinstance(prompt, list) else []
+        many = bool(prompts) and all(isinstance(p, str | list) for p in prompts)
         return cls(
             known=True,
             include_usage=include_usage,
             n=_int_or_none(body.get("n")),
+            prompts=len(prompts) if many else 1,
             logprobs=wants_logprobs,
             top_logprobs=top,
             echo=body.get("echo") is True,

@@ -92,8 +92,12 @@ def test_sidecar_drives_the_request(tmp_path: Path, capsys: pytest.CaptureFixtur
         (lambda d: d, "no .sse or .json transcripts"),
         (lambda d: (d / "junk.sse").write_bytes(bytes(range(256)) * 20) and d / "junk.sse", "binary data"),
         (lambda d: (d / "hi.sse").write_bytes("é".encode("latin-1") * 500) and d / "hi.sse", "binary data"),
+        (
+            lambda d: (d / "p.json").write_text('{"request": {"path": 5, "body": {}}}') and d / "p.json",
+            "'request.path' must be a string",
+        ),
     ],
-    ids=["missing", "empty-folder", "binary", "undecodable"],
+    ids=["missing", "empty-folder", "binary", "undecodable", "path-not-a-string"],
 )
 def test_unreadable_input_exits_2_with_one_line(tmp_path: Path, make: object, message: str) -> None:
     path = make(tmp_path)  # type: ignore[operator]
@@ -143,3 +147,77 @@ def test_a_large_stream_is_judged_in_bounded_memory(
         tracemalloc.stop()
     assert status == 0, out
     assert peak < size // 10
+
+
+def _judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, body: bytes, request: object
+) -> set[str]:
+    (tmp_path / f"{name}.sse").write_bytes(body)
+    if request is not None:
+        (tmp_path / f"{name}.json").write_text(json.dumps({"request": request}))
+    status, out, err = run(capsys, "--format", "json", str(tmp_path / f"{name}.sse"))
+    assert status in (0, 1), err
+    [result] = json.loads(out)["results"]
+    return {f["rule"] for f in result["errors"]}
+
+
+def test_json_nested_too_deeply_is_a_finding_and_the_other_files_are_still_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    chunk["choices"] = [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]
+    deep = json.dumps(chunk)[:-1] + ', "x": ' + '{"a": ' * 600 + "1" + "}" * 600 + "}"
+    (tmp_path / "a-deep.sse").write_bytes(encode_data(deep) + DONE_EVENT)
+    (tmp_path / "b-deeper.sse").write_bytes(encode_data("[" * 5000 + "]" * 5000) + DONE_EVENT)
+    (tmp_path / "c-golden.sse").write_bytes(GOLDEN.read_bytes())
+    status, out, _ = run(capsys, "--format", "json", str(tmp_path))
+    results = {Path(r["source"]).name: {f["rule"] for f in r["errors"]} for r in json.loads(out)["results"]}
+    assert status == 1
+    assert "json-too-deep" in results["a-deep.sse"]
+    assert "json-too-deep" in results["b-deeper.sse"]
+    assert results["c-golden.sse"] == set()
+
+
+def test_a_bare_json_array_body_is_judged_as_llama_cpp_prompt_array_reply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m"}
+    one["choices"] = [{"index": 0, "text": "x", "logprobs": None, "finish_reason": "stop"}]
+    (tmp_path / "reply.json").write_text(json.dumps([one, one]))
+    status, out, err = run(capsys, "--format", "json", str(tmp_path / "reply.json"))
+    assert status == 1, err
+    [result] = json.loads(out)["results"]
+    assert [(f["rule"], f["quirk"]) for f in result["errors"]] == [("body-not-object", "Q73")]
+
+
+@pytest.mark.parametrize(
+    ("n", "prompts", "choices", "rules"),
+    [
+        (2, 2, 4, set()),  # index = prompt * n + sample, up to 3
+        (1, 2, 2, set()),  # n=1 written out: still one per prompt
+        (None, 2, 1, {"choice-count"}),  # a choice missing: the second prompt's
+        (None, 1, 0, {"choice-count"}),  # a 200 stream with no choice at all (Q48): n defaults to 1
+    ],
+)
+def test_choices_are_counted_per_prompt_and_n_defaults_to_one(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    n: int | None,
+    prompts: int,
+    choices: int,
+    rules: set[str],
+) -> None:
+    events = b""
+    for index in range(choices):
+        chunk = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m"}
+        chunk["choices"] = [{"index": index, "text": "x", "logprobs": None, "finish_reason": "stop"}]
+        events += encode_data(json.dumps(chunk))
+    body: dict[str, object] = {
+        "model": "m",
+        "stream": True,
+        "prompt": ["p"] * prompts if prompts > 1 else "p",
+    }
+    if n is not None:
+        body["n"] = n
+    request = {"method": "POST", "path": "/v1/completions", "body": body}
+    assert _judged(tmp_path, capsys, "t", events + DONE_EVENT, request) == rules
