@@ -12,13 +12,21 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points, version
 from pathlib import Path
 
-__all__ = ["CommandError", "main", "output_folder", "write_report"]
+__all__ = ["CommandError", "http_url", "main", "output_folder", "write_report"]
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 
 class CommandError(Exception):
     """A failure to report as one line on stderr with exit status 2 (bad invocation, unreadable input)."""
+
+
+def http_url(url: str) -> str:
+    """A server URL as given, refused unless it is http(s): ``host:port`` alone would otherwise be
+    sent as a URL of scheme ``host`` and fail every request, each as a finding about the server."""
+    if not url.lower().startswith(("http://", "https://")):
+        raise CommandError(f"{url!r} is not an http(s) URL; give it as http://HOST:PORT")
+    return url
 
 
 def output_folder(path: Path, flag: str) -> Path:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
@@ -83,6 +84,14 @@ def _text(verdicts: Sequence[Verdict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Characters XML 1.0 cannot carry at all, not even escaped; a server's error text may hold them.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
 def _junit(verdicts: Sequence[Verdict]) -> str:
     totals = summary(verdicts)
     failed = sum(1 for v in verdicts if v.errors)
@@ -98,17 +107,19 @@ def _junit(verdicts: Sequence[Verdict]) -> str:
     )
     for v in verdicts:
         classname = f"conformant.{v.endpoint or 'unknown'}"
-        case = ET.SubElement(suite, "testcase", classname=classname, name=v.source)
+        case = ET.SubElement(suite, "testcase", classname=classname, name=_xml_text(v.source))
         if v.errors:
             first = v.errors[0]
             failure = ET.SubElement(
-                case, "failure", message=f"{len(v.errors)} errors; first: {first.rule}: {first.message}"[:500]
+                case,
+                "failure",
+                message=_xml_text(f"{len(v.errors)} errors; first: {first.rule}: {first.message}"[:500]),
             )
             failure.set("type", first.rule)
-            failure.text = "\n".join(_finding_line(f) for f in v.errors)
+            failure.text = _xml_text("\n".join(_finding_line(f) for f in v.errors))
         if v.warnings:
             out = ET.SubElement(case, "system-out")
-            out.text = "\n".join(_finding_line(f) for f in v.warnings)
+            out.text = _xml_text("\n".join(_finding_line(f) for f in v.warnings))
     suites.set("errors", "0")
     suites.set("warnings", str(totals["warnings"]))
     ET.indent(suites)

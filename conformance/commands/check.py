@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from conformance.cli import CommandError, output_folder, write_report
+from conformance.cli import CommandError, http_url, output_folder, write_report
 from conformance.live.probes import PROBES, ProbeContext, select_probes
 from conformance.live.runner import ProbeResult, ServerUnreachable, client_for, default_model, run_probes
 from conformance.report import FORMATS, render
@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.url is None:
         raise CommandError("give the server's BASE_URL (or --list to see the probes)")
+    http_url(args.url)
     try:
         probes = select_probes(args.only, args.skip)
     except ValueError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from conformance.cli import CommandError, output_folder
+from conformance.cli import CommandError, http_url, output_folder
 from conformance.live.recorder import RequestSpec, record, save_recording
 from conformance.live.requests_file import NamedRequest, load_requests, parse_body, safe_name
 from conformance.live.runner import client_for
@@ -63,6 +63,7 @@ def _requests(args: argparse.Namespace) -> list[NamedRequest]:
 
 
 def run(args: argparse.Namespace) -> int:
+    http_url(args.url)
     requests = _requests(args)
     output_folder(args.output, "--output")
     with client_for(args.url, api_key=args.api_key, timeout=args.timeout) as client:

@@ -100,7 +100,11 @@ def _report(ctx: Context, event: int | None, error: ValidationError) -> None:
     last = error.absolute_path[-1] if error.absolute_path else None
     if error.validator == "required" and isinstance(error.instance, dict):
         required: Any = error.validator_value
-        for key in required:
+        # jsonschema gives one error per missing key, each holding the whole list: this one's key is
+        # the one its message names.
+        missing = [key for key in required if key not in error.instance]
+        named = [key for key in missing if error.message.startswith(f"{key!r} ")]
+        for key in named or missing[:1]:
             if key not in error.instance:
                 ctx.error(
                     "required-key",

@@ -221,3 +221,28 @@ def test_choices_are_counted_per_prompt_and_n_defaults_to_one(
         body["n"] = n
     request = {"method": "POST", "path": "/v1/completions", "body": body}
     assert _judged(tmp_path, capsys, "t", events + DONE_EVENT, request) == rules
+
+
+def test_each_missing_required_key_is_one_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chunk = {
+        "id": "chatcmpl-1",
+        "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}],
+    }
+    request = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stream": True}}
+    (tmp_path / "t.sse").write_bytes(encode_data(json.dumps(chunk)) + DONE_EVENT)
+    (tmp_path / "t.json").write_text(json.dumps({"request": request}))
+    _, out, _ = run(capsys, "--format", "json", str(tmp_path / "t.sse"))
+    [result] = json.loads(out)["results"]
+    missing = sorted(f["pointer"] for f in result["errors"] if f["rule"] == "required-key")
+    assert missing == ["/created", "/model", "/object"]  # once each, not once per missing key
+
+
+def test_junit_is_well_formed_when_a_message_holds_control_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    error = {"error": {"message": "bad \u0000 byte \u001b[31m", "type": "server_error", "code": 500}}
+    (tmp_path / "t.sse").write_bytes(encode_data(json.dumps(error)))
+    _, out, _ = run(capsys, "--format", "junit", str(tmp_path / "t.sse"))
+    failure = ET.fromstring(out).find(".//failure")
+    assert failure is not None
+    assert "bad" in (failure.text or "")

@@ -179,3 +179,15 @@ def test_an_output_path_that_cannot_be_written_exits_2_before_any_request(
     assert "cannot" in err
     assert "connect" not in err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["check", "record"])
+@pytest.mark.parametrize("url", ["127.0.0.1:8080", "localhost:1", "not-a-url"])
+def test_a_url_without_http_is_one_line_and_exit_2(
+    command: str, url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = ["--body", "{}", "-o", str(tmp_path)] if command == "record" else []
+    assert main([command, url, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not an http(s) URL" in err
+    assert len(err.splitlines()) == 1
