@@ -111,7 +111,10 @@ def _report(ctx: Context, event: int | None, error: ValidationError) -> None:
                     f"required key {key!r} missing (required even when its value is null)",
                     event=event,
                     pointer=f"{where}/{key}",
-                    quirk=_REQUIRED_QUIRK.get(key, "spec"),
+                    # A tool-call fragment's index is Q64; a choice's, Q61.
+                    quirk="Q64"
+                    if key == "index" and "tool_calls" in error.absolute_path
+                    else _REQUIRED_QUIRK.get(key, "spec"),
                 )
         return
     if error.validator in ("enum", "const") and last == "finish_reason":

@@ -246,3 +246,18 @@ def test_junit_is_well_formed_when_a_message_holds_control_characters(
     failure = ET.fromstring(out).find(".//failure")
     assert failure is not None
     assert "bad" in (failure.text or "")
+
+
+def test_a_tool_call_fragment_without_index_is_q64_not_a_choice_quirk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    chunk["choices"] = [
+        {"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}, "finish_reason": None}
+    ]
+    (tmp_path / "t.sse").write_bytes(encode_data(json.dumps(chunk)) + DONE_EVENT)
+    _, out, _ = run(capsys, "--format", "json", str(tmp_path / "t.sse"))
+    [result] = json.loads(out)["results"]
+    [finding] = [f for f in result["errors"] if f["rule"] == "required-key"]
+    assert (finding["pointer"], finding["quirk"]) == ("/choices/0/delta/tool_calls/0/index", "Q64")
