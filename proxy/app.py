@@ -227,13 +227,14 @@ async def _models(ctx: _Context, request: Request) -> Response:
     now = int(time.time())
     data = []
     for entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("id") or entry.get("name"), str):
+        name = _served_name(entry)
+        if name is None:
             continue
         created = entry.get("created")
         owned_by = entry.get("owned_by")
         data.append(
             {
-                "id": clean_model_name(entry.get("id") or entry["name"]),
+                "id": clean_model_name(name),
                 "object": "model",
                 "created": created if isinstance(created, int) and not isinstance(created, bool) else now,
                 "owned_by": owned_by if isinstance(owned_by, str) and owned_by else "conformant",
@@ -249,20 +250,23 @@ async def _upstream_models(ctx: _Context) -> list[Any] | None:
     entries = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(entries, list):
         return None
-    served = [
-        name for e in entries if isinstance(e, dict) and isinstance(name := e.get("id") or e.get("name"), str)
-    ]
+    names = [name for entry in entries if (name := _served_name(entry)) is not None]
+    served = set(names)
     shown: dict[str, set[str]] = {}
-    for name in served[:_MAX_SERVED_NAMES]:
+    for name in names[:_MAX_SERVED_NAMES]:
         shown.setdefault(clean_model_name(name), set()).add(name)
     # Only a name that is no served name itself and stands for one model: a client asking for a name
     # the upstream serves gets that model, and two paths that end alike are left as asked.
     ctx.served_names = {
-        name: next(iter(names))
-        for name, names in shown.items()
-        if len(names) == 1 and name not in names and name not in served
+        name: next(iter(paths)) for name, paths in shown.items() if len(paths) == 1 and name not in served
     }
     return entries
+
+
+def _served_name(entry: Any) -> str | None:
+    """The name a ``/v1/models`` entry is served by (``id``, or llama.cpp's ``name``), if it has one."""
+    name = (entry.get("id") or entry.get("name")) if isinstance(entry, dict) else None
+    return name if isinstance(name, str) else None
 
 
 async def _passthrough(ctx: _Context, request: Request) -> Response:
@@ -272,7 +276,7 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
     scope = request.scope
     if {".", ".."} & set(scope["path"].split("/")):
         # /v1/../props would leave /v1 at the upstream, which resolves dot segments (also %2e%2e).
-        return _error(f"unknown request URL: {request.method} {scope['path']}", 404, "unknown_url")
+        return _unknown_url(request)
     raw = await _read_body(request, ctx.config.max_body)
     if isinstance(raw, Response):
         return raw
@@ -280,21 +284,13 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
     if scope["query_string"]:
         target += b"?" + scope["query_string"]
     headers = [(k, v) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
-    config = ctx.config
     exchange = exchange_of(scope)
-    open_upstream = partial(
-        ctx.upstream.forward,
-        request.method,
-        target,
-        raw,
-        headers,
-        first_byte_timeout=config.first_byte_timeout,
-    )
+    open_upstream = partial(ctx.upstream.forward, request.method, target, raw, headers)
     run = partial(
         relay,
         open_upstream=open_upstream,
         exchange=exchange,
-        secret=config.upstream_api_key,
+        secret=ctx.config.upstream_api_key,
         head_only=request.method == "HEAD",
     )
     return HeldResponse(run, exchange)
@@ -323,13 +319,15 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own refusals (an unknown path: 404; a method the route does not take: 405, with its
     Allow header) as OpenAI errors, which is what clients of an OpenAI endpoint can read."""
     assert isinstance(exc, HTTPException)
-    where = f"{request.method} {request.url.path}"
     if exc.status_code == 404:
-        response = _error(f"unknown request URL: {where}", 404, "unknown_url")
-    else:
-        response = _error(f"{exc.detail}: {where}", exc.status_code)
+        return _unknown_url(request)
+    response = _error(f"{exc.detail}: {request.method} {request.url.path}", exc.status_code)
     response.headers.update(exc.headers or {})
     return response
+
+
+def _unknown_url(request: Request) -> JSONResponse:
+    return _error(f"unknown request URL: {request.method} {request.url.path}", 404, "unknown_url")
 
 
 async def _internal_error(_: Request, exc: Exception) -> Response:

@@ -39,6 +39,7 @@ _MAX_MESSAGE = 500
 _STATUS_MAP = {422: 400, 424: 502, 402: 429}
 REDACTED = "<redacted>"
 """What stands in for the upstream key wherever an upstream repeats it."""
+_TIMEOUT_CODE = "upstream_timeout"
 
 
 @dataclass(slots=True)
@@ -63,6 +64,19 @@ class ProxyError(Exception):
         quirk: str | None = None,
     ) -> ProxyError:
         return cls(status, error_body(message, status, type=type, param=param, code=code), quirk)
+
+    @classmethod
+    def timeout(cls, message: str) -> ProxyError:
+        """A 504 for an upstream too slow to connect, to answer or to go on; ``timed_out`` says so."""
+        return cls.make(message, 504, code=_TIMEOUT_CODE)
+
+    @classmethod
+    def first_byte_timeout(cls) -> ProxyError:
+        return cls.timeout("the upstream server sent nothing before the first-byte timeout")
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.body["error"].get("code") == _TIMEOUT_CODE)
 
     @property
     def message(self) -> str:

@@ -107,9 +107,7 @@ async def serve_source(
             async with asyncio.timeout(first_byte_timeout):
                 initial = await source.start()
         except TimeoutError:
-            raise ProxyError.make(
-                "the upstream server sent nothing before the first-byte timeout", 504, code="upstream_timeout"
-            ) from None
+            raise ProxyError.first_byte_timeout() from None
     except ProxyError as raised:
         exc = raised.redacted(secret)
         await source.aclose()

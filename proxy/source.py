@@ -137,8 +137,7 @@ class UpstreamSource(Source):
             if failure is not None:
                 # An upstream that ended its stream empty (Q52), not one still silent at a timeout:
                 # asking again would run its generation twice.
-                timed_out = failure.body["error"].get("code") == "upstream_timeout"
-                if self._received == 0 and self._call.body.get("stream") is True and not timed_out:
+                if self._received == 0 and self._call.body.get("stream") is True and not failure.timed_out:
                     await self._retry_without_stream()
                     return []
                 raise failure

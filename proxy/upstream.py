@@ -47,9 +47,7 @@ class UpstreamStream:
             async with asyncio.timeout(timeout):
                 return await self._body.read()
         except (TimeoutError, httpx.ReadTimeout):
-            raise ProxyError.make(
-                "the upstream server stopped sending data (idle timeout)", 504, code="upstream_timeout"
-            ) from None
+            raise ProxyError.timeout("the upstream server stopped sending data (idle timeout)") from None
         except httpx.HTTPError as exc:
             raise ProxyError.make(f"the upstream connection failed: {type(exc).__name__}", 502) from None
 
@@ -125,53 +123,42 @@ class Upstream:
         """
         given = [(b"content-type", b"application/json"), *(headers or ())]
         message = self._message("POST", self._target(path), jsoncodec.dumps(json_body), given)
-        # Until its first body byte an upstream may be processing the prompt: the first-byte timeout
-        # (the caller's, over the whole wait) bounds that, the idle timeout only the reads after it.
-        return await self._send(message, first_read_timeout=self.config.first_byte_timeout)
+        return await self._send(message)
 
     async def forward(
-        self,
-        method: str,
-        target: bytes,
-        body: bytes,
-        headers: list[tuple[bytes, bytes]],
-        *,
-        first_byte_timeout: float,
+        self, method: str, target: bytes, body: bytes, headers: list[tuple[bytes, bytes]]
     ) -> UpstreamStream:
         """A client's request for another path (``target``: its path and query) sent on as it came.
 
-        Faults become ProxyError as in ``open``, and so does a response head that takes longer than
-        ``first_byte_timeout``. ``target`` is not cached like ``open``'s paths: clients choose it.
+        Faults become ProxyError as in ``open``, and so does a response head that takes longer than the
+        first-byte timeout. ``target`` is not cached like ``open``'s paths: clients choose it.
         """
         message = self._message(method, self._base_path + target, body, headers)
         try:
-            async with asyncio.timeout(first_byte_timeout):
-                # The first body byte too: a streaming upstream may send its head before prefill.
-                return await self._send(message, first_read_timeout=first_byte_timeout)
+            async with asyncio.timeout(self.config.first_byte_timeout):
+                return await self._send(message)
         except TimeoutError:
-            raise ProxyError.make(
-                "the upstream server sent nothing before the first-byte timeout", 504, code="upstream_timeout"
-            ) from None
+            raise ProxyError.first_byte_timeout() from None
 
-    async def _send(self, message: bytes, first_read_timeout: float | None = None) -> UpstreamStream:
+    async def _send(self, message: bytes) -> UpstreamStream:
         try:
             response = await self._transport.send(
                 self._origin,
                 message,
                 connect_timeout=self.config.connect_timeout,
                 read_timeout=self.config.idle_timeout,  # between the body's reads (Q25)
-                first_read_timeout=first_read_timeout,
+                # Until its first body byte an upstream may be processing the prompt (it may send its
+                # head before it runs the model): the first-byte timeout bounds that wait too.
+                first_read_timeout=self.config.first_byte_timeout,
             )
         except httpx.RemoteProtocolError as exc:
             # Closed before a whole response head. The transport already retried the one case that is
             # safe to retry (a reused keep-alive connection, nothing received): this one is the upstream's.
             raise ProxyError.make(str(exc), 502) from None
         except httpx.ConnectTimeout:
-            raise ProxyError.make(
-                "timed out connecting to the upstream server", 504, code="upstream_timeout"
-            ) from None
+            raise ProxyError.timeout("timed out connecting to the upstream server") from None
         except httpx.TimeoutException:
-            raise ProxyError.make("the upstream server timed out", 504, code="upstream_timeout") from None
+            raise ProxyError.timeout("the upstream server timed out") from None
         except httpx.ConnectError:
             raise ProxyError.make("could not connect to the upstream server", 502) from None
         except httpx.HTTPError as exc:

@@ -105,17 +105,16 @@ def _report(ctx: Context, event: int | None, error: ValidationError) -> None:
         missing = [key for key in required if key not in error.instance]
         named = [key for key in missing if error.message.startswith(f"{key!r} ")]
         for key in named or missing[:1]:
-            if key not in error.instance:
-                ctx.error(
-                    "required-key",
-                    f"required key {key!r} missing (required even when its value is null)",
-                    event=event,
-                    pointer=f"{where}/{key}",
-                    # A tool-call fragment's index is Q64; a choice's, Q61.
-                    quirk="Q64"
-                    if key == "index" and "tool_calls" in error.absolute_path
-                    else _REQUIRED_QUIRK.get(key, "spec"),
-                )
+            ctx.error(
+                "required-key",
+                f"required key {key!r} missing (required even when its value is null)",
+                event=event,
+                pointer=f"{where}/{key}",
+                # A tool-call fragment's index is Q64; a choice's, Q61.
+                quirk="Q64"
+                if key == "index" and "tool_calls" in error.absolute_path
+                else _REQUIRED_QUIRK.get(key, "spec"),
+            )
         return
     if error.validator in ("enum", "const") and last == "finish_reason":
         value = error.instance
