@@ -63,6 +63,7 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
     chat_deltas.role_once,
     chat_deltas.delta_nulls,
     chat_deltas.tool_calls_empty,
+    chat_deltas.delta_empty,
     tool_calls.tool_call_fragments,
     tool_calls.tool_calls_finish,
     logprobs.legacy_logprobs_shape,

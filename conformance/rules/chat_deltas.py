@@ -7,7 +7,7 @@ from typing import Any
 
 from conformance.rules.context import ChoiceState, Context
 
-__all__ = ["choice_count", "delta_nulls", "role_once", "tool_calls_empty"]
+__all__ = ["choice_count", "delta_empty", "delta_nulls", "role_once", "tool_calls_empty"]
 
 _NULLABLE_BY_SPEC = frozenset({"content", "refusal"})
 
@@ -74,6 +74,23 @@ def tool_calls_empty(ctx: Context, event: int, pos: int, choice: dict[str, Any],
             pointer=f"/choices/{pos}/delta/tool_calls",
             quirk="Q17",
         )
+
+
+def delta_empty(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
+    """A chunk that says nothing: no role, no text, no tool call, no finish, no logprobs (Ollama, Q62).
+    Clients that act on every chunk (a UI starting a message, a TTS feed) see a phantom update."""
+    delta = choice.get("delta")
+    if not isinstance(delta, dict) or choice.get("finish_reason") is not None or choice.get("logprobs"):
+        return
+    if any(value not in (None, "", [], {}) for value in delta.values()):
+        return
+    ctx.warn(
+        "delta-empty",
+        "a delta with nothing in it, neither text nor finish_reason; OpenAI sends no such chunk",
+        event=event,
+        pointer=f"/choices/{pos}/delta",
+        quirk="Q62",
+    )
 
 
 def choice_index(ctx: Context, event: int | None, pos: int, choice: dict[str, Any]) -> int:

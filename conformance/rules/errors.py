@@ -13,6 +13,12 @@ __all__ = ["error_body", "error_event", "http_status", "is_error_payload"]
 _CLIENT_ERROR_CODES = frozenset(
     {"context_length_exceeded", "exceed_context_size_error", "invalid_request_error"}
 )
+# Error statuses servers answer where OpenAI answers another: why it matters, and the quirk.
+_STATUS_INSTEAD = {
+    402: ("OpenAI answers an exhausted quota with 429; openai-python has no class for 402", "Q53"),
+    422: ("OpenAI answers invalid parameters with 400; a client catching BadRequestError misses it", "Q53"),
+    424: ("OpenAI answers a failed model call with a 5xx, which clients retry; 424 has no class", "Q45"),
+}
 
 
 def is_error_payload(payload: Any) -> bool:
@@ -73,6 +79,9 @@ def http_status(ctx: Context) -> None:
         return
     if status != 200 and status < 400:
         ctx.error("http-status", f"HTTP {status}; a successful completion is HTTP 200", quirk="spec")
+    elif status in _STATUS_INSTEAD:
+        why, quirk = _STATUS_INSTEAD[status]
+        ctx.warn("http-status-nonstandard", f"HTTP {status}: {why}", quirk=quirk)
     content_type = (ctx.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
     if not content_type:
         return

@@ -93,6 +93,16 @@ def _later_fragment(
             pointer=f"{where}/function/name",
             quirk="Q63",
         )
+    blank = [key for key, value in (("id", call.get("id")), ("function/name", name)) if value == ""]
+    for key in blank:
+        ctx.warn(
+            "tool-call-blank-repeat",
+            f"'{key}' sent again as \"\" on a later fragment; clients that start a new call when the key"
+            " is present split this one",
+            event=event,
+            pointer=f"{where}/{key}",
+            quirk="Q66",
+        )
 
 
 def tool_calls_finish(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:

@@ -129,6 +129,52 @@ def test_tool_call_fragments_done_right() -> None:
     )
 
 
+def test_blank_id_or_name_on_later_tool_call_fragments_q66() -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    first = chat_chunk([delta(role="assistant", tool_calls=[call])])
+    blank_name = chat_chunk([delta(tool_calls=[{"index": 0, "function": {"name": "", "arguments": "{}"}}])])
+    blank_id = chat_chunk([delta(tool_calls=[{"index": 0, "id": "", "function": {"arguments": "}"}}])])
+    end = chat_chunk([delta(finish="tool_calls")])
+    verdict = judge_response(stream(first, blank_name, blank_id, end), request=None, status=200, headers=SSE)
+    assert verdict.errors == []
+    assert [(f.rule, f.event, f.pointer, f.quirk) for f in verdict.warnings] == [
+        ("tool-call-blank-repeat", 1, "/choices/0/delta/tool_calls/0/function/name", "Q66"),
+        ("tool-call-blank-repeat", 2, "/choices/0/delta/tool_calls/0/id", "Q66"),
+    ]
+
+
+def test_empty_deltas_warn_q62() -> None:
+    for empty in ({}, {"content": ""}, {"content": None, "tool_calls": []}):
+        body = stream(FIRST, TEXT, chat_chunk([delta(**empty)]), FINISH)
+        verdict = judge_response(body, request=None, status=200, headers=SSE)
+        assert [(f.rule, f.event, f.quirk) for f in verdict.warnings if f.rule == "delta-empty"] == [
+            ("delta-empty", 2, "Q62")
+        ], empty
+    # What is not empty: a first delta with only the role, a finish, a chunk that carries logprobs.
+    role_only = chat_chunk([delta(role="assistant")])
+    token = {"token": "", "logprob": -0.1, "bytes": [], "top_logprobs": []}
+    with_logprobs = chat_chunk(
+        [
+            {
+                "index": 0,
+                "delta": {"content": ""},
+                "logprobs": {"content": [token], "refusal": None},
+                "finish_reason": None,
+            }
+        ]
+    )
+    assert judged(stream(role_only, TEXT, with_logprobs, FINISH)) == (set(), set())
+
+
+@pytest.mark.parametrize(("status", "quirk"), [(402, "Q53"), (422, "Q53"), (424, "Q45")])
+def test_statuses_openai_does_not_answer_with_q53(status: int, quirk: str) -> None:
+    body = error_bytes("rejected", status)
+    verdict = judge_response(body, request=chat_request(), status=status, headers=JSON)
+    assert verdict.errors == []
+    assert [(f.rule, f.quirk) for f in verdict.warnings] == [("http-status-nonstandard", quirk)]
+    assert judged(error_bytes("rejected", 400), chat_request(), status=400, headers=JSON) == (set(), set())
+
+
 def test_identity_changes_q03_q13() -> None:
     other = dict(TEXT, id="chatcmpl-2", created=2, model="n")
     assert judged(stream(FIRST, other, FINISH))[0] == {"id-changed", "created-changed", "model-changed"}
