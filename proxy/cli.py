@@ -17,7 +17,7 @@ import httpx
 
 from conformance.cli import CommandError
 
-from .config import ProxyConfig
+from .config import ProxyConfig, variable
 
 __all__ = ["register", "run"]
 
@@ -25,16 +25,16 @@ _BACKEND_WAIT = 600.0
 
 
 def _env(name: str, default: Any = None) -> Any:
-    return os.environ.get(f"CONFORMANT_{name}", default)
+    return os.environ.get(variable(name), default)
 
 
 def _number(
-    kind: type[int] | type[float], variable: str, *, zero: bool = False
+    kind: type[int] | type[float], setting: str, *, zero: bool = False
 ) -> Callable[[str], int | float]:
     """argparse ``type`` for a number flag, above 0 (or at least 0 with ``zero``), that names its
     variable when the text is no such number.
 
-    The value from ``CONFORMANT_<variable>`` is given to argparse as the flag's default *text*, which
+    The value from ``CONFORMANT_<setting>`` is given to argparse as the flag's default *text*, which
     argparse converts only when ``serve`` is the command: a bad variable is then one usage line (exit 2)
     for ``serve``, and no concern of the other commands.
     """
@@ -49,7 +49,7 @@ def _number(
             noun = qualifier + ("integer" if kind is int else "number")
             article = "an" if noun[0] in "aeiou" else "a"
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not {article} {noun} (from the flag or CONFORMANT_{variable})"
+                f"{text!r} is not {article} {noun} (from the flag or {variable(setting)})"
             )
         return value
 
@@ -64,7 +64,7 @@ def _log_level(text: str) -> str:
     bad ``CONFORMANT_LOG_LEVEL`` is refused here."""
     if text.lower() not in _LOG_LEVELS:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not one of {', '.join(_LOG_LEVELS)} (from the flag or CONFORMANT_LOG_LEVEL)"
+            f"{text!r} is not one of {', '.join(_LOG_LEVELS)} (from the flag or {variable('LOG_LEVEL')})"
         )
     return text.lower()
 

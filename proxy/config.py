@@ -5,9 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["ProxyConfig", "UpstreamKind"]
+__all__ = ["KEY_VARIABLES", "ProxyConfig", "UpstreamKind", "variable"]
 
 UpstreamKind = Literal["auto", "openai", "llamacpp"]
+
+
+def variable(name: str) -> str:
+    """The environment variable of a ``serve`` setting: ``API_KEY`` is ``CONFORMANT_API_KEY``."""
+    return f"CONFORMANT_{name}"
+
+
+# The variables that carry keys: kept out of what worker processes inherit.
+KEY_VARIABLES = (variable("API_KEY"), variable("UPSTREAM_API_KEY"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from starlette.applications import Starlette
 
 from conformance.cli import CommandError
 
-from .config import ProxyConfig
+from .config import KEY_VARIABLES, ProxyConfig
 from .observability import MULTIPROCESS_DIRECTORY
 
 __all__ = ["build_app", "serve_in_workers", "uvicorn_options", "worker_app"]
@@ -39,8 +39,6 @@ __all__ = ["build_app", "serve_in_workers", "uvicorn_options", "worker_app"]
 _CONFIG_FILE_VARIABLE = "_CONFORMANT_WORKER_CONFIG_FILE"
 _CONFIG_FILE = "config.json"
 _FAILURE_FILE = "startup-failure"
-# ``serve``'s keys as environment variables (proxy/cli.py): kept out of what the workers inherit.
-_KEY_VARIABLES = ("CONFORMANT_API_KEY", "CONFORMANT_UPSTREAM_API_KEY")
 
 
 def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,7 +94,7 @@ def _worker_files(config: ProxyConfig, log_level: str) -> Iterator[Path]:
         if not metrics:
             variables[MULTIPROCESS_DIRECTORY] = str(directory / "metrics")
             os.mkdir(variables[MULTIPROCESS_DIRECTORY])
-        keys = {name: os.environ.pop(name) for name in _KEY_VARIABLES if name in os.environ}
+        keys = {name: os.environ.pop(name) for name in KEY_VARIABLES if name in os.environ}
         os.environ.update(variables)
         try:
             yield directory
