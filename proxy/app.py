@@ -6,7 +6,7 @@ import contextlib
 import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conformance.openai_errors import error_body
 
+from . import jsoncodec
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
 from .adapters.token_prompts import with_text_prompt_fallback
 from .config import ProxyConfig
@@ -32,6 +33,7 @@ from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_
 from .passthrough import relay
 from .request_validation import parse_request
 from .respond import HeldResponse, serve_source
+from .served_names import ServedNames, served_name
 from .source import FanOutSource, Source, UpstreamSource, prompt_text
 from .upstream import Upstream
 
@@ -39,7 +41,6 @@ __all__ = ["create_app"]
 
 # Not forwarded: hop-by-hop, the client's credentials (the upstream gets its own key), and what the
 # proxy sets itself for the upstream request.
-_MAX_SERVED_NAMES = 1024  # bounds what an upstream listing many models can make the proxy remember
 _NOT_FORWARDED = frozenset(
     {
         b"host",
@@ -72,9 +73,7 @@ class _Context:
     upstream: Upstream
     adapter: Adapter
     metrics: Metrics
-    served_names: dict[str, str] = field(default_factory=dict)
-    """The upstream's model names that ``/v1/models`` shows without their local path (Q09), by the
-    name shown: a client that sends the name it was shown reaches the model."""
+    names: ServedNames
 
 
 def _error(message: str, status: int, code: str | None = None, param: str | None = None) -> JSONResponse:
@@ -195,8 +194,9 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         return JSONResponse(exc.body, status_code=exc.status)
     info = RequestInfo.from_body(endpoint, body, alias=ctx.config.model_alias)
     model = body.get("model")
-    if isinstance(model, str) and model in ctx.served_names:
-        body = {**body, "model": ctx.served_names[model]}  # answers still name the model as asked
+    served = await ctx.names.upstream_name(model)
+    if served != model:
+        body = {**body, "model": served}  # answers still name the model as asked
     headers = _forward_headers(request)
     source = with_text_prompt_fallback(
         _make_source(ctx, endpoint, body, info, exchange, headers),
@@ -219,7 +219,7 @@ async def _models(ctx: _Context, request: Request) -> Response:
     if not _authorized(request, ctx.config.api_key):
         return _error("invalid or missing API key", 401, "invalid_api_key")
     alias = ctx.config.model_alias
-    entries = await _upstream_models(ctx)
+    entries = await ctx.names.listing()
     if alias:
         entries = [{"id": alias}]
     if not isinstance(entries, list):
@@ -227,7 +227,7 @@ async def _models(ctx: _Context, request: Request) -> Response:
     now = int(time.time())
     data = []
     for entry in entries:
-        name = _served_name(entry)
+        name = served_name(entry)
         if name is None:
             continue
         created = entry.get("created")
@@ -243,32 +243,6 @@ async def _models(ctx: _Context, request: Request) -> Response:
     return JSONResponse({"object": "list", "data": data})
 
 
-async def _upstream_models(ctx: _Context) -> list[Any] | None:
-    """The upstream's ``/v1/models`` entries (None when it lists none); the names they are shown by
-    are remembered (``_Context.served_names``)."""
-    answer = await ctx.upstream.json("GET", "/v1/models")
-    entries = answer.get("data") if isinstance(answer, dict) else None
-    if not isinstance(entries, list):
-        return None
-    names = [name for entry in entries if (name := _served_name(entry)) is not None]
-    served = set(names)
-    shown: dict[str, set[str]] = {}
-    for name in names[:_MAX_SERVED_NAMES]:
-        shown.setdefault(clean_model_name(name), set()).add(name)
-    # Only a name that is no served name itself and stands for one model: a client asking for a name
-    # the upstream serves gets that model, and two paths that end alike are left as asked.
-    ctx.served_names = {
-        name: next(iter(paths)) for name, paths in shown.items() if len(paths) == 1 and name not in served
-    }
-    return entries
-
-
-def _served_name(entry: Any) -> str | None:
-    """The name a ``/v1/models`` entry is served by (``id``, or llama.cpp's ``name``), if it has one."""
-    name = (entry.get("id") or entry.get("name")) if isinstance(entry, dict) else None
-    return name if isinstance(name, str) else None
-
-
 async def _passthrough(ctx: _Context, request: Request) -> Response:
     """Other /v1/* paths go to the upstream unchanged (auth and the upstream key still apply)."""
     if not _authorized(request, ctx.config.api_key):
@@ -280,6 +254,7 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
     raw = await _read_body(request, ctx.config.max_body)
     if isinstance(raw, Response):
         return raw
+    raw = await _with_served_model(ctx, raw, request.headers.get("content-type", ""))
     target = scope.get("raw_path") or request.url.path.encode()  # as the client wrote it
     if scope["query_string"]:
         target += b"?" + scope["query_string"]
@@ -294,6 +269,21 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
         head_only=request.method == "HEAD",
     )
     return HeldResponse(run, exchange)
+
+
+async def _with_served_model(ctx: _Context, raw: bytes, content_type: str) -> bytes:
+    """A JSON body (embeddings, tokenize...) with its ``model`` named as the upstream serves it."""
+    if "json" not in content_type or b'"model"' not in raw:
+        return raw
+    try:
+        body = jsoncodec.loads(raw)
+    except (ValueError, RecursionError):
+        return raw  # the upstream's to refuse
+    if not isinstance(body, dict):
+        return raw
+    model = body.get("model")
+    served = await ctx.names.upstream_name(model)
+    return raw if served == model else jsoncodec.dumps({**body, "model": served})
 
 
 async def _health(_: Request) -> Response:
@@ -373,7 +363,8 @@ class _ProxyApplication(Starlette):
 def create_app(config: ProxyConfig) -> Starlette:
     """The proxy as an ASGI app."""
     metrics = Metrics()
-    ctx = _Context(config, Upstream(config), OpenAIAdapter(), metrics)
+    upstream = Upstream(config)
+    ctx = _Context(config, upstream, OpenAIAdapter(), metrics, ServedNames(upstream, config.model_alias))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

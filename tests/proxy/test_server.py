@@ -7,6 +7,7 @@ proxy forwarded (the upstream key, never the client's) as well as what the clien
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -281,6 +282,100 @@ def test_a_shown_name_that_is_served_itself_or_stands_for_two_models_is_not_mapp
             httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "model": name}, timeout=10)
     # "qwen" is served as it is; "model" could be either path; only "solo" stands for one path.
     assert asked == ["qwen", "model", "/srv/solo.gguf"]
+
+
+def test_a_shown_name_reaches_the_upstream_through_passed_through_routes_too(
+    upstream: tuple[str, Upstream],
+) -> None:
+    url, _ = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        httpx.get(proxy + "/v1/models", timeout=10)
+        body = {"input": "x", "model": "gemma-3-270m", "dimensions": 8}
+        response = httpx.post(proxy + "/v1/embeddings", json=body, timeout=10)
+        assert response.status_code == 201
+        assert json.loads(response.json()["body"]) == {**body, "model": "/srv/models/gemma-3-270m.gguf"}
+        unmapped = '{"input": "x",  "model": "other"}'  # a served name: the body goes byte for byte
+        response = httpx.post(
+            proxy + "/v1/embeddings",
+            content=unmapped,
+            headers={"content-type": "application/json"},
+            timeout=10,
+        )
+        assert response.json()["body"] == unmapped
+
+
+def _one_model_upstream(listed: list[str]) -> tuple[Starlette, list[tuple[str, str]]]:
+    """An upstream that checks model names, as vLLM and Ollama do: 404 for a name it does not list.
+    Records (path, model asked) of each request."""
+    seen: list[tuple[str, str]] = []
+
+    async def models(request: Request) -> Response:
+        seen.append((request.url.path, ""))
+        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model"} for name in listed]})
+
+    async def answer(request: Request) -> Response:
+        model = (await request.json())["model"]
+        seen.append((request.url.path, model))
+        if model not in listed:
+            error = {"message": f"The model `{model}` does not exist.", "type": "NotFoundError", "code": 404}
+            return JSONResponse({"error": error}, 404)
+        if request.url.path == "/v1/embeddings":
+            return JSONResponse({"object": "list", "data": [], "model": model})
+        chunks = [_chunk({"role": "assistant", "content": "Hi"}), _chunk({}, "stop")]
+        events = b"".join(_event({**c, "model": model}) for c in chunks) + b"data: [DONE]\n\n"
+        return Response(events, media_type="text/event-stream")
+
+    routes = [
+        Route("/v1/models", models),
+        Route("/v1/chat/completions", answer, methods=["POST"]),
+        Route("/v1/embeddings", answer, methods=["POST"]),
+    ]
+    return Starlette(routes=routes), seen
+
+
+def test_the_alias_reaches_the_one_model_the_upstream_serves_without_a_listing_first() -> None:
+    app, seen = _one_model_upstream(["meta-llama/Llama-3.1-8B-Instruct"])
+    with run_asgi(app) as url, run_proxy(url, model_alias="gpt-4o", upstream_kind="openai") as proxy:
+        body = {**CHAT, "model": "gpt-4o"}
+        with httpx.Client(timeout=10) as client:
+            responses = [client.post(proxy + "/v1/chat/completions", json=body) for _ in range(3)]
+            embedding = client.post(proxy + "/v1/embeddings", json={"input": "x", "model": "gpt-4o"})
+        for response in responses:
+            assert response.status_code == 200
+            assert judge(response, "/v1/chat/completions", body).errors == []
+            assert {json.loads(e[6:])["model"] for e in response.text.split("\n\n")[:-2]} == {"gpt-4o"}
+        assert embedding.status_code == 200
+    served = "meta-llama/Llama-3.1-8B-Instruct"
+    # The listing read once, by the first request, which waited for it; the rest knew the name.
+    assert seen == [("/v1/models", "")] + [("/v1/chat/completions", served)] * 3 + [
+        ("/v1/embeddings", served)
+    ]
+
+
+def test_concurrent_first_requests_for_the_alias_share_one_listing() -> None:
+    app, seen = _one_model_upstream(["qwen3:8b"])
+
+    async def ask(proxy: str) -> list[int]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            body = {**CHAT, "model": "local"}
+            tasks = [client.post(proxy + "/v1/chat/completions", json=body) for _ in range(8)]
+            return [response.status_code for response in await asyncio.gather(*tasks)]
+
+    with run_asgi(app) as url, run_proxy(url, model_alias="local", upstream_kind="openai") as proxy:
+        assert asyncio.run(ask(proxy)) == [200] * 8
+    assert seen.count(("/v1/models", "")) == 1
+    assert sorted(seen)[:-1] == [("/v1/chat/completions", "qwen3:8b")] * 8
+
+
+def test_the_alias_of_an_upstream_with_two_models_is_sent_as_asked() -> None:
+    app, seen = _one_model_upstream(["a", "b"])
+    with run_asgi(app) as url, run_proxy(url, model_alias="gpt-4o", upstream_kind="openai") as proxy:
+        response = httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "model": "gpt-4o"}, timeout=10)
+        assert response.status_code == 404  # the upstream's answer: the alias stands for no one model
+        assert response.json()["error"]["message"] == "The model `gpt-4o` does not exist."
+        other = httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "model": "a"}, timeout=10)
+        assert other.status_code == 200
+    assert seen == [("/v1/models", ""), ("/v1/chat/completions", "gpt-4o"), ("/v1/chat/completions", "a")]
 
 
 def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -> None:

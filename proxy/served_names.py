@@ -1,0 +1,79 @@
+"""Model names as clients see them, and as the upstream serves them.
+
+``/v1/models`` through the proxy shows each model without its local path (Q09), or only the alias
+(``--model-alias``). A client then asks for the model by that name, which an upstream that checks
+names (vLLM, Ollama, llama.cpp's router) does not know: the proxy sends the name the upstream serves.
+Each worker learns the names from every listing a client asks it for. The alias needs no listing
+first: a worker reads the upstream's listing on its first request for the alias, and when the alias
+still stands for no model a minute later, reads it again in the background, without holding up the
+request. A name shown without its path reaches its model through the workers that listed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+from .normalizer import clean_model_name
+from .upstream import Upstream
+
+__all__ = ["ServedNames", "served_name"]
+
+_MAX_NAMES = 1024  # bounds what an upstream listing many models can make the proxy remember
+_STALE_AFTER = 60.0  # seconds
+_LOOKUP_TIMEOUT = 5.0  # a listing read for a request holds it up at most this long
+
+
+def served_name(entry: Any) -> str | None:
+    """The name a ``/v1/models`` entry is served by (``id``, or llama.cpp's ``name``), if it has one."""
+    name = (entry.get("id") or entry.get("name")) if isinstance(entry, dict) else None
+    return name if isinstance(name, str) else None
+
+
+class ServedNames:
+    """What each name the proxy shows stands for at the upstream, from the upstream's own listing."""
+
+    def __init__(self, upstream: Upstream, alias: str | None) -> None:
+        self._upstream = upstream
+        self._alias = alias
+        self._names: dict[str, str] = {}
+        self._read_at = -math.inf
+        self._reading: asyncio.Task[list[Any] | None] | None = None
+
+    async def listing(self, timeout: float = 10.0) -> list[Any] | None:  # noqa: ASYNC109
+        """The upstream's ``/v1/models`` entries now (None when it lists none), learned from."""
+        answer = await self._upstream.json("GET", "/v1/models", timeout=timeout)
+        self._read_at = time.monotonic()
+        entries = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(entries, list):
+            return None
+        names = [name for entry in entries if (name := served_name(entry)) is not None]
+        served = set(names)
+        shown: dict[str, set[str]] = {}
+        for name in names[:_MAX_NAMES]:
+            shown.setdefault(clean_model_name(name), set()).add(name)
+        # Only a name that is no served name itself and stands for one model: a client asking for a
+        # name the upstream serves gets that model, and two paths that end alike are left as asked.
+        mapping = {
+            name: next(iter(paths)) for name, paths in shown.items() if len(paths) == 1 and name not in served
+        }
+        if self._alias and self._alias not in served and len(served) == 1:
+            mapping[self._alias] = names[0]  # the alias stands for the one model there is
+        self._names = mapping
+        return entries
+
+    async def upstream_name(self, model: Any) -> Any:
+        """The name to send the upstream for ``model``, as a client asked for it."""
+        if not isinstance(model, str):
+            return model
+        name = self._names.get(model)
+        if name is None and model == self._alias and time.monotonic() - self._read_at >= _STALE_AFTER:
+            reading = self._reading
+            if reading is None or reading.done():
+                reading = self._reading = asyncio.create_task(self.listing(_LOOKUP_TIMEOUT))
+            if self._read_at == -math.inf:  # never read: this request waits for it (its own cancel aside)
+                await asyncio.shield(reading)
+                name = self._names.get(model)
+        return model if name is None else name
