@@ -76,9 +76,18 @@ def infer_endpoint(payload: Any) -> Endpoint | None:
     if isinstance(obj, str):
         if obj.startswith("chat.completion"):
             return "chat"
-        # mini-sglang's "text_completion.chunk" carries chat deltas (Q12): there the shape decides.
-        if obj == "text_completion":
+        # TGI's chat chunks say "text_completion" and mini-sglang's "text_completion.chunk" (Q12): a
+        # chat delta or message decides, and the object is then reported as wrong.
+        if obj == "text_completion" and not _chat_shaped(payload):
             return "completions"
+    return _endpoint_by_shape(payload)
+
+
+def _chat_shaped(payload: dict[str, Any]) -> bool:
+    return _endpoint_by_shape(payload) == "chat"
+
+
+def _endpoint_by_shape(payload: dict[str, Any]) -> Endpoint | None:
     choices = payload.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         if "delta" in choices[0] or "message" in choices[0]:
@@ -239,6 +248,13 @@ def _judge_body(ctx: Context, raw: bytes) -> None:
     if not isinstance(body, dict):
         ctx.error("body-not-object", "body is JSON but not an object", quirk="spec")
         return
+    if raw[:1] in (b"\n", b"\r"):
+        ctx.warn(
+            "body-blank-lines",
+            "blank lines before the JSON body (keep-alives while the answer was made); clients that read"
+            " the body as one JSON line fail",
+            quirk="Q57",
+        )
     if ctx.endpoint is None:
         ctx.endpoint = infer_endpoint(body)
     try:

@@ -14,6 +14,7 @@ from conformance.rules import (
     framing,
     identity,
     logprobs,
+    stop,
     tool_calls,
     usage,
 )
@@ -68,6 +69,9 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
     tool_calls.tool_calls_finish,
     logprobs.legacy_logprobs_shape,
     logprobs.logprobs_present,
+    logprobs.logprob_sentinel,
+    stop.stop_ignored,
+    chat_deltas.content_null_then_text,
     finish_reason.finish_on_content,
     finish_reason.choice_after_finish,
     finish_reason.finish_once,

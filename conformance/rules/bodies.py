@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.rules import chat_deltas, identity, logprobs, usage
+from conformance.rules import chat_deltas, identity, logprobs, stop, tool_calls, usage
 from conformance.rules.context import ChoiceState, Context
 from conformance.rules.schema_checks import schema_findings
 
@@ -28,10 +28,13 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
         if not isinstance(choice, dict):
             continue
         index = chat_deltas.choice_index(ctx, None, pos, choice)
-        ctx.choices.setdefault(index, ChoiceState(first_event=-1))
-        logprobs.legacy_logprobs_shape(ctx, None, pos, choice, None)
-        logprobs.logprobs_present(ctx, None, pos, choice, None)
+        state = ctx.choices.setdefault(index, ChoiceState(first_event=-1))
+        logprobs.legacy_logprobs_shape(ctx, None, pos, choice, state)
+        logprobs.logprobs_present(ctx, None, pos, choice, state)
+        logprobs.logprob_sentinel(ctx, None, pos, choice, state)
+        stop.stop_ignored(ctx, None, pos, choice, state)
         tool_calls_finish_body(ctx, pos, choice)
+        _tool_call_ids(ctx, pos, choice)
     n = ctx.expect.choices
     if n is not None and len(ctx.choices) < n:
         ctx.error(
@@ -55,3 +58,11 @@ def tool_calls_finish_body(ctx: Context, pos: int, choice: dict[str, Any]) -> No
             pointer=f"/choices/{pos}/finish_reason",
             quirk="Q64",
         )
+
+
+def _tool_call_ids(ctx: Context, pos: int, choice: dict[str, Any]) -> None:
+    message = choice.get("message")
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    for k, call in enumerate(calls if isinstance(calls, list) else []):
+        if isinstance(call, dict) and call.get("id"):
+            tool_calls.call_id_unique(ctx, None, f"/choices/{pos}/message/tool_calls/{k}/id", call["id"])

@@ -7,7 +7,14 @@ from typing import Any
 
 from conformance.rules.context import ChoiceState, Context
 
-__all__ = ["choice_count", "delta_empty", "delta_nulls", "role_once", "tool_calls_empty"]
+__all__ = [
+    "choice_count",
+    "content_null_then_text",
+    "delta_empty",
+    "delta_nulls",
+    "role_once",
+    "tool_calls_empty",
+]
 
 _NULLABLE_BY_SPEC = frozenset({"content", "refusal"})
 
@@ -93,6 +100,33 @@ def delta_empty(ctx: Context, event: int, pos: int, choice: dict[str, Any], stat
     )
 
 
+def content_null_then_text(
+    ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState
+) -> None:
+    """OpenAI's first delta has ``content: ""`` unless tool calls follow; llama.cpp and SGLang send null
+    and then text (Q60), which clients typed on the first delta take for a tool-call turn."""
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return
+    if state.first_event == event:
+        if "content" in delta and delta["content"] is None and not delta.get("tool_calls"):
+            state.content_null_event = event
+        return
+    if state.content_null_event is None or state.tool_calls:
+        return
+    content = delta.get("content")
+    if isinstance(content, str) and content:
+        ctx.warn(
+            "content-null-then-text",
+            "the choice's first delta had content null, then text came; OpenAI sends an empty string"
+            " when no tool call follows",
+            event=state.content_null_event,
+            pointer=f"/choices/{pos}/delta/content",
+            quirk="Q60",
+        )
+        state.content_null_event = None
+
+
 def choice_index(ctx: Context, event: int | None, pos: int, choice: dict[str, Any]) -> int:
     """The choice's index; new indices must come in order from 0 without gaps, below ``n`` (Q61, Q71)."""
     index = choice.get("index")
@@ -123,8 +157,14 @@ def choice_index(ctx: Context, event: int | None, pos: int, choice: dict[str, An
 def choice_count(ctx: Context) -> None:
     """A finished stream carries n choices (per prompt); servers silently ignore n (Q71) and send
     streams with no choice at all (Q48)."""
+    if ctx.done_event is None or ctx.in_band_errors:
+        return
     n = ctx.expect.choices
-    if n is None or ctx.done_event is None or ctx.in_band_errors:
+    if n is None:  # the request is unknown (or this is an excerpt): at least one chunk
+        if not ctx.chunks:
+            ctx.error(
+                "choice-count", "the stream carried no chunk before [DONE]", event=ctx.done_event, quirk="Q48"
+            )
         return
     if len(ctx.choices) < n:
         ctx.error(

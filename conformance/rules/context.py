@@ -9,7 +9,15 @@ from typing import Any
 from conformance.findings import ERROR, WARNING, Finding, Severity
 from conformance.transcript import Endpoint
 
-__all__ = ["MAX_PER_RULE", "ChoiceState", "Context", "Expectations", "FindingSink", "ToolCallState"]
+__all__ = [
+    "MAX_PER_RULE",
+    "ChoiceState",
+    "Context",
+    "Expectations",
+    "FindingSink",
+    "ToolCallState",
+    "choice_text",
+]
 
 MAX_PER_RULE = 20
 """Findings kept per rule id; a systematic deviation in a 1 GB stream must not fill memory."""
@@ -67,7 +75,8 @@ class Expectations:
     logprobs: bool = False
     top_logprobs: int | None = None
     echo: bool = False
-    stop: bool = False
+    stop: tuple[str, ...] = ()
+    """The request's stop sequences."""
     max_tokens: int | None = None
     tools: bool = False
 
@@ -109,10 +118,15 @@ class Expectations:
             logprobs=wants_logprobs,
             top_logprobs=top,
             echo=body.get("echo") is True,
-            stop=body.get("stop") not in (None, "", []),
+            stop=_stop_sequences(body.get("stop")),
             max_tokens=max_tokens,
             tools=bool(body.get("tools")),
         )
+
+
+def _stop_sequences(stop: Any) -> tuple[str, ...]:
+    sequences = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    return tuple(s for s in sequences if isinstance(s, str) and s)
 
 
 @dataclass(slots=True)
@@ -131,9 +145,23 @@ class ChoiceState:
     finish_reason: str | None = None
     content_chunks: int = 0
     tool_calls: dict[int, ToolCallState] = field(default_factory=dict)
+    content_null_event: int | None = None
+    """The first delta's event when its content was null and no tool call came with it (Q60)."""
+    text_tail: str = ""
+    """The end of the text so far that could begin a stop sequence (Q76)."""
+    stop_seen: bool = False
 
 
 _UNSET: Any = object()
+
+
+def choice_text(choice: Mapping[str, Any]) -> Any:
+    """The text a choice carries: a chat delta's or message's ``content``, or a completion's ``text``."""
+    for key in ("delta", "message"):
+        if key in choice:
+            part = choice[key]
+            return part.get("content") if isinstance(part, Mapping) else None
+    return choice.get("text")
 
 
 class Context:
@@ -168,6 +196,7 @@ class Context:
         self.unknown_seen: set[str] = set()
         self.sticky_id = False
         self.last_event: int | None = None
+        self.tool_call_ids: set[str] = set()
 
     @staticmethod
     def unset(value: Any) -> bool:

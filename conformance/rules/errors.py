@@ -3,6 +3,7 @@ status code and content type of the response (spec §2.11, §6)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from conformance import schemas
@@ -10,6 +11,10 @@ from conformance.rules.context import Context
 
 __all__ = ["error_body", "error_event", "http_status", "is_error_payload"]
 
+# How servers word a prompt longer than the context when they give it no code (llama.cpp, ik_llama.cpp).
+_OVERFLOW = re.compile(
+    r"context (length|size|window)|maximum context|exceeds? the (available )?context", re.I
+)
 _CLIENT_ERROR_CODES = frozenset(
     {"context_length_exceeded", "exceed_context_size_error", "invalid_request_error"}
 )
@@ -112,10 +117,9 @@ def error_body(ctx: Context, body: Any) -> None:
     if status < 400:
         ctx.error("error-with-200", f"error body sent with HTTP {status}", quirk="Q43")
         return
-    code, kind = err.get("code"), err.get("type")
-    if status >= 500 and (code in _CLIENT_ERROR_CODES or kind in _CLIENT_ERROR_CODES):
-        ctx.error(
-            "error-status",
-            f"client error ({code or kind}) answered with HTTP {status}; OpenAI uses 400",
-            quirk="Q43",
-        )
+    code, kind, message = err.get("code"), err.get("type"), err.get("message")
+    overflow = isinstance(message, str) and _OVERFLOW.search(message) is not None
+    named = next((v for v in (code, kind) if isinstance(v, str) and v in _CLIENT_ERROR_CODES), None)
+    if status >= 500 and (named or overflow):
+        what = f"client error ({named})" if named else "a prompt longer than the context"
+        ctx.error("error-status", f"{what} answered with HTTP {status}; OpenAI uses 400", quirk="Q43")

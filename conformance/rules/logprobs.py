@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.rules.context import ChoiceState, Context
+from conformance.rules.context import ChoiceState, Context, choice_text
 
-__all__ = ["legacy_logprobs_shape", "logprobs_present"]
+__all__ = ["legacy_logprobs_shape", "logprob_sentinel", "logprobs_present"]
 
 _LEGACY_ARRAYS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+# llama.cpp writes minus infinity as the float minimum (-3.4e38, Q67); OpenAI's floor is -9999.0.
+_SENTINEL_BELOW = -1e30
 
 
 def legacy_logprobs_shape(
@@ -67,15 +69,12 @@ def legacy_logprobs_shape(
 def logprobs_present(
     ctx: Context, event: int | None, pos: int, choice: dict[str, Any], state: ChoiceState | None
 ) -> None:
-    """Asked-for logprobs must come on every chunk that carries text (Q69)."""
+    """Asked-for logprobs must come on every chunk, or body, that carries text (Q69)."""
     if not (ctx.expect.known and ctx.expect.logprobs):
         return
     if choice.get("logprobs") is not None:
         return
-    delta = choice.get("delta")
-    text = (
-        choice.get("text") if delta is None else (delta.get("content") if isinstance(delta, dict) else None)
-    )
+    text = choice_text(choice)
     if text:
         ctx.error(
             "logprobs-missing",
@@ -83,4 +82,29 @@ def logprobs_present(
             event=event,
             pointer=f"/choices/{pos}/logprobs",
             quirk="Q69",
+        )
+
+
+def logprob_sentinel(
+    ctx: Context, event: int | None, pos: int, choice: dict[str, Any], state: ChoiceState | None
+) -> None:
+    """A logprob standing for minus infinity: an average or a sum over the tokens is then meaningless."""
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        return
+    values: list[Any] = []
+    legacy = logprobs.get("token_logprobs")
+    if isinstance(legacy, list):
+        values += legacy
+    content = logprobs.get("content")
+    if isinstance(content, list):
+        values += [entry.get("logprob") for entry in content if isinstance(entry, dict)]
+    low = next((v for v in values if isinstance(v, float) and v < _SENTINEL_BELOW), None)
+    if low is not None:
+        ctx.warn(
+            "logprob-sentinel",
+            f"logprob {low:g} stands for minus infinity; OpenAI sends -9999.0 for a very unlikely token",
+            event=event,
+            pointer=f"/choices/{pos}/logprobs",
+            quirk="Q67",
         )

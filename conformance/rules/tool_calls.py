@@ -7,7 +7,7 @@ from typing import Any
 
 from conformance.rules.context import ChoiceState, Context, ToolCallState
 
-__all__ = ["tool_call_fragments", "tool_calls_finish"]
+__all__ = ["call_id_unique", "tool_call_fragments", "tool_calls_finish"]
 
 
 def tool_call_fragments(
@@ -46,6 +46,8 @@ def _first_fragment(
         )
     tool = state.tool_calls[index] = ToolCallState(first_event=event)
     tool.has_id = bool(call.get("id"))
+    if tool.has_id:
+        call_id_unique(ctx, event, f"{where}/id", call["id"])
     tool.has_type = call.get("type") is not None
     tool.has_name = bool(name)
     if not tool.has_id:
@@ -103,6 +105,20 @@ def _later_fragment(
             pointer=f"{where}/{key}",
             quirk="Q66",
         )
+
+
+def call_id_unique(ctx: Context, event: int | None, pointer: str, call_id: Any) -> None:
+    """Tool results are matched to calls by id: two calls with one id (TGI's "0", Q65) are confused."""
+    key = str(call_id)
+    if key in ctx.tool_call_ids:
+        ctx.error(
+            "tool-call-id-duplicate",
+            f"tool call id {key!r} used by an earlier call of this response; results are matched by id",
+            event=event,
+            pointer=pointer,
+            quirk="Q65",
+        )
+    ctx.tool_call_ids.add(key)
 
 
 def tool_calls_finish(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:

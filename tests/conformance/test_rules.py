@@ -360,3 +360,115 @@ def test_verdict_json_shape() -> None:
         ],
         "warnings": [],
     }
+
+
+def chat_body(message: dict[str, Any], finish: str = "stop", logprobs: Any = None) -> bytes:
+    choice = {"index": 0, "message": {"role": "assistant", "refusal": None, **message}}
+    choice.update(logprobs=logprobs, finish_reason=finish)
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]}
+    return json.dumps(body).encode()
+
+
+def test_stop_sequence_in_the_text_q76() -> None:
+    asked = chat_request(stop=["END", "\n\n"])
+    # Across a chunk boundary: "...EN" then "D".
+    split = stream(FIRST, chat_chunk([delta("the EN")]), chat_chunk([delta("D and more")]), FINISH)
+    verdict = judge_response(split, request=asked, status=200, headers=SSE)
+    assert [(f.rule, f.event, f.quirk) for f in verdict.errors] == [("stop-ignored", 2, "Q76")]
+    honoured = stream(FIRST, chat_chunk([delta("the E")]), chat_chunk([delta("N")]), FINISH)
+    assert judged(honoured, asked) == (set(), set())
+    body = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stop": "\n\n"}}
+    assert judged(chat_body({"content": "one\n\ntwo"}), body, headers=JSON)[0] == {"stop-ignored"}
+    assert judged(chat_body({"content": "one\ntwo"}), body, headers=JSON) == (set(), set())
+    echoed = {
+        "method": "POST",
+        "path": "/v1/completions",
+        "body": {"prompt": "a\n\nb", "echo": True, "stop": "\n\n"},
+    }
+    echo_body = completion(None).replace(b'" blue"', b'"a\\n\\nb blue"')
+    assert judged(echo_body, echoed, headers=JSON) == (set(), set())  # the prompt may hold it
+
+
+def test_logprob_standing_for_minus_infinity_q67() -> None:
+    legacy = {"tokens": [" blue"], "token_logprobs": [-3.4e38], "top_logprobs": [None], "text_offset": [0]}
+    assert judged(completion(legacy), None, headers=JSON) == (set(), {"logprob-sentinel"})
+    token = {"token": "Hi", "logprob": -3.4028234663852886e38, "bytes": [72, 105], "top_logprobs": []}
+    chunk = chat_chunk([{**delta("Hi"), "logprobs": {"content": [token], "refusal": None}}])
+    assert judged(stream(FIRST, chunk, FINISH)) == (set(), {"logprob-sentinel"})
+    floor = {**token, "logprob": -9999.0}  # OpenAI's own value for a very unlikely token
+    chunk = chat_chunk([{**delta("Hi"), "logprobs": {"content": [floor], "refusal": None}}])
+    assert judged(stream(FIRST, chunk, FINISH)) == (set(), set())
+
+
+def test_chat_body_without_the_logprobs_asked_for_q69() -> None:
+    asked = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "logprobs": True}}
+    assert judged(chat_body({"content": "Hi"}), asked, headers=JSON)[0] == {"logprobs-missing"}
+    given = {
+        "content": [{"token": "Hi", "logprob": -0.1, "bytes": [72, 105], "top_logprobs": []}],
+        "refusal": None,
+    }
+    assert judged(chat_body({"content": "Hi"}, logprobs=given), asked, headers=JSON) == (set(), set())
+
+
+def null_content(**d: Any) -> dict[str, Any]:
+    """A first delta with ``content: null``, as llama.cpp and tool-call turns send it."""
+    return {
+        "index": 0,
+        "delta": {"role": "assistant", "content": None, **d},
+        "logprobs": None,
+        "finish_reason": None,
+    }
+
+
+def test_first_content_null_then_text_q60() -> None:
+    null_first = chat_chunk([null_content()])
+    assert judged(stream(null_first, TEXT, FINISH)) == (set(), {"content-null-then-text"})
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    tools = chat_chunk([null_content(tool_calls=[call])])
+    assert judged(stream(tools, chat_chunk([delta(finish="tool_calls")]))) == (set(), set())
+
+
+def test_two_tool_calls_with_one_id_q65() -> None:
+    calls = [
+        {"index": i, "id": "0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        for i in (0, 1)
+    ]
+    body = stream(
+        chat_chunk([null_content(tool_calls=calls)]),
+        chat_chunk([delta(finish="tool_calls")]),
+    )
+    verdict = judge_response(body, request=None, status=200, headers=SSE)
+    assert [(f.rule, f.pointer, f.quirk) for f in verdict.errors] == [
+        ("tool-call-id-duplicate", "/choices/0/delta/tool_calls/1/id", "Q65")
+    ]
+    whole = [{k: v for k, v in c.items() if k != "index"} for c in calls]
+    message = chat_body({"content": None, "tool_calls": whole}, finish="tool_calls")
+    assert judged(message, None, headers=JSON)[0] == {"tool-call-id-duplicate"}
+
+
+def test_context_overflow_worded_without_a_code_answered_500_q43() -> None:
+    for message in ("the request exceeds the available context size", "Context size has been exceeded."):
+        body = error_bytes(message, 500)
+        assert judged(body, chat_request(), status=500, headers=JSON) == ({"error-status"}, set())
+    assert judged(error_bytes("model crashed", 500), chat_request(), status=500, headers=JSON) == (
+        set(),
+        set(),
+    )
+    odd = json.dumps({"error": {"message": "x", "type": ["a"], "code": {"b": 1}, "param": None}}).encode()
+    assert judged(odd, chat_request(), status=500, headers=JSON)[0] == {"error-body-shape"}  # no crash
+
+
+def test_blank_lines_before_a_json_body_q57() -> None:
+    body = b"\n\n\n" + chat_body({"content": "Hi"})
+    assert judged(body, None, headers=JSON) == (set(), {"body-blank-lines"})
+
+
+def test_a_stream_with_no_chunk_q48() -> None:
+    assert judged(DONE_EVENT) == ({"choice-count"}, set())
+
+
+def test_chat_chunks_named_text_completion_are_judged_as_chat_q12() -> None:
+    chunks = [dict(c, object="text_completion") for c in (FIRST, TEXT, FINISH)]
+    verdict = judge_response(stream(*chunks), request=None, status=200, headers=SSE)
+    assert verdict.endpoint == "chat"
+    assert {(f.rule, f.quirk) for f in verdict.errors} == {("object-value", "Q12")}
