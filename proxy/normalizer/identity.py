@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,29 @@ def new_id(endpoint: Endpoint) -> str:
     return _PREFIX[endpoint] + os.urandom(12).hex()
 
 
+class _RecentIds:
+    """The upstream ids of this process's latest responses: one seen again is no response's own."""
+
+    def __init__(self, size: int) -> None:
+        self._order: deque[str] = deque(maxlen=size)
+        self._seen: set[str] = set()
+
+    def seen_before(self, upstream_id: str) -> bool:
+        """Whether ``upstream_id`` came with an earlier response; remembered from now on."""
+        if upstream_id in self._seen:
+            return True
+        if len(self._order) == self._order.maxlen:
+            self._seen.discard(self._order[0])
+        self._order.append(upstream_id)
+        self._seen.add(upstream_id)
+        return False
+
+
+# koboldcpp's fake streams answer with one hardcoded id, and LocalAI before 2.20 reused its id and
+# ``created`` (Q08, Q06): a client that keys anything by id would take two answers for one.
+_RECENT_IDS = _RecentIds(8192)
+
+
 @dataclass(slots=True)
 class Identity:
     """Fixed by the first upstream object seen; stamped on everything after it."""
@@ -33,6 +57,8 @@ class Identity:
     id: str | None = None
     created: int | None = None
     upstream_id: str | None = field(default=None, repr=False)
+    reused: bool = False
+    """The upstream's id came with an earlier response (Q08): the id and ``created`` are the proxy's."""
 
     def stamp(self, obj: dict[str, Any], repairs: Repairs) -> None:
         """Fix the identity from ``obj`` if not yet fixed, then write it onto ``obj``."""
@@ -45,12 +71,14 @@ class Identity:
             repairs.add("Q03")
         created = obj.get("created")
         if self.created is None:
-            if isinstance(created, int) and not isinstance(created, bool) and created > 0:
+            if self.reused:  # a reused id comes with its stale created (LocalAI before 2.20, Q06)
+                self.created = int(time.time())
+            elif isinstance(created, int) and not isinstance(created, bool) and created > 0:
                 self.created = created
             else:
                 repairs.add("Q06")
                 self.created = int(time.time())
-        elif created != self.created:
+        elif created != self.created and not self.reused:
             repairs.add("Q13")
         upstream_model = obj.get("model")
         if self.model is None:
@@ -75,6 +103,10 @@ class Identity:
         self.upstream_id = upstream_id
         if _WEAK_ID.match(upstream_id):
             repairs.add("Q05")
+            return new_id(self.endpoint)
+        if _RECENT_IDS.seen_before(upstream_id):
+            repairs.add("Q08")
+            self.reused = True
             return new_id(self.endpoint)
         if upstream_id.startswith(prefix):
             return upstream_id

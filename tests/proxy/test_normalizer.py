@@ -5,6 +5,7 @@ each repair of the issue's list is checked on a minimal upstream response.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,26 @@ def test_length_when_the_token_limit_was_hit_but_upstream_said_stop() -> None:
     }
     info = RequestInfo.from_body("chat", {**body, "stream": False})
     assert normalize_body(whole, info, repairs=Repairs())["choices"][0]["finish_reason"] == "length"
+
+
+def test_an_id_the_upstream_answered_with_before_is_replaced_q08() -> None:
+    body = {"model": "m", "stream": True}
+    fixed = os.urandom(8).hex()  # this process's own: no other test's response used it
+    reply = chunk(
+        {"delta": {"role": "assistant", "content": "Hi"}, "finish_reason": None}, id=f"chatcmpl-{fixed}"
+    )
+    reply += chunk({"delta": {}, "finish_reason": "stop"}, id=f"chatcmpl-{fixed}") + DONE_EVENT
+    _, first, repairs = normalize_stream(reply, "chat", body)
+    assert {e["id"] for e in events(first)} == {f"chatcmpl-{fixed}"}  # the first answer keeps its own
+    assert "Q08" not in repairs
+    for _ in range(2):
+        _, again, repairs = normalize_stream(reply, "chat", body)
+        ids = {e["id"] for e in events(again)}
+        assert len(ids) == 1
+        assert ids != {f"chatcmpl-{fixed}"}
+        assert {e["created"] for e in events(again)} != {1}  # and a fresh created (Q06)
+        assert "Q08" in repairs
+        assert "Q13" not in repairs
 
 
 def test_role_only_in_the_first_delta() -> None:
