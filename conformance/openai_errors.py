@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-__all__ = ["error_body", "error_bytes", "error_type_for_status"]
+__all__ = ["CONTEXT_OVERFLOW", "UNSUPPORTED_PARAMETER", "error_body", "error_bytes", "error_type_for_status"]
+
+CONTEXT_OVERFLOW = re.compile(
+    r"context (size|length|window)|maximum context|exceeds? the available context|exceed_context_size"
+    r"|context_length_exceeded|prompt is too long|too many tokens|input is too long|"
+    r"inputs.{0,20}tokens.{0,40}must be <=",
+    re.IGNORECASE,
+)
+"""How servers word a prompt longer than the model's context (seed 003, Q43-Q48): a client error, 400."""
+
+UNSUPPORTED_PARAMETER = re.compile(
+    r"unsupported param|only no \w+ is supported|cannot use tools with stream|tools param requires"
+    r"|\w+ is not supported with ",
+    re.IGNORECASE,
+)
+"""How llama.cpp words a parameter it refuses, which it answers with 500 (Q43, Q66, Q69, Q72, Q75):
+the request's fault, which OpenAI answers 400 ``unsupported_parameter``."""
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.openai_errors import error_body
+from conformance.openai_errors import CONTEXT_OVERFLOW, UNSUPPORTED_PARAMETER, error_body
 
 __all__ = [
     "REDACTED",
@@ -23,12 +23,6 @@ __all__ = [
     "scrub_message",
 ]
 
-_CONTEXT_OVERFLOW = re.compile(
-    r"context (size|length|window)|maximum context|exceeds? the available context|exceed_context_size"
-    r"|context_length_exceeded|prompt is too long|too many tokens|input is too long|"
-    r"inputs.{0,20}tokens.{0,40}must be <=",
-    re.IGNORECASE,
-)
 # Local paths and tracebacks must not reach clients (DESIGN: never a stack trace or a local path).
 _PATH = re.compile(r"(?<![\w:/])(?:/[\w.@+-]+){2,}/?|[A-Za-z]:\\(?:[\w .@+-]+\\?)+")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|\nTraceback|\n\s+at |\n\s*File \"")
@@ -125,7 +119,7 @@ def error_from_payload(obj: Any, status: int | None = None, *, quirk: str | None
     param: Any = None
     hinted: int | None = None
     if isinstance(inner, dict):
-        message = str(inner.get("message") or inner.get("msg") or inner.get("detail") or "")
+        message = _words(inner.get("message") or inner.get("msg") or inner.get("detail"))
         code = inner.get("code")
         etype = inner.get("type") or (obj.get("error_type") if isinstance(obj, dict) else None)
         param = inner.get("param")
@@ -143,15 +137,28 @@ def error_from_payload(obj: Any, status: int | None = None, *, quirk: str | None
     )
 
 
+def _words(value: Any) -> str:
+    """An error's message as text: FastAPI-style ``detail`` objects and lists are not printed as Python."""
+    if isinstance(value, dict):
+        return _words(value.get("message") or value.get("msg") or value.get("detail"))
+    if isinstance(value, list):
+        return json.dumps(value)
+    return "" if value is None else str(value)
+
+
 def _build(
     message: str, status: int | None, code: Any, etype: Any, param: Any, quirk: str | None
 ) -> ProxyError:
     message = scrub_message(message)
     haystack = f"{message} {etype or ''} {code or ''}"
-    if _CONTEXT_OVERFLOW.search(haystack):
+    if CONTEXT_OVERFLOW.search(haystack):
         # Seed 003 / llama.cpp #14566, Q43/Q44/Q47/Q48: overflow is the client's error, 400.
         return ProxyError.make(
             message, 400, code="context_length_exceeded", type="invalid_request_error", quirk=quirk
+        )
+    if (status or 500) >= 500 and UNSUPPORTED_PARAMETER.search(message):
+        return ProxyError.make(
+            message, 400, code="unsupported_parameter", type="invalid_request_error", quirk=quirk or "Q43"
         )
     final = _STATUS_MAP.get(status or 500, status or 500)
     if final < 400 or final > 599:
@@ -177,8 +184,10 @@ def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
             obj = None
         if isinstance(obj, dict) and (is_error_payload(obj) or "message" in obj or "detail" in obj):
             detail = obj.get("detail")
-            if not is_error_payload(obj) and isinstance(detail, str | list):
-                obj = {"error": {"message": json.dumps(detail) if isinstance(detail, list) else detail}}
+            if not is_error_payload(obj) and detail:
+                # FastAPI's {"detail": ...}: a string, a list of validation errors, or an object
+                # (koboldcpp's {"msg", "type"} when its queue is full, Q54).
+                obj = {"error": detail if isinstance(detail, dict) else {"message": _words(detail)}}
             already_openai = isinstance(obj.get("error"), dict) and {"message", "type"} <= set(obj["error"])
             return error_from_payload(obj, status, quirk=None if already_openai else "Q46")
     if "html" in content_type or stripped.lower().startswith(("<!doctype", "<html")):

@@ -3,18 +3,14 @@ status code and content type of the response (spec §2.11, §6)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from conformance import schemas
+from conformance.openai_errors import CONTEXT_OVERFLOW, UNSUPPORTED_PARAMETER
 from conformance.rules.context import Context
 
 __all__ = ["error_body", "error_event", "http_status", "is_error_payload"]
 
-# How servers word a prompt longer than the context when they give it no code (llama.cpp, ik_llama.cpp).
-_OVERFLOW = re.compile(
-    r"context (length|size|window)|maximum context|exceeds? the (available )?context", re.I
-)
 _CLIENT_ERROR_CODES = frozenset(
     {"context_length_exceeded", "exceed_context_size_error", "invalid_request_error"}
 )
@@ -118,8 +114,13 @@ def error_body(ctx: Context, body: Any) -> None:
         ctx.error("error-with-200", f"error body sent with HTTP {status}", quirk="Q43")
         return
     code, kind, message = err.get("code"), err.get("type"), err.get("message")
-    overflow = isinstance(message, str) and _OVERFLOW.search(message) is not None
+    text = message if isinstance(message, str) else ""
+    overflow = CONTEXT_OVERFLOW.search(text) is not None
+    refused = UNSUPPORTED_PARAMETER.search(text) is not None
     named = next((v for v in (code, kind) if isinstance(v, str) and v in _CLIENT_ERROR_CODES), None)
-    if status >= 500 and (named or overflow):
-        what = f"client error ({named})" if named else "a prompt longer than the context"
+    if status >= 500 and (named or overflow or refused):
+        if named:
+            what = f"client error ({named})"
+        else:
+            what = "a prompt longer than the context" if overflow else "a refused parameter"
         ctx.error("error-status", f"{what} answered with HTTP {status}; OpenAI uses 400", quirk="Q43")

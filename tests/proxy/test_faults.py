@@ -270,6 +270,18 @@ def _page(status: str, content_type: str, body: bytes) -> Any:
             b'{"error":"Input validation error","error_type":"validation"}',
             400,
         ),
+        (  # llama.cpp refuses a parameter with 500 (Q72): the request's fault
+            "500 Internal Server Error",
+            "application/json",
+            b'{"error":{"code":500,"message":"Only no echo is supported","type":"server_error"}}',
+            400,
+        ),
+        (  # koboldcpp's full queue (Q54): FastAPI's detail object, its message not printed as Python
+            "503 Service Unavailable",
+            "application/json",
+            b'{"detail":{"msg":"Server is busy; please try again later.","type":"service_unavailable"}}',
+            503,
+        ),
     ],
 )
 def test_upstream_error_pages_become_openai_errors(
@@ -280,6 +292,7 @@ def test_upstream_error_pages_become_openai_errors(
             response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
             error = assert_error(response, expected)
             assert "<" not in error["message"]
+            assert "{" not in error["message"]
             assert "/srv/" not in error["message"]
             assert "/home/" not in error["message"]
         assert_idle(app)
