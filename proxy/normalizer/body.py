@@ -18,7 +18,7 @@ from .logprobs import chat_logprobs, legacy_logprobs, logprobs_up_to
 from .repairs import Repairs
 from .request import RequestInfo
 from .stream import failure_for_reason
-from .usage import clean_usage, sum_usage
+from .usage import clean_usage, is_zero_usage, sum_usage
 
 __all__ = ["merge_bodies", "normalize_body"]
 
@@ -46,6 +46,9 @@ def normalize_body(
         raise ProxyError.make("the upstream server sent a response without choices", 502)
     identity.stamp(obj, repairs)
     usage = clean_usage(obj.get("usage"))
+    if usage is not None and is_zero_usage(usage):
+        repairs.add("Q29")  # zeros count nothing (no prompt is zero tokens): counted as if absent
+        usage = None
     single = len(raw_choices) == 1
     choices: list[dict[str, Any]] = []
     for position, raw in enumerate(raw_choices):

@@ -342,10 +342,13 @@ class StreamNormalizer:
         usage = clean_usage(raw)
         if not self.request.include_usage or on_content:
             self.repairs.add("Q26")  # usage nobody asked for, or on a content chunk: stripped
-        if usage is None or (is_zero_usage(usage) and self.usage is not None):
+        if usage is None:
             return
         if is_zero_usage(usage):
+            # LocalAI's zeros on every chunk (Q29) count nothing: no prompt is zero tokens. The usage
+            # is then counted as for an upstream that sends none (Q28).
             self.repairs.add("Q29")
+            return
         self.usage = usage
 
     def _estimated_usage(self) -> dict[str, Any]:

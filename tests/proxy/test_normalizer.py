@@ -293,6 +293,31 @@ def test_usage_only_when_asked_in_one_empty_choices_chunk() -> None:
     assert judged(status, out, "chat", asked).errors == []
 
 
+def test_zero_usage_on_every_chunk_counts_as_none_q29() -> None:
+    zeros = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    raw = (
+        chunk({"delta": {"role": "assistant", "content": "a"}}, usage=zeros)
+        + chunk({"delta": {"content": "b"}}, usage=zeros)
+        + chunk({"delta": {}, "finish_reason": "stop"}, usage=zeros)
+        + b"data: [DONE]\n\n"
+    )
+    asked = {**CHAT_REQUEST, "stream_options": {"include_usage": True}}
+    status, out, repairs = normalize_stream(raw, "chat", asked)
+    assert "Q29" in repairs
+    # Counted as for an upstream that sends no usage (here without a tokenizer: the tokens streamed).
+    assert events(out)[-1]["usage"] == {"prompt_tokens": 0, "completion_tokens": 2, "total_tokens": 2}
+    assert judged(status, out, "chat", asked).errors == []
+    body = json.loads(
+        chunk({"message": {"role": "assistant", "content": "a b"}, "finish_reason": "stop"})[6:]
+    )
+    normalized = normalize_body(
+        {**body, "object": "chat.completion", "usage": zeros},
+        RequestInfo.from_body("chat", {"model": "m"}),
+        repairs=Repairs(),
+    )
+    assert normalized["usage"] is None  # the source then counts it (tokenizer, or words)
+
+
 def test_chat_logprobs_on_completions_become_the_legacy_shape() -> None:
     """Q67: llama.cpp answers /v1/completions with chat-style logprobs."""
     logprobs = {
