@@ -58,6 +58,7 @@ class ChoiceState:
         "had_tools",
         "held_logprobs",
         "index",
+        "last_call",
         "next_tool",
         "parts",
         "raw_chars",
@@ -80,6 +81,8 @@ class ChoiceState:
         self.stopped = False
         self.tool_ids: dict[int, str] = {}
         self.next_tool = 0
+        # The latest call's name and its arguments so far: where a fragment without index belongs.
+        self.last_call: tuple[Any, list[str]] = (None, [])
         self.had_tools = False
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
@@ -148,19 +151,41 @@ class ChoiceState:
             fn = as_dict(call.get("function"))
             if not isinstance(index, int) or isinstance(index, bool):
                 repairs.add("Q64")
-                starts_call = bool(call.get("id") or fn.get("name")) or not self.tool_ids
-                index = self.next_tool if starts_call else self.next_tool - 1
+                index = self.next_tool if self._starts_call(call, fn) else self.next_tool - 1
             if index not in self.tool_ids:
                 first = fix_tool_call(call, repairs)
                 self.tool_ids[index] = first["id"]
                 self.next_tool = max(self.next_tool, index + 1)
+                self.last_call = (fn.get("name"), [first["function"]["arguments"]])
                 out.append({"index": index, **first})
                 continue
             if call.get("id") or call.get("type") or fn.get("name"):
                 repairs.add("Q63")  # repeated id/name: the SDK accumulator would join them
             arguments = _arguments(fn.get("arguments"))
             if arguments:
+                if index == self.next_tool - 1:
+                    self.last_call[1].append(arguments)
                 out.append({"index": index, "function": {"arguments": arguments}})
         if out:
             self.had_tools = True
         return out
+
+    def _starts_call(self, call: dict[str, Any], fn: dict[str, Any]) -> bool:
+        """Whether a fragment without ``index`` (Q64) opens a new call rather than going on with the last:
+        a new id does, the last call's id again does not (Q63); a name does unless it is the last call's
+        repeated (vLLM, Q63) while that call's arguments are not yet whole JSON."""
+        if not self.tool_ids:
+            return True
+        call_id = call.get("id")
+        if call_id:
+            return bool(call_id != self.tool_ids[self.next_tool - 1])
+        name = fn.get("name")
+        if not name:
+            return False
+        last_name, parts = self.last_call
+        if name != last_name:
+            return True
+        try:
+            return isinstance(json.loads("".join(parts)), dict)
+        except ValueError:
+            return False

@@ -270,6 +270,40 @@ def test_tool_call_id_type_and_name_only_in_the_first_fragment() -> None:
     assert judged(status, out, "chat", body).errors == []
 
 
+def _calls_out(fragments: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(id, name, arguments) of each call the normalized stream of ``fragments`` carries, in order."""
+    tools = {"tools": [{"type": "function", "function": {"name": "f"}}]}
+    raw = chunk({"delta": {"role": "assistant", "content": None}})
+    raw += b"".join(chunk({"delta": {"tool_calls": [f]}}) for f in fragments)
+    raw += chunk({"delta": {}, "finish_reason": "tool_calls"}) + DONE_EVENT
+    status, out, repairs = normalize_stream(raw, "chat", {**CHAT_REQUEST, **tools})
+    assert judged(status, out, "chat", {**CHAT_REQUEST, **tools}).errors == []
+    assert "Q64" in repairs
+    calls: dict[int, list[str]] = {}
+    for part in (f for c in events(out) for f in c["choices"][0]["delta"].get("tool_calls", [])):
+        entry = calls.setdefault(part["index"], [part.get("id", ""), part["function"].get("name", ""), ""])
+        entry[2] += part["function"]["arguments"]
+    return [(i, n, a) for i, n, a in calls.values()]
+
+
+def test_tool_call_fragments_without_index_that_repeat_the_id_or_name_are_one_call_q64() -> None:
+    def fragment(arguments: str, **extra: Any) -> dict[str, Any]:
+        return {**extra, "function": {**extra.pop("function", {}), "arguments": arguments}}
+
+    same_id = [fragment(p, id="call_1", type="function") for p in ("", '{"city":', '"A"}')]
+    same_id[0]["function"]["name"] = "f"
+    assert _calls_out(same_id) == [("call_1", "f", '{"city":"A"}')]
+    same_name = [fragment(p, function={"name": "f"}) for p in ("", '{"city":', '"A"}')]
+    [(_, name, arguments)] = _calls_out(same_name)
+    assert (name, arguments) == ("f", '{"city":"A"}')
+    # Two whole calls of one function (Ollama, Q64), and two calls told apart by their ids.
+    whole = [fragment(a, function={"name": "f"}) for a in ('{"city":"A"}', '{"city":"B"}')]
+    assert [a for _, _, a in _calls_out(whole)] == ['{"city":"A"}', '{"city":"B"}']
+    two_ids = [fragment('{"x":', id="c1", function={"name": "f"}), fragment("1}", id="c1")]
+    two_ids += [fragment('{"x":2}', id="c2", function={"name": "f"})]
+    assert _calls_out(two_ids) == [("c1", "f", '{"x":1}'), ("c2", "f", '{"x":2}')]
+
+
 def test_usage_only_when_asked_in_one_empty_choices_chunk() -> None:
     usage = {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
     raw = (
