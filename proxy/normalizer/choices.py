@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from ..emulation.stop import StopScanner
-from .logprobs import empty_logprobs, merged_logprobs
+from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
 from .repairs import Repairs
 
 __all__ = ["ChoiceState", "as_dict", "fix_tool_call", "new_tool_call_id"]
@@ -54,6 +54,7 @@ class ChoiceState:
 
     __slots__ = (
         "chunk_start",
+        "chunk_text",
         "finish",
         "had_tools",
         "held_logprobs",
@@ -87,10 +88,11 @@ class ChoiceState:
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
         # With stop sequences, a chunk's logprobs wait with the text the scanner holds back: (where the
-        # chunk's content starts in the upstream's text, its logprobs). Counted only then.
-        self.held_logprobs: list[tuple[int, dict[str, Any]]] = []
+        # chunk's content starts in the upstream's text, that content, its logprobs). Counted only then.
+        self.held_logprobs: list[tuple[int, str, dict[str, Any]]] = []
         self.saw_logprobs = False
         self.chunk_start = 0
+        self.chunk_text = ""
         self.raw_chars = 0
         self.sent_chars = 0
 
@@ -98,6 +100,7 @@ class ChoiceState:
         """Text after stop-sequence enforcement (Q76); marks the choice stopped on a hit."""
         if self.scanner is not None:
             self.chunk_start = self.raw_chars
+            self.chunk_text = text
             self.raw_chars += len(text)
             text = self.scanner.feed(text)
             if self.scanner.hit:
@@ -113,8 +116,9 @@ class ChoiceState:
         """This chunk's logprobs once its text goes out: with stop sequences, a chunk's wait while the
         scanner holds all its text back, and those wholly past a stop are dropped with the text.
 
-        Logprobs go by chunk, not by token: a token's text need not spell the content (byte tokens of
-        one emoji), so a chunk's logprobs belong to the span of content it came with. ``had_text``: the
+        Logprobs go by chunk: a token's text need not spell the content (byte tokens of one emoji), so a
+        chunk's logprobs belong to the span of content it came with; only the chunk a stop falls in is
+        cut by token, where its tokens spell its text (``logprobs_up_to``). ``had_text``: the
         chunk had content before the scanner (logprobs of reasoning or tool calls are not held);
         ``sends_text``: content goes out with this chunk (it then gets logprobs, empty if need be).
         """
@@ -124,7 +128,7 @@ class ChoiceState:
             self.saw_logprobs = True
             if not had_text:
                 return logprobs
-            self.held_logprobs.append((self.chunk_start, logprobs))
+            self.held_logprobs.append((self.chunk_start, self.chunk_text, logprobs))
         return self._release(chat, sends_text)
 
     def flush_logprobs(self, chat: bool) -> Any:
@@ -133,9 +137,16 @@ class ChoiceState:
         return self._release(chat, sends_text=True)
 
     def _release(self, chat: bool, sends_text: bool) -> Any:
-        # A chunk goes once any of its text has gone; after a stop, the ones whose text did not never go.
+        # A chunk goes once any of its text has gone; after a stop, the ones whose text did not never go,
+        # and the one the stop fell in loses the tokens past it (where its tokens spell its text).
         sent = self.sent_chars
-        ready = [logprobs for start, logprobs in self.held_logprobs if start < sent]
+        ready = [
+            logprobs_up_to(logprobs, text, sent - start, chat)
+            if self.stopped and start + len(text) > sent
+            else logprobs
+            for start, text, logprobs in self.held_logprobs
+            if start < sent
+        ]
         self.held_logprobs = [] if self.stopped else [h for h in self.held_logprobs if h[0] >= sent]
         if ready:
             return merged_logprobs(ready, chat)

@@ -580,6 +580,33 @@ def test_logprobs_follow_the_text_the_proxy_cuts_at_a_stop_sequence(
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_a_chunk_of_several_tokens_loses_the_logprobs_past_a_stop_sequence_in_it(endpoint: Endpoint) -> None:
+    tokens = ["c", "S", "T", "x"]  # one chunk, four tokens (llama.cpp sends several when it batches)
+    entries = [{"token": t, "logprob": -0.5, "bytes": list(t.encode()), "top_logprobs": []} for t in tokens]
+    part = {"delta": {"content": "cSTx"}} if endpoint == "chat" else {"text": "cSTx"}
+    make = chunk if endpoint == "chat" else text_chunk
+    end = {"delta": {}} if endpoint == "chat" else {"text": ""}
+    raw = make({**part, "logprobs": {"content": entries, "refusal": None}})
+    raw += make({**end, "finish_reason": "stop"}) + DONE_EVENT
+    body: dict[str, Any] = {"stop": ["ST"], "stream": True}
+    body |= (
+        {**CHAT_REQUEST, "logprobs": True}
+        if endpoint == "chat"
+        else {"model": "m", "prompt": "x", "logprobs": 0}
+    )
+    status, out, _ = normalize_stream(raw, endpoint, body)
+    choices = [c["choices"][0] for c in events(out) if c["choices"]]
+    if endpoint == "chat":
+        assert "".join(c["delta"].get("content") or "" for c in choices) == "c"
+        logged = [e["token"] for c in choices if c["logprobs"] for e in c["logprobs"]["content"]]
+    else:
+        assert "".join(c["text"] for c in choices) == "c"
+        logged = [t for c in choices if c["logprobs"] for t in c["logprobs"]["tokens"]]
+    assert logged == ["c"]
+    assert judged(status, out, endpoint, body).errors == []
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_logprobs_of_a_body_are_cut_with_its_text_at_a_stop_sequence(endpoint: Endpoint) -> None:
     tokens = ["Hi", " th", "ere", " friend"]
     content = [{"token": t, "logprob": -0.5, "bytes": list(t.encode()), "top_logprobs": []} for t in tokens]
