@@ -18,7 +18,7 @@ CONTEXT_OVERFLOW = re.compile(
 
 UNSUPPORTED_PARAMETER = re.compile(
     r"unsupported param|only no \w+ is supported|cannot use tools with stream|tools param requires"
-    r"|\w+ is not supported with ",
+    r"|is not supported with tools",
     re.IGNORECASE,
 )
 """How llama.cpp words a parameter it refuses, which it answers with 500 (Q43, Q66, Q69, Q72, Q75):

@@ -4,16 +4,17 @@
 (``--model-alias``). A client then asks for the model by that name, which an upstream that checks
 names (vLLM, Ollama, llama.cpp's router) does not know: the proxy sends the name the upstream serves.
 Each worker learns the names from every listing a client asks it for. The alias needs no listing
-first: a worker reads the upstream's listing on its first request for the alias, and when the alias
-still stands for no model a minute later, reads it again in the background, without holding up the
-request. A name shown without its path reaches its model through the workers that listed it.
+first: a worker reads the upstream's listing on its first request for the alias, and again in the
+background on a request a minute or more after the last read (five seconds after a failed one), so a
+model swapped behind the alias is found without holding up a request. A name shown without its path
+reaches its model through the workers that listed it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import time
+from time import monotonic
 from typing import Any
 
 from .normalizer import clean_model_name
@@ -24,6 +25,7 @@ __all__ = ["ServedNames", "served_name"]
 _MAX_NAMES = 1024  # bounds what an upstream listing many models can make the proxy remember
 _STALE_AFTER = 60.0  # seconds
 _LOOKUP_TIMEOUT = 5.0  # a listing read for a request holds it up at most this long
+_RETRY_AFTER = 5.0  # seconds after a failed read
 
 
 def served_name(entry: Any) -> str | None:
@@ -45,10 +47,12 @@ class ServedNames:
     async def listing(self, timeout: float = 10.0) -> list[Any] | None:  # noqa: ASYNC109
         """The upstream's ``/v1/models`` entries now (None when it lists none), learned from."""
         answer = await self._upstream.json("GET", "/v1/models", timeout=timeout)
-        self._read_at = time.monotonic()
         entries = answer.get("data") if isinstance(answer, dict) else None
         if not isinstance(entries, list):
+            # Down, or no listing: asked again after a few seconds, not a whole minute.
+            self._read_at = monotonic() - _STALE_AFTER + _RETRY_AFTER
             return None
+        self._read_at = monotonic()
         names = [name for entry in entries if (name := served_name(entry)) is not None]
         served = set(names)
         shown: dict[str, set[str]] = {}
@@ -68,12 +72,11 @@ class ServedNames:
         """The name to send the upstream for ``model``, as a client asked for it."""
         if not isinstance(model, str):
             return model
-        name = self._names.get(model)
-        if name is None and model == self._alias and time.monotonic() - self._read_at >= _STALE_AFTER:
+        if model == self._alias and monotonic() - self._read_at >= _STALE_AFTER:
+            # The alias's model is read again now and then: the upstream may have swapped it.
             reading = self._reading
             if reading is None or reading.done():
                 reading = self._reading = asyncio.create_task(self.listing(_LOOKUP_TIMEOUT))
             if self._read_at == -math.inf:  # never read: this request waits for it (its own cancel aside)
                 await asyncio.shield(reading)
-                name = self._names.get(model)
-        return model if name is None else name
+        return self._names.get(model, model)

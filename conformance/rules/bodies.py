@@ -34,7 +34,7 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
         logprobs.logprob_sentinel(ctx, None, pos, choice, state)
         stop.stop_ignored(ctx, None, pos, choice, state)
         tool_calls_finish_body(ctx, pos, choice)
-        _tool_call_ids(ctx, pos, choice)
+        _tool_call_ids(ctx, pos, choice, state)
     n = ctx.expect.choices
     if n is not None and len(ctx.choices) < n:
         ctx.error(
@@ -60,9 +60,10 @@ def tool_calls_finish_body(ctx: Context, pos: int, choice: dict[str, Any]) -> No
         )
 
 
-def _tool_call_ids(ctx: Context, pos: int, choice: dict[str, Any]) -> None:
+def _tool_call_ids(ctx: Context, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
     message = choice.get("message")
     calls = message.get("tool_calls") if isinstance(message, dict) else None
     for k, call in enumerate(calls if isinstance(calls, list) else []):
         if isinstance(call, dict) and call.get("id"):
-            tool_calls.call_id_unique(ctx, None, f"/choices/{pos}/message/tool_calls/{k}/id", call["id"])
+            where = f"/choices/{pos}/message/tool_calls/{k}/id"
+            tool_calls.call_id_unique(ctx, None, where, call["id"], state)

@@ -17,6 +17,7 @@ __all__ = [
 ]
 
 _NULLABLE_BY_SPEC = frozenset({"content", "refusal"})
+_CHOICE_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})
 
 
 def role_once(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
@@ -91,6 +92,8 @@ def delta_empty(ctx: Context, event: int, pos: int, choice: dict[str, Any], stat
         return
     if any(value not in (None, "", [], {}) for value in delta.values()):
         return
+    if any(choice[key] for key in choice.keys() - _CHOICE_KEYS):
+        return  # it carries something else (Azure's content_filter_results)
     ctx.warn(
         "delta-empty",
         "a delta with nothing in it, neither text nor finish_reason; OpenAI sends no such chunk",

@@ -150,6 +150,8 @@ class ChoiceState:
     text_tail: str = ""
     """The end of the text so far that could begin a stop sequence (Q76)."""
     stop_seen: bool = False
+    call_ids: set[str] = field(default_factory=set)
+    """The tool-call ids the choice used (Q65): a client continuing it matches results by them."""
 
 
 _UNSET: Any = object()
@@ -196,7 +198,6 @@ class Context:
         self.unknown_seen: set[str] = set()
         self.sticky_id = False
         self.last_event: int | None = None
-        self.tool_call_ids: set[str] = set()
 
     @staticmethod
     def unset(value: Any) -> bool:

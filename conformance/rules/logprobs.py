@@ -92,13 +92,20 @@ def logprob_sentinel(
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict):
         return
+    # The chosen tokens' and their alternatives': llama.cpp's -3.4e38 is mostly an alternative's.
     values: list[Any] = []
     legacy = logprobs.get("token_logprobs")
     if isinstance(legacy, list):
         values += legacy
+    alternatives = logprobs.get("top_logprobs")
+    if isinstance(alternatives, list):
+        values += [v for entry in alternatives if isinstance(entry, dict) for v in entry.values()]
     content = logprobs.get("content")
-    if isinstance(content, list):
-        values += [entry.get("logprob") for entry in content if isinstance(entry, dict)]
+    for entry in content if isinstance(content, list) else ():
+        if isinstance(entry, dict):
+            values.append(entry.get("logprob"))
+            top = entry.get("top_logprobs")
+            values += [t.get("logprob") for t in top if isinstance(t, dict)] if isinstance(top, list) else []
     low = next((v for v in values if isinstance(v, float) and v < _SENTINEL_BELOW), None)
     if low is not None:
         ctx.warn(

@@ -47,7 +47,7 @@ def _first_fragment(
     tool = state.tool_calls[index] = ToolCallState(first_event=event)
     tool.has_id = bool(call.get("id"))
     if tool.has_id:
-        call_id_unique(ctx, event, f"{where}/id", call["id"])
+        call_id_unique(ctx, event, f"{where}/id", call["id"], state)
     tool.has_type = call.get("type") is not None
     tool.has_name = bool(name)
     if not tool.has_id:
@@ -107,18 +107,19 @@ def _later_fragment(
         )
 
 
-def call_id_unique(ctx: Context, event: int | None, pointer: str, call_id: Any) -> None:
-    """Tool results are matched to calls by id: two calls with one id (TGI's "0", Q65) are confused."""
+def call_id_unique(ctx: Context, event: int | None, pointer: str, call_id: Any, state: ChoiceState) -> None:
+    """Tool results are matched to calls by id: two calls of one choice with one id (TGI's "0", Q65) are
+    confused by the client that continues the conversation with that choice."""
     key = str(call_id)
-    if key in ctx.tool_call_ids:
+    if key in state.call_ids:
         ctx.error(
             "tool-call-id-duplicate",
-            f"tool call id {key!r} used by an earlier call of this response; results are matched by id",
+            f"tool call id {key!r} used by an earlier call of this choice; results are matched by id",
             event=event,
             pointer=pointer,
             quirk="Q65",
         )
-    ctx.tool_call_ids.add(key)
+    state.call_ids.add(key)
 
 
 def tool_calls_finish(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:

@@ -30,6 +30,16 @@ def _arguments(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))  # some servers send the arguments as an object
 
 
+def _whole_object(parts: list[str]) -> bool:
+    """Whether argument fragments joined are a whole JSON object (parsed only when they could be)."""
+    if not parts or not parts[-1].rstrip().endswith("}"):
+        return False
+    try:
+        return isinstance(json.loads("".join(parts)), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
 def fix_tool_call(call: dict[str, Any], repairs: Repairs) -> dict[str, Any]:
     """A whole tool call with an id (TGI's "0", Q65), ``type`` and string arguments."""
     fn = as_dict(call.get("function"))
@@ -82,8 +92,9 @@ class ChoiceState:
         self.stopped = False
         self.tool_ids: dict[int, str] = {}
         self.next_tool = 0
-        # The latest call's name and its arguments so far: where a fragment without index belongs.
-        self.last_call: tuple[Any, list[str]] = (None, [])
+        # The latest call opened by a fragment without index (Q64): its id and name as the upstream sent
+        # them and its arguments so far, where the next such fragment may belong. None otherwise.
+        self.last_call: tuple[Any, Any, list[str]] | None = None
         self.had_tools = False
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
@@ -158,24 +169,28 @@ class ChoiceState:
         for call in calls:
             if not isinstance(call, dict):
                 continue
-            index = call.get("index")
+            raw_index = call.get("index")
             fn = as_dict(call.get("function"))
-            if not isinstance(index, int) or isinstance(index, bool):
+            if isinstance(raw_index, int) and not isinstance(raw_index, bool) and raw_index >= 0:
+                index, indexless = raw_index, False
+            else:
                 repairs.add("Q64")
                 index = self.next_tool if self._starts_call(call, fn) else self.next_tool - 1
+                indexless = True
             if index not in self.tool_ids:
                 first = fix_tool_call(call, repairs)
                 self.tool_ids[index] = first["id"]
                 self.next_tool = max(self.next_tool, index + 1)
-                self.last_call = (fn.get("name"), [first["function"]["arguments"]])
+                opened = (call.get("id"), fn.get("name"), [first["function"]["arguments"]])
+                self.last_call = opened if indexless else None
                 out.append({"index": index, **first})
                 continue
             if call.get("id") or call.get("type") or fn.get("name"):
                 repairs.add("Q63")  # repeated id/name: the SDK accumulator would join them
             arguments = _arguments(fn.get("arguments"))
             if arguments:
-                if index == self.next_tool - 1:
-                    self.last_call[1].append(arguments)
+                if self.last_call is not None and index == self.next_tool - 1:
+                    self.last_call[2].append(arguments)
                 out.append({"index": index, "function": {"arguments": arguments}})
         if out:
             self.had_tools = True
@@ -185,14 +200,16 @@ class ChoiceState:
         """Whether a fragment without ``index`` (Q64) opens a new call rather than going on with the last:
         a new id does, the last call's id again does not (Q63); a name does unless it is the last call's
         repeated (vLLM, Q63) while that call's arguments are not yet whole JSON."""
-        if not self.tool_ids:
-            return True
+        if self.last_call is None:  # no call yet, or the last came with an index
+            return not self.tool_ids or bool(call.get("id") or fn.get("name"))
+        last_id, last_name, parts = self.last_call
         call_id = call.get("id")
         if call_id:
-            return bool(call_id != self.tool_ids[self.next_tool - 1])
+            return bool(call_id != last_id)  # as the upstream sent it: "0" stays "0" here (Q65)
         name = fn.get("name")
         if not name:
             return False
+        return name != last_name or _whole_object(parts)
         last_name, parts = self.last_call
         if name != last_name:
             return True

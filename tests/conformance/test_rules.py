@@ -150,6 +150,8 @@ def test_empty_deltas_warn_q62() -> None:
         assert [(f.rule, f.event, f.quirk) for f in verdict.warnings if f.rule == "delta-empty"] == [
             ("delta-empty", 2, "Q62")
         ], empty
+    filtered = chat_chunk([{**delta(), "content_filter_results": {"hate": {"filtered": False}}}])
+    assert "delta-empty" not in judged(stream(FIRST, filtered, FINISH))[1]  # Azure's filter verdict
     # What is not empty: a first delta with only the role, a finish, a chunk that carries logprobs.
     role_only = chat_chunk([delta(role="assistant")])
     token = {"token": "", "logprob": -0.1, "bytes": [], "top_logprobs": []}
@@ -395,6 +397,15 @@ def test_logprob_standing_for_minus_infinity_q67() -> None:
     token = {"token": "Hi", "logprob": -3.4028234663852886e38, "bytes": [72, 105], "top_logprobs": []}
     chunk = chat_chunk([{**delta("Hi"), "logprobs": {"content": [token], "refusal": None}}])
     assert judged(stream(FIRST, chunk, FINISH)) == (set(), {"logprob-sentinel"})
+    alternative = {
+        **token,
+        "logprob": -0.1,
+        "top_logprobs": [{"token": "x", "logprob": -3.4e38, "bytes": [120]}],
+    }
+    chunk = chat_chunk([{**delta("Hi"), "logprobs": {"content": [alternative], "refusal": None}}])
+    assert judged(stream(FIRST, chunk, FINISH)) == (set(), {"logprob-sentinel"})
+    legacy_top = {**legacy, "token_logprobs": [-0.1], "top_logprobs": [{" red": -3.4e38}]}
+    assert judged(completion(legacy_top), None, headers=JSON) == (set(), {"logprob-sentinel"})
     floor = {**token, "logprob": -9999.0}  # OpenAI's own value for a very unlikely token
     chunk = chat_chunk([{**delta("Hi"), "logprobs": {"content": [floor], "refusal": None}}])
     assert judged(stream(FIRST, chunk, FINISH)) == (set(), set())
@@ -444,16 +455,18 @@ def test_two_tool_calls_with_one_id_q65() -> None:
     whole = [{k: v for k, v in c.items() if k != "index"} for c in calls]
     message = chat_body({"content": None, "tool_calls": whole}, finish="tool_calls")
     assert judged(message, None, headers=JSON)[0] == {"tool-call-id-duplicate"}
+    # One id in each of two choices: each choice is a conversation of its own.
+    per_choice = [chat_chunk([{**null_content(tool_calls=calls[:1]), "index": i}]) for i in (0, 1)]
+    ends = [chat_chunk([delta(finish="tool_calls", index=i)]) for i in (0, 1)]
+    assert judged(stream(*per_choice, *ends), chat_request(n=2)) == (set(), set())
 
 
 def test_context_overflow_worded_without_a_code_answered_500_q43() -> None:
     for message in ("the request exceeds the available context size", "Context size has been exceeded."):
         body = error_bytes(message, 500)
         assert judged(body, chat_request(), status=500, headers=JSON) == ({"error-status"}, set())
-    assert judged(error_bytes("model crashed", 500), chat_request(), status=500, headers=JSON) == (
-        set(),
-        set(),
-    )
+    for fault in ("model crashed", "CUDA graph capture is not supported with this GPU"):
+        assert judged(error_bytes(fault, 500), chat_request(), status=500, headers=JSON) == (set(), set())
     odd = json.dumps({"error": {"message": "x", "type": ["a"], "code": {"b": 1}, "param": None}}).encode()
     assert judged(odd, chat_request(), status=500, headers=JSON)[0] == {"error-body-shape"}  # no crash
 

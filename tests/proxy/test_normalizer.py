@@ -302,6 +302,24 @@ def test_tool_call_fragments_without_index_that_repeat_the_id_or_name_are_one_ca
     two_ids = [fragment('{"x":', id="c1", function={"name": "f"}), fragment("1}", id="c1")]
     two_ids += [fragment('{"x":2}', id="c2", function={"name": "f"})]
     assert _calls_out(two_ids) == [("c1", "f", '{"x":1}'), ("c2", "f", '{"x":2}')]
+    # TGI's id "0" (Q65), repeated: one call, under an id of the proxy's.
+    [(call_id, _, arguments)] = _calls_out(
+        [fragment('{"a":', id="0", function={"name": "f"}), fragment("1}", id="0")]
+    )
+    assert call_id.startswith("call_")
+    assert arguments == '{"a":1}'
+
+
+def test_odd_tool_call_fragments_do_not_fail_the_stream() -> None:
+    # A negative index counts as none; arguments nested past what the parser recurses through.
+    negative = [{"index": -5, "id": "a", "type": "function", "function": {"name": "f", "arguments": ""}}]
+    negative += [{"id": "b", "function": {"name": "g", "arguments": "{}"}}]
+    assert [name for _, name, _ in _calls_out(negative)] == ["f", "g"]
+    deep = [
+        {"function": {"name": "f", "arguments": "[" * 5000 + "}"}},
+        {"function": {"name": "f", "arguments": "}"}},
+    ]
+    assert len(_calls_out(deep)) == 1
 
 
 def test_usage_only_when_asked_in_one_empty_choices_chunk() -> None:
