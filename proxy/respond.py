@@ -115,6 +115,11 @@ async def serve_source(
         exchange.error = exc.message
         await send_json(send, exc.status, exc.body)
         return
+    except BaseException:
+        # Cancelled (the client went away) after an upstream answered its head but before the first
+        # event: that upstream request is closed now, or it would go on generating for no one.
+        await source.aclose()
+        raise
     exchange.upstream_status = source.upstream_status
     try:
         if source.body is not None:

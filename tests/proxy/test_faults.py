@@ -565,20 +565,46 @@ def test_client_disconnect_mid_stream_cancels_the_upstream() -> None:
         assert_idle(app)
 
 
-def test_client_disconnect_before_the_first_byte_cancels_the_upstream() -> None:
-    with raw_server(_silent) as (upstream, record), proxy(upstream, upstream_kind="openai") as (url, app):
+async def _head_then_silence(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    """llama-cpp-python's way: the head at once, then nothing while the prompt is processed."""
+    await read_request(reader)
+    writer.write(sse_head())
+    await writer.drain()
+    record.requests += 1
+    await wait_peer_close(reader, record)
+
+
+@pytest.mark.parametrize(
+    ("handler", "body"),
+    [
+        (_silent, CHAT),
+        (_head_then_silence, CHAT),  # the upstream's head is in, its first event is not
+        (_head_then_silence, {**CHAT, "stream": False}),
+        (_head_then_silence, {**CHAT, "n": 2}),  # fanned out: every sample's request goes
+    ],
+    ids=["no-head", "head-only", "head-only-aggregated", "head-only-fan-out"],
+)
+def test_client_disconnect_before_the_first_byte_cancels_the_upstream(
+    handler: Any, body: dict[str, Any]
+) -> None:
+    with raw_server(handler) as (upstream, record), proxy(upstream, upstream_kind="openai") as (url, app):
         sock = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
-        body = json.dumps(CHAT).encode()
+        raw = json.dumps(body).encode()
         sock.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            + f"content-length: {len(body)}\r\n\r\n".encode()
-            + body
+            + f"content-length: {len(raw)}\r\n\r\n".encode()
+            + raw
         )
-        wait_for(lambda: record.requests == 1)
+        samples = body.get("n", 1)
+        wait_for(lambda: record.requests == samples)
+        time.sleep(0.05)  # the heads reach the proxy
         left = time.monotonic()  # before the close: the proxy may cancel the upstream before close returns
         sock.close()
-        wait_for(lambda: record.peer_closed_at)
-        assert_cancelled_in_time(record.peer_closed_at[0] - left, "before the first byte")
+        wait_for(lambda: len(record.peer_closed_at) == samples)
+        for closed in record.peer_closed_at:
+            assert_cancelled_in_time(closed - left, "before the first byte")
         assert_idle(app)
 
 
