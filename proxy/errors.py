@@ -20,6 +20,7 @@ __all__ = [
     "error_from_http",
     "error_from_payload",
     "is_error_payload",
+    "redact_text",
     "scrub_message",
 ]
 
@@ -77,11 +78,28 @@ class ProxyError(Exception):
         return str(self.body["error"]["message"])
 
     def redacted(self, secret: str | None) -> ProxyError:
-        """This error with ``secret`` (the upstream key an upstream may echo) cut out of its message."""
-        if not secret or secret not in self.message:
+        """This error with ``secret`` (the upstream key an upstream may echo) cut out of every field."""
+        if not secret:
             return self
-        error = {**self.body["error"], "message": self.message.replace(secret, REDACTED)}
+        fields = self.body["error"]
+        error = {k: redact_text(v, secret) if isinstance(v, str) else v for k, v in fields.items()}
+        if error == fields:
+            return self
         return ProxyError(self.status, {"error": error}, self.quirk, self.details)
+
+
+_MIN_KEY_PART = 4  # a message bound cut the key short: a tail this long that begins the key is cut too
+
+
+def redact_text(text: str, secret: str) -> str:
+    """``text`` with ``secret`` replaced, also at its end where ``scrub_message`` cut the key short."""
+    text = text.replace(secret, REDACTED)
+    if text.endswith("..."):
+        head = text[:-3]
+        for size in range(min(len(secret) - 1, len(head)), _MIN_KEY_PART - 1, -1):
+            if head.endswith(secret[:size]):
+                return head[:-size] + REDACTED + "..."
+    return text
 
 
 def scrub_message(text: str) -> str:

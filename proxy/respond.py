@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from conformance.sse import DONE_EVENT, encode_data
 
 from . import jsoncodec
 from .emulation import Aggregator, synthesize_chunks
-from .errors import ProxyError
+from .errors import REDACTED, ProxyError
 from .normalizer import RequestInfo
 from .observability import Exchange
 from .source import Source
@@ -100,8 +100,11 @@ async def serve_source(
 ) -> None:
     """Hold the status until the first normalized output, then answer as the client asked.
 
-    ``secret`` (the upstream key) is cut out of every error message the client or the log would see.
+    ``secret`` (the upstream key) is cut out of every error the client or the log would see, and out of
+    every body sent: an upstream that repeats it in an id or a text does not pass it on.
     """
+    if secret:
+        send = _redacting(send, secret)
     try:
         try:
             async with asyncio.timeout(first_byte_timeout):
@@ -130,6 +133,20 @@ async def serve_source(
             await _aggregate(send, source, initial, request, exchange, secret)
     finally:
         await source.aclose()
+
+
+def _redacting(send: Send, secret: str) -> Send:
+    """``send`` with ``secret`` cut out of every body message: each holds whole events or a whole JSON
+    body, so a key the upstream sent in one string is in one message."""
+    key, mask = secret.encode(), REDACTED.encode()
+
+    async def redacting_send(message: Message) -> None:
+        body = message.get("body")
+        if body and key in body:
+            message = {**message, "body": body.replace(key, mask)}
+        await send(message)
+
+    return redacting_send
 
 
 async def _send_body(send: Send, body: dict[str, Any], request: RequestInfo, exchange: Exchange) -> None:

@@ -95,10 +95,21 @@ class Upstream:
     async def chat(self, request: Request) -> Response:
         seen = await self._record(request)
         body = json.loads(seen["body"])
+        key = str(seen["headers"].get("authorization")).removeprefix("Bearer ")
         if body.get("model") == "echo-key":
             # Like OpenAI's "Incorrect API key provided: sk-...": the upstream repeats the key it got.
-            message = f"key {seen['headers'].get('authorization')} is not allowed for this model"
+            message = f"key Bearer {key} is not allowed for this model"
             return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, 403)
+        if body.get("model") == "echo-key-fields":
+            # The key in other fields, and where the proxy's bound on a message's length cuts it short.
+            message = "x" * 490 + key
+            error = {"message": message, "type": "invalid_request_error", "param": key, "code": key}
+            return JSONResponse({"error": error}, 400)
+        if body.get("model") == "echo-key-text":
+            text = _event({**_chunk({"role": "assistant", "content": f"the key is {key}"}), "id": key})
+            return Response(
+                text + _event(_chunk({}, "stop")) + b"data: [DONE]\n\n", media_type="text/event-stream"
+            )
 
         async def events() -> AsyncIterator[bytes]:
             yield _event(_chunk({"role": "assistant", "content": ""}))
@@ -183,6 +194,9 @@ def test_upstream_key_is_injected_and_never_shown(
             ("POST", "/v1/chat/completions", {**CHAT, "stream": False}),
             ("POST", "/v1/chat/completions", {**CHAT, "model": "echo-key"}),
             ("POST", "/v1/chat/completions", {**CHAT, "model": "echo-key", "stream": False}),
+            ("POST", "/v1/chat/completions", {**CHAT, "model": "echo-key-fields"}),
+            ("POST", "/v1/chat/completions", {**CHAT, "model": "echo-key-text"}),
+            ("POST", "/v1/chat/completions", {**CHAT, "model": "echo-key-text", "stream": False}),
             ("GET", "/v1/models", None),
             ("POST", "/v1/embeddings", {"input": "x"}),
         ):
@@ -196,11 +210,11 @@ def test_upstream_key_is_injected_and_never_shown(
         assert "<redacted>" in error.json()["error"]["message"]
         seen_by_client.append(httpx.get(proxy + "/metrics", timeout=10).text)
     assert all(r["headers"]["authorization"] == f"Bearer {UPSTREAM_KEY}" for r in server.requests)
-    assert len(server.requests) == 7
+    assert len(server.requests) == 10
     logged = "\n".join(record.getMessage() for record in caplog.records)
-    assert logged.count('"request_id"') >= 7
+    assert logged.count('"request_id"') >= 10
     for text in [*seen_by_client, logged]:
-        assert UPSTREAM_KEY not in text
+        assert UPSTREAM_KEY[:8] not in text  # not even a part of it
         assert CLIENT_KEY not in text
 
 
