@@ -84,6 +84,9 @@ class StreamNormalizer:
                 if name.startswith("{"):  # a raw JSON line with no field name (Q50)
                     return self._raw_line(f"{name}:{value}")
         data = block.data
+        if block.event == "error":  # an error named by the event, whatever its data's shape (N2)
+            self._fail_text(data or "the upstream server sent an error event", "N2")
+            return []
         if data is None:
             if block.comments:
                 self.repairs.add("Q57")

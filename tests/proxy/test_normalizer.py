@@ -452,6 +452,21 @@ def test_an_error_payload_as_the_first_event_is_an_http_error() -> None:
     assert caught.value.status == 503
 
 
+def test_an_event_named_error_is_an_error_whatever_its_data() -> None:
+    first = b'event: error\ndata: {"message": "model overloaded", "code": 503}\n\n'
+    status, out, _ = normalize_stream(first, "chat", CHAT_REQUEST)
+    assert (status, json.loads(out)["error"]["message"]) == (503, "model overloaded")
+    text = chunk({"delta": {"role": "assistant", "content": "The answer is"}, "finish_reason": None})
+    mid = text + b"event: error\ndata: generation aborted\n\n"
+    mid += (
+        chunk({"delta": {}, "finish_reason": "stop"}) + DONE_EVENT
+    )  # the upstream went on as if nothing was
+    status, out, _ = normalize_stream(mid, "chat", CHAT_REQUEST)
+    assert status == 200
+    assert events(out)[-1]["error"]["message"] == "generation aborted"
+    assert not out.endswith(DONE_EVENT)
+
+
 @pytest.mark.parametrize(
     ("asked", "alias", "shown"),
     [
