@@ -31,6 +31,7 @@ __all__ = ["FanOutSource", "Source", "UpstreamSource", "prompt_text"]
 
 _MAX_JSON_BODY = 64 * 1024 * 1024
 _DRAIN_TIMEOUT = 0.05
+_COUNT_TIMEOUT = 2.0  # seconds for one call to the upstream's tokenizer
 
 
 def prompt_text(body: dict[str, Any]) -> str:
@@ -238,19 +239,19 @@ class UpstreamSource(Source):
                     return
 
     async def _count_usage(self, texts: list[str], fallback_completion: int) -> dict[str, Any]:
-        """Usage the upstream did not report: counted with its tokenizer when it has one."""
+        """Usage the upstream did not report: counted with its tokenizer when it has one, and answers in
+        time; else estimated (the prompt's words, ``fallback_completion``)."""
         self.repairs.add("Q28")
-        prompt = await self._adapter.count_tokens(self._upstream, self._prompt) if self._prompt else 0
-        if prompt is None and self._prompt:
+        config = self._upstream.config
+        # The client waits for these calls after its last token (or before its first, on an answer in
+        # one read): each is bounded well within the idle and first-byte timeouts.
+        bound = min(_COUNT_TIMEOUT, config.idle_timeout / 4, config.first_byte_timeout / 4)
+        upstream, adapter = self._upstream, self._adapter
+        prompt = await adapter.count_tokens(upstream, self._prompt, bound) if self._prompt else 0
+        if prompt is None:
             prompt = len(self._prompt.split())  # no tokenizer: words, the same estimate as the completion's
-        completion = 0
-        for text in texts:
-            counted = await self._adapter.count_tokens(self._upstream, text) if text else 0
-            if counted is None:
-                completion = fallback_completion
-                break
-            completion += counted
-        prompt = prompt or 0
+        counts = [await adapter.count_tokens(upstream, text, bound) if text else 0 for text in texts]
+        completion = sum(c or 0 for c in counts) if None not in counts else fallback_completion
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     async def aclose(self) -> None:

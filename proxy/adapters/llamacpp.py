@@ -103,8 +103,8 @@ class LlamaCppAdapter:
             return UpstreamCall("/completion", native_completion_body(body), translate_native_event)
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
 
-    async def count_tokens(self, upstream: Upstream, text: str) -> int | None:
-        answer = await upstream.json("POST", "/tokenize", {"content": text})
+    async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
+        answer = await upstream.json("POST", "/tokenize", {"content": text}, timeout=timeout)
         if isinstance(answer, dict) and isinstance(answer.get("tokens"), list):
             return len(answer["tokens"])
         return None

@@ -20,15 +20,16 @@ class OpenAIAdapter:
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
 
-    async def count_tokens(self, upstream: Upstream, text: str) -> int | None:
-        """Token count from the upstream's tokenizer: llama-cpp-python's or llama.cpp's endpoint."""
+    async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
+        """Token count from the upstream's tokenizer: llama-cpp-python's or llama.cpp's endpoint. One
+        that does not answer in ``timeout`` while it is probed counts as none from then on."""
         if self._tokenizer == "":
             return None
         candidates = [self._tokenizer] if self._tokenizer else ["/extras/tokenize/count", "/tokenize"]
         for path in candidates:
             assert path is not None
             body = {"input": text} if path.startswith("/extras") else {"content": text}
-            answer = await upstream.json("POST", path, body)
+            answer = await upstream.json("POST", path, body, timeout=timeout)
             count = _count(answer)
             if count is not None:
                 self._tokenizer = path

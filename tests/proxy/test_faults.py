@@ -668,3 +668,36 @@ def test_a_successful_retry_without_stream_is_served_as_a_stream() -> None:
         assert response.text.endswith("data: [DONE]\n\n")
         assert record.requests == 2
         assert_idle(app)
+
+
+async def _answers_but_its_tokenizer_hangs(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    """An upstream that sends no usage and whose tokenizer endpoints accept and never answer."""
+    while (request := await read_request(reader)) is not None:
+        if b"tokenize" in request.split(b"\r\n", 1)[0]:
+            record.requests += 1
+            await wait_peer_close(reader, record)
+            return
+        body = chunk("Hello") + chunk(" there", "stop") + b"data: [DONE]\n\n"
+        writer.write(sse_head() + http_chunk(body) + b"0\r\n\r\n")
+        await writer.drain()
+
+
+def test_a_tokenizer_that_does_not_answer_holds_up_no_answer() -> None:
+    with (
+        raw_server(_answers_but_its_tokenizer_hangs) as (upstream, record),
+        proxy(upstream, idle_timeout=0.8, upstream_kind="openai") as (url, app),
+    ):
+        asked = {**CHAT, "stream_options": {"include_usage": True}}
+        for _ in range(2):
+            started = time.monotonic()
+            response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+            took = time.monotonic() - started
+            assert response.status_code == 200
+            assert response.text.endswith("data: [DONE]\n\n")
+            usage = json.loads(response.text.split("\n\n")[-3].removeprefix("data: "))["usage"]
+            assert usage["completion_tokens"] == 2  # estimated: the tokens streamed
+            assert took < 1.0  # each tokenizer call bounded by a quarter of the idle timeout
+        assert record.requests == 2  # both tokenizer endpoints tried once, then counted as absent
+        assert_idle(app)
