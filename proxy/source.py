@@ -15,6 +15,7 @@ from conformance.sse import SSELineTooLong, SSEParser
 
 from . import jsoncodec
 from .adapters import Adapter, UpstreamCall
+from .emulation import synthesize_chunks
 from .errors import ProxyError
 from .normalizer import (
     Identity,
@@ -117,6 +118,15 @@ class UpstreamSource(Source):
     @property
     def usage(self) -> dict[str, Any] | None:
         return self.normalizer.usage if self.body is None else self.body.get("usage")
+
+    def body_chunks(self) -> list[dict[str, Any]]:
+        """The whole answer (``body``) as stream chunks, its choices indexed as its stream's would be."""
+        assert self.body is not None
+        chunks = synthesize_chunks(self.body, self._request)
+        for chunk in chunks:
+            for choice in chunk["choices"]:
+                choice["index"] += self.normalizer.index_base
+        return chunks
 
     async def start(self) -> list[dict[str, Any]]:
         stream = self._stream = await self._upstream.open(
@@ -295,13 +305,16 @@ class FanOutSource(Source):
             self.body = merge_bodies([b for b in bodies if b is not None], self._request.n)
             self._usage = self.body.get("usage")
             return []
-        if any(body is not None for body in bodies):
-            await self.aclose()
-            raise ProxyError.make("the upstream server answered some requests streamed and some not", 502)
         self._live = len(self._sources)
         self._tasks = [asyncio.create_task(self._pump(i, s)) for i, s in enumerate(self._sources)]
-        # A request whose whole stream came in its first read has its usage chunk here already.
-        return self._strip_usage([chunk for task in tasks for chunk in task.result()])
+        # A request whose whole stream came in its first read has its usage chunk here already. One
+        # answered whole (an empty stream retried without stream, Q52) goes out as chunks among them.
+        initial = [
+            chunk
+            for task, source in zip(tasks, self._sources, strict=True)
+            for chunk in (task.result() if source.body is None else source.body_chunks())
+        ]
+        return self._strip_usage(initial)
 
     async def _pump(self, position: int, source: UpstreamSource) -> None:
         while (batch := await source.next_batch()) is not None:

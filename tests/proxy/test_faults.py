@@ -608,16 +608,21 @@ def test_client_disconnect_before_the_first_byte_cancels_the_upstream(
         assert_idle(app)
 
 
-def _empty_stream_then(status: str, body: bytes) -> Any:
+def _empty_stream_then(status: str, body: bytes, streamed: int = 0) -> Any:
     """llama-cpp-python's overflow (Q52): SSE headers, then the stream ends with no byte; the
-    non-streamed retry gets ``status`` and ``body``."""
+    non-streamed retry gets ``status`` and ``body``. The first ``streamed`` streams are answered."""
+    answered = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         while (request := await read_request(reader)) is not None:
             # Only chat requests count: a usage count may also ask for the upstream's tokenizer.
             record.requests += request.startswith(b"POST /v1/chat/completions ")
             if json.loads(request.split(b"\r\n\r\n", 1)[1]).get("stream"):
-                writer.write(sse_head() + b"0\r\n\r\n")
+                events = b""
+                if len(answered) < streamed:
+                    answered.append(True)
+                    events = http_chunk(chunk("Hello", "stop") + b"data: [DONE]\n\n")
+                writer.write(sse_head() + events + b"0\r\n\r\n")
             else:
                 head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
                 head += f"content-length: {len(body)}\r\n\r\n"
@@ -667,6 +672,24 @@ def test_a_successful_retry_without_stream_is_served_as_a_stream() -> None:
         assert '"content":"Hi"' in response.text
         assert response.text.endswith("data: [DONE]\n\n")
         assert record.requests == 2
+        assert_idle(app)
+    # Fanned out, where one sample streams and the other's stream comes back empty: both are served.
+    with (
+        raw_server(_empty_stream_then("200 OK", reply, streamed=1)) as (upstream, record),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        asked = {**CHAT, "n": 2, "stream_options": {"include_usage": True}}
+        response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+        assert response.status_code == 200
+        assert judge(response, "/v1/chat/completions", asked).errors == []
+        texts: dict[int, str] = {}
+        for event in response.text.split("\n\n")[:-2]:
+            for choice in json.loads(event.removeprefix("data: "))["choices"]:
+                texts[choice["index"]] = texts.get(choice["index"], "") + (
+                    choice["delta"].get("content") or ""
+                )
+        assert sorted(texts.values()) == ["Hello", "Hi"]
+        assert record.requests == 3  # two streams, one retried without
         assert_idle(app)
 
 
