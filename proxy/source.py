@@ -176,8 +176,11 @@ class UpstreamSource(Source):
     async def _read_body(self, raw: bytes) -> None:
         try:
             obj = jsoncodec.loads(raw)
-        except ValueError:
-            raise ProxyError.make("the upstream server sent a body that is not valid JSON", 502) from None
+        except (ValueError, RecursionError):
+            try:  # invalid UTF-8 in a string becomes U+FFFD, as in a stream
+                obj = jsoncodec.loads(raw.decode("utf-8", "replace"))
+            except (ValueError, RecursionError):
+                raise ProxyError.make("the upstream server sent a body that is not valid JSON", 502) from None
         if self._call.translate is not None:
             obj = self._call.translate(obj)
         body = normalize_body(obj, self._request, repairs=self.repairs, identity=self.identity)

@@ -493,6 +493,22 @@ def test_utf8_split_across_reads_and_invalid_bytes() -> None:
         assert_idle(app)
 
 
+def test_invalid_utf8_in_a_json_body_is_replaced_as_in_a_stream() -> None:
+    body = (
+        b'{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+        b'"message":{"role":"assistant","content":"bad \xff\xfe end"},"finish_reason":"stop"}]}'
+    )
+    with (
+        raw_server(_page("200 OK", "application/json", body)) as (upstream, _),
+        proxy(upstream) as (url, app),
+    ):
+        for stream in (False, True):
+            response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
+            assert response.status_code == 200
+            assert "bad \ufffd\ufffd end" in response.text
+        assert_idle(app)
+
+
 async def _huge_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
     await read_request(reader)
     writer.write(sse_head() + http_chunk(chunk("Hello")))
