@@ -45,7 +45,9 @@ class ServedNames:
         self._reading: asyncio.Task[list[Any] | None] | None = None
 
     async def listing(self, timeout: float = 10.0) -> list[Any] | None:  # noqa: ASYNC109
-        """The upstream's ``/v1/models`` entries now (None when it lists none), learned from."""
+        """The upstream's ``/v1/models`` entries now (None when it lists none), learned from; asked for
+        at most ``timeout`` seconds, or the first-byte timeout when it is shorter."""
+        timeout = min(timeout, self._upstream.config.first_byte_timeout)
         answer = await self._upstream.json("GET", "/v1/models", timeout=timeout)
         entries = answer.get("data") if isinstance(answer, dict) else None
         if not isinstance(entries, list):

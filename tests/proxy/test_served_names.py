@@ -8,11 +8,14 @@ from typing import Any
 import pytest
 
 from proxy import served_names
+from proxy.config import ProxyConfig
 from proxy.served_names import ServedNames
 
 
 class _Listing:
     """Stands in for ``Upstream.json``: the upstream's /v1/models, or None while it is down."""
+
+    config = ProxyConfig(upstream="http://127.0.0.1:1")
 
     def __init__(self, models: list[str]) -> None:
         self.models = models
