@@ -15,6 +15,7 @@ from typing import Any
 from conformance.openai_errors import CONTEXT_OVERFLOW, UNSUPPORTED_PARAMETER, error_body
 
 __all__ = [
+    "MIN_SECRET_IN_BODY",
     "REDACTED",
     "ProxyError",
     "error_from_http",
@@ -34,6 +35,9 @@ _MAX_MESSAGE = 500
 _STATUS_MAP = {422: 400, 424: 502, 402: 429}
 REDACTED = "<redacted>"
 """What stands in for the upstream key wherever an upstream repeats it."""
+MIN_SECRET_IN_BODY = 8
+"""A shorter upstream key is not looked for in bodies: "EMPTY", vLLM's usual placeholder, or "none" would
+take words out of answers and could break their JSON or SSE framing."""
 _TIMEOUT_CODE = "upstream_timeout"
 
 
@@ -93,8 +97,9 @@ _MIN_KEY_PART = 4  # a message bound cut the key short: a tail this long that be
 
 def redact_text(text: str, secret: str) -> str:
     """``text`` with ``secret`` replaced, also at its end where ``scrub_message`` cut the key short."""
+    cut_short = len(text) == _MAX_MESSAGE + 3 and text.endswith("...")
     text = text.replace(secret, REDACTED)
-    if text.endswith("..."):
+    if cut_short:
         head = text[:-3]
         for size in range(min(len(secret) - 1, len(head)), _MIN_KEY_PART - 1, -1):
             if head.endswith(secret[:size]):

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from starlette.types import Send
 
 from . import jsoncodec
-from .errors import REDACTED, ProxyError, error_from_http
+from .errors import MIN_SECRET_IN_BODY, REDACTED, ProxyError, error_from_http
 from .observability import Exchange
 from .respond import send_json
 from .upstream import MAX_ERROR_BODY, UpstreamStream
@@ -41,7 +41,7 @@ class Redactor:
     def feed(self, data: bytes) -> bytes:
         """What of ``data`` (after the held bytes) can be sent now, the secret replaced."""
         secret = self._secret
-        if not secret:
+        if len(secret) < MIN_SECRET_IN_BODY:
             return data
         data = (self._held + data).replace(secret, REDACTED.encode())
         start = data.find(secret[:1], max(len(data) - len(secret) + 1, 0))

@@ -18,7 +18,7 @@ from conformance.sse import DONE_EVENT, encode_data
 
 from . import jsoncodec
 from .emulation import Aggregator, synthesize_chunks
-from .errors import REDACTED, ProxyError
+from .errors import MIN_SECRET_IN_BODY, REDACTED, ProxyError
 from .normalizer import RequestInfo
 from .observability import Exchange
 from .source import Source
@@ -103,7 +103,7 @@ async def serve_source(
     ``secret`` (the upstream key) is cut out of every error the client or the log would see, and out of
     every body sent: an upstream that repeats it in an id or a text does not pass it on.
     """
-    if secret:
+    if secret and len(secret) >= MIN_SECRET_IN_BODY:
         send = _redacting(send, secret)
     try:
         try:

@@ -65,8 +65,13 @@ class ServedNames:
         mapping = {
             name: next(iter(paths)) for name, paths in shown.items() if len(paths) == 1 and name not in served
         }
-        if self._alias and self._alias not in served and len(served) == 1:
-            mapping[self._alias] = names[0]  # the alias stands for the one model there is
+        alias = self._alias
+        if alias and alias not in served:
+            before = self._names.get(alias)
+            if len(served) == 1:
+                mapping[alias] = names[0]  # the alias stands for the one model there is
+            elif before in served:
+                mapping[alias] = before  # a model added beside it (ollama pull) changes nothing
         self._names = mapping
         return entries
 

@@ -32,7 +32,7 @@ __all__ = ["FanOutSource", "Source", "UpstreamSource", "prompt_text"]
 
 _MAX_JSON_BODY = 64 * 1024 * 1024
 _DRAIN_TIMEOUT = 0.05
-_COUNT_TIMEOUT = 2.0  # seconds for one call to the upstream's tokenizer
+_COUNT_TIMEOUT = 2.0  # seconds for the calls to the upstream's tokenizer of one answer
 
 
 def prompt_text(body: dict[str, Any]) -> str:
@@ -257,14 +257,24 @@ class UpstreamSource(Source):
         self.repairs.add("Q28")
         config = self._upstream.config
         # The client waits for these calls after its last token (or before its first, on an answer in
-        # one read): each is bounded well within the idle and first-byte timeouts.
-        bound = min(_COUNT_TIMEOUT, config.idle_timeout / 4, config.first_byte_timeout / 4)
-        upstream, adapter = self._upstream, self._adapter
-        prompt = await adapter.count_tokens(upstream, self._prompt, bound) if self._prompt else 0
+        # one read): together they take a quarter of the idle and first-byte timeouts at most.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(_COUNT_TIMEOUT, config.idle_timeout / 4, config.first_byte_timeout / 4)
+
+        async def count(text: str) -> int | None:
+            left = deadline - loop.time()
+            return await self._adapter.count_tokens(self._upstream, text, left) if left > 0 else None
+
+        prompt = await count(self._prompt) if self._prompt else 0
         if prompt is None:
             prompt = len(self._prompt.split())  # no tokenizer: words, the same estimate as the completion's
-        counts = [await adapter.count_tokens(upstream, text, bound) if text else 0 for text in texts]
-        completion = sum(c or 0 for c in counts) if None not in counts else fallback_completion
+        completion = 0
+        for text in texts:
+            counted = await count(text) if text else 0
+            if counted is None:
+                completion = fallback_completion
+                break
+            completion += counted
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     async def aclose(self) -> None:

@@ -21,11 +21,13 @@ class OpenAIAdapter:
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
-        """Token count from the upstream's tokenizer: llama-cpp-python's or llama.cpp's endpoint. One
-        that does not answer in ``timeout`` while it is probed counts as none from then on."""
+        """Token count from the upstream's tokenizer: llama-cpp-python's or llama.cpp's endpoint. When
+        neither answers in ``timeout`` while they are probed, the upstream counts as having none from
+        then on; a found tokenizer that is slow once is asked again next time."""
         if self._tokenizer == "":
             return None
-        candidates = [self._tokenizer] if self._tokenizer else ["/extras/tokenize/count", "/tokenize"]
+        probing = self._tokenizer is None
+        candidates = ["/extras/tokenize/count", "/tokenize"] if probing else [self._tokenizer]
         for path in candidates:
             assert path is not None
             body = {"input": text} if path.startswith("/extras") else {"content": text}
@@ -34,7 +36,8 @@ class OpenAIAdapter:
             if count is not None:
                 self._tokenizer = path
                 return count
-        self._tokenizer = ""
+        if probing:
+            self._tokenizer = ""
         return None
 
 

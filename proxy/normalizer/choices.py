@@ -92,9 +92,9 @@ class ChoiceState:
         self.stopped = False
         self.tool_ids: dict[int, str] = {}
         self.next_tool = 0
-        # The latest call opened by a fragment without index (Q64): its id and name as the upstream sent
-        # them and its arguments so far, where the next such fragment may belong. None otherwise.
-        self.last_call: tuple[Any, Any, list[str]] | None = None
+        # The latest call: its id and name as the upstream sent them and its arguments so far, which
+        # tell where a fragment without index belongs (Q64). Earlier calls' arguments are not kept.
+        self.last_call: tuple[Any, Any, list[str]] = (None, None, [])
         self.had_tools = False
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
@@ -172,24 +172,22 @@ class ChoiceState:
             raw_index = call.get("index")
             fn = as_dict(call.get("function"))
             if isinstance(raw_index, int) and not isinstance(raw_index, bool) and raw_index >= 0:
-                index, indexless = raw_index, False
+                index = raw_index
             else:
                 repairs.add("Q64")
                 index = self.next_tool if self._starts_call(call, fn) else self.next_tool - 1
-                indexless = True
             if index not in self.tool_ids:
                 first = fix_tool_call(call, repairs)
                 self.tool_ids[index] = first["id"]
                 self.next_tool = max(self.next_tool, index + 1)
-                opened = (call.get("id"), fn.get("name"), [first["function"]["arguments"]])
-                self.last_call = opened if indexless else None
+                self.last_call = (call.get("id"), fn.get("name"), [first["function"]["arguments"]])
                 out.append({"index": index, **first})
                 continue
             if call.get("id") or call.get("type") or fn.get("name"):
                 repairs.add("Q63")  # repeated id/name: the SDK accumulator would join them
             arguments = _arguments(fn.get("arguments"))
             if arguments:
-                if self.last_call is not None and index == self.next_tool - 1:
+                if index == self.next_tool - 1:
                     self.last_call[2].append(arguments)
                 out.append({"index": index, "function": {"arguments": arguments}})
         if out:
@@ -198,18 +196,17 @@ class ChoiceState:
 
     def _starts_call(self, call: dict[str, Any], fn: dict[str, Any]) -> bool:
         """Whether a fragment without ``index`` (Q64) opens a new call rather than going on with the last:
-        a new id does, the last call's id again does not (Q63); a name does unless it is the last call's
-        repeated (vLLM, Q63) while that call's arguments are not yet whole JSON."""
-        if self.last_call is None:  # no call yet, or the last came with an index
-            return not self.tool_ids or bool(call.get("id") or fn.get("name"))
+        another id does (compared as the upstream sent it: TGI's "0" stays "0", Q65), and so does a name
+        unless it is the last call's repeated (vLLM, Q63) while that call's arguments are not yet whole
+        JSON; a fragment with neither goes on with the last call."""
+        if not self.tool_ids:
+            return True
         last_id, last_name, parts = self.last_call
         call_id = call.get("id")
-        if call_id:
-            return bool(call_id != last_id)  # as the upstream sent it: "0" stays "0" here (Q65)
+        if call_id and call_id != last_id:
+            return True
         name = fn.get("name")
-        if not name:
-            return False
-        return name != last_name or _whole_object(parts)
+        return bool(name) and (name != last_name or _whole_object(parts))
         last_name, parts = self.last_call
         if name != last_name:
             return True

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from proxy.adapters import OpenAIAdapter
 from proxy.transport import UpstreamTransport
 from tests.support.servers import free_port, wait_for
 
@@ -740,3 +741,30 @@ def test_a_tokenizer_that_does_not_answer_holds_up_no_answer() -> None:
             assert took < 1.0  # each tokenizer call bounded by a quarter of the idle timeout
         assert record.requests == 2  # both tokenizer endpoints tried once, then counted as absent
         assert_idle(app)
+
+
+def test_a_found_tokenizer_slow_once_is_asked_again_next_time() -> None:
+    class Tokenizer:
+        """``Upstream.json`` of an upstream with llama-cpp-python's tokenizer, too slow on one call."""
+
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+            self.slow = False
+
+        async def json(self, method: str, path: str, body: Any, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
+            self.calls.append(path)
+            if path != "/extras/tokenize/count" or self.slow:
+                return None  # what json() answers on a 404 or a timeout
+            return {"count": 7}
+
+    async def scenario() -> list[int | None]:
+        adapter, upstream = OpenAIAdapter(), Tokenizer()
+        counts = [await adapter.count_tokens(upstream, "some text", 1.0)]  # type: ignore[arg-type]
+        upstream.slow = True
+        counts.append(await adapter.count_tokens(upstream, "some text", 1.0))  # type: ignore[arg-type]
+        upstream.slow = False
+        counts.append(await adapter.count_tokens(upstream, "some text", 1.0))  # type: ignore[arg-type]
+        assert upstream.calls == ["/extras/tokenize/count"] * 3  # probed once, then asked directly
+        return counts
+
+    assert asyncio.run(scenario()) == [7, None, 7]

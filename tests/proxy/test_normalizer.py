@@ -302,6 +302,16 @@ def test_tool_call_fragments_without_index_that_repeat_the_id_or_name_are_one_ca
     two_ids = [fragment('{"x":', id="c1", function={"name": "f"}), fragment("1}", id="c1")]
     two_ids += [fragment('{"x":2}', id="c2", function={"name": "f"})]
     assert _calls_out(two_ids) == [("c1", "f", '{"x":1}'), ("c2", "f", '{"x":2}')]
+    # Two calls both with TGI's id "0", told apart by their names; a first fragment with an index and
+    # the next without one, repeating the name: one call.
+    zeros = [
+        fragment('{"a":1}', id="0", function={"name": "f"}),
+        fragment('{"b":2}', id="0", function={"name": "g"}),
+    ]
+    assert [(n, a) for _, n, a in _calls_out(zeros)] == [("f", '{"a":1}'), ("g", '{"b":2}')]
+    mixed = [fragment('{"a":', index=0, id="c1", type="function", function={"name": "f"})]
+    mixed += [fragment("1}", function={"name": "f"})]
+    assert _calls_out(mixed) == [("c1", "f", '{"a":1}')]
     # TGI's id "0" (Q65), repeated: one call, under an id of the proxy's.
     [(call_id, _, arguments)] = _calls_out(
         [fragment('{"a":', id="0", function={"name": "f"}), fragment("1}", id="0")]

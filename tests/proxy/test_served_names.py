@@ -56,6 +56,12 @@ def test_a_model_swapped_behind_the_alias_is_found_without_holding_up_a_request(
         assert upstream.reads == 2
         assert await names.upstream_name("gpt-4o") == "model-b"
         assert await names.upstream_name("other") == "other"  # other names are not read for
+        upstream.models = ["model-b", "model-c"]  # a second model pulled beside it
+        _later(monkeypatch, 122)
+        await names.upstream_name("gpt-4o")
+        await _settle()
+        assert upstream.reads == 3
+        assert await names.upstream_name("gpt-4o") == "model-b"  # still the model it stood for
 
     asyncio.run(scenario())
 

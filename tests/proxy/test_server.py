@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.errors import redact_text, scrub_message
 from tests.support.servers import run_asgi
 
 from .conftest import judge, metric, run_proxy
@@ -216,6 +217,24 @@ def test_upstream_key_is_injected_and_never_shown(
     for text in [*seen_by_client, logged]:
         assert UPSTREAM_KEY[:8] not in text  # not even a part of it
         assert CLIENT_KEY not in text
+
+
+def test_a_placeholder_upstream_key_is_not_cut_out_of_answers(upstream: tuple[str, Upstream]) -> None:
+    # vLLM's usual "EMPTY": a key this short is no secret, and cutting it would change the model's text.
+    url, _ = upstream
+    with run_proxy(url, upstream_api_key="EMPTY", upstream_kind="openai") as proxy:
+        response = httpx.post(
+            proxy + "/v1/chat/completions", json={**CHAT, "model": "echo-key-text"}, timeout=10
+        )
+        assert "the key is EMPTY" in response.text
+
+
+def test_a_message_is_cut_where_the_key_begins_only_when_it_was_cut_short() -> None:
+    key = "sk-upstream-secret-2"
+    cut = scrub_message("x" * 490 + key)
+    assert cut.endswith("sk-upstrea...")
+    assert redact_text(cut, key) == "x" * 490 + "<redacted>..."
+    assert redact_text("still loading the model...", "model-7f3a9c") == "still loading the model..."
 
 
 def test_max_body_is_413(upstream: tuple[str, Upstream]) -> None:
