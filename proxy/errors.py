@@ -36,8 +36,8 @@ _STATUS_MAP = {422: 400, 424: 502, 402: 429}
 REDACTED = "<redacted>"
 """What stands in for the upstream key wherever an upstream repeats it."""
 MIN_SECRET_IN_BODY = 8
-"""A shorter upstream key is not looked for in bodies: "EMPTY", vLLM's usual placeholder, or "none" would
-take words out of answers and could break their JSON or SSE framing."""
+"""A shorter upstream key is a placeholder, not looked for in bodies or errors: "EMPTY", vLLM's usual one,
+or "none" would take words out of answers and messages and could break their JSON or SSE framing."""
 _TIMEOUT_CODE = "upstream_timeout"
 
 
@@ -83,8 +83,8 @@ class ProxyError(Exception):
 
     def redacted(self, secret: str | None) -> ProxyError:
         """This error with ``secret`` (the upstream key an upstream may echo) cut out of every field."""
-        if not secret:
-            return self
+        if not secret or len(secret) < MIN_SECRET_IN_BODY:
+            return self  # a placeholder, no secret: cutting it would garble the message
         fields = self.body["error"]
         error = {k: redact_text(v, secret) if isinstance(v, str) else v for k, v in fields.items()}
         if error == fields:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ..normalizer.request import Endpoint
@@ -11,32 +12,43 @@ from .base import OPENAI_PATHS, UpstreamCall
 __all__ = ["OpenAIAdapter"]
 
 
+_TOKENIZERS = ("/extras/tokenize/count", "/tokenize")  # llama-cpp-python's, llama.cpp's
+
+
 class OpenAIAdapter:
     name = "openai"
 
     def __init__(self) -> None:
         self._tokenizer: str | None = None  # the tokenize endpoint found, "" when there is none
+        self._unanswered: set[str] = set()  # endpoints that gave no count while probed
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
-        """Token count from the upstream's tokenizer: llama-cpp-python's or llama.cpp's endpoint. When
-        neither answers in ``timeout`` while they are probed, the upstream counts as having none from
-        then on; a found tokenizer that is slow once is asked again next time."""
+        """Token count from the upstream's tokenizer: llama-cpp-python's or llama.cpp's endpoint, asked
+        for ``timeout`` seconds in all. Probed once each: when neither gives a count, the upstream
+        counts as having none from then on; a found tokenizer that is slow once is asked again."""
         if self._tokenizer == "":
             return None
-        probing = self._tokenizer is None
-        candidates = ["/extras/tokenize/count", "/tokenize"] if probing else [self._tokenizer]
+        if self._tokenizer is None:
+            candidates = [path for path in _TOKENIZERS if path not in self._unanswered]
+        else:
+            candidates = [self._tokenizer]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         for path in candidates:
-            assert path is not None
+            left = deadline - loop.time()
+            if left <= 0:
+                return None  # the probe goes on with the next endpoint next time
             body = {"input": text} if path.startswith("/extras") else {"content": text}
-            answer = await upstream.json("POST", path, body, timeout=timeout)
-            count = _count(answer)
+            count = _count(await upstream.json("POST", path, body, timeout=left))
             if count is not None:
                 self._tokenizer = path
                 return count
-        if probing:
+            if self._tokenizer is None:  # (a probe beside this one may have found it meanwhile)
+                self._unanswered.add(path)
+        if self._tokenizer is None and self._unanswered.issuperset(_TOKENIZERS):
             self._tokenizer = ""
         return None
 

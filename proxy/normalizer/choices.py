@@ -92,9 +92,9 @@ class ChoiceState:
         self.stopped = False
         self.tool_ids: dict[int, str] = {}
         self.next_tool = 0
-        # The latest call: its id and name as the upstream sent them and its arguments so far, which
-        # tell where a fragment without index belongs (Q64). Earlier calls' arguments are not kept.
-        self.last_call: tuple[Any, Any, list[str]] = (None, None, [])
+        # The latest call opened: its index, its id and name as the upstream sent them and its arguments
+        # so far, which tell where a fragment without index belongs (Q64). Earlier calls' are not kept.
+        self.last_call: tuple[int, Any, Any, list[str]] = (0, None, None, [])
         self.had_tools = False
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
@@ -175,20 +175,20 @@ class ChoiceState:
                 index = raw_index
             else:
                 repairs.add("Q64")
-                index = self.next_tool if self._starts_call(call, fn) else self.next_tool - 1
+                index = self.next_tool if self._starts_call(call, fn) else self.last_call[0]
             if index not in self.tool_ids:
                 first = fix_tool_call(call, repairs)
                 self.tool_ids[index] = first["id"]
                 self.next_tool = max(self.next_tool, index + 1)
-                self.last_call = (call.get("id"), fn.get("name"), [first["function"]["arguments"]])
+                self.last_call = (index, call.get("id"), fn.get("name"), [first["function"]["arguments"]])
                 out.append({"index": index, **first})
                 continue
             if call.get("id") or call.get("type") or fn.get("name"):
                 repairs.add("Q63")  # repeated id/name: the SDK accumulator would join them
             arguments = _arguments(fn.get("arguments"))
             if arguments:
-                if index == self.next_tool - 1:
-                    self.last_call[2].append(arguments)
+                if index == self.last_call[0]:
+                    self.last_call[3].append(arguments)
                 out.append({"index": index, "function": {"arguments": arguments}})
         if out:
             self.had_tools = True
@@ -201,16 +201,9 @@ class ChoiceState:
         JSON; a fragment with neither goes on with the last call."""
         if not self.tool_ids:
             return True
-        last_id, last_name, parts = self.last_call
+        _, last_id, last_name, parts = self.last_call
         call_id = call.get("id")
         if call_id and call_id != last_id:
             return True
         name = fn.get("name")
         return bool(name) and (name != last_name or _whole_object(parts))
-        last_name, parts = self.last_call
-        if name != last_name:
-            return True
-        try:
-            return isinstance(json.loads("".join(parts)), dict)
-        except ValueError:
-            return False

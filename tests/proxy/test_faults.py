@@ -768,3 +768,26 @@ def test_a_found_tokenizer_slow_once_is_asked_again_next_time() -> None:
         return counts
 
     assert asyncio.run(scenario()) == [7, None, 7]
+
+
+def test_a_probe_that_fails_beside_one_that_found_the_tokenizer_does_not_turn_it_off() -> None:
+    class Tokenizer:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def json(self, method: str, path: str, body: Any, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
+            self.calls += 1
+            first = self.calls == 1
+            await asyncio.sleep(0.01 if first else 0.02)
+            return {"count": 3} if first and path == "/extras/tokenize/count" else None
+
+    async def scenario() -> list[int | None]:
+        adapter, upstream = OpenAIAdapter(), Tokenizer()
+        pair = await asyncio.gather(
+            adapter.count_tokens(upstream, "a", 1.0),  # type: ignore[arg-type]
+            adapter.count_tokens(upstream, "b", 1.0),  # type: ignore[arg-type]
+        )
+        upstream.calls = 0  # the next call is a first again: it answers
+        return [*pair, await adapter.count_tokens(upstream, "c", 1.0)]  # type: ignore[arg-type]
+
+    assert asyncio.run(scenario()) == [3, None, 3]

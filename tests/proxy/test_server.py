@@ -227,6 +227,8 @@ def test_a_placeholder_upstream_key_is_not_cut_out_of_answers(upstream: tuple[st
             proxy + "/v1/chat/completions", json={**CHAT, "model": "echo-key-text"}, timeout=10
         )
         assert "the key is EMPTY" in response.text
+        error = httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "model": "echo-key"}, timeout=10)
+        assert error.json()["error"]["message"] == "key Bearer EMPTY is not allowed for this model"
 
 
 def test_a_message_is_cut_where_the_key_begins_only_when_it_was_cut_short() -> None:
