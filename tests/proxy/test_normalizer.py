@@ -573,6 +573,26 @@ def test_logprobs_that_are_not_finite_become_the_floor(endpoint: Endpoint) -> No
     assert judged(status, out, endpoint, body).errors == []
 
 
+def _asking_logprobs(endpoint: Endpoint, *, stop: str | list[str], stream: bool) -> dict[str, Any]:
+    """A request for logprobs with stop sequences, in the endpoint's own terms."""
+    body: dict[str, Any] = (
+        {**CHAT_REQUEST, "logprobs": True}
+        if endpoint == "chat"
+        else {"model": "m", "prompt": "x", "logprobs": 0}
+    )
+    return {**body, "stop": stop, "stream": stream}
+
+
+def _sent_and_logged(out: bytes, endpoint: Endpoint) -> tuple[str, list[str]]:
+    """The text a normalized stream sent, and the tokens its logprobs name, in order."""
+    choices = [c["choices"][0] for c in events(out) if c["choices"]]
+    if endpoint == "chat":
+        sent = "".join(c["delta"].get("content") or "" for c in choices)
+        return sent, [e["token"] for c in choices if c["logprobs"] for e in c["logprobs"]["content"]]
+    sent = "".join(c["text"] for c in choices)
+    return sent, [t for c in choices if c["logprobs"] for t in c["logprobs"]["tokens"]]
+
+
 def _with_logprobs(endpoint: Endpoint, tokens: list[str], finish: str = "stop") -> bytes:
     """An upstream stream of one token per chunk, each with its chat-style logprobs (as llama.cpp)."""
     out = b""
@@ -597,20 +617,9 @@ def _with_logprobs(endpoint: Endpoint, tokens: list[str], finish: str = "stop") 
 def test_logprobs_follow_the_text_the_proxy_cuts_at_a_stop_sequence(
     endpoint: Endpoint, tokens: list[str], text: str
 ) -> None:
-    body: dict[str, Any] = {"stop": [" fr"], "stream": True}
-    body |= (
-        {**CHAT_REQUEST, "logprobs": True}
-        if endpoint == "chat"
-        else {"model": "m", "prompt": "x", "logprobs": 0}
-    )
+    body = _asking_logprobs(endpoint, stop=[" fr"], stream=True)
     status, out, _ = normalize_stream(_with_logprobs(endpoint, tokens) + b"data: [DONE]\n\n", endpoint, body)
-    choices = [c["choices"][0] for c in events(out) if c["choices"]]
-    if endpoint == "chat":
-        sent = "".join(c["delta"].get("content") or "" for c in choices)
-        logged = [e["token"] for c in choices if c["logprobs"] for e in c["logprobs"]["content"]]
-    else:
-        sent = "".join(c["text"] for c in choices)
-        logged = [t for c in choices if c["logprobs"] for t in c["logprobs"]["tokens"]]
+    sent, logged = _sent_and_logged(out, endpoint)
     assert sent == text
     # Every token whose text was sent, none past the stop: the tokens cover the text, a cut one included.
     kept = []
@@ -631,21 +640,9 @@ def test_a_chunk_of_several_tokens_loses_the_logprobs_past_a_stop_sequence_in_it
     end = {"delta": {}} if endpoint == "chat" else {"text": ""}
     raw = make({**part, "logprobs": {"content": entries, "refusal": None}})
     raw += make({**end, "finish_reason": "stop"}) + DONE_EVENT
-    body: dict[str, Any] = {"stop": ["ST"], "stream": True}
-    body |= (
-        {**CHAT_REQUEST, "logprobs": True}
-        if endpoint == "chat"
-        else {"model": "m", "prompt": "x", "logprobs": 0}
-    )
+    body = _asking_logprobs(endpoint, stop=["ST"], stream=True)
     status, out, _ = normalize_stream(raw, endpoint, body)
-    choices = [c["choices"][0] for c in events(out) if c["choices"]]
-    if endpoint == "chat":
-        assert "".join(c["delta"].get("content") or "" for c in choices) == "c"
-        logged = [e["token"] for c in choices if c["logprobs"] for e in c["logprobs"]["content"]]
-    else:
-        assert "".join(c["text"] for c in choices) == "c"
-        logged = [t for c in choices if c["logprobs"] for t in c["logprobs"]["tokens"]]
-    assert logged == ["c"]
+    assert _sent_and_logged(out, endpoint) == ("c", ["c"])
     assert judged(status, out, endpoint, body).errors == []
 
 
@@ -657,12 +654,7 @@ def test_logprobs_of_a_body_are_cut_with_its_text_at_a_stop_sequence(endpoint: E
     choice: dict[str, Any] = {"index": 0, "finish_reason": "stop", "logprobs": {"content": content}}
     choice |= {"message": {"role": "assistant", "content": text}} if endpoint == "chat" else {"text": text}
     reply = {"id": "x", "object": "x", "created": 1, "model": "m", "choices": [choice]}
-    body: dict[str, Any] = {"stop": " fr", "stream": False}
-    body |= (
-        {**CHAT_REQUEST, "logprobs": True}
-        if endpoint == "chat"
-        else {"model": "m", "prompt": "x", "logprobs": 0}
-    )
+    body = _asking_logprobs(endpoint, stop=" fr", stream=False)
     normalized = normalize_body(reply, RequestInfo.from_body(endpoint, body), repairs=Repairs())
     logprobs = normalized["choices"][0]["logprobs"]
     logged = [e["token"] for e in logprobs["content"]] if endpoint == "chat" else logprobs["tokens"]
@@ -688,18 +680,9 @@ def test_logprobs_whose_tokens_do_not_spell_the_text_are_not_lost_to_a_stop_sequ
     raw += (chunk if endpoint == "chat" else text_chunk)(
         {**end, "finish_reason": "stop"}
     ) + b"data: [DONE]\n\n"
-    body: dict[str, Any] = {"stop": ["XYZ"], "stream": True}
-    body |= (
-        {**CHAT_REQUEST, "logprobs": True}
-        if endpoint == "chat"
-        else {"model": "m", "prompt": "x", "logprobs": 0}
-    )
+    body = _asking_logprobs(endpoint, stop=["XYZ"], stream=True)
     status, out, _ = normalize_stream(raw, endpoint, body)
-    choices = [c["choices"][0] for c in events(out) if c["choices"]]
-    if endpoint == "chat":
-        logged = [e["token"] for c in choices if c["logprobs"] for e in c["logprobs"]["content"]]
-    else:
-        logged = [t for c in choices if c["logprobs"] for t in c["logprobs"]["tokens"]]
+    _, logged = _sent_and_logged(out, endpoint)
     assert logged == [token for _, token in pieces]  # no stop was hit: every token, in order
     assert judged(status, out, endpoint, body).errors == []
 
