@@ -18,7 +18,7 @@ from .logprobs import chat_logprobs, legacy_logprobs, logprobs_up_to
 from .repairs import Repairs
 from .request import RequestInfo
 from .stream import failure_for_reason
-from .usage import clean_usage, is_zero_usage, sum_usage
+from .usage import counted_usage, sum_usage
 
 __all__ = ["merge_bodies", "normalize_body"]
 
@@ -45,10 +45,7 @@ def normalize_body(
     if not isinstance(raw_choices, list):
         raise ProxyError.make("the upstream server sent a response without choices", 502)
     identity.stamp(obj, repairs)
-    usage = clean_usage(obj.get("usage"))
-    if usage is not None and is_zero_usage(usage):
-        repairs.add("Q29")  # zeros count nothing (no prompt is zero tokens): counted as if absent
-        usage = None
+    usage = counted_usage(obj.get("usage"), repairs)
     single = len(raw_choices) == 1
     choices: list[dict[str, Any]] = []
     for position, raw in enumerate(raw_choices):

@@ -22,7 +22,7 @@ from .identity import Identity
 from .logprobs import chat_logprobs, legacy_logprobs
 from .repairs import Repairs
 from .request import RequestInfo
-from .usage import clean_usage, is_zero_usage
+from .usage import counted_usage
 
 __all__ = ["StreamNormalizer"]
 
@@ -342,17 +342,11 @@ class StreamNormalizer:
     # -- usage and output ----------------------------------------------------------------------
 
     def _take_usage(self, raw: Any, on_content: bool) -> None:
-        usage = clean_usage(raw)
+        usage = counted_usage(raw, self.repairs)
         if not self.request.include_usage or on_content:
             self.repairs.add("Q26")  # usage nobody asked for, or on a content chunk: stripped
-        if usage is None:
-            return
-        if is_zero_usage(usage):
-            # LocalAI's zeros on every chunk (Q29) count nothing: no prompt is zero tokens. The usage
-            # is then counted as for an upstream that sends none (Q28).
-            self.repairs.add("Q29")
-            return
-        self.usage = usage
+        if usage is not None:
+            self.usage = usage
 
     def _estimated_usage(self) -> dict[str, Any]:
         completion = self.completion_tokens()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["clean_usage", "is_zero_usage", "sum_usage"]
+from .repairs import Repairs
+
+__all__ = ["clean_usage", "counted_usage", "sum_usage"]
 
 _COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 _DETAILS = ("prompt_tokens_details", "completion_tokens_details")
@@ -49,8 +51,14 @@ def clean_usage(raw: Any) -> dict[str, Any] | None:
     return usage
 
 
-def is_zero_usage(usage: dict[str, Any]) -> bool:
-    return all(usage.get(k) == 0 for k in _COUNTS)
+def counted_usage(raw: Any, repairs: Repairs) -> dict[str, Any] | None:
+    """``clean_usage``, with all zeros taken for no usage: LocalAI sends them on every chunk (Q29), and
+    no prompt is zero tokens. The usage is then counted as for an upstream that sends none (Q28)."""
+    usage = clean_usage(raw)
+    if usage is not None and all(usage.get(k) == 0 for k in _COUNTS):
+        repairs.add("Q29")
+        return None
+    return usage
 
 
 def sum_usage(usages: Iterable[dict[str, Any] | None], samples_per_prompt: int = 1) -> dict[str, Any] | None:
