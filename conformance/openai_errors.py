@@ -6,7 +6,18 @@ import json
 import re
 from typing import Any
 
-__all__ = ["CONTEXT_OVERFLOW", "UNSUPPORTED_PARAMETER", "error_body", "error_bytes", "error_type_for_status"]
+__all__ = [
+    "CONTEXT_OVERFLOW",
+    "STATUS_INSTEAD",
+    "UNSUPPORTED_PARAMETER",
+    "error_body",
+    "error_bytes",
+    "error_type_for_status",
+]
+
+STATUS_INSTEAD = {402: 429, 422: 400, 424: 502}
+"""Error statuses servers answer with where OpenAI answers another (Q45 TGI's 422 and 424, Q53
+DeepSeek's 402 and 422): the proxy answers OpenAI's, the suite warns."""
 
 CONTEXT_OVERFLOW = re.compile(
     r"context (size|length|window)|maximum context|exceeds? the available context|exceed_context_size"

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.openai_errors import CONTEXT_OVERFLOW, UNSUPPORTED_PARAMETER, error_body
+from conformance.openai_errors import CONTEXT_OVERFLOW, STATUS_INSTEAD, UNSUPPORTED_PARAMETER, error_body
 
 __all__ = [
     "MIN_SECRET_IN_BODY",
@@ -31,8 +31,6 @@ _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|\nTraceback|\n\s+a
 _TAGS = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 _MAX_MESSAGE = 500
-# Statuses servers use where OpenAI uses another (Q45 422 for every error, Q53 DeepSeek codes).
-_STATUS_MAP = {422: 400, 424: 502, 402: 429}
 REDACTED = "<redacted>"
 """What stands in for the upstream key wherever an upstream repeats it."""
 MIN_SECRET_IN_BODY = 8
@@ -183,7 +181,7 @@ def _build(
         return ProxyError.make(
             message, 400, code="unsupported_parameter", type="invalid_request_error", quirk=quirk or "Q43"
         )
-    final = _STATUS_MAP.get(status or 500, status or 500)
+    final = STATUS_INSTEAD.get(status or 500, status or 500)
     if final < 400 or final > 599:
         final = 502
     str_code = code if isinstance(code, str) and not code.isdigit() else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import schemas
-from conformance.openai_errors import CONTEXT_OVERFLOW, UNSUPPORTED_PARAMETER
+from conformance.openai_errors import CONTEXT_OVERFLOW, STATUS_INSTEAD, UNSUPPORTED_PARAMETER
 from conformance.rules.context import Context
 
 __all__ = ["error_body", "error_event", "http_status", "is_error_payload"]
@@ -14,8 +14,8 @@ __all__ = ["error_body", "error_event", "http_status", "is_error_payload"]
 _CLIENT_ERROR_CODES = frozenset(
     {"context_length_exceeded", "exceed_context_size_error", "invalid_request_error"}
 )
-# Error statuses servers answer where OpenAI answers another: why it matters, and the quirk.
-_STATUS_INSTEAD = {
+# Why each status of STATUS_INSTEAD matters to a client, and its quirk.
+_WHY_NOT = {
     402: ("OpenAI answers an exhausted quota with 429; openai-python has no class for 402", "Q53"),
     422: ("OpenAI answers invalid parameters with 400; a client catching BadRequestError misses it", "Q53"),
     424: ("OpenAI answers a failed model call with a 5xx, which clients retry; 424 has no class", "Q45"),
@@ -80,8 +80,8 @@ def http_status(ctx: Context) -> None:
         return
     if status != 200 and status < 400:
         ctx.error("http-status", f"HTTP {status}; a successful completion is HTTP 200", quirk="spec")
-    elif status in _STATUS_INSTEAD:
-        why, quirk = _STATUS_INSTEAD[status]
+    elif status in STATUS_INSTEAD:
+        why, quirk = _WHY_NOT[status]
         ctx.warn("http-status-nonstandard", f"HTTP {status}: {why}", quirk=quirk)
     content_type = (ctx.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
     if not content_type:
