@@ -78,13 +78,9 @@ def infer_endpoint(payload: Any) -> Endpoint | None:
             return "chat"
         # TGI's chat chunks say "text_completion" and mini-sglang's "text_completion.chunk" (Q12): a
         # chat delta or message decides, and the object is then reported as wrong.
-        if obj == "text_completion" and not _chat_shaped(payload):
+        if obj == "text_completion" and _endpoint_by_shape(payload) != "chat":
             return "completions"
     return _endpoint_by_shape(payload)
-
-
-def _chat_shaped(payload: dict[str, Any]) -> bool:
-    return _endpoint_by_shape(payload) == "chat"
 
 
 def _endpoint_by_shape(payload: dict[str, Any]) -> Endpoint | None:
