@@ -176,8 +176,12 @@ def _backend(model: str | None) -> Iterator[str]:
                 proc.wait()
 
 
+class _Terminated(SystemExit):
+    """SIGTERM, raised where the process stood when it came."""
+
+
 def _exit_on_sigterm(signum: int, _: object) -> None:
-    raise SystemExit(128 + signum)
+    raise _Terminated(128 + signum)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -214,5 +218,9 @@ def run(args: argparse.Namespace) -> int:
         if args.workers > 1:
             serve_in_workers(config, args.log_level, uvicorn_options(args))
         else:
-            uvicorn.run(build_app(config, args.log_level), **uvicorn_options(args))
+            # uvicorn raises the SIGTERM it stopped on again once it has shut down: the stop was
+            # graceful, and the exit status is 0, as it is with several workers (uvicorn's supervisor)
+            # and after SIGINT. A SIGTERM before the server ran (the backend starting) still exits 143.
+            with contextlib.suppress(_Terminated):
+                uvicorn.run(build_app(config, args.log_level), **uvicorn_options(args))
     return 0

@@ -226,6 +226,7 @@ def test_sigterm_cuts_a_stream_still_open_after_the_shutdown_timeout(workers: in
             proc.wait(timeout=30)
             took = time.monotonic() - stopping
         assert 1 <= took < 15, took
+        assert proc.returncode == 0  # a graceful stop, in both modes
         wait_for(lambda: record.peer_closed_at)  # the upstream request was closed too
 
 
