@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -95,8 +97,10 @@ class Metrics:
 
     def exposed(self) -> CollectorRegistry:
         """What ``/metrics`` shows: this process's metrics, or with ``--workers`` every worker's summed."""
-        if not os.environ.get(MULTIPROCESS_DIRECTORY):
+        directory = os.environ.get(MULTIPROCESS_DIRECTORY)
+        if not directory:
             return self.registry
+        _forget_killed_workers(Path(directory))
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return registry
@@ -115,6 +119,22 @@ class Metrics:
             self.repairs.labels(rule).inc()
         if exchange.disconnected:
             self.disconnects.inc()
+
+
+def _forget_killed_workers(directory: Path) -> None:
+    """Retire the in-flight count of each worker that died without retiring it itself (SIGKILL, out of
+    memory): uvicorn's supervisor starts a new worker, and the dead one's requests are gone."""
+    for gauge in directory.glob("gauge_livesum_*.db"):
+        pid = gauge.stem.rpartition("_")[2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(FileNotFoundError):  # another worker retired it first
+                mark_process_dead(int(pid), str(directory))  # type: ignore[no-untyped-call]
+        except PermissionError:  # alive, another user's: a directory the user shares between servers
+            pass
 
 
 class ObservabilityMiddleware:

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -186,6 +187,43 @@ def test_serve_with_workers_shares_the_load_and_sums_metrics_over_them(
     assert metrics.exists() == own_directory
 
 
+def test_a_killed_workers_requests_no_longer_count_as_in_flight() -> None:
+    """Workers SIGKILLed mid-stream never retire their count themselves; /metrics forgets it for them."""
+
+    port = free_port()
+    with raw_server(_endless) as (upstream, _):
+        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
+        with run_process([*args, "--workers", "2"], health_path="/health", port=port, timeout=60) as (
+            url,
+            proc,
+        ):
+            with httpx.stream(
+                "POST", url + "/v1/chat/completions", json={**CHAT, "stream": True}
+            ) as response:
+                lines = response.iter_lines()  # held: a collected iterator closes the stream
+                assert any("Hello" in line for line in lines)
+                in_flight = metric(
+                    httpx.get(url + "/metrics", timeout=10).text, "conformant_in_flight_requests"
+                )
+                assert in_flight == 2  # the stream and the /metrics request
+                killed = [pid for pid in _children(proc.pid) if _is_worker(pid)]
+                for pid in killed:
+                    os.kill(pid, signal.SIGKILL)
+            # uvicorn's supervisor starts new workers in their place.
+            wait_for(
+                lambda: not set(killed) & set(_children(proc.pid)) and _answers(url + "/health"), timeout=30
+            )
+            text = httpx.get(url + "/metrics", timeout=10).text
+            assert metric(text, "conformant_in_flight_requests") == 1  # only this request
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def test_a_worker_that_cannot_start_stops_the_server_with_the_reason(replay_url: str) -> None:
     """Not respawned again and again: the server exits 2 and says why (here: no metrics can be written)."""
     result = subprocess.run(
@@ -203,14 +241,8 @@ def test_a_worker_that_cannot_start_stops_the_server_with_the_reason(replay_url:
 def test_sigterm_cuts_a_stream_still_open_after_the_shutdown_timeout(workers: int) -> None:
     """A stream that would never end holds the shutdown --shutdown-timeout seconds, then is cut."""
 
-    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
-        await read_request(reader)
-        writer.write(sse_head() + http_chunk(chunk("Hello")))
-        await writer.drain()
-        await wait_peer_close(reader, record)
-
     port = free_port()
-    with raw_server(endless) as (upstream, record):
+    with raw_server(_endless) as (upstream, record):
         args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
         args += ["--workers", str(workers), "--shutdown-timeout", "1"]
         with run_process(args, health_path="/health", port=port, timeout=60) as (url, proc):
@@ -228,6 +260,14 @@ def test_sigterm_cuts_a_stream_still_open_after_the_shutdown_timeout(workers: in
         assert 1 <= took < 15, took
         assert proc.returncode == 0  # a graceful stop, in both modes
         wait_for(lambda: record.peer_closed_at)  # the upstream request was closed too
+
+
+async def _endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """An upstream stream that never ends: one chunk, then nothing until the proxy closes it."""
+    await read_request(reader)
+    writer.write(sse_head() + http_chunk(chunk("Hello")))
+    await writer.drain()
+    await wait_peer_close(reader, record)
 
 
 def _variable(environ: bytes, name: bytes) -> str:
