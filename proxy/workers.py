@@ -110,9 +110,23 @@ def serve_in_workers(config: ProxyConfig, log_level: str, options: dict[str, Any
     ``log_level`` is the access log's; ``options`` are uvicorn's (``uvicorn_options``).
     """
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    class Supervisor(Multiprocess):
+        def terminate_all(self) -> None:
+            # The supervisor holds the listening socket too: while it did, a connection made during the
+            # shutdown waited in the backlog until the last worker was gone and was then reset. Closed
+            # here, with the workers' own copies closed as they begin to stop, it is refused at once,
+            # as with one worker, and a load balancer or client retries elsewhere.
+            for sock in self.sockets:
+                sock.close()
+            super().terminate_all()
 
     with _worker_files(config, log_level) as directory:
-        uvicorn.run(f"{__name__}:worker_app", factory=True, **options)
+        # What uvicorn.run does with several workers, with the supervisor above.
+        server = uvicorn.Config(f"{__name__}:worker_app", factory=True, **options)
+        with contextlib.suppress(KeyboardInterrupt):
+            Supervisor(server, sockets=[server.bind_socket()]).run()
         failure = directory / _FAILURE_FILE
         if failure.exists():  # uvicorn stopped every worker because one could not start
             raise CommandError(f"a worker could not start: {failure.read_text()}")

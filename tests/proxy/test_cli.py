@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -187,34 +188,36 @@ def test_serve_with_workers_shares_the_load_and_sums_metrics_over_them(
     assert metrics.exists() == own_directory
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_connection_made_during_the_shutdown_is_refused_at_once(workers: int) -> None:
+    """Not held in the listening socket's backlog until the open streams end, and then reset."""
+    with _serving_an_endless_stream(workers, "--shutdown-timeout", "10") as (url, proc, _, _):
+        proc.terminate()  # the open stream holds the shutdown for 10 s
+        wait_for(lambda: _refused(url + "/health"), timeout=5)
+
+
+def _refused(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=2)
+    except httpx.ConnectError:
+        return True
+    except httpx.HTTPError:  # connected, then reset or timed out: the failure this test is about
+        raise
+    return False  # answered: the shutdown has not begun yet
+
+
 def test_a_killed_workers_requests_no_longer_count_as_in_flight() -> None:
     """Workers SIGKILLed mid-stream never retire their count themselves; /metrics forgets it for them."""
-
-    port = free_port()
-    with raw_server(_endless) as (upstream, _):
-        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
-        with run_process([*args, "--workers", "2"], health_path="/health", port=port, timeout=60) as (
-            url,
-            proc,
-        ):
-            with httpx.stream(
-                "POST", url + "/v1/chat/completions", json={**CHAT, "stream": True}
-            ) as response:
-                lines = response.iter_lines()  # held: a collected iterator closes the stream
-                assert any("Hello" in line for line in lines)
-                in_flight = metric(
-                    httpx.get(url + "/metrics", timeout=10).text, "conformant_in_flight_requests"
-                )
-                assert in_flight == 2  # the stream and the /metrics request
-                killed = [pid for pid in _children(proc.pid) if _is_worker(pid)]
-                for pid in killed:
-                    os.kill(pid, signal.SIGKILL)
-            # uvicorn's supervisor starts new workers in their place.
-            wait_for(
-                lambda: not set(killed) & set(_children(proc.pid)) and _answers(url + "/health"), timeout=30
-            )
-            text = httpx.get(url + "/metrics", timeout=10).text
-            assert metric(text, "conformant_in_flight_requests") == 1  # only this request
+    with _serving_an_endless_stream(2) as (url, proc, _, _):
+        in_flight = metric(httpx.get(url + "/metrics", timeout=10).text, "conformant_in_flight_requests")
+        assert in_flight == 2  # the stream and the /metrics request
+        killed = [pid for pid in _children(proc.pid) if _is_worker(pid)]
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        # uvicorn's supervisor starts new workers in their place.
+        wait_for(lambda: not set(killed) & set(_children(proc.pid)) and _answers(url + "/health"), timeout=30)
+        text = httpx.get(url + "/metrics", timeout=10).text
+        assert metric(text, "conformant_in_flight_requests") == 1  # only this request
 
 
 def _answers(url: str) -> bool:
@@ -240,26 +243,37 @@ def test_a_worker_that_cannot_start_stops_the_server_with_the_reason(replay_url:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sigterm_cuts_a_stream_still_open_after_the_shutdown_timeout(workers: int) -> None:
     """A stream that would never end holds the shutdown --shutdown-timeout seconds, then is cut."""
-
-    port = free_port()
-    with raw_server(_endless) as (upstream, record):
-        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
-        args += ["--workers", str(workers), "--shutdown-timeout", "1"]
-        with run_process(args, health_path="/health", port=port, timeout=60) as (url, proc):
-            body = {**CHAT, "stream": True}
-            with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as response:
-                lines = response.iter_lines()
-                assert any("Hello" in line for line in lines)
-                proc.terminate()
-                stopping = time.monotonic()
-                with contextlib.suppress(httpx.HTTPError):  # cut: the chunked body never ends
-                    rest = list(lines)
-                    assert "[DONE]" not in "".join(rest)
-            proc.wait(timeout=30)
-            took = time.monotonic() - stopping
+    with _serving_an_endless_stream(workers, "--shutdown-timeout", "1") as (_, proc, lines, record):
+        proc.terminate()
+        stopping = time.monotonic()
+        with contextlib.suppress(httpx.HTTPError):  # cut: the chunked body never ends
+            rest = list(lines)
+            assert "[DONE]" not in "".join(rest)
+        proc.wait(timeout=30)
+        took = time.monotonic() - stopping
         assert 1 <= took < 15, took
         assert proc.returncode == 0  # a graceful stop, in both modes
         wait_for(lambda: record.peer_closed_at)  # the upstream request was closed too
+
+
+@contextlib.contextmanager
+def _serving_an_endless_stream(
+    workers: int, *options: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes], Iterator[str], Record]]:
+    """``serve`` with ``workers`` in front of an upstream whose stream never ends, and one such stream
+    open through it: the proxy's URL and process, the stream's lines after its first chunk, and what
+    the upstream saw."""
+    port = free_port()
+    with raw_server(_endless) as (upstream, record):
+        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
+        args += ["--workers", str(workers), *options]
+        with (
+            run_process(args, health_path="/health", port=port, timeout=60) as (url, proc),
+            httpx.stream("POST", url + "/v1/chat/completions", json={**CHAT, "stream": True}) as response,
+        ):
+            lines = response.iter_lines()  # held: a collected iterator closes the stream
+            assert any("Hello" in line for line in lines)
+            yield url, proc, lines, record
 
 
 async def _endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
