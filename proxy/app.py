@@ -12,11 +12,12 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.errors import ServerErrorMiddleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -27,10 +28,10 @@ from . import jsoncodec
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
 from .adapters.token_prompts import with_text_prompt_fallback
 from .config import ProxyConfig
-from .errors import ProxyError
+from .errors import MIN_SECRET_IN_BODY, REDACTED, ProxyError
 from .normalizer import Endpoint, RequestInfo, clean_model_name
 from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_of
-from .passthrough import relay
+from .passthrough import connection_options, relay
 from .request_validation import parse_request
 from .respond import HeldResponse, serve_source
 from .served_names import ServedNames, served_name
@@ -57,14 +58,20 @@ _NOT_FORWARDED = frozenset(
         b"trailer",
         b"proxy-authorization",
         b"cookie",
+        # The proxy answers browsers by its own CORS policy (--cors-origin): an upstream that allows any
+        # origin (llama-server echoes it back) must not see one, and its CORS headers are not relayed.
+        b"origin",
     }
 )
 _NOT_FORWARDED_TO_COMPLETIONS = _NOT_FORWARDED | {b"content-type", b"accept", b"user-agent"}
 
 
-def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
-    """The client's headers that the upstream gets too (names are lower case in ASGI)."""
-    return [(k, v) for k, v in request.scope["headers"] if k not in _NOT_FORWARDED_TO_COMPLETIONS]
+def _forward_headers(scope: Scope, dropped: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
+    """The client's headers that the upstream gets too (names are lower case in ASGI): not ``dropped``,
+    and not those the client's ``Connection`` header names (hop-by-hop, RFC 9110 section 7.6.1)."""
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    listed = connection_options(headers)
+    return [(k, v) for k, v in headers if k not in dropped and k not in listed]
 
 
 @dataclass(slots=True)
@@ -91,6 +98,8 @@ def _authorized(request: Request, api_key: str | None) -> bool:
 
 
 async def _read_body(request: Request, limit: int) -> bytes | Response:
+    """The request's body, or the response that ends it: 413 above ``limit``; 499 (sent to no one,
+    logged and counted) when the client leaves while sending it."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         return _error(f"request body larger than {limit} bytes", 413, "request_too_large")
@@ -99,7 +108,8 @@ async def _read_body(request: Request, limit: int) -> bytes | Response:
     while True:  # receive() itself: Request.stream() is an async generator, which costs more per request
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
+            exchange_of(request.scope).disconnected = True
+            return Response(status_code=499)
         part = message.get("body", b"")
         size += len(part)
         if size > limit:
@@ -197,7 +207,7 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     served = await ctx.names.upstream_name(model)
     if served != model:
         body = {**body, "model": served}  # answers still name the model as asked
-    headers = _forward_headers(request)
+    headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     source = with_text_prompt_fallback(
         _make_source(ctx, endpoint, body, info, exchange, headers),
         body,
@@ -215,32 +225,94 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
 
 
 async def _models(ctx: _Context, request: Request) -> Response:
-    exchange_of(request.scope).endpoint = "models"
+    """``GET /v1/models``: the upstream's models as OpenAI lists them, named as clients may ask."""
+    exchange = exchange_of(request.scope)
+    exchange.endpoint = "models"
     if not _authorized(request, ctx.config.api_key):
         return _error("invalid or missing API key", 401, "invalid_api_key")
-    alias = ctx.config.model_alias
-    entries = await ctx.names.listing()
-    if alias:
-        entries = [{"id": alias}]
-    if not isinstance(entries, list):
-        return _error("the upstream server did not list its models", 502)
+    try:
+        data = await _listed_models(ctx, exchange)
+    except ProxyError as raised:
+        return _failed(raised, exchange, ctx.config.upstream_api_key)
+    return _redacted_json({"object": "list", "data": data}, ctx.config.upstream_api_key)
+
+
+async def _model(ctx: _Context, request: Request) -> Response:
+    """``GET /v1/models/{model}``: one entry of the listing (404 ``model_not_found`` if none)."""
+    exchange = exchange_of(request.scope)
+    exchange.endpoint = "models"
+    if not _authorized(request, ctx.config.api_key):
+        return _error("invalid or missing API key", 401, "invalid_api_key")
+    name = request.path_params["model"]
+    try:
+        data = await _listed_models(ctx, exchange)
+    except ProxyError as raised:
+        return _failed(raised, exchange, ctx.config.upstream_api_key)
+    found = next((entry for entry in data if entry["id"] == name), None)
+    if found is None:
+        return _error(f"The model '{name}' does not exist", 404, "model_not_found", "model")
+    return _redacted_json(found, ctx.config.upstream_api_key)
+
+
+async def _listed_models(ctx: _Context, exchange: Exchange) -> list[dict[str, Any]]:
+    """The models clients may ask for: the alias alone (no upstream needed), or the upstream's listing
+    with each name shown without its local path (Q09); the upstream's failure as a ProxyError."""
     now = int(time.time())
+    alias = ctx.config.model_alias
+    entries = [{"id": alias}] if alias else await _upstream_listing(ctx, exchange)
     data = []
     for entry in entries:
         name = served_name(entry)
         if name is None:
             continue
+        shown = clean_model_name(name)
+        if shown != name and not alias:
+            exchange.repairs.add("Q09")
         created = entry.get("created")
         owned_by = entry.get("owned_by")
         data.append(
             {
-                "id": clean_model_name(name),
+                "id": shown,
                 "object": "model",
                 "created": created if isinstance(created, int) and not isinstance(created, bool) else now,
                 "owned_by": owned_by if isinstance(owned_by, str) and owned_by else "conformant",
             }
         )
-    return JSONResponse({"object": "list", "data": data})
+    return data
+
+
+async def _upstream_listing(ctx: _Context, exchange: Exchange) -> list[Any]:
+    stream = await ctx.upstream.forward("GET", b"/v1/models", b"", [], timeout=_LISTING_TIMEOUT)
+    try:
+        exchange.upstream_status = stream.status
+        if stream.status >= 400:
+            raise await stream.error()
+        raw = await stream.read_all(_MAX_LISTING)
+    finally:
+        await stream.aclose()
+    try:
+        answer = jsoncodec.loads(raw)
+    except (ValueError, RecursionError):
+        answer = None
+    entries = answer.get("data") if isinstance(answer, dict) else None
+    ctx.names.learn(entries)
+    if not isinstance(entries, list):
+        raise ProxyError.make("the upstream server did not list its models", 502)
+    return entries
+
+
+def _failed(raised: ProxyError, exchange: Exchange, secret: str | None) -> Response:
+    error = raised.redacted(secret)
+    exchange.error = error.message
+    return JSONResponse(error.body, status_code=error.status)
+
+
+def _redacted_json(body: Any, secret: str | None) -> Response:
+    """A JSON answer made of what the upstream said, with its key cut out (as from every body)."""
+    content = jsoncodec.dumps(body)
+    if secret and len(secret) >= MIN_SECRET_IN_BODY:
+        content = content.replace(secret.encode(), REDACTED.encode())
+    return Response(content, media_type="application/json")
 
 
 async def _passthrough(ctx: _Context, request: Request) -> Response:
@@ -251,14 +323,19 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
     if {".", ".."} & set(scope["path"].split("/")):
         # /v1/../props would leave /v1 at the upstream, which resolves dot segments (also %2e%2e).
         return _unknown_url(request)
+    allowed = _own_methods(scope["path"])
+    if allowed:  # another method on a path the proxy answers itself
+        response = _error(f"Method Not Allowed: {request.method} {scope['path']}", 405)
+        response.headers["allow"] = allowed
+        return response
     raw = await _read_body(request, ctx.config.max_body)
     if isinstance(raw, Response):
         return raw
-    raw = await _with_served_model(ctx, raw, request.headers.get("content-type", ""))
+    raw, renamed = await _with_served_model(ctx, raw, request.headers.get("content-type", ""))
     target = scope.get("raw_path") or request.url.path.encode()  # as the client wrote it
     if scope["query_string"]:
         target += b"?" + scope["query_string"]
-    headers = [(k, v) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
+    headers = _forward_headers(scope, _NOT_FORWARDED)
     exchange = exchange_of(scope)
     open_upstream = partial(ctx.upstream.forward, request.method, target, raw, headers)
     run = partial(
@@ -267,23 +344,30 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
         exchange=exchange,
         secret=ctx.config.upstream_api_key,
         head_only=request.method == "HEAD",
+        renamed=renamed,
+        client_location=ctx.upstream.client_location,
     )
     return HeldResponse(run, exchange)
 
 
-async def _with_served_model(ctx: _Context, raw: bytes, content_type: str) -> bytes:
-    """A JSON body (embeddings, tokenize...) with its ``model`` named as the upstream serves it."""
+async def _with_served_model(
+    ctx: _Context, raw: bytes, content_type: str
+) -> tuple[bytes, tuple[str, str] | None]:
+    """A JSON body (embeddings, tokenize...) with its ``model`` named as the upstream serves it, and
+    (the served name, the asked name) when they differ."""
     if "json" not in content_type or b'"model"' not in raw:
-        return raw
+        return raw, None
     try:
         body = jsoncodec.loads(raw)
     except (ValueError, RecursionError):
-        return raw  # the upstream's to refuse
+        return raw, None  # the upstream's to refuse
     if not isinstance(body, dict):
-        return raw
+        return raw, None
     model = body.get("model")
     served = await ctx.names.upstream_name(model)
-    return raw if served == model else jsoncodec.dumps({**body, "model": served})
+    if served == model or not isinstance(served, str) or not isinstance(model, str):
+        return raw, None
+    return jsoncodec.dumps({**body, "model": served}), (served, model)
 
 
 async def _health(_: Request) -> Response:
@@ -302,7 +386,23 @@ async def _detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
     return OpenAIAdapter()
 
 
-_COMPLETION_PATHS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+_COMPLETION_PATHS: dict[str, Endpoint] = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/chat/completions/": "chat",
+    "/v1/completions/": "completions",
+}
+_LISTING_TIMEOUT = 10.0  # seconds for the upstream's /v1/models, within the first-byte timeout
+_MAX_LISTING = 8 * 1024 * 1024
+
+
+def _own_methods(path: str) -> str | None:
+    """The methods the proxy answers on ``path`` itself (its Allow header), if it answers any."""
+    if path in _COMPLETION_PATHS:
+        return "POST"
+    if path.rstrip("/") == "/v1/models" or path.startswith("/v1/models/"):
+        return "GET, HEAD"
+    return None
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -323,6 +423,18 @@ def _unknown_url(request: Request) -> JSONResponse:
 async def _internal_error(_: Request, exc: Exception) -> Response:
     """A bug in the proxy: an OpenAI error for the client; the traceback goes to the server log only."""
     return _error("internal error in the proxy", 500)
+
+
+class _CORS(CORSMiddleware):
+    """Starlette's CORS, with a refused preflight answered as an OpenAI error like every other refusal."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        refused = _error(f"CORS preflight refused: {bytes(response.body).decode()}", 400, "cors_refused")
+        refused.headers.update({k: v for k, v in response.headers.items() if k.startswith("vary")})
+        return refused
 
 
 def _wrapped(app: ASGIApp, middleware: Sequence[Middleware]) -> ASGIApp:
@@ -377,6 +489,8 @@ def create_app(config: ProxyConfig) -> Starlette:
 
     routes = [
         Route("/v1/models", partial(_models, ctx), methods=["GET"]),
+        Route("/v1/models/", partial(_models, ctx), methods=["GET"]),
+        Route("/v1/models/{model:path}", partial(_model, ctx), methods=["GET"]),
         Route("/health", _health, methods=["GET"]),
         Route("/metrics", partial(_metrics, ctx), methods=["GET"]),
         Route(
@@ -387,10 +501,11 @@ def create_app(config: ProxyConfig) -> Starlette:
     if config.cors_origins:
         middleware.append(
             Middleware(
-                CORSMiddleware,
+                _CORS,
                 allow_origins=list(config.cors_origins),
                 allow_methods=["*"],
                 allow_headers=["*"],
+                expose_headers=["x-request-id"],  # so that browser code can read it
             )
         )
     # Inside the access log, so that a 500 is logged and counted and carries its x-request-id.

@@ -57,16 +57,31 @@ def _number(
 
 
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+_UPSTREAM_KINDS = ("auto", "openai", "llamacpp")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
-def _log_level(text: str) -> str:
-    """argparse ``type`` for ``--log-level``: argparse checks ``choices`` on flags, not on defaults, so a
-    bad ``CONFORMANT_LOG_LEVEL`` is refused here."""
-    if text.lower() not in _LOG_LEVELS:
+def _one_of(setting: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    """argparse ``type`` for a flag with ``choices``: argparse checks them on flags, not on defaults, so
+    a bad ``CONFORMANT_<setting>`` is refused here (case aside)."""
+
+    def parse(text: str) -> str:
+        if text.lower() not in choices:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not one of {', '.join(choices)} (from the flag or {variable(setting)})"
+            )
+        return text.lower()
+
+    return parse
+
+
+def _port(text: str) -> int:
+    port = _number(int, "PORT")(text)
+    if port > 65535:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not one of {', '.join(_LOG_LEVELS)} (from the flag or {variable('LOG_LEVEL')})"
+            f"{text!r} is not a TCP port, 1-65535 (from the flag or {variable('PORT')})"
         )
-    return text.lower()
+    return int(port)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,12 +95,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--upstream", default=_env("UPSTREAM"), help="upstream base URL; omitted: start the backend"
     )
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    p.add_argument("--port", type=_number(int, "PORT", zero=True), default=_env("PORT", "8000"))
+    p.add_argument("--port", type=_port, default=_env("PORT", "8000"))
     p.add_argument("--api-key", default=_env("API_KEY"), help="key clients must send as a bearer token")
     p.add_argument("--upstream-api-key", default=_env("UPSTREAM_API_KEY"), help="key sent to the upstream")
     p.add_argument("--model-alias", default=_env("MODEL_ALIAS"), help="model name clients see")
     p.add_argument(
-        "--upstream-kind", choices=["auto", "openai", "llamacpp"], default=_env("UPSTREAM_KIND", "auto")
+        "--upstream-kind",
+        type=_one_of("UPSTREAM_KIND", _UPSTREAM_KINDS),
+        choices=_UPSTREAM_KINDS,
+        default=_env("UPSTREAM_KIND", "auto"),
     )
     p.add_argument(
         "--connect-timeout", type=_number(float, "CONNECT_TIMEOUT"), default=_env("CONNECT_TIMEOUT", "10")
@@ -103,12 +121,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="bytes (413 above)",
     )
     p.add_argument(
-        "--cors-origin", action="append", default=_cors_default(), help="allowed origin (repeatable)"
+        "--cors-origin",
+        action="append",
+        help="allowed origin (repeatable; replaces CONFORMANT_CORS_ORIGINS, a comma-separated list)",
     )
     p.add_argument(
         "--no-fan-out",
         action="store_true",
-        default=_env("NO_FAN_OUT") == "1",
+        default=_env("NO_FAN_OUT", ""),
         help="pass n>1 and prompt arrays through instead of fanning out",
     )
     p.add_argument(
@@ -126,13 +146,57 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=_env("SHUTDOWN_TIMEOUT", "30"),
         help="seconds open streams get to finish on SIGINT or SIGTERM before they are cut",
     )
-    p.add_argument("--log-level", type=_log_level, choices=_LOG_LEVELS, default=_env("LOG_LEVEL", "info"))
+    p.add_argument(
+        "--log-level",
+        type=_one_of("LOG_LEVEL", _LOG_LEVELS),
+        choices=_LOG_LEVELS,
+        default=_env("LOG_LEVEL", "info"),
+    )
     p.set_defaults(func=run)
 
 
-def _cors_default() -> list[str]:
-    value = _env("CORS_ORIGINS", "")
-    return [origin for origin in value.split(",") if origin]
+def _cors_origins(flags: list[str] | None) -> tuple[str, ...]:
+    """The flags' origins, or else the variable's (a comma-separated list, spaces allowed)."""
+    listed = flags if flags is not None else _env("CORS_ORIGINS", "").split(",")
+    return tuple(origin.strip() for origin in listed if origin.strip())
+
+
+def _no_fan_out(value: bool | str) -> bool:
+    """The flag (True), or the text of ``CONFORMANT_NO_FAN_OUT``: a yes or a no, else a usage error."""
+    if isinstance(value, bool):
+        return value
+    if value.strip().lower() not in _TRUE + _FALSE:
+        raise CommandError(
+            f"{variable('NO_FAN_OUT')}={value!r} is neither a yes (1, true) nor a no (0, false)"
+        )
+    return value.strip().lower() in _TRUE
+
+
+def _upstream_url(text: str) -> str:
+    """``--upstream`` checked now, so that a mistake is one line at the start, not a 502 on every request."""
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise CommandError(f"--upstream {text!r} is not a URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host or not 0 < (url.port or 80) < 65536:
+        raise CommandError(f"--upstream must be an http(s) URL with a host and a valid port, not {text!r}")
+    if url.userinfo:
+        # Sent as a password on some requests and printed in logs: keys go in --upstream-api-key.
+        raise CommandError(
+            "--upstream must not hold a user or password; give the key with --upstream-api-key"
+        )
+    return text
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Fail now, in one line, if the address is taken (uvicorn would log its own error and exit 1)."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(addresses[0][0], socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(addresses[0][4])
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def free_port() -> int:
@@ -192,10 +256,12 @@ def run(args: argparse.Namespace) -> int:
     # uvicorn shuts down on SIGTERM and then raises the signal again with the previous handler; with
     # the default one the process would die before it stops the backend it started.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    cors_origins, fan_out = _cors_origins(args.cors_origin), not _no_fan_out(args.no_fan_out)
+    if args.upstream:
+        _upstream_url(args.upstream)
+    _check_can_listen(args.host, args.port)
     with contextlib.ExitStack() as stack:
         upstream = args.upstream or stack.enter_context(_backend(args.model))
-        if not upstream.startswith(("http://", "https://")):
-            raise CommandError(f"--upstream must be an http(s) URL, not {upstream!r}")
         config = ProxyConfig(
             upstream=upstream,
             api_key=args.api_key,
@@ -206,8 +272,8 @@ def run(args: argparse.Namespace) -> int:
             first_byte_timeout=args.first_byte_timeout,
             idle_timeout=args.idle_timeout,
             max_body=args.max_body,
-            cors_origins=tuple(args.cors_origin),
-            fan_out=not args.no_fan_out,
+            cors_origins=cors_origins,
+            fan_out=fan_out,
         )
         workers = f" ({args.workers} workers)" if args.workers > 1 else ""
         print(

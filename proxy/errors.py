@@ -47,7 +47,8 @@ class ProxyError(Exception):
     body: dict[str, Any]
     quirk: str | None = None
     """The quirk the upstream showed by sending it this way, for the repair counters."""
-    details: dict[str, Any] = field(default_factory=dict)
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """Headers of the upstream's error response the client needs with it (when to retry)."""
 
     @classmethod
     def make(
@@ -87,7 +88,7 @@ class ProxyError(Exception):
         error = {k: redact_text(v, secret) if isinstance(v, str) else v for k, v in fields.items()}
         if error == fields:
             return self
-        return ProxyError(self.status, {"error": error}, self.quirk, self.details)
+        return ProxyError(self.status, {"error": error}, self.quirk, self.headers)
 
 
 _MIN_KEY_PART = 4  # a message bound cut the key short: a tail this long that begins the key is cut too
@@ -170,7 +171,8 @@ def _words(value: Any) -> str:
 def _build(
     message: str, status: int | None, code: Any, etype: Any, param: Any, quirk: str | None
 ) -> ProxyError:
-    message = scrub_message(message)
+    # A message that was all traceback says nothing once scrubbed: the status must speak for it.
+    message = scrub_message(message) or f"the upstream server reported an error (HTTP {status or 500})"
     haystack = f"{message} {etype or ''} {code or ''}"
     if CONTEXT_OVERFLOW.search(haystack):
         # Seed 003 / llama.cpp #14566, Q43/Q44/Q47/Q48: overflow is the client's error, 400.

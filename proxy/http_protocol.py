@@ -2,8 +2,8 @@
 
 uvicorn writes the status line and headers as soon as the app sends ``http.response.start``, then the
 body in a write of its own. With TCP_NODELAY each write is a segment, so a streaming client wakes once
-for the head and again for the first event: on the 2-core bench machine the second wake-up cost the
-client 0.1-0.25 ms of time to first token (bench/RESULTS.md). Here a head waits for the next write on
+for the head and again for the first event (two segments, seen with strace; bench/RESULTS.md). Here a
+head waits for the next write on
 its connection, and goes out alone only at the end of the event loop's turn if none came; nothing else
 changes, and nothing is held longer than that turn.
 """

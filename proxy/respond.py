@@ -116,7 +116,7 @@ async def serve_source(
         await source.aclose()
         exchange.upstream_status = source.upstream_status
         exchange.error = exc.message
-        await send_json(send, exc.status, exc.body)
+        await send_json(send, exc.status, exc.body, exc.headers)
         return
     except BaseException:
         # Cancelled (the client went away) after an upstream answered its head but before the first

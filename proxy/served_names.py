@@ -50,10 +50,15 @@ class ServedNames:
         timeout = min(timeout, self._upstream.config.first_byte_timeout)
         answer = await self._upstream.json("GET", "/v1/models", timeout=timeout)
         entries = answer.get("data") if isinstance(answer, dict) else None
+        self.learn(entries)
+        return entries if isinstance(entries, list) else None
+
+    def learn(self, entries: Any) -> None:
+        """Take the names from the ``data`` of an upstream listing read now (not a list: none read)."""
         if not isinstance(entries, list):
             # Down, or no listing: asked again after a few seconds, not a whole minute.
             self._read_at = monotonic() - _STALE_AFTER + _RETRY_AFTER
-            return None
+            return
         self._read_at = monotonic()
         names = [name for entry in entries if (name := served_name(entry)) is not None]
         served = set(names)
@@ -73,7 +78,6 @@ class ServedNames:
             elif before in served:
                 mapping[alias] = before  # a model added beside it (ollama pull) changes nothing
         self._names = mapping
-        return entries
 
     async def upstream_name(self, model: Any) -> Any:
         """The name to send the upstream for ``model``, as a client asked for it."""

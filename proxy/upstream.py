@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import zlib
 from typing import Any
 
 import httpx
@@ -16,6 +18,7 @@ __all__ = ["MAX_ERROR_BODY", "Upstream", "UpstreamStream"]
 
 MAX_ERROR_BODY = 64 * 1024
 _KEEPALIVE_EXPIRY = 30.0
+_RETRY_HEADERS = (b"retry-after", b"retry-after-ms")
 
 
 class UpstreamStream:
@@ -71,7 +74,22 @@ class UpstreamStream:
 
     async def error(self) -> ProxyError:
         body = await self.read_all(MAX_ERROR_BODY) if self.status >= 400 else b""
-        return error_from_http(self.status, self.content_type, body)
+        return self.error_from(body)
+
+    def error_from(self, body: bytes) -> ProxyError:
+        """The OpenAI error of this error response, whose body (or its first ``MAX_ERROR_BODY`` bytes)
+        is ``body``: decompressed first if an upstream sent it compressed though asked not to."""
+        encoding = str(self.response.headers.get("content-encoding", "")).strip().lower()
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            try:
+                inflate = zlib.decompressobj(zlib.MAX_WBITS | (16 if "gzip" in encoding else 32))
+                body = inflate.decompress(body, MAX_ERROR_BODY)
+            except zlib.error:
+                body = b""  # not what it said it is: the status alone speaks
+        error = error_from_http(self.status, self.content_type, body)
+        # A 429 or 503's advice on when to ask again, which openai-python's retries follow.
+        error.headers = [(k.lower(), v) for k, v in self.response.headers.raw if k.lower() in _RETRY_HEADERS]
+        return error
 
     async def aclose(self) -> None:
         await self.response.aclose()
@@ -126,19 +144,39 @@ class Upstream:
         return await self._send(message)
 
     async def forward(
-        self, method: str, target: bytes, body: bytes, headers: list[tuple[bytes, bytes]]
+        self,
+        method: str,
+        target: bytes,
+        body: bytes,
+        headers: list[tuple[bytes, bytes]],
+        timeout: float | None = None,  # noqa: ASYNC109
     ) -> UpstreamStream:
         """A client's request for another path (``target``: its path and query) sent on as it came.
 
         Faults become ProxyError as in ``open``, and so does a response head that takes longer than the
-        first-byte timeout. ``target`` is not cached like ``open``'s paths: clients choose it.
+        first-byte timeout (or ``timeout``, when shorter). ``target`` is not cached like ``open``'s
+        paths: clients choose it.
         """
         message = self._message(method, self._base_path + target, body, headers)
         try:
-            async with asyncio.timeout(self.config.first_byte_timeout):
+            async with asyncio.timeout(min(self.config.first_byte_timeout, timeout or math.inf)):
                 return await self._send(message)
         except TimeoutError:
             raise ProxyError.first_byte_timeout() from None
+
+    def client_location(self, location: bytes) -> bytes:
+        """A ``Location`` the upstream sent, as the client must follow it: one that points into the
+        upstream becomes a path on the proxy, so a client that follows a redirect does not go around
+        the proxy (nor learn the upstream's address); any other is left as it is."""
+        origin = str(self.client.base_url.copy_with(raw_path=b"/")).rstrip("/").encode()
+        if not location.lower().startswith(origin.lower()):
+            return location
+        path = location[len(origin) :] or b"/"
+        if path[:1] not in (b"/", b"?", b"#"):
+            return location  # http://host:80 against http://host:8080: another origin
+        if self._base_path and path.startswith(self._base_path + b"/"):
+            path = path[len(self._base_path) :]
+        return path
 
     async def _send(self, message: bytes) -> UpstreamStream:
         try:

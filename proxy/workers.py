@@ -67,6 +67,9 @@ def build_app(config: ProxyConfig, log_level: str) -> Starlette:
     from .app import create_app
 
     logging.basicConfig(level=log_level.upper(), format="%(message)s")
+    # httpx logs each of the proxy's own small requests (props, models, tokenize) at INFO: lines that
+    # are not the access log's JSON, in the middle of it.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     app = create_app(config)
     # Everything imported and built so far lives as long as the server: the collector need not scan it
     # again on every full collection while streams are being served.

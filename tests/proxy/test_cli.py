@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.servers import free_port, run_process, wait_for
+from tests.support.servers import free_port, run_process, wait_for, wait_http
 
 from .conftest import judge, metric
 from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
@@ -57,6 +59,24 @@ def test_serve_with_upstream_flag(replay_url: str) -> None:
         assert "conformant_requests_total" in httpx.get(url + "/metrics", timeout=10).text
 
 
+def test_the_log_holds_the_access_lines_and_no_http_client_chatter(replay_url: str, tmp_path: Path) -> None:
+    """At --log-level info every line after the start-up line is an access-log JSON object: the proxy's
+    own requests to the upstream (its /props probe here) are not logged by httpx in between."""
+    port = free_port()
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*SERVE, "--upstream", replay_url, "--port", str(port)], stderr=out)
+        try:
+            wait_http(f"http://127.0.0.1:{port}/health", 60, proc)
+            _replayed(f"http://127.0.0.1:{port}", "ollama-4357-completed", True)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    banner, *lines = log.read_text().splitlines()
+    assert banner.startswith("conformant serve: http://")
+    assert [json.loads(line)["path"] for line in lines] == ["/health", "/v1/chat/completions"]
+
+
 def test_serve_configured_by_environment_variables(replay_url: str) -> None:
     port = free_port()
     env = {
@@ -85,7 +105,7 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
     ("flags", "variables", "message"),
     [
         (["--upstream", "ftp://example"], {}, "--upstream must be an http(s) URL"),
-        (["--upstream-kind", "vllm"], {}, "invalid choice"),
+        (["--upstream-kind", "vllm"], {}, "'vllm' is not one of auto, openai, llamacpp"),
         (["--workers", "0"], {}, "'0' is not a positive integer (from the flag or CONFORMANT_WORKERS)"),
         (["--max-body", "-1"], {}, "'-1' is not a positive integer"),
         (["--first-byte-timeout", "0"], {}, "'0' is not a positive number"),
@@ -99,6 +119,12 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
             {"CONFORMANT_MAX_BODY": "1.5"},
             "'1.5' is not an integer (from the flag or CONFORMANT_MAX_BODY)",
         ),
+        (["--upstream", "http://[::1"], {}, "is not a URL"),
+        (["--upstream", "http://127.0.0.1:99999"], {}, "with a host and a valid port"),
+        (["--upstream", "http://user:pw-secret@127.0.0.1:1"], {}, "must not hold a user or password"),
+        (["--port", "70000"], {}, "'70000' is not a TCP port, 1-65535"),
+        ([], {"CONFORMANT_UPSTREAM_KIND": "bogus"}, "'bogus' is not one of auto, openai, llamacpp"),
+        ([], {"CONFORMANT_NO_FAN_OUT": "maybe"}, "CONFORMANT_NO_FAN_OUT='maybe' is neither a yes"),
     ],
 )
 def test_bad_configuration_exits_2_with_one_line(
@@ -115,6 +141,38 @@ def test_bad_configuration_exits_2_with_one_line(
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+    assert "pw-secret" not in result.stderr
+
+
+def test_an_address_in_use_exits_2_with_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [*SERVE, "--upstream", "http://127.0.0.1:1", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"conformant serve: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
+
+
+def test_the_cors_flag_replaces_the_variable_whose_list_may_have_spaces(replay_url: str) -> None:
+    variables = {"CONFORMANT_CORS_ORIGINS": "http://a.example, http://b.example"}
+    for flags, allowed in (
+        ([], {"http://a.example", "http://b.example"}),
+        (["--cors-origin", "http://c.example"], {"http://c.example"}),
+    ):
+        port = free_port()
+        args = [*SERVE, "--upstream", replay_url, "--port", str(port), *flags]
+        with run_process(args, health_path="/health", port=port, timeout=60, env=variables) as (url, _):
+            for origin in ("http://a.example", "http://b.example", "http://c.example"):
+                response = httpx.get(url + "/health", headers={"origin": origin}, timeout=10)
+                assert (response.headers.get("access-control-allow-origin") == origin) == (origin in allowed)
 
 
 def test_a_bad_serve_variable_is_no_concern_of_the_other_commands(tmp_path: Path) -> None:

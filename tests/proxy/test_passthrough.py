@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 import logging
 import time
@@ -71,16 +72,18 @@ def _proxy(handler: Handler, **config: Any) -> Iterator[tuple[str, Starlette, Re
         yield url, app, record
 
 
-def test_the_upstream_key_repeated_in_an_error_is_cut_out_of_body_and_headers() -> None:
+@pytest.mark.parametrize("status", ["401 Unauthorized", "200 OK"])
+def test_the_upstream_key_repeated_in_an_answer_is_cut_out_of_body_and_headers(status: str) -> None:
     # OpenAI's answer to a wrong key: "Incorrect API key provided: sk-...".
     error = {"error": {"message": f"Incorrect API key provided: {KEY}.", "type": "invalid_request_error"}}
     body = json.dumps(error).encode()
-    handler = _page("401 Unauthorized", "application/json", body, f"x-seen-key: Bearer {KEY}")
+    handler = _page(status, "application/json", body, f"x-seen-key: Bearer {KEY}")
     with _proxy(handler, upstream_api_key=KEY) as (url, app, _):
         response = httpx.post(url + "/v1/embeddings", json=EMBEDDINGS, timeout=10)
-        assert response.status_code == 401
+        assert response.status_code == int(status[:3])
         assert response.json()["error"]["message"] == "Incorrect API key provided: <redacted>."
-        assert response.headers["x-seen-key"] == "Bearer <redacted>"
+        if status == "200 OK":  # relayed; an error is the proxy's own OpenAI error, with none of them
+            assert response.headers["x-seen-key"] == "Bearer <redacted>"
         assert KEY not in response.text + json.dumps(dict(response.headers))
         assert_idle(app)
 
@@ -157,16 +160,47 @@ def test_error_pages_that_are_not_json_become_openai_errors(
 
 
 @pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            b'{"error": {"message": "no such file", "type": "invalid_request_error", "code": "nf"}}',
+            "no such file",
+        ),
+        # vLLM's error shape (Q46), with a traceback in its message.
+        (
+            b'{"object": "error", "message": "Traceback (most recent call last):\\n  File '
+            b'\\"/home/u/vllm/serving.py\\"", "type": "NotFoundError", "code": 404}',
+            "",
+        ),
+        (b'{"detail": "Not Found"}', "Not Found"),  # FastAPI's
+    ],
+)
+def test_json_errors_become_openai_errors_without_tracebacks_or_paths(body: bytes, message: str) -> None:
+    with _proxy(_page("404 Not Found", "application/json", body)) as (url, app, _):
+        response = httpx.get(url + "/v1/files/file-1/content", timeout=10)
+        error = assert_error(response, 404)
+        assert error["message"] == (message or "the upstream server reported an error (HTTP 404)")
+        assert_idle(app)
+
+
+def test_an_error_keeps_the_upstreams_advice_on_when_to_retry() -> None:
+    handler = _page("429 Too Many Requests", "text/plain", b"slow down", "Retry-After: 7", "x-other: 1")
+    with _proxy(handler) as (url, app, _):
+        response = httpx.post(url + "/v1/embeddings", json=EMBEDDINGS, timeout=10)
+        assert_error(response, 429)
+        assert response.headers["retry-after"] == "7"
+        assert "x-other" not in response.headers
+        assert_idle(app)
+
+
+@pytest.mark.parametrize(
     ("status", "content_type", "body"),
     [
-        ("404 Not Found", "application/json", b'{"error": {"message": "no such file", "code": 7}}'),
         ("200 OK", "text/plain", b"plain text, kept as it is: <b>/srv/x/y</b>"),
         ("200 OK", "application/octet-stream", bytes(range(256))),
     ],
 )
-def test_json_errors_and_successful_bodies_pass_unchanged(
-    status: str, content_type: str, body: bytes
-) -> None:
+def test_successful_bodies_pass_unchanged(status: str, content_type: str, body: bytes) -> None:
     with _proxy(_page(status, content_type, body)) as (url, app, _):
         response = httpx.get(url + "/v1/files/file-1/content", timeout=10)
         assert response.status_code == int(status[:3])
@@ -266,4 +300,87 @@ def test_a_streamed_pass_through_gets_the_first_byte_timeout_for_its_prefill() -
         assert response.status_code == 200
         assert response.text == 'data: {"type": "response.output_text.delta"}\n\n'
         assert record.requests == 1
+        assert_idle(app)
+
+
+def test_a_compressed_error_page_is_read_as_text() -> None:
+    # An upstream that compresses though the proxy asked for identity.
+    body = gzip.compress(b"<html><title>model /srv/m.gguf is loading</title></html>")
+    handler = _page("503 Service Unavailable", "text/html", body, "content-encoding: gzip")
+    with _proxy(handler) as (url, app, _):
+        error = assert_error(httpx.post(url + "/v1/embeddings", json=EMBEDDINGS, timeout=10), 503)
+        assert error["message"] == "upstream error (HTTP 503): model <path> is loading"
+        assert_idle(app)
+
+
+def test_a_redirect_into_the_upstream_becomes_a_path_on_the_proxy() -> None:
+    upstream_url: list[str] = []
+
+    async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        writer.write(
+            _head(
+                "307 Temporary Redirect", "text/plain", f"location: {upstream_url[0]}/v1/files?x=1", length=0
+            )
+        )
+        await writer.drain()
+
+    with raw_server(redirect) as (upstream, _), serve_proxy(upstream, upstream_kind="openai") as (url, app):
+        upstream_url.append(upstream)
+        response = httpx.get(url + "/v1/files/", timeout=10)
+        assert response.status_code == 307
+        assert response.headers["location"] == "/v1/files?x=1"  # followed, it stays on the proxy
+        assert_idle(app)
+
+
+def test_headers_named_by_the_upstreams_connection_header_are_not_relayed() -> None:
+    extra = ("connection: keep-alive, x-hop", "x-hop: 1", "proxy-authenticate: Basic", "x-kept: 1")
+    with _proxy(_page("200 OK", "application/json", b"{}", *extra)) as (url, app, _):
+        response = httpx.get(url + "/v1/files", timeout=10)
+        assert response.headers["x-kept"] == "1"
+        assert "x-hop" not in response.headers
+        assert "proxy-authenticate" not in response.headers
+        assert_idle(app)
+
+
+def _listing(*entries: dict[str, Any]) -> bytes:
+    return json.dumps({"object": "list", "data": list(entries)}).encode()
+
+
+@pytest.mark.parametrize(
+    ("handler", "status", "message", "upstream_status"),
+    [
+        (
+            _page("500 Internal Server Error", "text/plain", b"loading /srv/m.gguf"),
+            500,
+            "loading <path>",
+            500,
+        ),
+        (_page("401 Unauthorized", "application/json", b'{"detail": "bad key"}'), 401, "bad key", 401),
+        (_page("200 OK", "text/html", b"<html>a web page</html>"), 502, "did not list its models", 200),
+        (_replying(b"", then="stall"), 504, "sent nothing", None),
+    ],
+)
+def test_a_failed_model_listing_says_why_with_the_upstreams_status(
+    handler: Handler,
+    status: int,
+    message: str,
+    upstream_status: int | None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="conformant.access")
+    with _proxy(handler, first_byte_timeout=0.5) as (url, app, _):
+        error = assert_error(httpx.get(url + "/v1/models", timeout=10), status)
+        assert message in error["message"]
+        assert_idle(app)
+    line = next(json.loads(r.getMessage()) for r in caplog.records if r.name == "conformant.access")
+    assert message in line["error"]
+    assert line["upstream_status"] == upstream_status
+
+
+def test_the_upstream_key_is_cut_out_of_the_model_listing() -> None:
+    listing = _listing({"id": "m", "owned_by": f"key {KEY}"})
+    with _proxy(_page("200 OK", "application/json", listing), upstream_api_key=KEY) as (url, app, _):
+        response = httpx.get(url + "/v1/models", timeout=10)
+        assert response.json()["data"][0]["owned_by"] == "key <redacted>"
         assert_idle(app)

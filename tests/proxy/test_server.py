@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.errors import redact_text, scrub_message
-from tests.support.servers import run_asgi
+from tests.support.servers import run_asgi, wait_for
 
 from .conftest import judge, metric, run_proxy
 
@@ -140,7 +140,8 @@ class Upstream:
         return JSONResponse(
             {"path": seen["path"], "query": seen["query"], "body": seen["body"]},
             status_code=201,
-            headers={"x-upstream-header": "kept"},
+            # llama-server allows every origin, and names its own request.
+            headers={"x-upstream-header": "kept", "access-control-allow-origin": "*", "x-request-id": "up-1"},
         )
 
 
@@ -274,6 +275,8 @@ def test_models_list_is_normalized(upstream: tuple[str, Upstream]) -> None:
         assert [m["id"] for m in entries] == ["gemma-3-270m", "other"]  # no local path (Q09)
         assert entries[1]["created"] == 7
         assert entries[1]["owned_by"] == "someone"
+        text = httpx.get(proxy + "/metrics", timeout=10).text
+        assert metric(text, "conformant_repairs_total", rule="Q09") == 1
     with run_proxy(url, model_alias="my-model", upstream_kind="openai") as proxy:
         listing = httpx.get(proxy + "/v1/models", timeout=10)
         jsonschema.validate(listing.json(), MODELS_SCHEMA)
@@ -380,6 +383,7 @@ def test_the_alias_reaches_the_one_model_the_upstream_serves_without_a_listing_f
             assert judge(response, "/v1/chat/completions", body).errors == []
             assert {json.loads(e[6:])["model"] for e in response.text.split("\n\n")[:-2]} == {"gpt-4o"}
         assert embedding.status_code == 200
+        assert embedding.json()["model"] == "gpt-4o"  # named back as asked, not as the upstream serves it
     served = "meta-llama/Llama-3.1-8B-Instruct"
     # The listing read once, by the first request, which waited for it; the rest knew the name.
     assert seen == [("/v1/models", "")] + [("/v1/chat/completions", served)] * 3 + [
@@ -400,6 +404,24 @@ def test_concurrent_first_requests_for_the_alias_share_one_listing() -> None:
         assert asyncio.run(ask(proxy)) == [200] * 8
     assert seen.count(("/v1/models", "")) == 1
     assert sorted(seen)[:-1] == [("/v1/chat/completions", "qwen3:8b")] * 8
+
+
+def test_one_model_is_retrieved_by_the_name_the_listing_shows(upstream: tuple[str, Upstream]) -> None:
+    url, server = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        entry = httpx.get(proxy + "/v1/models/gemma-3-270m", timeout=10)
+        assert entry.status_code == 200
+        assert entry.json()["id"] == "gemma-3-270m"
+        jsonschema.validate({"object": "list", "data": [entry.json()]}, MODELS_SCHEMA)
+        assert httpx.get(proxy + "/v1/models/other", timeout=10).json()["created"] == 7
+        missing = httpx.get(proxy + "/v1/models/srv/models/gemma-3-270m.gguf", timeout=10)
+        assert _assert_openai_error(missing, 404)["code"] == "model_not_found"
+    with run_proxy(url, model_alias="my-model", upstream_kind="openai") as proxy:
+        server.requests.clear()
+        assert httpx.get(proxy + "/v1/models/my-model", timeout=10).json()["id"] == "my-model"
+        missing = httpx.get(proxy + "/v1/models/gemma-3-270m", timeout=10)
+        assert _assert_openai_error(missing, 404)["code"] == "model_not_found"
+        assert server.requests == []  # the alias is the listing: the upstream is not asked
 
 
 def test_the_alias_of_an_upstream_with_two_models_is_sent_as_asked() -> None:
@@ -427,6 +449,14 @@ def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -
         assert response.headers["x-upstream-header"] == "kept"
         assert response.json() == {"path": "/v1/embeddings", "query": "x=1&y=two", "body": body}
         assert server.requests[-1]["headers"]["x-custom"] == "yes"
+        # One date and one server line (the proxy's), and its own request id: the upstream's is kept
+        # under another name.
+        assert len(response.headers.get_list("date")) == len(response.headers.get_list("server")) == 1
+        assert response.headers["x-request-id"].startswith("req_")
+        assert response.headers["x-upstream-request-id"] == "up-1"
+        # Headers named by Connection are hop-by-hop, in both directions (RFC 9110 7.6.1).
+        httpx.get(proxy + "/v1/files", headers={"connection": "x-hop", "x-hop": "1"}, timeout=10)
+        assert "x-hop" not in server.requests[-1]["headers"]
         deleted = httpx.delete(proxy + "/v1/files/file-1", timeout=10)
         assert deleted.status_code == 201
         assert server.requests[-1]["method"] == "DELETE"
@@ -499,7 +529,7 @@ def test_access_log_line_has_status_upstream_status_ttft_tokens_and_repairs(
 
 
 def test_cors_preflight_and_response_headers(upstream: tuple[str, Upstream]) -> None:
-    url, _ = upstream
+    url, server = upstream
     origin = "https://app.example"
     with run_proxy(url, cors_origins=(origin,), api_key=CLIENT_KEY, upstream_kind="openai") as proxy:
         preflight = httpx.options(
@@ -518,13 +548,21 @@ def test_cors_preflight_and_response_headers(upstream: tuple[str, Upstream]) -> 
             proxy + "/v1/chat/completions", json=CHAT, headers={**_auth(), "origin": origin}, timeout=10
         )
         assert response.headers["access-control-allow-origin"] == origin
+        assert "x-request-id" in response.headers["access-control-expose-headers"]  # readable by the page
         other = httpx.options(
             proxy + "/v1/chat/completions",
             headers={"origin": "https://evil.example", "access-control-request-method": "POST"},
             timeout=10,
         )
-        assert other.status_code == 400
+        assert _assert_openai_error(other, 400)["code"] == "cors_refused"
         assert "access-control-allow-origin" not in other.headers
+        # A passed-through answer follows the proxy's policy, not the upstream's (which allows any
+        # origin), and the upstream never sees the origin.
+        for asking, allowed in ((origin, origin), ("https://evil.example", None)):
+            passed = httpx.get(proxy + "/v1/files", headers={**_auth(), "origin": asking}, timeout=10)
+            assert passed.status_code == 201
+            assert passed.headers.get_list("access-control-allow-origin") == ([allowed] if allowed else [])
+            assert "origin" not in server.requests[-1]["headers"]
 
 
 def test_a_proxy_bug_is_an_openai_500_without_the_traceback(
@@ -551,6 +589,45 @@ def test_a_proxy_bug_is_an_openai_500_without_the_traceback(
     assert metric(text, "conformant_requests_total", endpoint="chat", status="500") == 1
 
 
+def test_the_proxys_own_paths_are_served_with_a_trailing_slash(upstream: tuple[str, Upstream]) -> None:
+    url, _ = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        body = {**CHAT, "stream": True}
+        response = httpx.post(proxy + "/v1/chat/completions/", json=body, timeout=10)
+        assert judge(response, "/v1/chat/completions", body).errors == []  # repaired, not relayed
+        listing = httpx.get(proxy + "/v1/models/", timeout=10).json()
+        assert [m["id"] for m in listing["data"]] == ["gemma-3-270m", "other"]
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_a_499_not_a_500(
+    upstream: tuple[str, Upstream], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="conformant.access")
+    url, server = upstream
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        logging.getLogger("uvicorn.error").addHandler(caplog.handler)  # uvicorn reset its handlers
+        try:
+            host, port = proxy.removeprefix("http://").split(":")
+            for sent, path in enumerate(("/v1/chat/completions", "/v1/embeddings"), start=1):
+                with socket.create_connection((host, int(port)), timeout=10) as sock:
+                    head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n"
+                    sock.sendall(head.encode() + b'{"model":')
+                wait_for(lambda sent=sent: len(_access_lines(caplog)) == sent)
+            text = httpx.get(proxy + "/metrics", timeout=10).text
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(caplog.handler)
+    lines = [line for line in _access_lines(caplog) if line["method"] == "POST"]
+    assert [(line["status"], line["client_disconnected"]) for line in lines] == [(499, True)] * 2
+    assert metric(text, "conformant_client_disconnects_total") == 2
+    assert metric(text, "conformant_requests_total", endpoint="chat", status="499") == 1
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert server.requests == []
+
+
+def _access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "conformant.access"]
+
+
 def test_unknown_paths_and_methods_are_openai_errors(upstream: tuple[str, Upstream]) -> None:
     url, server = upstream
     with run_proxy(url, upstream_kind="openai") as proxy:
@@ -563,6 +640,11 @@ def test_unknown_paths_and_methods_are_openai_errors(upstream: tuple[str, Upstre
             ("POST", "/metrics", "GET"),
             ("TRACE", "/v1/models", "GET"),
             ("TRACE", "/v1/embeddings", "POST"),
+            # The proxy's own paths, which the pass-through would otherwise take to the upstream raw.
+            ("GET", "/v1/chat/completions", "POST"),
+            ("PUT", "/v1/completions/", "POST"),
+            ("POST", "/v1/models", "GET"),
+            ("DELETE", "/v1/models/other", "GET"),
         ):
             response = httpx.request(method, proxy + path, timeout=10)
             error = _assert_openai_error(response, 405)
