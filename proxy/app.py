@@ -130,12 +130,17 @@ def _split(endpoint: Endpoint, body: dict[str, Any], info: RequestInfo) -> list[
         prompts = list(raw_prompt)
     if info.n == 1 and len(prompts) == 1:
         return None
+    seed = body.get("seed")
     parts = []
     for prompt in prompts:
-        for _ in range(info.n):
+        for sample in range(info.n):
             part = {**body, "n": 1}
             if endpoint == "completions":
                 part["prompt"] = prompt
+            if isinstance(seed, int) and not isinstance(seed, bool) and info.n > 1:
+                # One seed for every sample would make the n samples one sample n times; a seed per
+                # sample keeps them different and the whole answer as repeatable as the seed makes it.
+                part["seed"] = seed + sample
             parts.append(part)
     return parts
 

@@ -174,14 +174,25 @@ def _build(
     # A message that was all traceback says nothing once scrubbed: the status must speak for it.
     message = scrub_message(message) or f"the upstream server reported an error (HTTP {status or 500})"
     haystack = f"{message} {etype or ''} {code or ''}"
+    str_param = param if isinstance(param, str) else None
     if CONTEXT_OVERFLOW.search(haystack):
         # Seed 003 / llama.cpp #14566, Q43/Q44/Q47/Q48: overflow is the client's error, 400.
         return ProxyError.make(
-            message, 400, code="context_length_exceeded", type="invalid_request_error", quirk=quirk
+            message,
+            400,
+            code="context_length_exceeded",
+            type="invalid_request_error",
+            param=str_param,
+            quirk=quirk,
         )
     if (status or 500) >= 500 and UNSUPPORTED_PARAMETER.search(message):
         return ProxyError.make(
-            message, 400, code="unsupported_parameter", type="invalid_request_error", quirk=quirk or "Q43"
+            message,
+            400,
+            code="unsupported_parameter",
+            type="invalid_request_error",
+            param=str_param,
+            quirk=quirk or "Q43",
         )
     final = STATUS_INSTEAD.get(status or 500, status or 500)
     if final < 400 or final > 599:
@@ -192,7 +203,6 @@ def _build(
         str_type = "server_error" if str_type in (None, "invalid_request_error") else str_type
     elif str_type in ("server_error", "BadRequestError"):
         str_type = None
-    str_param = param if isinstance(param, str) else None
     return ProxyError.make(message, final, code=str_code, type=str_type, param=str_param, quirk=quirk)
 
 

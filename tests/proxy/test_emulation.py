@@ -180,6 +180,13 @@ def test_n_fans_out_with_indexed_choices_and_summed_usage(proxy_url: str, stream
     assert usage["prompt_tokens"] == 1  # one prompt ("x", one word) read by all three samples: once
 
 
+def test_each_fanned_out_sample_gets_a_seed_of_its_own(proxy_url: str) -> None:
+    """One seed for all would make the n samples one sample n times (a seeded upstream repeats itself)."""
+    body = {"model": "m", "prompt": ["p0", "p1"], "n": 2, "seed": 7, "stream": False}
+    _fan_out(proxy_url, body, judged=True)
+    assert sorted((s["prompt"], s["seed"]) for s in seen) == [("p0", 7), ("p0", 8), ("p1", 7), ("p1", 8)]
+
+
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 def test_n_with_usage_has_one_usage_chunk_last_when_a_whole_stream_comes_in_one_read(
     proxy_url: str, path: str

@@ -14,7 +14,7 @@ import pytest
 from conformance.judge import Verdict, judge_response
 from conformance.sse import DONE_EVENT, SSEParser, encode_data
 from conformance.transcript import Transcript, discover
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, error_from_http
 from proxy.normalizer import (
     Endpoint,
     RequestInfo,
@@ -460,6 +460,24 @@ def test_an_error_payload_as_the_first_event_is_an_http_error() -> None:
             repairs=Repairs(),
         )
     assert caught.value.status == 503
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        ("the request exceeds the available context size", "context_length_exceeded"),
+        ("Unsupported param: echo", "unsupported_parameter"),
+    ],
+)
+def test_an_upstream_errors_param_is_kept_when_its_code_is_made_openais(message: str, code: str) -> None:
+    error = error_from_http(
+        500, "application/json", json.dumps({"error": {"message": message, "param": "messages"}}).encode()
+    )
+    assert (error.status, error.body["error"]["code"], error.body["error"]["param"]) == (
+        400,
+        code,
+        "messages",
+    )
 
 
 def test_an_event_named_error_is_an_error_whatever_its_data() -> None:
