@@ -23,6 +23,11 @@ class OpenAIAdapter:
         self._unanswered: set[str] = set()  # endpoints that gave no count while probed
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
+        limit = body.get("max_completion_tokens")
+        if "max_tokens" not in body and isinstance(limit, int) and not isinstance(limit, bool):
+            # OpenAI's newer name for the limit, which llama-cpp-python, Ollama and TGI do not read:
+            # sent under the older one too, or they generate to the end of the context.
+            body = {**body, "max_tokens": limit}
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109

@@ -180,6 +180,13 @@ def test_n_fans_out_with_indexed_choices_and_summed_usage(proxy_url: str, stream
     assert usage["prompt_tokens"] == 1  # one prompt ("x", one word) read by all three samples: once
 
 
+def test_max_completion_tokens_reaches_upstreams_that_read_only_max_tokens(proxy_url: str) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3}
+    seen.clear()
+    _post(proxy_url, "/v1/chat/completions", body)
+    assert (seen[-1]["max_completion_tokens"], seen[-1]["max_tokens"]) == (3, 3)
+
+
 def test_each_fanned_out_sample_gets_a_seed_of_its_own(proxy_url: str) -> None:
     """One seed for all would make the n samples one sample n times (a seeded upstream repeats itself)."""
     body = {"model": "m", "prompt": ["p0", "p1"], "n": 2, "seed": 7, "stream": False}
