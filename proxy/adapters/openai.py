@@ -21,6 +21,9 @@ class OpenAIAdapter:
     def __init__(self) -> None:
         self._tokenizer: str | None = None  # the tokenize endpoint found, "" when there is none
         self._unanswered: set[str] = set()  # endpoints that gave no count while probed
+        # Tokens the tokenizer adds to any text (llama-cpp-python's count includes the BOS token): the
+        # count of "", taken off every count. None until asked.
+        self._added: int | None = None
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         limit = body.get("max_completion_tokens")
@@ -46,16 +49,23 @@ class OpenAIAdapter:
             left = deadline - loop.time()
             if left <= 0:
                 return None  # the probe goes on with the next endpoint next time
-            body = {"input": text} if path.startswith("/extras") else {"content": text}
-            count = _count(await upstream.json("POST", path, body, timeout=left))
+            count = _count(await upstream.json("POST", path, _body(path, text), timeout=left))
             if count is not None:
                 self._tokenizer = path
-                return count
+                if self._added is None and (left := deadline - loop.time()) > 0:
+                    self._added = (
+                        _count(await upstream.json("POST", path, _body(path, ""), timeout=left)) or 0
+                    )
+                return max(count - (self._added or 0), 0)
             if self._tokenizer is None:  # (a probe beside this one may have found it meanwhile)
                 self._unanswered.add(path)
         if self._tokenizer is None and self._unanswered.issuperset(_TOKENIZERS):
             self._tokenizer = ""
         return None
+
+
+def _body(path: str, text: str) -> dict[str, str]:
+    return {"input": text} if path.startswith("/extras") else {"content": text}
 
 
 def _count(answer: Any) -> int | None:

@@ -755,7 +755,7 @@ def test_a_found_tokenizer_slow_once_is_asked_again_next_time() -> None:
             self.calls.append(path)
             if path != "/extras/tokenize/count" or self.slow:
                 return None  # what json() answers on a 404 or a timeout
-            return {"count": 7}
+            return {"count": 1 + len(body["input"].split())}  # its count includes the BOS token
 
     async def scenario() -> list[int | None]:
         adapter, upstream = OpenAIAdapter(), Tokenizer()
@@ -764,10 +764,11 @@ def test_a_found_tokenizer_slow_once_is_asked_again_next_time() -> None:
         counts.append(await adapter.count_tokens(upstream, "some text", 1.0))  # type: ignore[arg-type]
         upstream.slow = False
         counts.append(await adapter.count_tokens(upstream, "some text", 1.0))  # type: ignore[arg-type]
-        assert upstream.calls == ["/extras/tokenize/count"] * 3  # probed once, then asked directly
+        # Probed once (with the count of "" that the BOS token makes 1), then asked directly.
+        assert upstream.calls == ["/extras/tokenize/count"] * 4
         return counts
 
-    assert asyncio.run(scenario()) == [7, None, 7]
+    assert asyncio.run(scenario()) == [2, None, 2]  # the text's two tokens, without the BOS token
 
 
 def test_a_probe_that_fails_beside_one_that_found_the_tokenizer_does_not_turn_it_off() -> None:
