@@ -31,6 +31,10 @@ class OpenAIAdapter:
             # OpenAI's newer name for the limit, which llama-cpp-python, Ollama and TGI do not read:
             # sent under the older one too, or they generate to the end of the context.
             body = {**body, "max_tokens": limit}
+        if endpoint == "chat" and body.get("logprobs") is True and "top_logprobs" not in body:
+            # llama-cpp-python sends chat logprobs only when top_logprobs is set; 0 is within the spec
+            # for every upstream, and the alternatives it brings are taken out again (chat_logprobs).
+            body = {**body, "top_logprobs": 0}
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109

@@ -146,7 +146,7 @@ def _chat_choice(
         reason = "tool_calls"
     if "logprobs" not in raw:
         repairs.add("Q61")
-    logprobs, repaired = chat_logprobs(raw.get("logprobs"))
+    logprobs, repaired = chat_logprobs(raw.get("logprobs"), request.alternatives)
     if repaired:
         repairs.add("Q61")
     if stopped:  # the tokens past the stop sequence went with the text

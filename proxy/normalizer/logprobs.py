@@ -66,18 +66,30 @@ def legacy_logprobs(raw: Any, offset: int = 0) -> tuple[dict[str, Any] | None, i
     return legacy, position - offset, True
 
 
-def chat_logprobs(raw: Any) -> tuple[dict[str, Any] | None, bool]:
-    """Chat logprobs with both required keys (``content``, ``refusal``); (value, repaired)."""
+def chat_logprobs(raw: Any, alternatives: bool = True) -> tuple[dict[str, Any] | None, bool]:
+    """Chat logprobs with both required keys (``content``, ``refusal``); (value, repaired).
+
+    Without ``alternatives`` (the client did not ask for ``top_logprobs``) each token's alternatives
+    are ``[]``, as OpenAI sends them: the proxy asks an upstream for ``top_logprobs: 0``, which
+    llama-cpp-python needs before it sends any logprobs and answers with the chosen token as one.
+    """
     if raw is None:
         return None, False
     if not isinstance(raw, dict):
         return None, True
     content = raw.get("content")
+    if not alternatives and isinstance(content, list) and any(_has_alternatives(e) for e in content):
+        content = [{**entry, "top_logprobs": []} if isinstance(entry, dict) else entry for entry in content]
+        raw = {**raw, "content": content}
     if isinstance(content, list) and not all(_all_finite(entry) for entry in content):
         content = [_made_finite(entry) for entry in content]
     elif "content" in raw and "refusal" in raw:
         return raw, False
     return {"content": content, "refusal": raw.get("refusal")}, True
+
+
+def _has_alternatives(entry: Any) -> bool:
+    return isinstance(entry, dict) and entry.get("top_logprobs") != []
 
 
 def _all_finite(entry: Any) -> bool:

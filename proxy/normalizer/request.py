@@ -42,6 +42,8 @@ class RequestInfo:
     stop: tuple[str, ...] = ()
     n: int = 1
     logprobs: bool = False
+    alternatives: bool = True
+    """Whether a chat request asked for ``top_logprobs``: without it OpenAI sends ``top_logprobs: []``."""
 
     @classmethod
     def from_body(cls, endpoint: Endpoint, body: dict[str, Any], *, alias: str | None = None) -> RequestInfo:
@@ -62,6 +64,7 @@ class RequestInfo:
             stop=_stop_list(body.get("stop")),
             n=_positive_int(body.get("n")) or 1,
             logprobs=logprobs is True or (type(logprobs) is int and logprobs >= 0),
+            alternatives=endpoint != "chat" or bool(body.get("top_logprobs")),
         )
 
     @property

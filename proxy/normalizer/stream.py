@@ -279,7 +279,7 @@ class StreamNormalizer:
             state.role_sent = True
         if not self._reason(raw, state, has_output):
             return None
-        logprobs, repaired = chat_logprobs(raw.get("logprobs"))
+        logprobs, repaired = chat_logprobs(raw.get("logprobs"), self.request.alternatives)
         if repaired:
             self.repairs.add("Q61")
         logprobs = state.pass_logprobs(logprobs, chat=True, had_text=had_text, sends_text="content" in out)

@@ -187,6 +187,15 @@ def test_max_completion_tokens_reaches_upstreams_that_read_only_max_tokens(proxy
     assert (seen[-1]["max_completion_tokens"], seen[-1]["max_tokens"]) == (3, 3)
 
 
+def test_chat_logprobs_without_top_logprobs_are_asked_for_with_top_logprobs_0(proxy_url: str) -> None:
+    """llama-cpp-python sends no chat logprobs for ``logprobs: true`` alone."""
+    seen.clear()
+    for asked, sent in (({}, 0), ({"top_logprobs": 3}, 3)):
+        body = {"model": "m", **CHAT, "logprobs": True, **asked}
+        httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=20)  # (this upstream has none)
+        assert seen[-1]["top_logprobs"] == sent
+
+
 def test_each_fanned_out_sample_gets_a_seed_of_its_own(proxy_url: str) -> None:
     """One seed for all would make the n samples one sample n times (a seeded upstream repeats itself)."""
     body = {"model": "m", "prompt": ["p0", "p1"], "n": 2, "seed": 7, "stream": False}

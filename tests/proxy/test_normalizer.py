@@ -735,3 +735,46 @@ def test_legacy_logprobs_with_a_null_column_are_kept_whole_in_a_body_cut_at_a_st
     normalized = normalize_body(reply, info, repairs=Repairs())["choices"][0]
     assert normalized["text"] == "Hi th"
     assert normalized["logprobs"]["tokens"] == ["Hi", " th", "ere"]  # no place to cut: kept, not emptied
+
+
+@pytest.mark.parametrize("top_logprobs", [None, 2])
+def test_chat_logprobs_have_no_alternatives_unless_asked_for(top_logprobs: int | None) -> None:
+    """llama-cpp-python sends chat logprobs only with top_logprobs set; the proxy asks for 0, and the
+    chosen token it then lists as an alternative is not what a client that asked for none gets."""
+    entry = {
+        "token": "Hi",
+        "logprob": -0.1,
+        "bytes": [72, 105],
+        "top_logprobs": [{"token": "Hi", "logprob": -0.1, "bytes": [72, 105]}],
+    }
+    logprobs = {"content": [entry], "refusal": None}
+    request = {**CHAT_REQUEST, "logprobs": True} | (
+        {} if top_logprobs is None else {"top_logprobs": top_logprobs}
+    )
+    raw = chunk(
+        {"delta": {"role": "assistant", "content": "Hi"}, "logprobs": logprobs, "finish_reason": None}
+    )
+    raw += chunk({"delta": {}, "logprobs": None, "finish_reason": "stop"}) + b"data: [DONE]\n\n"
+    status, out, _ = normalize_stream(raw, "chat", request)
+    sent = json.loads(out.decode().split("\n\n")[0].removeprefix("data: "))
+    expected = entry["top_logprobs"] if top_logprobs else []
+    assert sent["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == expected
+    assert judged(status, out, "chat", request).errors == []
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hi"},
+                "logprobs": logprobs,
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    whole = normalize_body(
+        body, RequestInfo.from_body("chat", {**request, "stream": False}), repairs=Repairs()
+    )
+    assert whole["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == expected
