@@ -14,7 +14,7 @@ from ..errors import ProxyError, error_from_payload, is_error_payload
 from .choices import as_dict, fix_tool_call
 from .finish import FAILURE_REASONS, map_finish_reason
 from .identity import Identity
-from .logprobs import chat_logprobs, legacy_logprobs, logprobs_up_to
+from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
 from .repairs import Repairs
 from .request import RequestInfo
 from .stream import failure_for_reason
@@ -122,7 +122,7 @@ def _chat_choice(
     raw: dict[str, Any], index: int, request: RequestInfo, repairs: Repairs, tokens: int | None
 ) -> dict[str, Any]:
     message = as_dict(raw.get("message"))
-    content = whole = message.get("content")
+    content = message.get("content")
     stopped = False
     if isinstance(content, str):
         content, stopped = _enforce_stop(content, request, repairs)
@@ -149,8 +149,8 @@ def _chat_choice(
     logprobs, repaired = chat_logprobs(raw.get("logprobs"), request.alternatives)
     if repaired:
         repairs.add("Q61")
-    if stopped:  # the tokens past the stop sequence went with the text
-        logprobs = logprobs_up_to(logprobs, str(whole), len(content or ""), chat=True)
+    # The tokens past a stop sequence go with the text it cut (here or at the upstream).
+    logprobs = logprobs_within(logprobs, content or "", chat=True)
     return {"index": index, "message": out, "logprobs": logprobs, "finish_reason": reason}
 
 
@@ -160,12 +160,10 @@ def _text_choice(
     text = raw.get("text")
     if not isinstance(text, str):
         text = ""
-    whole = text
     text, stopped = _enforce_stop(text, request, repairs)
     logprobs, _, converted = legacy_logprobs(raw.get("logprobs"))
     if converted:
         repairs.add("Q67")
-    if stopped:
-        logprobs = logprobs_up_to(logprobs, whole, len(text), chat=False)
+    logprobs = logprobs_within(logprobs, text, chat=False)
     reason = _finish(raw, request, repairs, stopped, tokens)
     return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": reason}

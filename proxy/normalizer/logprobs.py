@@ -6,7 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["chat_logprobs", "empty_logprobs", "legacy_logprobs", "logprobs_up_to", "merged_logprobs"]
+__all__ = [
+    "chat_logprobs",
+    "empty_logprobs",
+    "legacy_logprobs",
+    "logprobs_up_to",
+    "logprobs_within",
+    "merged_logprobs",
+]
 
 _FLOOR = -9999.0  # OpenAI's "very unlikely"; llama.cpp sends -3.4e38 for -inf (Q67)
 
@@ -147,20 +154,8 @@ def logprobs_up_to(logprobs: Any, text: str, kept: int, chat: bool) -> Any:
     Cut only where the tokens spell ``text`` exactly: byte tokens (an emoji in pieces) or text the
     tokens do not cover leave no place to cut at, and the logprobs are kept whole.
     """
-    if not isinstance(logprobs, dict):
-        return logprobs
-    if chat:
-        rows = logprobs.get("content")
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            return logprobs
-        tokens = [str(r.get("token", "")) for r in rows]
-    else:
-        columns = [logprobs.get(key) for key in _LEGACY_KEYS]
-        lists = [c for c in columns if isinstance(c, list)]
-        if len(lists) != len(columns) or len({len(c) for c in lists}) != 1:
-            return logprobs
-        tokens = [str(t) for t in lists[0]]
-    if "".join(tokens) != text:
+    tokens = _token_texts(logprobs, chat)
+    if tokens is None or "".join(tokens) != text:
         return logprobs
     count = 0
     start = 0
@@ -172,3 +167,32 @@ def logprobs_up_to(logprobs: Any, text: str, kept: int, chat: bool) -> Any:
     if chat:
         return {**logprobs, "content": logprobs["content"][:count]}
     return {key: logprobs[key][:count] for key in _LEGACY_KEYS}
+
+
+def logprobs_within(logprobs: Any, text: str, chat: bool) -> Any:
+    """``logprobs`` without the tokens that start past the end of ``text``, where the tokens spell more
+    than ``text`` and begin with it: the text was cut at a stop sequence (by the proxy, or by an upstream
+    that kept the logprobs of what it cut, as llama-cpp-python does) and its logprobs go with it."""
+    tokens = _token_texts(logprobs, chat)
+    if tokens is None:
+        return logprobs
+    spelled = "".join(tokens)
+    if len(spelled) <= len(text) or not spelled.startswith(text):
+        return logprobs
+    return logprobs_up_to(logprobs, spelled, len(text), chat)
+
+
+def _token_texts(logprobs: Any, chat: bool) -> list[str] | None:
+    """The tokens' texts, in order, where the logprobs have the shape to cut by them (else None)."""
+    if not isinstance(logprobs, dict):
+        return None
+    if chat:
+        rows = logprobs.get("content")
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            return None
+        return [str(r.get("token", "")) for r in rows]
+    columns = [logprobs.get(key) for key in _LEGACY_KEYS]
+    lists = [c for c in columns if isinstance(c, list)]
+    if len(lists) != len(columns) or len({len(c) for c in lists}) != 1:
+        return None
+    return [str(t) for t in lists[0]]

@@ -576,7 +576,7 @@ def test_logprobs_that_are_not_finite_become_the_floor(endpoint: Endpoint) -> No
         + b"data: [DONE]\n\n"
     )
     body = (
-        {**CHAT_REQUEST, "logprobs": True}
+        {**CHAT_REQUEST, "logprobs": True, "top_logprobs": 1}
         if endpoint == "chat"
         else {"model": "m", "prompt": "x", "stream": True, "logprobs": 1}
     )
@@ -778,3 +778,27 @@ def test_chat_logprobs_have_no_alternatives_unless_asked_for(top_logprobs: int |
         body, RequestInfo.from_body("chat", {**request, "stream": False}), repairs=Repairs()
     )
     assert whole["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == expected
+
+
+def test_a_body_whose_upstream_cut_the_text_at_a_stop_loses_the_logprobs_past_it() -> None:
+    """llama-cpp-python cuts the text at a stop sequence but keeps the logprobs of what it cut."""
+    tokens = [" the", " capital", " of", " France"]
+    logprobs = {
+        "tokens": tokens,
+        "token_logprobs": [-0.1] * 4,
+        "top_logprobs": [{t: -0.1} for t in tokens],
+        "text_offset": [24, 28, 36, 39],
+    }
+    raw = {
+        "id": "x",
+        "object": "text_completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "text": " the capit", "logprobs": logprobs, "finish_reason": "stop"}],
+    }
+    body = {"model": "m", "prompt": "The capital of France is", "stop": "al of Fr", "logprobs": 1}
+    whole = normalize_body(raw, RequestInfo.from_body("completions", body), repairs=Repairs())
+    kept = whole["choices"][0]["logprobs"]
+    assert kept["tokens"] == [" the", " capital"]  # the token the stop cut into stays, as in a stream
+    assert kept["text_offset"] == [24, 28]
+    assert judged(200, json.dumps(whole).encode(), "completions", body).errors == []
