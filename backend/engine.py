@@ -384,6 +384,9 @@ class Engine:
             if kind == "last" and job.prompt_logprobs:
                 job.emit(Event(job.index, prompt_logprobs=slot.prompt_logprobs))
                 slot.prompt_logprobs = []
+            if job.max_tokens == 0:  # the prompt only (echo scoring): nothing is sampled
+                self._finish(slot, "length")
+                continue
             self._sample(slot, n)
 
     def _sample(self, slot: _Slot, row: int) -> None:

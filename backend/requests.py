@@ -28,6 +28,7 @@ PromptPart = str | int
 MAX_N = 128
 MAX_COMPLETION_LOGPROBS = 5
 MAX_CHAT_TOP_LOGPROBS = 20
+MAX_STOP = 4
 
 
 class RequestError(ValueError):
@@ -94,8 +95,7 @@ def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: floa
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RequestError(f"'{name}' must be a number", name)
-    if not lo <= value <= hi:
-        raise RequestError(f"'{name}' must be between {lo:g} and {hi:g}, got {value}", name)
+    _check_range(name, value, lo, hi)
     return float(value)
 
 
@@ -107,9 +107,22 @@ def _integer(body: dict[str, Any], name: str, default: int | None, lo: int, hi: 
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(f"'{name}' must be an integer", name)
-    if not lo <= value <= hi:
-        raise RequestError(f"'{name}' must be between {lo} and {hi}, got {value}", name)
+    _check_range(name, value, lo, hi)
     return value
+
+
+def _check_range(name: str, value: float, lo: float, hi: float) -> None:
+    """OpenAI's words and codes for a number out of range (the proxy's request validation says the same)."""
+    if lo <= value <= hi:
+        return
+    kind = "integer" if isinstance(value, int) else "decimal"
+    bound, sign, limit = ("below minimum", ">=", lo) if value < lo else ("above maximum", "<=", hi)
+    shown = f"{limit:g}" if isinstance(limit, float) else str(limit)
+    raise RequestError(
+        f"Invalid '{name}': {kind} {bound} value. Expected a value {sign} {shown}, but got {value}.",
+        name,
+        code=f"{kind}_{bound.replace(' ', '_')}_value",
+    )
 
 
 def _boolean(body: dict[str, Any], name: str, default: bool = False) -> bool:
@@ -128,8 +141,12 @@ def _stop(body: dict[str, Any]) -> list[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
         raise RequestError("'stop' must be a string or an array of strings", "stop")
-    if len(items) > 16:
-        raise RequestError("'stop' takes at most 16 sequences", "stop")
+    if len(items) > MAX_STOP:
+        raise RequestError(
+            f"Invalid 'stop': expected an array with at most {MAX_STOP} items, got {len(items)}.",
+            "stop",
+            code="array_above_max_length",
+        )
     return [s for s in items if s]
 
 
@@ -309,10 +326,12 @@ def _common(body: Any, endpoint: Endpoint) -> dict[str, Any]:
 
 
 def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | None) -> int | None:
+    """The first of ``names`` given; 0 is allowed (echo with logprobs scores a prompt), -1 is not (OpenAI
+    has no "unlimited": leave the parameter out)."""
     for name in names:
-        value = _integer(body, name, None, -1, 1 << 30)
+        value = _integer(body, name, None, 0, 1 << 30)
         if value is not None:
-            return None if value == -1 else value
+            return value
     return default
 
 

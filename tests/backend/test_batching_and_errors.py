@@ -92,6 +92,38 @@ def test_chat_parameter_errors(client: Any, recorder: RecordingTransport) -> Non
     assert_conformant(recorder)
 
 
+@pytest.mark.parametrize(
+    ("endpoint", "body", "param", "code"),
+    [
+        ("completions", {"max_tokens": -1}, "max_tokens", "integer_below_minimum_value"),
+        ("chat", {"max_tokens": -1}, "max_tokens", "integer_below_minimum_value"),
+        ("chat", {"max_completion_tokens": -1}, "max_completion_tokens", "integer_below_minimum_value"),
+        ("completions", {"stop": ["a", "b", "c", "d", "e"]}, "stop", "array_above_max_length"),
+        ("chat", {"stop": ["a", "b", "c", "d", "e"]}, "stop", "array_above_max_length"),
+    ],
+)
+def test_out_of_spec_values_are_400_with_openais_code(
+    client: Any, recorder: RecordingTransport, endpoint: str, body: dict[str, Any], param: str, code: str
+) -> None:
+    """OpenAI's limits, with the codes it (and the proxy) answers: max_tokens >= 0 (no -1 for "unlimited"),
+    at most 4 stop sequences."""
+    chat = endpoint == "chat"
+    create = client.chat.completions.create if chat else client.completions.create
+    first = {"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "x"}
+    with pytest.raises(openai.BadRequestError) as info:
+        create(model="gemma", **first, **body)
+    error = info.value.body
+    assert info.value.status_code == 400
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code), error
+    assert_conformant(recorder)
+
+
+def test_stop_takes_four_sequences(client: Any, recorder: RecordingTransport) -> None:
+    r = client.completions.create(model="gemma", prompt="x", max_tokens=2, stop=["a", "b", "c", "d"])
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert_conformant(recorder)
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_prompt_beyond_the_context_is_400_before_any_stream_byte(
     client: Any, recorder: RecordingTransport, stream: bool

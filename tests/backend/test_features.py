@@ -169,6 +169,66 @@ def _chat_logprobs(client: Any, stream: bool) -> None:
     assert all(bytes(e.bytes or []).decode() == e.token for e in entries)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_max_tokens_zero_generates_nothing(client: Any, recorder: RecordingTransport, stream: bool) -> None:
+    """``max_tokens: 0`` with ``echo`` and ``logprobs`` is how clients score a prompt: the prompt back with
+    its logprobs, no token sampled, finish_reason "length"."""
+    texts, finish, usage = _complete(client, stream, prompt=PROMPT, max_tokens=0)
+    assert (texts, finish) == ([""], ["length"])
+    assert (usage.prompt_tokens, usage.completion_tokens) == (6, 0)
+    texts, finish, usage = _complete(client, stream, prompt=PROMPT, max_tokens=0, echo=True, n=2)
+    assert (texts, finish) == ([PROMPT, PROMPT], ["length", "length"])
+    assert usage.completion_tokens == 0
+    scored = _echo_logprobs(client, stream, max_tokens=0)
+    assert [t for t, _ in scored] == [t for t, _ in _echo_logprobs(client, stream, max_tokens=1)][:6]
+    assert "".join(t for t, _ in scored) == PROMPT
+    assert scored[0][1] is None
+    assert [lp for _, lp in scored[1:]] == pytest.approx(
+        [lp for _, lp in _echo_logprobs(client, stream, max_tokens=1)][1:6]
+    )
+    for kwargs in (
+        {"max_tokens": 0},
+        {"max_completion_tokens": 0, "max_tokens": None},
+        {"max_tokens": 0, "logprobs": True},
+    ):
+        texts, finish, usage = _chat(client, stream, **kwargs)
+        assert (texts, finish) == ([""], ["length"])
+        assert usage.completion_tokens == 0
+        assert usage.total_tokens == usage.prompt_tokens > 0
+    if stream:
+        # The role chunk, the finish chunk, the usage chunk, then [DONE].
+        raw = bytes(recorder.exchanges[-1].raw)
+        events = [line[6:] for line in raw.decode().splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert [c["choices"][0]["delta"] for c in chunks[:-1]] == [
+            {"role": "assistant", "content": "", "refusal": None},
+            {},
+        ]
+        assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+        assert chunks[-1]["choices"] == []
+        assert chunks[-1]["usage"]["completion_tokens"] == 0
+    assert_conformant(recorder)
+
+
+def _echo_logprobs(client: Any, stream: bool, max_tokens: int) -> list[tuple[str, float | None]]:
+    """(token, logprob) for the echoed prompt and what follows, from ``echo`` with ``logprobs``."""
+    kwargs: dict[str, Any] = {"model": "gemma", "prompt": PROMPT, "echo": True, "logprobs": 2}
+    if not stream:
+        lp = client.completions.create(max_tokens=max_tokens, **kwargs).choices[0].logprobs
+        assert lp.token_logprobs[0] is None
+        return list(zip(lp.tokens, lp.token_logprobs, strict=True))
+    out: list[tuple[str, float | None]] = []
+    text = ""
+    for chunk in client.completions.create(stream=True, max_tokens=max_tokens, **kwargs):
+        for c in chunk.choices:
+            text += c.text
+            if c.logprobs:
+                out += zip(c.logprobs.tokens, c.logprobs.token_logprobs, strict=True)
+    assert text.startswith(PROMPT)
+    return out
+
+
 SCHEMA = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}
 
 
