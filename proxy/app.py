@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -170,7 +171,7 @@ def _make_source(
     first = UpstreamSource(
         ctx.upstream,
         ctx.adapter,
-        info,
+        _echoing(info, parts[0]),
         ctx.adapter.call(endpoint, parts[0]),
         repairs=exchange.repairs,
         emit_usage=emit_usage,
@@ -183,7 +184,7 @@ def _make_source(
             UpstreamSource(
                 ctx.upstream,
                 ctx.adapter,
-                info,
+                _echoing(info, part),
                 ctx.adapter.call(endpoint, part),
                 repairs=exchange.repairs,
                 identity=first.identity,
@@ -193,6 +194,14 @@ def _make_source(
             )
         )
     return FanOutSource(sources, info, exchange.repairs)
+
+
+def _echoing(info: RequestInfo, part: dict[str, Any]) -> RequestInfo:
+    """``info`` for one request of a fan-out: the prompt its text echoes is its own prompt's."""
+    prompt = part.get("prompt")
+    if info.endpoint != "completions" or part.get("echo") is not True or not isinstance(prompt, str):
+        return info
+    return dataclasses.replace(info, echoed=prompt)
 
 
 async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Response:

@@ -112,7 +112,7 @@ def _finish(
 def _enforce_stop(text: str, request: RequestInfo, repairs: Repairs) -> tuple[str, bool]:
     if not request.stop:
         return text, False
-    text, hit = truncate_at_stop(text, request.stop)
+    text, hit = truncate_at_stop(text, request.stop, request.echoed)
     if hit:
         repairs.add("Q76")
     return text, hit

@@ -83,12 +83,12 @@ class ChoiceState:
         "tool_ids",
     )
 
-    def __init__(self, index: int, stops: tuple[str, ...], keep_text: bool) -> None:
+    def __init__(self, index: int, stops: tuple[str, ...], keep_text: bool, echoed: str = "") -> None:
         self.index = index
         self.role_sent = False
         self.finish: str | None = None
         self.tokens = 0
-        self.scanner = StopScanner(stops) if stops else None
+        self.scanner = StopScanner(stops, echoed) if stops else None
         self.stopped = False
         self.tool_ids: dict[int, str] = {}
         self.next_tool = 0

@@ -44,6 +44,8 @@ class RequestInfo:
     logprobs: bool = False
     alternatives: bool = True
     """Whether a chat request asked for ``top_logprobs``: without it OpenAI sends ``top_logprobs: []``."""
+    echoed: str = ""
+    """The prompt a completion's text begins with (``echo`` and a text prompt): no stop sequence in it."""
 
     @classmethod
     def from_body(cls, endpoint: Endpoint, body: dict[str, Any], *, alias: str | None = None) -> RequestInfo:
@@ -55,6 +57,7 @@ class RequestInfo:
         asked = body.get("model")
         model = alias or (clean_model_name(asked) if isinstance(asked, str) and asked else None)
         logprobs = body.get("logprobs")
+        prompt = body.get("prompt")
         return cls(
             endpoint=endpoint,
             model=model,
@@ -65,6 +68,9 @@ class RequestInfo:
             n=_positive_int(body.get("n")) or 1,
             logprobs=logprobs is True or (type(logprobs) is int and logprobs >= 0),
             alternatives=endpoint != "chat" or bool(body.get("top_logprobs")),
+            echoed=prompt
+            if body.get("echo") is True and isinstance(prompt := body.get("prompt"), str)
+            else "",
         )
 
     @property

@@ -207,7 +207,9 @@ class StreamNormalizer:
         index += self.index_base
         state = self._choices.get(index)
         if state is None:
-            state = self._choices[index] = ChoiceState(index, self.request.stop, self._keep_text)
+            state = self._choices[index] = ChoiceState(
+                index, self.request.stop, self._keep_text, self.request.echoed
+            )
         return state
 
     def _reason(self, raw: dict[str, Any], state: ChoiceState, has_output: bool) -> bool:

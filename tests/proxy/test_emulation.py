@@ -31,7 +31,8 @@ seen: list[dict[str, Any]] = []
 
 def _text_for(body: dict[str, Any]) -> list[str]:
     prompt = body.get("prompt")
-    return [f"[{prompt}]", *WORDS] if isinstance(prompt, str) and prompt.startswith("p") else WORDS
+    words = [f"[{prompt}]", *WORDS] if isinstance(prompt, str) and prompt.startswith("p") else WORDS
+    return [prompt, *words] if body.get("echo") is True and isinstance(prompt, str) else words
 
 
 async def _complete(request: Request) -> Response:
@@ -183,7 +184,7 @@ def test_n_fans_out_with_indexed_choices_and_summed_usage(proxy_url: str, stream
 def test_max_completion_tokens_reaches_upstreams_that_read_only_max_tokens(proxy_url: str) -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3}
     seen.clear()
-    _post(proxy_url, "/v1/chat/completions", body)
+    httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=20)  # (this upstream reads neither)
     assert (seen[-1]["max_completion_tokens"], seen[-1]["max_tokens"]) == (3, 3)
 
 
@@ -194,6 +195,15 @@ def test_chat_logprobs_without_top_logprobs_are_asked_for_with_top_logprobs_0(pr
         body = {"model": "m", **CHAT, "logprobs": True, **asked}
         httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=20)  # (this upstream has none)
         assert seen[-1]["top_logprobs"] == sent
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_stop_sequences_do_not_cut_the_echoed_prompt(proxy_url: str, stream: bool) -> None:
+    """Stop sequences end the generated text: one inside the prompt an echo repeats does not count."""
+    body = {"model": "m", "prompt": ["a dog", "my dog"], "echo": True, "stop": ["dog"], "stream": stream}
+    texts, _ = _fan_out(proxy_url, body, judged=True)
+    generated = "".join(WORDS).split("dog")[0]  # the generated "dog" still stops it
+    assert texts == {0: "a dog" + generated, 1: "my dog" + generated}
 
 
 def test_each_fanned_out_sample_gets_a_seed_of_its_own(proxy_url: str) -> None:

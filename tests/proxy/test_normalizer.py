@@ -802,3 +802,30 @@ def test_a_body_whose_upstream_cut_the_text_at_a_stop_loses_the_logprobs_past_it
     assert kept["tokens"] == [" the", " capital"]  # the token the stop cut into stays, as in a stream
     assert kept["text_offset"] == [24, 28]
     assert judged(200, json.dumps(whole).encode(), "completions", body).errors == []
+
+
+@pytest.mark.parametrize("echoing", [True, False])
+def test_a_stream_with_echo_is_cut_at_a_stop_in_its_generated_text_only(echoing: bool) -> None:
+    """The prompt's own "capital" does not stop it; an upstream that does not echo in a stream
+    (llama-cpp-python) has every character scanned."""
+    prompt = "The capital of France is"
+    body = {"model": "m", "prompt": prompt, "echo": True, "stop": "capital", "stream": True}
+    parts = ["The capi", "tal of Fra", "nce is", " Paris, the cap", "ital city"]
+    if not echoing:
+        parts = parts[3:]
+    raw = b"".join(text_chunk({"text": part, "finish_reason": None}) for part in parts)
+    raw += text_chunk({"text": "", "finish_reason": "stop"}) + b"data: [DONE]\n\n"
+    status, out, _ = normalize_stream(raw, "completions", body)
+    text = "".join(c["text"] for e in events(out) for c in e["choices"])
+    assert text == (prompt if echoing else "") + " Paris, the "
+    if echoing:  # (the suite rightly finds the prompt missing from the other)
+        assert judged(status, out, "completions", body).errors == []
+    whole = {
+        "id": "x",
+        "object": "text_completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "text": "".join(parts), "logprobs": None, "finish_reason": "stop"}],
+    }
+    request = RequestInfo.from_body("completions", {**body, "stream": False})
+    assert normalize_body(whole, request, repairs=Repairs())["choices"][0]["text"] == text
