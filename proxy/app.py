@@ -161,6 +161,12 @@ def _make_source(
         "headers": headers,
     }
     parts = _split(endpoint, body, info) if ctx.config.fan_out else None
+    serial = parts is not None and ctx.upstream.serial
+    if serial:
+        # One request at a time, each answered whole: streamed at once, they would break each other off.
+        parts = [
+            {k: v for k, v in p.items() if k != "stream_options"} | {"stream": False} for p in parts or ()
+        ]
     if parts is None:
         call = ctx.adapter.call(endpoint, body)
         return UpstreamSource(
@@ -193,7 +199,7 @@ def _make_source(
                 **common,
             )
         )
-    return FanOutSource(sources, info, exchange.repairs)
+    return FanOutSource(sources, info, exchange.repairs, serial=serial)
 
 
 def _echoing(info: RequestInfo, part: dict[str, Any]) -> RequestInfo:

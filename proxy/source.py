@@ -232,8 +232,12 @@ class UpstreamSource(Source):
     async def _finish(self, tail: Any) -> list[dict[str, Any]] | None:
         """End of the upstream: cancel what is left of it, then close the normalizer."""
         self._ended = True
-        if self.normalizer.upstream_done and self._stream is not None:
-            await self._drain(self._stream)
+        if self.normalizer.upstream_done and self._stream is not None and not await self._drain(self._stream):
+            # [DONE], then the connection cut before the body's end: llama-cpp-python interrupts a
+            # stream so when another request waits for its one model (and says [DONE] first). What
+            # it sent is then no whole answer; and the upstream serves one request at a time.
+            self.normalizer.interrupted = True
+            self._upstream.serial = True
         await self.aclose()
         normalizer = self.normalizer
         out = normalizer.feed(tail) if tail is not None else []
@@ -244,12 +248,16 @@ class UpstreamSource(Source):
         return out + normalizer.close(usage)
 
     @staticmethod
-    async def _drain(stream: UpstreamStream) -> None:
-        """Read the few bytes after [DONE] (the chunked terminator) so the connection can be reused."""
-        with contextlib.suppress(ProxyError):
+    async def _drain(stream: UpstreamStream) -> bool:
+        """Read the few bytes after [DONE] (the chunked terminator) so the connection can be reused;
+        False when the connection broke before the body's end instead (a slow end is no break)."""
+        try:
             for _ in range(4):
                 if await stream.read(_DRAIN_TIMEOUT) is None:
-                    return
+                    break
+        except ProxyError as failed:
+            return failed.timed_out
+        return True
 
     async def _count_usage(self, texts: list[str], fallback_completion: int) -> dict[str, Any]:
         """Usage the upstream did not report: counted with its tokenizer when it has one, and answers in
@@ -286,8 +294,12 @@ class UpstreamSource(Source):
 class FanOutSource(Source):
     """``n > 1`` and prompt arrays served as concurrent single requests, choices indexed, usage summed."""
 
-    def __init__(self, sources: list[UpstreamSource], request: RequestInfo, repairs: Repairs) -> None:
+    def __init__(
+        self, sources: list[UpstreamSource], request: RequestInfo, repairs: Repairs, *, serial: bool = False
+    ) -> None:
+        """``serial``: the requests are sent one after another (each answered whole) rather than at once."""
         self._sources = sources
+        self._serial = serial
         self._request = request
         self.repairs = repairs
         self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | None]] = asyncio.Queue()
@@ -306,12 +318,20 @@ class FanOutSource(Source):
         return self._usage
 
     async def start(self) -> list[dict[str, Any]]:
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(source.start()) for source in self._sources]
-        except* ProxyError as errors:
-            await self.aclose()
-            raise errors.exceptions[0] from None
+        if self._serial:
+            try:
+                firsts = [await source.start() for source in self._sources]
+            except ProxyError:
+                await self.aclose()
+                raise
+        else:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(source.start()) for source in self._sources]
+            except* ProxyError as errors:
+                await self.aclose()
+                raise errors.exceptions[0] from None
+            firsts = [task.result() for task in tasks]
         self.upstream_status = max(s.upstream_status or 0 for s in self._sources)
         bodies = [s.body for s in self._sources]
         if all(body is not None for body in bodies):
@@ -324,8 +344,8 @@ class FanOutSource(Source):
         # answered whole (an empty stream retried without stream, Q52) goes out as chunks among them.
         initial = [
             chunk
-            for task, source in zip(tasks, self._sources, strict=True)
-            for chunk in (task.result() if source.body is None else source.body_chunks())
+            for first, source in zip(firsts, self._sources, strict=True)
+            for chunk in (first if source.body is None else source.body_chunks())
         ]
         return self._strip_usage(initial)
 

@@ -98,6 +98,10 @@ class UpstreamStream:
 class Upstream:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
+        # Learned from an interrupted stream (UpstreamSource): the upstream serves one request at a
+        # time and breaks off a stream when another arrives, so a fan-out asks it one request after
+        # another, without streaming.
+        self.serial = False
         headers = {"accept-encoding": "identity", "user-agent": "conformant-proxy"}
         if config.upstream_api_key:
             headers["authorization"] = f"Bearer {config.upstream_api_key}"

@@ -26,6 +26,11 @@ from .usage import counted_usage
 
 __all__ = ["StreamNormalizer"]
 
+_INTERRUPTED = (
+    "the upstream server interrupted the stream: it sent [DONE] without a final chunk and broke the "
+    "connection (llama-cpp-python does so when another request waits for its model)"
+)
+
 _KNOWN_TOP = frozenset(
     {"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"}
 )
@@ -65,6 +70,7 @@ class StreamNormalizer:
         self.usage: dict[str, Any] | None = None
         self.failure: ProxyError | None = None
         self.upstream_done = False
+        self.interrupted = False  # [DONE], then a broken connection: set by the source (UpstreamSource)
         self.closed = False
         self._chat = request.endpoint == "chat"
         self._object = request.object_name
@@ -178,6 +184,9 @@ class StreamNormalizer:
                 out.append(self._chunk([choice]))
             reason = "stop" if state.stopped else state.finish
             if reason is None:
+                if self.interrupted:
+                    self.fail(ProxyError.make(_INTERRUPTED, 502))
+                    return out
                 if not self.upstream_done:
                     self.fail(
                         ProxyError.make(

@@ -792,3 +792,101 @@ def test_a_probe_that_fails_beside_one_that_found_the_tokenizer_does_not_turn_it
         return [*pair, await adapter.count_tokens(upstream, "c", 1.0)]  # type: ignore[arg-type]
 
     assert asyncio.run(scenario()) == [3, None, 3]
+
+
+class _OneAtATime:
+    """llama-cpp-python's server: one request at a time; a stream that sees another request waiting
+    sends [DONE] without a final chunk and breaks its connection (``interrupt_requests``)."""
+
+    WORDS = [" the", " capital", " of", " France"]
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.waiting = 0
+        self.streamed: list[bool] = []
+
+    async def handle(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+    ) -> None:
+        while (request := await read_request(reader)) is not None:
+            body = json.loads(request.split(b"\r\n\r\n", 1)[1])
+            self.streamed.append(body.get("stream") is True)
+            self.waiting += 1
+            async with self.lock:
+                self.waiting -= 1
+                if not body.get("stream"):
+                    choice = {
+                        "index": 0,
+                        "text": "".join(self.WORDS),
+                        "logprobs": None,
+                        "finish_reason": "length",
+                    }
+                    usage = {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}
+                    payload = json.dumps(
+                        {
+                            "id": "cmpl-1",
+                            "object": "text_completion",
+                            "created": 1,
+                            "model": "m",
+                            "choices": [choice],
+                            "usage": usage,
+                        }
+                    ).encode()
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                        % len(payload)
+                        + payload
+                    )
+                    await writer.drain()
+                    continue
+                writer.write(sse_head())
+                for word in self.WORDS:
+                    event = {
+                        "id": "cmpl-1",
+                        "object": "text_completion",
+                        "created": 1,
+                        "model": "m",
+                        "choices": [{"index": 0, "text": word, "logprobs": None, "finish_reason": None}],
+                    }
+                    writer.write(http_chunk(b"data: " + json.dumps(event).encode() + b"\n\n"))
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
+                    if self.waiting:
+                        writer.write(http_chunk(b"data: [DONE]\n\n"))
+                        await writer.drain()
+                        writer.transport.abort()  # the response is never ended
+                        return
+                last = {
+                    "id": "cmpl-1",
+                    "object": "text_completion",
+                    "created": 1,
+                    "model": "m",
+                    "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}],
+                }
+                writer.write(
+                    http_chunk(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n") + b"0\r\n\r\n"
+                )
+                await writer.drain()
+
+
+def test_a_stream_the_upstream_interrupted_ends_in_an_error_and_n_is_then_asked_one_at_a_time() -> None:
+    upstream = _OneAtATime()
+    body = {"model": "m", "prompt": "The capital", "max_tokens": 4, "n": 2, "stream": True}
+    with raw_server(upstream.handle) as (url, _), proxy(url, upstream_kind="openai") as (base, app):
+        # Both samples at once: the upstream breaks the first off after one word and says [DONE].
+        first = httpx.post(base + "/v1/completions", json=body, timeout=10)
+        assert first.status_code == 200
+        assert "interrupted the stream" in first.text.split("\n\n")[-2]  # an error event, no success
+        assert "data: [DONE]" not in first.text
+        # Learned: the samples are asked one after another, whole, and served as a stream.
+        upstream.streamed.clear()
+        second = httpx.post(base + "/v1/completions", json=body, timeout=10)
+        assert judge(second, "/v1/completions", body).errors == []
+        texts: dict[int, str] = {}
+        for event in second.text.split("\n\n"):
+            if event.startswith("data: {"):
+                for choice in json.loads(event[6:])["choices"]:
+                    texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+        assert texts == {0: "".join(_OneAtATime.WORDS), 1: "".join(_OneAtATime.WORDS)}
+        assert upstream.streamed == [False, False]
+        assert_idle(app)
