@@ -223,6 +223,10 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
     info = RequestInfo.from_body(endpoint, body, alias=ctx.config.model_alias)
+    if not info.generates:
+        # max_tokens 0 (a prompt scored with echo): llama-cpp-python reads 0 as "no limit" and
+        # generates to the end of the context. One token is asked for, and not sent (info.generates).
+        body = body | {name: 1 for name in ("max_tokens", "max_completion_tokens") if body.get(name) == 0}
     model = body.get("model")
     served = await ctx.names.upstream_name(model)
     if served != model:

@@ -18,7 +18,7 @@ from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
 from .repairs import Repairs
 from .request import RequestInfo
 from .stream import failure_for_reason
-from .usage import counted_usage, sum_usage
+from .usage import counted_usage, nothing_generated, sum_usage
 
 __all__ = ["merge_bodies", "normalize_body"]
 
@@ -46,6 +46,8 @@ def normalize_body(
         raise ProxyError.make("the upstream server sent a response without choices", 502)
     identity.stamp(obj, repairs)
     usage = counted_usage(obj.get("usage"), repairs)
+    if not request.generates:
+        usage = nothing_generated(usage)
     single = len(raw_choices) == 1
     choices: list[dict[str, Any]] = []
     for position, raw in enumerate(raw_choices):
@@ -94,7 +96,7 @@ def _finish(
     if reason in FAILURE_REASONS:
         raise failure_for_reason(str(reason), quirk)
     if stopped:
-        return "stop"
+        return "stop" if request.generates else "length"
     if reason is None:
         repairs.add("Q16")
         reason = "stop"
@@ -113,7 +115,7 @@ def _enforce_stop(text: str, request: RequestInfo, repairs: Repairs) -> tuple[st
     if not request.stop:
         return text, False
     text, hit = truncate_at_stop(text, request.stop, request.echoed)
-    if hit:
+    if hit and request.generates:
         repairs.add("Q76")
     return text, hit
 

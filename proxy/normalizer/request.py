@@ -26,6 +26,10 @@ def _stop_list(value: Any) -> tuple[str, ...]:
     return ()
 
 
+def _limit(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _positive_int(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
@@ -46,6 +50,10 @@ class RequestInfo:
     """Whether a chat request asked for ``top_logprobs``: without it OpenAI sends ``top_logprobs: []``."""
     echoed: str = ""
     """The prompt a completion's text begins with (``echo`` and a text prompt): no stop sequence in it."""
+    generates: bool = True
+    """False for ``max_tokens: 0`` (a prompt scored with ``echo``): no generated text at all. The
+    upstream is asked for one token (for 0 some generate without end), which an empty stop sequence,
+    matching where the generated text begins, cuts off."""
 
     @classmethod
     def from_body(cls, endpoint: Endpoint, body: dict[str, Any], *, alias: str | None = None) -> RequestInfo:
@@ -54,6 +62,7 @@ class RequestInfo:
         stream = body.get("stream") is True
         include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
         max_tokens = _positive_int(body.get("max_completion_tokens")) or _positive_int(body.get("max_tokens"))
+        generates = 0 not in (_limit(body.get("max_completion_tokens")), _limit(body.get("max_tokens")))
         asked = body.get("model")
         model = alias or (clean_model_name(asked) if isinstance(asked, str) and asked else None)
         logprobs = body.get("logprobs")
@@ -64,13 +73,12 @@ class RequestInfo:
             stream=stream,
             include_usage=include_usage,
             max_tokens=max_tokens,
-            stop=_stop_list(body.get("stop")),
+            stop=_stop_list(body.get("stop")) if generates else ("",),
             n=_positive_int(body.get("n")) or 1,
             logprobs=logprobs is True or (type(logprobs) is int and logprobs >= 0),
             alternatives=endpoint != "chat" or bool(body.get("top_logprobs")),
-            echoed=prompt
-            if body.get("echo") is True and isinstance(prompt := body.get("prompt"), str)
-            else "",
+            echoed=prompt if body.get("echo") is True and isinstance(prompt, str) else "",
+            generates=generates,
         )
 
     @property

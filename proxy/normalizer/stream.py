@@ -22,7 +22,7 @@ from .identity import Identity
 from .logprobs import chat_logprobs, legacy_logprobs
 from .repairs import Repairs
 from .request import RequestInfo
-from .usage import counted_usage
+from .usage import counted_usage, nothing_generated
 
 __all__ = ["StreamNormalizer"]
 
@@ -182,7 +182,7 @@ class StreamNormalizer:
                 choice = self._content_choice(index, tail)
                 choice["logprobs"] = state.flush_logprobs(self._chat)
                 out.append(self._chunk([choice]))
-            reason = "stop" if state.stopped else state.finish
+            reason = ("stop" if self.request.generates else "length") if state.stopped else state.finish
             if reason is None:
                 if self.interrupted:
                     self.fail(ProxyError.make(_INTERRUPTED, 502))
@@ -203,6 +203,8 @@ class StreamNormalizer:
         out.extend(self._chunk([choice]) for choice in finals)
         if self.emit_usage:
             self.usage = self.usage or usage or self._estimated_usage()
+            if not self.request.generates:
+                self.usage = nothing_generated(self.usage)
             out.append(self._chunk([], usage=self.usage))
         return out
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from .repairs import Repairs
 
-__all__ = ["clean_usage", "counted_usage", "sum_usage"]
+__all__ = ["clean_usage", "counted_usage", "nothing_generated", "sum_usage"]
 
 _COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 _DETAILS = ("prompt_tokens_details", "completion_tokens_details")
@@ -59,6 +59,20 @@ def counted_usage(raw: Any, repairs: Repairs) -> dict[str, Any] | None:
         repairs.add("Q29")
         return None
     return usage
+
+
+def nothing_generated(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``usage`` of an answer to ``max_tokens: 0``: the one token the upstream was let generate (asked
+    for 0, llama-cpp-python generates without end) was not sent, and is not counted."""
+    if usage is None:
+        return None
+    details = usage.get("completion_tokens_details")
+    return {
+        **usage,
+        "completion_tokens": 0,
+        "total_tokens": usage["prompt_tokens"],
+        **({"completion_tokens_details": {k: 0 for k in details}} if isinstance(details, dict) else {}),
+    }
 
 
 def sum_usage(usages: Iterable[dict[str, Any] | None], samples_per_prompt: int = 1) -> dict[str, Any] | None:

@@ -158,7 +158,7 @@ def _fan_out(proxy_url: str, body: dict[str, Any], judged: bool) -> tuple[dict[i
         if judged
         else httpx.post(proxy_url + "/v1/completions", json=body, timeout=20)
     )
-    assert all(s["n"] == 1 and isinstance(s["prompt"], str) for s in seen)
+    assert all(s.get("n", 1) == 1 and isinstance(s["prompt"], str) for s in seen)
     texts: dict[int, str] = {}
     if stream:
         events = [json.loads(e[6:]) for e in response.text.split("\n\n") if e.startswith("data: {")]
@@ -204,6 +204,19 @@ def test_stop_sequences_do_not_cut_the_echoed_prompt(proxy_url: str, stream: boo
     texts, _ = _fan_out(proxy_url, body, judged=True)
     generated = "".join(WORDS).split("dog")[0]  # the generated "dog" still stops it
     assert texts == {0: "a dog" + generated, 1: "my dog" + generated}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_max_tokens_0_scores_the_prompt_without_generating(proxy_url: str, stream: bool) -> None:
+    """llama-cpp-python reads max_tokens 0 as no limit: the upstream is asked for one token, not sent."""
+    body = {"model": "m", "prompt": "a dog", "echo": True, "max_tokens": 0, "stream": stream}
+    texts, usage = _fan_out(proxy_url, body, judged=True)
+    assert texts == {0: "a dog"}
+    assert usage["completion_tokens"] == 0
+    assert usage["total_tokens"] == usage["prompt_tokens"]
+    assert seen[-1]["max_tokens"] == 1
+    finish = httpx.post(proxy_url + "/v1/completions", json={**body, "stream": False}, timeout=20)
+    assert finish.json()["choices"][0]["finish_reason"] == "length"
 
 
 def test_each_fanned_out_sample_gets_a_seed_of_its_own(proxy_url: str) -> None:
