@@ -227,6 +227,10 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         # max_tokens 0 (a prompt scored with echo): llama-cpp-python reads 0 as "no limit" and
         # generates to the end of the context. One token is asked for, and not sent (info.generates).
         body = body | {name: 1 for name in ("max_tokens", "max_completion_tokens") if body.get(name) == 0}
+    if info.stream and body.get("echo") is True:
+        # llama-cpp-python leaves the prompt (and its logprobs) out of a stream, not out of a JSON
+        # answer: an echo (scoring a prompt, mostly) is asked for whole and streamed by the proxy.
+        body = {k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}
     model = body.get("model")
     served = await ctx.names.upstream_name(model)
     if served != model:

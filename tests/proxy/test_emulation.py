@@ -219,6 +219,15 @@ def test_max_tokens_0_scores_the_prompt_without_generating(proxy_url: str, strea
     assert finish.json()["choices"][0]["finish_reason"] == "length"
 
 
+def test_a_streamed_echo_is_asked_for_whole(proxy_url: str) -> None:
+    """llama-cpp-python streams no echo: the prompt is asked for in a JSON answer and streamed from it."""
+    body = {"model": "m", "prompt": "a dog", "echo": True, "stream": True}
+    texts, usage = _fan_out(proxy_url, body, judged=True)
+    assert texts == {0: "a dog" + "".join(WORDS)}
+    assert usage["completion_tokens"] > 0
+    assert [s.get("stream", False) for s in seen] == [False]
+
+
 def test_each_fanned_out_sample_gets_a_seed_of_its_own(proxy_url: str) -> None:
     """One seed for all would make the n samples one sample n times (a seeded upstream repeats itself)."""
     body = {"model": "m", "prompt": ["p0", "p1"], "n": 2, "seed": 7, "stream": False}
