@@ -213,7 +213,7 @@ def _chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
         index = chat_deltas.choice_index(ctx, event, pos, choice)
         state = ctx.choices.get(index)
         if state is None:
-            state = ctx.choices[index] = ChoiceState(first_event=event)
+            state = ctx.choices[index] = ChoiceState(first_event=event, index=index)
         for choice_rule in CHOICE_RULES:
             choice_rule(ctx, event, pos, choice, state)
 

@@ -17,12 +17,15 @@ __all__ = [
     "Expect",
     "common",
     "echoes_prompt",
+    "echoes_prompt_alone",
     "finishes_with_length",
+    "has_chat_logprobs_without_alternatives",
     "has_logprobs",
     "has_n_choices",
     "honours_stop",
     "overflow_rejected",
     "rejected",
+    "stops_at_completion_limit",
     "succeeds",
     "unknown_model_rejected",
     "usage_chunk",
@@ -195,6 +198,35 @@ def finishes_with_length(recording: Recording) -> list[Finding]:
     ]
 
 
+def _completion_tokens(recording: Recording) -> int | None:
+    counts = [
+        o["usage"].get("completion_tokens") for o in objects(recording) if isinstance(o.get("usage"), dict)
+    ]
+    return next((c for c in reversed(counts) if isinstance(c, int) and not isinstance(c, bool)), None)
+
+
+def stops_at_completion_limit(limit: int) -> Expect:
+    """``finish_reason: "length"`` at ``max_completion_tokens``, unless usage shows the model stopped on
+    its own before the limit (a small model under a fallback chat template may say nothing at all).
+    Usage over the limit is the judge's ``usage-over-max-tokens``."""
+
+    def expect(recording: Recording) -> list[Finding]:
+        reasons = {c.get("finish_reason") for c in choices(recording)} - {None}
+        used = _completion_tokens(recording)
+        if "length" in reasons or (reasons == {"stop"} and used is not None and used < limit):
+            return []
+        return [
+            _error(
+                "finish-length-expected",
+                f"max_completion_tokens {limit} was reached ({used} completion tokens) but finish_reason is "
+                f"{sorted(map(str, reasons))}, not 'length'",
+                "spec",
+            )
+        ]
+
+    return expect
+
+
 def has_logprobs(chat: bool) -> Expect:
     def expect(recording: Recording) -> list[Finding]:
         first = next(iter(choices(recording)), {})
@@ -207,10 +239,51 @@ def has_logprobs(chat: bool) -> Expect:
     return expect
 
 
+def has_chat_logprobs_without_alternatives(recording: Recording) -> list[Finding]:
+    """``logprobs: true`` alone: logprobs for each token, with ``top_logprobs: []`` (none were asked for)."""
+    found = has_logprobs(chat=True)(recording)
+    if found:
+        return found
+    content = next(iter(choices(recording)), {})["logprobs"]["content"]
+    for entry in content:
+        top = entry.get("top_logprobs") if isinstance(entry, dict) else None
+        if isinstance(top, list) and top:
+            return [
+                _error(
+                    "logprobs-top-count",
+                    f"top_logprobs was not asked for, but a token carries {len(top)} alternatives; "
+                    "OpenAI sends top_logprobs: []",
+                    "spec",
+                )
+            ]
+    return []
+
+
 def echoes_prompt(prompt: str) -> Expect:
     def expect(recording: Recording) -> list[Finding]:
         if _texts(recording).startswith(prompt):
             return []
         return [_error("echo-ignored", "echo: true, but the text does not start with the prompt", "Q72")]
+
+    return expect
+
+
+def echoes_prompt_alone(prompt: str) -> Expect:
+    """``max_tokens: 0`` with echo (scoring a prompt): the prompt comes back and nothing is generated."""
+
+    def expect(recording: Recording) -> list[Finding]:
+        text = _texts(recording)
+        if not text.startswith(prompt):
+            return echoes_prompt(prompt)(recording)
+        if text == prompt:
+            return []
+        return [
+            _error(
+                "max-tokens-zero-generated",
+                f"max_tokens: 0, but {len(text) - len(prompt)} characters follow the echoed prompt: "
+                f"{text[len(prompt) :][:40]!r}",
+                "spec",
+            )
+        ]
 
     return expect

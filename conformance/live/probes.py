@@ -110,6 +110,13 @@ PROBES: tuple[Probe, ...] = (
         feature=True,
     ),
     Probe(
+        "chat-logprobs-no-top",
+        "logprobs: true without top_logprobs on a chat completion",
+        lambda c: _chat(c, logprobs=True, max_tokens=4),
+        ex.succeeds(ex.has_chat_logprobs_without_alternatives),
+        feature=True,
+    ),
+    Probe(
         "echo",
         "echo returns the prompt before the completion",
         lambda c: _completion(c, _ECHO, echo=True, max_tokens=4),
@@ -142,6 +149,22 @@ PROBES: tuple[Probe, ...] = (
         "max_tokens reached in a stream gives finish_reason length",
         lambda c: _completion(c, _COUNT, max_tokens=2, stream=True),
         ex.succeeds(ex.finishes_with_length),
+    ),
+    Probe(
+        "max-completion-tokens",
+        "max_completion_tokens reached gives finish_reason length",
+        lambda c: _without(_chat(c, "Count from 1 to 20.", max_completion_tokens=3), "max_tokens"),
+        ex.succeeds(ex.stops_at_completion_limit(3)),
+    ),
+    Probe(
+        "max-tokens-zero-echo",
+        "max_tokens: 0 with echo returns the prompt alone (scoring a prompt)",
+        # The stops bound the run on a server that reads 0 as "no limit" (llama-cpp-python): it ends at
+        # the first sentence instead of filling its context. They cannot cut the echoed prompt, which
+        # holds neither.
+        lambda c: _completion(c, _ECHO, echo=True, max_tokens=0, stop=[".", "\n"]),
+        ex.succeeds(ex.echoes_prompt_alone(_ECHO)),
+        feature=True,
     ),
     Probe(
         "unknown-model",

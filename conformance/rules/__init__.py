@@ -10,10 +10,12 @@ from typing import Any
 
 from conformance.rules import (
     chat_deltas,
+    echo,
     finish_reason,
     framing,
     identity,
     logprobs,
+    logprobs_text,
     stop,
     tool_calls,
     usage,
@@ -37,8 +39,9 @@ ChoiceRule = Callable[[Context, int, int, dict[str, Any], ChoiceState], None]
 EndRule = Callable[[Context], None]
 
 
-def _usage_sums(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
+def _usage_counts(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
     usage.usage_arithmetic(ctx, event, chunk.get("usage"), "/usage")
+    usage.usage_within_limit(ctx, event, chunk.get("usage"), "/usage")
 
 
 BLOCK_RULES: tuple[BlockRule, ...] = (
@@ -57,7 +60,7 @@ CHUNK_RULES: tuple[ChunkRule, ...] = (
     identity.created_stable,
     usage.usage_chunk,
     usage.usage_last,
-    _usage_sums,
+    _usage_counts,
 )
 # finish_once runs last: the rules before it see the choice as it was before this chunk.
 CHOICE_RULES: tuple[ChoiceRule, ...] = (
@@ -70,6 +73,8 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
     logprobs.legacy_logprobs_shape,
     logprobs.logprobs_present,
     logprobs.logprob_sentinel,
+    logprobs_text.legacy_logprobs_extent,
+    echo.echo_prompt,
     stop.stop_ignored,
     chat_deltas.content_null_then_text,
     finish_reason.finish_on_content,
@@ -81,4 +86,6 @@ END_RULES: tuple[EndRule, ...] = (
     finish_reason.finish_reported,
     usage.usage_requested,
     chat_deltas.choice_count,
+    echo.echo_whole,
+    logprobs_text.logprobs_past_text,
 )

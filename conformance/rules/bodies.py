@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.rules import chat_deltas, identity, logprobs, stop, tool_calls, usage
+from conformance.rules import chat_deltas, echo, identity, logprobs, logprobs_text, stop, tool_calls, usage
 from conformance.rules.context import ChoiceState, Context
 from conformance.rules.schema_checks import schema_findings
 
@@ -21,6 +21,7 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
     identity.id_prefix(ctx, None, body)
     identity.model_stable(ctx, None, body)
     usage.usage_arithmetic(ctx, None, body.get("usage"), "/usage")
+    usage.usage_within_limit(ctx, None, body.get("usage"), "/usage")
     choices = body.get("choices")
     if not isinstance(choices, list):
         return
@@ -28,10 +29,12 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
         if not isinstance(choice, dict):
             continue
         index = chat_deltas.choice_index(ctx, None, pos, choice)
-        state = ctx.choices.setdefault(index, ChoiceState(first_event=-1))
+        state = ctx.choices.setdefault(index, ChoiceState(first_event=-1, index=index))
         logprobs.legacy_logprobs_shape(ctx, None, pos, choice, state)
         logprobs.logprobs_present(ctx, None, pos, choice, state)
         logprobs.logprob_sentinel(ctx, None, pos, choice, state)
+        logprobs_text.logprobs_past_text_body(ctx, pos, choice, state)
+        echo.echo_prompt_body(ctx, pos, choice, state)
         stop.stop_ignored(ctx, None, pos, choice, state)
         tool_calls_finish_body(ctx, pos, choice)
         _tool_call_ids(ctx, pos, choice, state)

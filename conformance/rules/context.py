@@ -15,6 +15,7 @@ __all__ = [
     "Context",
     "Expectations",
     "FindingSink",
+    "LegacyLogprobsExtent",
     "ToolCallState",
     "choice_text",
 ]
@@ -75,15 +76,33 @@ class Expectations:
     logprobs: bool = False
     top_logprobs: int | None = None
     echo: bool = False
+    prompt_texts: tuple[str, ...] = ()
+    """The prompt, or each prompt of an array, when given as text (empty for token-id prompts)."""
+    suffix: bool = False
     stop: tuple[str, ...] = ()
     """The request's stop sequences."""
     max_tokens: int | None = None
+    """The token limit: ``max_tokens`` or ``max_completion_tokens``, the larger when both are set."""
+    best_of: int | None = None
     tools: bool = False
 
     @property
     def choices(self) -> int | None:
         """How many choices the response must carry (None when the request is unknown)."""
         return (self.n or 1) * self.prompts if self.known else None
+
+    @property
+    def completion_limit(self) -> int | None:
+        """The most completion tokens usage may count: the limit per generated sequence times the
+        sequences generated, ``n`` (or ``best_of``, all of which are generated and billed) per prompt."""
+        if not self.known or self.max_tokens is None or self.max_tokens < 0:
+            return None
+        return self.max_tokens * max(self.n or 1, self.best_of or 1) * self.prompts
+
+    def prompt_for(self, index: int) -> str | None:
+        """The text prompt choice ``index`` answers (choices run prompt by prompt, ``n`` each), if known."""
+        position = index // (self.n if self.n and self.n > 0 else 1)
+        return self.prompt_texts[position] if 0 <= position < len(self.prompt_texts) else None
 
     def asked(self) -> str:
         """The request's ask, for messages: ``n=2``, or ``n=2 for each of 3 prompts``."""
@@ -104,12 +123,12 @@ class Expectations:
         top = _int_or_none(body.get("top_logprobs"))
         if _int_or_none(logprobs) is not None:
             top = _int_or_none(logprobs)
-        max_tokens = _int_or_none(body.get("max_tokens"))
-        if max_tokens is None:
-            max_tokens = _int_or_none(body.get("max_completion_tokens"))
+        limits = [_int_or_none(body.get(k)) for k in ("max_tokens", "max_completion_tokens")]
+        max_tokens = max((v for v in limits if v is not None), default=None)
         prompt = body.get("prompt")
         prompts = prompt if isinstance(prompt, list) else []
         many = bool(prompts) and all(isinstance(p, str | list) for p in prompts)
+        texts = [prompt] if isinstance(prompt, str) else prompts if many else []
         return cls(
             known=True,
             include_usage=include_usage,
@@ -118,8 +137,11 @@ class Expectations:
             logprobs=wants_logprobs,
             top_logprobs=top,
             echo=body.get("echo") is True,
+            prompt_texts=tuple(texts) if all(isinstance(t, str) for t in texts) else (),
+            suffix=bool(body.get("suffix")),
             stop=_stop_sequences(body.get("stop")),
             max_tokens=max_tokens,
+            best_of=_int_or_none(body.get("best_of")),
             tools=bool(body.get("tools")),
         )
 
@@ -140,6 +162,7 @@ class ToolCallState:
 @dataclass(slots=True)
 class ChoiceState:
     first_event: int
+    index: int = 0
     role_seen: bool = False
     finished_event: int | None = None
     finish_reason: str | None = None
@@ -152,6 +175,26 @@ class ChoiceState:
     stop_seen: bool = False
     call_ids: set[str] = field(default_factory=set)
     """The tool-call ids the choice used (Q65): a client continuing it matches results by them."""
+    echo_matched: int = 0
+    """Characters of the prompt the echoed text has matched so far; -1 once judged (Q72)."""
+    text_bytes: int = 0
+    """UTF-8 length of a completion choice's text so far: the most any offset or token can cover."""
+    legacy: LegacyLogprobsExtent | None = None
+    """How far the choice's legacy logprobs reach, once it carried some."""
+
+
+@dataclass(slots=True)
+class LegacyLogprobsExtent:
+    """What a choice's legacy logprobs cover, summed over a stream's chunks (only the extremes are kept)."""
+
+    event: int | None
+    pointer: str
+    """Where the last logprobs were: findings about the whole choice point there."""
+    offset_low: int | None = None
+    offset_high: int | None = None
+    token_length: int = 0
+    """The least text the tokens can stand for, in characters (at most one UTF-8 byte each)."""
+    longest_token: int = 0
 
 
 _UNSET: Any = object()

@@ -7,7 +7,7 @@ from typing import Any
 
 from conformance.rules.context import Context
 
-__all__ = ["usage_arithmetic", "usage_chunk", "usage_last", "usage_requested"]
+__all__ = ["usage_arithmetic", "usage_chunk", "usage_last", "usage_requested", "usage_within_limit"]
 
 
 def usage_chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
@@ -71,6 +71,34 @@ def usage_arithmetic(ctx: Context, event: int | None, usage: Any, where: str) ->
             )
         elif min(prompt, completion, total) < 0:
             ctx.error("usage-arithmetic", "negative token count", event=event, pointer=where, quirk="spec")
+
+
+def usage_within_limit(ctx: Context, event: int | None, usage: Any, where: str) -> None:
+    """No more completion tokens than the request allowed: ``max_tokens`` (or ``max_completion_tokens``)
+    for each sequence generated. ``completion_tokens`` already includes reasoning tokens, which count
+    toward the limit too, so the details are not added again."""
+    if not isinstance(usage, dict):
+        return
+    limit = ctx.expect.completion_limit
+    completion = usage.get("completion_tokens")
+    if (
+        limit is None
+        or not isinstance(completion, int)
+        or isinstance(completion, bool)
+        or completion <= limit
+    ):
+        return
+    if ctx.expect.max_tokens == 0:
+        message = f"max_tokens 0 asks for no generated token, but usage counts {completion} completion tokens"
+    else:
+        copies = limit // (ctx.expect.max_tokens or 1)
+        per = f" x {copies} sequences" if copies > 1 else ""
+        message = (
+            f"completion_tokens {completion} exceeds the limit of {ctx.expect.max_tokens}{per} asked for"
+        )
+    ctx.error(
+        "usage-over-max-tokens", message, event=event, pointer=f"{where}/completion_tokens", quirk="spec"
+    )
 
 
 def usage_requested(ctx: Context) -> None:

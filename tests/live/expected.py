@@ -13,6 +13,9 @@ LLAMA_CPP_PYTHON_DEVIATIONS = [
     ("invalid-type", "invalid-request-status", "Q43"),  # HTTP 500 for an invalid parameter
     ("malformed-json", "invalid-request-status", "Q43"),
     ("context-overflow-stream", "context-overflow-in-stream", "Q52"),  # empty 200 stream on overflow
+    ("chat-logprobs-no-top", "logprobs-missing", "Q69"),  # logprobs: null unless top_logprobs is set
+    ("max-tokens-zero-echo", "max-tokens-zero-generated", "spec"),  # max_tokens 0 read as "no limit"
+    ("max-tokens-zero-echo", "usage-over-max-tokens", "spec"),
     ("chat-stream", "model-is-local-path", "Q09"),  # the local .gguf path as `model`
     ("completion", "model-is-local-path", "Q09"),
 ]
