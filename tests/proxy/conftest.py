@@ -77,6 +77,12 @@ def judge(response: httpx.Response, path: str, body: dict[str, Any]) -> Verdict:
     )
 
 
+def upstream_answer(chat: bool, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """An upstream's answer (a JSON body, or with ``.chunk`` objects a stream event) of ``choices``."""
+    kind = "chat.completion" if chat else "text_completion"
+    return {"id": "cmpl-1", "object": kind, "created": 1, "model": "m", "choices": choices, **extra}
+
+
 def metric(text: str, name: str, **labels: str) -> float:
     """The value of the sample ``name`` with ``labels`` in a /metrics page."""
     for line in text.splitlines():

@@ -23,7 +23,7 @@ from proxy.adapters import OpenAIAdapter
 from proxy.transport import UpstreamTransport
 from tests.support.servers import free_port, wait_for
 
-from .conftest import judge
+from .conftest import judge, upstream_answer
 from .conftest import serve_proxy as proxy
 from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
 
@@ -815,40 +815,16 @@ class _OneAtATime:
             async with self.lock:
                 self.waiting -= 1
                 if not body.get("stream"):
-                    choice = {
-                        "index": 0,
-                        "text": "".join(self.WORDS),
-                        "logprobs": None,
-                        "finish_reason": "length",
-                    }
                     usage = {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}
-                    payload = json.dumps(
-                        {
-                            "id": "cmpl-1",
-                            "object": "text_completion",
-                            "created": 1,
-                            "model": "m",
-                            "choices": [choice],
-                            "usage": usage,
-                        }
-                    ).encode()
-                    writer.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-                        % len(payload)
-                        + payload
-                    )
+                    answer = upstream_answer(False, [_text("".join(self.WORDS), "length")], usage=usage)
+                    payload = json.dumps(answer).encode()
+                    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                    writer.write(head % len(payload) + payload)
                     await writer.drain()
                     continue
                 writer.write(sse_head())
                 for word in self.WORDS:
-                    event = {
-                        "id": "cmpl-1",
-                        "object": "text_completion",
-                        "created": 1,
-                        "model": "m",
-                        "choices": [{"index": 0, "text": word, "logprobs": None, "finish_reason": None}],
-                    }
-                    writer.write(http_chunk(b"data: " + json.dumps(event).encode() + b"\n\n"))
+                    writer.write(http_chunk(_event(_text(word, None))))
                     await writer.drain()
                     await asyncio.sleep(0.05)
                     if self.waiting:
@@ -856,17 +832,16 @@ class _OneAtATime:
                         await writer.drain()
                         writer.transport.abort()  # the response is never ended
                         return
-                last = {
-                    "id": "cmpl-1",
-                    "object": "text_completion",
-                    "created": 1,
-                    "model": "m",
-                    "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}],
-                }
-                writer.write(
-                    http_chunk(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n") + b"0\r\n\r\n"
-                )
+                writer.write(http_chunk(_event(_text("", "length")) + b"data: [DONE]\n\n") + b"0\r\n\r\n")
                 await writer.drain()
+
+
+def _text(text: str, finish: str | None) -> dict[str, Any]:
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+
+def _event(choice: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(upstream_answer(False, [choice])).encode() + b"\n\n"
 
 
 def test_a_stream_the_upstream_interrupted_ends_in_an_error_and_n_is_then_asked_one_at_a_time() -> None:

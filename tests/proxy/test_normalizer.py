@@ -23,6 +23,7 @@ from proxy.normalizer import (
     normalize_body,
 )
 from proxy.normalizer.repairs import Repairs
+from tests.proxy.conftest import upstream_answer
 
 DATA = Path(__file__).parents[1] / "data" / "transcripts"
 CORPUS = Path(__file__).parents[2] / "conformance" / "corpus"
@@ -760,12 +761,9 @@ def test_chat_logprobs_have_no_alternatives_unless_asked_for(top_logprobs: int |
     expected = entry["top_logprobs"] if top_logprobs else []
     assert sent["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == expected
     assert judged(status, out, "chat", request).errors == []
-    body = {
-        "id": "x",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [
+    body = upstream_answer(
+        True,
+        [
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": "Hi"},
@@ -773,7 +771,7 @@ def test_chat_logprobs_have_no_alternatives_unless_asked_for(top_logprobs: int |
                 "finish_reason": "stop",
             }
         ],
-    }
+    )
     whole = normalize_body(
         body, RequestInfo.from_body("chat", {**request, "stream": False}), repairs=Repairs()
     )
@@ -789,13 +787,9 @@ def test_a_body_whose_upstream_cut_the_text_at_a_stop_loses_the_logprobs_past_it
         "top_logprobs": [{t: -0.1} for t in tokens],
         "text_offset": [24, 28, 36, 39],
     }
-    raw = {
-        "id": "x",
-        "object": "text_completion",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "text": " the capit", "logprobs": logprobs, "finish_reason": "stop"}],
-    }
+    raw = upstream_answer(
+        False, [{"index": 0, "text": " the capit", "logprobs": logprobs, "finish_reason": "stop"}]
+    )
     body = {"model": "m", "prompt": "The capital of France is", "stop": "al of Fr", "logprobs": 1}
     whole = normalize_body(raw, RequestInfo.from_body("completions", body), repairs=Repairs())
     kept = whole["choices"][0]["logprobs"]
@@ -820,12 +814,8 @@ def test_a_stream_with_echo_is_cut_at_a_stop_in_its_generated_text_only(echoing:
     assert text == (prompt if echoing else "") + " Paris, the "
     if echoing:  # (the suite rightly finds the prompt missing from the other)
         assert judged(status, out, "completions", body).errors == []
-    whole = {
-        "id": "x",
-        "object": "text_completion",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "text": "".join(parts), "logprobs": None, "finish_reason": "stop"}],
-    }
+    whole = upstream_answer(
+        False, [{"index": 0, "text": "".join(parts), "logprobs": None, "finish_reason": "stop"}]
+    )
     request = RequestInfo.from_body("completions", {**body, "stream": False})
     assert normalize_body(whole, request, repairs=Repairs())["choices"][0]["text"] == text
