@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hmac
@@ -138,10 +139,11 @@ def _split(endpoint: Endpoint, body: dict[str, Any], info: RequestInfo) -> list[
             part = {**body, "n": 1}
             if endpoint == "completions":
                 part["prompt"] = prompt
-            if isinstance(seed, int) and not isinstance(seed, bool) and info.n > 1:
+            if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 and info.n > 1:
                 # One seed for every sample would make the n samples one sample n times; a seed per
                 # sample keeps them different and the whole answer as repeatable as the seed makes it.
-                part["seed"] = seed + sample
+                # (A negative seed is llama.cpp's "random": left to each sample. The sum stays int64.)
+                part["seed"] = (seed + sample) % 2**63
             parts.append(part)
     return parts
 
@@ -199,15 +201,16 @@ def _make_source(
                 **common,
             )
         )
-    return FanOutSource(sources, info, exchange.repairs, serial=serial)
+    first_byte_timeout = ctx.config.first_byte_timeout
+    return FanOutSource(sources, info, exchange.repairs, serial=serial, first_byte_timeout=first_byte_timeout)
 
 
 def _echoing(info: RequestInfo, part: dict[str, Any]) -> RequestInfo:
     """``info`` for one request of a fan-out: the prompt its text echoes is its own prompt's."""
-    prompt = part.get("prompt")
-    if info.endpoint != "completions" or part.get("echo") is not True or not isinstance(prompt, str):
+    if info.endpoint != "completions" or part.get("echo") is not True:
         return info
-    return dataclasses.replace(info, echoed=prompt)
+    asked = RequestInfo.from_body(info.endpoint, part)
+    return dataclasses.replace(info, echoed=asked.echoed, echoed_tokens=asked.echoed_tokens)
 
 
 async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Response:
@@ -240,7 +243,9 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         _make_source(ctx, endpoint, body, info, exchange, headers),
         body,
         ctx.upstream,
-        lambda text_body: _make_source(ctx, endpoint, text_body, info, exchange, headers),
+        lambda text_body: _make_source(
+            ctx, endpoint, text_body, _echoing(info, text_body), exchange, headers
+        ),
         repairs=exchange.repairs,
         llamacpp_first=ctx.adapter.name == "llamacpp",
     )
@@ -271,7 +276,7 @@ async def _model(ctx: _Context, request: Request) -> Response:
     exchange.endpoint = "models"
     if not _authorized(request, ctx.config.api_key):
         return _error("invalid or missing API key", 401, "invalid_api_key")
-    name = request.path_params["model"]
+    name = request.path_params["model"].rstrip("/")
     try:
         data = await _listed_models(ctx, exchange)
     except ProxyError as raised:
@@ -310,14 +315,18 @@ async def _listed_models(ctx: _Context, exchange: Exchange) -> list[dict[str, An
 
 
 async def _upstream_listing(ctx: _Context, exchange: Exchange) -> list[Any]:
-    stream = await ctx.upstream.forward("GET", b"/v1/models", b"", [], timeout=_LISTING_TIMEOUT)
     try:
-        exchange.upstream_status = stream.status
-        if stream.status >= 400:
-            raise await stream.error()
-        raw = await stream.read_all(_MAX_LISTING)
-    finally:
-        await stream.aclose()
+        async with asyncio.timeout(min(_LISTING_TIMEOUT, ctx.config.first_byte_timeout)):
+            stream = await ctx.upstream.forward("GET", b"/v1/models", b"", [])
+            try:
+                exchange.upstream_status = stream.status
+                if stream.status >= 400:
+                    raise await stream.error()
+                raw = await stream.read_all(_MAX_LISTING)
+            finally:
+                await stream.aclose()
+    except TimeoutError:
+        raise ProxyError.timeout("the upstream server did not list its models in time") from None
     try:
         answer = jsoncodec.loads(raw)
     except (ValueError, RecursionError):
@@ -332,7 +341,9 @@ async def _upstream_listing(ctx: _Context, exchange: Exchange) -> list[Any]:
 def _failed(raised: ProxyError, exchange: Exchange, secret: str | None) -> Response:
     error = raised.redacted(secret)
     exchange.error = error.message
-    return JSONResponse(error.body, status_code=error.status)
+    response = JSONResponse(error.body, status_code=error.status)
+    response.raw_headers.extend(error.headers)  # Retry-After
+    return response
 
 
 def _redacted_json(body: Any, secret: str | None) -> Response:

@@ -213,7 +213,7 @@ def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
     if stripped[:1] in ("{", "["):
         try:
             obj = json.loads(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: judged as text
             obj = None
         if isinstance(obj, dict) and (is_error_payload(obj) or "message" in obj or "detail" in obj):
             detail = obj.get("detail")

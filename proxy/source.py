@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from typing import Any
 
 from conformance.sse import SSELineTooLong, SSEParser
@@ -216,7 +217,7 @@ class UpstreamSource(Source):
                 self._ended = True
                 return out
             if normalizer.upstream_done or normalizer.all_stopped:
-                if normalizer.all_stopped:
+                if normalizer.all_stopped and self._request.generates:
                     self.repairs.add("Q76")
                 return out + (await self._finish(None) or [])
             return out
@@ -238,7 +239,6 @@ class UpstreamSource(Source):
             # stream so when another request waits for its one model (and says [DONE] first). What
             # it sent is then no whole answer; and the upstream serves one request at a time.
             self.normalizer.interrupted = True
-            self._upstream.serial = True
         await self.aclose()
         normalizer = self.normalizer
         out = normalizer.feed(tail) if tail is not None else []
@@ -246,7 +246,12 @@ class UpstreamSource(Source):
         if normalizer.needs_usage and normalizer.failure is None:
             texts = normalizer.completion_texts()
             usage = await self._count_usage(texts, normalizer.completion_tokens())
-        return out + normalizer.close(usage)
+        out += normalizer.close(usage)
+        if normalizer.interrupted and normalizer.failure is not None:
+            # A choice was left without its final chunk (the close failed it): the upstream broke it
+            # off for another request, so it serves one at a time.
+            self._upstream.serial = True
+        return out
 
     @staticmethod
     async def _drain(stream: UpstreamStream) -> bool:
@@ -296,11 +301,21 @@ class FanOutSource(Source):
     """``n > 1`` and prompt arrays served as concurrent single requests, choices indexed, usage summed."""
 
     def __init__(
-        self, sources: list[UpstreamSource], request: RequestInfo, repairs: Repairs, *, serial: bool = False
+        self,
+        sources: list[UpstreamSource],
+        request: RequestInfo,
+        repairs: Repairs,
+        *,
+        serial: bool = False,
+        first_byte_timeout: float = math.inf,
     ) -> None:
-        """``serial``: the requests are sent one after another (each answered whole) rather than at once."""
+        """``serial``: the requests are sent one after another, each answered whole and sent on as it
+        comes, rather than at once; each after the first (which the caller bounds) is given
+        ``first_byte_timeout`` seconds."""
         self._sources = sources
         self._serial = serial
+        self._first_byte_timeout = first_byte_timeout
+        self._next = 0  # serial: the next request to send
         self._request = request
         self.repairs = repairs
         self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | None]] = asyncio.Queue()
@@ -321,18 +336,19 @@ class FanOutSource(Source):
     async def start(self) -> list[dict[str, Any]]:
         if self._serial:
             try:
-                firsts = [await source.start() for source in self._sources]
+                first = await self._whole()
             except ProxyError:
                 await self.aclose()
                 raise
-        else:
-            try:
-                async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(source.start()) for source in self._sources]
-            except* ProxyError as errors:
-                await self.aclose()
-                raise errors.exceptions[0] from None
-            firsts = [task.result() for task in tasks]
+            self.upstream_status = self._sources[0].upstream_status
+            return first
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(source.start()) for source in self._sources]
+        except* ProxyError as errors:
+            await self.aclose()
+            raise errors.exceptions[0] from None
+        firsts = [task.result() for task in tasks]
         self.upstream_status = max(s.upstream_status or 0 for s in self._sources)
         bodies = [s.body for s in self._sources]
         if all(body is not None for body in bodies):
@@ -358,7 +374,34 @@ class FanOutSource(Source):
                 break
         await self._queue.put((position, None))
 
+    async def _whole(self) -> list[dict[str, Any]]:
+        """Serial: the next request's answer, whole, as chunks."""
+        source = self._sources[self._next]
+        self._next += 1
+        chunks = await source.start()
+        if source.body is not None:
+            chunks = source.body_chunks()
+        else:  # answered with a stream after all (a stream-only upstream)
+            while (batch := await source.next_batch()) is not None:
+                chunks += batch
+            if source.failure is not None:
+                raise source.failure
+        return self._strip_usage(chunks)
+
     async def next_batch(self) -> list[dict[str, Any]] | None:
+        if self._serial and self._next < len(self._sources) and self._failure is None:
+            try:
+                try:
+                    async with asyncio.timeout(self._first_byte_timeout):
+                        return await self._whole()
+                except TimeoutError:
+                    raise ProxyError.first_byte_timeout() from None
+            except ProxyError as failed:
+                self._failure = failed
+                await self.aclose()
+                return None
+        if self._failure is not None:
+            return None
         while self._live:
             position, batch = await self._queue.get()
             if batch is not None:

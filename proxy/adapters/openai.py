@@ -57,9 +57,9 @@ class OpenAIAdapter:
             if count is not None:
                 self._tokenizer = path
                 if self._added is None and (left := deadline - loop.time()) > 0:
-                    self._added = (
-                        _count(await upstream.json("POST", path, _body(path, ""), timeout=left)) or 0
-                    )
+                    # Not answered in time: asked again on the next count, not taken for 0 for good.
+                    empty = await upstream.json("POST", path, _body(path, ""), timeout=left)
+                    self._added = _count(empty)
                 return max(count - (self._added or 0), 0)
             if self._tokenizer is None:  # (a probe beside this one may have found it meanwhile)
                 self._unanswered.add(path)

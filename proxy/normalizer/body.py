@@ -95,8 +95,10 @@ def _finish(
         repairs.add(quirk)
     if reason in FAILURE_REASONS:
         raise failure_for_reason(str(reason), quirk)
+    if not request.generates:
+        return "length"  # max_tokens 0: the one token asked of the upstream was cut
     if stopped:
-        return "stop" if request.generates else "length"
+        return "stop"
     if reason is None:
         repairs.add("Q16")
         reason = "stop"
@@ -109,6 +111,19 @@ def _finish(
         repairs.add("Q21")
         reason = "length"
     return reason
+
+
+def _echoed_tokens(text: str, logprobs: Any, count: int) -> tuple[str, Any]:
+    """A ``max_tokens: 0`` answer to a prompt of ``count`` token ids, echoed: its first ``count``
+    tokens (and their text), without the one the upstream was let generate. Without token logprobs
+    there is no telling where the prompt ends, and the text is kept as it is."""
+    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+    if not isinstance(tokens, list) or len(tokens) < count or not all(isinstance(t, str) for t in tokens):
+        return text, logprobs
+    prompt = "".join(tokens[:count])
+    if not text.startswith(prompt):
+        return text, logprobs
+    return prompt, {k: v[:count] if isinstance(v, list) else v for k, v in logprobs.items()}
 
 
 def _enforce_stop(text: str, request: RequestInfo, repairs: Repairs) -> tuple[str, bool]:
@@ -151,8 +166,9 @@ def _chat_choice(
     logprobs, repaired = chat_logprobs(raw.get("logprobs"), request.alternatives)
     if repaired:
         repairs.add("Q61")
-    # The tokens past a stop sequence go with the text it cut (here or at the upstream).
-    logprobs = logprobs_within(logprobs, content or "", chat=True)
+    if stopped or content:  # (no text at all, as with tool calls: nothing to measure them against)
+        # The tokens past a stop sequence go with the text it cut (here or at the upstream).
+        logprobs = logprobs_within(logprobs, content or "", chat=True)
     return {"index": index, "message": out, "logprobs": logprobs, "finish_reason": reason}
 
 
@@ -162,10 +178,15 @@ def _text_choice(
     text = raw.get("text")
     if not isinstance(text, str):
         text = ""
-    text, stopped = _enforce_stop(text, request, repairs)
     logprobs, _, converted = legacy_logprobs(raw.get("logprobs"))
     if converted:
         repairs.add("Q67")
-    logprobs = logprobs_within(logprobs, text, chat=False)
+    if not request.generates and request.echoed_tokens:
+        text, logprobs = _echoed_tokens(text, logprobs, request.echoed_tokens)
+        stopped = True
+    else:
+        text, stopped = _enforce_stop(text, request, repairs)
+    if stopped or text:
+        logprobs = logprobs_within(logprobs, text, chat=False)
     reason = _finish(raw, request, repairs, stopped, tokens)
     return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": reason}

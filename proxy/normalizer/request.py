@@ -26,6 +26,10 @@ def _stop_list(value: Any) -> tuple[str, ...]:
     return ()
 
 
+def _token_ids(prompt: Any) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and all(type(t) is int for t in prompt)
+
+
 def _limit(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -50,6 +54,8 @@ class RequestInfo:
     """Whether a chat request asked for ``top_logprobs``: without it OpenAI sends ``top_logprobs: []``."""
     echoed: str = ""
     """The prompt a completion's text begins with (``echo`` and a text prompt): no stop sequence in it."""
+    echoed_tokens: int = 0
+    """How many token ids the prompt a completion's text begins with has (``echo``, a token prompt)."""
     generates: bool = True
     """False for ``max_tokens: 0`` (a prompt scored with ``echo``): no generated text at all. The
     upstream is asked for one token (for 0 some generate without end), which an empty stop sequence,
@@ -78,6 +84,9 @@ class RequestInfo:
             logprobs=logprobs is True or (type(logprobs) is int and logprobs >= 0),
             alternatives=endpoint != "chat" or bool(body.get("top_logprobs")),
             echoed=prompt if body.get("echo") is True and isinstance(prompt, str) else "",
+            echoed_tokens=len(prompt)
+            if body.get("echo") is True and isinstance(prompt, list) and _token_ids(prompt)
+            else 0,
             generates=generates,
         )
 

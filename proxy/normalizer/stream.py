@@ -182,7 +182,9 @@ class StreamNormalizer:
                 choice = self._content_choice(index, tail)
                 choice["logprobs"] = state.flush_logprobs(self._chat)
                 out.append(self._chunk([choice]))
-            reason = ("stop" if self.request.generates else "length") if state.stopped else state.finish
+            reason = "stop" if state.stopped else state.finish
+            if not self.request.generates:
+                reason = "length"  # max_tokens 0: the one token asked of the upstream was cut (or EOS)
             if reason is None:
                 if self.interrupted:
                     self.fail(ProxyError.make(_INTERRUPTED, 502))

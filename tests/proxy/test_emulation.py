@@ -233,6 +233,10 @@ def test_each_fanned_out_sample_gets_a_seed_of_its_own(proxy_url: str) -> None:
     body = {"model": "m", "prompt": ["p0", "p1"], "n": 2, "seed": 7, "stream": False}
     _fan_out(proxy_url, body, judged=True)
     assert sorted((s["prompt"], s["seed"]) for s in seen) == [("p0", 7), ("p0", 8), ("p1", 7), ("p1", 8)]
+    # llama.cpp's "random" (-1) stays random in every sample; the sum stays a 64-bit integer.
+    for seed, seeds in ((-1, [-1, -1, -1]), (2**63 - 1, [0, 1, 2**63 - 1])):
+        _fan_out(proxy_url, {"model": "m", "prompt": "x", "n": 3, "seed": seed, "stream": False}, judged=True)
+        assert sorted(s["seed"] for s in seen) == seeds
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])

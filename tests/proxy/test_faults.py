@@ -800,10 +800,12 @@ class _OneAtATime:
 
     WORDS = [" the", " capital", " of", " France"]
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0, reset_after_done: bool = False) -> None:
         self.lock = asyncio.Lock()
         self.waiting = 0
         self.streamed: list[bool] = []
+        self.delay = delay  # seconds a whole answer takes
+        self.reset_after_done = reset_after_done  # a whole stream, then the connection cut anyway
 
     async def handle(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
@@ -815,6 +817,7 @@ class _OneAtATime:
             async with self.lock:
                 self.waiting -= 1
                 if not body.get("stream"):
+                    await asyncio.sleep(self.delay)
                     usage = {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}
                     answer = upstream_answer(False, [_text("".join(self.WORDS), "length")], usage=usage)
                     payload = json.dumps(answer).encode()
@@ -832,8 +835,12 @@ class _OneAtATime:
                         await writer.drain()
                         writer.transport.abort()  # the response is never ended
                         return
-                writer.write(http_chunk(_event(_text("", "length")) + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+                ending = http_chunk(_event(_text("", "length")) + b"data: [DONE]\n\n")
+                writer.write(ending if self.reset_after_done else ending + b"0\r\n\r\n")
                 await writer.drain()
+                if self.reset_after_done:
+                    writer.transport.abort()
+                    return
 
 
 def _text(text: str, finish: str | None) -> dict[str, Any]:
@@ -865,3 +872,47 @@ def test_a_stream_the_upstream_interrupted_ends_in_an_error_and_n_is_then_asked_
         assert texts == {0: "".join(_OneAtATime.WORDS), 1: "".join(_OneAtATime.WORDS)}
         assert upstream.streamed == [False, False]
         assert_idle(app)
+
+
+def test_one_at_a_time_each_request_gets_its_own_first_byte_timeout() -> None:
+    """n whole answers in a row fit no single first-byte timeout: each request is bounded, not the sum."""
+    upstream = _OneAtATime(delay=0.4)
+    body = {"model": "m", "prompt": "The capital", "max_tokens": 4, "n": 4, "stream": True}
+    with (
+        raw_server(upstream.handle) as (url, _),
+        proxy(url, upstream_kind="openai", first_byte_timeout=1) as (base, app),
+    ):
+        app.state.context.upstream.serial = True  # as learned from an interrupted stream
+        response = httpx.post(base + "/v1/completions", json=body, timeout=20)
+        assert judge(response, "/v1/completions", body).errors == []
+        assert upstream.streamed == [False] * 4
+        assert_idle(app)
+
+
+def test_a_whole_stream_cut_after_its_end_does_not_make_the_upstream_one_at_a_time() -> None:
+    upstream = _OneAtATime(reset_after_done=True)
+    body = {"model": "m", "prompt": "The capital", "max_tokens": 4, "stream": True}
+    with raw_server(upstream.handle) as (url, _), proxy(url, upstream_kind="openai") as (base, app):
+        response = httpx.post(base + "/v1/completions", json=body, timeout=10)
+        assert judge(response, "/v1/completions", body).errors == []
+        assert app.state.context.upstream.serial is False
+
+
+def test_the_count_of_an_empty_text_is_asked_again_when_it_was_not_answered() -> None:
+    class Tokenizer:
+        def __init__(self) -> None:
+            self.empty_answered = False
+
+        async def json(self, method: str, path: str, body: Any, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
+            if path != "/extras/tokenize/count":
+                return None
+            if body["input"] == "" and not self.empty_answered:
+                self.empty_answered = True
+                return None  # timed out, this once
+            return {"count": 1 + len(body["input"].split())}  # BOS included
+
+    async def scenario() -> list[int | None]:
+        adapter, upstream = OpenAIAdapter(), Tokenizer()
+        return [await adapter.count_tokens(upstream, "a b", 1.0) for _ in range(2)]  # type: ignore[arg-type]
+
+    assert asyncio.run(scenario())[1] == 2

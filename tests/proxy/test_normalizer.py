@@ -819,3 +819,61 @@ def test_a_stream_with_echo_is_cut_at_a_stop_in_its_generated_text_only(echoing:
     )
     request = RequestInfo.from_body("completions", {**body, "stream": False})
     assert normalize_body(whole, request, repairs=Repairs())["choices"][0]["text"] == text
+
+
+def test_max_tokens_0_with_an_echoed_token_prompt_keeps_the_prompt_and_its_logprobs() -> None:
+    """A prompt of token ids: the prompt ends after as many tokens as it has ids."""
+    tokens = ["Hello", " world", "!"]
+    logprobs = {
+        "tokens": tokens,
+        "token_logprobs": [None, -1.0, -2.0],
+        "top_logprobs": [None, {}, {}],
+        "text_offset": [0, 5, 11],
+    }
+    choice = {"index": 0, "text": "Hello world!", "logprobs": logprobs, "finish_reason": "length"}
+    usage = {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}
+    body = {"model": "m", "prompt": [9906, 1917], "echo": True, "max_tokens": 0, "logprobs": 1}
+    whole = normalize_body(
+        upstream_answer(False, [choice], usage=usage),
+        RequestInfo.from_body("completions", body),
+        repairs=Repairs(),
+    )
+    out = whole["choices"][0]
+    assert (out["text"], out["logprobs"]["tokens"], out["finish_reason"]) == (
+        "Hello world",
+        tokens[:2],
+        "length",
+    )
+    assert whole["usage"]["completion_tokens"] == 0
+
+
+def test_max_tokens_0_in_a_stream_finishes_with_length_even_when_the_one_token_was_eos() -> None:
+    body = {"model": "m", "prompt": "x", "max_tokens": 0, "stream": True}
+    raw = text_chunk({"text": "", "finish_reason": "stop"}) + b"data: [DONE]\n\n"
+    status, out, repairs = normalize_stream(raw, "completions", body)
+    assert [c["finish_reason"] for e in events(out) for c in e["choices"]][-1] == "length"
+    assert repairs["Q76"] == 0
+    assert judged(status, out, "completions", body).errors == []
+
+
+def test_a_tool_call_answer_keeps_its_logprobs() -> None:
+    """No text to measure them against is no reason to drop them."""
+    entries = [
+        {"token": t, "logprob": -0.5, "bytes": list(t.encode()), "top_logprobs": []} for t in ("{", "}")
+    ]
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": {"content": entries, "refusal": None},
+        "finish_reason": "tool_calls",
+    }
+    request = RequestInfo.from_body("chat", {**CHAT_REQUEST, "stream": False, "logprobs": True})
+    whole = normalize_body(upstream_answer(True, [choice]), request, repairs=Repairs())
+    assert whole["choices"][0]["logprobs"]["content"] == entries
+
+
+def test_an_error_body_nested_past_the_parsers_depth_is_read_as_text() -> None:
+    error = error_from_http(500, "application/json", b"[" * 100_000)
+    assert error.status == 500

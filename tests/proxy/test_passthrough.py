@@ -358,7 +358,9 @@ def _listing(*entries: dict[str, Any]) -> bytes:
         ),
         (_page("401 Unauthorized", "application/json", b'{"detail": "bad key"}'), 401, "bad key", 401),
         (_page("200 OK", "text/html", b"<html>a web page</html>"), 502, "did not list its models", 200),
-        (_replying(b"", then="stall"), 504, "sent nothing", None),
+        (_replying(b"", then="stall"), 504, "did not list its models in time", None),
+        # A head, then a body that never ends: the whole listing is bounded, not each read.
+        (_replying(_head("200 OK", "application/json", length=100), then="stall"), 504, "in time", 200),
     ],
 )
 def test_a_failed_model_listing_says_why_with_the_upstreams_status(
@@ -383,4 +385,13 @@ def test_the_upstream_key_is_cut_out_of_the_model_listing() -> None:
     with _proxy(_page("200 OK", "application/json", listing), upstream_api_key=KEY) as (url, app, _):
         response = httpx.get(url + "/v1/models", timeout=10)
         assert response.json()["data"][0]["owned_by"] == "key <redacted>"
+        assert_idle(app)
+
+
+def test_a_failed_model_listing_keeps_the_upstreams_advice_on_when_to_retry() -> None:
+    handler = _page("429 Too Many Requests", "text/plain", b"busy", "Retry-After: 7")
+    with _proxy(handler) as (url, app, _):
+        response = httpx.get(url + "/v1/models", timeout=10)
+        assert_error(response, 429)
+        assert response.headers["retry-after"] == "7"
         assert_idle(app)

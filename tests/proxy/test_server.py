@@ -414,6 +414,7 @@ def test_one_model_is_retrieved_by_the_name_the_listing_shows(upstream: tuple[st
         assert entry.json()["id"] == "gemma-3-270m"
         jsonschema.validate({"object": "list", "data": [entry.json()]}, MODELS_SCHEMA)
         assert httpx.get(proxy + "/v1/models/other", timeout=10).json()["created"] == 7
+        assert httpx.get(proxy + "/v1/models/other/", timeout=10).json()["id"] == "other"  # as listed
         missing = httpx.get(proxy + "/v1/models/srv/models/gemma-3-270m.gguf", timeout=10)
         assert _assert_openai_error(missing, 404)["code"] == "model_not_found"
     with run_proxy(url, model_alias="my-model", upstream_kind="openai") as proxy:
