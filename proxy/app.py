@@ -163,7 +163,7 @@ def _make_source(
         "headers": headers,
     }
     parts = _split(endpoint, body, info) if ctx.config.fan_out else None
-    serial = parts is not None and ctx.upstream.serial
+    serial = parts is not None and bool(ctx.upstream.serial)
     if serial:
         # One request at a time, each answered whole: streamed at once, they would break each other off.
         parts = [
@@ -239,6 +239,13 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     if served != model:
         body = {**body, "model": served}  # answers still name the model as asked
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
+    if (
+        ctx.upstream.serial is None
+        and ctx.config.fan_out
+        and (info.n > 1 or isinstance(body.get("prompt"), list))
+    ):
+        # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each other off.
+        ctx.upstream.serial = await ctx.upstream.serves_one_at_a_time()
     source = with_text_prompt_fallback(
         _make_source(ctx, endpoint, body, info, exchange, headers),
         body,

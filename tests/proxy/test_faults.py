@@ -586,7 +586,11 @@ async def _head_then_silence(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
 ) -> None:
     """llama-cpp-python's way: the head at once, then nothing while the prompt is processed."""
-    await read_request(reader)
+    request = await read_request(reader)
+    if request is not None and request.startswith(b"GET "):  # the model listing read before a fan-out
+        writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        return
     writer.write(sse_head())
     await writer.drain()
     record.requests += 1
@@ -800,7 +804,8 @@ class _OneAtATime:
 
     WORDS = [" the", " capital", " of", " France"]
 
-    def __init__(self, delay: float = 0.0, reset_after_done: bool = False) -> None:
+    def __init__(self, delay: float = 0.0, reset_after_done: bool = False, listing: bool = False) -> None:
+        self.listing = listing  # answers GET /v1/models as llama-cpp-python does
         self.lock = asyncio.Lock()
         self.waiting = 0
         self.streamed: list[bool] = []
@@ -811,6 +816,17 @@ class _OneAtATime:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
     ) -> None:
         while (request := await read_request(reader)) is not None:
+            if request.startswith(b"GET /v1/models"):
+                entries = (
+                    [{"id": "m", "object": "model", "owned_by": "me", "permissions": []}]
+                    if self.listing
+                    else []
+                )
+                payload = json.dumps({"object": "list", "data": entries}).encode()
+                head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                writer.write(head % len(payload) + payload)
+                await writer.drain()
+                continue
             body = json.loads(request.split(b"\r\n\r\n", 1)[1])
             self.streamed.append(body.get("stream") is True)
             self.waiting += 1
@@ -895,7 +911,7 @@ def test_a_whole_stream_cut_after_its_end_does_not_make_the_upstream_one_at_a_ti
     with raw_server(upstream.handle) as (url, _), proxy(url, upstream_kind="openai") as (base, app):
         response = httpx.post(base + "/v1/completions", json=body, timeout=10)
         assert judge(response, "/v1/completions", body).errors == []
-        assert app.state.context.upstream.serial is False
+        assert not app.state.context.upstream.serial
 
 
 def test_the_count_of_an_empty_text_is_asked_again_when_it_was_not_answered() -> None:
@@ -916,3 +932,13 @@ def test_the_count_of_an_empty_text_is_asked_again_when_it_was_not_answered() ->
         return [await adapter.count_tokens(upstream, "a b", 1.0) for _ in range(2)]  # type: ignore[arg-type]
 
     assert asyncio.run(scenario())[1] == 2
+
+
+def test_llama_cpp_pythons_model_listing_makes_the_first_fan_out_one_at_a_time() -> None:
+    upstream = _OneAtATime(listing=True)
+    body = {"model": "m", "prompt": "The capital", "max_tokens": 4, "n": 2, "stream": True}
+    with raw_server(upstream.handle) as (url, _), proxy(url, upstream_kind="openai") as (base, app):
+        response = httpx.post(base + "/v1/completions", json=body, timeout=10)
+        assert judge(response, "/v1/completions", body).errors == []
+        assert upstream.streamed == [False, False]
+        assert_idle(app)
