@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -179,7 +178,7 @@ def _make_source(
     first = UpstreamSource(
         ctx.upstream,
         ctx.adapter,
-        _echoing(info, parts[0]),
+        info.echoing(parts[0]),
         ctx.adapter.call(endpoint, parts[0]),
         repairs=exchange.repairs,
         emit_usage=emit_usage,
@@ -192,7 +191,7 @@ def _make_source(
             UpstreamSource(
                 ctx.upstream,
                 ctx.adapter,
-                _echoing(info, part),
+                info.echoing(part),
                 ctx.adapter.call(endpoint, part),
                 repairs=exchange.repairs,
                 identity=first.identity,
@@ -203,14 +202,6 @@ def _make_source(
         )
     first_byte_timeout = ctx.config.first_byte_timeout
     return FanOutSource(sources, info, exchange.repairs, serial=serial, first_byte_timeout=first_byte_timeout)
-
-
-def _echoing(info: RequestInfo, part: dict[str, Any]) -> RequestInfo:
-    """``info`` for one request of a fan-out: the prompt its text echoes is its own prompt's."""
-    if info.endpoint != "completions" or part.get("echo") is not True:
-        return info
-    asked = RequestInfo.from_body(info.endpoint, part)
-    return dataclasses.replace(info, echoed=asked.echoed, echoed_tokens=asked.echoed_tokens)
 
 
 async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Response:
@@ -245,14 +236,12 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         and (info.n > 1 or isinstance(body.get("prompt"), list))
     ):
         # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each other off.
-        ctx.upstream.serial = await ctx.upstream.serves_one_at_a_time()
+        ctx.upstream.serial = await ctx.names.llama_cpp_python()
     source = with_text_prompt_fallback(
         _make_source(ctx, endpoint, body, info, exchange, headers),
         body,
         ctx.upstream,
-        lambda text_body: _make_source(
-            ctx, endpoint, text_body, _echoing(info, text_body), exchange, headers
-        ),
+        lambda text_body: _make_source(ctx, endpoint, text_body, info.echoing(text_body), exchange, headers),
         repairs=exchange.repairs,
         llamacpp_first=ctx.adapter.name == "llamacpp",
     )

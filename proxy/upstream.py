@@ -19,7 +19,6 @@ __all__ = ["MAX_ERROR_BODY", "Upstream", "UpstreamStream"]
 MAX_ERROR_BODY = 64 * 1024
 _KEEPALIVE_EXPIRY = 30.0
 _RETRY_HEADERS = (b"retry-after", b"retry-after-ms")
-_PROBE_TIMEOUT = 5.0
 
 
 class UpstreamStream:
@@ -101,7 +100,7 @@ class Upstream:
         self.config = config
         # Whether the upstream serves one request at a time and breaks off a stream when another
         # arrives, so that a fan-out asks it one request after another, without streaming: None until
-        # known. Known from its model listing (serves_one_at_a_time), or from a stream it broke off
+        # known. Known from its model listing (ServedNames.llama_cpp_python), or from a stream it broke off
         # (UpstreamSource).
         self.serial: bool | None = None
         headers = {"accept-encoding": "identity", "user-agent": "conformant-proxy"}
@@ -219,16 +218,6 @@ class Upstream:
             return response.json()
         except (httpx.HTTPError, ValueError, TimeoutError):
             return None
-
-    async def serves_one_at_a_time(self) -> bool | None:
-        """Whether this is llama-cpp-python's server, known by its model listing (``owned_by: "me"``
-        and ``permissions``): one model lock, and a stream broken off for each request that waits.
-        None when the listing could not be read (asked again next time)."""
-        answer = await self.json("GET", "/v1/models", timeout=_PROBE_TIMEOUT)
-        entries = answer.get("data") if isinstance(answer, dict) else None
-        if not isinstance(entries, list):
-            return None
-        return any(isinstance(e, dict) and e.get("owned_by") == "me" and "permissions" in e for e in entries)
 
     def connections_in_use(self) -> int:
         return self._transport.connections_in_use()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -26,8 +27,16 @@ def _stop_list(value: Any) -> tuple[str, ...]:
     return ()
 
 
-def _token_ids(prompt: Any) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and all(type(t) is int for t in prompt)
+def _echo(body: dict[str, Any]) -> tuple[str, int]:
+    """With ``echo``: the text prompt the answer's text begins with, or how many token ids it has."""
+    prompt = body.get("prompt")
+    if body.get("echo") is not True:
+        return "", 0
+    if isinstance(prompt, str):
+        return prompt, 0
+    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        return "", len(prompt)
+    return "", 0
 
 
 def _limit(value: Any) -> int | None:
@@ -72,7 +81,7 @@ class RequestInfo:
         asked = body.get("model")
         model = alias or (clean_model_name(asked) if isinstance(asked, str) and asked else None)
         logprobs = body.get("logprobs")
-        prompt = body.get("prompt")
+        echoed, echoed_tokens = _echo(body)
         return cls(
             endpoint=endpoint,
             model=model,
@@ -83,12 +92,18 @@ class RequestInfo:
             n=_positive_int(body.get("n")) or 1,
             logprobs=logprobs is True or (type(logprobs) is int and logprobs >= 0),
             alternatives=endpoint != "chat" or bool(body.get("top_logprobs")),
-            echoed=prompt if body.get("echo") is True and isinstance(prompt, str) else "",
-            echoed_tokens=len(prompt)
-            if body.get("echo") is True and isinstance(prompt, list) and _token_ids(prompt)
-            else 0,
+            echoed=echoed,
+            echoed_tokens=echoed_tokens,
             generates=generates,
         )
+
+    def echoing(self, body: dict[str, Any]) -> RequestInfo:
+        """This request's info for the request ``body`` sent for it (one of a fan-out, or a prompt asked
+        again as text): the prompt its text echoes is that request's own."""
+        if self.endpoint != "completions" or body.get("echo") is not True:
+            return self
+        echoed, echoed_tokens = _echo(body)
+        return dataclasses.replace(self, echoed=echoed, echoed_tokens=echoed_tokens)
 
     @property
     def object_name(self) -> str:
