@@ -29,7 +29,7 @@ from . import jsoncodec
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
 from .adapters.token_prompts import with_text_prompt_fallback
 from .config import ProxyConfig
-from .errors import MIN_SECRET_IN_BODY, REDACTED, ProxyError
+from .errors import REDACTED, ProxyError, secret_in_bodies
 from .normalizer import Endpoint, RequestInfo, clean_model_name
 from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_of
 from .passthrough import connection_options, relay
@@ -345,8 +345,9 @@ def _failed(raised: ProxyError, exchange: Exchange, secret: str | None) -> Respo
 def _redacted_json(body: Any, secret: str | None) -> Response:
     """A JSON answer made of what the upstream said, with its key cut out (as from every body)."""
     content = jsoncodec.dumps(body)
-    if secret and len(secret) >= MIN_SECRET_IN_BODY:
-        content = content.replace(secret.encode(), REDACTED.encode())
+    key = secret_in_bodies(secret)
+    if key is not None:
+        content = content.replace(key, REDACTED.encode())
     return Response(content, media_type="application/json")
 
 

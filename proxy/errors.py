@@ -23,6 +23,7 @@ __all__ = [
     "is_error_payload",
     "redact_text",
     "scrub_message",
+    "secret_in_bodies",
 ]
 
 # Local paths and tracebacks must not reach clients (DESIGN: never a stack trace or a local path).
@@ -37,6 +38,12 @@ MIN_SECRET_IN_BODY = 8
 """A shorter upstream key is a placeholder, not looked for in bodies or errors: "EMPTY", vLLM's usual one,
 or "none" would take words out of answers and messages and could break their JSON or SSE framing."""
 _TIMEOUT_CODE = "upstream_timeout"
+
+
+def secret_in_bodies(secret: str | None) -> bytes | None:
+    """The upstream key as it is cut out of the bodies the proxy sends (replaced by ``REDACTED``), or
+    None for no key or a placeholder shorter than ``MIN_SECRET_IN_BODY``."""
+    return secret.encode() if secret and len(secret) >= MIN_SECRET_IN_BODY else None
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from starlette.types import Send
 
 from . import jsoncodec
-from .errors import MIN_SECRET_IN_BODY, REDACTED, ProxyError
+from .errors import REDACTED, ProxyError, secret_in_bodies
 from .observability import Exchange
 from .respond import send_json
 from .upstream import MAX_ERROR_BODY, UpstreamStream
@@ -62,8 +62,9 @@ class Redactor:
     """
 
     def __init__(self, secret: str | None, renamed: tuple[bytes, bytes] | None = None) -> None:
-        self._secret = secret.encode() if secret else b""
-        pairs = [(self._secret, REDACTED.encode())] if len(self._secret) >= MIN_SECRET_IN_BODY else []
+        self._secret = secret.encode() if secret else b""  # in headers whatever its length
+        key = secret_in_bodies(secret)
+        pairs = [(key, REDACTED.encode())] if key is not None else []
         self._pairs = pairs + ([renamed] if renamed and renamed[0] else [])
         self._held = b""
 

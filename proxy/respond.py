@@ -18,7 +18,7 @@ from conformance.sse import DONE_EVENT, encode_data
 
 from . import jsoncodec
 from .emulation import Aggregator, synthesize_chunks
-from .errors import MIN_SECRET_IN_BODY, REDACTED, ProxyError
+from .errors import REDACTED, ProxyError, secret_in_bodies
 from .normalizer import RequestInfo
 from .observability import Exchange
 from .source import Source
@@ -103,8 +103,9 @@ async def serve_source(
     ``secret`` (the upstream key) is cut out of every error the client or the log would see, and out of
     every body sent: an upstream that repeats it in an id or a text does not pass it on.
     """
-    if secret and len(secret) >= MIN_SECRET_IN_BODY:
-        send = _redacting(send, secret)
+    key = secret_in_bodies(secret)
+    if key is not None:
+        send = _redacting(send, key)
     try:
         try:
             async with asyncio.timeout(first_byte_timeout):
@@ -135,10 +136,10 @@ async def serve_source(
         await source.aclose()
 
 
-def _redacting(send: Send, secret: str) -> Send:
-    """``send`` with ``secret`` cut out of every body message: each holds whole events or a whole JSON
+def _redacting(send: Send, key: bytes) -> Send:
+    """``send`` with ``key`` cut out of every body message: each holds whole events or a whole JSON
     body, so a key the upstream sent in one string is in one message."""
-    key, mask = secret.encode(), REDACTED.encode()
+    mask = REDACTED.encode()
 
     async def redacting_send(message: Message) -> None:
         body = message.get("body")
