@@ -333,14 +333,19 @@ def test_odd_tool_call_fragments_do_not_fail_the_stream() -> None:
     assert len(_calls_out(deep)) == 1
 
 
-def test_usage_only_when_asked_in_one_empty_choices_chunk() -> None:
-    usage = {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
-    raw = (
+def _usage_on_every_chunk(usage: dict[str, int]) -> bytes:
+    """A two-word chat stream with ``usage`` on each of its chunks."""
+    return (
         chunk({"delta": {"role": "assistant", "content": "a"}}, usage=usage)
         + chunk({"delta": {"content": "b"}}, usage=usage)
         + chunk({"delta": {}, "finish_reason": "stop"}, usage=usage)
         + b"data: [DONE]\n\n"
     )
+
+
+def test_usage_only_when_asked_in_one_empty_choices_chunk() -> None:
+    usage = {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+    raw = _usage_on_every_chunk(usage)
     status, out, _ = normalize_stream(raw, "chat", CHAT_REQUEST)
     assert all("usage" not in c for c in events(out))
     assert judged(status, out, "chat", CHAT_REQUEST).errors == []
@@ -358,12 +363,7 @@ def test_usage_only_when_asked_in_one_empty_choices_chunk() -> None:
 
 def test_zero_usage_on_every_chunk_counts_as_none_q29() -> None:
     zeros = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    raw = (
-        chunk({"delta": {"role": "assistant", "content": "a"}}, usage=zeros)
-        + chunk({"delta": {"content": "b"}}, usage=zeros)
-        + chunk({"delta": {}, "finish_reason": "stop"}, usage=zeros)
-        + b"data: [DONE]\n\n"
-    )
+    raw = _usage_on_every_chunk(zeros)
     asked = {**CHAT_REQUEST, "stream_options": {"include_usage": True}}
     status, out, repairs = normalize_stream(raw, "chat", asked)
     assert "Q29" in repairs
