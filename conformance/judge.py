@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.findings import ERROR, WARNING, Finding
+from conformance.request import Request
 from conformance.rules import (
     BLOCK_RULES,
     CHOICE_RULES,
@@ -19,11 +20,13 @@ from conformance.rules import (
     END_RULES,
     ChoiceState,
     Context,
-    Expectations,
+    acceptance,
     bodies,
     chat_deltas,
     errors,
     framing,
+    intents,
+    local_paths,
 )
 from conformance.rules.schema_checks import schema_findings
 from conformance.sse import SSEBlock, SSELineTooLong, SSEParser
@@ -95,8 +98,10 @@ def _endpoint_by_shape(payload: dict[str, Any]) -> Endpoint | None:
 
 def judge_transcript(t: Transcript) -> Verdict:
     """Judge a recorded (or live-captured) response. Raises TranscriptError for unreadable bodies."""
-    ctx = Context(t.endpoint, t.stream, Expectations.from_request(t.request), t.status, t.headers)
+    request = Request.from_recorded(t.request)
+    ctx = Context(t.endpoint, t.stream, request, t.status, t.headers, intent=t.intent)
     errors.http_status(ctx)
+    acceptance.request_acceptance(ctx)
     failed = t.status is not None and t.status >= 400
     if ctx.stream and not failed and _looks_like_json(t.head()):
         ctx.error(
@@ -109,6 +114,7 @@ def judge_transcript(t: Transcript) -> Verdict:
         _judge_stream(ctx, t.iter_body())
     else:
         _judge_body(ctx, t.read_body())
+    intents.intent_findings(ctx)
     source = str(t.body_path) if t.body_path is not None else t.name
     return Verdict(source, ctx.endpoint, ctx.stream, ctx.sink.close())
 
@@ -120,8 +126,10 @@ def judge_response(
     status: int | None,
     headers: Mapping[str, str] | None,
     source: str = "<live>",
+    intent: str | None = None,
 ) -> Verdict:
-    """Judge a response held in memory (a live probe, the proxy's own output)."""
+    """Judge a response held in memory (a live probe, the proxy's own output); ``intent`` is what the
+    exchange was meant to show (:mod:`conformance.rules.intents`)."""
     transcript = Transcript(
         name=source,
         body_path=None,
@@ -129,8 +137,23 @@ def judge_response(
         status=status,
         headers={k.lower(): v for k, v in (headers or {}).items()},
         body=body,
+        intent=intent,
     )
     return judge_transcript(transcript)
+
+
+def _error_message(ctx: Context, raw: bytes) -> None:
+    """An error response's ``error`` object, kept for the intents, and its message judged for leaks."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        body = None
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        ctx.error_object = err
+        local_paths.error_leaks_path(ctx, err.get("message"))
+    else:
+        local_paths.error_leaks_path(ctx, raw[:4096].decode("utf-8", "replace"))
 
 
 def _looks_like_json(head: bytes) -> bool:
@@ -142,12 +165,15 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes]) -> None:
     tail: SSEBlock | None = None
     try:
         for data in chunks:
+            ctx.body_bytes += len(data)
             for block in parser.feed(data):
                 _block(ctx, block)
         tail = parser.close()
     except SSELineTooLong as exc:
         ctx.error("sse-line-too-long", str(exc), event=ctx.last_event, quirk="spec")
     framing.bom(ctx, parser.bom)
+    if ctx.intent == intents.HANG_UP:
+        return  # the client closed the stream on purpose: its end is not the server's
     if tail is not None:
         _block(ctx, tail)
     for rule in END_RULES:
@@ -220,6 +246,9 @@ def _chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
 
 def _judge_body(ctx: Context, raw: bytes) -> None:
     failed = ctx.status is not None and ctx.status >= 400
+    ctx.body_bytes = len(raw)
+    if failed:
+        _error_message(ctx, raw)
     if not raw.strip():
         if not failed:
             ctx.error("body-empty", "empty response body", quirk="spec")

@@ -32,6 +32,8 @@ __all__ = [
 SCHEMA_NAMES = (
     "chat_completion",
     "chat_completion_chunk",
+    "chat_completion_request",
+    "completion_request",
     "error",
     "logprobs_chat",
     "logprobs_legacy",

@@ -11,7 +11,9 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from conformance.request import Endpoint, endpoint_for_path
 
 __all__ = [
     "SCRUBBED_HEADERS",
@@ -25,7 +27,6 @@ __all__ = [
     "scrub_headers",
 ]
 
-Endpoint = Literal["completions", "chat"]
 SCRUBBED_HEADERS = frozenset(
     {"authorization", "api-key", "x-api-key", "cookie", "set-cookie", "proxy-authorization"}
 )
@@ -35,17 +36,6 @@ _SNIFF = 4096
 
 class TranscriptError(Exception):
     """A transcript that cannot be read: missing, unreadable, not text, or a malformed sidecar."""
-
-
-def endpoint_for_path(path: str | None) -> Endpoint | None:
-    if not path:
-        return None
-    path = path.split("?", 1)[0].rstrip("/")
-    if path.endswith("/chat/completions"):
-        return "chat"
-    if path.endswith("/completions"):
-        return "completions"
-    return None
 
 
 def scrub_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -65,6 +55,9 @@ class Transcript:
     server: str | None = None
     body: bytes | None = None
     """The body when it came from memory (a bare ``.json`` file or a live recording) rather than a file."""
+    intent: str | None = None
+    """The sidecar's ``expect``: what the exchange was meant to show (a probe's intent, see
+    :mod:`conformance.rules.intents`); None for an ordinary recording."""
 
     @property
     def endpoint(self) -> Endpoint | None:
@@ -203,6 +196,10 @@ def load_transcript(path: str | Path) -> Transcript:
         raise TranscriptError(f"{side_path}: 'chunk_timing' must be a list of [seconds, bytes]") from None
     server = sidecar.get("server")
     transcript.server = server if isinstance(server, str) else None
+    intent = sidecar.get("expect")
+    if intent is not None and not isinstance(intent, str):
+        raise TranscriptError(f"{side_path}: 'expect' must be a string")
+    transcript.intent = intent
     return transcript
 
 
@@ -239,8 +236,12 @@ def save_transcript(
     headers: Mapping[str, str] | None = None,
     chunk_timing: Iterable[tuple[float, int]] = (),
     server: str | None = None,
+    intent: str | None = None,
 ) -> Transcript:
-    """Write ``base.sse`` and ``base.json``; request and response headers are scrubbed of credentials."""
+    """Write ``base.sse`` and ``base.json``; request and response headers are scrubbed of credentials.
+
+    ``intent`` is written as the sidecar's ``expect``, so ``validate`` judges the exchange as ``check``
+    did."""
     base = Path(base)
     base.parent.mkdir(parents=True, exist_ok=True)
     if base.suffix in {".sse", ".json"}:
@@ -257,6 +258,8 @@ def save_transcript(
         sidecar["server"] = server
     if req is not None:
         sidecar["request"] = req
+    if intent:
+        sidecar["expect"] = intent
     sidecar["response"] = {"status": status, "headers": scrub_headers(headers or {})}
     timing = [[round(t, 6), n] for t, n in chunk_timing]
     if timing:

@@ -2,10 +2,11 @@
 
 Local servers answer a wrong type with a 500 (llama-cpp-python, Q43), take ``temperature: 7`` or a
 request without ``prompt`` as if nothing were wrong, and choke on ``NaN``. The proxy answers each the
-way OpenAI does: 400 ``invalid_request_error`` with ``param`` set. The schema below states the standard
-parameters of both endpoints (openai-spec.md 2.2, 2.4, 2.10); parameters it does not name (``top_k``,
-``min_p``, ``grammar``, ...) are the upstream's extensions and pass through untouched. ``model`` may be
-left out: many local clients omit it and one-model servers ignore it.
+way OpenAI does: 400 ``invalid_request_error`` with ``param`` set. The request schemas the judge uses
+(``schemas/completion_request.json``, ``schemas/chat_completion_request.json``: openai-spec.md 2.2, 2.4,
+2.10) state the standard parameters of both endpoints; parameters they do not name (``top_k``, ``min_p``,
+``grammar``, ...) are the upstream's extensions and pass through untouched. ``model`` may be left out
+here: many local clients omit it and one-model servers ignore it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any, NoReturn
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 
+from conformance.schemas import load_schema
+
 from . import jsoncodec
 from .errors import ProxyError
 from .normalizer.request import Endpoint
@@ -24,126 +27,17 @@ from .normalizer.request import Endpoint
 __all__ = ["parse_request", "validate_request"]
 
 
-def _number(low: float, high: float) -> dict[str, Any]:
-    return {"type": ["number", "null"], "minimum": low, "maximum": high}
-
-
-def _integer(low: int, high: int | None = None) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": ["integer", "null"], "minimum": low}
-    if high is not None:
-        schema["maximum"] = high
+def _lenient(name: str) -> dict[str, Any]:
+    """The shipped request schema, less OpenAI's required ``model``: local clients leave it out."""
+    schema = dict(load_schema(name))
+    schema["required"] = [key for key in schema["required"] if key != "model"]
     return schema
 
 
-_BOOLEAN = {"type": ["boolean", "null"]}
-_STRING = {"type": ["string", "null"]}
-_OBJECT = {"type": ["object", "null"]}
-
-# Keys both endpoints share. ``x-expects`` words a type error; ``x-message``/``x-code`` replace the
-# generic message for the keyword beside them.
-_COMMON: dict[str, Any] = {
-    "model": {"type": ["string", "null"], "x-expects": "a string"},
-    "temperature": _number(0, 2),
-    "top_p": _number(0, 1),
-    "n": _integer(1, 128),
-    "max_tokens": _integer(0),
-    "presence_penalty": _number(-2, 2),
-    "frequency_penalty": _number(-2, 2),
-    "seed": _integer(-(2**63), 2**63 - 1),
-    "stream": _BOOLEAN,
-    "stream_options": {
-        "type": ["object", "null"],
-        "properties": {"include_usage": _BOOLEAN, "include_obfuscation": _BOOLEAN},
-    },
-    "stop": {
-        "type": ["string", "array", "null"],
-        "x-expects": "a string, an array of strings, or null",
-        "minItems": 1,
-        "maxItems": 4,
-        "items": {"type": "string"},
-    },
-    "logit_bias": {
-        "type": ["object", "null"],
-        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
-    },
-    "user": _STRING,
+_SCHEMAS: dict[Endpoint, dict[str, Any]] = {
+    "completions": _lenient("completion_request"),
+    "chat": _lenient("chat_completion_request"),
 }
-# OpenAI's own answer, on the ``required`` and the ``const`` error alike.
-_ONLY_WITH_STREAM = {
-    "x-param": "stream_options",
-    "x-message": "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-    "x-code": "invalid_value",
-}
-_STREAM_OPTIONS_NEED_STREAM = {
-    "if": {"properties": {"stream_options": {"type": "object"}}, "required": ["stream_options"]},
-    "then": {
-        "properties": {"stream": {"const": True, **_ONLY_WITH_STREAM}},
-        "required": ["stream"],
-        **_ONLY_WITH_STREAM,
-    },
-}
-
-_TOKEN = {"type": "integer", "minimum": 0}
-# string | string[] | int[] | int[][] (and llama.cpp's mixed text-and-token arrays), each branch
-# checked by one ``type`` list rather than an ``anyOf``: a prompt of 100k token ids then costs one
-# check per id instead of a failed branch (an exception object) per id.
-_PROMPT = {
-    "type": ["string", "array", "null"],
-    "x-expects": "a string, an array of strings, an array of token ids, or an array of token-id arrays",
-    "minItems": 1,
-    "items": {
-        "type": ["string", "integer", "array"],
-        "x-expects": "a string, a token id or an array of token ids",
-        "minimum": 0,
-        "minItems": 1,
-        "items": {"type": ["integer", "string"], "x-expects": "a token id", "minimum": 0},
-    },
-}
-
-_COMPLETIONS: dict[str, Any] = {
-    "type": "object",
-    "required": ["prompt"],
-    "properties": {
-        **_COMMON,
-        "prompt": _PROMPT,
-        "logprobs": {**_integer(0, 5), "x-expects": "an integer from 0 to 5"},
-        "echo": _BOOLEAN,
-        "best_of": _integer(0, 20),
-        "suffix": _STRING,
-    },
-    **_STREAM_OPTIONS_NEED_STREAM,
-}
-
-_ROLES = ["system", "developer", "user", "assistant", "tool", "function"]
-_CONTENT = {"type": ["string", "array", "null"], "x-expects": "a string or an array of content parts"}
-_MESSAGE = {
-    "type": "object",
-    "x-expects": "an object with a role",
-    "required": ["role"],
-    "properties": {"role": {"enum": _ROLES}, "content": _CONTENT, "name": {"type": "string"}},
-    "if": {"properties": {"role": {"enum": ["system", "developer", "user", "tool"]}}},
-    "then": {"required": ["content"]},
-}
-
-_CHAT: dict[str, Any] = {
-    "type": "object",
-    "required": ["messages"],
-    "properties": {
-        **_COMMON,
-        "messages": {"type": "array", "minItems": 1, "items": _MESSAGE, "x-expects": "an array of messages"},
-        "logprobs": _BOOLEAN,
-        "top_logprobs": _integer(0, 20),
-        "max_completion_tokens": _integer(0),
-        "response_format": _OBJECT,
-        "tools": {"type": ["array", "null"], "items": {"type": "object"}},
-        "tool_choice": {"type": ["string", "object", "null"]},
-        "parallel_tool_calls": _BOOLEAN,
-        "metadata": _OBJECT,
-    },
-    **_STREAM_OPTIONS_NEED_STREAM,
-}
-
-_SCHEMAS: dict[Endpoint, dict[str, Any]] = {"completions": _COMPLETIONS, "chat": _CHAT}
 
 
 @cache
@@ -251,7 +145,7 @@ def _reject(error: ValidationError, path: list[Any], instance: Any) -> NoReturn:
 # are alike valid: jsonschema (tens of microseconds per request, seconds for a 100k-token prompt) runs
 # once per shape, on a body ``_reduce`` cut down to one item per distinct item shape, and a seen shape
 # costs one walk of the body.
-# Keep in step with the schemas above (test_request_validation checks the two agree).
+# Keep in step with the request schemas (test_request_validation checks the two agree).
 _LENGTH_BOUND = 5
 _CACHE_LIMIT = 4096
 _valid_shapes: dict[tuple[Endpoint, Any], None] = {}

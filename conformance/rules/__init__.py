@@ -14,13 +14,15 @@ from conformance.rules import (
     finish_reason,
     framing,
     identity,
+    local_paths,
     logprobs,
     logprobs_text,
     stop,
     tool_calls,
     usage,
+    zero_limit,
 )
-from conformance.rules.context import ChoiceState, Context, Expectations
+from conformance.rules.context import ChoiceState, Context, Expectations, Request
 from conformance.sse import SSEBlock
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "ChoiceState",
     "Context",
     "Expectations",
+    "Request",
 ]
 
 BlockRule = Callable[[Context, SSEBlock], None]
@@ -40,6 +43,7 @@ EndRule = Callable[[Context], None]
 
 
 def _usage_counts(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
+    usage.completion_count(ctx, chunk.get("usage"))
     usage.usage_arithmetic(ctx, event, chunk.get("usage"), "/usage")
     usage.usage_within_limit(ctx, event, chunk.get("usage"), "/usage")
 
@@ -61,6 +65,7 @@ CHUNK_RULES: tuple[ChunkRule, ...] = (
     usage.usage_chunk,
     usage.usage_last,
     _usage_counts,
+    local_paths.model_is_local_path,
 )
 # finish_once runs last: the rules before it see the choice as it was before this chunk.
 CHOICE_RULES: tuple[ChoiceRule, ...] = (
@@ -73,6 +78,8 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
     logprobs.legacy_logprobs_shape,
     logprobs.logprobs_present,
     logprobs.logprob_sentinel,
+    logprobs.chat_top_count,
+    zero_limit.generated_past_zero,
     logprobs_text.legacy_logprobs_extent,
     echo.echo_prompt,
     stop.stop_ignored,
@@ -88,4 +95,5 @@ END_RULES: tuple[EndRule, ...] = (
     chat_deltas.choice_count,
     echo.echo_whole,
     logprobs_text.logprobs_past_text,
+    zero_limit.zero_limit_end,
 )

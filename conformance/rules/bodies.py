@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.rules import chat_deltas, echo, identity, logprobs, logprobs_text, stop, tool_calls, usage
+from conformance.rules import (
+    chat_deltas,
+    echo,
+    identity,
+    local_paths,
+    logprobs,
+    logprobs_text,
+    stop,
+    tool_calls,
+    usage,
+    zero_limit,
+)
 from conformance.rules.context import ChoiceState, Context
 from conformance.rules.schema_checks import schema_findings
 
@@ -20,6 +31,8 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
     identity.id_stable(ctx, None, body)
     identity.id_prefix(ctx, None, body)
     identity.model_stable(ctx, None, body)
+    local_paths.model_is_local_path(ctx, None, body)
+    usage.completion_count(ctx, body.get("usage"))
     usage.usage_arithmetic(ctx, None, body.get("usage"), "/usage")
     usage.usage_within_limit(ctx, None, body.get("usage"), "/usage")
     choices = body.get("choices")
@@ -30,19 +43,24 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
             continue
         index = chat_deltas.choice_index(ctx, None, pos, choice)
         state = ctx.choices.setdefault(index, ChoiceState(first_event=-1, index=index))
+        reason = choice.get("finish_reason")
+        state.finish_reason = reason if isinstance(reason, str) else None
         logprobs.legacy_logprobs_shape(ctx, None, pos, choice, state)
         logprobs.logprobs_present(ctx, None, pos, choice, state)
         logprobs.logprob_sentinel(ctx, None, pos, choice, state)
+        logprobs.chat_top_count(ctx, None, pos, choice, state)
+        zero_limit.generated_past_zero(ctx, None, pos, choice, state)
         logprobs_text.logprobs_past_text_body(ctx, pos, choice, state)
         echo.echo_prompt_body(ctx, pos, choice, state)
         stop.stop_ignored(ctx, None, pos, choice, state)
         tool_calls_finish_body(ctx, pos, choice)
         _tool_call_ids(ctx, pos, choice, state)
-    n = ctx.expect.choices
+    zero_limit.zero_limit_end(ctx)
+    n = ctx.request.choices
     if n is not None and len(ctx.choices) < n:
         ctx.error(
             "choice-count",
-            f"request asked for {ctx.expect.asked()}: {n} choices, the body has {len(ctx.choices)}",
+            f"request asked for {ctx.request.asked()}: {n} choices, the body has {len(ctx.choices)}",
             quirk="Q71",
         )
 

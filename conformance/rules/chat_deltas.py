@@ -145,11 +145,11 @@ def choice_index(ctx: Context, event: int | None, pos: int, choice: dict[str, An
                 pointer=f"/choices/{pos}/index",
                 quirk="spec",
             )
-        n = ctx.expect.choices
+        n = ctx.request.choices
         if n is not None and not 0 <= index < n:
             ctx.error(
                 "choice-index-range",
-                f"choice index {index} outside 0..{n - 1} for {ctx.expect.asked()}",
+                f"choice index {index} outside 0..{n - 1} for {ctx.request.asked()}",
                 event=event,
                 pointer=f"/choices/{pos}/index",
                 quirk="spec",
@@ -162,7 +162,7 @@ def choice_count(ctx: Context) -> None:
     streams with no choice at all (Q48)."""
     if ctx.done_event is None or ctx.in_band_errors:
         return
-    n = ctx.expect.choices
+    n = ctx.request.choices
     if n is None:  # the request is unknown (or this is an excerpt): at least one chunk
         if not ctx.chunks:
             ctx.error(
@@ -172,7 +172,7 @@ def choice_count(ctx: Context) -> None:
     if len(ctx.choices) < n:
         ctx.error(
             "choice-count",
-            f"request asked for {ctx.expect.asked()}: {n} choices, the stream carried {len(ctx.choices)}",
+            f"request asked for {ctx.request.asked()}: {n} choices, the stream carried {len(ctx.choices)}",
             event=ctx.done_event,
             quirk="Q71",
         )

@@ -23,9 +23,9 @@ def echo_prompt(
 ) -> None:
     """Each piece of text, while the prompt lasts, must be the next piece of the prompt."""
     matched = state.echo_matched
-    if not ctx.expect.echo or matched == _JUDGED or ctx.endpoint != "completions":
+    if not ctx.request.echo or matched == _JUDGED or ctx.endpoint != "completions":
         return
-    prompt = ctx.expect.prompt_for(state.index)
+    prompt = ctx.request.prompt_for(state.index)
     if prompt is None:  # a prompt of token ids, or an index no prompt has
         state.echo_matched = _JUDGED
         return
@@ -52,7 +52,7 @@ def echo_prompt(
 def _ended_early(ctx: Context, event: int | None, pointer: str | None, state: ChoiceState) -> None:
     """The whole text is a proper beginning of the prompt: it ended before the prompt did."""
     matched = state.echo_matched
-    prompt = ctx.expect.prompt_for(state.index)
+    prompt = ctx.request.prompt_for(state.index)
     if matched == _JUDGED or prompt is None or matched >= len(prompt):
         return
     state.echo_matched = _JUDGED
@@ -67,7 +67,7 @@ def _ended_early(ctx: Context, event: int | None, pointer: str | None, state: Ch
 
 def echo_whole(ctx: Context) -> None:
     """At a stream's end: a finished choice whose whole text is shorter than its prompt (Q72)."""
-    if not ctx.expect.echo or ctx.endpoint != "completions":
+    if not ctx.request.echo or ctx.endpoint != "completions":
         return
     for state in ctx.choices.values():
         if state.finished_event is not None:
@@ -77,5 +77,5 @@ def echo_whole(ctx: Context) -> None:
 def echo_prompt_body(ctx: Context, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
     """A body's choice is whole: its text begins with the prompt, or it is wrong."""
     echo_prompt(ctx, None, pos, choice, state)
-    if ctx.expect.echo and ctx.endpoint == "completions":
+    if ctx.request.echo and ctx.endpoint == "completions":
         _ended_early(ctx, None, f"/choices/{pos}/text", state)

@@ -7,7 +7,7 @@ from typing import Any
 
 from conformance.rules.context import ChoiceState, Context, choice_text
 
-__all__ = ["legacy_logprobs_shape", "logprob_sentinel", "logprobs_present"]
+__all__ = ["chat_top_count", "legacy_logprobs_shape", "logprob_sentinel", "logprobs_present"]
 
 _LEGACY_ARRAYS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
 # llama.cpp writes minus infinity as the float minimum (-3.4e38, Q67); OpenAI's floor is -9999.0.
@@ -51,7 +51,7 @@ def legacy_logprobs_shape(
             pointer=where,
             quirk="spec",
         )
-    top = ctx.expect.top_logprobs if ctx.expect.known else None
+    top = ctx.request.top_logprobs if ctx.request.known else None
     entries = logprobs.get("top_logprobs")
     if top is not None and isinstance(entries, list):
         for j, entry in enumerate(entries):
@@ -69,20 +69,46 @@ def legacy_logprobs_shape(
 def logprobs_present(
     ctx: Context, event: int | None, pos: int, choice: dict[str, Any], state: ChoiceState | None
 ) -> None:
-    """Asked-for logprobs must come on every chunk, or body, that carries text (Q69)."""
-    if not (ctx.expect.known and ctx.expect.logprobs):
+    """Asked-for logprobs must come on every chunk that carries text, and on a body's choices even when
+    the text is empty (OpenAI then sends an empty list; llama-cpp-python sent null, Q69)."""
+    if not (ctx.request.known and ctx.request.logprobs):
         return
     if choice.get("logprobs") is not None:
         return
     text = choice_text(choice)
-    if text:
+    if text or event is None:
         ctx.error(
             "logprobs-missing",
-            "the request asked for logprobs but this choice carries text without them",
+            "the request asked for logprobs but this choice carries none"
+            if event is None
+            else "the request asked for logprobs but this choice carries text without them",
             event=event,
             pointer=f"/choices/{pos}/logprobs",
             quirk="Q69",
         )
+
+
+def chat_top_count(
+    ctx: Context, event: int | None, pos: int, choice: dict[str, Any], state: ChoiceState | None
+) -> None:
+    """Chat tokens carry at most ``top_logprobs`` alternatives; ``logprobs: true`` alone asks for none,
+    and OpenAI then sends ``top_logprobs: []`` (spec)."""
+    top = ctx.request.top_logprobs
+    if top is None or ctx.endpoint != "chat" or not ctx.request.logprobs:
+        return
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    for j, entry in enumerate(content if isinstance(content, list) else ()):
+        alternatives = entry.get("top_logprobs") if isinstance(entry, dict) else None
+        if isinstance(alternatives, list) and len(alternatives) > top:
+            ctx.error(
+                "logprobs-top-count",
+                f"a token carries {len(alternatives)} alternatives; the request asked for {top}",
+                event=event,
+                pointer=f"/choices/{pos}/logprobs/content/{j}/top_logprobs",
+                quirk="spec",
+            )
+            return
 
 
 def logprob_sentinel(

@@ -80,24 +80,24 @@ def legacy_logprobs_extent(
 
 def _prompt_bytes(ctx: Context, index: int) -> int | None:
     """Where the choice's text starts, counted from the start of the prompt; None when unknown."""
-    if ctx.expect.echo:
+    if ctx.request.echo:
         return 0
-    if not ctx.expect.logprobs or ctx.expect.suffix:
+    if not ctx.request.logprobs or ctx.request.suffix:
         return None  # a made-up request, or a suffix that offsets might count in
-    prompt = ctx.expect.prompt_for(index)
+    prompt = ctx.request.prompt_for(index)
     return None if prompt is None else _utf8_length(prompt)
 
 
 def _judge(ctx: Context, state: ChoiceState, finish_reason: Any) -> None:
     extent = state.legacy
-    if extent is None or (ctx.expect.stop and finish_reason != "length"):
+    if extent is None or (ctx.request.stop and finish_reason != "length"):
         return
     end = state.text_bytes
     low, high = extent.offset_low, extent.offset_high
     if low is not None and high is not None:
         start = _prompt_bytes(ctx, state.index)
         if start is not None and high > start + end:
-            covered = "text" if ctx.expect.echo else "prompt and text"
+            covered = "text" if ctx.request.echo else "prompt and text"
             message = f"text_offset {high} lies past the end of the {covered} ({start + end} bytes)"
         elif high - low > end:
             message = f"text_offset runs from {low} to {high}, further than the text's {end} bytes"

@@ -14,8 +14,8 @@ def stop_ignored(
     ctx: Context, event: int | None, pos: int, choice: dict[str, Any], state: ChoiceState
 ) -> None:
     """Also across chunks: the end of the text that could begin a stop sequence is kept per choice."""
-    stops = ctx.expect.stop
-    if not stops or state.stop_seen or (ctx.expect.echo and ctx.endpoint == "completions"):
+    stops = ctx.request.stop
+    if not stops or state.stop_seen or (ctx.request.echo and ctx.endpoint == "completions"):
         return  # an echoed prompt may hold a stop sequence
     text = choice_text(choice)
     if not isinstance(text, str) or not text:

@@ -7,7 +7,14 @@ from typing import Any
 
 from conformance.rules.context import Context
 
-__all__ = ["usage_arithmetic", "usage_chunk", "usage_last", "usage_requested", "usage_within_limit"]
+__all__ = [
+    "completion_count",
+    "usage_arithmetic",
+    "usage_chunk",
+    "usage_last",
+    "usage_requested",
+    "usage_within_limit",
+]
 
 
 def usage_chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
@@ -73,13 +80,21 @@ def usage_arithmetic(ctx: Context, event: int | None, usage: Any, where: str) ->
             ctx.error("usage-arithmetic", "negative token count", event=event, pointer=where, quirk="spec")
 
 
+def completion_count(ctx: Context, usage: Any) -> None:
+    """Keeps the last ``completion_tokens`` seen, for the rules that judge the whole response."""
+    if isinstance(usage, dict):
+        completion = usage.get("completion_tokens")
+        if isinstance(completion, int) and not isinstance(completion, bool):
+            ctx.completion_tokens = completion
+
+
 def usage_within_limit(ctx: Context, event: int | None, usage: Any, where: str) -> None:
-    """No more completion tokens than the request allowed: ``max_tokens`` (or ``max_completion_tokens``)
+    """No more completion tokens than the request allowed: ``max_completion_tokens`` (else ``max_tokens``)
     for each sequence generated. ``completion_tokens`` already includes reasoning tokens, which count
     toward the limit too, so the details are not added again."""
     if not isinstance(usage, dict):
         return
-    limit = ctx.expect.completion_limit
+    limit = ctx.request.completion_limit
     completion = usage.get("completion_tokens")
     if (
         limit is None
@@ -88,13 +103,13 @@ def usage_within_limit(ctx: Context, event: int | None, usage: Any, where: str) 
         or completion <= limit
     ):
         return
-    if ctx.expect.max_tokens == 0:
+    if ctx.request.max_tokens == 0:
         message = f"max_tokens 0 asks for no generated token, but usage counts {completion} completion tokens"
     else:
-        copies = limit // (ctx.expect.max_tokens or 1)
+        copies = limit // (ctx.request.max_tokens or 1)
         per = f" x {copies} sequences" if copies > 1 else ""
         message = (
-            f"completion_tokens {completion} exceeds the limit of {ctx.expect.max_tokens}{per} asked for"
+            f"completion_tokens {completion} exceeds the limit of {ctx.request.max_tokens}{per} asked for"
         )
     ctx.error(
         "usage-over-max-tokens", message, event=event, pointer=f"{where}/completion_tokens", quirk="spec"
@@ -103,16 +118,16 @@ def usage_within_limit(ctx: Context, event: int | None, usage: Any, where: str) 
 
 def usage_requested(ctx: Context) -> None:
     """At the end: usage present iff the request asked (Q26 sent unasked, Q28/Q33 missing when asked)."""
-    if not ctx.expect.known or not ctx.stream:
+    if not ctx.request.known or not ctx.stream:
         return
-    if ctx.expect.include_usage and ctx.usage_event is None and ctx.done_event is not None:
+    if ctx.request.include_usage and ctx.usage_event is None and ctx.done_event is not None:
         ctx.error(
             "usage-missing",
             "stream_options.include_usage was set but no usage chunk came before [DONE]",
             event=ctx.done_event,
             quirk="Q28",
         )
-    if not ctx.expect.include_usage and ctx.usage_seen_event is not None:
+    if not ctx.request.include_usage and ctx.usage_seen_event is not None:
         ctx.error(
             "usage-unrequested",
             "usage sent although stream_options.include_usage was not set",

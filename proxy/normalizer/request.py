@@ -1,15 +1,18 @@
-"""What the normalizer needs to know about the client's request, read once per request."""
+"""What the normalizer needs to know about the client's request, read once per request.
+
+Built on the suite's :class:`conformance.request.Request`, so the proxy and the judge read a body the same
+way (the token limit above all: ``max_completion_tokens`` when given, else ``max_tokens``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
+
+from conformance.request import Endpoint, Request
 
 __all__ = ["Endpoint", "RequestInfo", "clean_model_name"]
-
-Endpoint = Literal["chat", "completions"]
 
 
 def clean_model_name(name: str) -> str:
@@ -19,34 +22,11 @@ def clean_model_name(name: str) -> str:
     return name.removesuffix(".gguf") or "model"
 
 
-def _stop_list(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,) if value else ()
-    if isinstance(value, list):
-        return tuple(s for s in value if isinstance(s, str) and s)
-    return ()
-
-
-def _echo(body: dict[str, Any]) -> tuple[str, int]:
+def _echoed(request: Request) -> tuple[str, int]:
     """With ``echo``: the text prompt the answer's text begins with, or how many token ids it has."""
-    prompt = body.get("prompt")
-    if body.get("echo") is not True:
+    if not request.echo or request.prompts != 1:
         return "", 0
-    if isinstance(prompt, str):
-        return prompt, 0
-    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-        return "", len(prompt)
-    return "", 0
-
-
-def _limit(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _positive_int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return None
+    return (request.prompt_texts[0] if request.prompt_texts else ""), request.prompt_token_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,28 +53,23 @@ class RequestInfo:
     @classmethod
     def from_body(cls, endpoint: Endpoint, body: dict[str, Any], *, alias: str | None = None) -> RequestInfo:
         """What ``body`` asks for; the model reported is ``alias`` when given, else the body's, cleaned."""
-        options = body.get("stream_options")
-        stream = body.get("stream") is True
-        include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
-        max_tokens = _positive_int(body.get("max_completion_tokens")) or _positive_int(body.get("max_tokens"))
-        generates = 0 not in (_limit(body.get("max_completion_tokens")), _limit(body.get("max_tokens")))
-        asked = body.get("model")
-        model = alias or (clean_model_name(asked) if isinstance(asked, str) and asked else None)
-        logprobs = body.get("logprobs")
-        echoed, echoed_tokens = _echo(body)
+        request = Request.from_body(endpoint, body)
+        limit = request.max_tokens
+        asked = request.model
+        echoed, echoed_tokens = _echoed(request)
         return cls(
             endpoint=endpoint,
-            model=model,
-            stream=stream,
-            include_usage=include_usage,
-            max_tokens=max_tokens,
-            stop=_stop_list(body.get("stop")) if generates else ("",),
-            n=_positive_int(body.get("n")) or 1,
-            logprobs=logprobs is True or (type(logprobs) is int and logprobs >= 0),
-            alternatives=endpoint != "chat" or bool(body.get("top_logprobs")),
+            model=alias or (clean_model_name(asked) if asked else None),
+            stream=request.stream,
+            include_usage=request.include_usage,
+            max_tokens=limit if limit is not None and limit > 0 else None,
+            stop=request.stop if request.generates else ("",),
+            n=request.per_prompt,
+            logprobs=request.logprobs,
+            alternatives=endpoint != "chat" or bool(request.top_logprobs),
             echoed=echoed,
             echoed_tokens=echoed_tokens,
-            generates=generates,
+            generates=request.generates,
         )
 
     def echoing(self, body: dict[str, Any]) -> RequestInfo:
@@ -102,7 +77,7 @@ class RequestInfo:
         again as text): the prompt its text echoes is that request's own."""
         if self.endpoint != "completions" or body.get("echo") is not True:
             return self
-        echoed, echoed_tokens = _echo(body)
+        echoed, echoed_tokens = _echoed(Request.from_body(self.endpoint, body))
         return dataclasses.replace(self, echoed=echoed, echoed_tokens=echoed_tokens)
 
     @property

@@ -17,10 +17,20 @@ import pytest
 from conformance.judge import judge_transcript
 from conformance.transcript import Transcript, load_transcript
 
+MESSAGES = [{"role": "user", "content": "Hi"}]
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
 
-CHAT_STREAM = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stream": True}}
-COMPLETIONS_STREAM = {"method": "POST", "path": "/v1/completions", "body": {"model": "m", "stream": True}}
+CHAT_STREAM = {
+    "method": "POST",
+    "path": "/v1/chat/completions",
+    "body": {"model": "m", "messages": MESSAGES, "stream": True},
+}
+COMPLETIONS_STREAM = {
+    "method": "POST",
+    "path": "/v1/completions",
+    "body": {"model": "m", "prompt": "Hi", "stream": True},
+}
 
 EXCERPT = frozenset({"done-missing"})
 EXCERPT_UNTERMINATED = frozenset({"done-missing", "sse-cut-off"})
@@ -110,7 +120,7 @@ CASES = [
     ),
     case(
         "reports/vllm-pr19662.sse",
-        set(),
+        {"model-is-local-path"},  # Q09: "model": "/home/jovyan/qwen3-8b", the path it was loaded from
         {"unknown-field", "role-missing"},  # Q37 stop_reason; the excerpt starts after the role chunk
         excerpt=EXCERPT_UNTERMINATED,
     ),

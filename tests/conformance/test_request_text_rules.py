@@ -9,6 +9,8 @@ from typing import Any
 from conformance.judge import judge_response
 from tests.conformance.test_rules import JSON, SSE, chat_chunk, chat_request, delta, judged, stream
 
+MESSAGES = [{"role": "user", "content": "Hi"}]
+
 PROMPT = "The capital of France is"
 GENERATED = " the most populous city"
 # llama-cpp-python's recorded answer (conformance/corpus/llama-cpp-python/...-logprobs): offsets count
@@ -76,7 +78,11 @@ def test_echo_is_judged_only_for_text_prompts_that_asked_for_it() -> None:
     tokens = completions_request(echo=True, prompt=[464, 3139, 286, 4881, 318])
     assert judged(body(choice("anything")), tokens, headers=JSON) == (set(), set())
     assert judged(body(choice(GENERATED)), None, headers=JSON) == (set(), set())
-    chat = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "echo": True}}
+    chat = {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "body": {"model": "m", "messages": MESSAGES, "echo": True},
+    }
     message = {"role": "assistant", "content": GENERATED, "refusal": None}
     answer = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
     chat_body = dict(text_completion(answer), object="chat.completion", id="chatcmpl-1")
@@ -143,9 +149,10 @@ def test_max_tokens_zero_generates_nothing() -> None:
     verdict = judge_response(
         body(choice(PROMPT + " Paris"), usage=usage(1)), request=scoring, status=200, headers=JSON
     )
-    [finding] = verdict.errors
-    assert (finding.rule, finding.quirk) == ("usage-over-max-tokens", "spec")
-    assert "max_tokens 0" in finding.message
+    over, generated = verdict.errors
+    assert (over.rule, over.quirk) == ("usage-over-max-tokens", "spec")
+    assert "max_tokens 0" in over.message
+    assert (generated.rule, generated.quirk) == ("max-tokens-zero-generated", "spec")
 
 
 def test_max_completion_tokens_counts_reasoning_once() -> None:
@@ -161,9 +168,14 @@ def test_max_completion_tokens_counts_reasoning_once() -> None:
     assert findings(stream(first, text, end, over), asked, SSE) == [
         ("usage-over-max-tokens", 3, "/usage/completion_tokens", "spec")
     ]
-    # With both limits set, only more than the larger is certainly too many.
+    # With both limits set, max_completion_tokens is the limit (as OpenAI reads them), and OpenAI refuses
+    # the request (invalid_parameter_combination), which a 200 then shows.
     both = chat_request(max_tokens=2, max_completion_tokens=3, stream_options={"include_usage": True})
-    assert judged(stream(first, text, end, within), both) == (set(), set())
+    assert judged(stream(first, text, end, within), both) == ({"invalid-request-accepted"}, set())
+    assert judged(stream(first, text, end, over), both)[0] == {
+        "invalid-request-accepted",
+        "usage-over-max-tokens",
+    }
     assert judged(stream(first, text, end, within), None)[0] == set()
 
 

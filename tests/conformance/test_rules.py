@@ -12,6 +12,8 @@ from conformance.openai_errors import error_bytes
 from conformance.rules.context import MAX_PER_RULE
 from conformance.sse import DONE_EVENT, encode_data
 
+MESSAGES = [{"role": "user", "content": "Hi"}]
+
 SSE = {"content-type": "text/event-stream"}
 JSON = {"content-type": "application/json"}
 
@@ -40,7 +42,11 @@ def stream(*chunks: dict[str, Any] | bytes, done: bool = True) -> bytes:
 
 
 def chat_request(**body: Any) -> dict[str, Any]:
-    return {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stream": True, **body}}
+    return {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "body": {"model": "m", "messages": MESSAGES, "stream": True, **body},
+    }
 
 
 def judged(
@@ -264,7 +270,7 @@ def test_json_body_for_a_stream_request() -> None:
         }
     ).encode()
     assert judged(body, chat_request(), headers=JSON)[0] == {"stream-not-sse", "content-type"}
-    plain = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m"}}
+    plain = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "messages": MESSAGES}}
     assert judged(body, plain, headers=JSON) == (set(), set())
 
 
@@ -379,13 +385,17 @@ def test_stop_sequence_in_the_text_q76() -> None:
     assert [(f.rule, f.event, f.quirk) for f in verdict.errors] == [("stop-ignored", 2, "Q76")]
     honoured = stream(FIRST, chat_chunk([delta("the E")]), chat_chunk([delta("N")]), FINISH)
     assert judged(honoured, asked) == (set(), set())
-    body = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stop": "\n\n"}}
+    body = {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "body": {"model": "m", "messages": MESSAGES, "stop": "\n\n"},
+    }
     assert judged(chat_body({"content": "one\n\ntwo"}), body, headers=JSON)[0] == {"stop-ignored"}
     assert judged(chat_body({"content": "one\ntwo"}), body, headers=JSON) == (set(), set())
     echoed = {
         "method": "POST",
         "path": "/v1/completions",
-        "body": {"prompt": "a\n\nb", "echo": True, "stop": "\n\n"},
+        "body": {"model": "m", "prompt": "a\n\nb", "echo": True, "stop": "\n\n"},
     }
     echo_body = completion(None).replace(b'" blue"', b'"a\\n\\nb blue"')
     assert judged(echo_body, echoed, headers=JSON) == (set(), set())  # the prompt may hold it
@@ -412,7 +422,11 @@ def test_logprob_standing_for_minus_infinity_q67() -> None:
 
 
 def test_chat_body_without_the_logprobs_asked_for_q69() -> None:
-    asked = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "logprobs": True}}
+    asked = {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "body": {"model": "m", "messages": MESSAGES, "logprobs": True},
+    }
     assert judged(chat_body({"content": "Hi"}), asked, headers=JSON)[0] == {"logprobs-missing"}
     given = {
         "content": [{"token": "Hi", "logprob": -0.1, "bytes": [72, 105], "top_logprobs": []}],

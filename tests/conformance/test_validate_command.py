@@ -15,6 +15,8 @@ from conformance.cli import main
 from conformance.report import render
 from conformance.sse import DONE_EVENT, encode_data
 
+MESSAGES = [{"role": "user", "content": "Hi"}]
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
 GOLDEN = DATA / "openai" / "e2aad469b71d.sse"
 BROKEN = DATA / "reports" / "vllm-18412.sse"
@@ -73,7 +75,11 @@ def test_render_rejects_unknown_format() -> None:
 def test_sidecar_drives_the_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     body = GOLDEN.read_bytes()
     (tmp_path / "t.sse").write_bytes(body)
-    request = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stream": True}}
+    request = {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "body": {"model": "m", "messages": MESSAGES, "stream": True},
+    }
     sidecar = {
         "request": request,
         "response": {"status": 200, "headers": {"content-type": "text/event-stream"}},
@@ -228,7 +234,11 @@ def test_each_missing_required_key_is_one_finding(tmp_path: Path, capsys: pytest
         "id": "chatcmpl-1",
         "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}],
     }
-    request = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "stream": True}}
+    request = {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "body": {"model": "m", "messages": MESSAGES, "stream": True},
+    }
     (tmp_path / "t.sse").write_bytes(encode_data(json.dumps(chunk)) + DONE_EVENT)
     (tmp_path / "t.json").write_text(json.dumps({"request": request}))
     _, out, _ = run(capsys, "--format", "json", str(tmp_path / "t.sse"))

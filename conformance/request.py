@@ -1,0 +1,206 @@
+"""The client's request, read once into one typed object that the judge, ``check`` and the proxy all use.
+
+Before this model the proxy's normalizer and the judge each read the body with copied helpers and
+disagreed on the token limit (the judge took the larger of ``max_tokens`` and ``max_completion_tokens``,
+the proxy the latter). The limit is resolved as OpenAI resolves it: ``max_completion_tokens`` when given,
+else ``max_tokens`` (``max_tokens`` is deprecated in its favour, openai-spec.md 2.4); a request with both
+is refused by OpenAI with 400 ``invalid_parameter_combination`` ("Setting 'max_tokens' and
+'max_completion_tokens' at the same time is not supported.", param ``max_tokens``), which
+:attr:`Request.limit_conflict` records for the acceptance rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Endpoint", "Request", "endpoint_for_path"]
+
+Endpoint = Literal["completions", "chat"]
+
+
+def endpoint_for_path(path: str | None) -> Endpoint | None:
+    """Chat or completions from a request path (a query string and a trailing slash are ignored)."""
+    if not path:
+        return None
+    path = path.split("?", 1)[0].rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "chat"
+    if path.endswith("/completions"):
+        return "completions"
+    return None
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _stop_sequences(stop: Any) -> tuple[str, ...]:
+    sequences = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    return tuple(s for s in sequences if isinstance(s, str) and s)
+
+
+def _prompts(prompt: Any) -> tuple[int, tuple[str, ...], int]:
+    """(prompts in the request, their texts when all are text, token ids of a single token-id prompt).
+
+    ``prompt`` is a string, an array of strings, an array of token ids (one prompt) or an array of
+    token-id arrays (one prompt each); each prompt of an array gets ``n`` choices (Q73).
+    """
+    if isinstance(prompt, str):
+        return 1, (prompt,), 0
+    if not isinstance(prompt, list) or not prompt:
+        return 1, (), 0
+    if all(type(t) is int for t in prompt):
+        return 1, (), len(prompt)
+    if all(isinstance(p, str | list) for p in prompt):
+        texts = tuple(prompt) if all(isinstance(p, str) for p in prompt) else ()
+        return len(prompt), texts, 0
+    return 1, (), 0
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What one chat or completions request asks for; ``known`` is False when no request was recorded."""
+
+    known: bool = False
+    """False for a bare transcript: the request-driven rules stay quiet."""
+    endpoint: Endpoint | None = None
+    body: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The body as sent when it was a JSON object; None when unknown or not JSON (see :attr:`raw`)."""
+    raw: str | None = field(default=None, compare=False, repr=False)
+    """The body's text when it was not a JSON object (a malformed body recorded on purpose)."""
+    model: str | None = None
+    stream: bool = False
+    include_usage: bool = False
+    """``stream_options.include_usage``, honoured only in a stream (OpenAI refuses it otherwise)."""
+    n: int | None = None
+    """``n`` when the request set it explicitly."""
+    prompts: int = 1
+    """Prompts in a ``/v1/completions`` prompt array (each gets ``n`` choices, Q73)."""
+    prompt_texts: tuple[str, ...] = ()
+    """The prompt, or each prompt of an array, when given as text (empty for token-id prompts)."""
+    prompt_token_ids: int = 0
+    """Token ids in a prompt given as one array of token ids."""
+    messages: int = 0
+    """Messages in a chat request."""
+    stop: tuple[str, ...] = ()
+    echo: bool = False
+    suffix: bool = False
+    max_tokens: int | None = None
+    """The token limit: ``max_completion_tokens`` when given, else ``max_tokens`` (as OpenAI reads them)."""
+    limit_conflict: bool = False
+    """Both ``max_tokens`` and ``max_completion_tokens`` were set: OpenAI refuses the request."""
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    """Alternatives per token asked for: legacy ``logprobs: N``, or chat ``top_logprobs`` (0 when a chat
+    request asked for ``logprobs: true`` alone: OpenAI then sends ``top_logprobs: []``)."""
+    best_of: int | None = None
+    tools: int = 0
+    tool_choice: Any = None
+    response_format: Any = None
+
+    @classmethod
+    def from_body(cls, endpoint: Endpoint | None, body: Mapping[str, Any]) -> Request:
+        """The request ``body`` (a JSON object) sent to ``endpoint``."""
+        options = body.get("stream_options")
+        stream = body.get("stream") is True
+        logprobs = body.get("logprobs")
+        legacy = _integer(logprobs)
+        top = legacy if legacy is not None else _integer(body.get("top_logprobs"))
+        if top is None and logprobs is True and endpoint == "chat":
+            top = 0
+        completion_limit = _integer(body.get("max_completion_tokens"))
+        max_tokens = _integer(body.get("max_tokens"))
+        prompts, texts, token_ids = _prompts(body.get("prompt"))
+        messages = body.get("messages")
+        tools = body.get("tools")
+        model = body.get("model")
+        return cls(
+            known=True,
+            endpoint=endpoint,
+            body=body,
+            model=model if isinstance(model, str) else None,
+            stream=stream,
+            include_usage=stream and isinstance(options, Mapping) and options.get("include_usage") is True,
+            n=_integer(body.get("n")),
+            prompts=prompts,
+            prompt_texts=texts,
+            prompt_token_ids=token_ids,
+            messages=len(messages) if isinstance(messages, list) else 0,
+            stop=_stop_sequences(body.get("stop")),
+            echo=body.get("echo") is True,
+            suffix=bool(body.get("suffix")),
+            max_tokens=completion_limit if completion_limit is not None else max_tokens,
+            limit_conflict=body.get("max_tokens") is not None
+            and body.get("max_completion_tokens") is not None,
+            logprobs=logprobs is True or (legacy is not None and legacy >= 0),
+            top_logprobs=top,
+            best_of=_integer(body.get("best_of")),
+            tools=len(tools) if isinstance(tools, list) else 0,
+            tool_choice=body.get("tool_choice"),
+            response_format=body.get("response_format"),
+        )
+
+    @classmethod
+    def from_recorded(cls, request: Mapping[str, Any] | None, endpoint: Endpoint | None = None) -> Request:
+        """A transcript's recorded ``request`` (``{method, path, body}``); unknown when there is none."""
+        if not request:
+            return cls()
+        endpoint = endpoint_for_path(request.get("path")) or endpoint
+        body = request.get("body")
+        if isinstance(body, Mapping):
+            return cls.from_body(endpoint, body)
+        if isinstance(body, str):
+            return cls(known=True, endpoint=endpoint, raw=body)
+        return cls()
+
+    @property
+    def per_prompt(self) -> int:
+        """Choices each prompt gets: ``n`` (1 when unset or not a positive number)."""
+        return self.n if self.n is not None and self.n > 0 else 1
+
+    @property
+    def choices(self) -> int | None:
+        """How many choices the response must carry (None when the request is unknown)."""
+        return self.per_prompt * self.prompts if self.known else None
+
+    @property
+    def completion_limit(self) -> int | None:
+        """The most completion tokens usage may count: the limit per generated sequence times the
+        sequences generated, ``n`` (or ``best_of``, all of which are generated and billed) per prompt."""
+        if not self.known or self.max_tokens is None or self.max_tokens < 0:
+            return None
+        return self.max_tokens * max(self.n or 1, self.best_of or 1) * self.prompts
+
+    @property
+    def generates(self) -> bool:
+        """False for a token limit of 0 (a prompt scored with ``echo``): no generated text at all."""
+        return self.max_tokens != 0
+
+    def prompt_for(self, index: int) -> str | None:
+        """The text prompt choice ``index`` answers (choices run prompt by prompt, ``n`` each), if known."""
+        position = index // self.per_prompt
+        return self.prompt_texts[position] if 0 <= position < len(self.prompt_texts) else None
+
+    def asked(self) -> str:
+        """The request's ask, for messages: ``n=2``, or ``n=2 for each of 3 prompts``."""
+        n = f"n={self.n or 1}"
+        return n if self.prompts == 1 else f"{n} for each of {self.prompts} prompts"
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The optional features the request uses: a server may decline them with a clean 4xx."""
+        used = {
+            "n": self.per_prompt > 1,
+            "prompt array": self.prompts > 1,
+            "token-id prompt": self.prompt_token_ids > 0 or (self.prompts > 1 and not self.prompt_texts),
+            "logprobs": self.logprobs,
+            "echo": self.echo,
+            "suffix": self.suffix,
+            "best_of": (self.best_of or 1) > 1,
+            "tools": self.tools > 0,
+            "response_format": isinstance(self.response_format, Mapping)
+            and self.response_format.get("type") not in (None, "text"),
+        }
+        return tuple(name for name, on in used.items() if on)

@@ -1,0 +1,86 @@
+"""Whether OpenAI would accept the recorded request, and whether the server answered it as OpenAI would.
+
+Judged from the request and the status alone, in ``validate`` as in ``check``:
+
+- a request OpenAI refuses (not JSON, a schema violation of ``schemas/*_request.json``, or
+  ``max_tokens`` with ``max_completion_tokens``) must get a 4xx; a 2xx is ``invalid-request-accepted``
+  (llama-cpp-python answers a completion without ``prompt`` or ``temperature: 7`` with 200 and text);
+  any other status is ``invalid-request-status`` (its 500 for ``max_tokens: "eight"``, Q43);
+- a request OpenAI accepts that uses an optional feature (``n`` > 1, a prompt array, token ids,
+  logprobs, echo, tools, ...) must never get a 5xx (``feature-server-error``: llama-cpp-python's 500 for a
+  prompt array, Q73); a server that declines the feature with a clean 4xx is reported as
+  ``feature-unsupported``, a warning, as ``check`` always reported it.
+"""
+
+from __future__ import annotations
+
+from jsonschema.exceptions import best_match
+
+from conformance import schemas
+from conformance.request import Request
+from conformance.rules.context import Context
+
+__all__ = ["REQUEST_SCHEMA", "declined_feature", "refusal", "request_acceptance"]
+
+REQUEST_SCHEMA = {"chat": "chat_completion_request", "completions": "completion_request"}
+# The quirk of a 5xx for each feature, where the catalogue has a row for it; Q43 for the rest.
+_FEATURE_QUIRK = {"prompt array": "Q73", "echo": "Q72", "best_of": "Q72", "suffix": "Q72"}
+
+
+def refusal(request: Request) -> str | None:
+    """Why OpenAI refuses ``request`` with a 400, or None when it accepts it (or cannot be told)."""
+    if not request.known or request.endpoint is None:
+        return None
+    if request.body is None:
+        return "the body is not a JSON object" if request.raw is not None else None
+    error = best_match(schemas.validator(REQUEST_SCHEMA[request.endpoint]).iter_errors(request.body))
+    if error is not None:
+        where = schemas.pointer(error.absolute_path)
+        return f"{where or 'the body'}: {error.message[:160]}"
+    if request.limit_conflict and request.endpoint == "chat":
+        return "max_tokens and max_completion_tokens are both set (OpenAI: invalid_parameter_combination)"
+    return None
+
+
+def _clean_client_error(ctx: Context) -> bool:
+    return ctx.status is not None and 400 <= ctx.status < 500
+
+
+def declined_feature(ctx: Context) -> bool:
+    """A valid request using an optional feature got a 4xx: the server declined the feature."""
+    return bool(ctx.request.features) and _clean_client_error(ctx) and refusal(ctx.request) is None
+
+
+def request_acceptance(ctx: Context) -> None:
+    """The four acceptance rules; quiet without a recorded request or status."""
+    request, status = ctx.request, ctx.status
+    if not request.known or status is None:
+        return
+    why = refusal(request)
+    if why is not None:
+        if 200 <= status < 300:
+            ctx.error(
+                "invalid-request-accepted",
+                f"OpenAI refuses this request with 400 ({why}); the server answered HTTP {status}",
+                quirk="spec",
+            )
+        elif not _clean_client_error(ctx):
+            ctx.error(
+                "invalid-request-status",
+                f"an invalid request ({why}) got HTTP {status}; OpenAI answers 400 with an error object",
+                quirk="Q43",
+            )
+        return
+    features = request.features
+    if not features:
+        return
+    used = ", ".join(features)
+    if status >= 500:
+        quirk = next((_FEATURE_QUIRK[f] for f in features if f in _FEATURE_QUIRK), "Q43")
+        ctx.error(
+            "feature-server-error",
+            f"a valid request using {used} got HTTP {status}; a feature is declined with a 400 error object",
+            quirk=quirk,
+        )
+    elif _clean_client_error(ctx):
+        ctx.warn("feature-unsupported", f"the server declined {used} with HTTP {status}")

@@ -1,0 +1,122 @@
+"""What an exchange was meant to show, when its request alone cannot say: a probe's intent.
+
+``conformant check --record`` writes each probe's intent into the sidecar as ``"expect": "<intent>"``; the
+judge reads it from there in ``validate`` as from the probe in ``check``, so both give the same findings.
+Everything the request itself decides (choices for ``n`` and prompt arrays, usage, stop, logprobs, echo,
+whether OpenAI accepts it) is judged from the request for every response, not here.
+
+- ``success``: a request the server should serve: HTTP 200, unless it declined an optional feature with
+  a clean 4xx (``feature-unsupported``) or failed with a 5xx on one (``feature-server-error``).
+- ``finish-length``: the prompt is meant to run into the token limit: ``finish_reason: "length"``,
+  unless usage shows the model stopped on its own before the limit (a small model under a fallback chat
+  template may say nothing at all).
+- ``context-overflow``: a prompt longer than the context: 400 ``context_length_exceeded`` before any
+  stream starts (Q42, Q43, Q52).
+- ``unknown-model``: a model the server does not have: OpenAI answers 404 ``model_not_found``; a
+  one-model server that serves any name only warns.
+- ``hang-up``: the client closed the connection on purpose: the stream's end is not judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from conformance.rules.acceptance import declined_feature
+from conformance.rules.context import Context
+
+__all__ = ["HANG_UP", "INTENTS", "intent_findings"]
+
+HANG_UP = "hang-up"
+
+
+def _status_text(ctx: Context) -> str:
+    kind = "stream" if ctx.stream else ctx.headers.get("content-type", "no content type")
+    return f"HTTP {ctx.status} ({kind}, {ctx.body_bytes} bytes)"
+
+
+def success(ctx: Context) -> None:
+    status = ctx.status
+    if status == 200 or status is None:
+        return
+    if ctx.request.features and (status >= 500 or declined_feature(ctx)):
+        return  # the acceptance rules reported it
+    ctx.error("expected-success", f"a valid request got {_status_text(ctx)}", quirk="spec")
+
+
+def finish_length(ctx: Context) -> None:
+    if ctx.status != 200:
+        success(ctx)
+        return
+    reasons = {state.finish_reason for state in ctx.choices.values()} - {None}
+    used, limit = ctx.completion_tokens, ctx.request.max_tokens
+    stopped_early = reasons == {"stop"} and used is not None and limit is not None and used < limit
+    if "length" in reasons or stopped_early:
+        return
+    ctx.error(
+        "finish-length-expected",
+        f"the token limit {limit} was reached ({used} completion tokens) but finish_reason is "
+        f"{sorted(map(str, reasons))}, not 'length'",
+        quirk="spec",
+    )
+
+
+def context_overflow(ctx: Context) -> None:
+    if ctx.status == 200 and ctx.stream:
+        empty = ctx.body_bytes == 0
+        ctx.error(
+            "context-overflow-in-stream",
+            f"context overflow answered with {'an empty' if empty else 'a'} HTTP 200 stream "
+            f"({ctx.body_bytes} bytes) instead of HTTP 400 context_length_exceeded",
+            quirk="Q52" if empty else "Q42",
+        )
+    elif ctx.status != 400:
+        ctx.error(
+            "context-overflow-status",
+            f"context overflow got {_status_text(ctx)} instead of HTTP 400",
+            quirk="Q43",
+        )
+    else:
+        code = (ctx.error_object or {}).get("code")
+        if code != "context_length_exceeded":
+            ctx.error(
+                "context-overflow-code",
+                f"context overflow error has code {code!r}, not 'context_length_exceeded'",
+                quirk="Q43",
+            )
+
+
+def unknown_model(ctx: Context) -> None:
+    status = ctx.status or 0
+    if status == 200:
+        ctx.warn("unknown-model-accepted", "a request for an unknown model was served", quirk="spec")
+    elif not 400 <= status < 500:
+        ctx.error(
+            "invalid-request-status",
+            f"an unknown model got {_status_text(ctx)}; OpenAI answers 404 with an error object",
+            quirk="Q43",
+        )
+
+
+def hang_up(ctx: Context) -> None:
+    """Nothing to judge beyond the stream read so far; the judge leaves its end alone."""
+
+
+INTENTS: dict[str, Callable[[Context], None]] = {
+    "success": success,
+    "finish-length": finish_length,
+    "context-overflow": context_overflow,
+    "unknown-model": unknown_model,
+    HANG_UP: hang_up,
+}
+
+
+def intent_findings(ctx: Context) -> None:
+    """The intent's rule; an intent this version does not know is reported, not guessed at."""
+    intent = ctx.intent
+    if intent is None:
+        return
+    rule = INTENTS.get(intent)
+    if rule is None:
+        ctx.warn("intent-unknown", f"the sidecar's expect {intent!r} is not one of {', '.join(INTENTS)}")
+        return
+    rule(ctx)
