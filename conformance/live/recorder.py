@@ -112,7 +112,11 @@ def record(
     return recording
 
 
-def save_recording(recording: Recording, base: str | Path, *, server: str | None = None) -> Transcript:
+def save_recording(
+    recording: Recording, base: str | Path, *, server: str | None = None, intent: str | None = None
+) -> Transcript:
+    """Write the exchange as a transcript; ``intent`` becomes the sidecar's ``expect`` (see
+    :mod:`conformance.rules.intents`)."""
     return save_transcript(
         base,
         recording.body,
@@ -121,4 +125,5 @@ def save_recording(recording: Recording, base: str | Path, *, server: str | None
         headers=recording.headers,
         chunk_timing=recording.chunk_timing,
         server=server,
+        intent=intent,
     )

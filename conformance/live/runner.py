@@ -1,4 +1,9 @@
-"""Run probes against a live server: record each exchange, judge it, apply the probe's expectations."""
+"""Run probes against a live server: record each exchange and judge it with the shared judge.
+
+The judge gets the request and the probe's intent, exactly what ``--record`` writes into the sidecar, so
+``validate`` of the recording gives the same findings; only a transport failure (no response at all) and
+the ``--allow`` waivers are the runner's own.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,11 @@ from typing import Literal
 
 import httpx
 
-from conformance.findings import ERROR, WARNING, Finding
+from conformance.findings import ERROR, Finding
 from conformance.judge import Verdict, judge_response
-from conformance.live.expectations import common
-from conformance.live.payloads import is_openai_error
 from conformance.live.probes import Probe, ProbeContext
 from conformance.live.recorder import Recording, RequestSpec, record, save_recording
+from conformance.rules.intents import HANG_UP
 
 __all__ = [
     "Outcome",
@@ -79,38 +83,18 @@ def default_model(client: httpx.Client) -> str:
 
 
 def _judge(probe: Probe, recording: Recording) -> Verdict:
-    request = recording.spec.as_request()
-    if not isinstance(request["body"], dict):
-        request["body"] = {}
-    return judge_response(
+    verdict = judge_response(
         recording.body,
-        request=request,
+        request=recording.spec.as_request(),
         status=recording.status,
         headers=recording.headers,
         source=probe.name,
+        intent=probe.intent,
     )
-
-
-def _probe_findings(probe: Probe, recording: Recording) -> tuple[list[Finding], bool]:
-    """The probe's findings and whether the server declined an optional feature cleanly."""
     if recording.error is not None:
         message = f"no complete response: {recording.error}"
-        return [Finding("no-response", ERROR, message, quirk="spec")], False
-    found = common(recording)
-    status = recording.status or 0
-    if probe.feature and 400 <= status < 500 and is_openai_error(recording):
-        note = f"declined with HTTP {status}: {recording.json()['error']['message'][:160]}"
-        return [*found, Finding("feature-unsupported", WARNING, note)], True
-    if probe.feature and status >= 500:
-        note = f"an optional feature answered HTTP {status}; declining it is a 400 with an error object"
-        return [*found, Finding("feature-server-error", ERROR, note, quirk="Q43")], False
-    return [*found, *probe.expect(recording)], False
-
-
-def _merge(judged: Sequence[Finding], own: Sequence[Finding]) -> list[Finding]:
-    """The judge's findings plus the probe's, less those the judge already made for the same quirk."""
-    seen = {(f.quirk, f.severity) for f in judged if f.quirk and f.quirk != "spec"}
-    return [*judged, *(f for f in own if (f.quirk, f.severity) not in seen)]
+        verdict.findings.append(Finding("no-response", ERROR, message, quirk="spec"))
+    return verdict
 
 
 def run_probe(
@@ -127,17 +111,17 @@ def run_probe(
         recording = record(client, spec, hang_up_after=probe.hang_up_after)
         if probe.then is not None:
             if record_dir is not None:
-                save_recording(recording, record_dir / f"{probe.name}-hangup", server=server)
+                base = record_dir / f"{probe.name}-hangup"
+                save_recording(recording, base, server=server, intent=HANG_UP)
             recording = record(client, probe.then(ctx))
     except httpx.ConnectError as exc:
         raise ServerUnreachable(f"cannot connect to {client.base_url} ({exc})") from None
     if record_dir is not None:
-        save_recording(recording, record_dir / probe.name, server=server)
+        save_recording(recording, record_dir / probe.name, server=server, intent=probe.intent)
     verdict = _judge(probe, recording)
-    own, unsupported = _probe_findings(probe, recording)
-    findings = _merge(verdict.findings, own)
-    kept = [f for f in findings if f.rule not in allow and (f.quirk or "") not in allow]
-    waived = [f for f in findings if f not in kept]
+    unsupported = any(f.rule == "feature-unsupported" for f in verdict.findings)
+    kept = [f for f in verdict.findings if f.rule not in allow and (f.quirk or "") not in allow]
+    waived = [f for f in verdict.findings if f not in kept]
     return ProbeResult(probe, recording, dataclasses.replace(verdict, findings=kept), unsupported, waived)
 
 

@@ -48,3 +48,12 @@ def llama_cpp_python_url() -> Iterator[str]:
         _,
     ):
         yield url
+
+
+@pytest.fixture(scope="session")
+def backend_url() -> Iterator[str]:
+    """The bundled backend (``conformant backend``) on its default model (needs the backend extra)."""
+    port = free_port()
+    args = ["python", "-m", "conformance", "backend", "--host", "127.0.0.1", "--port", str(port)]
+    with run_process(args, health_path="/health", port=port, timeout=180) as (url, _):
+        yield url

@@ -11,6 +11,10 @@ LLAMA_CPP_PYTHON_DEVIATIONS = [
     ("chat-stream-usage", "usage-missing", "Q28"),  # no stream usage despite include_usage
     ("completion-stream-usage", "usage-missing", "Q28"),
     ("invalid-type", "invalid-request-status", "Q43"),  # HTTP 500 for an invalid parameter
+    ("missing-prompt", "invalid-request-accepted", "spec"),  # HTTP 200 and text for no prompt at all
+    ("invalid-range", "invalid-request-accepted", "spec"),  # temperature 7 served
+    ("prompt-array", "feature-server-error", "Q73"),  # HTTP 500 for two prompts
+    ("token-prompt", "feature-server-error", "Q43"),  # HTTP 500 for a token-id prompt
     ("malformed-json", "invalid-request-status", "Q43"),
     ("context-overflow-stream", "context-overflow-in-stream", "Q52"),  # empty 200 stream on overflow
     ("chat-logprobs-no-top", "logprobs-missing", "Q69"),  # logprobs: null unless top_logprobs is set

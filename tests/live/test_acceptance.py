@@ -16,14 +16,6 @@ pytestmark = pytest.mark.backend
 
 
 @pytest.fixture(scope="module")
-def backend_url() -> Iterator[str]:
-    port = free_port()
-    args = ["python", "-m", "conformance", "backend", "--host", "127.0.0.1", "--port", str(port)]
-    with run_process(args, health_path="/health", port=port, timeout=180) as (url, _):
-        yield url
-
-
-@pytest.fixture(scope="module")
 def proxy_url(llama_cpp_python_url: str) -> Iterator[str]:
     port = free_port()
     args = ["python", "-m", "conformance", "serve", "--upstream", llama_cpp_python_url]
