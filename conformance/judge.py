@@ -15,7 +15,6 @@ from conformance.findings import ERROR, WARNING, Finding
 from conformance.request import Request
 from conformance.rules import (
     BLOCK_RULES,
-    CHOICE_RULES,
     CHUNK_RULES,
     END_RULES,
     ChoiceState,
@@ -23,6 +22,7 @@ from conformance.rules import (
     acceptance,
     bodies,
     chat_deltas,
+    choice_rules,
     errors,
     framing,
     intents,
@@ -100,6 +100,7 @@ def judge_transcript(t: Transcript) -> Verdict:
     """Judge a recorded (or live-captured) response. Raises TranscriptError for unreadable bodies."""
     request = Request.from_recorded(t.request)
     ctx = Context(t.endpoint, t.stream, request, t.status, t.headers, intent=t.intent)
+    ctx.choice_rules = choice_rules(request)
     errors.http_status(ctx)
     acceptance.request_acceptance(ctx)
     failed = t.status is not None and t.status >= 400
@@ -225,6 +226,7 @@ def _chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
         ctx.first_chunk_event = event
         if ctx.endpoint is None:
             ctx.endpoint = infer_endpoint(chunk)
+        local_paths.model_is_local_path(ctx, event, chunk)
     ctx.chunks += 1
     if ctx.endpoint is not None:
         schema_findings(ctx, event, chunk, _CHUNK_SCHEMA[ctx.endpoint])
@@ -240,7 +242,7 @@ def _chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
         state = ctx.choices.get(index)
         if state is None:
             state = ctx.choices[index] = ChoiceState(first_event=event, index=index)
-        for choice_rule in CHOICE_RULES:
+        for choice_rule in ctx.choice_rules:
             choice_rule(ctx, event, pos, choice, state)
 
 

@@ -26,6 +26,8 @@ __all__ = [
     "load_schema",
     "pointer",
     "registry",
+    "request_schema",
+    "request_validator",
     "validator",
 ]
 
@@ -83,6 +85,23 @@ def registry() -> Registry[Any]:
 def validator(name: str) -> Draft202012Validator:
     """The compiled validator for one schema, built once per process."""
     return Draft202012Validator(load_schema(name), registry=registry())
+
+
+@cache
+def request_schema(name: str) -> dict[str, Any]:
+    """A request schema as the suite and the proxy apply it: OpenAI's, less its required ``model``.
+
+    Local clients leave ``model`` out and one-model servers serve them; refusing that would break clients
+    and keep none working, so neither the judge (``invalid-request-accepted``) nor the proxy holds it
+    against a request."""
+    schema = dict(load_schema(name))
+    schema["required"] = [key for key in schema["required"] if key != "model"]
+    return schema
+
+
+@cache
+def request_validator(name: str) -> Draft202012Validator:
+    return Draft202012Validator(request_schema(name), registry=registry())
 
 
 def pointer(path: Iterator[Any] | Any) -> str:

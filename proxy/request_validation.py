@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 
-from conformance.schemas import load_schema
+from conformance.schemas import request_schema
 
 from . import jsoncodec
 from .errors import ProxyError
@@ -27,16 +27,9 @@ from .normalizer.request import Endpoint
 __all__ = ["parse_request", "validate_request"]
 
 
-def _lenient(name: str) -> dict[str, Any]:
-    """The shipped request schema, less OpenAI's required ``model``: local clients leave it out."""
-    schema = dict(load_schema(name))
-    schema["required"] = [key for key in schema["required"] if key != "model"]
-    return schema
-
-
 _SCHEMAS: dict[Endpoint, dict[str, Any]] = {
-    "completions": _lenient("completion_request"),
-    "chat": _lenient("chat_completion_request"),
+    "completions": request_schema("completion_request"),
+    "chat": request_schema("chat_completion_request"),
 }
 
 

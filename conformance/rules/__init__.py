@@ -14,7 +14,6 @@ from conformance.rules import (
     finish_reason,
     framing,
     identity,
-    local_paths,
     logprobs,
     logprobs_text,
     stop,
@@ -30,10 +29,12 @@ __all__ = [
     "CHOICE_RULES",
     "CHUNK_RULES",
     "END_RULES",
+    "REQUEST_CHOICE_RULES",
     "ChoiceState",
     "Context",
     "Expectations",
     "Request",
+    "choice_rules",
 ]
 
 BlockRule = Callable[[Context, SSEBlock], None]
@@ -43,9 +44,12 @@ EndRule = Callable[[Context], None]
 
 
 def _usage_counts(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
-    usage.completion_count(ctx, chunk.get("usage"))
-    usage.usage_arithmetic(ctx, event, chunk.get("usage"), "/usage")
-    usage.usage_within_limit(ctx, event, chunk.get("usage"), "/usage")
+    counts = chunk.get("usage")
+    if counts is None:  # most chunks: the counting rules have nothing to judge
+        return
+    usage.completion_count(ctx, counts)
+    usage.usage_arithmetic(ctx, event, counts, "/usage")
+    usage.usage_within_limit(ctx, event, counts, "/usage")
 
 
 BLOCK_RULES: tuple[BlockRule, ...] = (
@@ -65,7 +69,6 @@ CHUNK_RULES: tuple[ChunkRule, ...] = (
     usage.usage_chunk,
     usage.usage_last,
     _usage_counts,
-    local_paths.model_is_local_path,
 )
 # finish_once runs last: the rules before it see the choice as it was before this chunk.
 CHOICE_RULES: tuple[ChoiceRule, ...] = (
@@ -78,8 +81,6 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
     logprobs.legacy_logprobs_shape,
     logprobs.logprobs_present,
     logprobs.logprob_sentinel,
-    logprobs.chat_top_count,
-    zero_limit.generated_past_zero,
     logprobs_text.legacy_logprobs_extent,
     echo.echo_prompt,
     stop.stop_ignored,
@@ -88,6 +89,20 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
     finish_reason.choice_after_finish,
     finish_reason.finish_once,
 )
+# Rules only some requests need (chat logprobs, a token limit of 0): added to the choice rules of those
+# requests' responses alone, so every other chunk costs nothing for them (bench/validate_speed.py).
+REQUEST_CHOICE_RULES: tuple[tuple[Callable[[Request], bool], ChoiceRule], ...] = (
+    (lambda request: request.logprobs, logprobs.chat_top_count),
+    (lambda request: request.known and request.max_tokens == 0, zero_limit.generated_past_zero),
+)
+
+
+def choice_rules(request: Request) -> tuple[ChoiceRule, ...]:
+    """The choice rules for one response; the request-only ones run before ``finish_once``."""
+    extra = tuple(rule for needed, rule in REQUEST_CHOICE_RULES if needed(request))
+    return CHOICE_RULES[:-1] + extra + CHOICE_RULES[-1:] if extra else CHOICE_RULES
+
+
 END_RULES: tuple[EndRule, ...] = (
     framing.done_missing,
     finish_reason.finish_reported,

@@ -3,7 +3,8 @@
 Judged from the request and the status alone, in ``validate`` as in ``check``:
 
 - a request OpenAI refuses (not JSON, a schema violation of ``schemas/*_request.json``, or
-  ``max_tokens`` with ``max_completion_tokens``) must get a 4xx; a 2xx is ``invalid-request-accepted``
+  ``max_tokens`` with ``max_completion_tokens``; a missing ``model`` is let pass, see
+  :func:`conformance.schemas.request_schema`) must get a 4xx; a 2xx is ``invalid-request-accepted``
   (llama-cpp-python answers a completion without ``prompt`` or ``temperature: 7`` with 200 and text);
   any other status is ``invalid-request-status`` (its 500 for ``max_tokens: "eight"``, Q43);
 - a request OpenAI accepts that uses an optional feature (``n`` > 1, a prompt array, token ids,
@@ -33,7 +34,7 @@ def refusal(request: Request) -> str | None:
         return None
     if request.body is None:
         return "the body is not a JSON object" if request.raw is not None else None
-    error = best_match(schemas.validator(REQUEST_SCHEMA[request.endpoint]).iter_errors(request.body))
+    error = best_match(schemas.request_validator(REQUEST_SCHEMA[request.endpoint]).iter_errors(request.body))
     if error is not None:
         where = schemas.pointer(error.absolute_path)
         return f"{where or 'the body'}: {error.message[:160]}"

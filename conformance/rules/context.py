@@ -144,6 +144,8 @@ class Context:
         self.status = status
         self.headers = headers
         self.sink = FindingSink()
+        self.choice_rules: tuple[Any, ...] = ()
+        """The choice rules this response is judged by (the judge sets them from the request)."""
         # Stream state, filled in by the rules as events go by.
         self.id: Any = _UNSET
         self.model: Any = _UNSET

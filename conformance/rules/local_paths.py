@@ -27,8 +27,6 @@ def leaked_path(text: str) -> str | None:
 
 def model_is_local_path(ctx: Context, event: int | None, payload: dict[str, Any]) -> None:
     """Judged on a body and on a stream's first chunk (the identity rules see a model that changes)."""
-    if event is not None and event != ctx.first_chunk_event:
-        return
     model = payload.get("model")
     if isinstance(model, str) and leaked_path(model):
         ctx.error(
