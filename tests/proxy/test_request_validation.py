@@ -337,3 +337,20 @@ def test_malformed_json_through_the_proxy_is_400(proxy_before_counter: str) -> N
     )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
+
+
+def test_the_proxy_checks_requests_with_the_suites_request_schemas() -> None:
+    """One statement of OpenAI's request facts: what the proxy refuses, the judge calls invalid."""
+    from conformance.request import Request
+    from conformance.rules.acceptance import refusal
+
+    assert _SCHEMAS["chat"]["$id"].endswith("/chat_completion_request.json")
+    assert _SCHEMAS["completions"]["$id"].endswith("/completion_request.json")
+    invalid: list[tuple[Endpoint, dict[str, Any]]] = [
+        ("completions", {"model": "m", "max_tokens": 8}),
+        ("chat", {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "temperature": 7}),
+        ("completions", {"model": "m", "prompt": "Hi", "max_tokens": "eight"}),
+    ]
+    for endpoint, body in invalid:
+        assert _outcome(endpoint, body) is not None
+        assert refusal(Request.from_body(endpoint, body)) is not None
