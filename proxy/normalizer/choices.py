@@ -77,6 +77,7 @@ class ChoiceState:
         "saw_logprobs",
         "scanner",
         "sent_chars",
+        "shown",
         "stopped",
         "text_offset",
         "tokens",
@@ -87,6 +88,7 @@ class ChoiceState:
         self.index = index
         self.role_sent = False
         self.finish: str | None = None
+        self.shown = False  # the upstream sent output for it (before stop sequences cut any): text_lost
         self.tokens = 0
         self.scanner = StopScanner(stops, echoed) if stops else None
         self.stopped = False

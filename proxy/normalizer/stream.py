@@ -22,6 +22,7 @@ from .identity import Identity
 from .logprobs import chat_logprobs, legacy_logprobs
 from .repairs import Repairs
 from .request import RequestInfo
+from .text_lost import text_lost
 from .usage import counted_usage, nothing_generated
 
 __all__ = ["StreamNormalizer"]
@@ -176,6 +177,7 @@ class StreamNormalizer:
             return []
         out: list[dict[str, Any]] = []
         finals: list[dict[str, Any]] = []
+        judged: list[tuple[int, bool, str | None]] = []
         for index, state in sorted(self._choices.items()):
             tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
             if tail:
@@ -199,7 +201,12 @@ class StreamNormalizer:
                 self.repairs.add("Q16")  # [DONE] came, the finish_reason never did
                 reason = "stop"
             reason = self._final_reason(state, reason)
+            judged.append((index, state.shown, reason))
             finals.append(self._final_choice(index, reason))
+        lost = text_lost(judged, self.usage) if self.request.generates else None
+        if lost is not None:
+            self.fail(lost)
+            return out
         if not self.upstream_done and not self.all_stopped:
             self.repairs.add("Q55")
         out.extend(self._chunk([choice]) for choice in finals)
@@ -286,6 +293,7 @@ class StreamNormalizer:
         elif calls is not None:
             self.repairs.add("Q17")  # "tool_calls": [] or null on a content delta
         has_output = any(key in out for key in ("content", "tool_calls", "refusal", "reasoning_content"))
+        state.shown = state.shown or had_text or has_output
         if first:
             if "content" not in out:
                 out["content"] = None if "tool_calls" in out else ""
@@ -313,6 +321,7 @@ class StreamNormalizer:
             text = ""
         had_text = bool(text)
         if had_text:
+            state.shown = True
             text = state.pass_text(text)
         logprobs, covered, converted = legacy_logprobs(raw.get("logprobs"), state.text_offset)
         if converted:
