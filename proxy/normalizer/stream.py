@@ -103,13 +103,16 @@ class StreamNormalizer:
         if data[:1] != "{" and data.strip() == "[DONE]":  # a JSON object is by far the usual case
             self.upstream_done = True
             return []
-        if not block.complete:
-            return []  # cut off before its blank line: a WHATWG client would never see it
         try:
             obj = jsoncodec.loads(data)
         except ValueError:
+            if not block.complete:
+                return []  # cut off mid-payload at the end of the stream: nothing to recover
             self.fail(ProxyError.make("the upstream server sent an event that is not valid JSON", 502))
             return []
+        # An event cut off before its blank line (the stream's last) is one a WHATWG client would drop,
+        # but a whole JSON payload still says what the upstream meant: an upstream whose only event is
+        # ``data: {"error": ...}`` closed so has its status and message relayed, not an empty stream.
         return self.feed_payload(obj)
 
     def feed_payload(self, obj: Any) -> list[dict[str, Any]]:
