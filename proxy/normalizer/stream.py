@@ -283,6 +283,7 @@ class StreamNormalizer:
             value = delta.get(key)
             if isinstance(value, str) and value:
                 out["reasoning_content"] = value
+                state.count_output(value)
                 if key == "reasoning":
                     self.repairs.add("Q39")
         calls = delta.get("tool_calls")
