@@ -336,7 +336,7 @@ async def _upstream_listing(ctx: _Context, exchange: Exchange) -> list[Any]:
 
 def _failed(raised: ProxyError, exchange: Exchange, secret: str | None) -> Response:
     error = raised.redacted(secret)
-    exchange.error = error.message
+    exchange.take_error(error)
     response = JSONResponse(error.body, status_code=error.status)
     response.raw_headers.extend(error.headers)  # Retry-After
     return response

@@ -17,11 +17,15 @@ import httpx
 
 from conformance.cli import CommandError
 
-from .config import ProxyConfig, variable
+from .config import ProxyConfig, UpstreamKind, variable
 
 __all__ = ["register", "run"]
 
 _BACKEND_WAIT = 600.0
+_BASE_MODEL_NOTE = (
+    "conformant serve: the bundled Gemma 3 270M is a base model (no chat tuning): it continues text, for "
+    "wiring and tests; for real answers give --model a GGUF of an instruction-tuned model"
+)
 
 
 def _env(name: str, default: Any = None) -> Any:
@@ -209,15 +213,21 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def _backend(model: str | None) -> Iterator[str]:
-    """The bundled backend as a subprocess on a free port; yields its URL once /health answers."""
+    """The bundled backend as a subprocess on a free port; yields its URL once /health answers.
+
+    It logs its warnings and errors only: its start-up lines named its own random port, which no client
+    should use, and its access log gave each request a second line beside the proxy's.
+    """
     port = free_port()
     args = [sys.executable, "-m", "conformance", "backend", "--host", "127.0.0.1", "--port", str(port)]
+    args += ["--log-level", "warning"]
     if model:
         args += ["--model", model]
     proc = subprocess.Popen(args)
     url = f"http://127.0.0.1:{port}"
     try:
-        print(f"conformant serve: starting the bundled backend on {url} ...", file=sys.stderr, flush=True)
+        what = os.path.basename(model) if model else "Gemma 3 270M"
+        print(f"conformant serve: starting the bundled backend ({what}) ...", file=sys.stderr, flush=True)
         deadline = time.monotonic() + _BACKEND_WAIT
         while True:
             if proc.poll() is not None:
@@ -262,12 +272,16 @@ def run(args: argparse.Namespace) -> int:
     _check_can_listen(args.host, args.port)
     with contextlib.ExitStack() as stack:
         upstream = args.upstream or stack.enter_context(_backend(args.model))
+        # The bundled backend is known: no /props probe, which it answered 404 in its log.
+        kind: UpstreamKind = (
+            "openai" if not args.upstream and args.upstream_kind == "auto" else args.upstream_kind
+        )
         config = ProxyConfig(
             upstream=upstream,
             api_key=args.api_key,
             upstream_api_key=args.upstream_api_key,
             model_alias=args.model_alias,
-            upstream_kind=args.upstream_kind,
+            upstream_kind=kind,
             connect_timeout=args.connect_timeout,
             first_byte_timeout=args.first_byte_timeout,
             idle_timeout=args.idle_timeout,
@@ -276,8 +290,12 @@ def run(args: argparse.Namespace) -> int:
             fan_out=fan_out,
         )
         workers = f" ({args.workers} workers)" if args.workers > 1 else ""
+        if not args.upstream and not args.model:
+            print(_BASE_MODEL_NOTE, file=sys.stderr, flush=True)
+        target = args.upstream or "the bundled backend"
+        # The last start-up line, and the only address printed: the one clients use.
         print(
-            f"conformant serve: http://{args.host}:{args.port}/v1 -> {upstream}{workers}",
+            f"conformant serve: http://{args.host}:{args.port}/v1 -> {target}{workers}",
             file=sys.stderr,
             flush=True,
         )

@@ -15,7 +15,9 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import jsoncodec
+from .errors import ProxyError
 from .normalizer import Repairs
+from .normalizer.text_lost import TEXT_LOST_CODE
 
 __all__ = ["MULTIPROCESS_DIRECTORY", "Exchange", "Metrics", "ObservabilityMiddleware", "exchange_of"]
 
@@ -43,6 +45,13 @@ class Exchange:
     repairs: Repairs = field(default_factory=Repairs)
     disconnected: bool = False
     error: str | None = None
+    error_code: str | None = None
+
+    def take_error(self, error: ProxyError) -> None:
+        """The error the client got (an HTTP error or the stream's error event), for the log line."""
+        self.error = error.message
+        code = error.body["error"].get("code")
+        self.error_code = code if isinstance(code, str) else None
 
     def mark_first_token(self) -> None:
         if self.first_token is None:
@@ -94,6 +103,11 @@ class Metrics:
         self.disconnects = Counter(
             "conformant_client_disconnects", "Requests the client abandoned", registry=self.registry
         )
+        self.texts_lost = Counter(
+            "conformant_texts_lost",
+            "Answers failed because the upstream counted tokens but sent no text (Q14)",
+            registry=self.registry,
+        )
 
     def exposed(self) -> CollectorRegistry:
         """What ``/metrics`` shows: this process's metrics, or with ``--workers`` every worker's summed."""
@@ -119,6 +133,8 @@ class Metrics:
             self.repairs.labels(rule).inc()
         if exchange.disconnected:
             self.disconnects.inc()
+        if exchange.error_code == TEXT_LOST_CODE:
+            self.texts_lost.inc()
 
 
 def _forget_killed_workers(directory: Path) -> None:
@@ -196,5 +212,6 @@ def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
         "repairs": exchange.repairs.summary(),
         "client_disconnected": exchange.disconnected,
         "error": exchange.error,
+        "error_code": exchange.error_code,
     }
     access_log.info(jsoncodec.dumps(line).decode())

@@ -135,7 +135,7 @@ async def relay(
         await send({"type": "http.response.body", "body": redactor.end()})
     except ProxyError as raised:
         error = raised.redacted(secret)
-        exchange.error = error.message  # the access log line says why
+        exchange.take_error(error)  # the access log line says why
         if not started:
             await send_json(send, error.status, error.body, error.headers)
         # Otherwise the head is out. Returning without the body's end makes the server close the

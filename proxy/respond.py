@@ -116,7 +116,7 @@ async def serve_source(
         exc = raised.redacted(secret)
         await source.aclose()
         exchange.upstream_status = source.upstream_status
-        exchange.error = exc.message
+        exchange.take_error(exc)
         await send_json(send, exc.status, exc.body, exc.headers)
         return
     except BaseException:
@@ -241,7 +241,7 @@ async def _stream(
         if failure is not None:
             failure = failure.redacted(secret)
             # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
-            exchange.error = failure.message
+            exchange.take_error(failure)
             tail = encode_data(_dumps(failure.body))
         else:
             tail = DONE_EVENT
@@ -269,7 +269,7 @@ async def _aggregate(
     failure = source.failure
     if failure is not None:
         failure = failure.redacted(secret)
-        exchange.error = failure.message
+        exchange.take_error(failure)
         await send_json(send, failure.status, failure.body)
         return
     body = aggregator.result(source.usage)

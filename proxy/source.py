@@ -23,6 +23,7 @@ from .normalizer import (
     Repairs,
     RequestInfo,
     StreamNormalizer,
+    generated_text,
     merge_bodies,
     normalize_body,
     sum_usage,
@@ -186,7 +187,7 @@ class UpstreamSource(Source):
             obj = self._call.translate(obj)
         body = normalize_body(obj, self._request, repairs=self.repairs, identity=self.identity)
         if body["usage"] is None:
-            texts = [c["text"] if "text" in c else c["message"].get("content") or "" for c in body["choices"]]
+            texts = [generated_text(choice) for choice in body["choices"]]
             texts = texts if self._request.generates else []  # (an echo, not generated)
             # No tokenizer and no usage: words are the closest count a JSON body offers.
             body["usage"] = await self._count_usage(texts, sum(len(t.split()) for t in texts))

@@ -1,6 +1,7 @@
 """Pure normalization of upstream responses to OpenAI's shapes; every repair counted by quirk id."""
 
 from .body import merge_bodies, normalize_body
+from .choices import generated_text
 from .finish import map_finish_reason
 from .identity import Identity, new_id
 from .repairs import Repairs
@@ -16,6 +17,7 @@ __all__ = [
     "StreamNormalizer",
     "clean_model_name",
     "clean_usage",
+    "generated_text",
     "map_finish_reason",
     "merge_bodies",
     "new_id",

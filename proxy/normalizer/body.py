@@ -18,6 +18,7 @@ from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
 from .repairs import Repairs
 from .request import RequestInfo
 from .stream import failure_for_reason
+from .text_lost import text_lost
 from .usage import counted_usage, nothing_generated, sum_usage
 
 __all__ = ["merge_bodies", "normalize_body"]
@@ -50,6 +51,7 @@ def normalize_body(
         usage = nothing_generated(usage)
     single = len(raw_choices) == 1
     choices: list[dict[str, Any]] = []
+    shown: list[bool] = []
     for position, raw in enumerate(raw_choices):
         if not isinstance(raw, dict):
             continue
@@ -58,10 +60,16 @@ def normalize_body(
             repairs.add("Q06")
             index = position
         tokens = int(usage["completion_tokens"]) if usage is not None and single else None
+        shown.append(_shows_output(raw, request.endpoint == "chat"))
         if request.endpoint == "chat":
             choices.append(_chat_choice(raw, index, request, repairs, tokens))
         else:
             choices.append(_text_choice(raw, index, request, repairs, tokens))
+    if request.generates:
+        judged = [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)]
+        lost = text_lost(judged, usage)
+        if lost is not None:
+            raise lost
     body: dict[str, Any] = {
         "id": identity.id,
         "object": request.body_object_name,
@@ -111,6 +119,15 @@ def _finish(
         repairs.add("Q21")
         reason = "length"
     return reason
+
+
+def _shows_output(raw: dict[str, Any], chat: bool) -> bool:
+    """Whether the upstream sent any output for the choice, before stop sequences cut it (text_lost)."""
+    if not chat:
+        return bool(raw.get("text"))
+    message = as_dict(raw.get("message"))
+    keys = ("content", "refusal", "reasoning_content", "reasoning", "tool_calls")
+    return any(message.get(key) for key in keys)
 
 
 def _echoed_tokens(text: str, logprobs: Any, count: int) -> tuple[str, Any]:

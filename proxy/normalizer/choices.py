@@ -10,7 +10,7 @@ from ..emulation.stop import StopScanner
 from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
 from .repairs import Repairs
 
-__all__ = ["ChoiceState", "as_dict", "fix_tool_call", "new_tool_call_id"]
+__all__ = ["ChoiceState", "as_dict", "fix_tool_call", "generated_text", "new_tool_call_id"]
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -38,6 +38,18 @@ def _whole_object(parts: list[str]) -> bool:
         return isinstance(json.loads("".join(parts)), dict)
     except (ValueError, RecursionError):
         return False
+
+
+def generated_text(choice: dict[str, Any]) -> str:
+    """What a normalized whole choice generated, for counting its tokens when the upstream reports no
+    usage: text or content, and reasoning and tool calls, which are completion tokens too."""
+    if "text" in choice:
+        return str(choice["text"])
+    message = choice["message"]
+    parts = [message.get("reasoning_content") or "", message.get("content") or ""]
+    for call in message.get("tool_calls") or ():
+        parts += [call["function"]["name"], call["function"]["arguments"]]
+    return "".join(parts)
 
 
 def fix_tool_call(call: dict[str, Any], repairs: Repairs) -> dict[str, Any]:
@@ -77,6 +89,7 @@ class ChoiceState:
         "saw_logprobs",
         "scanner",
         "sent_chars",
+        "shown",
         "stopped",
         "text_offset",
         "tokens",
@@ -87,6 +100,7 @@ class ChoiceState:
         self.index = index
         self.role_sent = False
         self.finish: str | None = None
+        self.shown = False  # the upstream sent output for it (before stop sequences cut any): text_lost
         self.tokens = 0
         self.scanner = StopScanner(stops, echoed) if stops else None
         self.stopped = False
@@ -118,10 +132,15 @@ class ChoiceState:
                 self.stopped = True
             self.sent_chars += len(text)
         if text:
-            self.tokens += 1
-            if self.parts is not None:
-                self.parts.append(text)
+            self.count_output(text)
         return text
+
+    def count_output(self, text: str) -> None:
+        """Generated output the usage is counted from when the upstream reports none: content, and also
+        reasoning and tool calls, which are completion tokens as well (a streamed tool call counted 0)."""
+        self.tokens += 1
+        if self.parts is not None:
+            self.parts.append(text)
 
     def pass_logprobs(self, logprobs: Any, *, chat: bool, had_text: bool, sends_text: bool) -> Any:
         """This chunk's logprobs once its text goes out: with stop sequences, a chunk's wait while the
@@ -181,6 +200,7 @@ class ChoiceState:
                 self.tool_ids[index] = first["id"]
                 self.next_tool = max(self.next_tool, index + 1)
                 self.last_call = (index, call.get("id"), fn.get("name"), [first["function"]["arguments"]])
+                self.count_output(first["function"]["name"] + first["function"]["arguments"])
                 out.append({"index": index, **first})
                 continue
             if call.get("id") or call.get("type") or fn.get("name"):
@@ -189,6 +209,7 @@ class ChoiceState:
             if arguments:
                 if index == self.last_call[0]:
                     self.last_call[3].append(arguments)
+                self.count_output(arguments)
                 out.append({"index": index, "function": {"arguments": arguments}})
         if out:
             self.had_tools = True

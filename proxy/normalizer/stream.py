@@ -22,6 +22,7 @@ from .identity import Identity
 from .logprobs import chat_logprobs, legacy_logprobs
 from .repairs import Repairs
 from .request import RequestInfo
+from .text_lost import text_lost
 from .usage import counted_usage, nothing_generated
 
 __all__ = ["StreamNormalizer"]
@@ -102,13 +103,16 @@ class StreamNormalizer:
         if data[:1] != "{" and data.strip() == "[DONE]":  # a JSON object is by far the usual case
             self.upstream_done = True
             return []
-        if not block.complete:
-            return []  # cut off before its blank line: a WHATWG client would never see it
         try:
             obj = jsoncodec.loads(data)
         except ValueError:
+            if not block.complete:
+                return []  # cut off mid-payload at the end of the stream: nothing to recover
             self.fail(ProxyError.make("the upstream server sent an event that is not valid JSON", 502))
             return []
+        # An event cut off before its blank line (the stream's last) is one a WHATWG client would drop,
+        # but a whole JSON payload still says what the upstream meant: an upstream whose only event is
+        # ``data: {"error": ...}`` closed so has its status and message relayed, not an empty stream.
         return self.feed_payload(obj)
 
     def feed_payload(self, obj: Any) -> list[dict[str, Any]]:
@@ -176,6 +180,7 @@ class StreamNormalizer:
             return []
         out: list[dict[str, Any]] = []
         finals: list[dict[str, Any]] = []
+        judged: list[tuple[int, bool, str | None]] = []
         for index, state in sorted(self._choices.items()):
             tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
             if tail:
@@ -199,7 +204,12 @@ class StreamNormalizer:
                 self.repairs.add("Q16")  # [DONE] came, the finish_reason never did
                 reason = "stop"
             reason = self._final_reason(state, reason)
+            judged.append((index, state.shown, reason))
             finals.append(self._final_choice(index, reason))
+        lost = text_lost(judged, self.usage) if self.request.generates else None
+        if lost is not None:
+            self.fail(lost)
+            return out
         if not self.upstream_done and not self.all_stopped:
             self.repairs.add("Q55")
         out.extend(self._chunk([choice]) for choice in finals)
@@ -273,6 +283,7 @@ class StreamNormalizer:
             value = delta.get(key)
             if isinstance(value, str) and value:
                 out["reasoning_content"] = value
+                state.count_output(value)
                 if key == "reasoning":
                     self.repairs.add("Q39")
         calls = delta.get("tool_calls")
@@ -286,6 +297,7 @@ class StreamNormalizer:
         elif calls is not None:
             self.repairs.add("Q17")  # "tool_calls": [] or null on a content delta
         has_output = any(key in out for key in ("content", "tool_calls", "refusal", "reasoning_content"))
+        state.shown = state.shown or had_text or has_output
         if first:
             if "content" not in out:
                 out["content"] = None if "tool_calls" in out else ""
@@ -313,6 +325,7 @@ class StreamNormalizer:
             text = ""
         had_text = bool(text)
         if had_text:
+            state.shown = True
             text = state.pass_text(text)
         logprobs, covered, converted = legacy_logprobs(raw.get("logprobs"), state.text_offset)
         if converted:

@@ -135,7 +135,6 @@ def dense_q8(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic(tmp_path_factory.mktemp("models") / "dense-q8_0.gguf", SyntheticSpec())
 
 
-@pytest.mark.backend
 def test_dense_model_loads_decodes_and_closes(dense_q8: Path) -> None:
     pytest.importorskip("llama_cpp")
     from backend.smoke import greedy_decode
@@ -154,7 +153,6 @@ def test_dense_model_loads_decodes_and_closes(dense_q8: Path) -> None:
     loaded.close()  # a second close does nothing
 
 
-@pytest.mark.backend
 def test_load_gives_the_previous_log_callback_back(dense_q8: Path) -> None:
     llama = pytest.importorskip("llama_cpp")
     seen: list[bytes] = []
@@ -174,13 +172,11 @@ def test_load_gives_the_previous_log_callback_back(dense_q8: Path) -> None:
         llama.llama_log_set(default_callback, None)
 
 
-@pytest.mark.backend
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match=r"model file not found: .*nothing\.gguf$"):
         load_model(str(tmp_path / "nothing.gguf"))
 
 
-@pytest.mark.backend
 def test_directory_and_non_gguf_files_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="is a directory"):
         load_model(str(tmp_path))
@@ -190,7 +186,6 @@ def test_directory_and_non_gguf_files_are_clear_errors(tmp_path: Path) -> None:
         load_model(str(text))
 
 
-@pytest.mark.backend
 def test_truncated_gguf_reports_llama_cpp_reason(dense_q8: Path, tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
     cut = tmp_path / "cut.gguf"
@@ -200,7 +195,6 @@ def test_truncated_gguf_reports_llama_cpp_reason(dense_q8: Path, tmp_path: Path)
     assert "\n" not in str(raised.value)
 
 
-@pytest.mark.backend
 def test_unknown_buffer_type_names_the_available_ones(dense_q8: Path) -> None:
     pytest.importorskip("llama_cpp")
     with pytest.raises(ModelLoadError, match=r"unknown buffer type 'VRAM9' .*available: .*CPU") as raised:
@@ -208,13 +202,11 @@ def test_unknown_buffer_type_names_the_available_ones(dense_q8: Path) -> None:
     assert "\n" not in str(raised.value)
 
 
-@pytest.mark.backend
 def test_bad_regex_is_rejected_before_llama_cpp_sees_it(dense_q8: Path) -> None:
     with pytest.raises(ModelLoadError, match=r"invalid regular expression '\*attn'"):
         load_model(str(dense_q8), LoadOptions(override_tensor=["*attn=CPU"]))
 
 
-@pytest.mark.backend
 def test_gpu_layers_without_a_gpu_build_warn_and_load_on_cpu(
     dense_q8: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -227,7 +219,6 @@ def test_gpu_layers_without_a_gpu_build_warn_and_load_on_cpu(
     assert CUDA_BUILD_HINT in caplog.text
 
 
-@pytest.mark.backend
 def test_more_tensor_split_shares_than_devices_is_a_clear_error(dense_q8: Path) -> None:
     llama = pytest.importorskip("llama_cpp")
     shares = [1.0] * (llama.llama_max_devices() + 1)

@@ -1,0 +1,118 @@
+"""Usage the proxy counts for tool calls and reasoning (issue 18 item 11).
+
+An upstream that reports no usage in its stream (llama-cpp-python) has it counted by the proxy with the
+upstream's tokenizer; tool calls and reasoning are completion tokens, and were counted as nothing:
+streamed tool calls reported ``completion_tokens: 0``. The upstream here is a raw asyncio server whose
+``/tokenize`` counts one token per character, so every count is known exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import run_proxy, upstream_answer
+from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
+
+pytestmark = pytest.mark.slow
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
+NAME, ARGUMENTS = "get_weather", ['{"city":', ' "Paris"}']
+CALL_TOKENS = len(NAME + "".join(ARGUMENTS))  # one token per character
+PROMPT_TOKENS = len("Weather in Paris?")
+
+
+def _stream_events() -> list[dict[str, Any]]:
+    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": NAME, "arguments": ""}}
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": None, "tool_calls": [first]}]
+    deltas += [{"tool_calls": [{"index": 0, "function": {"arguments": part}}]} for part in ARGUMENTS]
+    events = [upstream_answer(True, [{"index": 0, "delta": d, "finish_reason": None}]) for d in deltas]
+    events.append(upstream_answer(True, [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]))
+    return [{**event, "object": "chat.completion.chunk"} for event in events]
+
+
+def _whole() -> dict[str, Any]:
+    call = {"id": "call_1", "type": "function", "function": {"name": NAME, "arguments": "".join(ARGUMENTS)}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    return upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "tool_calls"}])
+
+
+def _upstream(tokenizer: bool, events: list[dict[str, Any]] | None = None) -> Any:
+    """Tool calls without usage, streamed or whole as asked (``events`` instead, when given, for
+    both); ``/tokenize`` (llama.cpp's) when ``tokenizer``, else 404 for it."""
+
+    def answer(status: str, content_type: str, data: bytes) -> bytes:
+        head = f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {len(data)}\r\n\r\n"
+        return head.encode() + data
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (request := await read_request(reader)) is not None:
+            head, _, raw = request.partition(b"\r\n\r\n")
+            path = head.split(b" ")[1]
+            body = json.loads(raw) if raw else {}
+            if path == b"/tokenize" and tokenizer:
+                tokens = list(range(len(body["content"])))
+                writer.write(answer("200 OK", "application/json", json.dumps({"tokens": tokens}).encode()))
+            elif path != b"/v1/chat/completions":
+                writer.write(answer("404 Not Found", "text/plain", b"not found"))
+            elif body.get("stream") or events is not None:
+                sent = events if events is not None else _stream_events()
+                data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in sent)
+                writer.write(sse_head() + http_chunk(data + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            else:
+                writer.write(answer("200 OK", "application/json", json.dumps(_whole()).encode()))
+            await writer.drain()
+
+    return handler
+
+
+def _usages(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The usage of the streamed answer (its usage chunk) and of the whole one."""
+    asked = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    streamed = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+    assert streamed.status_code == 200, streamed.text
+    events = [json.loads(e[6:]) for e in streamed.text.split("\n\n") if e.startswith("data: {")]
+    calls = [c for e in events for ch in e["choices"] for c in ch["delta"].get("tool_calls") or ()]
+    assert "".join(c["function"]["arguments"] for c in calls) == "".join(ARGUMENTS)
+    whole = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+    assert whole.status_code == 200, whole.text
+    assert whole.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == NAME
+    return events[-1]["usage"], whole.json()["usage"]
+
+
+def test_streamed_tool_calls_count_their_tokens_as_the_whole_answer_does() -> None:
+    with raw_server(_upstream(tokenizer=True)) as (upstream, _), run_proxy(upstream) as url:
+        streamed, whole = _usages(url)
+    expected = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": CALL_TOKENS}
+    assert {k: streamed[k] for k in expected} == expected
+    assert streamed == whole
+
+
+def test_without_a_tokenizer_streamed_tool_calls_are_still_counted() -> None:
+    """The estimate without a tokenizer: one token per fragment streamed, words of a whole answer."""
+    with raw_server(_upstream(tokenizer=False)) as (upstream, _), run_proxy(upstream) as url:
+        streamed, whole = _usages(url)
+    assert streamed["completion_tokens"] == 1 + len(ARGUMENTS)
+    assert whole["completion_tokens"] > 0
+
+
+def test_streamed_reasoning_counts_as_completion_tokens() -> None:
+    deltas = [{"role": "assistant", "reasoning_content": "Think"}, {"content": "Hi"}]
+    events = [upstream_answer(True, [{"index": 0, "delta": d, "finish_reason": None}]) for d in deltas]
+    events.append(upstream_answer(True, [{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+    with raw_server(_upstream(True, events)) as (upstream, _), run_proxy(upstream) as url:
+        for stream in (True, False):
+            asked = {**CHAT, "stream": stream} | (
+                {"stream_options": {"include_usage": True}} if stream else {}
+            )
+            response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+            assert response.status_code == 200, response.text
+            usage = (
+                json.loads(response.text.split("data: ")[-2])["usage"] if stream else response.json()["usage"]
+            )
+            assert usage["completion_tokens"] == len("ThinkHi")
