@@ -325,7 +325,7 @@ async def _upstream_listing(ctx: _Context, exchange: Exchange) -> list[Any]:
         raise ProxyError.timeout("the upstream server did not list its models in time") from None
     try:
         answer = jsoncodec.loads(raw)
-    except (ValueError, RecursionError):
+    except ValueError:
         answer = None
     entries = answer.get("data") if isinstance(answer, dict) else None
     ctx.names.learn(entries)
@@ -395,7 +395,7 @@ async def _with_served_model(
         return raw, None
     try:
         body = jsoncodec.loads(raw)
-    except (ValueError, RecursionError):
+    except ValueError:
         return raw, None  # the upstream's to refuse
     if not isinstance(body, dict):
         return raw, None

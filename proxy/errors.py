@@ -14,6 +14,8 @@ from typing import Any
 
 from conformance.openai_errors import CONTEXT_OVERFLOW, STATUS_INSTEAD, UNSUPPORTED_PARAMETER, error_body
 
+from . import jsoncodec
+
 __all__ = [
     "MIN_SECRET_IN_BODY",
     "REDACTED",
@@ -219,8 +221,8 @@ def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
     stripped = text.strip()
     if stripped[:1] in ("{", "["):
         try:
-            obj = json.loads(stripped)
-        except (ValueError, RecursionError):  # nested past the parser's depth: judged as text
+            obj = jsoncodec.loads(stripped)
+        except ValueError:  # also nested past the parser's depth: judged as text
             obj = None
         if isinstance(obj, dict) and (is_error_payload(obj) or "message" in obj or "detail" in obj):
             detail = obj.get("detail")

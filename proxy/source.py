@@ -27,11 +27,10 @@ from .normalizer import (
     normalize_body,
     sum_usage,
 )
-from .upstream import Upstream, UpstreamStream
+from .upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 
 __all__ = ["FanOutSource", "Source", "UpstreamSource", "prompt_text"]
 
-_MAX_JSON_BODY = 64 * 1024 * 1024
 _DRAIN_TIMEOUT = 0.05
 _COUNT_TIMEOUT = 2.0  # seconds for the calls to the upstream's tokenizer of one answer
 
@@ -140,7 +139,7 @@ class UpstreamSource(Source):
         if "event-stream" not in content_type:
             first = await stream.read()
             if first is not None and ("json" in content_type or first.lstrip()[:1] in (b"{", b"[")):
-                await self._read_body(first + await stream.read_all(_MAX_JSON_BODY))
+                await self._read_body(first + await stream.read_all(MAX_JSON_BODY))
                 return []
             self._pending = first
         while True:
@@ -171,16 +170,16 @@ class UpstreamSource(Source):
         self.upstream_status = stream.status
         if stream.status >= 400:
             raise await stream.error()
-        await self._read_body(await stream.read_all(_MAX_JSON_BODY))
+        await self._read_body(await stream.read_all(MAX_JSON_BODY))
         self.normalizer.failure = None
 
     async def _read_body(self, raw: bytes) -> None:
         try:
             obj = jsoncodec.loads(raw)
-        except (ValueError, RecursionError):
+        except ValueError:
             try:  # invalid UTF-8 in a string becomes U+FFFD, as in a stream
                 obj = jsoncodec.loads(raw.decode("utf-8", "replace"))
-            except (ValueError, RecursionError):
+            except ValueError:
                 raise ProxyError.make("the upstream server sent a body that is not valid JSON", 502) from None
         if self._call.translate is not None:
             obj = self._call.translate(obj)

@@ -18,6 +18,9 @@ __all__ = ["MAX_ERROR_BODY", "Upstream", "UpstreamStream"]
 
 MAX_ERROR_BODY = 64 * 1024
 _KEEPALIVE_EXPIRY = 30.0
+MAX_JSON_BODY = 64 * 1024 * 1024
+"""The most of an upstream's answer the proxy holds at once (a JSON body, an aggregated stream); past it
+the answer is a 502 rather than memory that grows with whatever the upstream sends (issue 18)."""
 _RETRY_HEADERS = (b"retry-after", b"retry-after-ms")
 
 
@@ -209,14 +212,22 @@ class Upstream:
         return UpstreamStream(response)
 
     async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
-        """A small request whose JSON answer is wanted (models, tokenize, probes); None on any failure."""
+        """A small request whose JSON answer is wanted (models, tokenize, probes); None on any failure,
+        an answer over ``MAX_JSON_BODY`` or one that is no JSON included (nested too deeply, too): the
+        capability it asks about is then absent."""
+        given = [(b"content-type", b"application/json")] if body is not None else []
+        content = jsoncodec.dumps(body) if body is not None else b""
         try:
             async with asyncio.timeout(timeout):
-                response = await self.client.request(method, path, json=body)
-            if response.status_code != 200:
-                return None
-            return response.json()
-        except (httpx.HTTPError, ValueError, TimeoutError):
+                stream = await self._send(self._message(method, self._target(path), content, given))
+                try:
+                    if stream.status != 200:
+                        return None
+                    raw = await stream.read_all(MAX_JSON_BODY)
+                finally:
+                    await stream.aclose()
+            return jsoncodec.loads(raw)
+        except (ProxyError, ValueError, TimeoutError):
             return None
 
     def connections_in_use(self) -> int:

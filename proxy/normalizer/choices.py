@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any
 
+from .. import jsoncodec
 from ..emulation.stop import StopScanner
 from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
 from .repairs import Repairs
@@ -35,8 +36,8 @@ def _whole_object(parts: list[str]) -> bool:
     if not parts or not parts[-1].rstrip().endswith("}"):
         return False
     try:
-        return isinstance(json.loads("".join(parts)), dict)
-    except (ValueError, RecursionError):
+        return isinstance(jsoncodec.loads("".join(parts)), dict)
+    except ValueError:
         return False
 
 

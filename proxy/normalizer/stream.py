@@ -9,7 +9,6 @@ error (nothing sent yet) and an error event.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from conformance.sse import SSEBlock
@@ -396,14 +395,14 @@ class StreamNormalizer:
 
     def _fail_text(self, value: str, quirk: str) -> None:
         try:
-            payload: Any = json.loads(value)
+            payload: Any = jsoncodec.loads(value)
         except ValueError:
             payload = {"error": {"message": value}}
         self.fail(error_from_payload(payload, 500, quirk=quirk))
 
     def _raw_line(self, line: str) -> list[dict[str, Any]]:
         try:
-            payload = json.loads(line)
+            payload = jsoncodec.loads(line)
         except ValueError:
             self.fail(ProxyError.make("the upstream server sent a line that is not SSE", 502))
             return []

@@ -1,0 +1,140 @@
+"""Issue 18, upstreams: an upstream that answers with what no real server sends (JSON nested thousands
+deep, its key in a retry header, bodies larger than the proxy holds, local paths in its errors,
+redirects and compressed bodies) gets a 502, an error event or "this capability is absent", never a
+500 from the proxy, a leak or memory that follows the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.servers import free_port, run_process
+
+from .conftest import serve_proxy as proxy
+from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head
+from .test_faults import CHAT, _streams, assert_error, assert_idle
+
+pytestmark = pytest.mark.slow
+
+DEEP = b"[" * 5000 + b"]" * 5000
+"""An array nested 5,000 deep: past the recursion limit of Python's JSON parser, and of orjson's."""
+READABLE_DEEP = chunk("Hello").replace(b'"model"', b'"x": ' + b"[" * 1000 + b"]" * 1000 + b', "model"')
+"""A chunk with a field nested 1,000 deep: orjson reads it, but no encoder the proxy has writes it back."""
+
+
+def _json_reply(body: bytes, status: str = "200 OK", headers: str = "") -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n{headers}\r\n"
+    )
+    return head.encode() + body
+
+
+def _sse_reply(*events: bytes) -> bytes:
+    return sse_head() + b"".join(http_chunk(event) for event in events) + b"0\r\n\r\n"
+
+
+def _routes(answers: dict[bytes, bytes | Callable[[bytes], bytes]], default: bytes = b"") -> Any:
+    """An upstream answering each request by the first of ``answers`` whose path its request line
+    holds (a callable gets the request), 404 for any other; keep-alive."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (request := await read_request(reader)) is not None:
+            record.requests += 1
+            line = request.split(b"\r\n", 1)[0]
+            answer = next((a for path, a in answers.items() if b" " + path + b" " in line), None)
+            if answer is None:
+                answer = default or _json_reply(b'{"error":"not found"}', "404 Not Found")
+            writer.write(answer(request) if callable(answer) else answer)
+            await writer.drain()
+
+    return handler
+
+
+def _done_stream() -> bytes:
+    return _sse_reply(chunk("Hello"), chunk(" there", "stop"), b"data: [DONE]\n\n")
+
+
+# -- 5. JSON nested past every parser's depth ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("event", [b"data: " + DEEP + b"\n\n", READABLE_DEEP], ids=["unreadable", "readable"])
+def test_a_deep_first_event_is_a_502(event: bytes) -> None:
+    handler = _routes({b"/v1/chat/completions": _sse_reply(event, b"data: [DONE]\n\n")})
+    with raw_server(handler) as (upstream, _), proxy(upstream, upstream_kind="openai") as (url, app):
+        for stream in (True, False):
+            response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
+            error = assert_error(response, 502)
+            assert "not valid JSON" in error["message"]
+        assert_idle(app)
+
+
+def test_a_deep_event_mid_stream_is_an_error_event() -> None:
+    handler = _streams(chunk("Hello"), b"data: " + DEEP + b"\n\n", b"data: [DONE]\n\n", then_wait=False)
+    with raw_server(handler) as (upstream, _), proxy(upstream, upstream_kind="openai") as (url, app):
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+        assert response.status_code == 200
+        assert "Hello" in response.text
+        last = json.loads(response.text.rsplit("data: ", 1)[-1])
+        assert "not valid JSON" in last["error"]["message"]
+        assert_idle(app)
+
+
+@pytest.mark.parametrize("where", ["body", "error event", "raw line", "error body"])
+def test_deep_json_in_every_other_shape_an_upstream_answers_is_an_error(where: str) -> None:
+    reply = {
+        "body": _json_reply(DEEP),
+        "error event": _sse_reply(b"event: error\ndata: " + DEEP + b"\n\n"),
+        "raw line": _sse_reply(b'{"a": ' + DEEP + b"}\n\n"),  # a JSON line with no field name (Q50)
+        "error body": _json_reply(DEEP, "500 Internal Server Error"),
+    }[where]
+    with (
+        raw_server(_routes({b"/v1/chat/completions": reply})) as (upstream, _),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        for stream in (True, False):
+            response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
+            # An error the upstream sent stays the upstream's error (500), with its text as message.
+            error = assert_error(response, 500 if "error" in where else 502)
+            assert error["message"] != "internal error in the proxy"
+        assert_idle(app)
+
+
+def test_a_deep_tokenize_answer_leaves_usage_estimated() -> None:
+    handler = _routes({b"/v1/chat/completions": _done_stream(), b"/tokenize": _json_reply(DEEP)})
+    with raw_server(handler) as (upstream, _), proxy(upstream, upstream_kind="llamacpp") as (url, app):
+        asked = {**CHAT, "stream_options": {"include_usage": True}}
+        response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+        assert response.status_code == 200, response.text
+        usage = json.loads(response.text.split("\n\n")[-3].removeprefix("data: "))["usage"]
+        assert usage["completion_tokens"] == 2  # the chunks streamed: no tokenizer to count with
+        assert response.text.endswith("data: [DONE]\n\n")
+        assert_idle(app)
+
+
+def test_a_deep_model_listing_leaves_n_served() -> None:
+    handler = _routes({b"/v1/chat/completions": _done_stream(), b"/v1/models": _json_reply(DEEP)})
+    with raw_server(handler) as (upstream, _), proxy(upstream, upstream_kind="openai") as (url, app):
+        for stream in (True, False):
+            response = httpx.post(
+                url + "/v1/chat/completions", json={**CHAT, "n": 2, "stream": stream}, timeout=10
+            )
+            assert response.status_code == 200, response.text
+        assert_error(httpx.get(url + "/v1/models", timeout=10), 502)
+        assert_idle(app)
+
+
+def test_serve_starts_when_props_answers_deep_json() -> None:
+    handler = _routes({b"/props": _json_reply(DEEP), b"/v1/chat/completions": _done_stream()})
+    with raw_server(handler) as (upstream, _):
+        port = free_port()
+        args = [sys.executable, "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+        with run_process(args, health_path="/health", port=port, timeout=60) as (url, _proc):
+            response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+            assert response.status_code == 200, response.text
