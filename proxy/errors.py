@@ -90,14 +90,20 @@ class ProxyError(Exception):
         return str(self.body["error"]["message"])
 
     def redacted(self, secret: str | None) -> ProxyError:
-        """This error with ``secret`` (the upstream key an upstream may echo) cut out of every field."""
-        if not secret or len(secret) < MIN_SECRET_IN_BODY:
-            return self  # a placeholder, no secret: cutting it would garble the message
-        fields = self.body["error"]
-        error = {k: redact_text(v, secret) if isinstance(v, str) else v for k, v in fields.items()}
-        if error == fields:
+        """This error with ``secret`` (the upstream key an upstream may echo) cut out of every field,
+        and the upstream's headers it carries that hold it (whatever the key's length, as in every
+        relayed header) left out: they are a retry's advice, which a key in them makes none."""
+        if not secret:
             return self
-        return ProxyError(self.status, {"error": error}, self.quirk, self.headers)
+        key = secret.encode()
+        headers = [(name, value) for name, value in self.headers if key not in value]
+        fields = self.body["error"]
+        error = fields
+        if len(secret) >= MIN_SECRET_IN_BODY:  # a placeholder: cutting it would garble the message
+            error = {k: redact_text(v, secret) if isinstance(v, str) else v for k, v in fields.items()}
+        if error == fields and headers == self.headers:
+            return self
+        return ProxyError(self.status, {"error": error}, self.quirk, headers)
 
 
 _MIN_KEY_PART = 4  # a message bound cut the key short: a tail this long that begins the key is cut too

@@ -18,7 +18,7 @@ from . import jsoncodec
 from .errors import REDACTED, ProxyError, secret_in_bodies
 from .observability import Exchange
 from .respond import send_json
-from .upstream import MAX_ERROR_BODY, UpstreamStream
+from .upstream import MAX_ERROR_BODY, UpstreamStream, usable_retry_header
 
 __all__ = ["Redactor", "connection_options", "relay"]
 
@@ -154,6 +154,8 @@ def _relayed_headers(
         name = name.lower()
         if name in _NOT_RELAYED or name in listed or name.startswith(b"access-control-"):
             continue  # CORS: the proxy's own policy (--cors-origin) answers browsers, not the upstream's
+        if not usable_retry_header(name, value):
+            continue  # a retry header holding no delay: an upstream was seen to put its key there
         if name == b"x-request-id":
             name = _UPSTREAM_REQUEST_ID
         elif name in (b"location", b"content-location"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import zlib
 from typing import Any
 
@@ -14,7 +15,7 @@ from .config import ProxyConfig
 from .errors import ProxyError, error_from_http
 from .transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
 
-__all__ = ["MAX_ERROR_BODY", "Upstream", "UpstreamStream"]
+__all__ = ["MAX_ERROR_BODY", "MAX_JSON_BODY", "Upstream", "UpstreamStream", "usable_retry_header"]
 
 MAX_ERROR_BODY = 64 * 1024
 _KEEPALIVE_EXPIRY = 30.0
@@ -22,6 +23,20 @@ MAX_JSON_BODY = 64 * 1024 * 1024
 """The most of an upstream's answer the proxy holds at once (a JSON body, an aggregated stream); past it
 the answer is a 502 rather than memory that grows with whatever the upstream sends (issue 18)."""
 _RETRY_HEADERS = (b"retry-after", b"retry-after-ms")
+# What a retry header may hold: seconds (milliseconds for retry-after-ms; openai-python reads both as
+# floats), or for Retry-After an HTTP date (RFC 9110 10.2.3). Anything else is no advice a client can
+# follow, and an upstream was seen to put its key there (issue 18): such a header is dropped.
+_RETRY_DELAY = re.compile(rb"\d{1,10}(?:\.\d{1,6})?")
+_HTTP_DATE = re.compile(rb"[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT")
+
+
+def usable_retry_header(name: bytes, value: bytes) -> bool:
+    """False for a ``Retry-After`` or ``retry-after-ms`` (``name`` lower case) that holds no delay or
+    date a client could follow; True for any other header."""
+    if name not in _RETRY_HEADERS:
+        return True
+    value = value.strip()
+    return bool(_RETRY_DELAY.fullmatch(value) or (name == b"retry-after" and _HTTP_DATE.fullmatch(value)))
 
 
 class UpstreamStream:
@@ -91,7 +106,11 @@ class UpstreamStream:
                 body = b""  # not what it said it is: the status alone speaks
         error = error_from_http(self.status, self.content_type, body)
         # A 429 or 503's advice on when to ask again, which openai-python's retries follow.
-        error.headers = [(k.lower(), v) for k, v in self.response.headers.raw if k.lower() in _RETRY_HEADERS]
+        error.headers = [
+            (name, value)
+            for name, value in ((k.lower(), v) for k, v in self.response.headers.raw)
+            if name in _RETRY_HEADERS and usable_retry_header(name, value)
+        ]
         return error
 
     async def aclose(self) -> None:

@@ -138,3 +138,70 @@ def test_serve_starts_when_props_answers_deep_json() -> None:
         with run_process(args, health_path="/health", port=port, timeout=60) as (url, _proc):
             response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
             assert response.status_code == 200, response.text
+
+
+# -- 6. The upstream key in headers -------------------------------------------------------------------
+
+KEY = "sk-upstream-secret-4d2f"
+
+
+def _headers_then(status: str, headers: str, body: bytes = b'{"error": {"message": "slow down"}}') -> bytes:
+    return _json_reply(body, status, headers)
+
+
+@pytest.mark.parametrize("status", ["429 Too Many Requests", "503 Service Unavailable", "200 OK"])
+def test_a_retry_header_holding_no_delay_is_dropped_and_the_key_never_relayed(status: str) -> None:
+    headers = f"retry-after: {KEY}\r\nretry-after-ms: Bearer {KEY}\r\nx-echo: {KEY}\r\n"
+    reply = _headers_then(status, headers)
+    handler = _routes({b"/v1/chat/completions": reply, b"/v1/embeddings": reply})
+    with (
+        raw_server(handler) as (upstream, _),
+        proxy(upstream, upstream_kind="openai", upstream_api_key=KEY) as (url, app),
+    ):
+        paths = ["/v1/embeddings"] + (["/v1/chat/completions"] if status != "200 OK" else [])
+        for path in paths:
+            response = httpx.post(url + path, json=CHAT, timeout=10)
+            assert response.status_code == int(status[:3])
+            assert "retry-after" not in response.headers
+            assert "retry-after-ms" not in response.headers
+            assert KEY not in str(response.headers.raw)
+        assert_idle(app)
+
+
+@pytest.mark.parametrize("key", [KEY, "123456789"], ids=["key", "numeric key"])
+def test_a_retry_delay_is_relayed_unless_it_is_the_key(key: str) -> None:
+    headers = "retry-after: 7\r\nretry-after-ms: 1500.5\r\n"
+    if key.isdigit():
+        headers = f"retry-after: {key}\r\nretry-after-ms: {key}\r\n"
+    reply = _headers_then("429 Too Many Requests", headers)
+    handler = _routes({b"/v1/chat/completions": reply, b"/v1/embeddings": reply})
+    with (
+        raw_server(handler) as (upstream, _),
+        proxy(upstream, upstream_kind="openai", upstream_api_key=key) as (url, app),
+    ):
+        for path, stream in (
+            ("/v1/chat/completions", True),
+            ("/v1/chat/completions", False),
+            ("/v1/embeddings", False),
+        ):
+            response = httpx.post(url + path, json={**CHAT, "stream": stream}, timeout=10)
+            assert_error(response, 429)
+            if key.isdigit():
+                assert key not in str(response.headers.raw)
+            else:
+                assert response.headers["retry-after"] == "7"
+                assert response.headers["retry-after-ms"] == "1500.5"
+        assert_idle(app)
+
+
+def test_a_retry_date_is_relayed() -> None:
+    date = "Wed, 21 Oct 2026 07:28:00 GMT"
+    reply = _headers_then("503 Service Unavailable", f"retry-after: {date}\r\n")
+    with (
+        raw_server(_routes({b"/v1/chat/completions": reply})) as (upstream, _),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+        assert_error(response, 503)
+        assert response.headers["retry-after"] == date
+        assert_idle(app)
