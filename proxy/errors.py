@@ -28,8 +28,26 @@ __all__ = [
     "secret_in_bodies",
 ]
 
-# Local paths and tracebacks must not reach clients (DESIGN: never a stack trace or a local path).
-_PATH = re.compile(r"(?<![\w:/])(?:/[\w.@+-]+){2,}/?|[A-Za-z]:\\(?:[\w .@+-]+\\?)+")
+# Local paths and tracebacks must not reach clients (DESIGN: never a stack trace or a local path). A
+# path is cut out whole (issue 18 found the tail of each of these left in a message): spaces inside a
+# directory name (a separator after it says the path goes on) and inside a last name ending ".gguf".
+# A bare file name ("x.gguf") is left: it names a model as clients ask for it, and is no place. The
+# repetitions are bounded (64 names, 8 words a name): unbounded, "a/b a/b ..." over the 64 KiB of an
+# error body took 30 s of backtracking.
+_SEG = r"[\w.@+%~$-]+"
+_SPACED = rf"{_SEG}(?: {_SEG}){{0,7}}"
+_LAST = rf"(?:{_SPACED}\.gguf\b|{_SEG})"
+_PATH = re.compile(
+    "|".join(
+        [
+            rf"\bfile:(?://[\w.-]*)?(?:/[A-Za-z]:)?(?:/{_SPACED}){{0,63}}/{_LAST}/?",  # file:///home/u/x.gguf
+            rf"(?<![\w:/\\.~-])(?:/{_SPACED}){{1,63}}/{_LAST}/?",  # /home/u/x (two names at least: not "/v1")
+            rf"(?<!\w)[A-Za-z]:[\\/](?:{_SPACED}[\\/]){{0,63}}{_LAST}[\\/]?",  # C:\Users\u\x.gguf, C:/x
+            rf"\\\\{_SEG}(?:\\{_SPACED}){{0,63}}\\{_LAST}\\?",  # UNC: \\server\share\x.gguf
+            rf"(?<![\w.@+%~$/\\-]){_SEG}[\\/](?:{_SPACED}[\\/]){{0,63}}{_SPACED}\.gguf\b",  # models/x.gguf
+        ]
+    )
+)
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|\nTraceback|\n\s+at |\n\s*File \"")
 _TAGS = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
@@ -124,6 +142,9 @@ def redact_text(text: str, secret: str) -> str:
 def scrub_message(text: str) -> str:
     """One line, no traceback, no local paths, bounded length."""
     text = _TRACEBACK.split(text, 1)[0]
+    # Cut to a few times the bound before the paths are looked for: what is past it is not sent, and
+    # the path search over a whole 64 KiB error body costs a quarter of a second at worst.
+    text = _SPACE.sub(" ", text)[: _MAX_MESSAGE * 4]
     text = _SPACE.sub(" ", _PATH.sub("<path>", text)).strip()
     return text[:_MAX_MESSAGE] + ("..." if len(text) > _MAX_MESSAGE else "")
 

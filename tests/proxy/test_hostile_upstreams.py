@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -205,3 +206,61 @@ def test_a_retry_date_is_relayed() -> None:
         assert_error(response, 503)
         assert response.headers["retry-after"] == date
         assert_idle(app)
+
+
+# -- 8. Local paths in error messages ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "around"),
+    [
+        ("file:///home/jane/models/gemma.gguf", ("failed to open ", ": no such file")),
+        ("file:///C:/Users/Jane/models/gemma.gguf", ("failed to open ", " (bad magic)")),
+        ("C:\\Users\\Jane Doe\\models\\gemma.gguf", ("error loading ", " not found")),
+        ("C:/Users/jane/models/gemma.gguf", ("error loading ", " not found")),
+        ("\\\\nas\\share\\models\\gemma.gguf", ("could not open ", " (denied)")),
+        ("models/sub dir/gemma.gguf", ("model ", " is missing")),
+        ("./gemma.gguf", ("model ", " is missing")),
+        ("..\\models\\gemma.gguf", ("model ", " is missing")),
+        ("/home/jane/My Models/gemma 3.gguf", ("could not load ", ": bad magic")),
+        ("/srv/my models/v2/weights", ("no such directory ", " on this host")),
+    ],
+)
+def test_a_local_path_is_scrubbed_whole(path: str, around: tuple[str, str]) -> None:
+    message = around[0] + path + around[1]
+    body = json.dumps({"error": {"message": message, "type": "server_error"}}).encode()
+    with (
+        raw_server(_routes({b"/v1/chat/completions": _json_reply(body, "500 Internal Server Error")})) as (
+            upstream,
+            _,
+        ),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        error = assert_error(httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10), 500)
+        assert error["message"] == around[0] + "<path>" + around[1]
+        assert_idle(app)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "model gemma.gguf is not loaded",  # a bare file name names the model as a client asks for it
+        "see https://example.com/docs/errors/model for help",
+        "expected a/b or c/d",
+        "POST /v1/chat/completions: the upstream is busy",  # the API's own path goes with the message
+    ],
+)
+def test_what_is_no_local_path_is_left_as_it_is(message: str) -> None:
+    from proxy.errors import scrub_message
+
+    expected = message.replace("/v1/chat/completions", "<path>")  # two names: read as a path, as before
+    assert scrub_message(message) == expected
+
+
+@pytest.mark.parametrize("text", ["a/b " * 16000, "/a b" * 16000, "a b/" * 16000, "C:\\a b" * 10000])
+def test_the_path_search_over_a_whole_error_body_takes_no_time(text: str) -> None:
+    from proxy.errors import scrub_message
+
+    started = time.perf_counter()
+    scrub_message(text)
+    assert time.perf_counter() - started < 0.2
