@@ -133,7 +133,7 @@ class UpstreamSource(Source):
             self._call.path, self._call.body, headers=self._headers
         )
         self.upstream_status = stream.status
-        if stream.status >= 400:
+        if stream.status >= 300:  # an error, or a redirect the proxy does not follow
             raise await stream.error()
         content_type = stream.content_type
         if "event-stream" not in content_type:
@@ -168,7 +168,7 @@ class UpstreamSource(Source):
         body = {k: v for k, v in self._call.body.items() if k != "stream_options"} | {"stream": False}
         stream = self._stream = await self._upstream.open(self._call.path, body, headers=self._headers)
         self.upstream_status = stream.status
-        if stream.status >= 400:
+        if stream.status >= 300:  # an error, or a redirect the proxy does not follow
             raise await stream.error()
         await self._read_body(await stream.read_all(MAX_JSON_BODY))
         self.normalizer.failure = None

@@ -39,14 +39,38 @@ def usable_retry_header(name: bytes, value: bytes) -> bool:
     return bool(_RETRY_DELAY.fullmatch(value) or (name == b"retry-after" and _HTTP_DATE.fullmatch(value)))
 
 
+# zlib's window bits for each encoding an upstream may send though asked for identity; deflate as gzip
+# or zlib stream, which ever its header says (32).
+_WBITS = {"gzip": 16 | zlib.MAX_WBITS, "x-gzip": 16 | zlib.MAX_WBITS, "deflate": 32 | zlib.MAX_WBITS}
+_INFLATE_STEP = 256 * 1024  # the most one read inflates to: a small body may stand for gigabytes
+
+
+def _inflater(encoding: str) -> Any:
+    wbits = _WBITS.get(encoding.strip().lower())
+    return None if wbits is None else zlib.decompressobj(wbits)
+
+
 class UpstreamStream:
-    """An open upstream response read chunk by chunk, each read bounded by a deadline."""
+    """An open upstream response read chunk by chunk, each read bounded by a deadline.
+
+    A success body the upstream compressed though the proxy asked for identity (gzip or deflate) is
+    read decompressed, a bounded step at a time (``decoded``); an error body is decompressed by
+    ``error_from``, where one that is not what it says it is leaves the status to speak.
+    """
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
         body = response.stream
         assert isinstance(body, ResponseBody)
         self._body = body
+        encoding = str(response.headers.get("content-encoding", ""))
+        self._inflate = _inflater(encoding) if response.status_code < 400 else None
+        self._inflated_end = False
+
+    @property
+    def decoded(self) -> bool:
+        """Whether ``read`` decompresses the body (its Content-Encoding no longer holds)."""
+        return self._inflate is not None
 
     @property
     def status(self) -> int:
@@ -62,6 +86,27 @@ class UpstreamStream:
         The idle timeout is the transport's read timeout (one timer per connection, proxy/transport.py);
         ``timeout`` sets a shorter bound for this read alone.
         """
+        if self._inflate is not None:
+            return await self._read_inflated(timeout)
+        return await self._read_raw(timeout)
+
+    async def _read_inflated(self, timeout: float | None) -> bytes | None:  # noqa: ASYNC109
+        inflate = self._inflate
+        assert inflate is not None
+        while not self._inflated_end:
+            data = inflate.unconsumed_tail or await self._read_raw(timeout)
+            try:
+                if data is None:
+                    self._inflated_end = True
+                    return inflate.flush() or None
+                out: bytes = inflate.decompress(data, _INFLATE_STEP)
+            except zlib.error:
+                raise ProxyError.make("the upstream's compressed body is not valid", 502) from None
+            if out:
+                return out
+        return None
+
+    async def _read_raw(self, timeout: float | None) -> bytes | None:  # noqa: ASYNC109
         try:
             if timeout is None:
                 return await self._body.read()
@@ -96,11 +141,17 @@ class UpstreamStream:
 
     def error_from(self, body: bytes) -> ProxyError:
         """The OpenAI error of this error response, whose body (or its first ``MAX_ERROR_BODY`` bytes)
-        is ``body``: decompressed first if an upstream sent it compressed though asked not to."""
-        encoding = str(self.response.headers.get("content-encoding", "")).strip().lower()
-        if encoding in ("gzip", "x-gzip", "deflate"):
+        is ``body``: decompressed first if an upstream sent it compressed though asked not to. A
+        redirect (the proxy follows none) is reported as one."""
+        if self.status < 400:
+            return ProxyError.make(
+                f"the upstream server redirected the request (HTTP {self.status}), and the proxy follows "
+                "no redirects: point the proxy at the address the upstream redirects to",
+                502,
+            )
+        inflate = _inflater(str(self.response.headers.get("content-encoding", "")))
+        if inflate is not None:
             try:
-                inflate = zlib.decompressobj(zlib.MAX_WBITS | (16 if "gzip" in encoding else 32))
                 body = inflate.decompress(body, MAX_ERROR_BODY)
             except zlib.error:
                 body = b""  # not what it said it is: the status alone speaks
@@ -194,11 +245,14 @@ class Upstream:
     def client_location(self, location: bytes) -> bytes:
         """A ``Location`` the upstream sent, as the client must follow it: one that points into the
         upstream becomes a path on the proxy, so a client that follows a redirect does not go around
-        the proxy (nor learn the upstream's address); any other is left as it is."""
-        origin = str(self.client.base_url.copy_with(raw_path=b"/")).rstrip("/").encode()
-        if not location.lower().startswith(origin.lower()):
+        the proxy (nor learn the upstream's address); any other is left as it is. A scheme-relative
+        ``//host:port/path`` is read with the upstream's scheme, as a client resolves it."""
+        base = self.client.base_url
+        origin = str(base.copy_with(raw_path=b"/")).rstrip("/").encode()
+        absolute = base.raw_scheme + b":" + location if location.startswith(b"//") else location
+        if not absolute.lower().startswith(origin.lower()):
             return location
-        path = location[len(origin) :] or b"/"
+        path = absolute[len(origin) :] or b"/"
         if path[:1] not in (b"/", b"?", b"#"):
             return location  # http://host:80 against http://host:8080: another origin
         if self._base_path and path.startswith(self._base_path + b"/"):

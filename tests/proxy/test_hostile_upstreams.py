@@ -19,6 +19,7 @@ import pytest
 from tests.support.servers import free_port, run_process
 
 from .conftest import serve_proxy as proxy
+from .conftest import upstream_answer
 from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head
 from .test_faults import CHAT, _streams, assert_error, assert_idle
 
@@ -30,10 +31,11 @@ READABLE_DEEP = chunk("Hello").replace(b'"model"', b'"x": ' + b"[" * 1000 + b"]"
 """A chunk with a field nested 1,000 deep: orjson reads it, but no encoder the proxy has writes it back."""
 
 
-def _json_reply(body: bytes, status: str = "200 OK", headers: str = "") -> bytes:
-    head = (
-        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n{headers}\r\n"
-    )
+def _json_reply(
+    body: bytes, status: str = "200 OK", headers: str = "", kind: str = "application/json"
+) -> bytes:
+    """A whole response of ``body``; ``headers``: more header lines, each ending in CRLF."""
+    head = f"HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n{headers}\r\n"
     return head.encode() + body
 
 
@@ -264,3 +266,126 @@ def test_the_path_search_over_a_whole_error_body_takes_no_time(text: str) -> Non
     started = time.perf_counter()
     scrub_message(text)
     assert time.perf_counter() - started < 0.2
+
+
+# -- 9. Redirects and encodings ------------------------------------------------------------------------
+
+
+def test_a_scheme_relative_redirect_into_the_upstream_becomes_a_path_on_the_proxy() -> None:
+    where: list[str] = []
+
+    def redirect(request: bytes) -> bytes:
+        location = "//" + where[0].removeprefix("http://") + "/v1/files?x=1"
+        return _json_reply(b"", "307 Temporary Redirect", f"location: {location}\r\n")
+
+    with (
+        raw_server(_routes({b"/v1/files/": redirect})) as (upstream, _),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        where.append(upstream)
+        response = httpx.get(url + "/v1/files/", timeout=10)
+        assert response.status_code == 307
+        assert response.headers["location"] == "/v1/files?x=1"  # followed, it stays on the proxy
+        assert_idle(app)
+
+
+def test_a_scheme_relative_redirect_elsewhere_is_left_as_it_is() -> None:
+    reply = _json_reply(b"", "302 Found", "location: //example.com:8080/v1/files\r\n")
+    with (
+        raw_server(_routes({b"/v1/files": reply})) as (upstream, _),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        response = httpx.get(url + "/v1/files", timeout=10)
+        assert response.headers["location"] == "//example.com:8080/v1/files"
+        assert_idle(app)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_redirect_on_a_completion_route_is_reported_as_one(stream: bool) -> None:
+    reply = _json_reply(b"", "307 Temporary Redirect", "location: http://elsewhere:9/v1/chat/completions\r\n")
+    with (
+        raw_server(_routes({b"/v1/chat/completions": reply})) as (upstream, record),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
+        error = assert_error(response, 502)
+        assert "redirected the request (HTTP 307)" in error["message"]
+        assert "elsewhere" not in error["message"]
+        assert record.requests == 1  # not asked again without streaming
+        assert_idle(app)
+
+
+def _gzip_answers() -> Any:
+    import gzip
+
+    body = json.dumps(
+        upstream_answer(
+            True,
+            [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}],
+        )
+    ).encode()
+    events = chunk("Hello") + chunk(" there", "stop") + b"data: [DONE]\n\n"
+
+    def answer(request: bytes) -> bytes:
+        streamed = b'"stream": true' in request or b'"stream":true' in request
+        data = gzip.compress(events if streamed else body)
+        kind = "text/event-stream" if streamed else "application/json"
+        return _json_reply(data, headers="content-encoding: gzip\r\n", kind=kind)
+
+    return _routes({b"/v1/chat/completions": answer, b"/v1/files": answer})
+
+
+def test_a_gzip_encoded_success_body_is_decoded() -> None:
+    with raw_server(_gzip_answers()) as (upstream, _), proxy(upstream, upstream_kind="openai") as (url, app):
+        for stream in (False, True):
+            response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
+            assert response.status_code == 200, response.text
+            assert "Hello" in response.text
+            assert "content-encoding" not in response.headers
+        passed = httpx.get(url + "/v1/files", timeout=10)  # a pass-through, relayed decoded
+        assert passed.status_code == 200
+        assert "content-encoding" not in passed.headers
+        assert passed.json()["choices"][0]["message"]["content"] == "Hello"
+        assert_idle(app)
+
+
+def test_a_compressed_body_is_inflated_a_bounded_step_at_a_time() -> None:
+    import gzip
+
+    from proxy.upstream import UpstreamStream
+
+    bomb = gzip.compress(b" " * (64 << 20))  # 64 MiB of spaces in 64 KiB
+    reply = _json_reply(bomb, headers="content-encoding: gzip\r\n", kind="application/octet-stream")
+
+    async def read_all(upstream: str) -> tuple[int, int]:
+        from proxy.config import ProxyConfig
+        from proxy.upstream import Upstream
+
+        client = Upstream(ProxyConfig(upstream=upstream))
+        stream = await client.forward("GET", b"/v1/files", b"", [])
+        assert isinstance(stream, UpstreamStream)
+        assert stream.decoded
+        largest = total = 0
+        while (part := await stream.read()) is not None:
+            largest, total = max(largest, len(part)), total + len(part)
+        await stream.aclose()
+        await client.aclose()
+        return largest, total
+
+    with raw_server(_routes({b"/v1/files": reply})) as (upstream, _):
+        largest, total = asyncio.run(read_all(upstream))
+    assert total == 64 << 20
+    assert largest <= 256 * 1024
+
+
+def test_a_body_that_is_not_the_gzip_it_says_is_a_502() -> None:
+    reply = _json_reply(b"not gzip!", headers="content-encoding: gzip\r\n")
+    with (
+        raw_server(_routes({b"/v1/chat/completions": reply})) as (upstream, _),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        error = assert_error(
+            httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": False}, timeout=10), 502
+        )
+        assert "compressed body" in error["message"]
+        assert_idle(app)
