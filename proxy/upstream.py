@@ -280,6 +280,8 @@ class Upstream:
             raise ProxyError.timeout("the upstream server timed out") from None
         except httpx.ConnectError:
             raise ProxyError.make("could not connect to the upstream server", 502) from None
+        except httpx.ProtocolError as exc:  # worded by the transport: no address, no path
+            raise ProxyError.make(str(exc), 502) from None
         except httpx.HTTPError as exc:
             raise ProxyError.make(f"the upstream request failed: {type(exc).__name__}", 502) from None
         return UpstreamStream(response)

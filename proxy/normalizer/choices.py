@@ -69,6 +69,7 @@ class ChoiceState:
         "finish",
         "had_tools",
         "held_logprobs",
+        "held_text",
         "index",
         "last_call",
         "next_tool",
@@ -99,6 +100,7 @@ class ChoiceState:
         self.had_tools = False
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
+        self.held_text = 0  # what ``parts`` holds: characters, and a string object's cost for each
         # With stop sequences, a chunk's logprobs wait with the text the scanner holds back: (where the
         # chunk's content starts in the upstream's text, that content, its logprobs). Counted only then.
         self.held_logprobs: list[tuple[int, str, dict[str, Any]]] = []
@@ -122,6 +124,7 @@ class ChoiceState:
             self.tokens += 1
             if self.parts is not None:
                 self.parts.append(text)
+                self.held_text += len(text) + 64
         return text
 
     def pass_logprobs(self, logprobs: Any, *, chat: bool, had_text: bool, sends_text: bool) -> Any:

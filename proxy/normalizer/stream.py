@@ -159,6 +159,23 @@ class StreamNormalizer:
     def completion_texts(self) -> list[str]:
         return ["".join(s.parts or ()) for _, s in sorted(self._choices.items())]
 
+    def take_texts(self, over: int) -> list[str]:
+        """The text kept for counting of each choice that holds more than ``over`` bytes, up to the space
+        before its last word (a word is not split, and tokenizers read a word with the space before
+        it), taken out of what ``completion_texts`` returns: the caller counts it now, so that a long
+        answer's usage is counted as it comes, not from its whole text at the end."""
+        taken = []
+        for state in self._choices.values():
+            if state.parts is None or state.held_text <= over:
+                continue
+            text = "".join(state.parts)
+            cut = text.rfind(" ")
+            cut = cut if cut > 0 else len(text)
+            taken.append(text[:cut])
+            state.parts[:] = [text[cut:]] if cut < len(text) else []
+            state.held_text = len(text) - cut
+        return taken
+
     def completion_tokens(self) -> int:
         return sum(state.tokens for state in self._choices.values())
 

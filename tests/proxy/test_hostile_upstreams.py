@@ -10,6 +10,7 @@ import asyncio
 import json
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -388,4 +389,100 @@ def test_a_body_that_is_not_the_gzip_it_says_is_a_502() -> None:
             httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": False}, timeout=10), 502
         )
         assert "compressed body" in error["message"]
+        assert_idle(app)
+
+
+# -- 7. Memory follows the upstream no further than the proxy's caps ------------------------------------
+
+
+def test_a_response_head_past_64_kib_is_a_502_read_no_further() -> None:
+    async def endless_head(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+    ) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-huge: ")
+        for _ in range(4096):  # 400 MB, if the proxy read it all
+            writer.write(b"x" * 100_000)
+            await writer.drain()
+            record.requests += 1
+
+    with (
+        raw_server(endless_head) as (upstream, record),
+        proxy(upstream, upstream_kind="openai") as (url, app),
+    ):
+        for path in ("/v1/chat/completions", "/v1/embeddings"):  # a completion, a pass-through
+            error = assert_error(httpx.post(url + path, json=CHAT, timeout=10), 502)
+            assert error["message"] == "the upstream response head is over 64 KiB"
+        assert record.requests < 4096 * 2 // 10  # it stopped reading: the upstream's writes stalled
+        assert_idle(app)
+
+
+def test_an_upstream_id_of_megabytes_is_neither_remembered_nor_sent_on() -> None:
+    from proxy.normalizer import Identity, Repairs
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        ids = []
+        for i in range(20):
+            identity = Identity("chat", "m")
+            obj: dict[str, Any] = {"id": f"chatcmpl-{i}-" + "x" * 2_000_000, "created": 1, "model": "m"}
+            identity.stamp(obj, Repairs())
+            ids.append(obj["id"])
+            del identity, obj
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000  # 20 ids of 2 MB each: none kept
+    assert all(len(i) < 100 for i in ids)
+    assert len(set(ids)) == 20
+
+
+def _long_stream(megabytes: int, word: str = "lorem ") -> tuple[bytes, int]:
+    """A chat stream of ``megabytes`` MiB of text in 64 KiB events, no usage; and its number of words."""
+    event_text = word * (65536 // len(word))
+    events = [chunk(event_text) for _ in range(megabytes * 16)]
+    reply = _sse_reply(*events, chunk("", "stop"), b"data: [DONE]\n\n")
+    return reply, len(event_text.split()) * megabytes * 16
+
+
+def test_stream_false_past_the_cap_is_a_502_and_streaming_still_serves_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from proxy.emulation import Aggregator
+
+    monkeypatch.setattr(Aggregator, "limit", 1 << 20, raising=False)  # the 64 MiB cap, made 1 MiB
+    reply, _ = _long_stream(2)
+    handler = _routes({b"/v1/chat/completions": reply})
+    with raw_server(handler) as (upstream, _), proxy(upstream, upstream_kind="openai") as (url, app):
+        asked = {**CHAT, "stream": False}
+        error = assert_error(httpx.post(url + "/v1/chat/completions", json=asked, timeout=30), 502)
+        assert "over the 1 MiB the proxy holds" in error["message"]
+        streamed = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=30)
+        assert streamed.status_code == 200
+        assert streamed.text.endswith("data: [DONE]\n\n")
+        assert_idle(app)
+
+
+def test_a_long_streams_usage_is_counted_as_it_comes_not_from_its_whole_text() -> None:
+    reply, words = _long_stream(3)
+    asked_sizes: list[int] = []
+
+    def tokenize(request: bytes) -> bytes:
+        content = json.loads(request.split(b"\r\n\r\n", 1)[1])["content"]
+        asked_sizes.append(len(content))
+        return _json_reply(json.dumps({"tokens": [0] * len(content.split())}).encode())
+
+    handler = _routes({b"/v1/chat/completions": reply, b"/tokenize": tokenize})
+    with raw_server(handler) as (upstream, _), proxy(upstream, upstream_kind="llamacpp") as (url, app):
+        asked = {**CHAT, "stream_options": {"include_usage": True}}
+        response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=30)
+        assert response.status_code == 200
+        usage = json.loads(response.text.split("\n\n")[-3].removeprefix("data: "))["usage"]
+        assert usage["completion_tokens"] == words  # every word counted once, none split
+        assert usage["prompt_tokens"] == 1
+        # A piece at a time (1 MiB, and what the read that passed it brought: 512 KiB at most), never
+        # the whole 3 MiB.
+        assert max(asked_sizes) < (1 << 20) + (512 << 10)
+        assert len(asked_sizes) >= 4
         assert_idle(app)
