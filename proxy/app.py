@@ -32,7 +32,7 @@ from .config import ProxyConfig
 from .errors import REDACTED, ProxyError, secret_in_bodies
 from .normalizer import Endpoint, RequestInfo, clean_model_name
 from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_of
-from .passthrough import connection_options, relay
+from .passthrough import connection_options, has_dot_segment, relay
 from .request_validation import parse_request
 from .respond import HeldResponse, serve_source
 from .served_names import ServedNames, served_name
@@ -325,7 +325,7 @@ async def _upstream_listing(ctx: _Context, exchange: Exchange) -> list[Any]:
         raise ProxyError.timeout("the upstream server did not list its models in time") from None
     try:
         answer = jsoncodec.loads(raw)
-    except (ValueError, RecursionError):
+    except ValueError:
         answer = None
     entries = answer.get("data") if isinstance(answer, dict) else None
     ctx.names.learn(entries)
@@ -356,8 +356,7 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
     if not _authorized(request, ctx.config.api_key):
         return _error("invalid or missing API key", 401, "invalid_api_key")
     scope = request.scope
-    if {".", ".."} & set(scope["path"].split("/")):
-        # /v1/../props would leave /v1 at the upstream, which resolves dot segments (also %2e%2e).
+    if has_dot_segment(scope["path"]):
         return _unknown_url(request)
     allowed = _own_methods(scope["path"])
     if allowed:  # another method on a path the proxy answers itself
@@ -395,7 +394,7 @@ async def _with_served_model(
         return raw, None
     try:
         body = jsoncodec.loads(raw)
-    except (ValueError, RecursionError):
+    except ValueError:
         return raw, None  # the upstream's to refuse
     if not isinstance(body, dict):
         return raw, None

@@ -14,6 +14,8 @@ from typing import Any
 
 from conformance.openai_errors import CONTEXT_OVERFLOW, STATUS_INSTEAD, UNSUPPORTED_PARAMETER, error_body
 
+from . import jsoncodec
+
 __all__ = [
     "MIN_SECRET_IN_BODY",
     "REDACTED",
@@ -26,8 +28,26 @@ __all__ = [
     "secret_in_bodies",
 ]
 
-# Local paths and tracebacks must not reach clients (DESIGN: never a stack trace or a local path).
-_PATH = re.compile(r"(?<![\w:/])(?:/[\w.@+-]+){2,}/?|[A-Za-z]:\\(?:[\w .@+-]+\\?)+")
+# Local paths and tracebacks must not reach clients (DESIGN: never a stack trace or a local path). A
+# path is cut out whole (issue 18 found the tail of each of these left in a message): spaces inside a
+# directory name (a separator after it says the path goes on) and inside a last name ending ".gguf".
+# A bare file name ("x.gguf") is left: it names a model as clients ask for it, and is no place. The
+# repetitions are bounded (64 names, 8 words a name): unbounded, "a/b a/b ..." over the 64 KiB of an
+# error body took 30 s of backtracking.
+_SEG = r"[\w.@+%~$-]+"
+_SPACED = rf"{_SEG}(?: {_SEG}){{0,7}}"
+_LAST = rf"(?:{_SPACED}\.gguf\b|{_SEG})"
+_PATH = re.compile(
+    "|".join(
+        [
+            rf"\bfile:(?://[\w.-]*)?(?:/[A-Za-z]:)?(?:/{_SPACED}){{0,63}}/{_LAST}/?",  # file:///home/u/x.gguf
+            rf"(?<![\w:/\\.~-])(?:/{_SPACED}){{1,63}}/{_LAST}/?",  # /home/u/x (two names at least: not "/v1")
+            rf"(?<!\w)[A-Za-z]:[\\/](?:{_SPACED}[\\/]){{0,63}}{_LAST}[\\/]?",  # C:\Users\u\x.gguf, C:/x
+            rf"\\\\{_SEG}(?:\\{_SPACED}){{0,63}}\\{_LAST}\\?",  # UNC: \\server\share\x.gguf
+            rf"(?<![\w.@+%~$/\\-]){_SEG}[\\/](?:{_SPACED}[\\/]){{0,63}}{_SPACED}\.gguf\b",  # models/x.gguf
+        ]
+    )
+)
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|\nTraceback|\n\s+at |\n\s*File \"")
 _TAGS = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
@@ -88,14 +108,20 @@ class ProxyError(Exception):
         return str(self.body["error"]["message"])
 
     def redacted(self, secret: str | None) -> ProxyError:
-        """This error with ``secret`` (the upstream key an upstream may echo) cut out of every field."""
-        if not secret or len(secret) < MIN_SECRET_IN_BODY:
-            return self  # a placeholder, no secret: cutting it would garble the message
-        fields = self.body["error"]
-        error = {k: redact_text(v, secret) if isinstance(v, str) else v for k, v in fields.items()}
-        if error == fields:
+        """This error with ``secret`` (the upstream key an upstream may echo) cut out of every field,
+        and the upstream's headers it carries that hold it (whatever the key's length, as in every
+        relayed header) left out: they are a retry's advice, which a key in them makes none."""
+        if not secret:
             return self
-        return ProxyError(self.status, {"error": error}, self.quirk, self.headers)
+        key = secret.encode()
+        headers = [(name, value) for name, value in self.headers if key not in value]
+        fields = self.body["error"]
+        error = fields
+        if len(secret) >= MIN_SECRET_IN_BODY:  # a placeholder: cutting it would garble the message
+            error = {k: redact_text(v, secret) if isinstance(v, str) else v for k, v in fields.items()}
+        if error == fields and headers == self.headers:
+            return self
+        return ProxyError(self.status, {"error": error}, self.quirk, headers)
 
 
 _MIN_KEY_PART = 4  # a message bound cut the key short: a tail this long that begins the key is cut too
@@ -116,6 +142,9 @@ def redact_text(text: str, secret: str) -> str:
 def scrub_message(text: str) -> str:
     """One line, no traceback, no local paths, bounded length."""
     text = _TRACEBACK.split(text, 1)[0]
+    # Cut to a few times the bound before the paths are looked for: what is past it is not sent, and
+    # the path search over a whole 64 KiB error body costs a quarter of a second at worst.
+    text = _SPACE.sub(" ", text)[: _MAX_MESSAGE * 4]
     text = _SPACE.sub(" ", _PATH.sub("<path>", text)).strip()
     return text[:_MAX_MESSAGE] + ("..." if len(text) > _MAX_MESSAGE else "")
 
@@ -219,8 +248,8 @@ def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
     stripped = text.strip()
     if stripped[:1] in ("{", "["):
         try:
-            obj = json.loads(stripped)
-        except (ValueError, RecursionError):  # nested past the parser's depth: judged as text
+            obj = jsoncodec.loads(stripped)
+        except ValueError:  # also nested past the parser's depth: judged as text
             obj = None
         if isinstance(obj, dict) and (is_error_payload(obj) or "message" in obj or "detail" in obj):
             detail = obj.get("detail")

@@ -10,6 +10,7 @@ too long to hold; and a fault after the head ends the response without a traceba
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 
 from starlette.types import Send
@@ -18,9 +19,9 @@ from . import jsoncodec
 from .errors import REDACTED, ProxyError, secret_in_bodies
 from .observability import Exchange
 from .respond import send_json
-from .upstream import MAX_ERROR_BODY, UpstreamStream
+from .upstream import MAX_ERROR_BODY, UpstreamStream, usable_retry_header
 
-__all__ = ["Redactor", "connection_options", "relay"]
+__all__ = ["Redactor", "connection_options", "has_dot_segment", "relay"]
 
 _NOT_RELAYED = frozenset(
     {
@@ -39,8 +40,16 @@ _NOT_RELAYED = frozenset(
         b"server",
     }
 )
+_SEPARATORS = re.compile(r"[/\\]")
 # The proxy's own request id goes to the client; the upstream's is kept under this name.
 _UPSTREAM_REQUEST_ID = b"x-upstream-request-id"
+
+
+def has_dot_segment(path: str) -> bool:
+    """Whether ``path`` (percent-decoded) holds a ``.`` or ``..`` segment: /v1/../props would leave /v1
+    at the upstream, which resolves dot segments (also %2e%2e), and servers that take a backslash for a
+    slash (Windows, and URL parsers that follow WHATWG) resolve ``..\\`` and ``..%5c`` so too."""
+    return not {".", ".."}.isdisjoint(_SEPARATORS.split(path))
 
 
 def connection_options(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
@@ -125,7 +134,7 @@ async def relay(
             # is JSON, and judged by its start if not.
             if complete or "json" not in stream.content_type:
                 raise stream.error_from(first[:MAX_ERROR_BODY])
-        headers = _relayed_headers(stream.response.headers.raw, redactor, client_location)
+        headers = _relayed_headers(stream.response.headers.raw, redactor, client_location, stream.decoded)
         await send({"type": "http.response.start", "status": stream.status, "headers": headers})
         started = True
         if first:
@@ -146,14 +155,20 @@ async def relay(
 
 
 def _relayed_headers(
-    raw: list[tuple[bytes, bytes]], redactor: Redactor, client_location: Callable[[bytes], bytes]
+    raw: list[tuple[bytes, bytes]],
+    redactor: Redactor,
+    client_location: Callable[[bytes], bytes],
+    decoded: bool,
 ) -> list[tuple[bytes, bytes]]:
+    """The upstream's headers as the client gets them; ``decoded``: the body is relayed decompressed."""
     listed = connection_options(raw)
     headers = []
     for name, value in raw:
         name = name.lower()
         if name in _NOT_RELAYED or name in listed or name.startswith(b"access-control-"):
             continue  # CORS: the proxy's own policy (--cors-origin) answers browsers, not the upstream's
+        if not usable_retry_header(name, value) or (decoded and name == b"content-encoding"):
+            continue  # (a retry header holding no delay: an upstream was seen to put its key there)
         if name == b"x-request-id":
             name = _UPSTREAM_REQUEST_ID
         elif name in (b"location", b"content-location"):

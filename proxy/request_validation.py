@@ -249,7 +249,7 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
                 f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
             )
         validate_request(endpoint, body)
-    except RecursionError:
+    except (RecursionError, jsoncodec.TooDeep):
         # Hundreds of nested arrays or objects: past what Python's parser and the shape walk can
         # recurse through. No real request is built so; a 400 says so instead of a 500.
         raise ProxyError.make("The request body is nested too deeply.", 400, code="invalid_request") from None

@@ -261,12 +261,15 @@ async def _aggregate(
 ) -> None:
     exchange.repairs.add("seed002-aggregate")
     aggregator = Aggregator(request)
-    for chunk in initial:
-        aggregator.add(chunk)
-    while (batch := await source.next_batch()) is not None:
-        for chunk in batch:
+    try:
+        for chunk in initial:
             aggregator.add(chunk)
-    failure = source.failure
+        while (batch := await source.next_batch()) is not None:
+            for chunk in batch:
+                aggregator.add(chunk)
+        failure = source.failure
+    except ProxyError as too_large:  # more than the proxy holds (Aggregator.limit)
+        failure = too_large
     if failure is not None:
         failure = failure.redacted(secret)
         exchange.take_error(failure)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from conformance.sse import SSELineTooLong, SSEParser
@@ -28,13 +29,16 @@ from .normalizer import (
     normalize_body,
     sum_usage,
 )
-from .upstream import Upstream, UpstreamStream
+from .upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 
 __all__ = ["FanOutSource", "Source", "UpstreamSource", "prompt_text"]
 
-_MAX_JSON_BODY = 64 * 1024 * 1024
 _DRAIN_TIMEOUT = 0.05
 _COUNT_TIMEOUT = 2.0  # seconds for the calls to the upstream's tokenizer of one answer
+# A stream whose usage the proxy counts holds its text only up to this (a choice's characters and a
+# string object's cost for each part); past it the text is counted and let go. Kept whole, a 200 MB
+# stream took the proxy to a 409 MB peak (issue 18).
+_COUNT_PIECE = 1024 * 1024
 
 
 def prompt_text(body: dict[str, Any]) -> str:
@@ -112,6 +116,7 @@ class UpstreamSource(Source):
         self._pending: bytes | None = None
         self._ended = False
         self._received = 0
+        self._counted: int | None = 0  # completion tokens counted as the stream came; None: not countable
 
     @property
     def failure(self) -> ProxyError | None:
@@ -135,13 +140,13 @@ class UpstreamSource(Source):
             self._call.path, self._call.body, headers=self._headers
         )
         self.upstream_status = stream.status
-        if stream.status >= 400:
+        if stream.status >= 300:  # an error, or a redirect the proxy does not follow
             raise await stream.error()
         content_type = stream.content_type
         if "event-stream" not in content_type:
             first = await stream.read()
             if first is not None and ("json" in content_type or first.lstrip()[:1] in (b"{", b"[")):
-                await self._read_body(first + await stream.read_all(_MAX_JSON_BODY))
+                await self._read_body(first + await stream.read_all(MAX_JSON_BODY))
                 return []
             self._pending = first
         while True:
@@ -170,18 +175,18 @@ class UpstreamSource(Source):
         body = {k: v for k, v in self._call.body.items() if k != "stream_options"} | {"stream": False}
         stream = self._stream = await self._upstream.open(self._call.path, body, headers=self._headers)
         self.upstream_status = stream.status
-        if stream.status >= 400:
+        if stream.status >= 300:  # an error, or a redirect the proxy does not follow
             raise await stream.error()
-        await self._read_body(await stream.read_all(_MAX_JSON_BODY))
+        await self._read_body(await stream.read_all(MAX_JSON_BODY))
         self.normalizer.failure = None
 
     async def _read_body(self, raw: bytes) -> None:
         try:
             obj = jsoncodec.loads(raw)
-        except (ValueError, RecursionError):
+        except ValueError:
             try:  # invalid UTF-8 in a string becomes U+FFFD, as in a stream
                 obj = jsoncodec.loads(raw.decode("utf-8", "replace"))
-            except (ValueError, RecursionError):
+            except ValueError:
                 raise ProxyError.make("the upstream server sent a body that is not valid JSON", 502) from None
         if self._call.translate is not None:
             obj = self._call.translate(obj)
@@ -217,6 +222,8 @@ class UpstreamSource(Source):
                 await self.aclose()
                 self._ended = True
                 return out
+            if normalizer.needs_usage:
+                await self._count_as_it_comes(normalizer.take_texts(_COUNT_PIECE))
             if normalizer.upstream_done or normalizer.all_stopped:
                 if normalizer.all_stopped and self._request.generates:
                     self.repairs.add("Q76")
@@ -246,7 +253,7 @@ class UpstreamSource(Source):
         usage = None
         if normalizer.needs_usage and normalizer.failure is None:
             texts = normalizer.completion_texts()
-            usage = await self._count_usage(texts, normalizer.completion_tokens())
+            usage = await self._count_usage(texts, normalizer.completion_tokens(), self._counted)
         out += normalizer.close(usage)
         if normalizer.interrupted and normalizer.failure is not None:
             # A choice was left without its final chunk (the close failed it): the upstream broke it
@@ -266,13 +273,11 @@ class UpstreamSource(Source):
             return failed.timed_out
         return True
 
-    async def _count_usage(self, texts: list[str], fallback_completion: int) -> dict[str, Any]:
-        """Usage the upstream did not report: counted with its tokenizer when it has one, and answers in
-        time; else estimated (the prompt's words, ``fallback_completion``)."""
-        self.repairs.add("Q28")
+    def _counter(self) -> Callable[[str], Awaitable[int | None]]:
+        """A token counter of texts with the upstream's tokenizer (None when it has none or is slow),
+        all its calls together within a quarter of the idle and first-byte timeouts at most: the client
+        waits for them after its last token (or before its first, on an answer in one read)."""
         config = self._upstream.config
-        # The client waits for these calls after its last token (or before its first, on an answer in
-        # one read): together they take a quarter of the idle and first-byte timeouts at most.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(_COUNT_TIMEOUT, config.idle_timeout / 4, config.first_byte_timeout / 4)
 
@@ -280,16 +285,40 @@ class UpstreamSource(Source):
             left = deadline - loop.time()
             return await self._adapter.count_tokens(self._upstream, text, left) if left > 0 else None
 
+        return count
+
+    async def _count_as_it_comes(self, texts: list[str]) -> None:
+        """Count ``texts`` (taken from a long stream's kept text) into ``_counted``; once a count fails
+        the stream's usage is estimated, and what is taken is let go uncounted."""
+        if not texts or self._counted is None:
+            return
+        count = self._counter()
+        for text in texts:
+            counted = await count(text)
+            if counted is None:
+                self._counted = None
+                return
+            self._counted += counted
+
+    async def _count_usage(
+        self, texts: list[str], fallback_completion: int, counted: int | None = 0
+    ) -> dict[str, Any]:
+        """Usage the upstream did not report: counted with its tokenizer when it has one, and answers in
+        time (``counted``: tokens already counted as the stream came, None when that failed); else
+        estimated (the prompt's words, ``fallback_completion``)."""
+        self.repairs.add("Q28")
+        count = self._counter()
         prompt = await count(self._prompt) if self._prompt else 0
         if prompt is None:
             prompt = len(self._prompt.split())  # no tokenizer: words, the same estimate as the completion's
-        completion = 0
+        completion = counted
         for text in texts:
-            counted = await count(text) if text else 0
-            if counted is None:
-                completion = fallback_completion
+            if completion is None:
                 break
-            completion += counted
+            tokens = await count(text) if text else 0
+            completion = None if tokens is None else completion + tokens
+        if completion is None:
+            completion = fallback_completion
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     async def aclose(self) -> None:

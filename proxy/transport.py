@@ -17,7 +17,9 @@ Faults map to the httpx errors the proxy tells apart (``Upstream.open``):
 - the connection closes before any response byte: ``RemoteProtocolError``; when it was a pooled
   keep-alive connection the upstream dropped while idle (llama-server does), ``send`` first retries
   once on a fresh connection;
-- a reply that is not HTTP: ``ProtocolError`` (not retried);
+- a reply that is not HTTP, or whose head (status line and headers) runs past ``MAX_HEAD`` bytes:
+  ``ProtocolError`` (not retried; the head's bytes are counted as they arrive: a 400 MB head took
+  the proxy's memory up by as much, issue 18);
 - a body cut short or badly framed: ``ReadError``, raised only after every byte received before it has
   been handed over (an upstream that sends ``[DONE]`` and closes without the chunked terminator loses
   nothing).
@@ -38,7 +40,10 @@ from typing import cast
 import httptools
 import httpx
 
-__all__ = ["Origin", "ResponseBody", "UpstreamTransport", "origin_of", "request_bytes"]
+__all__ = ["MAX_HEAD", "Origin", "ResponseBody", "UpstreamTransport", "origin_of", "request_bytes"]
+
+MAX_HEAD = 64 * 1024
+"""The most bytes a response head may take: the cap the proxy puts on a client's request head."""
 
 # Received but unread body bytes above which the connection stops reading until the next read takes
 # them (a slow client then slows the upstream instead of filling the proxy's memory).
@@ -72,6 +77,7 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._received = False
+        self._head_bytes = 0
         self._complete = False
         self._until_close = False
         self._keep_alive = False
@@ -183,6 +189,8 @@ class _Connection(asyncio.Protocol):
             self.close()  # bytes nobody asked for: the connection is no longer in a known state
             return
         self._received = True
+        head = self._head
+        in_head = head is not None and not head.done()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -192,6 +200,12 @@ class _Connection(asyncio.Protocol):
                 self._fail(httpx.ProtocolError(f"the upstream reply is not valid HTTP: {exc}"))
             else:
                 self._fail(httpx.ReadError(f"the upstream response body is badly framed: {exc}"))
+        if in_head and head is not None and not head.done():
+            # Still in the head: httptools holds a header until it is whole, so the bytes are counted
+            # here (a read is 256 KiB at most: the parser never holds much more than MAX_HEAD).
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD:
+                self._fail(httpx.ProtocolError(f"the upstream response head is over {MAX_HEAD // 1024} KiB"))
         if self._buffered > _HIGH_WATER and not self._paused and not self.closed:
             self._paused = True
             transport = self.transport

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import zlib
 from typing import Any
 
@@ -14,21 +15,62 @@ from .config import ProxyConfig
 from .errors import ProxyError, error_from_http
 from .transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
 
-__all__ = ["MAX_ERROR_BODY", "Upstream", "UpstreamStream"]
+__all__ = ["MAX_ERROR_BODY", "MAX_JSON_BODY", "Upstream", "UpstreamStream", "usable_retry_header"]
 
 MAX_ERROR_BODY = 64 * 1024
 _KEEPALIVE_EXPIRY = 30.0
+MAX_JSON_BODY = 64 * 1024 * 1024
+"""The most of an upstream's answer the proxy holds at once (a JSON body, an aggregated stream); past it
+the answer is a 502 rather than memory that grows with whatever the upstream sends (issue 18)."""
 _RETRY_HEADERS = (b"retry-after", b"retry-after-ms")
+# What a retry header may hold: seconds (milliseconds for retry-after-ms; openai-python reads both as
+# floats), or for Retry-After an HTTP date (RFC 9110 10.2.3). Anything else is no advice a client can
+# follow, and an upstream was seen to put its key there (issue 18): such a header is dropped.
+_RETRY_DELAY = re.compile(rb"\d{1,10}(?:\.\d{1,6})?")
+_HTTP_DATE = re.compile(rb"[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT")
+
+
+def usable_retry_header(name: bytes, value: bytes) -> bool:
+    """False for a ``Retry-After`` or ``retry-after-ms`` (``name`` lower case) that holds no delay or
+    date a client could follow; True for any other header."""
+    if name not in _RETRY_HEADERS:
+        return True
+    value = value.strip()
+    return bool(_RETRY_DELAY.fullmatch(value) or (name == b"retry-after" and _HTTP_DATE.fullmatch(value)))
+
+
+# zlib's window bits for each encoding an upstream may send though asked for identity; deflate as gzip
+# or zlib stream, which ever its header says (32).
+_WBITS = {"gzip": 16 | zlib.MAX_WBITS, "x-gzip": 16 | zlib.MAX_WBITS, "deflate": 32 | zlib.MAX_WBITS}
+_INFLATE_STEP = 256 * 1024  # the most one read inflates to: a small body may stand for gigabytes
+
+
+def _inflater(encoding: str) -> Any:
+    wbits = _WBITS.get(encoding.strip().lower())
+    return None if wbits is None else zlib.decompressobj(wbits)
 
 
 class UpstreamStream:
-    """An open upstream response read chunk by chunk, each read bounded by a deadline."""
+    """An open upstream response read chunk by chunk, each read bounded by a deadline.
+
+    A success body the upstream compressed though the proxy asked for identity (gzip or deflate) is
+    read decompressed, a bounded step at a time (``decoded``); an error body is decompressed by
+    ``error_from``, where one that is not what it says it is leaves the status to speak.
+    """
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
         body = response.stream
         assert isinstance(body, ResponseBody)
         self._body = body
+        encoding = str(response.headers.get("content-encoding", ""))
+        self._inflate = _inflater(encoding) if response.status_code < 400 else None
+        self._inflated_end = False
+
+    @property
+    def decoded(self) -> bool:
+        """Whether ``read`` decompresses the body (its Content-Encoding no longer holds)."""
+        return self._inflate is not None
 
     @property
     def status(self) -> int:
@@ -44,6 +86,27 @@ class UpstreamStream:
         The idle timeout is the transport's read timeout (one timer per connection, proxy/transport.py);
         ``timeout`` sets a shorter bound for this read alone.
         """
+        if self._inflate is not None:
+            return await self._read_inflated(timeout)
+        return await self._read_raw(timeout)
+
+    async def _read_inflated(self, timeout: float | None) -> bytes | None:  # noqa: ASYNC109
+        inflate = self._inflate
+        assert inflate is not None
+        while not self._inflated_end:
+            data = inflate.unconsumed_tail or await self._read_raw(timeout)
+            try:
+                if data is None:
+                    self._inflated_end = True
+                    return inflate.flush() or None
+                out: bytes = inflate.decompress(data, _INFLATE_STEP)
+            except zlib.error:
+                raise ProxyError.make("the upstream's compressed body is not valid", 502) from None
+            if out:
+                return out
+        return None
+
+    async def _read_raw(self, timeout: float | None) -> bytes | None:  # noqa: ASYNC109
         try:
             if timeout is None:
                 return await self._body.read()
@@ -78,17 +141,27 @@ class UpstreamStream:
 
     def error_from(self, body: bytes) -> ProxyError:
         """The OpenAI error of this error response, whose body (or its first ``MAX_ERROR_BODY`` bytes)
-        is ``body``: decompressed first if an upstream sent it compressed though asked not to."""
-        encoding = str(self.response.headers.get("content-encoding", "")).strip().lower()
-        if encoding in ("gzip", "x-gzip", "deflate"):
+        is ``body``: decompressed first if an upstream sent it compressed though asked not to. A
+        redirect (the proxy follows none) is reported as one."""
+        if self.status < 400:
+            return ProxyError.make(
+                f"the upstream server redirected the request (HTTP {self.status}), and the proxy follows "
+                "no redirects: point the proxy at the address the upstream redirects to",
+                502,
+            )
+        inflate = _inflater(str(self.response.headers.get("content-encoding", "")))
+        if inflate is not None:
             try:
-                inflate = zlib.decompressobj(zlib.MAX_WBITS | (16 if "gzip" in encoding else 32))
                 body = inflate.decompress(body, MAX_ERROR_BODY)
             except zlib.error:
                 body = b""  # not what it said it is: the status alone speaks
         error = error_from_http(self.status, self.content_type, body)
         # A 429 or 503's advice on when to ask again, which openai-python's retries follow.
-        error.headers = [(k.lower(), v) for k, v in self.response.headers.raw if k.lower() in _RETRY_HEADERS]
+        error.headers = [
+            (name, value)
+            for name, value in ((k.lower(), v) for k, v in self.response.headers.raw)
+            if name in _RETRY_HEADERS and usable_retry_header(name, value)
+        ]
         return error
 
     async def aclose(self) -> None:
@@ -172,11 +245,14 @@ class Upstream:
     def client_location(self, location: bytes) -> bytes:
         """A ``Location`` the upstream sent, as the client must follow it: one that points into the
         upstream becomes a path on the proxy, so a client that follows a redirect does not go around
-        the proxy (nor learn the upstream's address); any other is left as it is."""
-        origin = str(self.client.base_url.copy_with(raw_path=b"/")).rstrip("/").encode()
-        if not location.lower().startswith(origin.lower()):
+        the proxy (nor learn the upstream's address); any other is left as it is. A scheme-relative
+        ``//host:port/path`` is read with the upstream's scheme, as a client resolves it."""
+        base = self.client.base_url
+        origin = str(base.copy_with(raw_path=b"/")).rstrip("/").encode()
+        absolute = base.raw_scheme + b":" + location if location.startswith(b"//") else location
+        if not absolute.lower().startswith(origin.lower()):
             return location
-        path = location[len(origin) :] or b"/"
+        path = absolute[len(origin) :] or b"/"
         if path[:1] not in (b"/", b"?", b"#"):
             return location  # http://host:80 against http://host:8080: another origin
         if self._base_path and path.startswith(self._base_path + b"/"):
@@ -204,19 +280,29 @@ class Upstream:
             raise ProxyError.timeout("the upstream server timed out") from None
         except httpx.ConnectError:
             raise ProxyError.make("could not connect to the upstream server", 502) from None
+        except httpx.ProtocolError as exc:  # worded by the transport: no address, no path
+            raise ProxyError.make(str(exc), 502) from None
         except httpx.HTTPError as exc:
             raise ProxyError.make(f"the upstream request failed: {type(exc).__name__}", 502) from None
         return UpstreamStream(response)
 
     async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
-        """A small request whose JSON answer is wanted (models, tokenize, probes); None on any failure."""
+        """A small request whose JSON answer is wanted (models, tokenize, probes); None on any failure,
+        an answer over ``MAX_JSON_BODY`` or one that is no JSON included (nested too deeply, too): the
+        capability it asks about is then absent."""
+        given = [(b"content-type", b"application/json")] if body is not None else []
+        content = jsoncodec.dumps(body) if body is not None else b""
         try:
             async with asyncio.timeout(timeout):
-                response = await self.client.request(method, path, json=body)
-            if response.status_code != 200:
-                return None
-            return response.json()
-        except (httpx.HTTPError, ValueError, TimeoutError):
+                stream = await self._send(self._message(method, self._target(path), content, given))
+                try:
+                    if stream.status != 200:
+                        return None
+                    raw = await stream.read_all(MAX_JSON_BODY)
+                finally:
+                    await stream.aclose()
+            return jsoncodec.loads(raw)
+        except (ProxyError, ValueError, TimeoutError):
             return None
 
     def connections_in_use(self) -> int:

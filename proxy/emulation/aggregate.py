@@ -1,10 +1,18 @@
-"""``stream: false`` on a stream-only upstream (seed 002): normalized chunks folded into one response."""
+"""``stream: false`` on a stream-only upstream (seed 002): normalized chunks folded into one response.
+
+What is held is bounded by ``Aggregator.limit`` (the proxy's 64 MiB cap on an upstream's answer): each
+text part counts its characters and the cost of one more string object, logprobs their JSON size. Past
+it the answer is a 502 (``ProxyError``); unbounded, a 200 MB stream took the proxy to a 1 GB peak.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from .. import jsoncodec
+from ..errors import ProxyError
 from ..normalizer.request import RequestInfo
+from ..upstream import MAX_JSON_BODY
 
 __all__ = ["Aggregator"]
 
@@ -21,14 +29,35 @@ class _Choice:
         self.finish = "stop"
 
 
+_PART_COST = 64  # bytes of a short str object and its list slot, beside its characters
+
+
 class Aggregator:
+    limit = MAX_JSON_BODY
+    """The most bytes held (estimated) before the answer is refused."""
+
     def __init__(self, request: RequestInfo) -> None:
         self._request = request
         self._choices: dict[int, _Choice] = {}
         self._head: dict[str, Any] | None = None
+        self._held = 0
         self.usage: dict[str, Any] | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
+        """Fold ``chunk`` in; a ``ProxyError`` (502) once the answer holds more than ``limit``."""
+        self._fold(chunk)
+        if self._held > self.limit:
+            raise ProxyError.make(
+                f"the upstream's answer is over the {self.limit >> 20} MiB the proxy holds to answer "
+                "without streaming; ask for it with stream: true",
+                502,
+            )
+
+    def _hold(self, parts: list[str], text: str) -> None:
+        parts.append(text)
+        self._held += len(text) + _PART_COST
+
+    def _fold(self, chunk: dict[str, Any]) -> None:
         if self._head is None:
             self._head = {k: chunk[k] for k in ("id", "created", "model")}
         if chunk.get("usage") is not None:
@@ -39,15 +68,15 @@ class Aggregator:
                 choice.finish = raw["finish_reason"]
             self._logprobs(choice, raw.get("logprobs"))
             if self._request.endpoint == "completions":
-                choice.text.append(raw["text"])
+                self._hold(choice.text, raw["text"])
                 continue
             delta = raw["delta"]
             if delta.get("content"):
-                choice.text.append(delta["content"])
+                self._hold(choice.text, delta["content"])
             if delta.get("refusal"):
-                choice.refusal.append(delta["refusal"])
+                self._hold(choice.refusal, delta["refusal"])
             if delta.get("reasoning_content"):
-                choice.reasoning.append(delta["reasoning_content"])
+                self._hold(choice.reasoning, delta["reasoning_content"])
             for call in delta.get("tool_calls") or ():
                 current = choice.calls.get(call["index"])
                 if current is None:
@@ -58,6 +87,7 @@ class Aggregator:
                     }
                 else:
                     current["function"]["arguments"] += call["function"].get("arguments", "")
+                self._held += len(call["function"].get("arguments") or "") + _PART_COST
 
     def result(self, usage: dict[str, Any] | None) -> dict[str, Any]:
         head = self._head or {}
@@ -74,6 +104,7 @@ class Aggregator:
     def _logprobs(self, choice: _Choice, logprobs: Any) -> None:
         if not isinstance(logprobs, dict):
             return
+        self._held += len(jsoncodec.dumps(logprobs))
         if choice.logprobs is None:
             choice.logprobs = {
                 key: list(value) if isinstance(value, list) else value for key, value in logprobs.items()

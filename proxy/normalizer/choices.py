@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any
 
+from .. import jsoncodec
 from ..emulation.stop import StopScanner
 from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
 from .repairs import Repairs
@@ -35,8 +36,8 @@ def _whole_object(parts: list[str]) -> bool:
     if not parts or not parts[-1].rstrip().endswith("}"):
         return False
     try:
-        return isinstance(json.loads("".join(parts)), dict)
-    except (ValueError, RecursionError):
+        return isinstance(jsoncodec.loads("".join(parts)), dict)
+    except ValueError:
         return False
 
 
@@ -80,6 +81,7 @@ class ChoiceState:
         "finish",
         "had_tools",
         "held_logprobs",
+        "held_text",
         "index",
         "last_call",
         "next_tool",
@@ -112,6 +114,7 @@ class ChoiceState:
         self.had_tools = False
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
+        self.held_text = 0  # what ``parts`` holds: characters, and a string object's cost for each
         # With stop sequences, a chunk's logprobs wait with the text the scanner holds back: (where the
         # chunk's content starts in the upstream's text, that content, its logprobs). Counted only then.
         self.held_logprobs: list[tuple[int, str, dict[str, Any]]] = []
@@ -141,6 +144,7 @@ class ChoiceState:
         self.tokens += 1
         if self.parts is not None:
             self.parts.append(text)
+            self.held_text += len(text) + 64
 
     def pass_logprobs(self, logprobs: Any, *, chat: bool, had_text: bool, sends_text: bool) -> Any:
         """This chunk's logprobs once its text goes out: with stop sequences, a chunk's wait while the

@@ -18,6 +18,10 @@ _PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-"}
 _OTHER_PREFIX = re.compile(r"^(?:chatcmpl|cmpl|chat)-")
 # Ollama draws ids from rand.Intn(999) (Q05): such ids collide across requests, so mint our own.
 _WEAK_ID = re.compile(r"^(?:chatcmpl|cmpl)-\d{1,4}$")
+# An id longer than this is no id a server mints (theirs are under 100 characters) but memory: each of
+# the 8,192 remembered ids was held whole (2 MB ids: 16 GB), and stamped on every chunk sent. The
+# proxy mints its own instead.
+_MAX_ID = 256
 
 
 def new_id(endpoint: Endpoint) -> str:
@@ -100,7 +104,9 @@ class Identity:
         if not isinstance(upstream_id, str) or not upstream_id.strip():
             repairs.add("Q01")
             return new_id(self.endpoint)
-        self.upstream_id = upstream_id
+        self.upstream_id = upstream_id  # (held for this response only: its later chunks are compared)
+        if len(upstream_id) > _MAX_ID:
+            return new_id(self.endpoint)
         if _WEAK_ID.match(upstream_id):
             repairs.add("Q05")
             return new_id(self.endpoint)

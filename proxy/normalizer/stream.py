@@ -9,7 +9,6 @@ error (nothing sent yet) and an error event.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from conformance.sse import SSEBlock
@@ -163,6 +162,23 @@ class StreamNormalizer:
 
     def completion_texts(self) -> list[str]:
         return ["".join(s.parts or ()) for _, s in sorted(self._choices.items())]
+
+    def take_texts(self, over: int) -> list[str]:
+        """The text kept for counting of each choice that holds more than ``over`` bytes, up to the space
+        before its last word (a word is not split, and tokenizers read a word with the space before
+        it), taken out of what ``completion_texts`` returns: the caller counts it now, so that a long
+        answer's usage is counted as it comes, not from its whole text at the end."""
+        taken = []
+        for state in self._choices.values():
+            if state.parts is None or state.held_text <= over:
+                continue
+            text = "".join(state.parts)
+            cut = text.rfind(" ")
+            cut = cut if cut > 0 else len(text)
+            taken.append(text[:cut])
+            state.parts[:] = [text[cut:]] if cut < len(text) else []
+            state.held_text = len(text) - cut
+        return taken
 
     def completion_tokens(self) -> int:
         return sum(state.tokens for state in self._choices.values())
@@ -409,14 +425,14 @@ class StreamNormalizer:
 
     def _fail_text(self, value: str, quirk: str) -> None:
         try:
-            payload: Any = json.loads(value)
+            payload: Any = jsoncodec.loads(value)
         except ValueError:
             payload = {"error": {"message": value}}
         self.fail(error_from_payload(payload, 500, quirk=quirk))
 
     def _raw_line(self, line: str) -> list[dict[str, Any]]:
         try:
-            payload = json.loads(line)
+            payload = jsoncodec.loads(line)
         except ValueError:
             self.fail(ProxyError.make("the upstream server sent a line that is not SSE", 502))
             return []

@@ -66,3 +66,16 @@ def test_request_parser_takes_integers_beyond_64_bits_and_still_refuses_nan() ->
     with pytest.raises(ProxyError) as raised:
         parse_request("chat", b'{"messages": [,]}')
     assert "(line 1, column 15)" in raised.value.message  # the standard parser's position
+
+
+@pytest.mark.parametrize("inner", ["1", f"{BIG}"], ids=["orjson", "standard library"])
+@pytest.mark.parametrize("depth", [jsoncodec.MAX_DEPTH + 1, 1000, 5000])
+def test_loads_refuses_json_nested_deeper_than_it_can_write_back(inner: str, depth: int) -> None:
+    deep = "[" * depth + inner + "]" * depth
+    for data in (deep, deep.encode()):
+        with pytest.raises(ValueError, match="nested too deeply"):
+            jsoncodec.loads(data)
+    most = jsoncodec.MAX_DEPTH
+    assert jsoncodec.dumps(jsoncodec.loads("[" * most + inner + "]" * most)).startswith(b"[[[")
+    with pytest.raises(ProxyError, match="nested too deeply"):
+        parse_request("chat", ('{"messages": [], "x": ' + deep + "}").encode())

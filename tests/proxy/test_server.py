@@ -464,7 +464,17 @@ def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -
         assert server.requests[-1]["path"] == "/v1/files/file-1"
 
 
-@pytest.mark.parametrize("path", ["/v1/../props", "/v1/%2e%2e/props", "/v1/./models/../../health"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/../props",
+        "/v1/%2e%2e/props",
+        "/v1/./models/../../health",
+        "/v1/..\\props",  # a server that takes a backslash for a slash resolves these too
+        "/v1/..%5cprops",
+        "/v1/models%5C..%5C..%5Chealth",
+    ],
+)
 def test_a_path_that_would_leave_v1_at_the_upstream_is_not_forwarded(
     upstream: tuple[str, Upstream], path: str
 ) -> None:
