@@ -42,6 +42,8 @@ def tokenize(text: str) -> list[int]:
 class IkLlama:
     def __init__(self, n_ctx: int = 64) -> None:
         self.n_ctx = n_ctx
+        self.newer_probs = False
+        """Native probabilities in llama-server's newer shape (OpenAI's chat entries) instead."""
         self.seen: list[tuple[str, dict[str, Any]]] = []
         self.app = Starlette(
             routes=[
@@ -77,7 +79,7 @@ class IkLlama:
         self.seen.append(("/completion", body))
         tokens, prompt_tokens, _ = self._generated(body, len(tokenize(body["prompt"])))
         n_probs = body.get("n_probs", 0)
-        probs = [_probs(token, n_probs) for token in tokens]
+        probs = [(_newer_probs if self.newer_probs else _probs)(token, n_probs) for token in tokens]
         final = {"content": "", "stop": True, "id_slot": 0, "stopped_limit": True, "stopped_eos": False}
         final |= {"tokens_predicted": len(tokens), "tokens_evaluated": prompt_tokens, "model": "gemma"}
         if not body.get("stream"):
@@ -131,6 +133,13 @@ class IkLlama:
 def _probs(token: str, n_probs: int) -> dict[str, Any]:
     others = [{"tok_str": f" other{i}", "prob": 0.0} for i in range(max(n_probs - 1, 0))]
     return {"content": token, "probs": [{"tok_str": token, "prob": 1.0}, *others]}
+
+
+def _newer_probs(token: str, n_probs: int) -> dict[str, Any]:
+    """llama-server's entry: the chosen token's own logprob, and its alternatives'."""
+    chosen = {"id": 7, "token": token, "bytes": list(token.encode()), "logprob": -0.5}
+    others = [{"id": i, "token": f" other{i}", "bytes": [32], "logprob": -3.0} for i in range(n_probs)]
+    return chosen | {"top_logprobs": [chosen, *others][:n_probs]}
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:

@@ -158,6 +158,22 @@ def test_completion_logprobs_come_from_the_native_probabilities(
     assert logprobs["text_offset"] == [0, 4, 8]
 
 
+def test_completion_logprobs_from_llama_servers_newer_native_shape(
+    ik: tuple[IkLlama, str], proxy: str
+) -> None:
+    fake, _ = ik
+    fake.newer_probs = True
+    try:
+        body = {"prompt": "Count:", "max_tokens": 2, "logprobs": 1, "stream": True}
+        choices = [e["choices"][0] for e in _events(_judged(proxy, "/v1/completions", body)) if e["choices"]]
+    finally:
+        fake.newer_probs = False
+    parts = [c["logprobs"] for c in choices if c["logprobs"] and c["logprobs"]["tokens"]]
+    assert [t for part in parts for t in part["tokens"]] == list(WORDS[:2])
+    assert [v for part in parts for v in part["token_logprobs"]] == [-0.5, -0.5]
+    assert parts[0]["top_logprobs"] == [{WORDS[0]: -0.5}]  # one alternative, as asked
+
+
 def test_serve_takes_the_default_limit_from_its_flag_or_variable(ik: tuple[IkLlama, str]) -> None:
     port = free_port()
     serve = [sys.executable, "-m", "conformance", "serve", "--upstream", ik[1], "--port", str(port)]
