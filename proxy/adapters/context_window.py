@@ -17,6 +17,7 @@ certain, and one that the template alone pushes past the context goes through as
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..errors import ProxyError
@@ -27,6 +28,7 @@ from .base import requested_limit
 __all__ = ["ContextWindow", "context_of_props"]
 
 _TIMEOUT = 5.0  # seconds for each call to the upstream; past it the prompt goes through unchecked
+_PROPS_RETRY = 60.0  # seconds before /props is asked again after it gave no size (not on every request)
 # No tokenizer makes more tokens of a text than its UTF-8 bytes, plus a start token and the space some
 # prepend: a prompt this short needs no call to the upstream at all.
 _ADDED_TOKENS = 2
@@ -48,6 +50,7 @@ class ContextWindow:
 
     def __init__(self, size: int | None = None) -> None:
         self.size = size
+        self._props_asked = -_PROPS_RETRY  # monotonic time /props was last asked
         self._templates: bool | None = None  # whether /apply-template answers; None until asked
 
     async def overflow(
@@ -56,6 +59,9 @@ class ContextWindow:
         """The 400 for a request whose prompt and requested completion do not fit, else None (also when
         the size or the count cannot be had: the upstream then answers as it would)."""
         if self.size is None:
+            if time.monotonic() - self._props_asked < _PROPS_RETRY:
+                return None
+            self._props_asked = time.monotonic()
             self.size = context_of_props(await upstream.json("GET", "/props", timeout=_TIMEOUT))
             if self.size is None:
                 return None

@@ -42,6 +42,8 @@ def tokenize(text: str) -> list[int]:
 class IkLlama:
     def __init__(self, n_ctx: int = 64) -> None:
         self.n_ctx = n_ctx
+        self.props = True
+        """Whether ``/props`` answers (else 404, as a server that has none)."""
         self.newer_probs = False
         """Native probabilities in llama-server's newer shape (OpenAI's chat entries) instead."""
         self.seen: list[tuple[str, dict[str, Any]]] = []
@@ -59,6 +61,9 @@ class IkLlama:
         return [body for seen_path, body in self.seen if seen_path == path]
 
     async def _props(self, _: Request) -> Response:
+        self.seen.append(("/props", {}))
+        if not self.props:
+            return JSONResponse({"error": {"code": 404, "message": "File Not Found"}}, status_code=404)
         settings = {"n_ctx": self.n_ctx, "n_predict": -1, "n_probs": 0, "temperature": 0.8}
         props = {"system_prompt": "", "default_generation_settings": settings, "total_slots": 1}
         return JSONResponse(props | {"chat_template": "", "bos_token": "<bos>", "n_ctx": self.n_ctx})

@@ -100,7 +100,7 @@ def test_a_prompt_past_the_context_is_a_400_before_any_generation(
     assert error["param"] == ("messages" if endpoint == "chat" else "prompt")
     assert f"maximum context length is {N_CTX} tokens" in error["message"]
     assert f"{N_CTX + 10} in your prompt; 2 for the completion" in error["message"] or endpoint == "chat"
-    assert [path for path, _ in fake.seen if path != "/tokenize"] == []  # nothing generated
+    assert [path for path, _ in fake.seen if path not in ("/tokenize", "/props")] == []  # nothing generated
 
 
 def test_the_requested_completion_counts_against_the_context(ik: tuple[IkLlama, str], proxy: str) -> None:
@@ -116,6 +116,27 @@ def test_the_requested_completion_counts_against_the_context(ik: tuple[IkLlama, 
     chat = {"messages": [{"role": "user", "content": words}], "max_completion_tokens": 20}
     refused = _judged(proxy, "/v1/chat/completions", chat, status=400).json()
     assert f"({N_CTX - 10} in the messages, 20 in the completion)" in refused["error"]["message"]
+
+
+def test_a_llamacpp_kind_reads_the_context_when_first_needed_and_not_on_every_request(
+    ik: tuple[IkLlama, str],
+) -> None:
+    fake, upstream = ik
+    over = {"prompt": "hello " * (N_CTX + 1), "max_tokens": 2}
+    with run_proxy(upstream, upstream_kind="llamacpp") as url:  # no detection: /props not read at start
+        assert (
+            _judged(url, "/v1/completions", over, status=400).json()["error"]["code"]
+            == "context_length_exceeded"
+        )
+    fake.props = False
+    try:
+        with run_proxy(upstream, upstream_kind="llamacpp") as url:
+            fake.seen.clear()
+            for _ in range(3):  # no size to check against: served as the server serves it
+                assert _judged(url, "/v1/completions", over).json()["usage"]["prompt_tokens"] == N_CTX - 4
+            assert [path for path, _ in fake.seen].count("/props") == 1
+    finally:
+        fake.props = True
 
 
 def test_each_prompt_of_an_array_is_checked(proxy: str) -> None:
