@@ -33,7 +33,8 @@ _FLOOR = -9999.0  # OpenAI's "very unlikely": a probability of 0 (greedy samplin
 # and ``model`` too: a llama-server in router mode picks the model for /completion by it. Left out:
 # keys the proxy owns (stream, stream_options, n: fanned out) or answers from the native event shape
 # (response_fields would strip the content/stop fields translate_native_event reads), and OpenAI-only
-# keys native ignores (user; echo/logprobs/best_of/suffix only reach here when they ask for nothing).
+# keys native ignores (user; echo/best_of/suffix only reach here when they ask for nothing; logprobs
+# go as n_probs).
 _NOT_NATIVE = frozenset(
     {"stream", "stream_options", "n", "echo", "logprobs", "best_of", "suffix", "user", "response_fields"}
 )
