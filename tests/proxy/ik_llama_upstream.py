@@ -45,6 +45,8 @@ class IkLlama:
         self.props = True
         """Whether ``/props`` answers (else 404, as a server that has none)."""
         self.newer_probs = False
+        self.sampled = False
+        """Probabilities as when sampling: the chosen token the third likeliest (0.2), not the first."""
         """Native probabilities in llama-server's newer shape (OpenAI's chat entries) instead."""
         self.seen: list[tuple[str, dict[str, Any]]] = []
         self.app = Starlette(
@@ -66,7 +68,8 @@ class IkLlama:
             return JSONResponse({"error": {"code": 404, "message": "File Not Found"}}, status_code=404)
         settings = {"n_ctx": self.n_ctx, "n_predict": -1, "n_probs": 0, "temperature": 0.8}
         props = {"system_prompt": "", "default_generation_settings": settings, "total_slots": 1}
-        return JSONResponse(props | {"chat_template": "", "bos_token": "<bos>", "n_ctx": self.n_ctx})
+        props |= {"chat_template": "", "bos_token": "<bos>", "eos_token": "<eos>", "n_ctx": self.n_ctx}
+        return JSONResponse(props)
 
     async def _tokenize(self, request: Request) -> Response:
         body = await request.json()
@@ -84,7 +87,8 @@ class IkLlama:
         self.seen.append(("/completion", body))
         tokens, prompt_tokens, _ = self._generated(body, len(tokenize(body["prompt"])))
         n_probs = body.get("n_probs", 0)
-        probs = [(_newer_probs if self.newer_probs else _probs)(token, n_probs) for token in tokens]
+        shape = _newer_probs if self.newer_probs else _sampled_probs if self.sampled else _probs
+        probs = [shape(token, n_probs) for token in tokens]
         final = {"content": "", "stop": True, "id_slot": 0, "stopped_limit": True, "stopped_eos": False}
         final |= {"tokens_predicted": len(tokens), "tokens_evaluated": prompt_tokens, "model": "gemma"}
         if not body.get("stream"):
@@ -138,6 +142,13 @@ class IkLlama:
 def _probs(token: str, n_probs: int) -> dict[str, Any]:
     others = [{"tok_str": f" other{i}", "prob": 0.0} for i in range(max(n_probs - 1, 0))]
     return {"content": token, "probs": [{"tok_str": token, "prob": 1.0}, *others]}
+
+
+def _sampled_probs(token: str, n_probs: int) -> dict[str, Any]:
+    likeliest = [(" other0", 0.5), (" other1", 0.3), (token, 0.2)] + [
+        (f" other{i}", 0.0) for i in range(2, 20)
+    ]
+    return {"content": token, "probs": [{"tok_str": t, "prob": p} for t, p in likeliest[:n_probs]]}
 
 
 def _newer_probs(token: str, n_probs: int) -> dict[str, Any]:
