@@ -1,8 +1,9 @@
 """A prompt longer than a llama.cpp server's context, refused with 400 before any generation.
 
 ik_llama.cpp (and llama.cpp before PR #15780) answer an over-long prompt with 200 after cutting it
-(ik_llama.cpp at the commit before its #768, measured: a 2,000-word prompt against ``-c 2048`` came back
-200, its usage counting the cut prompt), or with a bare 500 (Q43, Q44); and a request whose prompt fits
+(ik_llama.cpp at the commit before its #768 serving Gemma 3 270M with ``-c 2048``, measured: a prompt of
+3,000 words came back 200 with ``prompt_tokens`` 1978 on ``/v1/completions`` and 2000 on chat), or with
+a bare 500 (Q43, Q44); and a request whose prompt fits
 but whose ``max_tokens`` does not runs on through a shifting context, forgetting the prompt's start.
 OpenAI answers both with 400 ``context_length_exceeded`` (openai-spec.md §2.11, quirks.md header), and
 counts the requested completion tokens with the prompt's. The server's context comes from ``/props``

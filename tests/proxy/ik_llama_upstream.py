@@ -1,12 +1,14 @@
 """A small upstream that answers as ik_llama.cpp's ``llama-server`` at the commit before its PR #768
-(540a2651) does, where the proxy's behaviour depends on it (answers recorded from a build of that commit
-serving Gemma 3 270M with ``-c 2048``, docs/compatibility notes in COMPATIBILITY.md):
+(540a2651) does, where the proxy's behaviour depends on it (its answers recorded from a build of that
+commit serving Gemma 3 270M with ``-c 2048``; field names and shapes as recorded):
 
 - ``/props`` gives ``n_ctx`` (top level, and one slot's in ``default_generation_settings``);
   there is no ``/apply-template`` (the handler exists in the source but is not routed: 404);
+  ``/tokenize`` adds the start token with ``add_special: true`` (``[2, 23391, 29104, 29104]``);
 - its OpenAI endpoints read ``max_tokens`` or ``n_predict`` and never ``max_completion_tokens``; with no
-  limit it generates on through a shifting context (here: ``ENDLESS`` tokens, then ``length``);
-- a prompt longer than the context is cut and answered 200;
+  limit it generates on through a shifting context (recorded: ``max_completion_tokens: 3`` streamed 63
+  tokens in 8 s and went on; here: ``ENDLESS`` tokens, then ``length``);
+- a prompt longer than the context is cut and answered 200 (3,000 words: ``prompt_tokens`` 1978);
 - ``logprobs`` on its OpenAI endpoints come back ``null`` (chat, stream: no key at all), while native
   ``/completion`` with ``n_probs`` carries ``completion_probabilities`` as
   ``[{"content": token, "probs": [{"tok_str", "prob"}]}]``, greedy: the chosen token 1.0, the rest 0.0;
