@@ -229,6 +229,9 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     served = await ctx.names.upstream_name(model)
     if served != model:
         body = {**body, "model": served}  # answers still name the model as asked
+    refused = await ctx.adapter.refusal(ctx.upstream, endpoint, body)
+    if refused is not None:
+        return _failed(refused, exchange, ctx.config.upstream_api_key)
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     if (
         ctx.upstream.serial is None
@@ -414,11 +417,14 @@ async def _metrics(ctx: _Context, _: Request) -> Response:
 
 
 async def _detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
+    default = config.default_max_tokens
     if config.upstream_kind == "llamacpp":
-        return LlamaCppAdapter()
-    if config.upstream_kind == "auto" and is_llamacpp_props(await upstream.json("GET", "/props", timeout=5)):
-        return LlamaCppAdapter()
-    return OpenAIAdapter()
+        return LlamaCppAdapter(default_max_tokens=default)  # its /props read when first needed
+    if config.upstream_kind == "auto" and is_llamacpp_props(
+        props := await upstream.json("GET", "/props", timeout=5)
+    ):
+        return LlamaCppAdapter(props, default)
+    return OpenAIAdapter(default)
 
 
 _COMPLETION_PATHS: dict[str, Endpoint] = {
@@ -511,7 +517,8 @@ def create_app(config: ProxyConfig) -> Starlette:
     """The proxy as an ASGI app."""
     metrics = Metrics()
     upstream = Upstream(config)
-    ctx = _Context(config, upstream, OpenAIAdapter(), metrics, ServedNames(upstream, config.model_alias))
+    adapter = OpenAIAdapter(config.default_max_tokens)
+    ctx = _Context(config, upstream, adapter, metrics, ServedNames(upstream, config.model_alias))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

@@ -136,6 +136,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="pass n>1 and prompt arrays through instead of fanning out",
     )
     p.add_argument(
+        "--default-max-tokens",
+        type=_number(int, "DEFAULT_MAX_TOKENS"),
+        default=_env("DEFAULT_MAX_TOKENS"),
+        help="max_tokens for requests that give no limit (default: none, the upstream's own)",
+    )
+    p.add_argument(
         "--model", default=_env("MODEL"), help="model for the bundled backend (without --upstream)"
     )
     p.add_argument(
@@ -288,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
             max_body=args.max_body,
             cors_origins=cors_origins,
             fan_out=fan_out,
+            default_max_tokens=args.default_max_tokens,
         )
         workers = f" ({args.workers} workers)" if args.workers > 1 else ""
         if not args.upstream and not args.model:

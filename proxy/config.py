@@ -41,6 +41,8 @@ class ProxyConfig:
     cors_origins: tuple[str, ...] = ()
     fan_out: bool = True
     """Serve ``n > 1`` and prompt arrays as concurrent single requests (Q70-Q73)."""
+    default_max_tokens: int | None = None
+    """``max_tokens`` sent for a request that gives no limit, so that none runs to the end of a context."""
 
     @property
     def upstream_base(self) -> str:

@@ -5,12 +5,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
 
-__all__ = ["Adapter", "UpstreamCall"]
+__all__ = ["LIMIT_KEYS", "Adapter", "UpstreamCall", "requested_limit", "with_limit"]
 
 OPENAI_PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+# The names of the generation limit, by llama.cpp's precedence (n_predict > max_completion_tokens >
+# max_tokens); OpenAI reads the last two.
+LIMIT_KEYS = ("n_predict", "max_completion_tokens", "max_tokens")
+
+
+def requested_limit(body: dict[str, Any]) -> int | None:
+    """The generation limit the request gives (the first of LIMIT_KEYS set to an integer), if any."""
+    for key in LIMIT_KEYS:
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def with_limit(body: dict[str, Any], default: int | None) -> dict[str, Any]:
+    """``body`` with a generation limit every upstream reads.
+
+    ``max_completion_tokens``, OpenAI's newer name, is sent as ``max_tokens`` too: llama-cpp-python,
+    Ollama, TGI and ik_llama.cpp read only the older one and would generate to the end of the context
+    (ik_llama.cpp, which shifts its context, for ever). A request that gives no limit gets the
+    operator's ``default`` (``--default-max-tokens``), when there is one.
+    """
+    limit = body.get("max_completion_tokens")
+    if body.get("max_tokens") is None and isinstance(limit, int) and not isinstance(limit, bool):
+        return {**body, "max_tokens": limit}
+    if default is not None and requested_limit(body) is None:
+        return {**body, "max_tokens": default}
+    return body
 
 
 class Translate(Protocol):
@@ -30,6 +60,12 @@ class Adapter(Protocol):
     name: str
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall: ...
+
+    async def refusal(
+        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
+    ) -> ProxyError | None:
+        """The error to answer before sending a request the upstream would mishandle, else None."""
+        ...
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
         """``text``'s tokens by the upstream's tokenizer; None without one, or when it takes longer."""

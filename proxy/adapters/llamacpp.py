@@ -1,19 +1,35 @@
-"""llama.cpp family (llama-server, ik_llama.cpp): streamed ``/v1/completions`` go to native ``/completion``.
+"""llama.cpp family (llama-server, ik_llama.cpp): streamed ``/v1/completions``, and text completions
+asking for logprobs, go to native ``/completion``.
 
 Builds with the ik_llama.cpp #767 bug (Q14) stream ``"text": ""`` on every OpenAI chunk; the native
 endpoint still carries the text, so the adapter reads that and translates each event to an OpenAI
-``text_completion`` chunk for the normalizer.
+``text_completion`` chunk for the normalizer. ik_llama.cpp before #768 also answers ``logprobs`` with
+``"logprobs": null`` on its OpenAI endpoints (its OpenAI answers read a field its sampler never fills),
+while native ``/completion`` with ``n_probs`` carries each token's probabilities
+(``completion_probabilities``, in that build's older shape: ``{"content", "probs": [{"tok_str",
+"prob"}]}``; llama-server's newer shape is OpenAI's chat entry): the adapter makes OpenAI logprobs of
+either.
 """
 
 from __future__ import annotations
 
+import math
+from functools import partial
 from typing import Any
 
+from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
-from .base import OPENAI_PATHS, UpstreamCall
+from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, with_limit
+from .context_window import ContextWindow, context_of_props
 
 __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "translate_native_event"]
+
+_FLOOR = -9999.0  # OpenAI's "very unlikely": a probability of 0 (greedy sampling gives the others 0)
+# Alternatives asked of native for each token, at least: ik_llama.cpp gives the chosen token's
+# probability only as one of them, and a sampled token is often not the likeliest (measured on Gemma 3
+# 270M at temperature 1: " home" and " several" outside the top 2).
+_PROBS_ASKED = 10
 
 # llama-server parses /v1/completions and native /completion bodies with the same code
 # (``params_from_json_cmpl``), so the client's keys go across unchanged (grammar, json_schema, top_k,
@@ -21,14 +37,15 @@ __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "tr
 # and ``model`` too: a llama-server in router mode picks the model for /completion by it. Left out:
 # keys the proxy owns (stream, stream_options, n: fanned out) or answers from the native event shape
 # (response_fields would strip the content/stop fields translate_native_event reads), and OpenAI-only
-# keys native ignores (user; echo/logprobs/best_of/suffix only reach here when they ask for nothing).
+# keys native ignores (user; echo/best_of/suffix only reach here when they ask for nothing; logprobs
+# go as n_probs).
 _NOT_NATIVE = frozenset(
     {"stream", "stream_options", "n", "echo", "logprobs", "best_of", "suffix", "user", "response_fields"}
 )
-# OpenAI's names for native n_predict, by precedence (llama.cpp: n_predict > max_completion_tokens >
-# max_tokens). They are folded into n_predict rather than passed on, so that the proxy's default below
-# cannot shadow them and builds that read only n_predict still get them.
-_MAX_TOKENS_KEYS = ("n_predict", "max_completion_tokens", "max_tokens")
+# OpenAI's names for native n_predict (LIMIT_KEYS, by llama.cpp's precedence) are folded into n_predict
+# rather than passed on, so that the proxy's default cannot shadow them and builds that read only
+# n_predict still get them.
+_OPENAI_DEFAULT_LIMIT = 16  # OpenAI's default max_tokens for completions; native would run to the end
 _STOP_TYPES = {"limit": "length", "eos": "stop", "word": "stop"}
 
 
@@ -37,15 +54,18 @@ def is_llamacpp_props(answer: Any) -> bool:
     return isinstance(answer, dict) and "default_generation_settings" in answer
 
 
-def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
+def native_completion_body(body: dict[str, Any], default_limit: int | None = None) -> dict[str, Any]:
     """The client's ``/v1/completions`` body as a native ``/completion`` streaming request."""
     # Nulls are dropped: native reads a present null as "the default", and for json_schema that
     # default is ``{}``, which would constrain the output to any JSON value.
     native = {k: v for k, v in body.items() if v is not None and k not in _NOT_NATIVE}
-    for key in _MAX_TOKENS_KEYS[1:]:
+    for key in LIMIT_KEYS[1:]:
         native.pop(key, None)
-    limit = next((body[k] for k in _MAX_TOKENS_KEYS if body.get(k) is not None), 16)
-    native["n_predict"] = limit  # 16 is OpenAI's default max_tokens; native would run to the context end
+    fallback = _OPENAI_DEFAULT_LIMIT if default_limit is None else default_limit
+    native["n_predict"] = next((body[k] for k in LIMIT_KEYS if body.get(k) is not None), fallback)
+    logprobs = body.get("logprobs")
+    if isinstance(logprobs, int) and not isinstance(logprobs, bool) and "n_probs" not in native:
+        native["n_probs"] = max(logprobs, _PROBS_ASKED)  # the answer keeps the client's count
     native["stream"] = True
     native.setdefault("cache_prompt", True)
     if isinstance(native.get("stop"), str):
@@ -53,19 +73,27 @@ def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
     return native
 
 
-def translate_native_event(payload: Any) -> Any:
-    """A native ``/completion`` event as an OpenAI ``text_completion`` chunk (errors pass through)."""
+def translate_native_event(payload: Any, top: int | None = None) -> Any:
+    """A native ``/completion`` event as an OpenAI ``text_completion`` chunk (errors pass through);
+    with ``top`` (the client's ``logprobs``), its tokens' logprobs with ``top`` alternatives each."""
     if not isinstance(payload, dict) or "error" in payload or "content" not in payload:
         return payload
     final = payload.get("stop") is True
+    text = payload.get("content") or ""
+    logprobs = None
+    if top is not None and (text or not final):
+        # ik_llama.cpp's last streamed event repeats every token's probabilities with no text: they
+        # came with the text before, and are not counted twice.
+        entries = native_logprobs(payload.get("completion_probabilities"), top)
+        logprobs = {"content": entries} if entries is not None else None
     chunk: dict[str, Any] = {
         "object": "text_completion",
         "model": payload.get("model") or "",
         "choices": [
             {
-                "text": payload.get("content") or "",
+                "text": text,
                 "index": 0,
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": _STOP_TYPES.get(str(payload.get("stop_type")), "stop") if final else None,
             }
         ],
@@ -82,26 +110,76 @@ def translate_native_event(payload: Any) -> Any:
     return chunk
 
 
+def native_logprobs(raw: Any, top: int) -> list[dict[str, Any]] | None:
+    """Native ``completion_probabilities`` as OpenAI chat logprob entries, ``top`` alternatives each.
+
+    Two shapes: llama-server's (``token``, ``logprob``, ``top_logprobs``, as OpenAI's chat entries)
+    and ik_llama.cpp's older one, ``{"content": token, "probs": [{"tok_str", "prob"}]}``, whose
+    chosen token's probability is its entry among the alternatives (greedy sampling: 1, the others 0;
+    a token outside them gets the floor).
+    """
+    if not isinstance(raw, list):
+        return None
+    entries = []
+    for entry in raw:
+        if not isinstance(entry, dict):
+            continue
+        if "probs" not in entry:
+            alternatives = entry.get("top_logprobs", entry.get("top_probs"))
+            entries.append(
+                {**entry, "top_logprobs": alternatives[:top] if isinstance(alternatives, list) else []}
+            )
+            continue
+        token = str(entry.get("content", ""))
+        probs = [p for p in entry.get("probs") or () if isinstance(p, dict)]
+        alternatives = [_alternative(str(p.get("tok_str", "")), p.get("prob")) for p in probs]
+        chosen = next((alt["logprob"] for alt in alternatives if alt["token"] == token), _FLOOR)
+        entries.append({**_alternative(token, None), "logprob": chosen, "top_logprobs": alternatives[:top]})
+    return entries
+
+
+def _alternative(token: str, prob: Any) -> dict[str, Any]:
+    positive = isinstance(prob, int | float) and not isinstance(prob, bool) and prob > 0
+    return {
+        "token": token,
+        "logprob": max(math.log(prob), _FLOOR) if positive else _FLOOR,
+        "bytes": list(token.encode()),
+    }
+
+
 class LlamaCppAdapter:
     name = "llamacpp"
 
+    def __init__(self, props: Any = None, default_max_tokens: int | None = None) -> None:
+        self._default_max_tokens = default_max_tokens
+        self._window = ContextWindow(context_of_props(props))
+
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
-        # The native stream is read for its text only; what it cannot answer (logprobs, echo, several
+        # The native stream is read for its text and logprobs; what it cannot answer (echo, several
         # choices) or would silently ignore (suffix, best_of) goes to the OpenAI endpoint, which honours
         # it or refuses it.
+        logprobs = body.get("logprobs")
         native_ok = (
             isinstance(body.get("prompt"), str)
-            and not body.get("logprobs")
             and not body.get("echo")
-            and not body.get("n_probs")  # its probabilities come in a native shape the stream reader drops
+            and not body.get("n_probs")  # the client's own native ask: its answer is the OpenAI endpoint's
             and body.get("suffix") is None
             and body.get("best_of") in (None, 1)
             and body.get("n") in (None, 1)
             and body.get("n_cmpl") in (None, 1)
         )
-        if endpoint == "completions" and body.get("stream") is True and native_ok:
-            return UpstreamCall("/completion", native_completion_body(body), translate_native_event)
-        return UpstreamCall(OPENAI_PATHS[endpoint], body)
+        wants_logprobs = isinstance(logprobs, int) and not isinstance(logprobs, bool)
+        if endpoint == "completions" and native_ok and (body.get("stream") is True or wants_logprobs):
+            native = native_completion_body(body, self._default_max_tokens)
+            translate = partial(translate_native_event, top=logprobs if wants_logprobs else None)
+            return UpstreamCall("/completion", native, translate)
+        return UpstreamCall(OPENAI_PATHS[endpoint], with_limit(body, self._default_max_tokens))
+
+    async def refusal(
+        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
+    ) -> ProxyError | None:
+        """A 400 for a request the server would cut or fail (a prompt past its context), before it is sent."""
+        return await self._window.overflow(upstream, endpoint, body)
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
         answer = await upstream.json("POST", "/tokenize", {"content": text}, timeout=timeout)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
-from .base import OPENAI_PATHS, UpstreamCall
+from .base import OPENAI_PATHS, UpstreamCall, with_limit
 
 __all__ = ["OpenAIAdapter"]
 
@@ -18,7 +19,8 @@ _TOKENIZERS = ("/extras/tokenize/count", "/tokenize")  # llama-cpp-python's, lla
 class OpenAIAdapter:
     name = "openai"
 
-    def __init__(self) -> None:
+    def __init__(self, default_max_tokens: int | None = None) -> None:
+        self._default_max_tokens = default_max_tokens
         self._tokenizer: str | None = None  # the tokenize endpoint found, "" when there is none
         self._unanswered: set[str] = set()  # endpoints that gave no count while probed
         # Tokens the tokenizer adds to any text (llama-cpp-python's count includes the BOS token): the
@@ -26,16 +28,17 @@ class OpenAIAdapter:
         self._added: int | None = None
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
-        limit = body.get("max_completion_tokens")
-        if "max_tokens" not in body and isinstance(limit, int) and not isinstance(limit, bool):
-            # OpenAI's newer name for the limit, which llama-cpp-python, Ollama and TGI do not read:
-            # sent under the older one too, or they generate to the end of the context.
-            body = {**body, "max_tokens": limit}
+        body = with_limit(body, self._default_max_tokens)
         if endpoint == "chat" and body.get("logprobs") is True and "top_logprobs" not in body:
             # llama-cpp-python sends chat logprobs only when top_logprobs is set; 0 is within the spec
             # for every upstream, and the alternatives it brings are taken out again (chat_logprobs).
             body = {**body, "top_logprobs": 0}
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
+
+    async def refusal(
+        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
+    ) -> ProxyError | None:
+        return None  # an OpenAI-compatible server's context is unknown: it refuses what it cannot serve
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
         """Token count from the upstream's tokenizer: llama-cpp-python's or llama.cpp's endpoint, asked

@@ -1,0 +1,167 @@
+"""A prompt longer than a llama.cpp server's context, refused with 400 before any generation.
+
+ik_llama.cpp (and llama.cpp before PR #15780) answer an over-long prompt with 200 after cutting it
+(ik_llama.cpp at the commit before its #768 serving Gemma 3 270M with ``-c 2048``, measured: a prompt of
+3,000 words came back 200 with ``prompt_tokens`` 1978 on ``/v1/completions`` and 2000 on chat), or with
+a bare 500 (Q43, Q44); and a request whose prompt fits
+but whose ``max_tokens`` does not runs on through a shifting context, forgetting the prompt's start.
+OpenAI answers both with 400 ``context_length_exceeded`` (openai-spec.md §2.11, quirks.md header), and
+counts the requested completion tokens with the prompt's. The server's context comes from ``/props``
+(``default_generation_settings.n_ctx``: one slot's share, which is what one request gets) and the
+prompt's tokens from its ``/tokenize``.
+
+A chat prompt is counted as the server templates it where it can say so (llama.cpp's
+``/apply-template``); without that endpoint (ik_llama.cpp at that commit) only the messages' texts are
+counted, which is fewer tokens than the templated prompt: a prompt refused that way is too long for
+certain, and one that the template alone pushes past the context goes through as before.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import ProxyError
+from ..normalizer.request import Endpoint
+from ..upstream import Upstream
+from .base import requested_limit
+
+__all__ = ["ContextWindow", "context_of_props"]
+
+_TIMEOUT = 5.0  # seconds for each call to the upstream; past it the prompt goes through unchecked
+_PROPS_RETRY = 60.0  # seconds before /props is asked again after it gave no size (not on every request)
+# No tokenizer makes more tokens of a text than its UTF-8 bytes, plus a start token and the space some
+# prepend: a prompt this short needs no call to the upstream at all.
+_ADDED_TOKENS = 2
+
+
+def context_of_props(props: Any) -> int | None:
+    """One request's context from a ``GET /props`` answer: a slot's ``n_ctx``, else the server's."""
+    if not isinstance(props, dict):
+        return None
+    settings = props.get("default_generation_settings")
+    for value in (settings.get("n_ctx") if isinstance(settings, dict) else None, props.get("n_ctx")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+class ContextWindow:
+    """The upstream's context size (read once), and the check of each request against it."""
+
+    def __init__(self, size: int | None = None) -> None:
+        self.size = size
+        self._props_asked = -_PROPS_RETRY  # monotonic time /props was last asked
+        self._templates: bool | None = None  # whether /apply-template answers; None until asked
+
+    async def overflow(
+        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
+    ) -> ProxyError | None:
+        """The 400 for a request whose prompt and requested completion do not fit, else None (also when
+        the size or the count cannot be had: the upstream then answers as it would)."""
+        if self.size is None:
+            if time.monotonic() - self._props_asked < _PROPS_RETRY:
+                return None
+            self._props_asked = time.monotonic()
+            self.size = context_of_props(await upstream.json("GET", "/props", timeout=_TIMEOUT))
+            if self.size is None:
+                return None
+        completion = _completion_tokens(body)
+        room = self.size - max(completion, 1)  # the most prompt tokens that leave room to generate
+        for prompt in await self._prompts(upstream, endpoint, body, room):
+            if isinstance(prompt, list):
+                count: int | None = len(prompt)
+            elif len(prompt.encode()) + _ADDED_TOKENS <= room:
+                continue
+            else:
+                count = await _count(upstream, prompt)
+            if count is not None and count > room:
+                return _refusal(endpoint, self.size, count, completion)
+        return None
+
+    async def _prompts(
+        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any], room: int
+    ) -> list[Any]:
+        """The prompts the request makes, each a text or a list of token ids (a prompt array: each one)."""
+        if endpoint == "completions":
+            prompt = body.get("prompt")
+            if isinstance(prompt, str) or _token_ids(prompt):
+                return [prompt]
+            if isinstance(prompt, list):
+                return [p for p in prompt if isinstance(p, str) or _token_ids(p)]
+            return []
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return []
+        texts = _message_texts(messages)
+        if len(texts.encode()) + _ADDED_TOKENS <= room:
+            return []  # short: the templated prompt is not worth asking for
+        if self._templates is not False:
+            answer = await upstream.json("POST", "/apply-template", {"messages": messages}, timeout=_TIMEOUT)
+            templated = answer.get("prompt") if isinstance(answer, dict) else None
+            if isinstance(templated, str):
+                self._templates = True
+                return [templated]
+            if self._templates is None:
+                self._templates = False  # no such endpoint: not asked again
+        return [texts]
+
+
+def _completion_tokens(body: dict[str, Any]) -> int:
+    """The completion tokens the request asks for, as OpenAI counts them against the context."""
+    limit = requested_limit(body)
+    return limit if limit is not None and limit > 0 else 0
+
+
+def _token_ids(prompt: Any) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and all(isinstance(t, int) for t in prompt)
+
+
+def _message_texts(messages: list[Any]) -> str:
+    """The text every message carries (string contents, text parts), one message a line."""
+    texts: list[str] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(
+                part["text"]
+                for part in content
+                if isinstance(part, dict) and isinstance(part.get("text"), str)
+            )
+    return "\n".join(texts)
+
+
+async def _count(upstream: Upstream, text: str) -> int | None:
+    answer = await upstream.json(
+        "POST", "/tokenize", {"content": text, "add_special": True}, timeout=_TIMEOUT
+    )
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    return len(tokens) if isinstance(tokens, list) else None
+
+
+def _refusal(endpoint: Endpoint, size: int, prompt: int, completion: int) -> ProxyError:
+    """OpenAI's 400, in its own words for each endpoint."""
+    total = prompt + completion
+    if endpoint == "chat":
+        param = "messages"
+        if completion:
+            message = (
+                f"This model's maximum context length is {size} tokens. However, you requested {total} "
+                f"tokens ({prompt} in the messages, {completion} in the completion). Please reduce the "
+                "length of the messages or completion."
+            )
+        else:
+            message = (
+                f"This model's maximum context length is {size} tokens. However, your messages resulted "
+                f"in {prompt} tokens. Please reduce the length of the messages."
+            )
+    else:
+        param = "prompt"
+        message = (
+            f"This model's maximum context length is {size} tokens, however you requested {total} tokens "
+            f"({prompt} in your prompt; {completion} for the completion). Please reduce your prompt; or "
+            "completion length."
+        )
+    return ProxyError.make(message, 400, code="context_length_exceeded", param=param)
