@@ -150,6 +150,9 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes]) -> None:
     framing.bom(ctx, parser.bom)
     if tail is not None:
         _block(ctx, tail)
+    if ctx.data_events == 0 and not ctx.in_band_errors:  # an `error:` line (Q42) is its own cause
+        framing.stream_empty(ctx)
+        return
     for rule in END_RULES:
         rule(ctx)
 
@@ -168,6 +171,7 @@ def _block(ctx: Context, block: SSEBlock) -> None:
     if block.is_done:
         ctx.done_event = event
         return
+    ctx.data_events += 1
     try:
         payload = json.loads(data)
     except ValueError:
@@ -231,6 +235,8 @@ def _judge_body(ctx: Context, raw: bytes) -> None:
     except ValueError:
         rule = "error-body-shape" if failed else "body-not-json"
         ctx.error(rule, f"body is not JSON: {raw[:80]!r}", quirk="spec")
+        if failed:
+            errors.error_text(ctx, raw)
         return
     except RecursionError:
         _too_deep(ctx, None)

@@ -10,12 +10,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from conformance.findings import ERROR, WARNING, Finding
-from conformance.live.payloads import choices, error_object, is_openai_error, leaked_path, objects, streamed
+from conformance.live.payloads import choices, error_object, is_openai_error, objects, streamed
 from conformance.live.recorder import Recording
 
 __all__ = [
     "Expect",
-    "common",
     "echoes_prompt",
     "echoes_prompt_alone",
     "finishes_with_length",
@@ -36,25 +35,6 @@ Expect = Callable[[Recording], list[Finding]]
 
 def _error(rule: str, message: str, quirk: str | None) -> Finding:
     return Finding(rule, ERROR, message, quirk=quirk)
-
-
-def common(recording: Recording) -> list[Finding]:
-    """Checked on every response: no local path as ``model`` (Q09), none in an error message."""
-    found: list[Finding] = []
-    for obj in objects(recording):
-        model = obj.get("model")
-        if isinstance(model, str) and leaked_path(model):
-            found.append(_error("model-is-local-path", f"`model` is a local file path: {model!r}", "Q09"))
-            break
-    error = error_object(recording)
-    message = error.get("message") if error else recording.body.decode("utf-8", "replace")[:4096]
-    if isinstance(message, str) and recording.status and recording.status >= 400:
-        leak = leaked_path(message)
-        if leak:
-            found.append(
-                _error("error-leaks-path", f"the error message shows a local path ({leak!r})", "spec")
-            )
-    return found
 
 
 def _status_text(recording: Recording) -> str:

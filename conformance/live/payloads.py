@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from conformance.live.recorder import Recording
 from conformance.sse import parse_sse
 
-__all__ = ["choices", "error_object", "is_openai_error", "leaked_path", "objects", "streamed"]
-
-# A traceback frame, a path to a model file or under a usual filesystem root: what a client must never
-# be shown (a bare file name such as ``model.gguf`` is a name, not a leak).
-_LOCAL_PATH = re.compile(
-    r'File "[^"]+"|[\w.~-]*/[\w./~-]*\.gguf\b|[A-Za-z]:\\[\w\\.-]+'
-    r"|(?<![\w/.:])/(?:home|root|Users|usr|opt|tmp|var|mnt|srv|app|models|data|work)/[\w./@~+-]*"
-)
-
+__all__ = ["choices", "error_object", "is_openai_error", "objects", "streamed"]
 
 def streamed(recording: Recording) -> bool:
     return recording.headers.get("content-type", "").startswith("text/event-stream")
@@ -63,8 +54,3 @@ def is_openai_error(recording: Recording) -> bool:
     error = error_object(recording)
     return error is not None and isinstance(error.get("message"), str) and isinstance(error.get("type"), str)
 
-
-def leaked_path(text: str) -> str | None:
-    """The first local path or traceback frame in ``text``, if any."""
-    match = _LOCAL_PATH.search(text)
-    return match.group(0).strip(" \"'(=") if match else None

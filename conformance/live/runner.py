@@ -12,7 +12,6 @@ import httpx
 
 from conformance.findings import ERROR, WARNING, Finding
 from conformance.judge import Verdict, judge_response
-from conformance.live.expectations import common
 from conformance.live.payloads import is_openai_error
 from conformance.live.probes import Probe, ProbeContext
 from conformance.live.recorder import Recording, RequestSpec, record, save_recording
@@ -96,15 +95,14 @@ def _probe_findings(probe: Probe, recording: Recording) -> tuple[list[Finding], 
     if recording.error is not None:
         message = f"no complete response: {recording.error}"
         return [Finding("no-response", ERROR, message, quirk="spec")], False
-    found = common(recording)
     status = recording.status or 0
     if probe.feature and 400 <= status < 500 and is_openai_error(recording):
         note = f"declined with HTTP {status}: {recording.json()['error']['message'][:160]}"
-        return [*found, Finding("feature-unsupported", WARNING, note)], True
+        return [Finding("feature-unsupported", WARNING, note)], True
     if probe.feature and status >= 500:
         note = f"an optional feature answered HTTP {status}; declining it is a 400 with an error object"
-        return [*found, Finding("feature-server-error", ERROR, note, quirk="Q43")], False
-    return [*found, *probe.expect(recording)], False
+        return [Finding("feature-server-error", ERROR, note, quirk="Q43")], False
+    return probe.expect(recording), False
 
 
 def _merge(judged: Sequence[Finding], own: Sequence[Finding]) -> list[Finding]:

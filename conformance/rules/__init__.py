@@ -17,8 +17,10 @@ from conformance.rules import (
     logprobs,
     logprobs_text,
     stop,
+    text_lost,
     tool_calls,
     usage,
+    usage_truth,
 )
 from conformance.rules.context import ChoiceState, Context, Expectations
 from conformance.sse import SSEBlock
@@ -28,6 +30,7 @@ __all__ = [
     "CHOICE_RULES",
     "CHUNK_RULES",
     "END_RULES",
+    "RESPONSE_RULES",
     "ChoiceState",
     "Context",
     "Expectations",
@@ -77,9 +80,18 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
     echo.echo_prompt,
     stop.stop_ignored,
     chat_deltas.content_null_then_text,
+    text_lost.choice_output,
     finish_reason.finish_on_content,
     finish_reason.choice_after_finish,
     finish_reason.finish_once,
+)
+# What the whole response says, held against what it sent and what was asked: the same for a stream,
+# at its end, and for a body (bodies.judge_body_object runs them after its choices).
+RESPONSE_RULES: tuple[EndRule, ...] = (
+    text_lost.text_lost,
+    usage_truth.stop_at_limit,
+    usage_truth.usage_below_length,
+    usage_truth.prompt_tokens_short,
 )
 END_RULES: tuple[EndRule, ...] = (
     framing.done_missing,
@@ -88,4 +100,5 @@ END_RULES: tuple[EndRule, ...] = (
     chat_deltas.choice_count,
     echo.echo_whole,
     logprobs_text.logprobs_past_text,
+    *RESPONSE_RULES,
 )

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.rules import chat_deltas, echo, identity, logprobs, logprobs_text, stop, tool_calls, usage
+from conformance.rules import (
+    RESPONSE_RULES,
+    chat_deltas,
+    echo,
+    identity,
+    logprobs,
+    logprobs_text,
+    stop,
+    text_lost,
+    tool_calls,
+    usage,
+)
 from conformance.rules.context import ChoiceState, Context
+from conformance.rules.finish_reason import is_final
 from conformance.rules.schema_checks import schema_findings
 
 __all__ = ["BODY_SCHEMA", "judge_body_object", "tool_calls_finish_body"]
@@ -22,6 +34,8 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
     identity.model_stable(ctx, None, body)
     usage.usage_arithmetic(ctx, None, body.get("usage"), "/usage")
     usage.usage_within_limit(ctx, None, body.get("usage"), "/usage")
+    if isinstance(body.get("usage"), dict):
+        ctx.usage = body["usage"]
     choices = body.get("choices")
     if not isinstance(choices, list):
         return
@@ -38,13 +52,18 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
         stop.stop_ignored(ctx, None, pos, choice, state)
         tool_calls_finish_body(ctx, pos, choice)
         _tool_call_ids(ctx, pos, choice, state)
+        text_lost.choice_output(ctx, None, pos, choice, state)
+        if is_final(choice.get("finish_reason")):
+            state.finish_reason = choice["finish_reason"]
     n = ctx.expect.choices
     if n is not None and len(ctx.choices) < n:
         ctx.error(
             "choice-count",
             f"request asked for {ctx.expect.asked()}: {n} choices, the body has {len(ctx.choices)}",
-            quirk="Q71",
+            quirk=chat_deltas.choice_count_quirk(ctx),
         )
+    for rule in RESPONSE_RULES:
+        rule(ctx)
 
 
 def tool_calls_finish_body(ctx: Context, pos: int, choice: dict[str, Any]) -> None:

@@ -166,7 +166,8 @@ class ChoiceState:
     role_seen: bool = False
     finished_event: int | None = None
     finish_reason: str | None = None
-    content_chunks: int = 0
+    output_seen: bool = False
+    """The choice carried any output: text, content, reasoning, a refusal or a tool call (ik_llama #767)."""
     tool_calls: dict[int, ToolCallState] = field(default_factory=dict)
     content_null_event: int | None = None
     """The first delta's event when its content was null and no tool call came with it (Q60)."""
@@ -234,6 +235,10 @@ class Context:
         self.first_chunk_event: int | None = None
         self.choices: dict[int, ChoiceState] = {}
         self.usage_event: int | None = None
+        self.usage: dict[str, Any] | None = None
+        """The last usage object the response carried: what it says it generated."""
+        self.data_events = 0
+        """Data events other than ``[DONE]``: a 200 stream with none is empty (Q52)."""
         self.usage_seen_event: int | None = None
         """First event with any non-null usage (usage_event is the proper choices: [] usage chunk)."""
         self.done_event: int | None = None
