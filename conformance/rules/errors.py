@@ -42,6 +42,7 @@ def error_event(ctx: Context, event: int, payload: dict[str, Any]) -> None:
         pointer="/error",
         quirk=_error_quirk(payload),
     )
+    error_leaks(ctx, event, payload)
     odd = _odd_shape(payload)
     if odd:
         ctx.warn(

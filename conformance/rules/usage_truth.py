@@ -33,7 +33,13 @@ def stop_at_limit(ctx: Context) -> None:
     reached). A warning: a model may also pick its end-of-sequence token as the very last one."""
     limit = ctx.expect.completion_limit
     completion = _count(ctx.usage, "completion_tokens")
-    if limit is None or not ctx.expect.max_tokens or ctx.expect.stop or completion is None or completion < limit:
+    if (
+        limit is None
+        or not ctx.expect.max_tokens
+        or ctx.expect.stop
+        or completion is None
+        or completion < limit
+    ):
         return
     stopped = _finished(ctx, "stop")
     if stopped:
