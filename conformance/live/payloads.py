@@ -11,6 +11,7 @@ from conformance.sse import parse_sse
 
 __all__ = ["choices", "error_object", "is_openai_error", "objects", "streamed"]
 
+
 def streamed(recording: Recording) -> bool:
     return recording.headers.get("content-type", "").startswith("text/event-stream")
 
@@ -53,4 +54,3 @@ def error_object(recording: Recording) -> dict[str, Any] | None:
 def is_openai_error(recording: Recording) -> bool:
     error = error_object(recording)
     return error is not None and isinstance(error.get("message"), str) and isinstance(error.get("type"), str)
-

@@ -34,6 +34,9 @@ class Probe:
     expect: ex.Expect
     feature: bool = False
     """An optional feature: a clean 4xx OpenAI error means "unsupported", not a failure."""
+    refused_quirk: str = "Q43"
+    """The catalogue row of servers that answer this feature with a 5xx: Q43 (unsupported parameters
+    answered 500) unless a row names the feature (a 500 for a prompt array is Q73, not an ignored n)."""
     hang_up_after: int | None = None
     """Close the connection after this many body bytes (the disconnect probe)."""
     then: Callable[[ProbeContext], RequestSpec] | None = None
@@ -94,6 +97,7 @@ PROBES: tuple[Probe, ...] = (
         lambda c: _chat(c, n=2, max_tokens=4),
         ex.succeeds(ex.has_n_choices(2, "n-ignored", "Q71")),
         feature=True,
+        refused_quirk="Q70",
     ),
     Probe(
         "logprobs",
@@ -122,6 +126,7 @@ PROBES: tuple[Probe, ...] = (
         lambda c: _completion(c, _ECHO, echo=True, max_tokens=4),
         ex.succeeds(ex.echoes_prompt(_ECHO)),
         feature=True,
+        refused_quirk="Q72",
     ),
     Probe(
         "prompt-array",
@@ -129,6 +134,7 @@ PROBES: tuple[Probe, ...] = (
         lambda c: _completion(c, ["The sky is", "Grass is"], max_tokens=4),
         ex.succeeds(ex.has_n_choices(2, "prompt-array-ignored", "Q73")),
         feature=True,
+        refused_quirk="Q73",
     ),
     Probe(
         "token-prompt",
@@ -136,6 +142,7 @@ PROBES: tuple[Probe, ...] = (
         lambda c: _completion(c, [100, 200, 300, 400], max_tokens=4),
         ex.succeeds(),
         feature=True,
+        refused_quirk="Q74",
     ),
     Probe(
         "max-tokens-length",
@@ -165,6 +172,7 @@ PROBES: tuple[Probe, ...] = (
         lambda c: _completion(c, _ECHO, echo=True, max_tokens=0, stop=[".", "\n"]),
         ex.succeeds(ex.echoes_prompt_alone(_ECHO)),
         feature=True,
+        refused_quirk="Q72",
     ),
     Probe(
         "unknown-model",

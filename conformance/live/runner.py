@@ -101,7 +101,7 @@ def _probe_findings(probe: Probe, recording: Recording) -> tuple[list[Finding], 
         return [Finding("feature-unsupported", WARNING, note)], True
     if probe.feature and status >= 500:
         note = f"an optional feature answered HTTP {status}; declining it is a 400 with an error object"
-        return [Finding("feature-server-error", ERROR, note, quirk="Q43")], False
+        return [Finding("feature-server-error", ERROR, note, quirk=probe.refused_quirk)], False
     return probe.expect(recording), False
 
 
