@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +36,16 @@ def run_proxy(upstream: str, **config: Any) -> Iterator[str]:
     """The proxy on a free loopback port in front of ``upstream``; yields its base URL."""
     with serve_proxy(upstream, **config) as (url, _):
         yield url
+
+
+TEXT_LOST = frozenset({"ik_llama-767"})
+"""Transcripts whose upstream counted tokens but sent no text (ik_llama.cpp #767, Q14): no repair can
+bring the text back, so the judge finds ``text-lost`` in what the proxy makes of them."""
+
+
+def expected_errors(name: str) -> set[str]:
+    """The rules a corpus transcript still breaks once normalized: ``text-lost`` where the text was lost."""
+    return {"text-lost"} if Path(name).name.removesuffix("-completed") in TEXT_LOST else set()
 
 
 def completed(t: Transcript) -> Transcript:

@@ -19,7 +19,7 @@ from conformance.replay import create_replay_app, transcript_stem
 from conformance.transcript import Transcript
 from tests.support.servers import run_asgi
 
-from .conftest import completed, judge, run_proxy
+from .conftest import completed, expected_errors, judge, run_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +83,12 @@ def _judge_corpus(corpus: list[Transcript], proxy_url: str, stream: bool, includ
             proxy_url + path, json=body, headers={"x-conformant-transcript": name}, timeout=20
         )
         verdict = judge(response, path, body)
-        assert verdict.errors == [], (name, [f.message for f in verdict.errors], response.text[:2000])
+        found = {f.rule for f in verdict.errors}
+        assert found == expected_errors(name), (
+            name,
+            [f.message for f in verdict.errors],
+            response.text[:2000],
+        )
         if response.status_code == 200 and stream:
             assert response.text.endswith("data: [DONE]\n\n")
             assert ('"choices":[],"usage"' in response.text) == include_usage
