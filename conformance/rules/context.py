@@ -18,6 +18,7 @@ __all__ = [
     "LegacyLogprobsExtent",
     "ToolCallState",
     "choice_text",
+    "usage_count",
 ]
 
 MAX_PER_RULE = 20
@@ -60,6 +61,11 @@ class FindingSink:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def usage_count(usage: Any, key: str) -> int | None:
+    """A token count of a usage object (``completion_tokens``), when it is one."""
+    return _int_or_none(usage.get(key)) if isinstance(usage, Mapping) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,7 +136,7 @@ def error_body(ctx: Context, body: Any) -> None:
 
 def error_text(ctx: Context, raw: bytes) -> None:
     """An error response whose body is not JSON still must not show a stack frame or a path."""
-    error_leaks(ctx, None, raw[:65536].decode("utf-8", "replace"), pointer="")
+    error_leaks(ctx, None, raw[:65536].decode("utf-8", "replace"), pointer=None)
 
 
 def overflow_code(ctx: Context, status: int, err: dict[str, Any], overflow: bool) -> None:

@@ -62,7 +62,7 @@ def _strings(value: Any, out: list[str]) -> None:
             _strings(item, out)
 
 
-def error_leaks(ctx: Context, event: int | None, payload: Any, pointer: str = "/error") -> None:
+def error_leaks(ctx: Context, event: int | None, payload: Any, pointer: str | None = "/error") -> None:
     """An error body or event that shows a stack frame, a local path or no message at all."""
     texts: list[str] = []
     _strings(payload, texts)
@@ -93,7 +93,7 @@ def error_leaks(ctx: Context, event: int | None, payload: Any, pointer: str = "/
             "error-message-empty",
             "the error's message is empty; the client can tell its user nothing about what failed",
             event=event,
-            pointer=f"{pointer}/message" if isinstance(err, dict) else pointer,
+            pointer=f"{pointer or ''}/message" if isinstance(err, dict) else pointer,
             quirk="spec",
         )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.rules.context import ChoiceState, Context, choice_text
+from conformance.rules.context import ChoiceState, Context, choice_text, usage_count
 
 __all__ = ["choice_output", "reasoning_tokens", "text_lost"]
 
@@ -33,15 +33,10 @@ def choice_output(
         state.output_seen = True
 
 
-def _count(usage: Any, key: str) -> int | None:
-    value = usage.get(key) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def reasoning_tokens(usage: Any) -> int:
     """Tokens spent on reasoning the response does not show (``completion_tokens_details``)."""
     details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
-    return _count(details, "reasoning_tokens") or 0
+    return usage_count(details, "reasoning_tokens") or 0
 
 
 def text_lost(ctx: Context) -> None:
@@ -67,7 +62,7 @@ def text_lost(ctx: Context) -> None:
             )
         if cut:
             return
-    completion = _count(ctx.usage, "completion_tokens")
+    completion = usage_count(ctx.usage, "completion_tokens")
     # Each choice may spend one token on its end-of-sequence, which has no text (llama.cpp counts it):
     # only more completion tokens than choices, all of them silent, is text that was lost.
     if completion is not None and completion > len(ctx.choices) and len(silent) == len(ctx.choices):

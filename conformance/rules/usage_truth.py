@@ -8,19 +8,12 @@ one prompt. Judged at the end of a stream and on a body, from the last usage the
 
 from __future__ import annotations
 
-from typing import Any
-
-from conformance.rules.context import Context
+from conformance.rules.context import Context, usage_count
 
 __all__ = ["least_prompt_tokens", "prompt_tokens_short", "stop_at_limit", "usage_below_length"]
 
 LONG_PROMPT_WORDS = 32
 """Below this many words a prompt's count says too little: a short text is judged by no bound."""
-
-
-def _count(usage: Any, key: str) -> int | None:
-    value = usage.get(key) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _finished(ctx: Context, reason: str) -> list[int]:
@@ -32,7 +25,7 @@ def stop_at_limit(ctx: Context) -> None:
     request named no stop sequence that could have ended it there (spec: ``length`` when the limit is
     reached). A warning: a model may also pick its end-of-sequence token as the very last one."""
     limit = ctx.expect.completion_limit
-    completion = _count(ctx.usage, "completion_tokens")
+    completion = usage_count(ctx.usage, "completion_tokens")
     if (
         limit is None
         or not ctx.expect.max_tokens
@@ -59,7 +52,7 @@ def usage_below_length(ctx: Context) -> None:
     does not say how large the context is."""
     cut = _finished(ctx, "length")
     per = ctx.expect.max_tokens
-    completion = _count(ctx.usage, "completion_tokens")
+    completion = usage_count(ctx.usage, "completion_tokens")
     if not cut or not per or per < 0 or completion is None or completion >= per * len(cut):
         return
     ctx.warn(
@@ -87,7 +80,7 @@ def prompt_tokens_short(ctx: Context) -> None:
     one holds two words (``"> </"``), and six texts of prose, code, long words and single letters took
     1.0 to 2.2 of its tokens per word."""
     texts = ctx.expect.prompt_texts
-    prompt = _count(ctx.usage, "prompt_tokens")
+    prompt = usage_count(ctx.usage, "prompt_tokens")
     if not texts or prompt is None or ctx.endpoint == "chat":
         return
     least = [least_prompt_tokens(text) for text in texts]
