@@ -73,15 +73,17 @@ def least_prompt_tokens(text: str) -> int:
 
 
 def prompt_tokens_short(ctx: Context) -> None:
-    """``prompt_tokens`` well below what the request's text prompts must take: the prompt was cut
-    without a word (Q50), or a prompt array was counted as one of its prompts (spec: usage counts the
-    whole request). Only for long text prompts, and only a quarter below the bound, so a tokenizer's
-    odd merge never makes a finding: of the 262,144 tokens of Gemma 3's vocabulary (the bundled model)
-    one holds two words (``"> </"``), and six texts of prose, code, long words and single letters took
-    1.0 to 2.2 of its tokens per word."""
-    texts = ctx.request.prompt_texts
+    """``prompt_tokens`` well below what the request's text prompts (or a chat request's messages) must
+    take: the prompt was cut without a word (Q50), or a prompt array was counted as one of its prompts
+    (spec: usage counts the whole request). Only for long text prompts, and only a quarter below the
+    bound, so a tokenizer's odd merge never makes a finding: of the 262,144 tokens of Gemma 3's
+    vocabulary (the bundled model) one holds two words (``"> </"``), and six texts of prose, code, long
+    words and single letters took 1.0 to 2.2 of its tokens per word."""
+    # A chat request's messages are one prompt: its template only adds tokens to their words.
+    chat = ctx.request.endpoint == "chat" or ctx.endpoint == "chat"
+    texts = (" ".join(ctx.request.message_texts),) if chat else ctx.request.prompt_texts
     prompt = usage_count(ctx.usage, "prompt_tokens")
-    if not texts or prompt is None or ctx.endpoint == "chat":
+    if not texts or prompt is None:
         return
     least = [least_prompt_tokens(text) for text in texts]
     need = sum(least)

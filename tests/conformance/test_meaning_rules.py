@@ -199,6 +199,24 @@ def test_a_prompt_cut_without_a_word_q50() -> None:
     assert both(["x"], "stop", usage(1, prompt=1), prompt="a b c") == [(set(), set())] * 2
 
 
+def test_chat_messages_cut_without_a_word_q50() -> None:
+    # Every message is part of the prompt; text parts count as a string content does.
+    parts = [{"type": "text", "text": LONG}]
+    messages = [{"role": "system", "content": LONG}, {"role": "user", "content": parts}]
+    asked = {"method": "POST", "path": "/v1/chat/completions", "body": {"model": "m", "messages": messages}}
+    answer = {"index": 0, "message": {"role": "assistant", "content": "x", "refusal": None}, "logprobs": None,
+              "finish_reason": "stop"}  # fmt: skip
+
+    def body(prompt: int) -> bytes:
+        reply = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+                 "choices": [answer], "usage": usage(1, prompt=prompt)}  # fmt: skip
+        return json.dumps(reply).encode()
+
+    # 80 words: 45 tokens is the first message alone, 70 both with the template's few.
+    assert judged(body(45), asked, headers=JSON) == ({"prompt-truncated"}, set())
+    assert judged(body(70), asked, headers=JSON) == (set(), set())
+
+
 def test_usage_counting_one_prompt_of_an_array() -> None:
     prompts = [LONG, LONG]
     chunks = [completion([choice("x", "stop", index=i)]) for i in (0, 1)]
