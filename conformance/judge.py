@@ -26,7 +26,6 @@ from conformance.rules import (
     errors,
     framing,
     intents,
-    local_paths,
 )
 from conformance.rules.schema_checks import schema_findings
 from conformance.sse import SSEBlock, SSELineTooLong, SSEParser
@@ -143,20 +142,6 @@ def judge_response(
     return judge_transcript(transcript)
 
 
-def _error_message(ctx: Context, raw: bytes) -> None:
-    """An error response's ``error`` object, kept for the intents, and its message judged for leaks."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        body = None
-    err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, dict):
-        ctx.error_object = err
-        local_paths.error_leaks_path(ctx, err.get("message"))
-    else:
-        local_paths.error_leaks_path(ctx, raw[:4096].decode("utf-8", "replace"))
-
-
 def _looks_like_json(head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
 
@@ -177,6 +162,9 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes]) -> None:
         return  # the client closed the stream on purpose: its end is not the server's
     if tail is not None:
         _block(ctx, tail)
+    if ctx.data_events == 0 and not ctx.in_band_errors:  # an `error:` line (Q42) is its own cause
+        framing.stream_empty(ctx)
+        return
     for rule in END_RULES:
         rule(ctx)
 
@@ -195,6 +183,7 @@ def _block(ctx: Context, block: SSEBlock) -> None:
     if block.is_done:
         ctx.done_event = event
         return
+    ctx.data_events += 1
     try:
         payload = json.loads(data)
     except ValueError:
@@ -226,7 +215,6 @@ def _chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
         ctx.first_chunk_event = event
         if ctx.endpoint is None:
             ctx.endpoint = infer_endpoint(chunk)
-        local_paths.model_is_local_path(ctx, event, chunk)
     ctx.chunks += 1
     if ctx.endpoint is not None:
         schema_findings(ctx, event, chunk, _CHUNK_SCHEMA[ctx.endpoint])
@@ -249,8 +237,6 @@ def _chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
 def _judge_body(ctx: Context, raw: bytes) -> None:
     failed = ctx.status is not None and ctx.status >= 400
     ctx.body_bytes = len(raw)
-    if failed:
-        _error_message(ctx, raw)
     if not raw.strip():
         if not failed:
             ctx.error("body-empty", "empty response body", quirk="spec")
@@ -262,6 +248,8 @@ def _judge_body(ctx: Context, raw: bytes) -> None:
     except ValueError:
         rule = "error-body-shape" if failed else "body-not-json"
         ctx.error(rule, f"body is not JSON: {raw[:80]!r}", quirk="spec")
+        if failed:
+            errors.error_text(ctx, raw)
         return
     except RecursionError:
         _too_deep(ctx, None)

@@ -59,6 +59,21 @@ def _prompts(prompt: Any) -> tuple[int, tuple[str, ...], int]:
     return 1, (), 0
 
 
+def _message_texts(messages: Any) -> tuple[str, ...]:
+    """The text of each chat message: a string ``content``, or the ``text`` of its text parts."""
+    if not isinstance(messages, list):
+        return ()
+    texts: list[str] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            parts = (p.get("text") for p in content if isinstance(p, Mapping))
+            texts.extend(t for t in parts if isinstance(t, str))
+    return tuple(texts)
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """What one chat or completions request asks for; ``known`` is False when no request was recorded."""
@@ -84,6 +99,8 @@ class Request:
     """Token ids in a prompt given as one array of token ids."""
     messages: int = 0
     """Messages in a chat request."""
+    message_texts: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    """The text of the chat messages (every one of them is part of the prompt the model reads)."""
     stop: tuple[str, ...] = ()
     echo: bool = False
     suffix: bool = False
@@ -128,6 +145,7 @@ class Request:
             prompt_texts=texts,
             prompt_token_ids=token_ids,
             messages=len(messages) if isinstance(messages, list) else 0,
+            message_texts=_message_texts(messages),
             stop=_stop_sequences(body.get("stop")),
             echo=body.get("echo") is True,
             suffix=bool(body.get("suffix")),

@@ -17,8 +17,10 @@ from conformance.rules import (
     logprobs,
     logprobs_text,
     stop,
+    text_lost,
     tool_calls,
     usage,
+    usage_truth,
     zero_limit,
 )
 from conformance.rules.context import ChoiceState, Context, Expectations, Request
@@ -30,6 +32,7 @@ __all__ = [
     "CHUNK_RULES",
     "END_RULES",
     "REQUEST_CHOICE_RULES",
+    "RESPONSE_RULES",
     "ChoiceState",
     "Context",
     "Expectations",
@@ -47,7 +50,6 @@ def _usage_counts(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
     counts = chunk.get("usage")
     if counts is None:  # most chunks: the counting rules have nothing to judge
         return
-    usage.completion_count(ctx, counts)
     usage.usage_arithmetic(ctx, event, counts, "/usage")
     usage.usage_within_limit(ctx, event, counts, "/usage")
 
@@ -85,6 +87,7 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
     echo.echo_prompt,
     stop.stop_ignored,
     chat_deltas.content_null_then_text,
+    text_lost.choice_output,
     finish_reason.finish_on_content,
     finish_reason.choice_after_finish,
     finish_reason.finish_once,
@@ -103,6 +106,14 @@ def choice_rules(request: Request) -> tuple[ChoiceRule, ...]:
     return CHOICE_RULES[:-1] + extra + CHOICE_RULES[-1:] if extra else CHOICE_RULES
 
 
+# What the whole response says, held against what it sent and what was asked: the same for a stream,
+# at its end, and for a body (bodies.judge_body_object runs them after its choices).
+RESPONSE_RULES: tuple[EndRule, ...] = (
+    text_lost.text_lost,
+    usage_truth.stop_at_limit,
+    usage_truth.usage_below_length,
+    usage_truth.prompt_tokens_short,
+)
 END_RULES: tuple[EndRule, ...] = (
     framing.done_missing,
     finish_reason.finish_reported,
@@ -111,4 +122,5 @@ END_RULES: tuple[EndRule, ...] = (
     echo.echo_whole,
     logprobs_text.logprobs_past_text,
     zero_limit.zero_limit_end,
+    *RESPONSE_RULES,
 )

@@ -21,11 +21,21 @@ from conformance import schemas
 from conformance.request import Request
 from conformance.rules.context import Context
 
-__all__ = ["REQUEST_SCHEMA", "declined_feature", "refusal", "request_acceptance"]
+__all__ = ["FEATURE_QUIRK", "REQUEST_SCHEMA", "declined_feature", "refusal", "request_acceptance"]
 
 REQUEST_SCHEMA = {"chat": "chat_completion_request", "completions": "completion_request"}
-# The quirk of a 5xx for each feature, where the catalogue has a row for it; Q43 for the rest.
-_FEATURE_QUIRK = {"prompt array": "Q73", "echo": "Q72", "best_of": "Q72", "suffix": "Q72"}
+# The catalogue row of servers that answer a feature with a 5xx, where one names the feature: a prompt
+# array (Q73: llama-cpp-python's `assert len(prompt) <= 1`), `n` (Q70), a token-id prompt (Q74), echo,
+# best_of and suffix (Q72); Q43 (an unsupported parameter answered 500) for the rest. The one table
+# check and validate cite from: check's probes carry no quirk of their own.
+FEATURE_QUIRK = {
+    "prompt array": "Q73",
+    "n": "Q70",
+    "token-id prompt": "Q74",
+    "echo": "Q72",
+    "best_of": "Q72",
+    "suffix": "Q72",
+}
 
 
 def refusal(request: Request) -> str | None:
@@ -77,7 +87,7 @@ def request_acceptance(ctx: Context) -> None:
         return
     used = ", ".join(features)
     if status >= 500:
-        quirk = next((_FEATURE_QUIRK[f] for f in features if f in _FEATURE_QUIRK), "Q43")
+        quirk = next((FEATURE_QUIRK[f] for f in features if f in FEATURE_QUIRK), "Q43")
         ctx.error(
             "feature-server-error",
             f"a valid request using {used} got HTTP {status}; a feature is declined with a 400 error object",

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.rules import (
+    RESPONSE_RULES,
     chat_deltas,
     echo,
     identity,
-    local_paths,
     logprobs,
     logprobs_text,
     stop,
+    text_lost,
     tool_calls,
     usage,
     zero_limit,
@@ -31,10 +32,10 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
     identity.id_stable(ctx, None, body)
     identity.id_prefix(ctx, None, body)
     identity.model_stable(ctx, None, body)
-    local_paths.model_is_local_path(ctx, None, body)
-    usage.completion_count(ctx, body.get("usage"))
     usage.usage_arithmetic(ctx, None, body.get("usage"), "/usage")
     usage.usage_within_limit(ctx, None, body.get("usage"), "/usage")
+    if isinstance(body.get("usage"), dict):
+        ctx.usage = body["usage"]
     choices = body.get("choices")
     if not isinstance(choices, list):
         return
@@ -55,14 +56,17 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
         stop.stop_ignored(ctx, None, pos, choice, state)
         tool_calls_finish_body(ctx, pos, choice)
         _tool_call_ids(ctx, pos, choice, state)
+        text_lost.choice_output(ctx, None, pos, choice, state)
     zero_limit.zero_limit_end(ctx)
     n = ctx.request.choices
     if n is not None and len(ctx.choices) < n:
         ctx.error(
             "choice-count",
             f"request asked for {ctx.request.asked()}: {n} choices, the body has {len(ctx.choices)}",
-            quirk="Q71",
+            quirk=chat_deltas.choice_count_quirk(ctx),
         )
+    for rule in RESPONSE_RULES:
+        rule(ctx)
 
 
 def tool_calls_finish_body(ctx: Context, pos: int, choice: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from conformance.rules.context import ChoiceState, Context
 
 __all__ = [
     "choice_count",
+    "choice_count_quirk",
     "content_null_then_text",
     "delta_empty",
     "delta_nulls",
@@ -158,21 +159,23 @@ def choice_index(ctx: Context, event: int | None, pos: int, choice: dict[str, An
 
 
 def choice_count(ctx: Context) -> None:
-    """A finished stream carries n choices (per prompt); servers silently ignore n (Q71) and send
-    streams with no choice at all (Q48)."""
+    """A finished stream carries n choices (per prompt); servers silently ignore n (Q71) or a prompt
+    array (Q73). A stream with no chunk at all is ``stream-empty``'s (Q52)."""
     if ctx.done_event is None or ctx.in_band_errors:
         return
     n = ctx.request.choices
-    if n is None:  # the request is unknown (or this is an excerpt): at least one chunk
-        if not ctx.chunks:
-            ctx.error(
-                "choice-count", "the stream carried no chunk before [DONE]", event=ctx.done_event, quirk="Q48"
-            )
+    if n is None:  # the request is unknown (or this is an excerpt)
         return
     if len(ctx.choices) < n:
         ctx.error(
             "choice-count",
             f"request asked for {ctx.request.asked()}: {n} choices, the stream carried {len(ctx.choices)}",
             event=ctx.done_event,
-            quirk="Q71",
+            quirk=choice_count_quirk(ctx),
         )
+
+
+def choice_count_quirk(ctx: Context) -> str:
+    """Too few choices: ``n`` ignored (Q71) when ``n`` asked for more than one, else a prompt array
+    answered as one prompt (Q73)."""
+    return "Q73" if ctx.request.prompts > 1 and (ctx.request.n or 1) == 1 else "Q71"

@@ -20,6 +20,7 @@ __all__ = [
     "Request",
     "ToolCallState",
     "choice_text",
+    "usage_count",
 ]
 
 MAX_PER_RULE = 20
@@ -60,6 +61,12 @@ class FindingSink:
         return out
 
 
+def usage_count(usage: Any, key: str) -> int | None:
+    """A token count of a usage object (``completion_tokens``), when it is one: the one reader of counts."""
+    value = usage.get(key) if isinstance(usage, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 @dataclass(slots=True)
 class ToolCallState:
     first_event: int
@@ -75,7 +82,8 @@ class ChoiceState:
     role_seen: bool = False
     finished_event: int | None = None
     finish_reason: str | None = None
-    content_chunks: int = 0
+    output_seen: bool = False
+    """The choice carried any output: text, content, reasoning, a refusal or a tool call (ik_llama #767)."""
     tool_calls: dict[int, ToolCallState] = field(default_factory=dict)
     content_null_event: int | None = None
     """The first delta's event when its content was null and no tool call came with it (Q60)."""
@@ -154,6 +162,10 @@ class Context:
         self.first_chunk_event: int | None = None
         self.choices: dict[int, ChoiceState] = {}
         self.usage_event: int | None = None
+        self.usage: dict[str, Any] | None = None
+        """The last usage object the response carried: what it says it generated."""
+        self.data_events = 0
+        """Data events other than ``[DONE]``: a 200 stream with none is empty (Q52)."""
         self.usage_seen_event: int | None = None
         """First event with any non-null usage (usage_event is the proper choices: [] usage chunk)."""
         self.done_event: int | None = None
@@ -163,10 +175,13 @@ class Context:
         self.last_event: int | None = None
         self.body_bytes = 0
         """Bytes of the response body read."""
-        self.completion_tokens: int | None = None
-        """The last ``usage.completion_tokens`` seen."""
         self.error_object: dict[str, Any] | None = None
         """The ``error`` object of an error body."""
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """``completion_tokens`` of the last usage object seen."""
+        return usage_count(self.usage, "completion_tokens")
 
     @property
     def expect(self) -> Request:

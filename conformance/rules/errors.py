@@ -8,9 +8,13 @@ from typing import Any
 from conformance import schemas
 from conformance.openai_errors import CONTEXT_OVERFLOW, STATUS_INSTEAD, UNSUPPORTED_PARAMETER
 from conformance.rules.context import Context
+from conformance.rules.intents import CONTEXT_OVERFLOW_INTENT
+from conformance.rules.leaks import error_leaks
 
-__all__ = ["error_body", "error_event", "http_status", "is_error_payload"]
+__all__ = ["error_body", "error_event", "error_text", "http_status", "is_error_payload", "overflow_code"]
 
+OVERFLOW_CODE = "context_length_exceeded"
+_OVERFLOW_NAMES = frozenset({OVERFLOW_CODE, "exceed_context_size_error"})
 _CLIENT_ERROR_CODES = frozenset(
     {"context_length_exceeded", "exceed_context_size_error", "invalid_request_error"}
 )
@@ -39,6 +43,7 @@ def error_event(ctx: Context, event: int, payload: dict[str, Any]) -> None:
         pointer="/error",
         quirk=_error_quirk(payload),
     )
+    error_leaks(ctx, event, payload)
     odd = _odd_shape(payload)
     if odd:
         ctx.warn(
@@ -106,10 +111,12 @@ def error_body(ctx: Context, body: Any) -> None:
                 pointer=where,
                 quirk="Q45" if isinstance(body, dict) and isinstance(body.get("error"), str) else "spec",
             )
+    error_leaks(ctx, None, body)
     status = ctx.status
     err = body.get("error") if isinstance(body, dict) else None
     if status is None or not isinstance(err, dict):
         return
+    ctx.error_object = err  # what the intents read (a context overflow's code)
     if status < 400:
         ctx.error("error-with-200", f"error body sent with HTTP {status}", quirk="Q43")
         return
@@ -118,6 +125,7 @@ def error_body(ctx: Context, body: Any) -> None:
     overflow = CONTEXT_OVERFLOW.search(text) is not None
     refused = UNSUPPORTED_PARAMETER.search(text) is not None
     named = next((v for v in (code, kind) if isinstance(v, str) and v in _CLIENT_ERROR_CODES), None)
+    overflow_code(ctx, status, err, overflow or ctx.intent == CONTEXT_OVERFLOW_INTENT)
     if status >= 500 and (named or overflow or refused):
         if named:
             what = f"client error ({named})"
@@ -126,3 +134,26 @@ def error_body(ctx: Context, body: Any) -> None:
         # llama.cpp's 500 for a parameter it refuses (echo, best_of, suffix...) is Q72; the rest Q43.
         quirk = "Q72" if refused and not overflow else "Q43"
         ctx.error("error-status", f"{what} answered with HTTP {status}; OpenAI uses 400", quirk=quirk)
+
+
+def error_text(ctx: Context, raw: bytes) -> None:
+    """An error response whose body is not JSON still must not show a stack frame or a path."""
+    error_leaks(ctx, None, raw[:65536].decode("utf-8", "replace"), pointer=None)
+
+
+def overflow_code(ctx: Context, status: int, err: dict[str, Any], overflow: bool) -> None:
+    """A prompt longer than the context refused with a 4xx carries ``code: "context_length_exceeded"``,
+    which clients (LangChain, LiteLLM) match to trim history and retry; llama.cpp names it
+    ``exceed_context_size_error`` (Q43). Recognised by the message (``CONTEXT_OVERFLOW``, as check's
+    overflow probe words are), by a name servers use for it, or by the exchange's intent (check's
+    ``context-overflow`` probes); 429 is a rate limit, not the context."""
+    code, kind = err.get("code"), err.get("type")
+    named = any(isinstance(v, str) and v in _OVERFLOW_NAMES for v in (code, kind))
+    if not 400 <= status < 500 or status == 429 or code == OVERFLOW_CODE or not (overflow or named):
+        return
+    ctx.error(
+        "context-overflow-code",
+        f"a context overflow refused with code {code!r}, not {OVERFLOW_CODE!r}",
+        pointer="/error/code",
+        quirk="Q43",
+    )

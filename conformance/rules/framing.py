@@ -22,6 +22,7 @@ __all__ = [
     "id_field",
     "nonstandard_field",
     "retry_field",
+    "stream_empty",
 ]
 
 
@@ -161,3 +162,20 @@ def done_missing(ctx: Context) -> None:
             event=ctx.last_event,
             quirk="Q55",
         )
+
+
+def stream_empty(ctx: Context) -> None:
+    """An HTTP 200 stream without a single data event but ``[DONE]``: the request failed after the
+    status was sent, and the client is shown an empty success. llama-cpp-python returns its event
+    stream before calling the model, so an error raised then can only end the connection (Q52; LM
+    Studio's zero-delta overflow stream, Q48, looks the same). Its own cause, with or without
+    ``[DONE]``: the judge then runs none of the end rules, whose findings would all follow from it."""
+    if ctx.status not in (None, 200):
+        return
+    ended = "then [DONE]" if ctx.done_event is not None else "and no [DONE]"
+    ctx.error(
+        "stream-empty",
+        f"an HTTP 200 stream without a single chunk {ended}: the request failed after the status was sent",
+        event=ctx.done_event,
+        quirk="Q52",
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.rules.context import Context
+from conformance.rules.leaks import model_path
 
 __all__ = ["created_stable", "id_prefix", "id_stable", "model_stable"]
 
@@ -62,8 +63,12 @@ def id_prefix(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:
 
 
 def model_stable(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:
-    """``model`` names the served model (Q02, Q09): non-empty, and the same on every chunk."""
+    """``model`` names the served model (Q02, Q09): non-empty, the same on every chunk, not a file path."""
+    seen = ctx.model
     _stable_text(ctx, event, chunk, "model", empty="Q02", changed="spec")
+    value = chunk.get("model")
+    if value != seen:  # each name once: a stream repeats it on every chunk
+        model_path(ctx, event, value)
 
 
 def created_stable(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.rules.context import Context
+from conformance.rules.finish_reason import is_final
 
 __all__ = [
-    "completion_count",
     "usage_arithmetic",
     "usage_chunk",
     "usage_last",
@@ -24,6 +24,8 @@ def usage_chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
         return
     if ctx.usage_seen_event is None:
         ctx.usage_seen_event = event
+    if isinstance(usage, dict):
+        ctx.usage = usage
     choices = chunk.get("choices")
     if ctx.stream and isinstance(choices, list) and choices:
         ctx.error(
@@ -32,7 +34,7 @@ def usage_chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
             "(the OpenAI Node SDK treats any truthy usage as the usage chunk)",
             event=event,
             pointer="/usage",
-            quirk="Q29" if _all_zero(usage) else "Q26",
+            quirk=_usage_quirk(usage, choices, again=ctx.usage_seen_event != event),
         )
         return
     if not ctx.stream:
@@ -78,14 +80,6 @@ def usage_arithmetic(ctx: Context, event: int | None, usage: Any, where: str) ->
             )
         elif min(prompt, completion, total) < 0:
             ctx.error("usage-arithmetic", "negative token count", event=event, pointer=where, quirk="spec")
-
-
-def completion_count(ctx: Context, usage: Any) -> None:
-    """Keeps the last ``completion_tokens`` seen, for the rules that judge the whole response."""
-    if isinstance(usage, dict):
-        completion = usage.get("completion_tokens")
-        if isinstance(completion, int) and not isinstance(completion, bool):
-            ctx.completion_tokens = completion
 
 
 def usage_within_limit(ctx: Context, event: int | None, usage: Any, where: str) -> None:
@@ -135,6 +129,16 @@ def usage_requested(ctx: Context) -> None:
             pointer="/usage",
             quirk="Q26",
         )
+
+
+def _usage_quirk(usage: Any, choices: list[Any], *, again: bool) -> str:
+    """Zero usage on every chunk is LocalAI's (Q29); usage once, on the finish chunk, is llama.cpp's
+    (Q26); usage on a chunk that still carries the text, or on a second chunk, is usage on every chunk,
+    ik_llama.cpp's (Q27)."""
+    if _all_zero(usage):
+        return "Q29"
+    finishing = any(isinstance(c, dict) and is_final(c.get("finish_reason")) for c in choices)
+    return "Q26" if finishing and not again else "Q27"
 
 
 def _all_zero(usage: Any) -> bool:

@@ -55,8 +55,16 @@ CASES = [
     # --- reports: streams quoted in public bug reports (quirks.md, "Transcripts") ---
     case(
         "reports/ik_llama-767.sse",
-        # Q02 empty id and model; Q14 finish_reason on every chunk; Q27 usage on every chunk, unasked (Q26).
-        {"id-empty", "model-empty", "finish-reason-repeated", "usage-in-choice-chunk", "usage-unrequested"},
+        # Q02 empty id and model; Q14 finish_reason on every chunk, and no text in any (text-lost); Q27
+        # usage on every chunk, unasked (Q26).
+        {
+            "id-empty",
+            "model-empty",
+            "finish-reason-repeated",
+            "text-lost",
+            "usage-in-choice-chunk",
+            "usage-unrequested",
+        },
         request=COMPLETIONS_STREAM,
         excerpt=EXCERPT_UNTERMINATED,
     ),
@@ -127,12 +135,14 @@ CASES = [
     # --- seeds: SSE examples extracted from tests/data/seeds (see each .source.txt) ---
     case(
         "seeds/ik_llama-767-broken.sse",
-        # Q02, Q13, Q14, Q27 (+ Q26 unasked), Q55 no [DONE].
+        # Q02, Q13, Q14 (every chunk finishes 'length' with no text: text-lost), Q27 (+ Q26 unasked),
+        # Q55 no [DONE].
         {
             "id-empty",
             "model-empty",
             "created-changed",
             "finish-reason-repeated",
+            "text-lost",
             "usage-in-choice-chunk",
             "usage-unrequested",
             "done-missing",

@@ -142,7 +142,10 @@ def test_an_invalid_request_answered_500_or_400() -> None:
 def test_a_valid_feature_answered_500_or_declined() -> None:
     array = completion(prompt=["The sky is", "Grass is"])
     assert ("feature-server-error", "error", "Q73") in found(SERVER_ERROR, array, 500)
-    assert ("feature-server-error", "error", "Q43") in found(SERVER_ERROR, chat(n=2), 500)
+    # The feature's catalogue row where it has one (n: Q70, token ids: Q74), else Q43.
+    assert ("feature-server-error", "error", "Q70") in found(SERVER_ERROR, chat(n=2), 500)
+    assert ("feature-server-error", "error", "Q74") in found(SERVER_ERROR, completion(prompt=[1, 2]), 500)
+    assert ("feature-server-error", "error", "Q43") in found(SERVER_ERROR, chat(logprobs=True), 500)
     declined = error_bytes("n > 1 is not supported", 400, param="n")
     assert found(declined, chat(n=2), 400) == {("feature-unsupported", "warning", None)}
     # Without a recorded request nothing can be told.
@@ -202,8 +205,14 @@ def test_context_overflow_intent(body: bytes, status: int, headers: Any, expecte
 
 
 def test_context_overflow_answered_with_an_empty_stream() -> None:
+    # An empty 200 stream is stream-empty's (Q52), judged with or without the intent; the intent adds
+    # nothing of its own. A stream with events is the intent's context-overflow-in-stream (Q42).
     findings = found(b"", completion(stream=True), 200, intent="context-overflow", headers=SSE)
-    assert ("context-overflow-in-stream", "error", "Q52") in findings
+    assert findings == {("stream-empty", "error", "Q52")}
+    assert found(b"", completion(stream=True), 200, headers=SSE) == findings
+    error_event = b'data: {"error": {"message": "context full", "type": "server_error"}}\n\n'
+    in_stream = found(error_event, completion(stream=True), 200, intent="context-overflow", headers=SSE)
+    assert ("context-overflow-in-stream", "error", "Q42") in in_stream
 
 
 def test_success_finish_length_and_unknown_model_intents() -> None:

@@ -88,7 +88,7 @@ def test_usage_repeated_not_last_and_wrong_sum() -> None:
 
 
 def test_usage_null_on_content_chunks_is_fine() -> None:
-    body = stream(chat_chunk([delta("", role="assistant")], usage=None), FINISH, USAGE)
+    body = stream(chat_chunk([delta("", role="assistant")], usage=None), TEXT, FINISH, USAGE)
     assert judged(body, chat_request(stream_options={"include_usage": True})) == (set(), set())
 
 
@@ -506,8 +506,8 @@ def test_blank_lines_before_a_json_body_q57() -> None:
     assert judged(body, None, headers=JSON) == (set(), {"body-blank-lines"})
 
 
-def test_a_stream_with_no_chunk_q48() -> None:
-    assert judged(DONE_EVENT) == ({"choice-count"}, set())
+def test_a_stream_with_no_chunk_is_empty_q52() -> None:
+    assert judged(DONE_EVENT) == ({"stream-empty"}, set())
 
 
 def test_chat_chunks_named_text_completion_are_judged_as_chat_q12() -> None:

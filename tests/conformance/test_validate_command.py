@@ -202,7 +202,7 @@ def test_a_bare_json_array_body_is_judged_as_llama_cpp_prompt_array_reply(
         (2, 2, 4, set()),  # index = prompt * n + sample, up to 3
         (1, 2, 2, set()),  # n=1 written out: still one per prompt
         (None, 2, 1, {"choice-count"}),  # a choice missing: the second prompt's
-        (None, 1, 0, {"choice-count"}),  # a 200 stream with no choice at all (Q48): n defaults to 1
+        (None, 1, 0, {"stream-empty"}),  # no chunk at all is an empty stream, its own cause (Q52)
     ],
 )
 def test_choices_are_counted_per_prompt_and_n_defaults_to_one(

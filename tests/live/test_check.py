@@ -78,7 +78,7 @@ def test_allow_waives_rules_and_quirks(
     rules = {rule for found in findings_by_probe(report).values() for rule, _ in found}
     assert "usage-missing" not in rules
     assert "model-is-local-path" not in rules
-    assert "context-overflow-in-stream" in rules
+    assert "stream-empty" in rules
 
 
 def test_only_and_record(replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path) -> None:
