@@ -41,6 +41,14 @@ class ProxyConfig:
     cors_origins: tuple[str, ...] = ()
     fan_out: bool = True
     """Serve ``n > 1`` and prompt arrays as concurrent single requests (Q70-Q73)."""
+    client_timeout: float = 30.0
+    """Seconds a client has to send a request head, and again its body (proxy/client_limits.py)."""
+    max_connections: int = 1000
+    """Open client connections (per worker) past which requests other than /health are answered 503."""
+    max_fan_out: int = 256
+    """Upstream requests one client request may become (prompts x n); a 400 past it."""
+    max_upstream_connections: int = 1000
+    """Upstream connections open at once (per worker); further requests wait in turn for one."""
 
     @property
     def upstream_base(self) -> str:

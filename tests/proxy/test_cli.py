@@ -111,6 +111,22 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
         (["--first-byte-timeout", "0"], {}, "'0' is not a positive number"),
         (["--connect-timeout", "nan"], {}, "'nan' is not a positive number"),
         (["--shutdown-timeout", "-2"], {}, "'-2' is not a non-negative number"),
+        (
+            ["--client-timeout", "0"],
+            {},
+            "'0' is not a positive number (from the flag or CONFORMANT_CLIENT_T",
+        ),
+        (
+            [],
+            {"CONFORMANT_MAX_CONNECTIONS": "lots"},
+            "'lots' is not an integer (from the flag or CONFORMANT_MAX_C",
+        ),
+        (
+            ["--max-fan-out", "0"],
+            {},
+            "'0' is not a positive integer (from the flag or CONFORMANT_MAX_F",
+        ),
+        ([], {"CONFORMANT_MAX_UPSTREAM_CONNECTIONS": "-1"}, "'-1' is not a positive integer"),
         ([], {"CONFORMANT_LOG_LEVEL": "loud"}, "'loud' is not one of critical, error, warning, info, debug"),
         (["--idle-timeout", "soon"], {}, "'soon' is not a number (from the flag or CONFORMANT_IDLE_TIMEOUT)"),
         ([], {"CONFORMANT_PORT": "eighty"}, "'eighty' is not an integer (from the flag or CONFORMANT_PORT)"),
@@ -380,3 +396,29 @@ def test_serve_without_upstream_starts_the_bundled_backend_and_stops_it(workers:
         proc.terminate()
         proc.wait(timeout=30)
     assert not Path(f"/proc/{backends[0]}").exists()  # the backend went with it
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_client_timeout_and_max_connections_reach_every_worker(workers: int) -> None:
+    """The flags reach the protocol that serves the connections, also in spawned workers."""
+    port = free_port()
+    args = [*SERVE, "--upstream", "http://127.0.0.1:9", "--port", str(port), "--upstream-kind", "openai"]
+    args += ["--workers", str(workers), "--client-timeout", "0.5", "--max-connections", "1"]
+    with run_process(args, health_path="/health", port=port, timeout=60):
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            silent.settimeout(10)
+            start = time.monotonic()
+            assert silent.recv(65536).startswith(b"HTTP/1.1 408 ")
+            assert time.monotonic() - start < 5
+        # Two connections at once are past the cap of one (with two workers, on either of them).
+        with socket.create_connection(("127.0.0.1", port)) as first:
+            answers = []
+            for _ in range(2 * workers + 2):
+                with socket.create_connection(("127.0.0.1", port)) as second:
+                    second.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+                    second.settimeout(10)
+                    answers.append(second.recv(65536)[:12])
+            first.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            first.settimeout(10)
+            assert first.recv(65536).startswith(b"HTTP/1.1 200 ")
+        assert b"HTTP/1.1 503" in answers
