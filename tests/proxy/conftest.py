@@ -15,8 +15,8 @@ from conformance.judge import Verdict, judge_response
 from conformance.replay import create_replay_app, load_corpus
 from conformance.transcript import Transcript
 from proxy.app import create_app
-from proxy.config import ProxyConfig
 from proxy.client_limits import LimitedClientProtocol
+from proxy.config import ProxyConfig
 from tests.live import llama_cpp_server
 from tests.support.servers import free_port, run_asgi, run_process
 
