@@ -72,8 +72,9 @@ def test_a_stop_sequence_past_the_bound_is_a_400(proxy_url: str, stop: object, p
     assert response.status_code == 400
     error = response.json()["error"]
     assert (error["code"], error["param"]) == ("string_above_max_length", param)
-    assert f"maximum length {MAX_STOP_LENGTH}, but got a string with length {MAX_STOP_LENGTH + 1}" in (
-        error["message"]
+    assert (
+        f"maximum length {MAX_STOP_LENGTH}, but got a string with length {MAX_STOP_LENGTH + 1}"
+        in (error["message"])
     )
 
 
