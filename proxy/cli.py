@@ -302,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
             max_upstream_connections=args.max_upstream_connections,
             client_timeout=args.client_timeout,
             max_connections=args.max_connections,
+            shutdown_timeout=args.shutdown_timeout,
         )
         workers = f" ({args.workers} workers)" if args.workers > 1 else ""
         print(

@@ -30,7 +30,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from conformance.openai_errors import error_body
 
-from . import jsoncodec
+from . import graceful, jsoncodec
 from .config import ProxyConfig
 from .http_protocol import HeadWithBodyProtocol
 
@@ -101,6 +101,7 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
         config = proxy_config_of(self.app) or ProxyConfig(upstream="")
         self._timeout = config.client_timeout
         self._max_connections = config.max_connections
+        self._shutdown_timeout = config.shutdown_timeout
         self._phase: Literal["head", "body"] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
@@ -145,6 +146,11 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
             self._head_chunks += len(data)
             if self._head_chunks > MAX_HEAD_BYTES:
                 self._too_large()
+
+    def shutdown(self) -> None:
+        """uvicorn's server is stopping: open responses are ended at the deadline (proxy/graceful.py)."""
+        graceful.begin_shutdown(self.loop, self._shutdown_timeout)
+        super().shutdown()
 
     # -- parser callbacks --------------------------------------------------------------------------
 

@@ -49,6 +49,8 @@ class ProxyConfig:
     """Upstream requests one client request may become (prompts x n); a 400 past it."""
     max_upstream_connections: int = 1000
     """Upstream connections open at once (per worker); further requests wait in turn for one."""
+    shutdown_timeout: float = 30.0
+    """Seconds open responses may go on after SIGINT or SIGTERM; then each is ended (proxy/graceful.py)."""
 
     @property
     def upstream_base(self) -> str:

@@ -51,6 +51,7 @@ def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
     on to them and ignores a second.
     """
     from .client_limits import LimitedClientProtocol
+    from .graceful import SHUTDOWN_GRACE
 
     return {
         "host": args.host,
@@ -59,7 +60,9 @@ def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
         "log_level": "warning",
         "access_log": False,
         "http": LimitedClientProtocol,
-        "timeout_graceful_shutdown": args.shutdown_timeout,
+        # The proxy ends what is still open at the shutdown timeout itself (proxy/graceful.py); uvicorn
+        # cancels what is left a little later.
+        "timeout_graceful_shutdown": args.shutdown_timeout + SHUTDOWN_GRACE,
     }
 
 

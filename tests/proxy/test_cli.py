@@ -422,3 +422,50 @@ def test_client_timeout_and_max_connections_reach_every_worker(workers: int) -> 
             first.settimeout(10)
             assert first.recv(65536).startswith(b"HTTP/1.1 200 ")
         assert b"HTTP/1.1 503" in answers
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_traceback(
+    workers: int, tmp_path: Path
+) -> None:
+    """At --shutdown-timeout a stream gets an error event and a request not yet answered a 503; the log
+    says so, nothing prints a traceback, and the exit status is 0."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with raw_server(_endless) as (upstream, record), (tmp_path / "stderr").open("w+b") as log:
+        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
+        args += ["--workers", str(workers), "--shutdown-timeout", "1"]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            wait_http(url + "/health", 60, proc)
+            with (
+                ThreadPoolExecutor(1) as pool,
+                httpx.stream("POST", url + "/v1/chat/completions", json={**CHAT, "stream": True}) as stream,
+            ):
+                lines = stream.iter_lines()
+                assert any("Hello" in line for line in lines)
+                whole = pool.submit(httpx.post, url + "/v1/chat/completions", json=CHAT, timeout=30)
+                wait_for(lambda: record.connections >= 2, timeout=10)
+                proc.send_signal(signal.SIGINT)
+                stopping = time.monotonic()
+                rest = list(lines)
+                answer = whole.result()
+            events = [json.loads(line[6:]) for line in rest if line.startswith("data: {")]
+            assert events[-1]["error"]["code"] == "server_shutting_down"
+            assert "[DONE]" not in "".join(rest)
+            assert answer.status_code == 503
+            assert answer.json()["error"]["code"] == "server_shutting_down"
+            assert proc.wait(timeout=30) == 0
+            assert 0.9 < time.monotonic() - stopping < 4
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        stderr = log.read().decode(errors="replace")
+    assert "Traceback" not in stderr
+    assert "CancelledError" not in stderr
+    assert "open response(s) ended at the shutdown deadline" in stderr
+    logged = [json.loads(line) for line in stderr.splitlines() if line.startswith('{"')]
+    ended = [entry for entry in logged if "shutting down" in (entry.get("error") or "")]
+    assert sorted(entry["status"] for entry in ended) == [200, 503]
