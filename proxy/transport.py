@@ -314,7 +314,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self._idle: dict[Origin, list[_Connection]] = {}
         self._in_use: set[_Connection] = set()
         self._open: set[_Connection] = set()  # connected or connecting, until the connection is lost
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
+        self._granted = 0  # slots handed to waiting requests that have not opened their connection yet
         self._sweep: asyncio.TimerHandle | None = None
         self._ssl: ssl.SSLContext | None = None
 
@@ -382,6 +383,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         )
 
     async def _acquire(self, key: Origin, connect_timeout: float | None, *, fresh: bool) -> _Connection:
+        granted = False  # a slot handed over by a connection that closed while this request waited
+        waited = False
         while True:
             idle = None if fresh else self._idle.get(key)
             expired = time.monotonic() - self._keepalive_expiry
@@ -390,14 +393,18 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
                 if connection.closed or connection.idle_since < expired or connection.closing:
                     connection.close()
                     continue
+                if granted:
+                    self._pass_slot()  # not needed after all
                 connection.reused = True
                 self._in_use.add(connection)
                 return connection
-            if len(self._open) < self._max_connections and not self._waiters:
-                break
-            if len(self._open) >= self._max_connections:
-                self._close_one_idle()  # its slot is free once it is lost, which wakes a waiter
-            await self._wait_turn()
+            if granted or (self._free_slots() > 0 and (waited or not self._waiters)):
+                break  # (a request that waited was first in line: it goes before those behind it)
+            if self._free_slots() <= 0:
+                self._close_one_idle()  # its slot is free once it is lost, and handed to the first waiter
+            # A request woken for an idle connection that another origin's: it keeps its place in line.
+            granted = await self._wait_turn(front=waited)
+            waited = True
         connection = _Connection(key, self._lost)
         self._open.add(connection)
         self._in_use.add(connection)
@@ -410,32 +417,54 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             raise
         return connection
 
-    async def _wait_turn(self) -> None:
-        """Wait, behind every request that waited before, for a connection to close or go idle."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+    def _free_slots(self) -> int:
+        return self._max_connections - len(self._open) - self._granted
+
+    async def _wait_turn(self, *, front: bool) -> bool:
+        """Wait, behind every request that waited before, for a connection to close (True: its slot is
+        this request's) or to go idle (False: look at the pool again)."""
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if front:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
         try:
-            await waiter
+            granted = await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self._wake()  # woken and gone: the turn passes to the next
+                if waiter.result():  # woken and gone: the turn passes to the next
+                    self._pass_slot()
+                else:
+                    self._wake()
             raise
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
+        if granted:
+            self._granted -= 1  # the caller opens a connection in its place (or passes it on)
+        return granted
 
     def _wake(self) -> None:
-        """A connection closed or went idle: the first waiting request looks at the pool again."""
+        """A connection went idle: the first waiting request looks at the pool again."""
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(False)
+                return
+
+    def _pass_slot(self) -> None:
+        """A slot is free: it goes to the first waiting request, so that no newcomer takes it first."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._granted += 1
+                waiter.set_result(True)
                 return
 
     def _lost(self, connection: _Connection) -> None:
         if connection in self._open:
             self._open.discard(connection)
-            self._wake()
+            self._pass_slot()
 
     def _close_one_idle(self) -> None:
         """At the cap, an idle connection (to any origin) makes room for a request that waits."""

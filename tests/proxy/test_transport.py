@@ -217,3 +217,41 @@ def test_idle_connections_are_closed_by_the_clock() -> None:
         assert open_after_answers == 5
         assert open_later == 0
         wait_for(lambda: record.open == 0, timeout=3)
+
+
+async def _answer_and_close(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    await read_request(reader)
+    record.requests += 1
+    await asyncio.sleep(0.1)
+    writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
+    await writer.drain()
+
+
+def test_a_closed_connections_place_goes_to_the_first_waiter_not_to_a_newcomer() -> None:
+    """First come, first served: a connection that closes hands its place to the request that waited
+    longest, which opens a connection in its place."""
+    order: list[str] = []
+
+    async def main(upstream: str) -> int:
+        transport = UpstreamTransport(keepalive_expiry=5, max_connections=1)
+        async with httpx.AsyncClient(base_url=upstream, transport=transport) as client:
+
+            async def get(name: str) -> None:
+                await client.get(f"/{name}")
+                order.append(name)
+
+            tasks = []
+            for name in ("first", "second", "third"):
+                tasks.append(asyncio.create_task(get(name)))
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.09)  # the first answer has come: its connection closes
+            tasks.append(asyncio.create_task(get("newcomer")))
+            await asyncio.gather(*tasks)
+            return transport.open_connections()
+
+    with raw_server(_answer_and_close) as (upstream, record):
+        assert asyncio.run(main(upstream)) == 0
+        assert record.connections == 4
+    assert order == ["first", "second", "third", "newcomer"]
