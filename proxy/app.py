@@ -120,15 +120,38 @@ async def _read_body(request: Request, limit: int) -> bytes | Response:
             return b"".join(parts)
 
 
-def _split(endpoint: Endpoint, body: dict[str, Any], info: RequestInfo) -> list[dict[str, Any]] | None:
-    """One single-choice request per (prompt, sample) when ``n > 1`` or the prompt is an array."""
-    prompts: list[Any] = [body.get("prompt")]
+def _prompts(endpoint: Endpoint, body: dict[str, Any]) -> list[Any]:
+    """The prompts a fan-out sends one by one: a completion's array of texts or of token arrays."""
     raw_prompt = body.get("prompt")
     uniform = isinstance(raw_prompt, list) and (
         all(isinstance(p, str) for p in raw_prompt) or all(isinstance(p, list) for p in raw_prompt)
     )
     if endpoint == "completions" and uniform and raw_prompt:
-        prompts = list(raw_prompt)
+        return list(raw_prompt)
+    return [raw_prompt]
+
+
+def _fan_out_refused(
+    endpoint: Endpoint, body: dict[str, Any], info: RequestInfo, limit: int
+) -> Response | None:
+    """A 400 for a request that would fan out to more than ``limit`` upstream requests (prompts x n):
+    a 1 KB request of 200 prompts and n 128 opened 25,600 at once and ran the proxy out of files."""
+    prompts = len(_prompts(endpoint, body))
+    if prompts * info.n <= limit:
+        return None
+    param = "prompt" if prompts > 1 else "n"
+    return _error(
+        f"Invalid '{param}': {prompts} prompt(s) x n={info.n} is {prompts * info.n} upstream requests; "
+        f"this server sends at most {limit} for one request (--max-fan-out).",
+        400,
+        "fan_out_too_large",
+        param,
+    )
+
+
+def _split(endpoint: Endpoint, body: dict[str, Any], info: RequestInfo) -> list[dict[str, Any]] | None:
+    """One single-choice request per (prompt, sample) when ``n > 1`` or the prompt is an array."""
+    prompts = _prompts(endpoint, body)
     if info.n == 1 and len(prompts) == 1:
         return None
     seed = body.get("seed")
@@ -217,6 +240,8 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
     info = RequestInfo.from_body(endpoint, body, alias=ctx.config.model_alias)
+    if ctx.config.fan_out and (refused := _fan_out_refused(endpoint, body, info, ctx.config.max_fan_out)):
+        return refused
     if not info.generates:
         # max_tokens 0 (a prompt scored with echo): llama-cpp-python reads 0 as "no limit" and
         # generates to the end of the context. One token is asked for, and not sent (info.generates).
@@ -229,9 +254,9 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     served = await ctx.names.upstream_name(model)
     if served != model:
         body = {**body, "model": served}  # answers still name the model as asked
-    refused = await ctx.adapter.refusal(ctx.upstream, endpoint, body)
-    if refused is not None:
-        return _failed(refused, exchange, ctx.config.upstream_api_key)
+    declined = await ctx.adapter.refusal(ctx.upstream, endpoint, body)
+    if declined is not None:
+        return _failed(declined, exchange, ctx.config.upstream_api_key)
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     if (
         ctx.upstream.serial is None

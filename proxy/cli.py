@@ -142,6 +142,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="max_tokens for requests that give no limit (default: none, the upstream's own)",
     )
     p.add_argument(
+        "--max-fan-out",
+        type=_number(int, "MAX_FAN_OUT"),
+        default=_env("MAX_FAN_OUT", "256"),
+        help="upstream requests one request may become (prompts x n; a 400 above)",
+    )
+    p.add_argument(
+        "--max-upstream-connections",
+        type=_number(int, "MAX_UPSTREAM_CONNECTIONS"),
+        default=_env("MAX_UPSTREAM_CONNECTIONS", "1000"),
+        help="upstream connections open at once, per worker (further requests wait in turn)",
+    )
+    p.add_argument(
+        "--client-timeout",
+        type=_number(float, "CLIENT_TIMEOUT"),
+        default=_env("CLIENT_TIMEOUT", "30"),
+        help="seconds a client has to send a request's head, and again its body (408 after)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_number(int, "MAX_CONNECTIONS"),
+        default=_env("MAX_CONNECTIONS", "1000"),
+        help="open client connections per worker past which requests but /health get a 503",
+    )
+    p.add_argument(
         "--model", default=_env("MODEL"), help="model for the bundled backend (without --upstream)"
     )
     p.add_argument(
@@ -295,6 +319,11 @@ def run(args: argparse.Namespace) -> int:
             cors_origins=cors_origins,
             fan_out=fan_out,
             default_max_tokens=args.default_max_tokens,
+            max_fan_out=args.max_fan_out,
+            max_upstream_connections=args.max_upstream_connections,
+            client_timeout=args.client_timeout,
+            max_connections=args.max_connections,
+            shutdown_timeout=args.shutdown_timeout,
         )
         workers = f" ({args.workers} workers)" if args.workers > 1 else ""
         if not args.upstream and not args.model:

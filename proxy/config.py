@@ -43,6 +43,16 @@ class ProxyConfig:
     """Serve ``n > 1`` and prompt arrays as concurrent single requests (Q70-Q73)."""
     default_max_tokens: int | None = None
     """``max_tokens`` sent for a request that gives no limit, so that none runs to the end of a context."""
+    client_timeout: float = 30.0
+    """Seconds a client has to send a request head, and again its body (proxy/client_limits.py)."""
+    max_connections: int = 1000
+    """Open client connections (per worker) past which requests other than /health are answered 503."""
+    max_fan_out: int = 256
+    """Upstream requests one client request may become (prompts x n); a 400 past it."""
+    max_upstream_connections: int = 1000
+    """Upstream connections open at once (per worker); further requests wait in turn for one."""
+    shutdown_timeout: float = 30.0
+    """Seconds open responses may go on after SIGINT or SIGTERM; then each is ended (proxy/graceful.py)."""
 
     @property
     def upstream_base(self) -> str:

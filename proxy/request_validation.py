@@ -21,6 +21,7 @@ from jsonschema.exceptions import best_match
 from conformance.schemas import request_schema
 
 from . import jsoncodec
+from .emulation.stop import MAX_STOP_LENGTH
 from .errors import ProxyError
 from .normalizer.request import Endpoint
 
@@ -223,6 +224,23 @@ def validate_request(endpoint: Endpoint, body: dict[str, Any]) -> None:
     _reject(error, path, instance)
 
 
+def _check_stop_lengths(stop: Any) -> None:
+    """Each stop sequence within ``MAX_STOP_LENGTH`` characters (the proxy scans for them: a 2 MiB one
+    was a denial of service before the scan was made linear). Checked here, not in the schema: the
+    schema's validity is cached by the body's shape, in which a string has no length."""
+    stops = [(None, stop)] if isinstance(stop, str) else list(enumerate(stop or ()))
+    for index, value in stops:
+        if isinstance(value, str) and len(value) > MAX_STOP_LENGTH:
+            param = "stop" if index is None else f"stop[{index}]"
+            raise ProxyError.make(
+                f"Invalid '{param}': string too long. Expected a string with maximum length "
+                f"{MAX_STOP_LENGTH}, but got a string with length {len(value)} instead.",
+                400,
+                code="string_above_max_length",
+                param=param,
+            )
+
+
 def _no_constant(name: str) -> NoReturn:
     # NaN and Infinity are not JSON; Python's parser takes them, and the upstream would get them.
     raise ValueError(f"{name} is not valid JSON")
@@ -249,6 +267,7 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
                 f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
             )
         validate_request(endpoint, body)
+        _check_stop_lengths(body.get("stop"))
     except (RecursionError, jsoncodec.TooDeep):
         # Hundreds of nested arrays or objects: past what Python's parser and the shape walk can
         # recurse through. No real request is built so; a 400 says so instead of a 500.

@@ -8,6 +8,7 @@ does not watch while the upstream's first byte is awaited), so the upstream is c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from conformance.sse import DONE_EVENT, encode_data
 
-from . import jsoncodec
+from . import graceful, jsoncodec
 from .emulation import Aggregator, synthesize_chunks
 from .errors import REDACTED, ProxyError, secret_in_bodies
 from .normalizer import RequestInfo
@@ -53,7 +54,8 @@ async def send_json(
 
 
 class HeldResponse(Response):
-    """An ASGI response that runs ``run(send)`` and cancels it when the client disconnects."""
+    """An ASGI response that runs ``run(send)`` and cancels it when the client disconnects, or ends it
+    when the server's shutdown deadline comes (proxy/graceful.py)."""
 
     def __init__(self, run: Callable[[Send], Awaitable[None]], exchange: Exchange) -> None:
         self._run = run
@@ -63,7 +65,7 @@ class HeldResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
-        state = {"done": False}
+        state = {"done": False, "ending": False, "started": False, "stream": False, "complete": False}
 
         async def watch() -> None:
             while True:
@@ -74,20 +76,51 @@ class HeldResponse(Response):
                         task.cancel()
                     return
 
+        async def watched_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+                state["stream"] = (b"content-type", _SSE_HEADERS[0][1]) in message.get("headers", ())
+            elif not message.get("more_body", False):
+                state["complete"] = True
+            await send(message)
+
+        def end() -> None:
+            if not state["done"]:
+                state["ending"] = True
+                task.cancel()
+
         watcher = asyncio.create_task(watch())
+        forget = graceful.track(end)
         try:
-            await self._run(send)
+            await self._run(watched_send)
         except asyncio.CancelledError:
-            if not self._exchange.disconnected:
+            if state["ending"] and not self._exchange.disconnected:
+                task.uncancel()
+                await self._end_for_shutdown(send, state)
+            elif not self._exchange.disconnected:
                 raise
-            task.uncancel()
+            else:
+                task.uncancel()
         except OSError:
             self._exchange.disconnected = True  # the client went away while we were sending
         finally:
             state["done"] = True
+            forget()
             watcher.cancel()
             if self._exchange.disconnected and task.cancelling():
                 task.uncancel()
+
+    async def _end_for_shutdown(self, send: Send, state: dict[str, bool]) -> None:
+        """The shutdown deadline came: a 503, or a stream's error event, as far as the client reads."""
+        message, body = graceful.shutting_down_error()
+        self._exchange.error = message
+        with contextlib.suppress(TimeoutError, OSError):
+            async with asyncio.timeout(1.0):  # a client that does not read gets nothing more
+                if not state["started"]:
+                    await send_json(send, 503, body)
+                elif state["stream"] and not state["complete"]:
+                    await send({"type": "http.response.body", "body": encode_data(_dumps(body))})
+                # Any other body cut short cannot say why: uvicorn closes its connection.
 
 
 async def serve_source(

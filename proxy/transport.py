@@ -24,8 +24,12 @@ Faults map to the httpx errors the proxy tells apart (``Upstream.open``):
   been handed over (an upstream that sends ``[DONE]`` and closes without the chunked terminator loses
   nothing).
 
-The pool has no connection cap: every concurrent stream holds its own connection, as a client of a
-streaming server must.
+Every concurrent stream holds its own connection, as a client of a streaming server must; the pool
+holds at most ``max_connections`` open at once (``--max-upstream-connections``), and a request past
+that waits, first come first served, for one to close or come back idle (a 1 KB request fanned out to
+25,600 upstream requests at once had run the proxy out of files). An idle connection is closed
+``keepalive_expiry`` seconds after its last use by a timer, not only when the next request looks at the
+pool (10,000 idle sockets were still open a minute after that fan-out).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import asyncio
 import collections
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import cast
 
 import httptools
@@ -58,9 +62,10 @@ _SET_HERE = frozenset({b"content-length", b"transfer-encoding"})
 class _Connection(asyncio.Protocol):
     """One upstream connection, serving one request at a time."""
 
-    def __init__(self, key: Origin) -> None:
+    def __init__(self, key: Origin, on_lost: Callable[[_Connection], None]) -> None:
         self.key = key
         self.transport: asyncio.Transport | None = None
+        self.on_lost = on_lost  # the pool's count of open connections
         self.closed = False
         self.reused = False
         self.idle_since = 0.0
@@ -217,6 +222,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.on_lost(self)
         if not self._active:
             return
         if self._head is not None and not self._head.done():
@@ -316,11 +322,20 @@ class ResponseBody(httpx.AsyncByteStream):
 
 
 class UpstreamTransport(httpx.AsyncBaseTransport):
-    def __init__(self, keepalive_expiry: float) -> None:
+    def __init__(self, keepalive_expiry: float, max_connections: int = 1000) -> None:
         self._keepalive_expiry = keepalive_expiry
+        self._max_connections = max_connections
         self._idle: dict[Origin, list[_Connection]] = {}
         self._in_use: set[_Connection] = set()
+        self._open: set[_Connection] = set()  # connected or connecting, until the connection is lost
+        self._waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
+        self._granted = 0  # slots handed to waiting requests that have not opened their connection yet
+        self._sweep: asyncio.TimerHandle | None = None
         self._ssl: ssl.SSLContext | None = None
+
+    def open_connections(self) -> int:
+        """Upstream connections open now, in use or idle."""
+        return len(self._open)
 
     def connections_in_use(self) -> int:
         """Upstream connections that a request or response still holds (a leak shows here)."""
@@ -382,25 +397,116 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         )
 
     async def _acquire(self, key: Origin, connect_timeout: float | None, *, fresh: bool) -> _Connection:
-        idle = None if fresh else self._idle.get(key)
-        expired = time.monotonic() - self._keepalive_expiry
-        while idle:
-            connection = idle.pop()
-            if connection.closed or connection.idle_since < expired or connection.closing:
-                connection.close()
-                continue
-            connection.reused = True
-            self._in_use.add(connection)
-            return connection
-        connection = _Connection(key)
+        granted = False  # a slot handed over by a connection that closed while this request waited
+        waited = False
+        while True:
+            idle = None if fresh else self._idle.get(key)
+            expired = time.monotonic() - self._keepalive_expiry
+            while idle:
+                connection = idle.pop()
+                if connection.closed or connection.idle_since < expired or connection.closing:
+                    connection.close()
+                    continue
+                if granted:
+                    self._pass_slot()  # not needed after all
+                connection.reused = True
+                self._in_use.add(connection)
+                return connection
+            if granted or (self._free_slots() > 0 and (waited or not self._waiters)):
+                break  # (a request that waited was first in line: it goes before those behind it)
+            if self._free_slots() <= 0:
+                self._close_one_idle()  # its slot is free once it is lost, and handed to the first waiter
+            # A request woken for an idle connection that another origin's: it keeps its place in line.
+            granted = await self._wait_turn(front=waited)
+            waited = True
+        connection = _Connection(key, self._lost)
+        self._open.add(connection)
         self._in_use.add(connection)
         try:
             await self._connect(connection, connect_timeout)
         except BaseException:
             self._in_use.discard(connection)
+            self._lost(connection)  # connection_lost never comes for a connection never made
             connection.close()
             raise
         return connection
+
+    def _free_slots(self) -> int:
+        return self._max_connections - len(self._open) - self._granted
+
+    async def _wait_turn(self, *, front: bool) -> bool:
+        """Wait, behind every request that waited before, for a connection to close (True: its slot is
+        this request's) or to go idle (False: look at the pool again)."""
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if front:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
+        try:
+            granted = await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                if waiter.result():  # woken and gone: the turn passes to the next
+                    self._pass_slot()
+                else:
+                    self._wake()
+            raise
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+        if granted:
+            self._granted -= 1  # the caller opens a connection in its place (or passes it on)
+        return granted
+
+    def _wake(self) -> None:
+        """A connection went idle: the first waiting request looks at the pool again."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(False)
+                return
+
+    def _pass_slot(self) -> None:
+        """A slot is free: it goes to the first waiting request, so that no newcomer takes it first."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._granted += 1
+                waiter.set_result(True)
+                return
+
+    def _lost(self, connection: _Connection) -> None:
+        if connection in self._open:
+            self._open.discard(connection)
+            self._pass_slot()
+
+    def _close_one_idle(self) -> None:
+        """At the cap, an idle connection (to any origin) makes room for a request that waits."""
+        for connections in self._idle.values():
+            if connections:
+                connections.pop(0).close()
+                return
+
+    def _schedule_sweep(self) -> None:
+        if self._sweep is None:
+            loop = asyncio.get_running_loop()
+            self._sweep = loop.call_later(self._keepalive_expiry, self._close_expired)
+
+    def _close_expired(self) -> None:
+        """Idle connections past their expiry closed by the clock, not only by the next request."""
+        self._sweep = None
+        expired = time.monotonic() - self._keepalive_expiry
+        for key, connections in list(self._idle.items()):
+            kept = [c for c in connections if c.idle_since >= expired and not c.closed]
+            for connection in connections:
+                if connection not in kept:
+                    connection.close()
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
+        if self._idle:
+            self._schedule_sweep()
 
     async def _connect(self, connection: _Connection, timeout: float | None) -> None:  # noqa: ASYNC109
         scheme, host, port = connection.key
@@ -429,6 +535,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             connection.finish()
             connection.idle_since = time.monotonic()
             self._idle.setdefault(connection.key, []).append(connection)
+            self._schedule_sweep()
+            self._wake()  # a request waiting for this origin takes it
         else:
             connection.close()
 
@@ -437,6 +545,9 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             connection.close()
 
     async def aclose(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for key in list(self._idle):
             self._drop_idle(key)
         for connection in list(self._in_use):

@@ -179,7 +179,9 @@ class Upstream:
         headers = {"accept-encoding": "identity", "user-agent": "conformant-proxy"}
         if config.upstream_api_key:
             headers["authorization"] = f"Bearer {config.upstream_api_key}"
-        self._transport = UpstreamTransport(keepalive_expiry=_KEEPALIVE_EXPIRY)
+        self._transport = UpstreamTransport(
+            keepalive_expiry=_KEEPALIVE_EXPIRY, max_connections=config.max_upstream_connections
+        )
         self.client = httpx.AsyncClient(
             base_url=config.upstream_base,
             headers=headers,

@@ -42,14 +42,16 @@ _FAILURE_FILE = "startup-failure"
 
 
 def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
-    """How uvicorn runs the proxy (``serve``'s flags): uvloop, httptools with heads sent with bodies.
+    """How uvicorn runs the proxy (``serve``'s flags): uvloop, httptools with heads sent with bodies and
+    the limits of proxy/client_limits.py.
 
     ``workers`` is always given: left out, uvicorn reads ``WEB_CONCURRENCY``, which some hosts set. The
     shutdown timeout bounds how long a stream that never ends (a client that stops reading) can hold
     up the shutdown, and the bundled backend's: with workers, uvicorn's supervisor passes one signal
     on to them and ignores a second.
     """
-    from .http_protocol import HeadWithBodyProtocol
+    from .client_limits import LimitedClientProtocol
+    from .graceful import SHUTDOWN_GRACE
 
     return {
         "host": args.host,
@@ -57,8 +59,10 @@ def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "log_level": "warning",
         "access_log": False,
-        "http": HeadWithBodyProtocol,
-        "timeout_graceful_shutdown": args.shutdown_timeout,
+        "http": LimitedClientProtocol,
+        # The proxy ends what is still open at the shutdown timeout itself (proxy/graceful.py); uvicorn
+        # cancels what is left a little later.
+        "timeout_graceful_shutdown": args.shutdown_timeout + SHUTDOWN_GRACE,
     }
 
 

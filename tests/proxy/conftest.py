@@ -15,8 +15,8 @@ from conformance.judge import Verdict, judge_response
 from conformance.replay import create_replay_app, load_corpus
 from conformance.transcript import Transcript
 from proxy.app import create_app
+from proxy.client_limits import LimitedClientProtocol
 from proxy.config import ProxyConfig
-from proxy.http_protocol import HeadWithBodyProtocol
 from tests.live import llama_cpp_server
 from tests.support.servers import free_port, run_asgi, run_process
 
@@ -26,7 +26,7 @@ def serve_proxy(upstream: str, **config: Any) -> Iterator[tuple[str, Starlette]]
     """The proxy on a free loopback port in front of ``upstream``, served as ``conformant serve``
     serves it; yields its base URL and the app."""
     app = create_app(ProxyConfig(upstream=upstream, **config))
-    with run_asgi(app, http=HeadWithBodyProtocol) as url:
+    with run_asgi(app, http=LimitedClientProtocol) as url:
         yield url, app
 
 

@@ -111,6 +111,22 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
         (["--first-byte-timeout", "0"], {}, "'0' is not a positive number"),
         (["--connect-timeout", "nan"], {}, "'nan' is not a positive number"),
         (["--shutdown-timeout", "-2"], {}, "'-2' is not a non-negative number"),
+        (
+            ["--client-timeout", "0"],
+            {},
+            "'0' is not a positive number (from the flag or CONFORMANT_CLIENT_T",
+        ),
+        (
+            [],
+            {"CONFORMANT_MAX_CONNECTIONS": "lots"},
+            "'lots' is not an integer (from the flag or CONFORMANT_MAX_C",
+        ),
+        (
+            ["--max-fan-out", "0"],
+            {},
+            "'0' is not a positive integer (from the flag or CONFORMANT_MAX_F",
+        ),
+        ([], {"CONFORMANT_MAX_UPSTREAM_CONNECTIONS": "-1"}, "'-1' is not a positive integer"),
         ([], {"CONFORMANT_LOG_LEVEL": "loud"}, "'loud' is not one of critical, error, warning, info, debug"),
         (["--idle-timeout", "soon"], {}, "'soon' is not a number (from the flag or CONFORMANT_IDLE_TIMEOUT)"),
         ([], {"CONFORMANT_PORT": "eighty"}, "'eighty' is not an integer (from the flag or CONFORMANT_PORT)"),
@@ -299,14 +315,15 @@ def test_a_worker_that_cannot_start_stops_the_server_with_the_reason(replay_url:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_sigterm_cuts_a_stream_still_open_after_the_shutdown_timeout(workers: int) -> None:
-    """A stream that would never end holds the shutdown --shutdown-timeout seconds, then is cut."""
+def test_sigterm_ends_a_stream_still_open_after_the_shutdown_timeout(workers: int) -> None:
+    """A stream that would never end holds the shutdown --shutdown-timeout seconds, then is ended with
+    an error event."""
     with _serving_an_endless_stream(workers, "--shutdown-timeout", "1") as (_, proc, lines, record):
         proc.terminate()
         stopping = time.monotonic()
-        with contextlib.suppress(httpx.HTTPError):  # cut: the chunked body never ends
-            rest = list(lines)
-            assert "[DONE]" not in "".join(rest)
+        rest = list(lines)
+        assert "[DONE]" not in "".join(rest)
+        assert "server_shutting_down" in rest[-2]  # the last event, before its blank line
         proc.wait(timeout=30)
         took = time.monotonic() - stopping
         assert 1 <= took < 15, took
@@ -380,3 +397,76 @@ def test_serve_without_upstream_starts_the_bundled_backend_and_stops_it(workers:
         proc.terminate()
         proc.wait(timeout=30)
     assert not Path(f"/proc/{backends[0]}").exists()  # the backend went with it
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_client_timeout_and_max_connections_reach_every_worker(workers: int) -> None:
+    """The flags reach the protocol that serves the connections, also in spawned workers."""
+    port = free_port()
+    args = [*SERVE, "--upstream", "http://127.0.0.1:9", "--port", str(port), "--upstream-kind", "openai"]
+    args += ["--workers", str(workers), "--client-timeout", "0.5", "--max-connections", "1"]
+    with run_process(args, health_path="/health", port=port, timeout=60):
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            silent.settimeout(10)
+            start = time.monotonic()
+            assert silent.recv(65536).startswith(b"HTTP/1.1 408 ")
+            assert time.monotonic() - start < 5
+        # Two connections at once are past the cap of one (with two workers, on either of them).
+        with socket.create_connection(("127.0.0.1", port)) as first:
+            answers = []
+            for _ in range(2 * workers + 2):
+                with socket.create_connection(("127.0.0.1", port)) as second:
+                    second.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+                    second.settimeout(10)
+                    answers.append(second.recv(65536)[:12])
+            first.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            first.settimeout(10)
+            assert first.recv(65536).startswith(b"HTTP/1.1 200 ")
+        assert b"HTTP/1.1 503" in answers
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_traceback(
+    workers: int, tmp_path: Path
+) -> None:
+    """At --shutdown-timeout a stream gets an error event and a request not yet answered a 503; the log
+    says so, nothing prints a traceback, and the exit status is 0."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with raw_server(_endless) as (upstream, record), (tmp_path / "stderr").open("w+b") as log:
+        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
+        args += ["--workers", str(workers), "--shutdown-timeout", "1"]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            wait_http(url + "/health", 60, proc)
+            with (
+                ThreadPoolExecutor(1) as pool,
+                httpx.stream("POST", url + "/v1/chat/completions", json={**CHAT, "stream": True}) as stream,
+            ):
+                lines = stream.iter_lines()
+                assert any("Hello" in line for line in lines)
+                whole = pool.submit(httpx.post, url + "/v1/chat/completions", json=CHAT, timeout=30)
+                wait_for(lambda: record.connections >= 2, timeout=10)
+                proc.send_signal(signal.SIGINT)
+                stopping = time.monotonic()
+                rest = list(lines)
+                answer = whole.result()
+            events = [json.loads(line[6:]) for line in rest if line.startswith("data: {")]
+            assert events[-1]["error"]["code"] == "server_shutting_down"
+            assert "[DONE]" not in "".join(rest)
+            assert answer.status_code == 503
+            assert answer.json()["error"]["code"] == "server_shutting_down"
+            assert proc.wait(timeout=30) == 0
+            assert 0.9 < time.monotonic() - stopping < 4
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        stderr = log.read().decode(errors="replace")
+    assert "Traceback" not in stderr
+    assert "CancelledError" not in stderr
+    assert "open response(s) ended at the shutdown deadline" in stderr
+    logged = [json.loads(line) for line in stderr.splitlines() if line.startswith('{"')]
+    ended = [entry for entry in logged if "shutting down" in (entry.get("error") or "")]
+    assert sorted(entry["status"] for entry in ended) == [200, 503]

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from proxy.transport import UpstreamTransport
+from tests.support.servers import wait_for
 
 from .rawserver import Record, http_chunk, raw_server, read_request, wait_peer_close
 
@@ -149,3 +150,108 @@ def test_a_slow_reader_stops_the_upstream_instead_of_buffering_it() -> None:
     assert total == _FLOOD
     # Without flow control all 1,024 pieces would be out; the socket buffers take at most half of them.
     assert written < 512, written
+
+
+async def _slow_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """Answers each request after 0.1 s, on a keep-alive connection; counts the connections open."""
+    while await read_request(reader) is not None:
+        record.requests += 1
+        await asyncio.sleep(0.1)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+
+
+def test_requests_past_the_connection_cap_wait_their_turn_instead_of_opening_more() -> None:
+    peak = 0
+
+    async def many(upstream: str) -> list[int]:
+        nonlocal peak
+        transport = UpstreamTransport(keepalive_expiry=5, max_connections=3)
+        async with httpx.AsyncClient(base_url=upstream, transport=transport) as client:
+
+            async def one(i: int) -> int:
+                nonlocal peak
+                response = await client.get(f"/{i}")
+                peak = max(peak, transport.open_connections())
+                return response.status_code
+
+            return list(await asyncio.gather(*(one(i) for i in range(12))))
+
+    with raw_server(_slow_answer) as (upstream, record):
+        assert asyncio.run(many(upstream)) == [200] * 12
+        assert record.requests == 12
+        assert record.connections == 3  # the others waited and reused these
+    assert peak <= 3
+
+
+def test_a_cancelled_waiter_passes_its_turn_on() -> None:
+    async def main(upstream: str) -> list[int]:
+        transport = UpstreamTransport(keepalive_expiry=5, max_connections=1)
+        async with httpx.AsyncClient(base_url=upstream, transport=transport) as client:
+            first = asyncio.create_task(client.get("/first"))
+            await asyncio.sleep(0.02)
+            gone = asyncio.create_task(client.get("/gone"))
+            last = asyncio.create_task(client.get("/last"))
+            await asyncio.sleep(0.02)
+            gone.cancel()
+            return [(await first).status_code, (await last).status_code]
+
+    with raw_server(_slow_answer) as (upstream, record):
+        assert asyncio.run(main(upstream)) == [200, 200]
+        assert record.requests == 2
+
+
+def test_idle_connections_are_closed_by_the_clock() -> None:
+    """Not only when the next request looks at the pool: none comes here."""
+
+    async def main(upstream: str, record: Record) -> tuple[int, int]:
+        transport = UpstreamTransport(keepalive_expiry=0.3)
+        async with httpx.AsyncClient(base_url=upstream, transport=transport) as client:
+            await asyncio.gather(*(client.get(f"/{i}") for i in range(5)))
+            open_after_answers = record.open
+            await asyncio.sleep(1.0)
+            return open_after_answers, transport.open_connections()
+
+    with raw_server(_slow_answer) as (upstream, record):
+        open_after_answers, open_later = asyncio.run(main(upstream, record))
+        assert open_after_answers == 5
+        assert open_later == 0
+        wait_for(lambda: record.open == 0, timeout=3)
+
+
+async def _answer_and_close(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    await read_request(reader)
+    record.requests += 1
+    await asyncio.sleep(0.1)
+    writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
+    await writer.drain()
+
+
+def test_a_closed_connections_place_goes_to_the_first_waiter_not_to_a_newcomer() -> None:
+    """First come, first served: a connection that closes hands its place to the request that waited
+    longest, which opens a connection in its place."""
+    order: list[str] = []
+
+    async def main(upstream: str) -> int:
+        transport = UpstreamTransport(keepalive_expiry=5, max_connections=1)
+        async with httpx.AsyncClient(base_url=upstream, transport=transport) as client:
+
+            async def get(name: str) -> None:
+                await client.get(f"/{name}")
+                order.append(name)
+
+            tasks = []
+            for name in ("first", "second", "third"):
+                tasks.append(asyncio.create_task(get(name)))
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.09)  # the first answer has come: its connection closes
+            tasks.append(asyncio.create_task(get("newcomer")))
+            await asyncio.gather(*tasks)
+            return transport.open_connections()
+
+    with raw_server(_answer_and_close) as (upstream, record):
+        assert asyncio.run(main(upstream)) == 0
+        assert record.connections == 4
+    assert order == ["first", "second", "third", "newcomer"]

@@ -1,0 +1,332 @@
+"""Hostile clients against one ``conformant serve``, in one run: what the proxy keeps of itself.
+
+In order, against one proxy process in front of the fast raw upstream of bench/proxy_overhead.py:
+
+1. a 64 MB header flood (heads that never end, on connection after connection, before any API key)
+   and 13 MB of pipelined ``GET /health`` nobody reads: the proxy's RSS before and after (goal: it
+   grows by less than 20 MB; before the limits of proxy/client_limits.py it reached about 1 GB);
+2. 3,000 connections that send nothing: how long until the proxy has closed each one (goal: within
+   ``--client-timeout``, which this run sets short, 5 s by default, so that the run is short), and the
+   latency of ``GET /health`` while they are open (past ``--max-connections`` it is still answered);
+3. a ``prompt`` of 200 items with ``n: 128`` (25,600 upstream requests once): refused with a 400;
+4. 500 concurrent streams for 60 s (each stream a paced request after another): errors (goal 0) and
+   the proxy's RSS sampled through it (goal: flat).
+
+    python bench/hostile_load.py [--client-timeout 5] [--idle 3000] [--streams 500] [--seconds 60]
+                                 [--pace-ms 100] [--chunks 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from proxy_overhead import PACED_MODEL, _run, machine, percentile  # noqa: E402
+
+from tests.support.servers import free_port, run_process  # noqa: E402
+
+KEY = "sk-hostile-load"
+HOST = "127.0.0.1"
+MB = 1024 * 1024
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+# -- 1. floods ------------------------------------------------------------------------------------
+
+
+async def header_flood(port: int, total: int, parallel: int = 16) -> tuple[int, int, int]:
+    """Heads that never end, until ``total`` bytes were sent: (bytes sent, connections, 431 answers)."""
+    sent = [0, 0, 0]
+    piece = b"a" * 65536
+
+    async def flooder() -> None:
+        while sent[0] < total:
+            reader, writer = await asyncio.open_connection(HOST, port)
+            sent[1] += 1
+            writer.write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-flood: ")
+            with contextlib.suppress(ConnectionError):
+                while sent[0] < total:
+                    writer.write(piece)
+                    sent[0] += len(piece)
+                    await writer.drain()
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                async with asyncio.timeout(5):
+                    if (await reader.read(12)).startswith(b"HTTP/1.1 431"):
+                        sent[2] += 1
+            writer.close()
+
+    await asyncio.gather(*(flooder() for _ in range(parallel)))
+    return sent[0], sent[1], sent[2]
+
+
+async def pipeline_flood(port: int, total: int, parallel: int = 4) -> tuple[int, int]:
+    """Pipelined ``GET /health`` not read while sent, ``total`` bytes in all: (answers the client read
+    afterwards, connections the proxy closed)."""
+    request = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+    batch = request * (65536 // len(request))
+    counts = [0, 0]
+
+    async def flooder() -> None:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        with contextlib.suppress(ConnectionError):
+            for _ in range(total // parallel // len(batch)):
+                writer.write(batch)
+                await writer.drain()
+        received = b""
+        try:
+            async with asyncio.timeout(10):
+                while part := await reader.read(65536):
+                    received += part
+            counts[1] += 1  # the proxy closed the connection
+        except ConnectionError:
+            counts[1] += 1  # closed with requests unread: reset
+        except TimeoutError:
+            pass  # still open
+        counts[0] += received.count(b"HTTP/1.1 200")
+        writer.close()
+
+    await asyncio.gather(*(flooder() for _ in range(parallel)))
+    return counts[0], counts[1]
+
+
+# -- 2. idle connections --------------------------------------------------------------------------
+
+
+async def health_latency(port: int) -> float:
+    start = time.perf_counter()
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    answer = await reader.read()
+    writer.close()
+    if not answer.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"/health answered {answer[:40]!r}")
+    return time.perf_counter() - start
+
+
+async def idle_connections(port: int, count: int) -> dict[str, object]:
+    """``count`` connections that send nothing; /health timed while they are open."""
+    closed_after: list[float] = []
+    answered_408 = [0]
+
+    async def idle() -> None:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        opened = time.perf_counter()
+        data = await reader.read()  # the 408, then the end of the connection
+        closed_after.append(time.perf_counter() - opened)
+        if data.startswith(b"HTTP/1.1 408"):
+            answered_408[0] += 1
+        writer.close()
+
+    start = time.perf_counter()
+    tasks = []
+    for _ in range(count):
+        tasks.append(asyncio.create_task(idle()))
+        await asyncio.sleep(0)  # let it connect: the listening backlog is finite
+    await asyncio.sleep(0.5)
+    opened_in = time.perf_counter() - start
+    latencies = [await health_latency(port) for _ in range(20)]
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    models_status = (await reader.read())[:12].decode()
+    writer.close()
+    await asyncio.gather(*tasks)
+    return {
+        "opened_in": opened_in,
+        "closed": len(closed_after),
+        "answered_408": answered_408[0],
+        "closed_after_max": max(closed_after),
+        "closed_after_p50": percentile(closed_after, 50),
+        "health_p50_ms": percentile(latencies, 50) * 1000,
+        "health_max_ms": max(latencies) * 1000,
+        "models_status": models_status,
+    }
+
+
+# -- 3. fan-out -----------------------------------------------------------------------------------
+
+
+async def fan_out(port: int) -> tuple[str, dict[str, object], float]:
+    body = json.dumps(
+        {"model": "m", "prompt": [f"p{i}" for i in range(200)], "n": 128, "max_tokens": 1}
+    ).encode()
+    start = time.perf_counter()
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        + f"authorization: Bearer {KEY}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+        + body
+    )
+    answer = await reader.read()
+    writer.close()
+    head, _, content = answer.partition(b"\r\n\r\n")
+    return head.split(b"\r\n", 1)[0].decode(), json.loads(content)["error"], time.perf_counter() - start
+
+
+# -- 4. streams -----------------------------------------------------------------------------------
+
+
+async def streams(port: int, pid: int, count: int, seconds: float, chunks: int) -> dict[str, object]:
+    """``count`` workers, each a paced stream after another for ``seconds``; RSS every 5 s."""
+    done, errors, events = [0], [0], [0]
+    failures: list[str] = []
+    body = json.dumps(
+        {
+            "model": PACED_MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "max_tokens": chunks,
+        }
+    ).encode()
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        + f"authorization: Bearer {KEY}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    end = time.monotonic() + seconds
+
+    async def worker(position: int) -> None:
+        await asyncio.sleep(position * 0.002)  # not all in the same millisecond
+        reader, writer = await asyncio.open_connection(HOST, port)
+        try:
+            while time.monotonic() < end:
+                writer.write(request)
+                received = b""
+                try:
+                    received = await reader.readuntil(b"\r\n0\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                    errors[0] += 1
+                    failures.append(f"{type(exc).__name__}")
+                    writer.close()
+                    reader, writer = await asyncio.open_connection(HOST, port)
+                    continue
+                ok = received.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in received
+                if not ok or b'"error"' in received:
+                    errors[0] += 1
+                    failures.append(received[:120].decode(errors="replace"))
+                else:
+                    done[0] += 1
+                    events[0] += received.count(b"data: {")
+        finally:
+            writer.close()
+
+    samples: list[tuple[float, float]] = []
+
+    async def sampler() -> None:
+        start = time.monotonic()
+        while time.monotonic() < end:
+            samples.append((time.monotonic() - start, rss_mb(pid)))
+            await asyncio.sleep(5)
+
+    sampling = asyncio.create_task(sampler())
+    await asyncio.gather(*(worker(i) for i in range(count)))
+    await sampling
+    samples.append((seconds, rss_mb(pid)))
+    return {
+        "completed": done[0],
+        "errors": errors[0],
+        "failures": failures[:5],
+        "events": events[0],
+        "rss": samples,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--client-timeout", type=float, default=5.0, help="the proxy's --client-timeout")
+    parser.add_argument("--idle", type=int, default=3000, help="idle connections")
+    parser.add_argument("--streams", type=int, default=500, help="concurrent streams")
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long the streams run")
+    parser.add_argument("--pace-ms", type=float, default=100.0, help="ms between a stream's chunks")
+    parser.add_argument("--chunks", type=int, default=50, help="content chunks per streamed request")
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = args.idle + 2 * args.streams + 100
+    if soft < needed:  # this process holds every client socket
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(needed, soft)), hard))
+    print(f"machine: {machine()}; open files (soft limit): {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}")
+    with contextlib.ExitStack() as stack:
+        port = free_port()
+        upstream_command = [
+            "python", str(ROOT / "bench" / "proxy_overhead.py"), "--serve-upstream", str(port),
+            "--pace-ms", str(args.pace_ms),
+        ]  # fmt: skip
+        upstream, _ = stack.enter_context(run_process(upstream_command, health_path="/health", port=port))
+        port = free_port()
+        serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+        serve += ["--api-key", KEY, "--upstream-kind", "openai", "--log-level", "warning"]
+        serve += ["--client-timeout", str(args.client_timeout)]
+        _, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+        print(f"proxy: conformant serve --client-timeout {args.client_timeout:g} (other limits at defaults)")
+
+        async def run() -> None:
+            # Warm up: the first requests import and build what the proxy keeps for its lifetime.
+            await streams(port, proc.pid, 20, 2.0, 5)
+            before = rss_mb(proc.pid)
+            sent, connections, refused = await header_flood(port, 64 * MB)
+            await asyncio.sleep(1)
+            after_headers = rss_mb(proc.pid)
+            print(
+                f"1. header flood: {sent / MB:.0f} MB sent on {connections} connections ({refused} answered "
+                f"431); RSS {before:.1f} -> {after_headers:.1f} MB ({after_headers - before:+.1f} MB)"
+            )
+            answers, closed = await pipeline_flood(port, 13 * MB)
+            await asyncio.sleep(1)
+            after_pipeline = rss_mb(proc.pid)
+            print(
+                f"   pipelined flood: 13 MB of GET /health (about 380,000 requests) on 4 connections: "
+                f"{answers} answered, {closed} connections closed by the proxy; "
+                f"RSS {after_headers:.1f} -> {after_pipeline:.1f} MB "
+                f"(total {after_pipeline - before:+.1f} MB; goal < 20: "
+                f"{'met' if after_pipeline - before < 20 else 'NOT met'})"
+            )
+            idle = await idle_connections(port, args.idle)
+            print(
+                f"2. {args.idle} idle connections (opened in {idle['opened_in']:.1f} s): "
+                f"{idle['closed']} closed by the proxy ({idle['answered_408']} with a 408), "
+                f"after {idle['closed_after_p50']:.2f} s "
+                f"(median) and {idle['closed_after_max']:.2f} s at most (--client-timeout "
+                f"{args.client_timeout:g}); GET /health while open: {idle['health_p50_ms']:.1f} ms median, "
+                f"{idle['health_max_ms']:.1f} ms max; GET /v1/models past --max-connections: "
+                f"{idle['models_status']}"
+            )
+            status, error, took = await fan_out(port)
+            print(
+                f"3. 200 prompts x n 128: {status} in {took * 1000:.0f} ms, code {error['code']}, "
+                f"param {error['param']}"
+            )
+            load = await streams(port, proc.pid, args.streams, args.seconds, args.chunks)
+            rss = load["rss"]
+            assert isinstance(rss, list)
+            values = [value for _, value in rss]
+            print(
+                f"4. {args.streams} concurrent streams for {args.seconds:g} s ({args.chunks} chunks each, "
+                f"{args.pace_ms:g} ms apart): {load['completed']} streams completed, {load['events']} "
+                f"events, {load['errors']} errors {load['failures'] or ''}"
+            )
+            print(
+                "   proxy RSS (MB) every 5 s: "
+                + " ".join(f"{value:.1f}" for value in values)
+                + f" (min {min(values):.1f}, max {max(values):.1f})"
+            )
+
+        _run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

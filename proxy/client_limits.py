@@ -1,0 +1,249 @@
+"""What one client may hold of the proxy: its request head, its pipelined requests, its time, and the
+process's connections. Everything here happens in the HTTP protocol, before a request reaches the app
+(and so before its API key is checked).
+
+uvicorn's httptools protocol, left as it is, accepts a head of any size (httptools keeps the pieces of
+a header until it ends: 64 MB of headers took the proxy from 46 MB to about 1 GB), queues any number of
+pipelined requests (13 MB of pipelined ``GET /health`` that the client never read added 736 MB), and
+keeps a connection that sends nothing, or one byte every 10 s, for ever (3,000 of them, with the proxy
+at 1,024 open files, made every real request fail). Here:
+
+- a head longer than ``MAX_HEAD_BYTES`` is answered 431 and its connection closed;
+- more than ``MAX_PIPELINED`` requests waiting behind the one being answered close the connection (no
+  browser or client library pipelines; answers cannot be sent out of order, so there is no error to
+  send);
+- a request head must arrive within ``--client-timeout`` seconds of its first byte (of the connection,
+  for its first request), and then its body within as many again: 408 and the connection closed;
+  between requests uvicorn closes a keep-alive connection idle for 5 s;
+- past ``--max-connections`` open connections a request is answered 503 and its connection closed,
+  except ``GET /health``, which a load balancer needs to see the process alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+import httptools
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from conformance.openai_errors import error_body
+
+from . import graceful, jsoncodec
+from .config import ProxyConfig
+from .http_protocol import HeadWithBodyProtocol
+
+__all__ = ["MAX_HEAD_BYTES", "MAX_PIPELINED", "LimitedClientProtocol"]
+
+MAX_HEAD_BYTES = 64 * 1024
+"""The request line and headers together; Node.js allows 16 KiB, nginx 8 KiB per line."""
+MAX_PIPELINED = 8
+"""Requests received while another is answered on the same connection."""
+_HEALTH = b"/health"
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing the rest of what the client sent."""
+
+
+def _error_response(
+    status: int, message: str, code: str, default_headers: list[tuple[bytes, bytes]]
+) -> bytes:
+    """A whole OpenAI error response that closes its connection, written without the app."""
+    body = jsoncodec.dumps(error_body(message, status, code=code))
+    head = [STATUS_LINE[status]]
+    for name, value in default_headers:
+        head += (name, b": ", value, b"\r\n")
+    head += (b"content-type: application/json\r\ncontent-length: ", b"%d" % len(body), b"\r\n")
+    head += (b"connection: close\r\n\r\n", body)
+    return b"".join(head)
+
+
+async def _busy(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer past ``--max-connections``: 503, and the connection closed after it."""
+    body = jsoncodec.dumps(
+        error_body("the proxy has too many open connections; retry later", 503, code="too_many_connections")
+    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        (b"connection", b"close"),
+        (b"retry-after", b"1"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def proxy_config_of(app: Any) -> ProxyConfig | None:
+    """The ProxyConfig of the proxy app inside uvicorn's wrappers (None for another app)."""
+    for _ in range(8):  # uvicorn wraps the app in at most a few middlewares, each holding ``.app``
+        state = getattr(app, "state", None)
+        context = getattr(state, "context", None) if state is not None else None
+        if context is not None:
+            config = getattr(context, "config", None)
+            return config if isinstance(config, ProxyConfig) else None
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+class LimitedClientProtocol(HeadWithBodyProtocol):
+    """``uvicorn.run(app, http=LimitedClientProtocol)``: the proxy's protocol, with the limits above.
+
+    The timeout and the connection cap are the proxy app's settings (``ProxyConfig``), read from the
+    app uvicorn serves, so that spawned workers get them with the rest of their configuration.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        config = proxy_config_of(self.app) or ProxyConfig(upstream="")
+        self._timeout = config.client_timeout
+        self._max_connections = config.max_connections
+        self._shutdown_timeout = config.shutdown_timeout
+        self._phase: Literal["head", "body"] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+        self._head_bytes = 0  # of the current head, as the parser's callbacks hand it over
+        self._head_chunks = 0  # of the reads that fell wholly within the current head
+        self._heads = 0  # heads begun on this connection
+        self._refused = False
+
+    # -- the connection --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start("head")  # a connection that never sends a byte is closed too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        # uvicorn's own, with the refusals below in place of its 400 for a callback's exception.
+        if self._refused:
+            return
+        self._unset_keepalive_if_required()
+        if self._phase is None:
+            self._start("head")
+        heads, in_head = self._heads, self._phase == "head"
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if not self._refused:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if in_head and self._phase == "head" and heads == self._heads:
+            # httptools keeps an unfinished header to itself: what it holds is counted by the reads.
+            self._head_chunks += len(data)
+            if self._head_chunks > MAX_HEAD_BYTES:
+                self._too_large()
+
+    def shutdown(self) -> None:
+        """uvicorn's server is stopping: open responses are ended at the deadline (proxy/graceful.py)."""
+        graceful.begin_shutdown(self.loop, self._shutdown_timeout)
+        super().shutdown()
+
+    # -- parser callbacks --------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._heads += 1
+        self._head_bytes = self._head_chunks = 0
+        if self._phase is None:
+            self._start("head")
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._phase = "body"  # the body's time counts from here; the timer moves when it fires
+        self._deadline = self.loop.time() + self._timeout
+        if len(self.connections) > self._max_connections and httptools.parse_url(self.url).path != _HEALTH:
+            # uvicorn's own choice of app (its limit_concurrency) answers plain text and counts tasks.
+            app, self.app = self.app, _busy
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
+        else:
+            super().on_headers_complete()
+        if len(self.pipeline) > MAX_PIPELINED:
+            self._refused = True
+            self.logger.warning("closed a connection with more than %d pipelined requests", MAX_PIPELINED)
+            self.transport.close()
+            raise _Refused
+
+    def on_message_complete(self) -> None:
+        self._stop()
+        super().on_message_complete()
+
+    # -- the limits --------------------------------------------------------------------------------
+
+    def _count(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._too_large()
+            raise _Refused
+
+    def _too_large(self) -> None:
+        self._refuse(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes", "request_head_too_large")
+
+    def _refuse(self, status: int, message: str, code: str) -> None:
+        """Answer ``status`` where that answer would be the next on the connection, and close it."""
+        self._refused = True
+        cycle, phase = self.cycle, self._phase
+        self._stop()
+        if phase == "body":
+            # This request's own cycle: the app waits for a body that will not come. It sees the client
+            # gone and answers no one; the 408 goes out unless the app has answered already.
+            answer = not cycle.response_started
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+        else:  # a head: the cycle, if any, is the previous request's
+            answer = cycle is None or cycle.response_complete
+        if answer:
+            self.transport.write(_error_response(status, message, code, self.server_state.default_headers))
+        self.transport.close()
+
+    def _start(self, phase: Literal["head", "body"]) -> None:
+        self._phase = phase
+        self._deadline = self.loop.time() + self._timeout
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._expire)
+
+    def _stop(self) -> None:
+        self._phase = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        """The timer, set once per request and moved only when it fires early (a body's time starts
+        at its head's end): a request costs one timer, not two."""
+        self._timer = None
+        if self._phase is None or self.transport.is_closing():
+            return
+        if self.loop.time() < self._deadline or (
+            self._phase == "head" and self.cycle is not None and not self.cycle.response_complete
+        ):
+            # Early, or a pipelined head while an answer is still being sent: wait on.
+            deadline = max(self._deadline, self.loop.time() + 1.0)
+            self._timer = self.loop.call_at(deadline, self._expire)
+            return
+        what = "request head" if self._phase == "head" else "request body"
+        self._refuse(408, f"the {what} did not arrive within {self._timeout:g} s", "request_timeout")

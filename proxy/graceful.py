@@ -1,0 +1,66 @@
+"""The graceful stop: at the shutdown deadline the proxy ends each open response itself.
+
+uvicorn cancels the requests still running when its graceful-shutdown timeout passes: with a stream
+open, SIGINT printed nothing for 30 s, then a ``CancelledError`` traceback; the client's connection was
+reset and the access log said 200 with no error. Here the shutdown's start (uvicorn asks each
+connection to shut down, ``LimitedClientProtocol.shutdown``) starts a timer of ``--shutdown-timeout``
+seconds; when it fires, each response still open on the event loop is ended by its own task
+(``HeldResponse``): a stream gets an error event (``server_shutting_down``), a request not yet answered
+a 503, and its access-log line the error. uvicorn's own timeout is set a few seconds later, as a last
+resort for a response whose client does not read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from conformance.openai_errors import error_body
+
+__all__ = ["SHUTDOWN_GRACE", "begin_shutdown", "shutting_down_error", "track"]
+
+SHUTDOWN_GRACE = 5.0
+"""Seconds after ``--shutdown-timeout`` that uvicorn waits before it cancels what is still running."""
+_MESSAGE = "the server is shutting down; retry the request"
+
+# The responses open on each event loop (one per worker; tests run servers on loops of their own).
+_open: dict[asyncio.AbstractEventLoop, set[Callable[[], None]]] = {}
+_deadlines: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
+
+
+def shutting_down_error() -> tuple[str, dict[str, object]]:
+    """The message and OpenAI error body an ended response carries."""
+    return _MESSAGE, error_body(_MESSAGE, 503, code="server_shutting_down")
+
+
+def track(end: Callable[[], None]) -> Callable[[], None]:
+    """Note an open response, ended by ``end()`` at the deadline; returns the call that forgets it."""
+    loop = asyncio.get_running_loop()
+    responses = _open.setdefault(loop, set())
+    responses.add(end)
+
+    def forget() -> None:
+        responses.discard(end)
+        if not responses and _open.get(loop) is responses:
+            del _open[loop]
+
+    return forget
+
+
+def begin_shutdown(loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+    """The server began to stop: in ``timeout`` seconds the responses still open are ended (once)."""
+    if loop not in _deadlines:
+        _deadlines[loop] = loop.call_later(timeout, _end_open_responses, loop)
+
+
+def _end_open_responses(loop: asyncio.AbstractEventLoop) -> None:
+    del _deadlines[loop]
+    responses = _open.pop(loop, set())
+    for end in responses:
+        end()
+    if responses:
+        logging.getLogger("uvicorn.error").warning(
+            "conformant serve: %d open response(s) ended at the shutdown deadline (--shutdown-timeout)",
+            len(responses),
+        )

@@ -1,0 +1,129 @@
+"""Fan-out amplification: a small request may not become thousands of upstream requests (--max-fan-out)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import run_proxy, upstream_answer
+from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """One completion per completion request, as JSON, on a keep-alive connection; 404 to anything else
+    (the proxy's look at the model listing)."""
+    while (request := await read_request(reader)) is not None:
+        if not request.startswith(b"POST /v1/completions "):
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            continue
+        record.requests += 1
+        prompt = json.loads(request.split(b"\r\n\r\n", 1)[1])["prompt"]
+        choice = {"index": 0, "text": f"<{prompt}>", "finish_reason": "stop"}
+        body = json.dumps(upstream_answer(False, [choice])).encode()
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+        )
+        writer.write(body)
+        await writer.drain()
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": [f"p{i}" for i in range(200)], "n": 128}, "prompt"),  # the 1 KB request of the audit
+        ({"prompt": "x", "n": 9}, "n"),
+        ({"prompt": ["a", "b", "c"], "n": 3}, "prompt"),
+    ],
+    ids=["200x128", "n", "prompts-x-n"],
+)
+def test_a_fan_out_past_the_limit_is_a_400_that_reaches_no_upstream(body: dict[str, Any], param: str) -> None:
+    with (
+        raw_server(_answer) as (upstream, record),
+        run_proxy(upstream, upstream_kind="openai", max_fan_out=8) as url,
+    ):
+        response = httpx.post(url + "/v1/completions", json={"model": "m", **body}, timeout=10)
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert (error["code"], error["param"]) == ("fan_out_too_large", param)
+        assert "at most 8" in error["message"]
+        assert record.requests == 0
+
+
+def test_a_fan_out_at_the_limit_is_served() -> None:
+    with (
+        raw_server(_answer) as (upstream, record),
+        run_proxy(upstream, upstream_kind="openai", max_fan_out=8) as url,
+    ):
+        body = {"model": "m", "prompt": ["a", "b", "c", "d"], "n": 2}
+        response = httpx.post(url + "/v1/completions", json=body, timeout=10)
+        assert response.status_code == 200, response.text
+        assert [c["text"] for c in response.json()["choices"]] == [
+            "<a>",
+            "<a>",
+            "<b>",
+            "<b>",
+            "<c>",
+            "<c>",
+            "<d>",
+            "<d>",
+        ]
+        assert record.requests == 8
+
+
+def test_the_default_limit_refuses_the_audits_request() -> None:
+    with raw_server(_answer) as (upstream, record), run_proxy(upstream, upstream_kind="openai") as url:
+        body = {"model": "m", "prompt": [f"p{i}" for i in range(200)], "n": 128}
+        response = httpx.post(url + "/v1/completions", json=body, timeout=10)
+        assert response.status_code == 400
+        assert "at most 256" in response.json()["error"]["message"]
+        assert record.requests == 0
+
+
+async def _stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """A slow stream (three chunks 0.1 s apart) per completion request; 404 to anything else."""
+    while (request := await read_request(reader)) is not None:
+        if not request.startswith(b"POST /v1/chat/completions "):
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            continue
+        record.requests += 1
+        writer.write(sse_head())
+        for word in ("one ", "two ", "three"):
+            writer.write(http_chunk(chunk(word)))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        writer.write(http_chunk(chunk("", "stop") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+
+
+def test_fanned_out_streams_past_the_connection_cap_wait_their_turn_and_all_finish() -> None:
+    """Four streams of n 3 at once through 4 upstream connections: those that do not fit wait, first
+    come first served, instead of each holding part of what it needs until the first-byte timeout."""
+    with (
+        raw_server(_stream) as (upstream, record),
+        run_proxy(upstream, upstream_kind="openai", max_upstream_connections=4, first_byte_timeout=10) as url,
+    ):
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 3, "stream": True}
+
+        def one() -> list[str]:
+            with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as response:
+                assert response.status_code == 200
+                return list(response.iter_lines())
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: one(), range(4)))
+        for lines in answers:
+            assert lines[-2] == "data: [DONE]"
+            texts: dict[int, str] = {}
+            for line in lines:
+                if line.startswith("data: {"):
+                    for choice in json.loads(line[6:])["choices"]:
+                        texts[choice["index"]] = texts.get(choice["index"], "") + (
+                            choice["delta"].get("content") or ""
+                        )
+            assert texts == {0: "one two three", 1: "one two three", 2: "one two three"}
+        assert record.requests == 12
