@@ -29,11 +29,22 @@ from conformance.rules.schema_checks import schema_findings
 from conformance.sse import SSEBlock, SSELineTooLong, SSEParser
 from conformance.transcript import Endpoint, Transcript
 
-__all__ = ["MAX_LINE_BYTES", "Verdict", "infer_endpoint", "judge_response", "judge_transcript"]
+__all__ = [
+    "EXCERPT_QUIET_RULES",
+    "MAX_LINE_BYTES",
+    "Verdict",
+    "infer_endpoint",
+    "judge_response",
+    "judge_transcript",
+]
 
 MAX_LINE_BYTES = 64 << 20
 """A single SSE line longer than this is reported instead of buffered."""
 _CHUNK_SCHEMA = {"chat": "chat_completion_chunk", "completions": "text_completion_chunk"}
+EXCERPT_QUIET_RULES = frozenset({"sse-cut-off", "done-missing", "done-unterminated"})
+"""Rules that fire only because a stream's text stops early: a transcript pasted from a bug report
+(an excerpt, issue 17) is often cut after the chunks that show the bug, so for an excerpt they say
+nothing about the server. Every other end rule waits for ``[DONE]`` and so already stays quiet."""
 
 
 @dataclass
@@ -44,6 +55,10 @@ class Verdict:
     endpoint: Endpoint | None
     stream: bool
     findings: list[Finding] = field(default_factory=list)
+    server: str | None = None
+    """Which server the response came from: the sidecar's label, or what the command names it by."""
+    excerpt: bool = False
+    """The transcript is a cut-short excerpt: :data:`EXCERPT_QUIET_RULES` were not applied."""
 
     @property
     def errors(self) -> list[Finding]:
@@ -65,6 +80,8 @@ class Verdict:
             "stream": self.stream,
             "errors": [f.to_json() for f in self.errors],
             "warnings": [f.to_json() for f in self.warnings],
+            "server": self.server,
+            "excerpt": self.excerpt,
         }
 
 
@@ -110,7 +127,10 @@ def judge_transcript(t: Transcript) -> Verdict:
     else:
         _judge_body(ctx, t.read_body())
     source = str(t.body_path) if t.body_path is not None else t.name
-    return Verdict(source, ctx.endpoint, ctx.stream, ctx.sink.close())
+    findings = ctx.sink.close()
+    if t.excerpt:
+        findings = [f for f in findings if f.rule not in EXCERPT_QUIET_RULES]
+    return Verdict(source, ctx.endpoint, ctx.stream, findings, server=t.server, excerpt=t.excerpt)
 
 
 def judge_response(

@@ -63,6 +63,8 @@ class Transcript:
     headers: dict[str, str] = field(default_factory=dict)
     chunk_timing: list[tuple[float, int]] = field(default_factory=list)
     server: str | None = None
+    excerpt: bool = False
+    """Cut short on purpose (pasted from a bug report): its end says nothing about the server."""
     body: bytes | None = None
     """The body when it came from memory (a bare ``.json`` file or a live recording) rather than a file."""
 
@@ -203,6 +205,10 @@ def load_transcript(path: str | Path) -> Transcript:
         raise TranscriptError(f"{side_path}: 'chunk_timing' must be a list of [seconds, bytes]") from None
     server = sidecar.get("server")
     transcript.server = server if isinstance(server, str) else None
+    excerpt = sidecar.get("excerpt", False)
+    if not isinstance(excerpt, bool):
+        raise TranscriptError(f"{side_path}: 'excerpt' must be true or false")
+    transcript.excerpt = excerpt
     return transcript
 
 
