@@ -245,6 +245,7 @@ def save_transcript(
     headers: Mapping[str, str] | None = None,
     chunk_timing: Iterable[tuple[float, int]] = (),
     server: str | None = None,
+    excerpt: bool = False,
 ) -> Transcript:
     """Write ``base.sse`` and ``base.json``; request and response headers are scrubbed of credentials."""
     base = Path(base)
@@ -261,6 +262,8 @@ def save_transcript(
     sidecar: dict[str, Any] = {}
     if server:
         sidecar["server"] = server
+    if excerpt:
+        sidecar["excerpt"] = True
     if req is not None:
         sidecar["request"] = req
     sidecar["response"] = {"status": status, "headers": scrub_headers(headers or {})}
