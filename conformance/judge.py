@@ -123,7 +123,7 @@ def judge_transcript(t: Transcript) -> Verdict:
         )
         ctx.stream = False
     if ctx.stream and not failed:
-        _judge_stream(ctx, t.iter_body())
+        _judge_stream(ctx, t.iter_body(), excerpt=t.excerpt)
     else:
         _judge_body(ctx, t.read_body())
     source = str(t.body_path) if t.body_path is not None else t.name
@@ -157,7 +157,7 @@ def _looks_like_json(head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
 
 
-def _judge_stream(ctx: Context, chunks: Iterable[bytes]) -> None:
+def _judge_stream(ctx: Context, chunks: Iterable[bytes], *, excerpt: bool = False) -> None:
     parser = SSEParser(max_line_bytes=MAX_LINE_BYTES)
     tail: SSEBlock | None = None
     try:
@@ -168,10 +168,22 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes]) -> None:
     except SSELineTooLong as exc:
         ctx.error("sse-line-too-long", str(exc), event=ctx.last_event, quirk="spec")
     framing.bom(ctx, parser.bom)
-    if tail is not None:
+    if tail is not None and not (excerpt and _cut_mid_json(tail)):
         _block(ctx, tail)
     for rule in END_RULES:
         rule(ctx)
+
+
+def _cut_mid_json(tail: SSEBlock) -> bool:
+    """An excerpt's last block that stops inside its JSON: the paste's cut, not the server's data.
+    A whole last event (ik_llama.cpp #767's usage chunk) is still judged."""
+    if not tail.data or tail.is_done:
+        return False
+    try:
+        json.loads(tail.data)
+    except (ValueError, RecursionError):
+        return True
+    return False
 
 
 def _block(ctx: Context, block: SSEBlock) -> None:
