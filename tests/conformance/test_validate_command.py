@@ -329,6 +329,9 @@ def test_every_format_carries_the_counts_and_the_per_server_summary(
     assert "| server-a | 1 | 1 |" in markdown
     assert "| error | `created-changed` | Q13 | 8 | 1 |" in markdown
     junit = ET.fromstring(run(capsys, "--format", "junit", str(repeated))[1])
+    suite = junit.find("testsuite")
+    assert suite is not None
+    assert suite[0].tag == "properties"
     properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
     assert properties["server-a.responses"] == "1"
     assert properties["server-a.responses_with_errors"] == "1"
