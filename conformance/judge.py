@@ -31,11 +31,22 @@ from conformance.rules.schema_checks import schema_findings
 from conformance.sse import SSEBlock, SSELineTooLong, SSEParser
 from conformance.transcript import Endpoint, Transcript
 
-__all__ = ["MAX_LINE_BYTES", "Verdict", "infer_endpoint", "judge_response", "judge_transcript"]
+__all__ = [
+    "EXCERPT_QUIET_RULES",
+    "MAX_LINE_BYTES",
+    "Verdict",
+    "infer_endpoint",
+    "judge_response",
+    "judge_transcript",
+]
 
 MAX_LINE_BYTES = 64 << 20
 """A single SSE line longer than this is reported instead of buffered."""
 _CHUNK_SCHEMA = {"chat": "chat_completion_chunk", "completions": "text_completion_chunk"}
+EXCERPT_QUIET_RULES = frozenset({"sse-cut-off", "done-missing", "done-unterminated"})
+"""Rules that fire only because a stream's text stops early: a transcript pasted from a bug report
+(an excerpt, issue 17) is often cut after the chunks that show the bug, so for an excerpt they say
+nothing about the server. Every other end rule waits for ``[DONE]`` and so already stays quiet."""
 
 
 @dataclass
@@ -46,6 +57,10 @@ class Verdict:
     endpoint: Endpoint | None
     stream: bool
     findings: list[Finding] = field(default_factory=list)
+    server: str | None = None
+    """Which server the response came from: the sidecar's label, or what the command names it by."""
+    excerpt: bool = False
+    """The transcript is a cut-short excerpt: :data:`EXCERPT_QUIET_RULES` were not applied."""
 
     @property
     def errors(self) -> list[Finding]:
@@ -67,6 +82,8 @@ class Verdict:
             "stream": self.stream,
             "errors": [f.to_json() for f in self.errors],
             "warnings": [f.to_json() for f in self.warnings],
+            "server": self.server,
+            "excerpt": self.excerpt,
         }
 
 
@@ -111,12 +128,15 @@ def judge_transcript(t: Transcript) -> Verdict:
         )
         ctx.stream = False
     if ctx.stream and not failed:
-        _judge_stream(ctx, t.iter_body())
+        _judge_stream(ctx, t.iter_body(), excerpt=t.excerpt)
     else:
         _judge_body(ctx, t.read_body())
     intents.intent_findings(ctx)
     source = str(t.body_path) if t.body_path is not None else t.name
-    return Verdict(source, ctx.endpoint, ctx.stream, ctx.sink.close())
+    findings = ctx.sink.close()
+    if t.excerpt:
+        findings = [f for f in findings if f.rule not in EXCERPT_QUIET_RULES]
+    return Verdict(source, ctx.endpoint, ctx.stream, findings, server=t.server, excerpt=t.excerpt)
 
 
 def judge_response(
@@ -146,7 +166,7 @@ def _looks_like_json(head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
 
 
-def _judge_stream(ctx: Context, chunks: Iterable[bytes]) -> None:
+def _judge_stream(ctx: Context, chunks: Iterable[bytes], *, excerpt: bool = False) -> None:
     parser = SSEParser(max_line_bytes=MAX_LINE_BYTES)
     tail: SSEBlock | None = None
     try:
@@ -160,13 +180,25 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes]) -> None:
     framing.bom(ctx, parser.bom)
     if ctx.intent == intents.HANG_UP:
         return  # the client closed the stream on purpose: its end is not the server's
-    if tail is not None:
+    if tail is not None and not (excerpt and _cut_mid_json(tail)):
         _block(ctx, tail)
     if ctx.data_events == 0 and not ctx.in_band_errors:  # an `error:` line (Q42) is its own cause
         framing.stream_empty(ctx)
         return
     for rule in END_RULES:
         rule(ctx)
+
+
+def _cut_mid_json(tail: SSEBlock) -> bool:
+    """An excerpt's last block that stops inside its JSON: the paste's cut, not the server's data.
+    A whole last event (ik_llama.cpp #767's usage chunk) is still judged."""
+    if not tail.data or tail.is_done:
+        return False
+    try:
+        json.loads(tail.data)
+    except (ValueError, RecursionError):
+        return True
+    return False
 
 
 def _block(ctx: Context, block: SSEBlock) -> None:

@@ -1,6 +1,9 @@
 """Reports over verdicts: text for people, JSON (the documented format), JUnit XML for CI, Markdown for PRs.
 
 ``validate`` names each result by transcript path, ``check`` by probe name; both render through here.
+Servers are ranked by responses, not by lines: each report says, per server, how many responses were
+judged, how many had errors and how many distinct rules they broke (issue 17), and each finding carries
+how many times its rule fired in its response.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,18 +19,40 @@ from conformance.cli import _version
 from conformance.findings import Finding
 from conformance.judge import Verdict
 
-__all__ = ["FORMATS", "exit_status", "json_report", "render", "summary"]
+__all__ = ["FORMATS", "UNNAMED_SERVER", "by_server", "exit_status", "json_report", "render", "summary"]
 
 FORMATS = ("text", "json", "junit", "markdown")
+UNNAMED_SERVER = "(unnamed)"
+"""The server of responses no sidecar or command named."""
 
 
-def summary(verdicts: Sequence[Verdict]) -> dict[str, int]:
-    """``{"transcripts": N, "errors": N, "warnings": N}`` over all verdicts."""
+def summary(verdicts: Sequence[Verdict]) -> dict[str, Any]:
+    """Totals over ``verdicts`` (docs/validate.md, SUMMARY): responses judged, responses with errors,
+    distinct rules broken; ``transcripts``, ``errors`` and ``warnings`` as before (findings, now one
+    per rule per response), ``occurrences`` what the findings' counts add up to, ``rules`` in how many
+    responses each error rule fired, most first."""
+    error_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.errors})
+    warning_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.warnings})
     return {
         "transcripts": len(verdicts),
         "errors": sum(len(v.errors) for v in verdicts),
         "warnings": sum(len(v.warnings) for v in verdicts),
+        "responses": len(verdicts),
+        "responses_with_errors": sum(1 for v in verdicts if v.errors),
+        "responses_with_warnings": sum(1 for v in verdicts if v.warnings),
+        "distinct_rules": len(error_rules),
+        "distinct_warning_rules": len(warning_rules),
+        "occurrences": sum(f.count for v in verdicts for f in v.findings),
+        "rules": dict(sorted(error_rules.items(), key=lambda item: (-item[1], item[0]))),
     }
+
+
+def by_server(verdicts: Sequence[Verdict]) -> dict[str, list[Verdict]]:
+    """The verdicts grouped by server, in the order each server first appears."""
+    groups: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        groups.setdefault(v.server or UNNAMED_SERVER, []).append(v)
+    return groups
 
 
 def exit_status(verdicts: Sequence[Verdict], *, strict: bool = False) -> int:
@@ -41,6 +67,7 @@ def json_report(verdicts: Sequence[Verdict]) -> dict[str, Any]:
         "conformant": _version(),
         "results": [v.to_json() for v in verdicts],
         "summary": summary(verdicts),
+        "servers": [{"server": name, **summary(group)} for name, group in by_server(verdicts).items()],
     }
 
 
@@ -67,7 +94,20 @@ def _where(f: Finding) -> str:
 
 
 def _kind(v: Verdict) -> str:
-    return f"{v.endpoint or 'unknown endpoint'}, {'stream' if v.stream else 'body'}"
+    excerpt = ", excerpt" if v.excerpt else ""
+    return f"{v.endpoint or 'unknown endpoint'}, {'stream' if v.stream else 'body'}{excerpt}"
+
+
+def _times(f: Finding) -> str:
+    return f" (x{f.count})" if f.count > 1 else ""
+
+
+def _server_line(name: str, totals: dict[str, Any]) -> str:
+    """One server's ranking: what a reader compares servers by."""
+    return (
+        f"{name}: {totals['responses']} responses judged, {totals['responses_with_errors']} with errors,"
+        f" {totals['distinct_rules']} distinct rules broken"
+    )
 
 
 def _text(verdicts: Sequence[Verdict]) -> str:
@@ -78,7 +118,11 @@ def _text(verdicts: Sequence[Verdict]) -> str:
         for f in (*v.errors, *v.warnings):
             quirk = f" [{f.quirk}]" if f.quirk else ""
             where = _where(f)
-            lines.append(f"  {f.severity:<7} {f.rule}{quirk}{' at ' + where if where else ''}: {f.message}")
+            lines.append(
+                f"  {f.severity:<7} {f.rule}{_times(f)}{quirk}{' at ' + where if where else ''}: {f.message}"
+            )
+    for name, group in by_server(verdicts).items():
+        lines.append(_server_line(name, summary(group)))
     totals = summary(verdicts)
     lines.append(f"{totals['transcripts']} checked, {totals['errors']} errors, {totals['warnings']} warnings")
     return "\n".join(lines) + "\n"
@@ -122,6 +166,13 @@ def _junit(verdicts: Sequence[Verdict]) -> str:
             out.text = _xml_text("\n".join(_finding_line(f) for f in v.warnings))
     suites.set("errors", "0")
     suites.set("warnings", str(totals["warnings"]))
+    # JUnit's schema puts <properties> before the test cases; strict CI parsers reject it elsewhere.
+    properties = ET.Element("properties")
+    suite.insert(0, properties)
+    for name, group in by_server(verdicts).items():
+        counts = summary(group)
+        for key in ("responses", "responses_with_errors", "distinct_rules"):
+            ET.SubElement(properties, "property", name=f"{_xml_text(name)}.{key}", value=str(counts[key]))
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
@@ -129,7 +180,7 @@ def _junit(verdicts: Sequence[Verdict]) -> str:
 def _finding_line(f: Finding) -> str:
     quirk = f" [{f.quirk}]" if f.quirk else ""
     where = _where(f)
-    return f"{f.severity} {f.rule}{quirk}{' at ' + where if where else ''}: {f.message}"
+    return f"{f.severity} {f.rule}{_times(f)}{quirk}{' at ' + where if where else ''}: {f.message}"
 
 
 def _cell(text: str) -> str:
@@ -143,6 +194,17 @@ def _markdown(verdicts: Sequence[Verdict]) -> str:
         "",
         f"{totals['transcripts']} checked, **{totals['errors']} errors**, {totals['warnings']} warnings.",
         "",
+        "| server | responses judged | responses with errors | distinct rules |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, group in by_server(verdicts).items():
+        counts = summary(group)
+        lines.append(
+            f"| {_cell(name)} | {counts['responses']} | {counts['responses_with_errors']} |"
+            f" {counts['distinct_rules']} |"
+        )
+    lines += [
+        "",
         "| source | kind | errors | warnings |",
         "|---|---|---:|---:|",
     ]
@@ -154,13 +216,13 @@ def _markdown(verdicts: Sequence[Verdict]) -> str:
             "",
             f"## `{_cell(v.source)}`",
             "",
-            "| severity | rule | quirk | event | pointer | message |",
-            "|---|---|---|---:|---|---|",
+            "| severity | rule | quirk | count | first event | pointer | message |",
+            "|---|---|---|---:|---:|---|---|",
         ]
         for f in (*v.errors, *v.warnings):
             event = "" if f.event is None else str(f.event)
             lines.append(
-                f"| {f.severity} | `{f.rule}` | {f.quirk or ''} | {event} | "
+                f"| {f.severity} | `{f.rule}` | {f.quirk or ''} | {f.count} | {event} | "
                 f"{'`' + _cell(f.pointer) + '`' if f.pointer else ''} | {_cell(f.message)} |"
             )
     return "\n".join(lines) + "\n"

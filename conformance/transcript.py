@@ -53,6 +53,8 @@ class Transcript:
     headers: dict[str, str] = field(default_factory=dict)
     chunk_timing: list[tuple[float, int]] = field(default_factory=list)
     server: str | None = None
+    excerpt: bool = False
+    """Cut short on purpose (pasted from a bug report): its end says nothing about the server."""
     body: bytes | None = None
     """The body when it came from memory (a bare ``.json`` file or a live recording) rather than a file."""
     intent: str | None = None
@@ -200,6 +202,10 @@ def load_transcript(path: str | Path) -> Transcript:
     if intent is not None and not isinstance(intent, str):
         raise TranscriptError(f"{side_path}: 'expect' must be a string")
     transcript.intent = intent
+    excerpt = sidecar.get("excerpt", False)
+    if not isinstance(excerpt, bool):
+        raise TranscriptError(f"{side_path}: 'excerpt' must be true or false")
+    transcript.excerpt = excerpt
     return transcript
 
 
@@ -237,6 +243,7 @@ def save_transcript(
     chunk_timing: Iterable[tuple[float, int]] = (),
     server: str | None = None,
     intent: str | None = None,
+    excerpt: bool = False,
 ) -> Transcript:
     """Write ``base.sse`` and ``base.json``; request and response headers are scrubbed of credentials.
 
@@ -256,6 +263,8 @@ def save_transcript(
     sidecar: dict[str, Any] = {}
     if server:
         sidecar["server"] = server
+    if excerpt:
+        sidecar["excerpt"] = True
     if req is not None:
         sidecar["request"] = req
     if intent:

@@ -2,7 +2,10 @@
 
 The reports are bare ``.sse`` quotes; the sidecar makes them replayable: a request (endpoint from the
 chunks' ``object``, ``model`` = the transcript name so it is unique, ``stream: true``), status 200,
-``text/event-stream``, and a synthetic per-event timing (the reports carry none).
+``text/event-stream``, a synthetic per-event timing (the reports carry none), and ``"excerpt": true``:
+a report quotes a few events, not the whole stream, so where the quote stops says nothing about the
+server (its ``.source.txt`` says which events were quoted). Only a transcript rebuilt from the server's
+code (its note begins ``RECONSTRUCTED``) is whole.
 Usage: python scripts/build_corpus.py [SOURCE_DIR]   (default tests/data/transcripts/reports)
 
 Recordings made with ``conformant check --record DIR`` already have sidecars; they are copied under a
@@ -48,6 +51,8 @@ def main(source: Path) -> int:
         # A dotted stem ("x.reconstructed") would lose its last part to with_suffix() in the core.
         stem = body_path.name[: -len(".sse")].replace(".", "-")
         body = body_path.read_bytes()
+        src = body_path.with_name(body_path.name[: -len(".sse")] + ".source.txt")
+        note = src.read_text(encoding="utf-8") if src.exists() else ""
         save_transcript(
             CORPUS / stem,
             body,
@@ -56,8 +61,8 @@ def main(source: Path) -> int:
             headers={"content-type": "text/event-stream"},
             chunk_timing=synthetic_timing(body),
             server=stem.split("-", 1)[0],
+            excerpt=not note.startswith("RECONSTRUCTED"),
         )
-        src = body_path.with_name(body_path.name[: -len(".sse")] + ".source.txt")
         if src.exists():
             shutil.copyfile(src, CORPUS / (stem + ".source.txt"))
         assert load_transcript(CORPUS / (stem + ".sse")).read_body() == body

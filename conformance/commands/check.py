@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     except ServerUnreachable as exc:
         raise CommandError(str(exc)) from None
     console.print(_summary(results))
+    for r in results:
+        r.verdict.server = args.server or args.url
     report = render([r.verdict for r in results], args.format)
     if args.output is not None:
         write_report(args.output, report)

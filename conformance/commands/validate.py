@@ -13,7 +13,7 @@ from pathlib import Path
 from conformance.cli import CommandError, write_report
 from conformance.judge import Verdict, judge_transcript
 from conformance.report import FORMATS, exit_status, render
-from conformance.transcript import TranscriptError, discover
+from conformance.transcript import Transcript, TranscriptError, discover
 
 __all__ = ["register", "run", "validate_paths"]
 
@@ -32,21 +32,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default text)")
     parser.add_argument("--output", "-o", type=Path, default=None, help="write the report to FILE")
     parser.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    parser.add_argument(
+        "--excerpt",
+        action="store_true",
+        help="the transcripts are excerpts (cut from bug reports): a stream that stops early is no finding",
+    )
     parser.set_defaults(func=run)
 
 
-def validate_paths(paths: list[str]) -> list[Verdict]:
-    """Judge every transcript under ``paths``; raises CommandError for input that cannot be read."""
+def validate_paths(paths: list[str], *, excerpt: bool = False) -> list[Verdict]:
+    """Judge every transcript under ``paths``; raises CommandError for input that cannot be read.
+
+    Each response's server is its sidecar's label, else the PATH it was found under (a folder of
+    recordings is one server). ``excerpt`` marks every transcript as one, as the sidecar key does."""
     for raw in paths:
         path = Path(raw)
         if path.is_dir() and not any(c.is_file() and c.suffix in _SUFFIXES for c in path.rglob("*")):
             raise CommandError(f"{raw}: no .sse or .json transcripts in this folder")
     try:
-        transcripts = discover(paths)
-        for t in transcripts:
+        transcripts: dict[str, tuple[Transcript, str]] = {}
+        for raw in paths:  # one path at a time, to know which PATH found each transcript
+            for t in discover([raw]):
+                transcripts.setdefault(t.name, (t, raw))
+        for t, raw in transcripts.values():
             if _looks_binary(t.head()):
                 raise CommandError(f"{t.body_path or t.name}: binary data, not an SSE or JSON transcript")
-        return [judge_transcript(t) for t in transcripts]
+            t.server = t.server or raw
+            t.excerpt = t.excerpt or excerpt
+        return [judge_transcript(t) for t, _ in transcripts.values()]
     except TranscriptError as exc:
         raise CommandError(str(exc)) from None
     except OSError as exc:
@@ -63,7 +76,7 @@ def _looks_binary(head: bytes) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    verdicts = validate_paths(args.paths)
+    verdicts = validate_paths(args.paths, excerpt=args.excerpt)
     report = render(verdicts, args.format)
     if args.output is not None:
         write_report(args.output, report)

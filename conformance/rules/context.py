@@ -6,12 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.findings import ERROR, WARNING, Finding, Severity
+from conformance.findings import ERROR, WARNING, Finding, FindingSink, Severity
 from conformance.request import Request
 from conformance.transcript import Endpoint
 
 __all__ = [
-    "MAX_PER_RULE",
     "ChoiceState",
     "Context",
     "Expectations",
@@ -22,43 +21,6 @@ __all__ = [
     "choice_text",
     "usage_count",
 ]
-
-MAX_PER_RULE = 20
-"""Findings kept per rule id; a systematic deviation in a 1 GB stream must not fill memory."""
-
-
-class FindingSink:
-    """Collects findings, keeping the first :data:`MAX_PER_RULE` of each rule and counting the rest."""
-
-    def __init__(self) -> None:
-        self.findings: list[Finding] = []
-        self._counts: dict[str, int] = {}
-        self._first: dict[str, Finding] = {}
-
-    def add(self, finding: Finding) -> None:
-        count = self._counts.get(finding.rule, 0) + 1
-        self._counts[finding.rule] = count
-        if count <= MAX_PER_RULE:
-            self.findings.append(finding)
-            self._first.setdefault(finding.rule, finding)
-
-    def close(self) -> list[Finding]:
-        """The findings, plus one summary line per rule whose repeats were left out."""
-        out = list(self.findings)
-        for rule, count in self._counts.items():
-            if count > MAX_PER_RULE:
-                first = self._first[rule]
-                out.append(
-                    Finding(
-                        rule,
-                        first.severity,
-                        f"{count - MAX_PER_RULE} more occurrences not listed ({count} in all)",
-                        None,
-                        None,
-                        first.quirk,
-                    )
-                )
-        return out
 
 
 def usage_count(usage: Any, key: str) -> int | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conformance.judge import judge_transcript
+from conformance.judge import EXCERPT_QUIET_RULES, judge_transcript
 from conformance.transcript import Transcript, load_transcript
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
@@ -236,3 +236,24 @@ def test_every_finding_cites_a_quirk_or_the_spec() -> None:
     for c in CASES:
         for finding in judge_transcript(_load(c.values[0])).findings:
             assert finding.quirk, finding
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "conformance" / "corpus"
+
+
+def test_the_shipped_corpus_marks_its_excerpts_and_they_are_not_blamed_for_the_cut() -> None:
+    quoted = sorted(SHIPPED.glob("*.source.txt"))
+    assert quoted
+    cut_rules_seen = 0
+    for note in quoted:
+        stem = note.name[: -len(".source.txt")]
+        t = load_transcript(SHIPPED / f"{stem}.sse")
+        # A report quotes some events; only a stream rebuilt from the server's code is whole.
+        assert t.excerpt is not note.read_text().startswith("RECONSTRUCTED"), stem
+        assert not {f.rule for f in judge_transcript(t).findings} & EXCERPT_QUIET_RULES, stem
+        t.excerpt = False
+        cut_rules_seen += bool({f.rule for f in judge_transcript(t).findings} & EXCERPT_QUIET_RULES)
+    assert cut_rules_seen >= 10  # without the mark, most quotes would fail for where they stop
+    recorded = [load_transcript(p) for p in sorted((SHIPPED / "llama-cpp-python").glob("*.sse"))]
+    assert recorded
+    assert not any(t.excerpt for t in recorded)

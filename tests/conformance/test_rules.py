@@ -9,7 +9,6 @@ import pytest
 
 from conformance.judge import judge_response
 from conformance.openai_errors import error_bytes
-from conformance.rules.context import MAX_PER_RULE
 from conformance.sse import DONE_EVENT, encode_data
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
@@ -143,9 +142,16 @@ def test_blank_id_or_name_on_later_tool_call_fragments_q66() -> None:
     end = chat_chunk([delta(finish="tool_calls")])
     verdict = judge_response(stream(first, blank_name, blank_id, end), request=None, status=200, headers=SSE)
     assert verdict.errors == []
-    assert [(f.rule, f.event, f.pointer, f.quirk) for f in verdict.warnings] == [
-        ("tool-call-blank-repeat", 1, "/choices/0/delta/tool_calls/0/function/name", "Q66"),
-        ("tool-call-blank-repeat", 2, "/choices/0/delta/tool_calls/0/id", "Q66"),
+    # One finding for the rule: the first place, counted twice, the other place kept beside it.
+    assert [(f.rule, f.event, f.pointer, f.quirk, f.count, f.pointers) for f in verdict.warnings] == [
+        (
+            "tool-call-blank-repeat",
+            1,
+            "/choices/0/delta/tool_calls/0/function/name",
+            "Q66",
+            2,
+            ("/choices/0/delta/tool_calls/0/id",),
+        ),
     ]
 
 
@@ -283,7 +289,7 @@ def test_non_stream_chat_required_but_nullable_q61() -> None:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
     }
     verdict = judge_response(json.dumps(body).encode(), request=None, status=200, headers=JSON)
-    assert sorted(f.pointer or "" for f in verdict.errors) == [
+    assert sorted(p for f in verdict.errors for p in (f.pointer or "", *f.pointers)) == [
         "/choices/0/logprobs",
         "/choices/0/message/refusal",
     ]
@@ -341,12 +347,20 @@ def test_unknown_fields_are_warnings_once_each() -> None:
     ]
 
 
-def test_findings_per_rule_are_capped() -> None:
-    body = stream(*[dict(TEXT, created=i) for i in range(MAX_PER_RULE * 3)], FINISH)
+def test_a_rule_repeated_on_every_chunk_is_one_finding_with_its_count() -> None:
+    # 10 chunks, each with a new timestamp: 9 changes, one finding that points at the first.
+    body = stream(*[dict(TEXT, created=i) for i in range(10)], dict(FINISH, created=9))
     verdict = judge_response(body, request=None, status=200, headers=SSE)
     created = [f for f in verdict.errors if f.rule == "created-changed"]
-    assert len(created) == MAX_PER_RULE + 1
-    assert "more occurrences" in created[-1].message
+    assert [(f.count, f.event) for f in created] == [(9, 1)]
+    assert "from 0 to 1" in created[0].message
+    assert len({f.rule for f in verdict.findings}) == len(verdict.findings)
+
+
+def test_a_long_stream_keeps_one_finding_per_rule() -> None:
+    body = stream(*[dict(TEXT, created=i) for i in range(5000)], dict(FINISH, created=4999))
+    verdict = judge_response(body, request=None, status=200, headers=SSE)
+    assert [f.count for f in verdict.errors if f.rule == "created-changed"] == [4999]
 
 
 def test_verdict_json_shape() -> None:
@@ -364,9 +378,13 @@ def test_verdict_json_shape() -> None:
                 "event": 1,
                 "pointer": None,
                 "quirk": "Q55",
+                "count": 1,
+                "pointers": [],
             }
         ],
         "warnings": [],
+        "server": None,
+        "excerpt": False,
     }
 
 

@@ -48,11 +48,41 @@ def test_json_report_is_the_documented_format(capsys: pytest.CaptureFixture[str]
     status, out, _ = run(capsys, "--format", "json", str(GOLDEN), str(BROKEN))
     report = json.loads(out)
     assert status == 1
-    assert set(report) == {"conformant", "results", "summary"}
-    assert [set(r) for r in report["results"]] == [{"source", "endpoint", "stream", "errors", "warnings"}] * 2
+    # The keys of the first format are all still there (docs/validate.md); later ones are added.
+    assert set(report) == {"conformant", "results", "summary", "servers"}
+    keys = {"source", "endpoint", "stream", "errors", "warnings", "server", "excerpt"}
+    assert [set(r) for r in report["results"]] == [keys] * 2
     finding = report["results"][1]["errors"][0]
-    assert set(finding) == {"rule", "message", "event", "pointer", "quirk"}
-    assert report["summary"] == {"transcripts": 2, "errors": 6, "warnings": 0}
+    assert set(finding) == {"rule", "message", "event", "pointer", "quirk", "count", "pointers"}
+    # vllm-18412 repeats tool-call-name-repeated: one finding, count 2.
+    assert [(f["rule"], f["count"]) for f in report["results"][1]["errors"]][2] == (
+        "tool-call-name-repeated",
+        2,
+    )
+    rules = [
+        "done-missing",
+        "sse-cut-off",
+        "tool-call-id-missing",
+        "tool-call-name-repeated",
+        "tool-call-type-missing",
+    ]
+    assert report["summary"] == {
+        "transcripts": 2,
+        "errors": 5,
+        "warnings": 0,
+        "responses": 2,
+        "responses_with_errors": 1,
+        "responses_with_warnings": 0,
+        "distinct_rules": 5,
+        "distinct_warning_rules": 0,
+        "occurrences": 6,
+        "rules": dict.fromkeys(rules, 1),
+    }
+    # Each PATH is a server of its own when no sidecar names one.
+    assert [(s["server"], s["responses"], s["responses_with_errors"]) for s in report["servers"]] == [
+        (str(GOLDEN), 1, 0),
+        (str(BROKEN), 1, 1),
+    ]
     assert report["results"][0]["source"] == str(GOLDEN)
 
 
@@ -243,8 +273,14 @@ def test_each_missing_required_key_is_one_finding(tmp_path: Path, capsys: pytest
     (tmp_path / "t.json").write_text(json.dumps({"request": request}))
     _, out, _ = run(capsys, "--format", "json", str(tmp_path / "t.sse"))
     [result] = json.loads(out)["results"]
-    missing = sorted(f["pointer"] for f in result["errors"] if f["rule"] == "required-key")
-    assert missing == ["/created", "/model", "/object"]  # once each, not once per missing key
+    missing = [f for f in result["errors"] if f["rule"] == "required-key"]
+    # One finding per rule (and quirk cited), each missing key named once.
+    assert sorted(p for f in missing for p in [f["pointer"], *f["pointers"]]) == [
+        "/created",
+        "/model",
+        "/object",
+    ]
+    assert sum(f["count"] for f in missing) == 3
 
 
 def test_junit_is_well_formed_when_a_message_holds_control_characters(
@@ -271,3 +307,77 @@ def test_a_tool_call_fragment_without_index_is_q64_not_a_choice_quirk(
     [result] = json.loads(out)["results"]
     [finding] = [f for f in result["errors"] if f["rule"] == "required-key"]
     assert (finding["pointer"], finding["quirk"]) == ("/choices/0/delta/tool_calls/0/index", "Q64")
+
+
+def _repeated(tmp_path: Path, name: str, server: str) -> Path:
+    """A chat stream whose 9 chunks each change ``created``: one finding, count 8 (the first sets it)."""
+    chunks = [
+        {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": i, "model": "m", "choices": []}
+        for i in range(9)
+    ]
+    body = b"".join(encode_data(json.dumps(c)) for c in chunks) + DONE_EVENT
+    (tmp_path / f"{name}.sse").write_bytes(body)
+    (tmp_path / f"{name}.json").write_text(json.dumps({"server": server, "response": {"status": 200}}))
+    return tmp_path / f"{name}.sse"
+
+
+def test_every_format_carries_the_counts_and_the_per_server_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repeated = _repeated(tmp_path, "a", "server-a")
+    text = run(capsys, str(repeated), str(GOLDEN))[1]
+    assert "error   created-changed (x8) [Q13] at event 1" in text
+    assert "server-a: 1 responses judged, 1 with errors, " in text
+    assert f"{GOLDEN}: 1 responses judged, 0 with errors, 0 distinct rules broken" in text
+    report = json.loads(run(capsys, "--format", "json", str(repeated))[1])
+    [finding] = [f for f in report["results"][0]["errors"] if f["rule"] == "created-changed"]
+    assert (finding["count"], finding["event"]) == (8, 1)
+    assert report["results"][0]["server"] == "server-a"
+    assert [s["server"] for s in report["servers"]] == ["server-a"]
+    markdown = run(capsys, "--format", "markdown", str(repeated))[1]
+    assert "| server | responses judged | responses with errors | distinct rules |" in markdown
+    assert "| server-a | 1 | 1 |" in markdown
+    assert "| error | `created-changed` | Q13 | 8 | 1 |" in markdown
+    junit = ET.fromstring(run(capsys, "--format", "junit", str(repeated))[1])
+    suite = junit.find("testsuite")
+    assert suite is not None
+    assert suite[0].tag == "properties"
+    properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert properties["server-a.responses"] == "1"
+    assert properties["server-a.responses_with_errors"] == "1"
+    failure = next(junit.iter("failure"))
+    assert "created-changed (x8)" in (failure.text or "")
+
+
+CUT = DATA / "reports" / "vllm-18412.sse"
+"""Ends without a blank line after its last block and without [DONE]: sse-cut-off and done-missing."""
+
+
+def _rules(out: str) -> set[str]:
+    return {f["rule"] for r in json.loads(out)["results"] for f in r["errors"] + r["warnings"]}
+
+
+def test_excerpt_flag_quiets_the_end_of_stream_rules_only(capsys: pytest.CaptureFixture[str]) -> None:
+    whole = _rules(run(capsys, "--format", "json", str(CUT))[1])
+    assert {"sse-cut-off", "done-missing"} <= whole
+    status, out, _ = run(capsys, "--format", "json", "--excerpt", str(CUT))
+    assert _rules(out) == whole - {"sse-cut-off", "done-missing"}
+    assert json.loads(out)["results"][0]["excerpt"] is True
+    assert status == 1  # the tool-call errors in the excerpt still count
+
+
+def test_excerpt_sidecar_key_quiets_the_end_of_stream_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": []}
+    (tmp_path / "cut.sse").write_bytes(encode_data(json.dumps(chunk)) + b'data: {"id": "c", "obj')
+    (tmp_path / "cut.json").write_text(json.dumps({"excerpt": True, "response": {"status": 200}}))
+    assert (
+        _rules(run(capsys, "--format", "json", str(tmp_path))[1]) & {"sse-cut-off", "done-missing"} == set()
+    )
+    (tmp_path / "cut.json").write_text(json.dumps({"response": {"status": 200}}))
+    assert {"sse-cut-off", "done-missing"} <= _rules(run(capsys, "--format", "json", str(tmp_path))[1])
+    (tmp_path / "cut.json").write_text(json.dumps({"excerpt": "yes", "response": {"status": 200}}))
+    status, _, err = run(capsys, str(tmp_path))
+    assert status == 2
+    assert "'excerpt' must be true or false" in err
