@@ -37,7 +37,8 @@ def quirks(
     body: bytes, request: dict[str, Any] | None, rule: str, headers: dict[str, str] = SSE
 ) -> list[str]:
     verdict = judge_response(body, request=request, status=200, headers=headers)
-    return [f.quirk or "" for f in verdict.findings if f.rule == rule]
+    # One finding per rule and quirk per response, repeated once for each further occurrence it counts.
+    return [f.quirk or "" for f in verdict.findings if f.rule == rule for _ in range(f.count)]
 
 
 COUNTS = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
