@@ -271,11 +271,18 @@ def test_a_connection_made_during_the_shutdown_is_refused_at_once(workers: int) 
 
 
 def _refused(url: str) -> bool:
+    started = time.monotonic()
     try:
         httpx.get(url, timeout=2)
     except httpx.ConnectError:
         return True
-    except httpx.HTTPError:  # connected, then reset or timed out: the failure this test is about
+    except (httpx.RemoteProtocolError, httpx.ReadError):
+        # A connection the kernel completed just as the listening socket closed is reset at once; one
+        # held in the backlog until the streams end (the failure this test is about) is reset late.
+        if time.monotonic() - started < 1:
+            return True
+        raise
+    except httpx.HTTPError:  # connected, then timed out: held, the failure this test is about
         raise
     return False  # answered: the shutdown has not begun yet
 
