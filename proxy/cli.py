@@ -291,12 +291,14 @@ def _exit_on_sigterm(signum: int, _: object) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from .client_limits import raise_open_file_limit
     from .workers import build_app, serve_in_workers, uvicorn_options
 
     # uvicorn shuts down on SIGTERM and then raises the signal again with the previous handler; with
     # the default one the process would die before it stops the backend it started.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     cors_origins, fan_out = _cors_origins(args.cors_origin), not _no_fan_out(args.no_fan_out)
+    raise_open_file_limit()  # each connection is a file: the limits bound them, not a soft 1,024
     if args.upstream:
         _upstream_url(args.upstream)
     _check_can_listen(args.host, args.port)

@@ -16,12 +16,17 @@ at 1,024 open files, made every real request fail). Here:
   for its first request), and then its body within as many again: 408 and the connection closed;
   between requests uvicorn closes a keep-alive connection idle for 5 s;
 - past ``--max-connections`` open connections a request is answered 503 and its connection closed,
-  except ``GET /health``, which a load balancer needs to see the process alive.
+  except ``GET /health``, which a load balancer needs to see the process alive; such a connection gets
+  ``OVER_CAP_TIMEOUT`` seconds for its head, so that idle ones past the cap hold no file for long.
+
+Every connection is an open file: ``serve`` raises its soft limit on open files to the hard one
+(``raise_open_file_limit``), as servers do, so that these limits, not a default of 1,024, bound them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, Literal
 
 import httptools
@@ -34,13 +39,36 @@ from . import graceful, jsoncodec
 from .config import ProxyConfig
 from .http_protocol import HeadWithBodyProtocol
 
-__all__ = ["MAX_HEAD_BYTES", "MAX_PIPELINED", "LimitedClientProtocol"]
+__all__ = [
+    "MAX_HEAD_BYTES",
+    "MAX_PIPELINED",
+    "OVER_CAP_TIMEOUT",
+    "LimitedClientProtocol",
+    "raise_open_file_limit",
+]
 
 MAX_HEAD_BYTES = 64 * 1024
 """The request line and headers together; Node.js allows 16 KiB, nginx 8 KiB per line."""
 MAX_PIPELINED = 8
 """Requests received while another is answered on the same connection."""
+OVER_CAP_TIMEOUT = 1.0
+"""Seconds for the head of a connection opened past ``--max-connections`` (at most --client-timeout)."""
 _HEALTH = b"/health"
+_OPEN_FILES = 1 << 20  # the target where the hard limit is unlimited (Linux's default nr_open)
+
+
+def raise_open_file_limit() -> int | None:
+    """The soft limit on open files raised to the hard limit; the limit now (None where there is none)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = _OPEN_FILES if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):  # a hard limit above what the kernel allows
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 class _Refused(Exception):
@@ -114,6 +142,8 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if len(self.connections) > self._max_connections:
+            self._timeout = min(self._timeout, OVER_CAP_TIMEOUT)  # for /health, or it goes soon
         self._start("head")  # a connection that never sends a byte is closed too
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -477,3 +477,28 @@ def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_tracebac
     logged = [json.loads(line) for line in stderr.splitlines() if line.startswith('{"')]
     ended = [entry for entry in logged if "shutting down" in (entry.get("error") or "")]
     assert sorted(entry["status"] for entry in ended) == [200, 503]
+
+
+def test_serve_raises_its_open_file_limit_to_the_hard_limit() -> None:
+    """Each connection is an open file: a soft limit of 256 would fail requests long before the caps."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip("the hard limit on open files is too low to show a raise")
+    port = free_port()
+    args = [*SERVE, "--upstream", "http://127.0.0.1:9", "--port", str(port), "--upstream-kind", "openai"]
+    low = subprocess.Popen(  # a serve that starts with a low soft limit
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)),
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 60, low)
+        limits = Path(f"/proc/{low.pid}/limits").read_text()
+        soft = next(line for line in limits.splitlines() if line.startswith("Max open files")).split()[3]
+        assert int(soft) > 256
+    finally:
+        low.terminate()
+        low.wait(timeout=30)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.client_limits import MAX_HEAD_BYTES, MAX_PIPELINED
+from proxy.client_limits import MAX_HEAD_BYTES, MAX_PIPELINED, OVER_CAP_TIMEOUT
 from tests.proxy.conftest import serve_proxy
 
 KEY = "sk-client-limits"
@@ -166,3 +166,18 @@ def test_past_max_connections_requests_get_a_503_but_health_is_answered() -> Non
         with socket.create_connection(address) as sock:  # under the cap again: the key is asked for
             sock.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
             assert _error(_read_all(sock))[0] == 401
+
+
+def test_a_connection_past_max_connections_gets_a_short_head_timeout() -> None:
+    """Idle connections past the cap hold no file for long: OVER_CAP_TIMEOUT, not --client-timeout."""
+    with _proxy(max_connections=1, client_timeout=30) as address, socket.create_connection(address) as first:
+        time.sleep(0.1)
+        with socket.create_connection(address) as past:
+            start = time.monotonic()
+            status, _ = _error(_read_all(past))
+            took = time.monotonic() - start
+        assert status == 408
+        assert OVER_CAP_TIMEOUT * 0.8 < took < OVER_CAP_TIMEOUT + 2
+        first.sendall(HEALTH)  # the first still has its 30 s
+        first.settimeout(5)
+        assert first.recv(65536).startswith(b"HTTP/1.1 200 ")
