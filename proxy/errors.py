@@ -1,8 +1,27 @@
-"""Upstream error shapes (quirks section E, note N2) turned into OpenAI errors with a real status.
+"""The proxy's errors, one hierarchy, and upstream error shapes (quirks section E, note N2) turned into them.
 
-Every shape a server uses to say "this failed" ends here: an ``error:`` SSE line (Q42), a string
-error (Q45), an odd error object (Q45/Q47-Q49/Q51), a top-level ``{"object": "error"}`` (Q46), an HTML or
-plain-text error page. The result is always ``{"error": {"message", "type", "param", "code"}}``.
+Every error a client gets is a :class:`ProxyError`: an OpenAI body ``{"error": {"message", "type",
+"param", "code"}}`` and its HTTP status (an error event once a stream started). Its subclasses say what
+failed, so callers tell failures apart with ``except`` / ``isinstance`` rather than by status and code
+strings; the body and status a client sees are the same whatever the class::
+
+    ProxyError                     any error sent to a client
+    ├── InvalidRequest             400: the client's request is not one the proxy or upstream takes
+    │   ├── ContextOverflow        400 context_length_exceeded (Q43/Q44/Q47/Q48, seed 003)
+    │   └── UnsupportedParameter   400 unsupported_parameter (an upstream's 500 for a parameter, Q43)
+    └── UpstreamError              the upstream failed the request
+        ├── UpstreamRefused        502: no connection could be made
+        ├── UpstreamTimeout        504 upstream_timeout: too slow to connect, answer or go on (Q25)
+        ├── UpstreamBroke          502: closed, not HTTP, badly framed: the stream or protocol broke
+        ├── UpstreamInvalidData    502: a body that is no valid JSON, compression or size
+        ├── UpstreamRedirect       502: a redirect, which the proxy does not follow
+        └── UpstreamReported       the upstream's own error response, with the status it maps to
+
+Lower errors (httpx's from proxy/transport.py, asyncio's ``TimeoutError``, ``OSError``, zlib's,
+jsoncodec's ``ValueError``) become these classes in one place, proxy/upstream_faults.py. Upstream
+error bodies in any N2 shape become them here: an ``error:`` SSE line (Q42), a string error (Q45), an
+odd error object (Q45/Q47-Q49/Q51), a top-level ``{"object": "error"}`` (Q46), an HTML or plain-text
+error page (``error_from_payload``, ``error_from_http``).
 """
 
 from __future__ import annotations
@@ -10,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from conformance.openai_errors import CONTEXT_OVERFLOW, STATUS_INSTEAD, UNSUPPORTED_PARAMETER, error_body
 
@@ -19,7 +38,17 @@ from . import jsoncodec
 __all__ = [
     "MIN_SECRET_IN_BODY",
     "REDACTED",
+    "ContextOverflow",
+    "InvalidRequest",
     "ProxyError",
+    "UnsupportedParameter",
+    "UpstreamBroke",
+    "UpstreamError",
+    "UpstreamInvalidData",
+    "UpstreamRedirect",
+    "UpstreamRefused",
+    "UpstreamReported",
+    "UpstreamTimeout",
     "error_from_http",
     "error_from_payload",
     "is_error_payload",
@@ -77,6 +106,13 @@ class ProxyError(Exception):
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     """Headers of the upstream's error response the client needs with it (when to retry)."""
 
+    STATUS: ClassVar[int] = 500
+    """The status ``of`` gives this class's errors."""
+    CODE: ClassVar[str | None] = None
+    """The ``code`` ``of`` gives this class's errors."""
+    TYPE: ClassVar[str | None] = None
+    """The ``type`` ``of`` gives this class's errors (None: the one its status has)."""
+
     @classmethod
     def make(
         cls,
@@ -87,27 +123,28 @@ class ProxyError(Exception):
         type: str | None = None,
         param: str | None = None,
         quirk: str | None = None,
-    ) -> ProxyError:
+    ) -> Self:
         return cls(status, error_body(message, status, type=type, param=param, code=code), quirk)
 
     @classmethod
-    def timeout(cls, message: str) -> ProxyError:
-        """A 504 for an upstream too slow to connect, to answer or to go on; ``timed_out`` says so."""
-        return cls.make(message, 504, code=_TIMEOUT_CODE)
+    def of(cls, message: str, *, param: str | None = None, quirk: str | None = None) -> Self:
+        """An error of this class with its own status, code and type (``STATUS``, ``CODE``, ``TYPE``)."""
+        return cls.make(message, cls.STATUS, code=cls.CODE, type=cls.TYPE, param=param, quirk=quirk)
 
-    @classmethod
-    def first_byte_timeout(cls) -> ProxyError:
-        return cls.timeout("the upstream server sent nothing before the first-byte timeout")
+    @staticmethod
+    def timeout(message: str) -> UpstreamTimeout:
+        """A 504 for an upstream too slow to connect, to answer or to go on."""
+        return UpstreamTimeout.of(message)
 
-    @property
-    def timed_out(self) -> bool:
-        return bool(self.body["error"].get("code") == _TIMEOUT_CODE)
+    @staticmethod
+    def first_byte_timeout() -> UpstreamTimeout:
+        return UpstreamTimeout.of("the upstream server sent nothing before the first-byte timeout")
 
     @property
     def message(self) -> str:
         return str(self.body["error"]["message"])
 
-    def redacted(self, secret: str | None) -> ProxyError:
+    def redacted(self, secret: str | None) -> Self:
         """This error with ``secret`` (the upstream key an upstream may echo) cut out of every field,
         and the upstream's headers it carries that hold it (whatever the key's length, as in every
         relayed header) left out: they are a retry's advice, which a key in them makes none."""
@@ -121,7 +158,75 @@ class ProxyError(Exception):
             error = {k: redact_text(v, secret) if isinstance(v, str) else v for k, v in fields.items()}
         if error == fields and headers == self.headers:
             return self
-        return ProxyError(self.status, {"error": error}, self.quirk, headers)
+        return type(self)(self.status, {"error": error}, self.quirk, headers)
+
+
+class InvalidRequest(ProxyError):
+    """The client's request is not one the proxy or its upstream takes (a 400, or the 4xx it gets)."""
+
+    __slots__ = ()
+    STATUS = 400
+    TYPE = "invalid_request_error"
+
+
+class ContextOverflow(InvalidRequest):
+    """Prompt and completion do not fit the model's context: the client's error, as OpenAI says it."""
+
+    __slots__ = ()
+    CODE = "context_length_exceeded"
+
+
+class UnsupportedParameter(InvalidRequest):
+    """A parameter the upstream does not support (it said so with a 500, Q43)."""
+
+    __slots__ = ()
+    CODE = "unsupported_parameter"
+
+
+class UpstreamError(ProxyError):
+    """The upstream failed the request: the proxy answers 502, or 504 when it was too slow."""
+
+    __slots__ = ()
+    STATUS = 502
+
+
+class UpstreamRefused(UpstreamError):
+    """No connection to the upstream could be made (refused, unreachable, no such host)."""
+
+    __slots__ = ()
+
+
+class UpstreamTimeout(UpstreamError):
+    """The upstream was too slow to connect, to answer or to go on (Q25): asking again may succeed, but
+    a request it is still running must not be sent twice."""
+
+    __slots__ = ()
+    STATUS = 504
+    CODE = _TIMEOUT_CODE
+
+
+class UpstreamBroke(UpstreamError):
+    """The connection or its HTTP broke: closed early, a reply that is not HTTP, a body badly framed."""
+
+    __slots__ = ()
+
+
+class UpstreamInvalidData(UpstreamError):
+    """The upstream sent a body the proxy cannot read: not valid JSON or compression, or too large."""
+
+    __slots__ = ()
+
+
+class UpstreamRedirect(UpstreamError):
+    """The upstream redirected the request; the proxy follows no redirects."""
+
+    __slots__ = ()
+
+
+class UpstreamReported(UpstreamError):
+    """The upstream answered with an error of its own (any N2 shape), at the status it maps to."""
+
+    __slots__ = ()
 
 
 _MIN_KEY_PART = 4  # a message bound cut the key short: a tail this long that begins the key is cut too
@@ -213,23 +318,9 @@ def _build(
     str_param = param if isinstance(param, str) else None
     if CONTEXT_OVERFLOW.search(haystack):
         # Seed 003 / llama.cpp #14566, Q43/Q44/Q47/Q48: overflow is the client's error, 400.
-        return ProxyError.make(
-            message,
-            400,
-            code="context_length_exceeded",
-            type="invalid_request_error",
-            param=str_param,
-            quirk=quirk,
-        )
+        return ContextOverflow.of(message, param=str_param, quirk=quirk)
     if (status or 500) >= 500 and UNSUPPORTED_PARAMETER.search(message):
-        return ProxyError.make(
-            message,
-            400,
-            code="unsupported_parameter",
-            type="invalid_request_error",
-            param=str_param,
-            quirk=quirk or "Q43",
-        )
+        return UnsupportedParameter.of(message, param=str_param, quirk=quirk or "Q43")
     final = STATUS_INSTEAD.get(status or 500, status or 500)
     if final < 400 or final > 599:
         final = 502
@@ -239,7 +330,7 @@ def _build(
         str_type = "server_error" if str_type in (None, "invalid_request_error") else str_type
     elif str_type in ("server_error", "BadRequestError"):
         str_type = None
-    return ProxyError.make(message, final, code=str_code, type=str_type, param=str_param, quirk=quirk)
+    return UpstreamReported.make(message, final, code=str_code, type=str_type, param=str_param, quirk=quirk)
 
 
 def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:

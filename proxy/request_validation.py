@@ -22,7 +22,7 @@ from conformance.schemas import request_schema
 
 from . import jsoncodec
 from .emulation.stop import MAX_STOP_LENGTH
-from .errors import ProxyError
+from .errors import InvalidRequest
 from .normalizer.request import Endpoint
 
 __all__ = ["parse_request", "validate_request"]
@@ -118,7 +118,7 @@ def _reject(error: ValidationError, path: list[Any], instance: Any) -> NoReturn:
     schema = error.schema if isinstance(error.schema, dict) else {}
     param = _param(path)
     if "x-message" in schema:
-        raise ProxyError.make(
+        raise InvalidRequest.make(
             str(schema["x-message"]), 400, code=schema.get("x-code"), param=schema.get("x-param", param)
         )
     if error.validator == "required":
@@ -127,10 +127,10 @@ def _reject(error: ValidationError, path: list[Any], instance: Any) -> NoReturn:
         missing = next(name for name in required if name not in given)
         param = f"{param}.{missing}" if param else missing
         message = f"Missing required parameter: '{param}'."
-        raise ProxyError.make(message, 400, code="missing_required_parameter", param=param)
+        raise InvalidRequest.make(message, 400, code="missing_required_parameter", param=param)
     # An error on the body itself (not an object) has no parameter; the type check words it.
     message, code = _words(error, param or "body", instance)
-    raise ProxyError.make(message, 400, code=code, param=param)
+    raise InvalidRequest.make(message, 400, code=code, param=param)
 
 
 # Validity depends on a body's shape, not on its text: strings are checked for their type only (but
@@ -203,7 +203,7 @@ def _client_path(reduced: Any, path: Any, origins: dict[int, list[int]]) -> list
 
 
 def validate_request(endpoint: Endpoint, body: dict[str, Any]) -> None:
-    """Raise a 400 :class:`ProxyError` naming the first bad parameter; return when the body is fine."""
+    """Raise a 400 :class:`InvalidRequest` naming the first bad parameter; return when the body is fine."""
     key = (endpoint, _shape(body))
     if key in _valid_shapes:
         return
@@ -232,7 +232,7 @@ def _check_stop_lengths(stop: Any) -> None:
     for index, value in stops:
         if isinstance(value, str) and len(value) > MAX_STOP_LENGTH:
             param = "stop" if index is None else f"stop[{index}]"
-            raise ProxyError.make(
+            raise InvalidRequest.make(
                 f"Invalid '{param}': string too long. Expected a string with maximum length "
                 f"{MAX_STOP_LENGTH}, but got a string with length {len(value)} instead.",
                 400,
@@ -253,17 +253,17 @@ def _parse_slowly(raw: str | bytes) -> Any:
         return json.loads(raw, parse_constant=_no_constant)
     except ValueError as exc:  # UnicodeDecodeError included
         where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise ProxyError.make(
+        raise InvalidRequest.make(
             f"The request body is not valid JSON{where}.", 400, code="invalid_json"
         ) from None
 
 
 def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
-    """The client's body as a validated JSON object, or a 400 :class:`ProxyError` saying what is wrong."""
+    """The client's body as a validated JSON object, or a 400 :class:`InvalidRequest` saying what is wrong."""
     try:
         body = jsoncodec.loads(raw, _parse_slowly)
         if not isinstance(body, dict):
-            raise ProxyError.make(
+            raise InvalidRequest.make(
                 f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
             )
         validate_request(endpoint, body)
@@ -271,5 +271,7 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
     except (RecursionError, jsoncodec.TooDeep):
         # Hundreds of nested arrays or objects: past what Python's parser and the shape walk can
         # recurse through. No real request is built so; a 400 says so instead of a 500.
-        raise ProxyError.make("The request body is nested too deeply.", 400, code="invalid_request") from None
+        raise InvalidRequest.make(
+            "The request body is nested too deeply.", 400, code="invalid_request"
+        ) from None
     return body

@@ -18,7 +18,7 @@ from conformance.sse import SSELineTooLong, SSEParser
 from . import jsoncodec
 from .adapters import Adapter, UpstreamCall
 from .emulation import synthesize_chunks
-from .errors import ProxyError
+from .errors import ProxyError, UpstreamTimeout
 from .normalizer import (
     Identity,
     Repairs,
@@ -155,7 +155,8 @@ class UpstreamSource(Source):
             if failure is not None:
                 # An upstream that ended its stream empty (Q52), not one still silent at a timeout:
                 # asking again would run its generation twice.
-                if self._received == 0 and self._call.body.get("stream") is True and not failure.timed_out:
+                streamed = self._call.body.get("stream") is True
+                if self._received == 0 and streamed and not isinstance(failure, UpstreamTimeout):
                     await self._retry_without_stream()
                     return []
                 raise failure
@@ -270,7 +271,7 @@ class UpstreamSource(Source):
                 if await stream.read(_DRAIN_TIMEOUT) is None:
                     break
         except ProxyError as failed:
-            return failed.timed_out
+            return isinstance(failed, UpstreamTimeout)
         return True
 
     def _counter(self) -> Callable[[str], Awaitable[int | None]]:

@@ -1,4 +1,5 @@
-"""The upstream client: one pooled ``httpx.AsyncClient``, transport faults mapped to OpenAI errors."""
+"""The upstream client: one pooled ``httpx.AsyncClient``, transport faults mapped to OpenAI errors
+(by proxy/upstream_faults.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import httpx
 
 from . import jsoncodec
 from .config import ProxyConfig
-from .errors import ProxyError, error_from_http
+from .errors import ProxyError, UpstreamInvalidData, UpstreamRedirect, error_from_http
 from .transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
+from .upstream_faults import BODY, REQUEST, mapped
 
 __all__ = ["MAX_ERROR_BODY", "MAX_JSON_BODY", "Upstream", "UpstreamStream", "usable_retry_header"]
 
@@ -95,32 +97,26 @@ class UpstreamStream:
         assert inflate is not None
         while not self._inflated_end:
             data = inflate.unconsumed_tail or await self._read_raw(timeout)
-            try:
+            with mapped(BODY):
                 if data is None:
                     self._inflated_end = True
                     return inflate.flush() or None
                 out: bytes = inflate.decompress(data, _INFLATE_STEP)
-            except zlib.error:
-                raise ProxyError.make("the upstream's compressed body is not valid", 502) from None
             if out:
                 return out
         return None
 
     async def _read_raw(self, timeout: float | None) -> bytes | None:  # noqa: ASYNC109
-        try:
+        with mapped(BODY):
             if timeout is None:
                 return await self._body.read()
             async with asyncio.timeout(timeout):
                 return await self._body.read()
-        except (TimeoutError, httpx.ReadTimeout):
-            raise ProxyError.timeout("the upstream server stopped sending data (idle timeout)") from None
-        except httpx.HTTPError as exc:
-            raise ProxyError.make(f"the upstream connection failed: {type(exc).__name__}", 502) from None
 
     async def read_all(self, limit: int) -> bytes:
         body, complete = await self.read_upto(limit)
         if not complete:
-            raise ProxyError.make("the upstream response is too large", 502)
+            raise UpstreamInvalidData.of("the upstream response is too large")
         return body
 
     async def read_upto(self, limit: int) -> tuple[bytes, bool]:
@@ -144,10 +140,9 @@ class UpstreamStream:
         is ``body``: decompressed first if an upstream sent it compressed though asked not to. A
         redirect (the proxy follows none) is reported as one."""
         if self.status < 400:
-            return ProxyError.make(
+            return UpstreamRedirect.of(
                 f"the upstream server redirected the request (HTTP {self.status}), and the proxy follows "
-                "no redirects: point the proxy at the address the upstream redirects to",
-                502,
+                "no redirects: point the proxy at the address the upstream redirects to"
             )
         inflate = _inflater(str(self.response.headers.get("content-encoding", "")))
         if inflate is not None:
@@ -262,7 +257,7 @@ class Upstream:
         return path
 
     async def _send(self, message: bytes) -> UpstreamStream:
-        try:
+        with mapped(REQUEST):
             response = await self._transport.send(
                 self._origin,
                 message,
@@ -272,20 +267,6 @@ class Upstream:
                 # head before it runs the model): the first-byte timeout bounds that wait too.
                 first_read_timeout=self.config.first_byte_timeout,
             )
-        except httpx.RemoteProtocolError as exc:
-            # Closed before a whole response head. The transport already retried the one case that is
-            # safe to retry (a reused keep-alive connection, nothing received): this one is the upstream's.
-            raise ProxyError.make(str(exc), 502) from None
-        except httpx.ConnectTimeout:
-            raise ProxyError.timeout("timed out connecting to the upstream server") from None
-        except httpx.TimeoutException:
-            raise ProxyError.timeout("the upstream server timed out") from None
-        except httpx.ConnectError:
-            raise ProxyError.make("could not connect to the upstream server", 502) from None
-        except httpx.ProtocolError as exc:  # worded by the transport: no address, no path
-            raise ProxyError.make(str(exc), 502) from None
-        except httpx.HTTPError as exc:
-            raise ProxyError.make(f"the upstream request failed: {type(exc).__name__}", 502) from None
         return UpstreamStream(response)
 
     async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:  # noqa: ASYNC109

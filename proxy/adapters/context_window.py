@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..errors import ProxyError
+from ..errors import ContextOverflow, ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
 from .base import requested_limit
@@ -141,7 +141,7 @@ async def _count(upstream: Upstream, text: str) -> int | None:
     return len(tokens) if isinstance(tokens, list) else None
 
 
-def _refusal(endpoint: Endpoint, size: int, prompt: int, completion: int) -> ProxyError:
+def _refusal(endpoint: Endpoint, size: int, prompt: int, completion: int) -> ContextOverflow:
     """OpenAI's 400, in its own words for each endpoint."""
     total = prompt + completion
     if endpoint == "chat":
@@ -164,4 +164,4 @@ def _refusal(endpoint: Endpoint, size: int, prompt: int, completion: int) -> Pro
             f"({prompt} in your prompt; {completion} for the completion). Please reduce your prompt; or "
             "completion length."
         )
-    return ProxyError.make(message, 400, code="context_length_exceeded", param=param)
+    return ContextOverflow.of(message, param=param)

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ProxyError
+from ..errors import ContextOverflow, ProxyError
 from ..normalizer import Repairs
 from ..source import Source
 from ..upstream import Upstream
@@ -151,10 +151,7 @@ class TextPromptFallback(Source):
         try:
             return await self._current.start()
         except ProxyError as refused:
-            if (
-                refused.status not in _REFUSALS
-                or refused.body["error"].get("code") == "context_length_exceeded"
-            ):
+            if refused.status not in _REFUSALS or isinstance(refused, ContextOverflow):
                 raise
             await self._current.aclose()
         text = await detokenize(self._upstream, self._body["prompt"], llamacpp_first=self._llamacpp_first)
