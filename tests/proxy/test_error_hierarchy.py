@@ -1,0 +1,154 @@
+"""The proxy's error hierarchy: the tree errors.py documents is the one the classes form, each class
+gives its own status and code, and upstream error bodies come back as the class they describe."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from proxy import errors
+
+_TREE_LINE = re.compile(r"^(?P<indent>[│ ]*)(?:[├└]── )?(?P<name>[A-Z]\w+)\s{2,}")
+
+
+def _documented_tree() -> dict[str, str | None]:
+    """Each class named in the module docstring's tree, with the class it hangs from."""
+    doc = errors.__doc__ or ""
+    block = doc.split("::", 1)[1].split("\n\n", 2)[1]
+    parents: dict[str, str | None] = {}
+    stack: list[tuple[int, str]] = []
+    for line in block.splitlines():
+        match = _TREE_LINE.match(line.strip("\n")[4:])
+        assert match, line
+        depth = len(match["indent"]) + (4 if "──" in line else 0)
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        parents[match["name"]] = stack[-1][1] if stack else None
+        stack.append((depth, match["name"]))
+    return parents
+
+
+def _subclasses(cls: type[errors.ProxyError]) -> list[type[errors.ProxyError]]:
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found.extend(_subclasses(sub))
+    return found
+
+
+def test_the_documented_tree_is_the_class_tree() -> None:
+    documented = _documented_tree()
+    actual = {
+        cls.__name__: None if cls is errors.ProxyError else cls.__bases__[0].__name__
+        for cls in _subclasses(errors.ProxyError)
+        if cls.__module__ == errors.__name__
+    }
+    assert documented == actual
+    assert set(actual) <= set(errors.__all__)
+
+
+@pytest.mark.parametrize(
+    ("cls", "status", "etype", "code"),
+    [
+        (errors.InvalidRequest, 400, "invalid_request_error", None),
+        (errors.ContextOverflow, 400, "invalid_request_error", "context_length_exceeded"),
+        (errors.UnsupportedParameter, 400, "invalid_request_error", "unsupported_parameter"),
+        (errors.UpstreamError, 502, "server_error", None),
+        (errors.UpstreamRefused, 502, "server_error", None),
+        (errors.UpstreamTimeout, 504, "server_error", "upstream_timeout"),
+        (errors.UpstreamBroke, 502, "server_error", None),
+        (errors.UpstreamInvalidData, 502, "server_error", None),
+        (errors.UpstreamRedirect, 502, "server_error", None),
+    ],
+)
+def test_each_class_gives_its_status_type_and_code(
+    cls: type[errors.ProxyError], status: int, etype: str, code: str | None
+) -> None:
+    error = cls.of("words", param="messages")
+    assert type(error) is cls
+    assert error.status == status
+    assert error.body == {"error": {"message": "words", "type": etype, "param": "messages", "code": code}}
+
+
+def test_the_timeouts_are_upstream_timeouts() -> None:
+    for error in (errors.ProxyError.timeout("slow"), errors.ProxyError.first_byte_timeout()):
+        assert type(error) is errors.UpstreamTimeout
+        assert (error.status, error.body["error"]["code"]) == (504, "upstream_timeout")
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "cls", "final", "code"),
+    [
+        (  # llama.cpp's 400 (Q44)
+            {
+                "error": {
+                    "code": 400,
+                    "message": "the request exceeds the available context size",
+                    "type": "x",
+                }
+            },
+            400,
+            errors.ContextOverflow,
+            400,
+            "context_length_exceeded",
+        ),
+        (  # an overflow reported as a 500 is still the client's (seed 003)
+            {"error": "Requested tokens (900) exceed context window of 512"},
+            500,
+            errors.ContextOverflow,
+            400,
+            "context_length_exceeded",
+        ),
+        (  # a 500 for a parameter the upstream lacks (Q43)
+            {"detail": "Unsupported param: logit_bias"},
+            500,
+            errors.UnsupportedParameter,
+            400,
+            "unsupported_parameter",
+        ),
+        (
+            {"object": "error", "message": "model is busy", "code": 503},
+            200,
+            errors.UpstreamReported,
+            503,
+            None,
+        ),
+        (
+            {"error": {"message": "bad key", "type": "invalid_request_error", "code": "invalid_api_key"}},
+            401,
+            errors.UpstreamReported,
+            401,
+            "invalid_api_key",
+        ),
+    ],
+)
+def test_an_upstream_error_payload_is_the_class_it_describes(
+    payload: dict[str, object], status: int, cls: type[errors.ProxyError], final: int, code: str | None
+) -> None:
+    error = errors.error_from_payload(payload, status)
+    assert type(error) is cls
+    assert (error.status, error.body["error"]["code"]) == (final, code)
+
+
+def test_an_upstream_error_page_is_reported_at_its_status() -> None:
+    page = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+    error = errors.error_from_http(503, "text/html", page)
+    assert type(error) is errors.UpstreamReported
+    assert error.status == 503
+    assert error.message == "upstream error (HTTP 503): 502 Bad Gateway"
+
+
+def test_an_overflow_in_an_error_page_is_a_context_overflow() -> None:
+    error = errors.error_from_http(500, "text/plain", b"prompt is too long for this model\n")
+    assert type(error) is errors.ContextOverflow
+    assert error.status == 400
+
+
+def test_redacting_keeps_the_class() -> None:
+    key = "sk-upstream-0123456789"
+    error = errors.UpstreamTimeout.of(f"slow with key {key}")
+    error.headers = [(b"retry-after", b"1")]
+    redacted = error.redacted(key)
+    assert type(redacted) is errors.UpstreamTimeout
+    assert redacted.message == f"slow with key {errors.REDACTED}"
+    assert (redacted.status, redacted.headers) == (504, [(b"retry-after", b"1")])
