@@ -13,13 +13,14 @@ strings; the body and status a client sees are the same whatever the class::
         ├── UpstreamRefused        502: no connection could be made
         ├── UpstreamTimeout        504 upstream_timeout: too slow to connect, answer or go on (Q25)
         ├── UpstreamBroke          502: closed, not HTTP, badly framed: the stream or protocol broke
-        ├── UpstreamInvalidData    502: a body that is no valid JSON, compression or size
+        ├── UpstreamInvalidData    502: a body that is no valid compression, or too large
         ├── UpstreamRedirect       502: a redirect, which the proxy does not follow
         └── UpstreamReported       the upstream's own error response, with the status it maps to
 
-Lower errors (httpx's from proxy/transport.py, asyncio's ``TimeoutError``, ``OSError``, zlib's,
-jsoncodec's ``ValueError``) become these classes in one place, proxy/upstream_faults.py. Upstream
-error bodies in any N2 shape become them here: an ``error:`` SSE line (Q42), a string error (Q45), an
+Lower errors on the way to and from the upstream (httpx's from proxy/transport.py, asyncio's
+``TimeoutError``, ``OSError``, zlib's) become these classes in one table, proxy/upstream_faults.py; a
+client body past jsoncodec's depth (``TooDeep``) is an ``InvalidRequest`` (proxy/request_validation.py).
+Upstream error bodies in any N2 shape become them here: an ``error:`` SSE line (Q42), a string error (Q45), an
 odd error object (Q45/Q47-Q49/Q51), a top-level ``{"object": "error"}`` (Q46), an HTML or plain-text
 error page (``error_from_payload``, ``error_from_http``).
 """
@@ -212,7 +213,7 @@ class UpstreamBroke(UpstreamError):
 
 
 class UpstreamInvalidData(UpstreamError):
-    """The upstream sent a body the proxy cannot read: not valid JSON or compression, or too large."""
+    """The upstream sent a body the proxy cannot read: compression that is not valid, or too large."""
 
     __slots__ = ()
 

@@ -11,7 +11,8 @@ The proxy sends one kind of request (a bytes body, no redirects, no cookies, no 
 keeps only that path and leaves the client API to ``httpx.AsyncClient``. The completion requests skip
 even ``httpx.Request``: ``UpstreamTransport.send`` takes them as bytes (``request_bytes``).
 
-Faults map to the httpx errors the proxy tells apart (``Upstream.open``):
+Faults are httpx errors, as an httpx transport's must be (proxy/upstream_faults.py maps each to the
+proxy's error classes):
 
 - nothing can be connected: ``ConnectError``; the connect takes too long: ``ConnectTimeout``;
 - the connection closes before any response byte: ``RemoteProtocolError``; when it was a pooled

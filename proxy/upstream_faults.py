@@ -4,8 +4,8 @@ The transport (proxy/transport.py) raises httpx's errors, as an httpx transport 
 ``OSError`` and timeouts become ``ConnectError`` and ``ConnectTimeout``, llhttp's parse errors
 ``ProtocolError`` or ``ReadError``, a closed connection ``RemoteProtocolError`` or ``ReadError``. Here,
 as httpx's ``_transports/default.py`` maps httpcore's errors with one table and one context manager,
-those and the other lower errors met on the way (asyncio's ``TimeoutError``, zlib's, jsoncodec's
-``ValueError``) become :mod:`proxy.errors` classes, with the same status and words as each case had
+those and the other lower errors met on the way (asyncio's ``TimeoutError``, ``OSError``, zlib's)
+become :mod:`proxy.errors` classes, with the same status and words as each case had
 when every call site mapped its own.
 
 The words depend on where the fault came: ``REQUEST`` is sending a request and waiting for its response
