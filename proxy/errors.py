@@ -274,30 +274,33 @@ def _int_status(value: Any) -> int | None:
 
 def error_from_payload(obj: Any, status: int | None = None, *, quirk: str | None = None) -> ProxyError:
     """An OpenAI error from a decoded upstream error payload (any N2 shape) and the HTTP status seen."""
-    inner: Any = obj
-    if isinstance(obj, dict) and "error" in obj:
-        inner = obj["error"]
-    message = ""
-    code: Any = None
-    etype: Any = None
-    param: Any = None
-    hinted: int | None = None
+    outer: dict[str, Any] = obj if isinstance(obj, dict) else {}
+    inner: Any = outer.get("error", obj)
+    message, code, etype, param, hinted = "", None, None, None, None
     if isinstance(inner, dict):
-        message = _words(inner.get("message") or inner.get("msg") or inner.get("detail"))
-        code = inner.get("code")
-        etype = inner.get("type") or (obj.get("error_type") if isinstance(obj, dict) else None)
-        param = inner.get("param")
-        hinted = _int_status(inner.get("http_status_code")) or _int_status(inner.get("status"))
-        hinted = hinted or _int_status(code)
+        message, code, etype, param, hinted = _object_fields(inner, outer)
     elif isinstance(inner, str):
-        message = inner
-        if isinstance(obj, dict):
-            etype = obj.get("error_type")
-            hinted = _int_status(obj.get("code")) or _int_status(obj.get("status"))
-    if not message and isinstance(obj, dict) and isinstance(obj.get("message"), str):
-        message = obj["message"]
+        message, etype = inner, outer.get("error_type")
+        hinted = _int_status(outer.get("code")) or _int_status(outer.get("status"))
+    if not message and isinstance(outer.get("message"), str):
+        message = outer["message"]
     return _build(
         message or "the upstream server reported an error", hinted or status, code, etype, param, quirk
+    )
+
+
+def _object_fields(inner: dict[str, Any], outer: dict[str, Any]) -> tuple[str, Any, Any, Any, int | None]:
+    """Message, code, type, param and the status it hints at, of an error object (``inner``, found in
+    ``outer`` or the payload itself)."""
+    message = _words(inner.get("message") or inner.get("msg") or inner.get("detail"))
+    code = inner.get("code")
+    hinted = _int_status(inner.get("http_status_code")) or _int_status(inner.get("status"))
+    return (
+        message,
+        code,
+        inner.get("type") or outer.get("error_type"),
+        inner.get("param"),
+        hinted or _int_status(code),
     )
 
 
@@ -315,42 +318,38 @@ def _build(
 ) -> ProxyError:
     # A message that was all traceback says nothing once scrubbed: the status must speak for it.
     message = scrub_message(message) or f"the upstream server reported an error (HTTP {status or 500})"
-    haystack = f"{message} {etype or ''} {code or ''}"
     str_param = param if isinstance(param, str) else None
-    if CONTEXT_OVERFLOW.search(haystack):
+    if CONTEXT_OVERFLOW.search(f"{message} {etype or ''} {code or ''}"):
         # Seed 003 / llama.cpp #14566, Q43/Q44/Q47/Q48: overflow is the client's error, 400.
         return ContextOverflow.of(message, param=str_param, quirk=quirk)
     if (status or 500) >= 500 and UNSUPPORTED_PARAMETER.search(message):
         return UnsupportedParameter.of(message, param=str_param, quirk=quirk or "Q43")
     final = STATUS_INSTEAD.get(status or 500, status or 500)
-    if final < 400 or final > 599:
-        final = 502
+    final = final if 400 <= final <= 599 else 502
     str_code = code if isinstance(code, str) and not code.isdigit() else None
-    str_type = etype if isinstance(etype, str) and etype and etype not in ("validation", "error") else None
-    if final >= 500:
-        str_type = "server_error" if str_type in (None, "invalid_request_error") else str_type
-    elif str_type in ("server_error", "BadRequestError"):
-        str_type = None
+    str_type = _reported_type(etype, final)
     return UpstreamReported.make(message, final, code=str_code, type=str_type, param=str_param, quirk=quirk)
+
+
+def _reported_type(etype: Any, status: int) -> str | None:
+    """The upstream's error type where it is one of OpenAI's kind for ``status``; None for the status's own
+    (a 5xx is a ``server_error`` unless the upstream named another server type)."""
+    given = etype if isinstance(etype, str) and etype and etype not in ("validation", "error") else None
+    if status >= 500:
+        return "server_error" if given in (None, "invalid_request_error") else given
+    return None if given in ("server_error", "BadRequestError") else given
 
 
 def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
     """An OpenAI error from an upstream non-2xx response of any content type (JSON, HTML, plain text)."""
     text = body.decode("utf-8", "replace")
     stripped = text.strip()
-    if stripped[:1] in ("{", "["):
-        try:
-            obj = jsoncodec.loads(stripped)
-        except ValueError:  # also nested past the parser's depth: judged as text
-            obj = None
-        if isinstance(obj, dict) and (is_error_payload(obj) or "message" in obj or "detail" in obj):
-            detail = obj.get("detail")
-            if not is_error_payload(obj) and detail:
-                # FastAPI's {"detail": ...}: a string, a list of validation errors, or an object
-                # (koboldcpp's {"msg", "type"} when its queue is full, Q54).
-                obj = {"error": detail if isinstance(detail, dict) else {"message": _words(detail)}}
-            already_openai = isinstance(obj.get("error"), dict) and {"message", "type"} <= set(obj["error"])
-            return error_from_payload(obj, status, quirk=None if already_openai else "Q46")
+    payload = _error_json(stripped) if stripped[:1] in ("{", "[") else None
+    if payload is not None:
+        already_openai = isinstance(payload.get("error"), dict) and {"message", "type"} <= set(
+            payload["error"]
+        )
+        return error_from_payload(payload, status, quirk=None if already_openai else "Q46")
     if "html" in content_type or stripped.lower().startswith(("<!doctype", "<html")):
         title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
         text = title.group(1) if title else _TAGS.sub(" ", text)
@@ -358,3 +357,19 @@ def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
         text = next((line for line in text.splitlines() if line.strip()), "")  # a page's first line
     message = scrub_message(text) or f"the upstream server answered HTTP {status}"
     return _build(f"upstream error (HTTP {status}): {message}", status, None, None, None, None)
+
+
+def _error_json(text: str) -> dict[str, Any] | None:
+    """An error body's JSON as an error payload, or None for one that is no JSON error (judged as text)."""
+    try:
+        obj = jsoncodec.loads(text)
+    except ValueError:  # also nested past the parser's depth
+        return None
+    if not isinstance(obj, dict) or not (is_error_payload(obj) or "message" in obj or "detail" in obj):
+        return None
+    detail = obj.get("detail")
+    if not is_error_payload(obj) and detail:
+        # FastAPI's {"detail": ...}: a string, a list of validation errors, or an object
+        # (koboldcpp's {"msg", "type"} when its queue is full, Q54).
+        return {"error": detail if isinstance(detail, dict) else {"message": _words(detail)}}
+    return obj
