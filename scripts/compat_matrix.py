@@ -60,13 +60,19 @@ def llama_server_arg(value: str) -> LlamaServer:
     return LlamaServer(name, path, commit)
 
 
-# Probes left out of a direct row: ik_llama.cpp before #768 reads no max_completion_tokens and, with
-# its context shift, generates for ever; its one slot stays taken and every later probe times out
-# (measured: 145 errors, all no-response from that probe on). The proxy sends the limit it reads.
+# Probes left out of a direct row: ik_llama.cpp before #768 reads neither max_completion_tokens nor a
+# max_tokens of the wrong type and, with its context shift, generates for ever; its one slot stays
+# taken and every later probe times out (measured: 145 errors, all no-response from the first on;
+# the server ignored SIGTERM meanwhile). The proxy sends a limit it reads, or refuses the request.
+_FOR_EVER = "which holds its only slot, so every later probe would get no answer"
 SKIPS: dict[tuple[str, str], str] = {
     ("ik_llama.cpp", "max-completion-tokens"): (
-        "skipped against the server itself: it ignores max_completion_tokens and generates for ever"
-        " (context shift), which holds its only slot, so every later probe would get no answer"
+        "skipped against the server itself: it ignores max_completion_tokens and generates for ever,"
+        f" {_FOR_EVER}"
+    ),
+    ("ik_llama.cpp", "invalid-type"): (
+        f'skipped against the server itself: it takes max_tokens "eight" for no limit and generates for ever,'
+        f" {_FOR_EVER}"
     ),
 }
 
@@ -188,10 +194,12 @@ def main(argv: list[str] | None = None) -> int:
             columns[name] = proxied(name, upstream, work, *overflow)
         for server in servers:
             skips = {probe: why for (row, probe), why in SKIPS.items() if row == server.name}
+            skip = ("--skip", *skips) if skips else ()
             with llama_server(server.path) as upstream:
-                skip = ("--skip", *skips) if skips else ()
                 columns[server.name] = run_server(server.name, upstream, work, *overflow, *skip)
                 columns[server.name].skipped = skips
+            # A fresh server for the proxy's row: a slot a direct probe left busy must not spill into it.
+            with llama_server(server.path) as upstream:
                 name = f"conformant serve → {server.name}"
                 columns[name] = proxied(name, upstream, work, *overflow)
         name = "conformant backend"
