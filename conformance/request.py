@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Endpoint", "Request", "endpoint_for_path"]
+__all__ = ["Endpoint", "Request", "endpoint_for_path", "message_texts"]
 
 Endpoint = Literal["completions", "chat"]
 
@@ -59,8 +59,9 @@ def _prompts(prompt: Any) -> tuple[int, tuple[str, ...], int]:
     return 1, (), 0
 
 
-def _message_texts(messages: Any) -> tuple[str, ...]:
-    """The text of each chat message: a string ``content``, or the ``text`` of its text parts."""
+def message_texts(messages: Any) -> tuple[str, ...]:
+    """The text of each chat message: a string ``content``, or the ``text`` of its text parts (the proxy
+    counts and checks a chat prompt by these too)."""
     if not isinstance(messages, list):
         return ()
     texts: list[str] = []
@@ -145,7 +146,7 @@ class Request:
             prompt_texts=texts,
             prompt_token_ids=token_ids,
             messages=len(messages) if isinstance(messages, list) else 0,
-            message_texts=_message_texts(messages),
+            message_texts=message_texts(messages),
             stop=_stop_sequences(body.get("stop")),
             echo=body.get("echo") is True,
             suffix=bool(body.get("suffix")),
