@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.findings import ERROR, WARNING, Finding, FindingSink, Severity
-from conformance.request import Request
+from conformance.request import Request, integer
 from conformance.transcript import Endpoint
 
 __all__ = [
@@ -25,8 +25,7 @@ __all__ = [
 
 def usage_count(usage: Any, key: str) -> int | None:
     """A token count of a usage object (``completion_tokens``), when it is one: the one reader of counts."""
-    value = usage.get(key) if isinstance(usage, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return integer(usage.get(key)) if isinstance(usage, Mapping) else None
 
 
 @dataclass(slots=True)
