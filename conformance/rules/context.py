@@ -13,7 +13,6 @@ from conformance.transcript import Endpoint
 __all__ = [
     "ChoiceState",
     "Context",
-    "Expectations",
     "FindingSink",
     "LegacyLogprobsExtent",
     "Request",
@@ -80,10 +79,6 @@ class LegacyLogprobsExtent:
 _UNSET: Any = object()
 
 
-Expectations = Request
-"""The former name of :class:`~conformance.request.Request`, kept while rules written against it remain."""
-
-
 def choice_text(choice: Mapping[str, Any]) -> Any:
     """The text a choice carries: a chat delta's or message's ``content``, or a completion's ``text``."""
     for key in ("delta", "message"):
@@ -143,11 +138,6 @@ class Context:
     def completion_tokens(self) -> int | None:
         """``completion_tokens`` of the last usage object seen."""
         return usage_count(self.usage, "completion_tokens")
-
-    @property
-    def expect(self) -> Request:
-        """The request, under its former name (read-only)."""
-        return self.request
 
     @staticmethod
     def unset(value: Any) -> bool:
