@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -30,6 +31,15 @@ _BASE_MODEL_NOTE = (
 
 def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(variable(name), default)
+
+
+_CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ProxyConfig)}
+
+
+def _setting(name: str) -> str:
+    """``CONFORMANT_<name>``, else :class:`ProxyConfig`'s default for the setting, as argparse's default
+    text: the config is the one place a default is written, for the CLI and for code that builds it."""
+    return str(_env(name, _CONFIG_DEFAULTS[name.lower()]))
 
 
 def _number(
@@ -107,21 +117,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--upstream-kind",
         type=_one_of("UPSTREAM_KIND", _UPSTREAM_KINDS),
         choices=_UPSTREAM_KINDS,
-        default=_env("UPSTREAM_KIND", "auto"),
+        default=_setting("UPSTREAM_KIND"),
     )
     p.add_argument(
-        "--connect-timeout", type=_number(float, "CONNECT_TIMEOUT"), default=_env("CONNECT_TIMEOUT", "10")
+        "--connect-timeout", type=_number(float, "CONNECT_TIMEOUT"), default=_setting("CONNECT_TIMEOUT")
     )
     p.add_argument(
         "--first-byte-timeout",
         type=_number(float, "FIRST_BYTE_TIMEOUT"),
-        default=_env("FIRST_BYTE_TIMEOUT", "600"),
+        default=_setting("FIRST_BYTE_TIMEOUT"),
     )
-    p.add_argument("--idle-timeout", type=_number(float, "IDLE_TIMEOUT"), default=_env("IDLE_TIMEOUT", "120"))
+    p.add_argument("--idle-timeout", type=_number(float, "IDLE_TIMEOUT"), default=_setting("IDLE_TIMEOUT"))
     p.add_argument(
         "--max-body",
         type=_number(int, "MAX_BODY"),
-        default=_env("MAX_BODY", str(16 * 1024 * 1024)),
+        default=_setting("MAX_BODY"),
         help="bytes (413 above)",
     )
     p.add_argument(
@@ -144,25 +154,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--max-fan-out",
         type=_number(int, "MAX_FAN_OUT"),
-        default=_env("MAX_FAN_OUT", "256"),
+        default=_setting("MAX_FAN_OUT"),
         help="upstream requests one request may become (prompts x n; a 400 above)",
     )
     p.add_argument(
         "--max-upstream-connections",
         type=_number(int, "MAX_UPSTREAM_CONNECTIONS"),
-        default=_env("MAX_UPSTREAM_CONNECTIONS", "1000"),
+        default=_setting("MAX_UPSTREAM_CONNECTIONS"),
         help="upstream connections open at once, per worker (further requests wait in turn)",
     )
     p.add_argument(
         "--client-timeout",
         type=_number(float, "CLIENT_TIMEOUT"),
-        default=_env("CLIENT_TIMEOUT", "30"),
+        default=_setting("CLIENT_TIMEOUT"),
         help="seconds a client has to send a request's head, and again its body (408 after)",
     )
     p.add_argument(
         "--max-connections",
         type=_number(int, "MAX_CONNECTIONS"),
-        default=_env("MAX_CONNECTIONS", "1000"),
+        default=_setting("MAX_CONNECTIONS"),
         help="open client connections per worker past which requests but /health get a 503",
     )
     p.add_argument(
@@ -177,7 +187,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--shutdown-timeout",
         type=_number(float, "SHUTDOWN_TIMEOUT", zero=True),
-        default=_env("SHUTDOWN_TIMEOUT", "30"),
+        default=_setting("SHUTDOWN_TIMEOUT"),
         help="seconds open streams get to finish on SIGINT or SIGTERM before they are cut",
     )
     p.add_argument(
