@@ -11,8 +11,13 @@ from typing import Any
 
 import pytest
 
+from backend.config import BACKEND_SETTINGS
+from backend.context import ContextOptions, context_options_from_args
+from backend.loading import LoadOptions, options_from_args
 from conformance.settings import Setting, add_settings, shown_default
 from proxy.config import SERVE_SETTINGS, ProxyConfig, proxy_config
+
+TABLES = pytest.mark.parametrize("settings", [SERVE_SETTINGS, BACKEND_SETTINGS], ids=["serve", "backend"])
 
 
 def _parser(settings: Iterable[Setting[Any]], environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -67,12 +72,13 @@ def test_repeated_list_flags_replace_the_variables_list() -> None:
     assert _parse().cors_origins == ()
 
 
-def test_help_shows_every_flag_with_its_help_default_and_variable() -> None:
-    parser = _parser(SERVE_SETTINGS, {})
+@TABLES
+def test_help_shows_every_flag_with_its_help_default_and_variable(settings: tuple[Setting[Any], ...]) -> None:
+    parser = _parser(settings, {})
     actions = {action.dest: action for action in parser._actions if action.dest != "help"}
-    assert set(actions) == {setting.name for setting in SERVE_SETTINGS}
+    assert set(actions) == {setting.name for setting in settings}
     help_text = " ".join(parser.format_help().split())  # argparse wraps lines
-    for setting in SERVE_SETTINGS:
+    for setting in settings:
         assert actions[setting.name].help, setting.name
         assert f"(default: {shown_default(setting)}; {setting.variable})" in help_text
 
@@ -94,3 +100,29 @@ def test_the_variables_are_the_flags_names_in_capitals() -> None:
     for setting in SERVE_SETTINGS:
         expected = "CONFORMANT_" + re.sub("-", "_", setting.option.removeprefix("--")).upper()
         assert setting.variable == expected or setting.variable == expected + "S", setting.name
+
+
+def test_the_backend_reads_its_variables_into_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = _parser(BACKEND_SETTINGS, {})
+    defaults = parser.parse_args([])
+    assert (context_options_from_args(defaults), options_from_args(defaults)) == (
+        ContextOptions(),
+        LoadOptions(),
+    )
+    environ = {
+        "CONFORMANT_CTX_SIZE": "2048",
+        "CONFORMANT_BATCH_INVARIANT": "on",
+        "CONFORMANT_N_GPU_LAYERS": "all",
+        "CONFORMANT_OVERRIDE_TENSOR": "exps=CPU,norm=CPU",
+        "CONFORMANT_QUEUE_SIZE": "0",
+    }
+    args = _parser(BACKEND_SETTINGS, environ).parse_args(["-ngl", "3"])
+    context, load = context_options_from_args(args), options_from_args(args)
+    assert (context.ctx_size, context.batch_invariant, args.queue_size) == (2048, True, 0)
+    assert (load.n_gpu_layers, load.override_tensor) == (3, ["exps=CPU,norm=CPU"])
+    with pytest.raises(SystemExit):
+        _parser(BACKEND_SETTINGS, {"CONFORMANT_QUEUE_SIZE": "-1"}).parse_args([])
+    assert (
+        "'-1' is not a non-negative integer (from the flag or CONFORMANT_QUEUE_SIZE)"
+        in capsys.readouterr().err
+    )
