@@ -14,11 +14,18 @@ from backend.context import CONTEXT_SETTINGS
 from backend.loading import LOAD_SETTINGS
 from conformance.settings import Setting, non_negative_integer, one_of, port, text
 
-__all__ = ["BACKEND_SETTINGS", "CONTEXT_SETTINGS", "LOAD_SETTINGS", "SERVER_SETTINGS"]
+__all__ = ["BACKEND_SETTINGS", "CONTEXT_SETTINGS", "LOAD_SETTINGS", "QUEUE_SIZE", "SERVER_SETTINGS"]
 
 DEFAULT_PORT = 8080
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
+QUEUE_SIZE = Setting(
+    "queue_size",
+    non_negative_integer,
+    64,
+    "sequences that may wait for a slot; a request that would exceed it is 429",
+    metavar="N",
+)
 SERVER_SETTINGS: tuple[Setting[Any], ...] = (
     Setting[str | None](
         "model",
@@ -40,13 +47,7 @@ SERVER_SETTINGS: tuple[Setting[Any], ...] = (
     ),
     Setting("host", text, "127.0.0.1", "address to listen on"),
     Setting("port", port, DEFAULT_PORT, "port to listen on (1-65535)"),
-    Setting(
-        "queue_size",
-        non_negative_integer,
-        64,
-        "sequences that may wait for a slot; a request that would exceed it is 429",
-        metavar="N",
-    ),
+    QUEUE_SIZE,
     Setting("log_level", one_of(LOG_LEVELS), "info", "level of the server's log", choices=LOG_LEVELS),
 )
 BACKEND_SETTINGS = SERVER_SETTINGS + CONTEXT_SETTINGS + LOAD_SETTINGS
