@@ -141,6 +141,8 @@ class Setting(Generic[T]):
     choices: tuple[str, ...] | None = None
     shown: str | None = None
     """The default as ``--help`` and the docs give it, where the value alone says too little."""
+    unit: str = ""
+    """Shown after the default: ``s`` for seconds."""
     kind: Literal["value", "switch", "list"] = "value"
 
     @property
@@ -153,7 +155,7 @@ class Setting(Generic[T]):
 
 
 def shown_default(setting: Setting[Any]) -> str:
-    """The default in words: ``shown``, else the value (``10`` for 10.0, ``none`` for None, ``off``)."""
+    """The default in words: ``shown``, else the value (``10 s`` for 10.0 seconds, ``none``, ``off``)."""
     if setting.shown is not None:
         return setting.shown
     value = setting.default
@@ -162,8 +164,8 @@ def shown_default(setting: Setting[Any]) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+        value = int(value)
+    return f"{value} {setting.unit}" if setting.unit else str(value)
 
 
 def _argparse_type(setting: Setting[Any]) -> Callable[[str], Any]:

@@ -56,19 +56,25 @@ UPSTREAM_KIND = Setting[UpstreamKind](
     choices=UPSTREAM_KINDS,
 )
 CONNECT_TIMEOUT = Setting(
-    "connect_timeout", positive_number, 10.0, "seconds to connect to the upstream (504)"
+    "connect_timeout",
+    positive_number,
+    10.0,
+    "seconds to connect to the upstream (504)",
+    unit="s",
 )
 FIRST_BYTE_TIMEOUT = Setting(
     "first_byte_timeout",
     positive_number,
     600.0,
     "seconds from sending the request to the upstream's first event, prompt processing included (504)",
+    unit="s",
 )
 IDLE_TIMEOUT = Setting(
     "idle_timeout",
     positive_number,
     120.0,
     "longest silence between two upstream reads once the stream has started (Q25; 504 or an error event)",
+    unit="s",
 )
 MAX_BODY = Setting(
     "max_body",
@@ -118,6 +124,7 @@ CLIENT_TIMEOUT = Setting(
     positive_number,
     30.0,
     "seconds a client has to send a request's head, and again its body (408 after; proxy/client_limits.py)",
+    unit="s",
 )
 MAX_CONNECTIONS = Setting(
     "max_connections",
@@ -145,6 +152,7 @@ SHUTDOWN_TIMEOUT = Setting(
     non_negative_number,
     30.0,
     "seconds open streams get to finish on SIGINT or SIGTERM before they are cut (proxy/graceful.py)",
+    unit="s",
 )
 LOG_LEVEL = Setting(
     "log_level",
