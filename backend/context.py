@@ -7,7 +7,15 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CACHE_TYPES", "ContextOptions", "add_context_arguments", "context_options_from_args"]
+from conformance.settings import Setting, add_settings, boolean, integer, one_of, text
+
+__all__ = [
+    "CACHE_TYPES",
+    "CONTEXT_SETTINGS",
+    "ContextOptions",
+    "add_context_arguments",
+    "context_options_from_args",
+]
 
 # ggml type ids (ggml.h) for the KV cache types llama.cpp's server accepts.
 CACHE_TYPES = {
@@ -23,6 +31,67 @@ CACHE_TYPES = {
 }
 _FLASH = {"auto": -1, "off": 0, "on": 1}
 
+# The context flags (llama.cpp's names and short forms); ContextOptions takes its defaults from them.
+CTX_SIZE = Setting(
+    "ctx_size",
+    integer,
+    8192,
+    "KV cache tokens, all slots together (each slot gets --ctx-size / --parallel)",
+    aliases=("-c",),
+    metavar="N",
+)
+PARALLEL = Setting("parallel", integer, 4, "sequence slots decoded together", aliases=("-np",), metavar="N")
+BATCH_SIZE = Setting(
+    "batch_size", integer, 512, "tokens per decode step (at least --parallel)", aliases=("-b",), metavar="N"
+)
+UBATCH_SIZE = Setting(
+    "ubatch_size",
+    integer,
+    512,
+    "physical batch size (capped at --batch-size)",
+    aliases=("-ub",),
+    metavar="N",
+)
+THREADS = Setting("threads", integer, 0, "CPU threads (0: one per core)", aliases=("-t",), metavar="N")
+FLASH_ATTN = Setting(
+    "flash_attn",
+    one_of(sorted(_FLASH)),
+    "off",
+    "flash attention; off because llama.cpp's CPU kernels for it reduce in a batch-dependent order, so "
+    "a greedy output would depend on the other sequences in a step",
+    aliases=("-fa",),
+    choices=tuple(sorted(_FLASH)),
+)
+CACHE_TYPE_K = Setting(
+    "cache_type_k", text, "f16", "K cache type: " + ", ".join(CACHE_TYPES), aliases=("-ctk",), metavar="TYPE"
+)
+CACHE_TYPE_V = Setting(
+    "cache_type_v",
+    text,
+    "f16",
+    "V cache type (a quantized one needs flash attention)",
+    aliases=("-ctv",),
+    metavar="TYPE",
+)
+BATCH_INVARIANT = Setting(
+    "batch_invariant",
+    boolean,
+    False,
+    "greedy outputs independent of concurrent requests, at some cost in 4-stream throughput",
+    kind="switch",
+)
+CONTEXT_SETTINGS: tuple[Setting[Any], ...] = (
+    CTX_SIZE,
+    PARALLEL,
+    BATCH_SIZE,
+    UBATCH_SIZE,
+    THREADS,
+    FLASH_ATTN,
+    CACHE_TYPE_K,
+    CACHE_TYPE_V,
+    BATCH_INVARIANT,
+)
+
 
 class ContextOptionError(ValueError):
     """Flags that cannot work together; the CLI shows the message as is."""
@@ -30,19 +99,18 @@ class ContextOptionError(ValueError):
 
 @dataclass(slots=True)
 class ContextOptions:
-    ctx_size: int = 8192
-    """Total KV cache tokens, shared equally by the ``parallel`` slots (llama.cpp's server does the same)."""
-    parallel: int = 4
-    batch_size: int = 512
-    ubatch_size: int = 512
-    threads: int = 0
-    """0: one per CPU core."""
-    flash_attn: str = "off"
-    """Off by default: llama.cpp's CPU flash-attention kernels reduce in a batch-dependent order, so a
-    sequence's greedy output would change with the other sequences in the step."""
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    batch_invariant: bool = False
+    """The context flags' values; each default and its help is its setting's, above."""
+
+    ctx_size: int = CTX_SIZE.default
+    """Shared equally by the ``parallel`` slots (llama.cpp's server does the same)."""
+    parallel: int = PARALLEL.default
+    batch_size: int = BATCH_SIZE.default
+    ubatch_size: int = UBATCH_SIZE.default
+    threads: int = THREADS.default
+    flash_attn: str = FLASH_ATTN.default
+    cache_type_k: str = CACHE_TYPE_K.default
+    cache_type_v: str = CACHE_TYPE_V.default
+    batch_invariant: bool = BATCH_INVARIANT.default
     """Schedule so that a greedy output never depends on what else runs (see backend/engine.py); costs
     part of the throughput gain of batching, so it is off by default."""
 
@@ -97,45 +165,10 @@ class ContextOptions:
 
 
 def add_context_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("context")
-    d = ContextOptions()
-    group.add_argument(
-        "--ctx-size", "-c", type=int, default=d.ctx_size, help="KV cache tokens, all slots together"
-    )
-    group.add_argument(
-        "--parallel", "-np", type=int, default=d.parallel, help="sequence slots decoded together"
-    )
-    group.add_argument("--batch-size", "-b", type=int, default=d.batch_size, help="tokens per decode step")
-    group.add_argument("--ubatch-size", "-ub", type=int, default=d.ubatch_size, help="physical batch size")
-    group.add_argument("--threads", "-t", type=int, default=d.threads, help="CPU threads (0: all cores)")
-    group.add_argument("--flash-attn", "-fa", choices=sorted(_FLASH), default=d.flash_attn)
-    group.add_argument(
-        "--cache-type-k", "-ctk", default=d.cache_type_k, help="K cache type: " + ", ".join(CACHE_TYPES)
-    )
-    group.add_argument(
-        "--cache-type-v",
-        "-ctv",
-        default=d.cache_type_v,
-        help="V cache type (quantized needs flash attention)",
-    )
-    group.add_argument(
-        "--batch-invariant",
-        action="store_true",
-        help="greedy outputs independent of concurrent requests, at some cost in 4-stream throughput",
-    )
+    add_settings(parser.add_argument_group("context"), CONTEXT_SETTINGS)
 
 
 def context_options_from_args(args: argparse.Namespace) -> ContextOptions:
-    opts = ContextOptions(
-        ctx_size=args.ctx_size,
-        parallel=args.parallel,
-        batch_size=args.batch_size,
-        ubatch_size=args.ubatch_size,
-        threads=args.threads,
-        flash_attn=args.flash_attn,
-        cache_type_k=args.cache_type_k,
-        cache_type_v=args.cache_type_v,
-        batch_invariant=args.batch_invariant,
-    )
+    opts = ContextOptions(**{setting.name: getattr(args, setting.name) for setting in CONTEXT_SETTINGS})
     opts.check()
     return opts

@@ -30,6 +30,7 @@ from backend.placement import (
     moe_overrides,
     parse_override_specs,
 )
+from conformance.settings import Setting, add_settings, boolean, integer, one_of
 
 log = logging.getLogger("conformant.backend")
 llama_log = logging.getLogger("conformant.backend.llama")
@@ -43,6 +44,98 @@ CUDA_BUILD_HINT = (
 )
 
 
+def _gpu_layers(value: str) -> int:
+    if value.strip().lower() == "all":
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError("is not a number of layers or 'all'") from None
+
+
+def _shares(value: str) -> list[float]:
+    try:
+        return [float(part) for part in value.replace("/", ",").split(",")]
+    except ValueError:
+        raise ValueError("is not comma-separated numbers, e.g. 3,1") from None
+
+
+def _rules(value: str) -> tuple[str, ...]:
+    """One ``--override-tensor`` value, kept whole: LoadOptions splits its comma-separated rules."""
+    return (value,)
+
+
+# The loading flags (llama.cpp's names, short forms and meanings); LoadOptions takes its defaults from them.
+N_GPU_LAYERS = Setting(
+    "n_gpu_layers",
+    _gpu_layers,
+    0,
+    "layers to offload to the GPU ('all' or a negative number: every layer)",
+    aliases=("-ngl",),
+    metavar="N",
+)
+SPLIT_MODE = Setting[SplitMode](
+    "split_mode",
+    one_of(SPLIT_MODES),  # type: ignore[arg-type]  # one_of returns one of them
+    "layer",
+    "how to split across GPUs",
+    aliases=("-sm",),
+    choices=SPLIT_MODES,
+)
+TENSOR_SPLIT = Setting[list[float] | None](
+    "tensor_split",
+    _shares,
+    None,
+    "share of the model per GPU, comma-separated, e.g. 3,1",
+    aliases=("-ts",),
+    metavar="SHARES",
+    shown="by free memory",
+)
+MAIN_GPU = Setting("main_gpu", integer, 0, "GPU for split mode none", aliases=("-mg",), metavar="I")
+CPU_MOE = Setting(
+    "cpu_moe", boolean, False, "keep all MoE expert weights on the CPU", aliases=("-cmoe",), kind="switch"
+)
+N_CPU_MOE = Setting(
+    "n_cpu_moe",
+    integer,
+    0,
+    "keep the MoE expert weights of the first N layers on the CPU",
+    aliases=("-ncmoe",),
+    metavar="N",
+)
+OVERRIDE_TENSOR = Setting[tuple[str, ...]](
+    "override_tensor",
+    _rules,
+    (),
+    "put tensors whose name matches REGEX in buffer type BUFFER (e.g. CPU, CUDA0); repeatable, "
+    "or comma-separated",
+    aliases=("-ot",),
+    metavar="REGEX=BUFFER",
+    kind="list",
+)
+NO_MMAP = Setting("no_mmap", boolean, False, "read the weights into memory instead of mapping", kind="switch")
+MLOCK = Setting("mlock", boolean, False, "lock the weights in RAM (no swapping)", kind="switch")
+NO_REPACK = Setting(
+    "no_repack",
+    boolean,
+    False,
+    "keep CPU weights as stored, without repacking them for AMX/SIMD",
+    kind="switch",
+)
+LOAD_SETTINGS: tuple[Setting[Any], ...] = (
+    N_GPU_LAYERS,
+    SPLIT_MODE,
+    TENSOR_SPLIT,
+    MAIN_GPU,
+    CPU_MOE,
+    N_CPU_MOE,
+    OVERRIDE_TENSOR,
+    NO_MMAP,
+    MLOCK,
+    NO_REPACK,
+)
+
+
 class ModelLoadError(Exception):
     """The model cannot be loaded as asked; the message is one line, fit to show a user as is."""
 
@@ -51,16 +144,16 @@ class ModelLoadError(Exception):
 class LoadOptions:
     """How to load the weights. Field names and meanings follow llama.cpp's command-line flags."""
 
-    n_gpu_layers: int = 0  # layers to offload; negative = all
-    split_mode: SplitMode = "layer"
-    tensor_split: list[float] | None = None  # share of the model per GPU
-    main_gpu: int = 0
-    cpu_moe: bool = False  # keep every expert tensor in host memory
-    n_cpu_moe: int = 0  # keep the experts of the first N blocks in host memory
-    override_tensor: list[str] = field(default_factory=list)  # "REGEX=BUFFER", comma-separated lists allowed
-    use_mmap: bool = True
-    use_mlock: bool = False
-    repack: bool = True  # let the CPU backend repack weights for its SIMD/AMX kernels (llama.cpp's default)
+    n_gpu_layers: int = N_GPU_LAYERS.default  # negative = all
+    split_mode: SplitMode = SPLIT_MODE.default
+    tensor_split: list[float] | None = TENSOR_SPLIT.default
+    main_gpu: int = MAIN_GPU.default
+    cpu_moe: bool = CPU_MOE.default
+    n_cpu_moe: int = N_CPU_MOE.default
+    override_tensor: list[str] = field(default_factory=lambda: list(OVERRIDE_TENSOR.default))
+    use_mmap: bool = not NO_MMAP.default
+    use_mlock: bool = MLOCK.default
+    repack: bool = not NO_REPACK.default  # llama.cpp's default: repack for the CPU's SIMD/AMX kernels
 
     def overrides(self, cpu_buffer_type: str = "CPU") -> list[TensorOverride]:
         """All placement rules in the order llama.cpp tries them (first match wins): explicit ones first."""
@@ -92,74 +185,7 @@ class LoadOptions:
 
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     """Add llama.cpp's model-loading flags (same names, same meaning) to ``parser``."""
-    group = parser.add_argument_group("model placement (GPU offload, MoE experts)")
-    group.add_argument(
-        "--n-gpu-layers",
-        "-ngl",
-        type=_gpu_layers,
-        default=0,
-        metavar="N",
-        help="layers to offload to the GPU ('all' or a negative number: every layer; default 0)",
-    )
-    group.add_argument(
-        "--split-mode", "-sm", choices=SPLIT_MODES, default="layer", help="how to split across GPUs"
-    )
-    group.add_argument(
-        "--tensor-split",
-        "-ts",
-        type=_shares,
-        default=None,
-        metavar="SHARES",
-        help="share of the model per GPU, comma-separated, e.g. 3,1",
-    )
-    group.add_argument("--main-gpu", "-mg", type=int, default=0, metavar="I", help="GPU for split mode none")
-    group.add_argument(
-        "--cpu-moe", "-cmoe", action="store_true", help="keep all MoE expert weights on the CPU"
-    )
-    group.add_argument(
-        "--n-cpu-moe",
-        "-ncmoe",
-        type=int,
-        default=0,
-        metavar="N",
-        help="keep the MoE expert weights of the first N layers on the CPU",
-    )
-    group.add_argument(
-        "--override-tensor",
-        "-ot",
-        action="append",
-        default=[],
-        metavar="REGEX=BUFFER",
-        help="put tensors whose name matches REGEX in buffer type BUFFER (e.g. CPU, CUDA0); repeatable, "
-        "or comma-separated",
-    )
-    group.add_argument(
-        "--no-mmap", action="store_true", help="read the weights into memory instead of mapping"
-    )
-    group.add_argument("--mlock", action="store_true", help="lock the weights in RAM (no swapping)")
-    group.add_argument(
-        "--no-repack",
-        action="store_true",
-        help="keep CPU weights as stored, without repacking them for AMX/SIMD",
-    )
-
-
-def _gpu_layers(value: str) -> int:
-    if value.strip().lower() == "all":
-        return -1
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of layers or 'all', not {value!r}") from None
-
-
-def _shares(value: str) -> list[float]:
-    try:
-        return [float(part) for part in value.replace("/", ",").split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, e.g. 3,1, not {value!r}"
-        ) from None
+    add_settings(parser.add_argument_group("model placement (GPU offload, MoE experts)"), LOAD_SETTINGS)
 
 
 def options_from_args(args: argparse.Namespace) -> LoadOptions:

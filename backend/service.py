@@ -17,6 +17,7 @@ from typing import Any
 import llama_cpp as ll
 
 from backend.chat_template import ChatTemplate
+from backend.config import QUEUE_SIZE
 from backend.context import ContextOptions
 from backend.engine import Engine, Event, Job
 from backend.loading import LoadedModel, LoadOptions, load_model
@@ -163,7 +164,7 @@ class Backend:
         load: LoadOptions | None = None,
         context: ContextOptions | None = None,
         *,
-        queue_size: int = 64,
+        queue_size: int = QUEUE_SIZE.default,
         model_id: str | None = None,
     ) -> Backend:
         """Load the model and start the engine; raises ModelLoadError or ContextOptionError."""

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from proxy_overhead import PACED_MODEL, _run, machine, percentile  # noqa: E402
+from proxy_overhead import PACED_MODEL, _run, machine, percentile, stream_body  # noqa: E402
 
 from tests.support.servers import free_port, run_process  # noqa: E402
 
@@ -184,14 +184,7 @@ async def streams(port: int, pid: int, count: int, seconds: float, chunks: int) 
     """``count`` workers, each a paced stream after another for ``seconds``; RSS every 5 s."""
     done, errors, events = [0], [0], [0]
     failures: list[str] = []
-    body = json.dumps(
-        {
-            "model": PACED_MODEL,
-            "messages": [{"role": "user", "content": "hi"}],
-            "stream": True,
-            "max_tokens": chunks,
-        }
-    ).encode()
+    body = stream_body(PACED_MODEL, chunks)
     request = (
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
         + f"authorization: Bearer {KEY}\r\ncontent-length: {len(body)}\r\n\r\n".encode()

@@ -204,6 +204,17 @@ class Result:
 _TERMINATOR = b"\r\n0\r\n\r\n"
 
 
+def stream_body(model: str, chunks: int) -> bytes:
+    """A streamed chat request for ``chunks`` content chunks (the bench upstream sends ``max_tokens``)."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "max_tokens": chunks,
+    }
+    return json.dumps(body).encode()
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection that sends chat requests and reads streamed replies."""
 
@@ -216,14 +227,7 @@ class Connection:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
-        body = json.dumps(
-            {
-                "model": model,
-                "messages": [{"role": "user", "content": "hi"}],
-                "stream": True,
-                "max_tokens": chunks,
-            }
-        ).encode()
+        body = stream_body(model, chunks)
         started = time.perf_counter()
         self.writer.write(
             f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"

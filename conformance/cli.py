@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points, version
+from importlib.metadata import entry_points
 from pathlib import Path
+
+from conformance.version import installed_version
 
 __all__ = ["CommandError", "http_url", "main", "output_folder", "write_report"]
 
@@ -48,19 +50,12 @@ def write_report(path: Path, report: str) -> None:
         raise CommandError(f"--output {path}: cannot write the report ({exc.strerror})") from None
 
 
-def _version() -> str:
-    try:
-        return version("conformant")
-    except Exception:
-        return "0+unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="conformant",
         description="Make OpenAI-compatible LLM servers actually compatible, and prove it.",
     )
-    parser.add_argument("--version", action="version", version=f"conformant {_version()}")
+    parser.add_argument("--version", action="version", version=f"conformant {installed_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for ep in sorted(entry_points(group="conformant.commands"), key=lambda e: e.name):
         try:

@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.cli import _version
 from conformance.findings import Finding
 from conformance.judge import Verdict
+from conformance.version import installed_version
 
 __all__ = ["FORMATS", "UNNAMED_SERVER", "by_server", "exit_status", "json_report", "render", "summary"]
 
@@ -64,7 +64,7 @@ def exit_status(verdicts: Sequence[Verdict], *, strict: bool = False) -> int:
 def json_report(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     """The fixed JSON report: ``{"conformant", "results", "summary"}`` (docs/validate.md)."""
     return {
-        "conformant": _version(),
+        "conformant": installed_version(),
         "results": [v.to_json() for v in verdicts],
         "summary": summary(verdicts),
         "servers": [{"server": name, **summary(group)} for name, group in by_server(verdicts).items()],

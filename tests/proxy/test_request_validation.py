@@ -18,12 +18,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from conformance.judge import judge_response
+from conformance.schemas import REQUEST_SCHEMA, request_schema
 from proxy.errors import ProxyError
 from proxy.normalizer import Endpoint
-from proxy.request_validation import _SCHEMAS, parse_request, validate_request
+from proxy.request_validation import parse_request, validate_request
 from tests.support.servers import run_asgi
 
 from .conftest import run_proxy
+
+_SCHEMAS = {endpoint: request_schema(name) for endpoint, name in REQUEST_SCHEMA.items()}
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

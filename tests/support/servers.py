@@ -74,8 +74,13 @@ def run_process(
     port: int,
     timeout: float = 120,
     env: dict[str, str] | None = None,
+    grace: float = 15,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start a server process (``python -m ...`` is ``sys.executable``); yields (base URL, process)."""
+    """Start a server process (``python -m ...`` is ``sys.executable``); yields (base URL, process).
+
+    Stopped with SIGTERM, then SIGKILL after ``grace`` seconds: ik_llama.cpp's server once ignored
+    SIGTERM while its HTTP threads were busy.
+    """
     full_env = {**os.environ, **(env or {})}
     args = [sys.executable if a == "python" else a for a in args]
     # stderr goes to a file, not a pipe: llama.cpp logs a lot, and a full pipe would stall the server.
@@ -96,7 +101,7 @@ def run_process(
         if proc.poll() is None:
             proc.terminate()
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)

