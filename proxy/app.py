@@ -185,7 +185,7 @@ def _make_source(
         "headers": headers,
     }
     parts = _split(endpoint, body, info) if ctx.config.fan_out else None
-    serial = parts is not None and bool(ctx.upstream.serial)
+    serial = parts is not None and bool(ctx.upstream.traits.serial)
     if serial:
         # One request at a time, each answered whole: streamed at once, they would break each other off.
         parts = [
@@ -259,12 +259,12 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         return _failed(declined, exchange, ctx.config.upstream_api_key)
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     if (
-        ctx.upstream.serial is None
+        ctx.upstream.traits.serial is None
         and ctx.config.fan_out
         and (info.n > 1 or isinstance(body.get("prompt"), list))
     ):
         # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each other off.
-        ctx.upstream.serial = await ctx.names.llama_cpp_python()
+        await ctx.names.learn_serial()
     source = with_text_prompt_fallback(
         _make_source(ctx, endpoint, body, info, exchange, headers),
         body,

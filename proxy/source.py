@@ -256,9 +256,8 @@ class UpstreamSource(Source):
             usage = await self._count_usage(texts, normalizer.completion_tokens(), self._counted)
         out += normalizer.close(usage)
         if normalizer.interrupted and normalizer.failure is not None:
-            # A choice was left without its final chunk (the close failed it): the upstream broke it
-            # off for another request, so it serves one at a time.
-            self._upstream.serial = True
+            # A choice was left without its final chunk (the close failed it).
+            self._upstream.traits.broke_off_stream()
         return out
 
     @staticmethod

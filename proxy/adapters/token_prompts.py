@@ -9,7 +9,6 @@ vocabulary says, and retries once with that text. An upstream without a detokeni
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +28,6 @@ _REFUSALS = frozenset({400, 500})
 _MAX_DETOKENIZE_CALLS = 64
 _REPLACEMENT = "\ufffd"
 
-_found: weakref.WeakKeyDictionary[Upstream, tuple[str, str] | None] = weakref.WeakKeyDictionary()
-
 
 def is_token_prompt(prompt: Any) -> bool:
     """``int[]`` or ``int[][]``, non-empty (a bool is not a token id)."""
@@ -43,15 +40,16 @@ def is_token_prompt(prompt: Any) -> bool:
 
 async def _detokenizer(upstream: Upstream, llamacpp_first: bool) -> tuple[str, str] | None:
     """The upstream's detokenize endpoint, found once per upstream with an empty list."""
-    if upstream in _found:
-        return _found[upstream]
+    traits = upstream.traits
+    if traits.detokenizer_probed:
+        return traits.detokenizer
     found = None
     for path, field in _LLAMACPP_FIRST if llamacpp_first else _DETOKENIZERS:
         answer = await upstream.json("POST", path, {"tokens": []})
         if isinstance(answer, dict) and isinstance(answer.get(field), str):
             found = (path, field)
             break
-    _found[upstream] = found
+    traits.detokenizer, traits.detokenizer_probed = found, True
     return found
 
 
