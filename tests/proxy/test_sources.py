@@ -12,7 +12,7 @@ from typing import Any
 from proxy.adapters import OpenAIAdapter
 from proxy.adapters.base import without_streaming
 from proxy.config import ProxyConfig
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, error_from_http
 from proxy.normalizer import Identity, Repairs, RequestInfo, StreamNormalizer
 from proxy.request_sources import SourceBuilder, TextPromptFallback
 from proxy.source import ConcurrentFanOut, SerialFanOut, Source, UpstreamSource
@@ -227,6 +227,9 @@ class _Answer:
     async def read_all(self, limit: int) -> bytes:
         return b"".join(r for r in self._reads if isinstance(r, bytes))
 
+    async def error(self) -> ProxyError:
+        return error_from_http(self.status, self.content_type, await self.read_all(1 << 16))
+
     async def aclose(self) -> None:
         pass
 
@@ -315,3 +318,37 @@ def test_a_stream_broken_off_after_done_fails_and_teaches_that_the_upstream_serv
 
     assert "interrupted the stream" in asyncio.run(scenario()).body["error"]["message"]
     assert upstream.traits.serial is True
+
+
+def test_a_refused_token_prompt_is_built_again_from_the_upstreams_text_of_it() -> None:
+    class Detokenizing(_Upstream):
+        async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
+            if path != "/extras/detokenize":
+                return None
+            return {"text": " ".join(f"t{token}" for token in body["tokens"])}
+
+    refused = _Answer("application/json", [b'{"error": {"message": "no"}}'], status=500)
+    whole = {"id": "x", "object": "text_completion", "created": 1, "model": "m",
+             "choices": [{"text": " up", "index": 0, "logprobs": None, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}}  # fmt: skip
+    upstream = Detokenizing([refused, _Answer("application/json", [json.dumps(whole).encode()])])
+    body = {"model": "m", "prompt": [1, 2], "max_tokens": 4}
+    info = _info(body)
+    builder = SourceBuilder(
+        upstream,  # type: ignore[arg-type]
+        OpenAIAdapter(),
+        "completions",
+        info,
+        Repairs(),
+        [],
+        max_line_bytes=1024,
+        first_byte_timeout=5.0,
+        fan_out=True,
+    )
+    source = builder.source(body)
+    assert asyncio.run(source.start()) == []
+    assert [sent["prompt"] for sent in upstream.sent] == [[1, 2], "t1 t2"]
+    assert source.body is not None
+    assert source.body["choices"][0]["text"] == " up"
+    assert builder.repairs["Q74"] == 1
+    assert upstream.traits.detokenizer == ("/extras/detokenize", "text")
