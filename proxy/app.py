@@ -27,16 +27,16 @@ from conformance.openai_errors import error_body
 
 from . import jsoncodec
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
-from .adapters.token_prompts import with_text_prompt_fallback
+from .adapters.base import without_streaming
 from .config import ProxyConfig
 from .errors import REDACTED, ProxyError, secret_in_bodies
 from .normalizer import Endpoint, RequestInfo, clean_model_name
 from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_of
 from .passthrough import connection_options, has_dot_segment, relay
+from .request_sources import SourceBuilder, fan_out_prompts
 from .request_validation import parse_request
 from .respond import HeldResponse, serve_source
 from .served_names import ServedNames, served_name
-from .source import FanOutSource, Source, UpstreamSource, prompt_text
 from .upstream import Upstream
 
 __all__ = ["create_app"]
@@ -120,23 +120,12 @@ async def _read_body(request: Request, limit: int) -> bytes | Response:
             return b"".join(parts)
 
 
-def _prompts(endpoint: Endpoint, body: dict[str, Any]) -> list[Any]:
-    """The prompts a fan-out sends one by one: a completion's array of texts or of token arrays."""
-    raw_prompt = body.get("prompt")
-    uniform = isinstance(raw_prompt, list) and (
-        all(isinstance(p, str) for p in raw_prompt) or all(isinstance(p, list) for p in raw_prompt)
-    )
-    if endpoint == "completions" and uniform and raw_prompt:
-        return list(raw_prompt)
-    return [raw_prompt]
-
-
 def _fan_out_refused(
     endpoint: Endpoint, body: dict[str, Any], info: RequestInfo, limit: int
 ) -> Response | None:
     """A 400 for a request that would fan out to more than ``limit`` upstream requests (prompts x n):
     a 1 KB request of 200 prompts and n 128 opened 25,600 at once and ran the proxy out of files."""
-    prompts = len(_prompts(endpoint, body))
+    prompts = len(fan_out_prompts(endpoint, body))
     if prompts * info.n <= limit:
         return None
     param = "prompt" if prompts > 1 else "n"
@@ -147,84 +136,6 @@ def _fan_out_refused(
         "fan_out_too_large",
         param,
     )
-
-
-def _split(endpoint: Endpoint, body: dict[str, Any], info: RequestInfo) -> list[dict[str, Any]] | None:
-    """One single-choice request per (prompt, sample) when ``n > 1`` or the prompt is an array."""
-    prompts = _prompts(endpoint, body)
-    if info.n == 1 and len(prompts) == 1:
-        return None
-    seed = body.get("seed")
-    parts = []
-    for prompt in prompts:
-        for sample in range(info.n):
-            part = {**body, "n": 1}
-            if endpoint == "completions":
-                part["prompt"] = prompt
-            if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 and info.n > 1:
-                # One seed for every sample would make the n samples one sample n times; a seed per
-                # sample keeps them different and the whole answer as repeatable as the seed makes it.
-                # (A negative seed is llama.cpp's "random": left to each sample. The sum stays int64.)
-                part["seed"] = (seed + sample) % 2**63
-            parts.append(part)
-    return parts
-
-
-def _make_source(
-    ctx: _Context,
-    endpoint: Endpoint,
-    body: dict[str, Any],
-    info: RequestInfo,
-    exchange: Exchange,
-    headers: list[tuple[bytes, bytes]],
-) -> Source:
-    emit_usage = info.include_usage or not info.stream
-    common: dict[str, Any] = {
-        "prompt": prompt_text(body),
-        "max_line_bytes": ctx.config.max_line_bytes,
-        "headers": headers,
-    }
-    parts = _split(endpoint, body, info) if ctx.config.fan_out else None
-    serial = parts is not None and bool(ctx.upstream.serial)
-    if serial:
-        # One request at a time, each answered whole: streamed at once, they would break each other off.
-        parts = [
-            {k: v for k, v in p.items() if k != "stream_options"} | {"stream": False} for p in parts or ()
-        ]
-    if parts is None:
-        call = ctx.adapter.call(endpoint, body)
-        return UpstreamSource(
-            ctx.upstream, ctx.adapter, info, call, repairs=exchange.repairs, emit_usage=emit_usage, **common
-        )
-    exchange.repairs.add("Q71" if info.n > 1 else "Q73")
-    common["prompt"] = prompt_text(parts[0])  # each request's own prompt, not the client's array
-    first = UpstreamSource(
-        ctx.upstream,
-        ctx.adapter,
-        info.echoing(parts[0]),
-        ctx.adapter.call(endpoint, parts[0]),
-        repairs=exchange.repairs,
-        emit_usage=emit_usage,
-        **common,
-    )
-    sources = [first]
-    for index, part in enumerate(parts[1:], start=1):
-        common["prompt"] = prompt_text(part)
-        sources.append(
-            UpstreamSource(
-                ctx.upstream,
-                ctx.adapter,
-                info.echoing(part),
-                ctx.adapter.call(endpoint, part),
-                repairs=exchange.repairs,
-                identity=first.identity,
-                index_base=index,
-                emit_usage=emit_usage,
-                **common,
-            )
-        )
-    first_byte_timeout = ctx.config.first_byte_timeout
-    return FanOutSource(sources, info, exchange.repairs, serial=serial, first_byte_timeout=first_byte_timeout)
 
 
 async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Response:
@@ -249,7 +160,7 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     if info.stream and body.get("echo") is True:
         # llama-cpp-python leaves the prompt (and its logprobs) out of a stream, not out of a JSON
         # answer: an echo (scoring a prompt, mostly) is asked for whole and streamed by the proxy.
-        body = {k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}
+        body = without_streaming(body)
     model = body.get("model")
     served = await ctx.names.upstream_name(model)
     if served != model:
@@ -257,22 +168,21 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     declined = await ctx.adapter.refusal(ctx.upstream, endpoint, body)
     if declined is not None:
         return _failed(declined, exchange, ctx.config.upstream_api_key)
-    headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
-    if (
-        ctx.upstream.serial is None
-        and ctx.config.fan_out
-        and (info.n > 1 or isinstance(body.get("prompt"), list))
-    ):
-        # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each other off.
-        ctx.upstream.serial = await ctx.names.llama_cpp_python()
-    source = with_text_prompt_fallback(
-        _make_source(ctx, endpoint, body, info, exchange, headers),
-        body,
+    builder = SourceBuilder(
         ctx.upstream,
-        lambda text_body: _make_source(ctx, endpoint, text_body, info.echoing(text_body), exchange, headers),
-        repairs=exchange.repairs,
-        llamacpp_first=ctx.adapter.name == "llamacpp",
+        ctx.adapter,
+        endpoint,
+        info,
+        exchange.repairs,
+        _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS),
+        max_line_bytes=ctx.config.max_line_bytes,
+        first_byte_timeout=ctx.config.first_byte_timeout,
+        fan_out=ctx.config.fan_out,
     )
+    if ctx.upstream.traits.serial is None and builder.fans_out(body):
+        # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each other off.
+        await ctx.names.learn_serial()
+    source = builder.source(body)
 
     async def run(send: Send) -> None:
         config = ctx.config

@@ -79,14 +79,16 @@ class ServedNames:
                 mapping[alias] = before  # a model added beside it (ollama pull) changes nothing
         self._names = mapping
 
-    async def llama_cpp_python(self) -> bool | None:
-        """Whether the upstream is llama-cpp-python's server, known by its listing (``owned_by: "me"``
-        and ``permissions``): one model lock, and a stream broken off for each request that waits. Read
-        now, learned from like any listing; None when it could not be read (asked again next time)."""
+    async def learn_serial(self) -> None:
+        """Learn whether the upstream serves one request at a time (``UpstreamTraits.serial``) from its
+        listing: llama-cpp-python's (``owned_by: "me"`` and ``permissions``) has one model lock, and
+        breaks a stream off for each request that waits. Read now, learned from like any listing; left
+        unknown when it could not be read (asked again next time)."""
         entries = await self.listing(_LOOKUP_TIMEOUT)
-        if entries is None:
-            return None
-        return any(isinstance(e, dict) and e.get("owned_by") == "me" and "permissions" in e for e in entries)
+        if entries is not None:
+            self._upstream.traits.serial = any(
+                isinstance(e, dict) and e.get("owned_by") == "me" and "permissions" in e for e in entries
+            )
 
     async def upstream_name(self, model: Any) -> Any:
         """The name to send the upstream for ``model``, as a client asked for it."""

@@ -18,6 +18,7 @@ from conformance.sse import SSELineTooLong, SSEParser
 
 from . import jsoncodec
 from .adapters import Adapter, UpstreamCall
+from .adapters.base import without_streaming
 from .emulation import synthesize_chunks
 from .errors import ProxyError, UpstreamTimeout
 from .normalizer import (
@@ -32,7 +33,7 @@ from .normalizer import (
 )
 from .upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 
-__all__ = ["FanOutSource", "Source", "UpstreamSource", "prompt_text"]
+__all__ = ["ConcurrentFanOut", "SerialFanOut", "Source", "UpstreamSource", "prompt_text"]
 
 _DRAIN_TIMEOUT = 0.05
 _COUNT_TIMEOUT = 2.0  # seconds for the calls to the upstream's tokenizer of one answer
@@ -111,10 +112,13 @@ class UpstreamSource(Source):
         self._ended = False
         self._received = 0
         self._counted: int | None = 0  # completion tokens counted as the stream came; None: not countable
+        self._failure: ProxyError | None = None  # the transport's, or the stream's framing
 
     @property
     def failure(self) -> ProxyError | None:
-        return self.normalizer.failure
+        if self.body is not None:
+            return None  # answered whole: a stream that failed before it (Q52) no longer counts
+        return self._failure or self.normalizer.failure
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -130,12 +134,7 @@ class UpstreamSource(Source):
         return chunks
 
     async def start(self) -> list[dict[str, Any]]:
-        stream = self._stream = await self._upstream.open(
-            self._call.path, self._call.body, headers=self._headers
-        )
-        self.upstream_status = stream.status
-        if stream.status >= 300:  # an error, or a redirect the proxy does not follow
-            raise await stream.error()
+        stream = await self._open(self._call.body)
         content_type = stream.content_type
         if "event-stream" not in content_type:
             first = await stream.read()
@@ -143,37 +142,50 @@ class UpstreamSource(Source):
                 await self._read_body(first + await stream.read_all(MAX_JSON_BODY))
                 return []
             self._pending = first
-        while True:
-            batch = await self.next_batch()
-            failure = self.failure
-            if failure is not None:
-                # An upstream that ended its stream empty (Q52), not one still silent at a timeout:
-                # asking again would run its generation twice.
-                streamed = self._call.body.get("stream") is True
-                if self._received == 0 and streamed and not isinstance(failure, UpstreamTimeout):
-                    await self._retry_without_stream()
-                    return []
-                raise failure
-            if batch is None:
-                return []
+        batch = await self._first_batch()
+        failure = self.failure
+        if failure is None:
+            return batch
+        if await self._retried_without_stream(failure):
+            return []
+        raise failure
+
+    async def _open(self, body: dict[str, Any]) -> UpstreamStream:
+        """The upstream's answer to ``body``, its head read; an error (or a redirect the proxy does not
+        follow) raised as the client's error."""
+        stream = self._stream = await self._upstream.open(self._call.path, body, headers=self._headers)
+        self.upstream_status = stream.status
+        if stream.status >= 300:
+            raise await stream.error()
+        return stream
+
+    async def _first_batch(self) -> list[dict[str, Any]]:
+        """The stream's first chunks to send ([] when it ended or failed first)."""
+        while (batch := await self.next_batch()) is not None and self.failure is None:
             if batch:
                 return batch
+        return []
 
-    async def _retry_without_stream(self) -> None:
-        """An upstream stream that ended before its first byte: ask once more without streaming.
+    async def _retried_without_stream(self, failure: ProxyError) -> bool:
+        """An upstream stream that ended before its first byte, asked once more without streaming: True
+        when that answered (its body is served instead), False when the failure stands.
 
         llama-cpp-python sends its SSE headers before running the model, so a failure there (context
         overflow) can only end the stream empty (Q52); its non-streamed answer carries the real error
-        (400 ``context_length_exceeded``). Should the retry succeed, its body is served instead.
+        (400 ``context_length_exceeded``), which is raised. Not an upstream still silent at a timeout:
+        asking again would run its generation twice.
         """
+        if (
+            self._received
+            or self._call.body.get("stream") is not True
+            or isinstance(failure, UpstreamTimeout)
+        ):
+            return False
         self.repairs.add("Q52")
-        body = {k: v for k, v in self._call.body.items() if k != "stream_options"} | {"stream": False}
-        stream = self._stream = await self._upstream.open(self._call.path, body, headers=self._headers)
-        self.upstream_status = stream.status
-        if stream.status >= 300:  # an error, or a redirect the proxy does not follow
-            raise await stream.error()
+        self._failure = None
+        stream = await self._open(without_streaming(self._call.body))
         await self._read_body(await stream.read_all(MAX_JSON_BODY))
-        self.normalizer.failure = None
+        return True
 
     async def _read_body(self, raw: bytes) -> None:
         try:
@@ -195,7 +207,6 @@ class UpstreamSource(Source):
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
         """The next normalized chunks ([] when a read gave nothing to send), None at the end."""
-        normalizer = self.normalizer
         if self._ended or self._stream is None:
             return None
         try:
@@ -204,46 +215,52 @@ class UpstreamSource(Source):
             if raw is None:
                 return await self._finish(self._parser.close())
             self._received += len(raw)
-            out: list[dict[str, Any]] = []
-            translate = self._call.translate
-            for block in self._parser.feed(raw):
-                if translate is not None and block.data is not None and block.data.strip()[:1] == "{":
-                    out += normalizer.feed_payload(translate(jsoncodec.loads(block.data)))
-                else:
-                    out += normalizer.feed(block)
-                if normalizer.failure is not None:
-                    break
-            if normalizer.failure is not None:
-                await self.aclose()
-                self._ended = True
-                return out
-            if normalizer.needs_usage:
-                await self._count_as_it_comes(normalizer.take_texts(_COUNT_PIECE))
-            if normalizer.upstream_done or normalizer.all_stopped:
-                if normalizer.all_stopped and self._request.generates:
-                    self.repairs.add("Q76")
-                return out + (await self._finish(None) or [])
-            return out
+            return await self._normalized(raw)
         except SSELineTooLong:
-            normalizer.fail(ProxyError.make("the upstream server sent an SSE line over the size limit", 502))
+            self._failure = ProxyError.make("the upstream server sent an SSE line over the size limit", 502)
         except ValueError:
-            normalizer.fail(ProxyError.make("the upstream server sent an event that is not valid JSON", 502))
-        except ProxyError as exc:
-            normalizer.fail(exc)
+            self._failure = ProxyError.make("the upstream server sent an event that is not valid JSON", 502)
+        except ProxyError as exc:  # the transport's (the normalizer reports its own in ``failure``)
+            self._failure = exc
+        await self._end()
+        return None
+
+    async def _normalized(self, raw: bytes) -> list[dict[str, Any]]:
+        """The chunks the normalizer makes of the events in ``raw``; the source ends where it fails,
+        or where the upstream is done."""
+        normalizer = self.normalizer
+        out: list[dict[str, Any]] = []
+        translate = self._call.translate
+        for block in self._parser.feed(raw):
+            if translate is not None and block.data is not None and block.data.strip()[:1] == "{":
+                out += normalizer.feed_payload(translate(jsoncodec.loads(block.data)))
+            else:
+                out += normalizer.feed(block)
+            if normalizer.failure is not None:
+                await self._end()
+                return out
+        if normalizer.needs_usage:
+            await self._count_as_it_comes(normalizer.take_texts(_COUNT_PIECE))
+        if normalizer.upstream_done or normalizer.all_stopped:
+            if normalizer.all_stopped and self._request.generates:
+                self.repairs.add("Q76")
+            return out + (await self._finish(None) or [])
+        return out
+
+    async def _end(self) -> None:
         await self.aclose()
         self._ended = True
-        return None
 
     async def _finish(self, tail: Any) -> list[dict[str, Any]] | None:
         """End of the upstream: cancel what is left of it, then close the normalizer."""
         self._ended = True
-        if self.normalizer.upstream_done and self._stream is not None and not await self._drain(self._stream):
+        normalizer = self.normalizer
+        if normalizer.upstream_done and self._stream is not None and not await self._drain(self._stream):
             # [DONE], then the connection cut before the body's end: llama-cpp-python interrupts a
             # stream so when another request waits for its one model (and says [DONE] first). What
-            # it sent is then no whole answer; and the upstream serves one request at a time.
-            self.normalizer.interrupted = True
+            # it sent is then no whole answer.
+            normalizer.connection_broke()
         await self.aclose()
-        normalizer = self.normalizer
         out = normalizer.feed(tail) if tail is not None else []
         usage = None
         if normalizer.needs_usage and normalizer.failure is None:
@@ -251,9 +268,8 @@ class UpstreamSource(Source):
             usage = await self._count_usage(texts, normalizer.completion_tokens(), self._counted)
         out += normalizer.close(usage)
         if normalizer.interrupted and normalizer.failure is not None:
-            # A choice was left without its final chunk (the close failed it): the upstream broke it
-            # off for another request, so it serves one at a time.
-            self._upstream.serial = True
+            # A choice was left without its final chunk (the close failed it).
+            self._upstream.traits.broke_off_stream()
         return out
 
     @staticmethod
@@ -322,30 +338,14 @@ class UpstreamSource(Source):
             await stream.aclose()
 
 
-class FanOutSource(Source):
-    """``n > 1`` and prompt arrays served as concurrent single requests, choices indexed, usage summed."""
+class _FanOut(Source):
+    """``n > 1`` and prompt arrays served as single requests, choices indexed, usage summed (Q71, Q73)."""
 
-    def __init__(
-        self,
-        sources: list[UpstreamSource],
-        request: RequestInfo,
-        repairs: Repairs,
-        *,
-        serial: bool = False,
-        first_byte_timeout: float = math.inf,
-    ) -> None:
-        """``serial``: the requests are sent one after another, each answered whole and sent on as it
-        comes, rather than at once; each after the first (which the caller bounds) is given
-        ``first_byte_timeout`` seconds."""
+    def __init__(self, sources: list[UpstreamSource], request: RequestInfo, repairs: Repairs) -> None:
+        repairs.add("Q71" if request.n > 1 else "Q73")
         self._sources = sources
-        self._serial = serial
-        self._first_byte_timeout = first_byte_timeout
-        self._next = 0  # serial: the next request to send
         self._request = request
         self.repairs = repairs
-        self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | None]] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._live = 0
         self._failure: ProxyError | None = None
         self._usage: dict[str, Any] | None = None
         self._closed = False
@@ -358,28 +358,55 @@ class FanOutSource(Source):
     def usage(self) -> dict[str, Any] | None:
         return self._usage
 
+    async def _failed(self, failure: ProxyError) -> None:
+        self._failure = failure
+        await self.aclose()
+
+    def _last_batch(self) -> list[dict[str, Any]] | None:
+        """Once every request has answered: the usage of all of them, as the last chunk when asked for."""
+        if self._closed or self._failure is not None:
+            return None
+        self._closed = True
+        self._usage = sum_usage((s.usage for s in self._sources), self._request.n)
+        if not self._request.include_usage or self._usage is None:
+            return None
+        return [self._sources[0].normalizer.usage_chunk(self._usage)]
+
+    @staticmethod
+    def _strip_usage(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [chunk for chunk in batch if chunk["choices"]]
+
+    async def aclose(self) -> None:
+        for source in self._sources:
+            await source.aclose()
+
+
+class ConcurrentFanOut(_FanOut):
+    """The requests sent at once, their chunks sent on as they come."""
+
+    def __init__(self, sources: list[UpstreamSource], request: RequestInfo, repairs: Repairs) -> None:
+        super().__init__(sources, request, repairs)
+        self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | None]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._live = 0
+
     async def start(self) -> list[dict[str, Any]]:
-        if self._serial:
-            try:
-                first = await self._whole()
-            except ProxyError:
-                await self.aclose()
-                raise
-            self.upstream_status = self._sources[0].upstream_status
-            return first
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(source.start()) for source in self._sources]
         except* ProxyError as errors:
             await self.aclose()
             raise errors.exceptions[0] from None
-        firsts = [task.result() for task in tasks]
         self.upstream_status = max(s.upstream_status or 0 for s in self._sources)
         bodies = [s.body for s in self._sources]
         if all(body is not None for body in bodies):
             self.body = merge_bodies([b for b in bodies if b is not None], self._request.n)
             self._usage = self.body.get("usage")
             return []
+        return self._streamed([task.result() for task in tasks])
+
+    def _streamed(self, firsts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Every request's rest read as it comes; the first chunks of all of them, to send now."""
         self._live = len(self._sources)
         self._tasks = [asyncio.create_task(self._pump(i, s)) for i, s in enumerate(self._sources)]
         # A request whose whole stream came in its first read has its usage chunk here already. One
@@ -399,8 +426,56 @@ class FanOutSource(Source):
                 break
         await self._queue.put((position, None))
 
+    async def next_batch(self) -> list[dict[str, Any]] | None:
+        while self._live and self._failure is None:
+            position, batch = await self._queue.get()
+            if batch is not None:
+                return self._strip_usage(batch)
+            self._live -= 1
+            failure = self._sources[position].failure
+            if failure is not None:
+                await self._failed(failure)
+        return self._last_batch()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        await super().aclose()
+
+
+class SerialFanOut(_FanOut):
+    """The requests sent one after another, each answered whole and sent on as it comes: for an upstream
+    that serves one at a time, whose streams would break each other off (``UpstreamTraits.serial``)."""
+
+    def __init__(
+        self,
+        sources: list[UpstreamSource],
+        request: RequestInfo,
+        repairs: Repairs,
+        *,
+        first_byte_timeout: float = math.inf,
+    ) -> None:
+        """Each request after the first (which the caller bounds) is given ``first_byte_timeout``
+        seconds."""
+        super().__init__(sources, request, repairs)
+        self._first_byte_timeout = first_byte_timeout
+        self._next = 0  # the next request to send
+
+    async def start(self) -> list[dict[str, Any]]:
+        try:
+            first = await self._whole()
+        except ProxyError:
+            await self.aclose()
+            raise
+        self.upstream_status = self._sources[0].upstream_status
+        return first
+
     async def _whole(self) -> list[dict[str, Any]]:
-        """Serial: the next request's answer, whole, as chunks."""
+        """The next request's answer, whole, as chunks."""
         source = self._sources[self._next]
         self._next += 1
         chunks = await source.start()
@@ -414,7 +489,7 @@ class FanOutSource(Source):
         return self._strip_usage(chunks)
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
-        if self._serial and self._next < len(self._sources) and self._failure is None:
+        if self._next < len(self._sources) and self._failure is None:
             try:
                 try:
                     async with asyncio.timeout(self._first_byte_timeout):
@@ -422,48 +497,5 @@ class FanOutSource(Source):
                 except TimeoutError:
                     raise ProxyError.first_byte_timeout() from None
             except ProxyError as failed:
-                self._failure = failed
-                await self.aclose()
-                return None
-        if self._failure is not None:
-            return None
-        while self._live:
-            position, batch = await self._queue.get()
-            if batch is not None:
-                return self._strip_usage(batch)
-            self._live -= 1
-            failure = self._sources[position].failure
-            if failure is not None:
-                self._failure = failure
-                await self.aclose()
-                return None
-        if self._closed:
-            return None
-        self._closed = True
-        self._usage = sum_usage((s.usage for s in self._sources), self._request.n)
-        if not self._request.include_usage or self._usage is None:
-            return None
-        head = next(iter(self._sources)).identity
-        usage_chunk: dict[str, Any] = {
-            "id": head.id,
-            "object": self._request.object_name,
-            "created": head.created,
-            "model": head.model,
-            "choices": [],
-            "usage": self._usage,
-        }
-        return [usage_chunk]
-
-    @staticmethod
-    def _strip_usage(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [chunk for chunk in batch if chunk["choices"]]
-
-    async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks = []
-        for source in self._sources:
-            await source.aclose()
+                await self._failed(failed)
+        return self._last_batch()

@@ -16,6 +16,7 @@ from .config import ProxyConfig
 from .errors import ProxyError, UpstreamInvalidData, UpstreamRedirect, error_from_http
 from .transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
 from .upstream_faults import BODY, REQUEST, mapped
+from .upstream_traits import UpstreamTraits
 
 __all__ = ["MAX_ERROR_BODY", "MAX_JSON_BODY", "Upstream", "UpstreamStream", "usable_retry_header"]
 
@@ -166,11 +167,7 @@ class UpstreamStream:
 class Upstream:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        # Whether the upstream serves one request at a time and breaks off a stream when another
-        # arrives, so that a fan-out asks it one request after another, without streaming: None until
-        # known. Known from its model listing (ServedNames.llama_cpp_python), or from a stream it broke off
-        # (UpstreamSource).
-        self.serial: bool | None = None
+        self.traits = UpstreamTraits()  # what this upstream lacks or does differently, as learned
         headers = {"accept-encoding": "identity", "user-agent": "conformant-proxy"}
         if config.upstream_api_key:
             headers["authorization"] = f"Bearer {config.upstream_api_key}"

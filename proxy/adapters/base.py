@@ -11,7 +11,7 @@ from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
 
-__all__ = ["LIMIT_KEYS", "Adapter", "UpstreamCall", "requested_limit", "with_limit"]
+__all__ = ["LIMIT_KEYS", "Adapter", "UpstreamCall", "requested_limit", "with_limit", "without_streaming"]
 
 OPENAI_PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -43,6 +43,12 @@ def with_limit(body: dict[str, Any], default: int | None) -> dict[str, Any]:
     if default is not None and requested_limit(body) is None:
         return {**body, "max_tokens": default}
     return body
+
+
+def without_streaming(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` asking for one JSON answer rather than a stream (``stream_options`` goes with the stream:
+    some upstreams refuse it without one)."""
+    return {k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}
 
 
 class Translate(Protocol):

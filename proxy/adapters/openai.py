@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
+from ..upstream_traits import NO_TOKENIZER
 from .base import OPENAI_PATHS, UpstreamCall, with_limit
 
 __all__ = ["OpenAIAdapter"]
@@ -21,11 +22,6 @@ class OpenAIAdapter:
 
     def __init__(self, default_max_tokens: int | None = None) -> None:
         self._default_max_tokens = default_max_tokens
-        self._tokenizer: str | None = None  # the tokenize endpoint found, "" when there is none
-        self._unanswered: set[str] = set()  # endpoints that gave no count while probed
-        # Tokens the tokenizer adds to any text (llama-cpp-python's count includes the BOS token): the
-        # count of "", taken off every count. None until asked.
-        self._added: int | None = None
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         body = with_limit(body, self._default_max_tokens)
@@ -44,12 +40,13 @@ class OpenAIAdapter:
         """Token count from the upstream's tokenizer: llama-cpp-python's or llama.cpp's endpoint, asked
         for ``timeout`` seconds in all. Probed once each: when neither gives a count, the upstream
         counts as having none from then on; a found tokenizer that is slow once is asked again."""
-        if self._tokenizer == "":
+        traits = upstream.traits
+        if traits.tokenizer == NO_TOKENIZER:
             return None
-        if self._tokenizer is None:
-            candidates = [path for path in _TOKENIZERS if path not in self._unanswered]
+        if traits.tokenizer is None:
+            candidates = [path for path in _TOKENIZERS if path not in traits.tokenizer_unanswered]
         else:
-            candidates = [self._tokenizer]
+            candidates = [traits.tokenizer]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         for path in candidates:
@@ -58,16 +55,17 @@ class OpenAIAdapter:
                 return None  # the probe goes on with the next endpoint next time
             count = _count(await upstream.json("POST", path, _body(path, text), timeout=left))
             if count is not None:
-                self._tokenizer = path
-                if self._added is None and (left := deadline - loop.time()) > 0:
-                    # Not answered in time: asked again on the next count, not taken for 0 for good.
+                traits.tokenizer = path
+                if traits.tokenizer_added is None and (left := deadline - loop.time()) > 0:
+                    # The count of "", taken off every count. Not answered in time: asked again on the
+                    # next count, not taken for 0 for good.
                     empty = await upstream.json("POST", path, _body(path, ""), timeout=left)
-                    self._added = _count(empty)
-                return max(count - (self._added or 0), 0)
-            if self._tokenizer is None:  # (a probe beside this one may have found it meanwhile)
-                self._unanswered.add(path)
-        if self._tokenizer is None and self._unanswered.issuperset(_TOKENIZERS):
-            self._tokenizer = ""
+                    traits.tokenizer_added = _count(empty)
+                return max(count - (traits.tokenizer_added or 0), 0)
+            if traits.tokenizer is None:  # (a probe beside this one may have found it meanwhile)
+                traits.tokenizer_unanswered.add(path)
+        if traits.tokenizer is None and traits.tokenizer_unanswered.issuperset(_TOKENIZERS):
+            traits.tokenizer = NO_TOKENIZER
         return None
 
 

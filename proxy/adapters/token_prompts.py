@@ -9,16 +9,12 @@ vocabulary says, and retries once with that text. An upstream without a detokeni
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import ContextOverflow, ProxyError
-from ..normalizer import Repairs
-from ..source import Source
 from ..upstream import Upstream
 
-__all__ = ["TextPromptFallback", "detokenize", "is_token_prompt", "with_text_prompt_fallback"]
+__all__ = ["detokenize", "is_token_prompt", "refused_token_prompt"]
 
 # (path, field of the answer holding the text); llama.cpp's names first for a llama.cpp upstream.
 _DETOKENIZERS = (("/extras/detokenize", "text"), ("/detokenize", "content"))
@@ -28,8 +24,6 @@ _LLAMACPP_FIRST = (_DETOKENIZERS[1], _DETOKENIZERS[0])
 _REFUSALS = frozenset({400, 500})
 _MAX_DETOKENIZE_CALLS = 64
 _REPLACEMENT = "\ufffd"
-
-_found: weakref.WeakKeyDictionary[Upstream, tuple[str, str] | None] = weakref.WeakKeyDictionary()
 
 
 def is_token_prompt(prompt: Any) -> bool:
@@ -43,15 +37,16 @@ def is_token_prompt(prompt: Any) -> bool:
 
 async def _detokenizer(upstream: Upstream, llamacpp_first: bool) -> tuple[str, str] | None:
     """The upstream's detokenize endpoint, found once per upstream with an empty list."""
-    if upstream in _found:
-        return _found[upstream]
+    traits = upstream.traits
+    if traits.detokenizer_probed:
+        return traits.detokenizer
     found = None
     for path, field in _LLAMACPP_FIRST if llamacpp_first else _DETOKENIZERS:
         answer = await upstream.json("POST", path, {"tokens": []})
         if isinstance(answer, dict) and isinstance(answer.get(field), str):
             found = (path, field)
             break
-    _found[upstream] = found
+    traits.detokenizer, traits.detokenizer_probed = found, True
     return found
 
 
@@ -102,80 +97,6 @@ async def detokenize(
     return [await _text(upstream, where, tokens, budget) for tokens in prompt]
 
 
-class TextPromptFallback(Source):
-    """A source for a token-id prompt that, when the upstream refuses it, starts over once with text."""
-
-    def __init__(
-        self,
-        first: Source,
-        body: dict[str, Any],
-        upstream: Upstream,
-        make: Callable[[dict[str, Any]], Source],
-        *,
-        repairs: Repairs,
-        llamacpp_first: bool = False,
-    ) -> None:
-        self._current = first
-        self._body = body
-        self._upstream = upstream
-        self._make = make
-        self._repairs = repairs
-        self._llamacpp_first = llamacpp_first
-
-    # Read by the response writer; whichever attempt runs now answers.
-    @property
-    def body(self) -> dict[str, Any] | None:
-        return self._current.body
-
-    @body.setter
-    def body(self, value: dict[str, Any] | None) -> None:
-        self._current.body = value
-
-    @property
-    def upstream_status(self) -> int | None:
-        return self._current.upstream_status
-
-    @upstream_status.setter
-    def upstream_status(self, value: int | None) -> None:
-        self._current.upstream_status = value
-
-    @property
-    def failure(self) -> ProxyError | None:
-        return self._current.failure
-
-    @property
-    def usage(self) -> dict[str, Any] | None:
-        return self._current.usage
-
-    async def start(self) -> list[dict[str, Any]]:
-        try:
-            return await self._current.start()
-        except ProxyError as refused:
-            if refused.status not in _REFUSALS or isinstance(refused, ContextOverflow):
-                raise
-            await self._current.aclose()
-        text = await detokenize(self._upstream, self._body["prompt"], llamacpp_first=self._llamacpp_first)
-        self._repairs.add("Q74")
-        self._current = self._make({**self._body, "prompt": text})
-        return await self._current.start()
-
-    async def next_batch(self) -> list[dict[str, Any]] | None:
-        return await self._current.next_batch()
-
-    async def aclose(self) -> None:
-        await self._current.aclose()
-
-
-def with_text_prompt_fallback(
-    source: Source,
-    body: dict[str, Any],
-    upstream: Upstream,
-    make: Callable[[dict[str, Any]], Source],
-    *,
-    repairs: Repairs,
-    llamacpp_first: bool = False,
-) -> Source:
-    """``source`` itself unless the prompt is token ids; then one that can fall back to text."""
-    if not is_token_prompt(body.get("prompt")):
-        return source
-    return TextPromptFallback(source, body, upstream, make, repairs=repairs, llamacpp_first=llamacpp_first)
+def refused_token_prompt(error: ProxyError) -> bool:
+    """Whether ``error`` is how an upstream refuses a prompt of token ids, which text may pass."""
+    return error.status in _REFUSALS and not isinstance(error, ContextOverflow)

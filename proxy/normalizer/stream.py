@@ -70,7 +70,7 @@ class StreamNormalizer:
         self.usage: dict[str, Any] | None = None
         self.failure: ProxyError | None = None
         self.upstream_done = False
-        self.interrupted = False  # [DONE], then a broken connection: set by the source (UpstreamSource)
+        self.interrupted = False  # [DONE], then a broken connection (connection_broke)
         self.closed = False
         self._chat = request.endpoint == "chat"
         self._object = request.object_name
@@ -182,6 +182,15 @@ class StreamNormalizer:
 
     def completion_tokens(self) -> int:
         return sum(state.tokens for state in self._choices.values())
+
+    def connection_broke(self) -> None:
+        """The connection broke after [DONE], before the body's end (as the source read it): a choice
+        still without its final chunk at the close is then a failure, not a missing finish (Q16)."""
+        self.interrupted = True
+
+    def usage_chunk(self, usage: dict[str, Any]) -> dict[str, Any]:
+        """The chunk that carries ``usage`` alone, as the stream's last (``include_usage``)."""
+        return self._chunk([], usage=usage)
 
     def close(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The end of the upstream stream ([DONE], EOF, or cancelled after all choices stopped)."""

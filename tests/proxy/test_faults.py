@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 
 from proxy.adapters import OpenAIAdapter
 from proxy.transport import UpstreamTransport
+from proxy.upstream_traits import UpstreamTraits
 from tests.support.servers import free_port, wait_for
 
 from .conftest import judge, upstream_answer
@@ -754,6 +755,7 @@ def test_a_found_tokenizer_slow_once_is_asked_again_next_time() -> None:
         def __init__(self) -> None:
             self.calls: list[str] = []
             self.slow = False
+            self.traits = UpstreamTraits()
 
         async def json(self, method: str, path: str, body: Any, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
             self.calls.append(path)
@@ -779,6 +781,7 @@ def test_a_probe_that_fails_beside_one_that_found_the_tokenizer_does_not_turn_it
     class Tokenizer:
         def __init__(self) -> None:
             self.calls = 0
+            self.traits = UpstreamTraits()
 
         async def json(self, method: str, path: str, body: Any, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
             self.calls += 1
@@ -898,7 +901,7 @@ def test_one_at_a_time_each_request_gets_its_own_first_byte_timeout() -> None:
         raw_server(upstream.handle) as (url, _),
         proxy(url, upstream_kind="openai", first_byte_timeout=1) as (base, app),
     ):
-        app.state.context.upstream.serial = True  # as learned from an interrupted stream
+        app.state.context.upstream.traits.serial = True  # as learned from an interrupted stream
         response = httpx.post(base + "/v1/completions", json=body, timeout=20)
         assert judge(response, "/v1/completions", body).errors == []
         assert upstream.streamed == [False] * 4
@@ -911,13 +914,14 @@ def test_a_whole_stream_cut_after_its_end_does_not_make_the_upstream_one_at_a_ti
     with raw_server(upstream.handle) as (url, _), proxy(url, upstream_kind="openai") as (base, app):
         response = httpx.post(base + "/v1/completions", json=body, timeout=10)
         assert judge(response, "/v1/completions", body).errors == []
-        assert not app.state.context.upstream.serial
+        assert not app.state.context.upstream.traits.serial
 
 
 def test_the_count_of_an_empty_text_is_asked_again_when_it_was_not_answered() -> None:
     class Tokenizer:
         def __init__(self) -> None:
             self.empty_answered = False
+            self.traits = UpstreamTraits()
 
         async def json(self, method: str, path: str, body: Any, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
             if path != "/extras/tokenize/count":
