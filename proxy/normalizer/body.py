@@ -36,21 +36,16 @@ def normalize_body(
         repairs.add("Q73")
         parts = [normalize_body(item, request, repairs=repairs, identity=identity) for item in obj]
         return merge_bodies(parts)
-    if not isinstance(obj, dict):
-        raise ProxyError.make("the upstream server sent a response that is not a JSON object", 502)
-    if is_error_payload(obj):
-        raise error_from_payload(obj, status if status >= 400 else 500, quirk="N2")
-    raw_choices = obj.get("choices")
-    if not isinstance(raw_choices, list):
-        raise ProxyError.make("the upstream server sent a response without choices", 502)
+    raw_choices = _upstream_choices(obj, status)
     identity.stamp(obj, repairs)
     usage = counted_usage(obj.get("usage"), repairs)
     if not request.generates:
         usage = nothing_generated(usage)
     choices, shown = _choices(raw_choices, request, repairs, usage)
     if request.generates:
-        judged = [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)]
-        lost = text_lost(judged, usage)
+        lost = text_lost(
+            [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)], usage
+        )
         if lost is not None:
             raise lost
     body: dict[str, Any] = {
@@ -76,6 +71,18 @@ def merge_bodies(bodies: Sequence[dict[str, Any]], samples_per_prompt: int = 1) 
     usages = [body.get("usage") for body in bodies]
     usage = sum_usage(usages, samples_per_prompt) if all(u is not None for u in usages) else None
     return {**first, "choices": choices, "usage": usage}
+
+
+def _upstream_choices(obj: Any, status: int) -> list[Any]:
+    """The upstream's choices; raises the error its body is, or one for a body that is not a response."""
+    if not isinstance(obj, dict):
+        raise ProxyError.make("the upstream server sent a response that is not a JSON object", 502)
+    if is_error_payload(obj):
+        raise error_from_payload(obj, status if status >= 400 else 500, quirk="N2")
+    raw_choices = obj.get("choices")
+    if not isinstance(raw_choices, list):
+        raise ProxyError.make("the upstream server sent a response without choices", 502)
+    return raw_choices
 
 
 def _choices(

@@ -188,25 +188,9 @@ class StreamNormalizer:
         finals: list[dict[str, Any]] = []
         judged: list[tuple[int, bool, str | None]] = []
         for index, state in sorted(self._choices.items()):
-            tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
-            if tail:
-                choice = self._content_choice(index, tail)
-                choice["logprobs"] = state.flush_logprobs(self._chat)
-                out.append(self._chunk([choice]))
-            finish = Finish(
-                state.finish,
-                self.request,
-                self.repairs,
-                stopped=state.stopped,
-                tokens=self._tokens(state),
-                had_tools=state.had_tools,
-                upstream_done=self.upstream_done,
-                interrupted=self.interrupted,
-            )
-            try:
-                reason = final_reason(finish)
-            except ProxyError as error:  # no finish reason, and no [DONE] either
-                self.fail(error)
+            out.extend(self._flushed(index, state))
+            reason = self._final_reason(state)
+            if reason is None:
                 return out
             judged.append((index, state.shown, reason))
             finals.append(self._final_choice(index, reason))
@@ -218,11 +202,43 @@ class StreamNormalizer:
             self.repairs.add("Q55")
         out.extend(self._chunk([choice]) for choice in finals)
         if self.emit_usage:
-            self.usage = self.usage or usage or self._estimated_usage()
-            if not self.request.generates:
-                self.usage = nothing_generated(self.usage)
-            out.append(self._chunk([], usage=self.usage))
+            out.append(self._usage_chunk(usage))
         return out
+
+    def _flushed(self, index: int, state: ChoiceState) -> list[dict[str, Any]]:
+        """The chunk of the text the stop-sequence scanner still held (none when it held none)."""
+        tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
+        if not tail:
+            return []
+        choice = self._content_choice(index, tail)
+        choice["logprobs"] = state.flush_logprobs(self._chat)
+        return [self._chunk([choice])]
+
+    def _final_reason(self, state: ChoiceState) -> str | None:
+        """The choice's finish reason through the finish repairs (field_repairs); None when the stream
+        broke before it (the failure is then in ``failure``)."""
+        finish = Finish(
+            state.finish,
+            self.request,
+            self.repairs,
+            stopped=state.stopped,
+            tokens=self._tokens(state),
+            had_tools=state.had_tools,
+            upstream_done=self.upstream_done,
+            interrupted=self.interrupted,
+        )
+        try:
+            return final_reason(finish)
+        except ProxyError as error:  # no finish reason, and no [DONE] either
+            self.fail(error)
+            return None
+
+    def _usage_chunk(self, usage: dict[str, Any] | None) -> dict[str, Any]:
+        """The last chunk, with the upstream's usage, else the caller's count, else an estimate."""
+        self.usage = self.usage or usage or self._estimated_usage()
+        if not self.request.generates:
+            self.usage = nothing_generated(self.usage)
+        return self._chunk([], usage=self.usage)
 
     # -- choices -------------------------------------------------------------------------------
 
