@@ -93,6 +93,12 @@ def _message(
     return Message(raw, request, repairs, tokens), repairs
 
 
+def _in_order(repairs: tuple[Any, ...], *expected: Any) -> None:
+    """``expected`` all run, in this order (others may run between them)."""
+    positions = [repairs.index(repair) for repair in expected]
+    assert positions == sorted(positions)
+
+
 # -- shared by streams and bodies -----------------------------------------------------------------
 
 
@@ -205,13 +211,15 @@ def test_tool_calls_turn_a_chat_stop_into_tool_calls_q64() -> None:
 
 
 def test_the_finish_order_max_tokens_zero_wins_and_limit_before_tool_calls() -> None:
-    assert (
+    # a stop sequence, then max_tokens 0; the missing reason after both; the limit before tool calls
+    _in_order(
+        FINISH_REPAIRS,
         stop_sequence_finish,
         zero_limit_finish,
         missing_finish,
         limit_finish,
         tool_calls_finish,
-    ) == FINISH_REPAIRS
+    )
     f, _ = _finish(
         None, RequestInfo(endpoint="completions", generates=False), stopped=True, upstream_done=False
     )
@@ -336,17 +344,14 @@ def test_an_empty_later_delta_is_dropped_q62_unless_it_finishes() -> None:
 
 
 def test_the_whole_chat_delta_order() -> None:
-    assert (
-        delta_role,
-        delta_content,
-        delta_refusal,
-        delta_reasoning,
-        delta_tool_calls,
-        first_delta,
-        delta_finish,
-        delta_logprobs,
-        empty_delta,
-    ) == CHAT_DELTA_REPAIRS
+    # the output fields before first_delta needs them, the finish after the output (Q23), the
+    # logprobs after the content the scan let through, the empty check last
+    _in_order(
+        CHAT_DELTA_REPAIRS, delta_role, delta_content, first_delta, delta_finish, delta_logprobs, empty_delta
+    )
+    _in_order(CHAT_DELTA_REPAIRS, delta_refusal, first_delta)
+    _in_order(CHAT_DELTA_REPAIRS, delta_reasoning, first_delta)
+    _in_order(CHAT_DELTA_REPAIRS, delta_tool_calls, first_delta)
     d, repairs = _delta({"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop", "logprobs": None})
     assert all(repair(d) for repair in CHAT_DELTA_REPAIRS)
     assert d.out == {"role": "assistant", "content": "hi"}
@@ -355,7 +360,7 @@ def test_the_whole_chat_delta_order() -> None:
 
 
 def test_text_deltas_stop_scan_offsets_and_drop_empty_ones() -> None:
-    assert (delta_text, delta_text_logprobs, delta_finish, empty_text) == TEXT_DELTA_REPAIRS
+    _in_order(TEXT_DELTA_REPAIRS, delta_text, delta_text_logprobs, delta_finish, empty_text)
     request = RequestInfo(endpoint="completions", stream=True, stop=("\n",))
     d, _ = _delta({"text": "ab\ncd", "logprobs": None}, request)
     assert all(repair(d) for repair in TEXT_DELTA_REPAIRS)
@@ -432,15 +437,9 @@ def test_message_text_keeps_only_the_echoed_prompt_for_max_tokens_zero() -> None
 
 
 def test_the_message_orders() -> None:
-    assert (
-        message_content,
-        message_refusal,
-        message_tool_calls,
-        message_reasoning,
-        message_finish,
-        message_logprobs,
-    ) == CHAT_MESSAGE_REPAIRS
-    assert (message_text, message_finish) == TEXT_MESSAGE_REPAIRS
+    # the content (a stop sequence) and the tool calls (Q64) before the finish; the logprobs cut last
+    _in_order(CHAT_MESSAGE_REPAIRS, message_content, message_tool_calls, message_finish, message_logprobs)
+    _in_order(TEXT_MESSAGE_REPAIRS, message_text, message_finish)
     m, repairs = _message(
         {"text": "x. y", "finish_reason": "length"}, RequestInfo(endpoint="completions", stop=(".",))
     )
