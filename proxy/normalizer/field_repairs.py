@@ -115,10 +115,10 @@ def chat_choice_logprobs(value: Any, request: RequestInfo, repairs: Repairs) -> 
     return logprobs
 
 
-def text_choice_logprobs(raw: dict[str, Any], offset: int, repairs: Repairs) -> tuple[Any, int]:
+def text_choice_logprobs(value: Any, offset: int, repairs: Repairs) -> tuple[Any, int]:
     """A completion choice's logprobs in the legacy shape (Q67: chat-shaped ones converted), with the
     text offsets starting at ``offset``, and how much text they cover."""
-    logprobs, covered, converted = legacy_logprobs(raw.get("logprobs"), offset)
+    logprobs, covered, converted = legacy_logprobs(value, offset)
     if converted:
         repairs.add("Q67")
     return logprobs, covered
@@ -405,8 +405,11 @@ def delta_text(d: Delta) -> bool:
 def delta_text_logprobs(d: Delta) -> bool:
     """The legacy logprobs (Q67), their offsets running on over the stream, held with the text."""
     state = d.state
-    logprobs, covered = text_choice_logprobs(d.raw, state.text_offset, d.repairs)
-    state.text_offset += covered
+    value = d.raw.get("logprobs")
+    logprobs = None
+    if value is not None:  # most chunks have none
+        logprobs, covered = text_choice_logprobs(value, state.text_offset, d.repairs)
+        state.text_offset += covered
     d.logprobs = state.pass_logprobs(logprobs, chat=False, had_text=d.had_text, sends_text=bool(d.text))
     return True
 
@@ -571,7 +574,7 @@ def message_text(m: Message) -> bool:
     text = m.raw.get("text")
     if not isinstance(text, str):
         text = ""
-    logprobs, _ = text_choice_logprobs(m.raw, 0, m.repairs)
+    logprobs, _ = text_choice_logprobs(m.raw.get("logprobs"), 0, m.repairs)
     request = m.request
     if not request.generates and request.echoed_tokens:
         text, logprobs = _echoed_tokens(text, logprobs, request.echoed_tokens)

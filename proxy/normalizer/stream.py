@@ -243,7 +243,10 @@ class StreamNormalizer:
     # -- choices -------------------------------------------------------------------------------
 
     def _state(self, raw: dict[str, Any], position: int) -> ChoiceState:
-        index = choice_index(raw, position, self.repairs) + self.index_base
+        index = raw.get("index")
+        if index.__class__ is not int:  # checked here first: the call is for the rare repair (Q06)
+            index = choice_index(raw, position, self.repairs)
+        index += self.index_base
         state = self._choices.get(index)
         if state is None:
             state = self._choices[index] = ChoiceState(

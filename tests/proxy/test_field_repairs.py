@@ -147,7 +147,7 @@ def test_chat_choice_logprobs_completes_the_shape_q61() -> None:
 def test_text_choice_logprobs_converts_the_chat_shape_q67_at_the_offset() -> None:
     repairs = Repairs()
     chat_shaped = {"content": [{"token": "ab", "logprob": -0.5, "top_logprobs": []}]}
-    logprobs, covered = text_choice_logprobs({"logprobs": chat_shaped}, 7, repairs)
+    logprobs, covered = text_choice_logprobs(chat_shaped, 7, repairs)
     assert repairs == {"Q67": 1}
     assert covered == 2
     assert logprobs is not None
