@@ -1,4 +1,5 @@
-"""Whole (non-streaming) responses normalized with the same rules as streams.
+"""Whole (non-streaming) responses normalized with the same rules as streams: each choice through the
+named repairs of ``field_repairs`` (the message repairs, then the finish repairs a stream ends with).
 
 Also merges several bodies into one: llama.cpp's JSON array reply to a prompt array (Q73) and the
 proxy's own fan-out of ``n`` and prompt arrays (Q70-Q73).
@@ -9,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..emulation.stop import truncate_at_stop
 from ..errors import ProxyError, error_from_payload, is_error_payload
-from .choices import as_dict, fix_tool_call
-from .finish import FAILURE_REASONS, map_finish_reason
+from .choices import as_dict
+from .field_repairs import CHAT_MESSAGE_REPAIRS, TEXT_MESSAGE_REPAIRS, Message, choice_index
 from .identity import Identity
-from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
 from .repairs import Repairs
 from .request import RequestInfo
-from .stream import failure_for_reason
 from .text_lost import text_lost
 from .usage import counted_usage, nothing_generated, sum_usage
 
@@ -38,36 +36,16 @@ def normalize_body(
         repairs.add("Q73")
         parts = [normalize_body(item, request, repairs=repairs, identity=identity) for item in obj]
         return merge_bodies(parts)
-    if not isinstance(obj, dict):
-        raise ProxyError.make("the upstream server sent a response that is not a JSON object", 502)
-    if is_error_payload(obj):
-        raise error_from_payload(obj, status if status >= 400 else 500, quirk="N2")
-    raw_choices = obj.get("choices")
-    if not isinstance(raw_choices, list):
-        raise ProxyError.make("the upstream server sent a response without choices", 502)
+    raw_choices = _upstream_choices(obj, status)
     identity.stamp(obj, repairs)
     usage = counted_usage(obj.get("usage"), repairs)
     if not request.generates:
         usage = nothing_generated(usage)
-    single = len(raw_choices) == 1
-    choices: list[dict[str, Any]] = []
-    shown: list[bool] = []
-    for position, raw in enumerate(raw_choices):
-        if not isinstance(raw, dict):
-            continue
-        index = raw.get("index")
-        if not isinstance(index, int) or isinstance(index, bool):
-            repairs.add("Q06")
-            index = position
-        tokens = int(usage["completion_tokens"]) if usage is not None and single else None
-        shown.append(_shows_output(raw, request.endpoint == "chat"))
-        if request.endpoint == "chat":
-            choices.append(_chat_choice(raw, index, request, repairs, tokens))
-        else:
-            choices.append(_text_choice(raw, index, request, repairs, tokens))
+    choices, shown = _choices(raw_choices, request, repairs, usage)
     if request.generates:
-        judged = [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)]
-        lost = text_lost(judged, usage)
+        lost = text_lost(
+            [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)], usage
+        )
         if lost is not None:
             raise lost
     body: dict[str, Any] = {
@@ -95,30 +73,55 @@ def merge_bodies(bodies: Sequence[dict[str, Any]], samples_per_prompt: int = 1) 
     return {**first, "choices": choices, "usage": usage}
 
 
-def _finish(
-    raw: dict[str, Any], request: RequestInfo, repairs: Repairs, stopped: bool, tokens: int | None
-) -> str:
-    reason, quirk = map_finish_reason(raw.get("finish_reason"), request.endpoint)
-    if quirk is not None:
-        repairs.add(quirk)
-    if reason in FAILURE_REASONS:
-        raise failure_for_reason(str(reason), quirk)
-    if not request.generates:
-        return "length"  # max_tokens 0: the one token asked of the upstream was cut
-    if stopped:
-        return "stop"
-    if reason is None:
-        repairs.add("Q16")
-        reason = "stop"
-    if (
-        reason == "stop"
-        and request.max_tokens is not None
-        and tokens is not None
-        and tokens >= request.max_tokens
-    ):
-        repairs.add("Q21")
-        reason = "length"
-    return reason
+def _upstream_choices(obj: Any, status: int) -> list[Any]:
+    """The upstream's choices; raises the error its body is, or one for a body that is not a response."""
+    if not isinstance(obj, dict):
+        raise ProxyError.make("the upstream server sent a response that is not a JSON object", 502)
+    if is_error_payload(obj):
+        raise error_from_payload(obj, status if status >= 400 else 500, quirk="N2")
+    raw_choices = obj.get("choices")
+    if not isinstance(raw_choices, list):
+        raise ProxyError.make("the upstream server sent a response without choices", 502)
+    return raw_choices
+
+
+def _choices(
+    raw_choices: list[Any], request: RequestInfo, repairs: Repairs, usage: dict[str, Any] | None
+) -> tuple[list[dict[str, Any]], list[bool]]:
+    """The choices repaired (field_repairs, in its order), and whether each showed output (text_lost)."""
+    chat = request.endpoint == "chat"
+    order = CHAT_MESSAGE_REPAIRS if chat else TEXT_MESSAGE_REPAIRS
+    # The upstream's count of completion tokens is the choice's only when there is one choice (Q21).
+    tokens = int(usage["completion_tokens"]) if usage is not None and len(raw_choices) == 1 else None
+    choices: list[dict[str, Any]] = []
+    shown: list[bool] = []
+    for position, raw in enumerate(raw_choices):
+        if not isinstance(raw, dict):
+            continue
+        index = choice_index(raw, position, repairs)
+        shown.append(_shows_output(raw, chat))
+        message = Message(raw, request, repairs, tokens)
+        for repair in order:
+            repair(message)
+        if chat:
+            choices.append(
+                {
+                    "index": index,
+                    "message": message.out,
+                    "logprobs": message.logprobs,
+                    "finish_reason": message.reason,
+                }
+            )
+        else:
+            choices.append(
+                {
+                    "text": message.text,
+                    "index": index,
+                    "logprobs": message.logprobs,
+                    "finish_reason": message.reason,
+                }
+            )
+    return choices, shown
 
 
 def _shows_output(raw: dict[str, Any], chat: bool) -> bool:
@@ -128,82 +131,3 @@ def _shows_output(raw: dict[str, Any], chat: bool) -> bool:
     message = as_dict(raw.get("message"))
     keys = ("content", "refusal", "reasoning_content", "reasoning", "tool_calls")
     return any(message.get(key) for key in keys)
-
-
-def _echoed_tokens(text: str, logprobs: Any, count: int) -> tuple[str, Any]:
-    """A ``max_tokens: 0`` answer to a prompt of ``count`` token ids, echoed: its first ``count``
-    tokens (and their text), without the one the upstream was let generate. Without token logprobs
-    there is no telling where the prompt ends, and the text is kept as it is."""
-    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
-    if not isinstance(tokens, list) or len(tokens) < count or not all(isinstance(t, str) for t in tokens):
-        return text, logprobs
-    prompt = "".join(tokens[:count])
-    if not text.startswith(prompt):
-        return text, logprobs
-    return prompt, {k: v[:count] if isinstance(v, list) else v for k, v in logprobs.items()}
-
-
-def _enforce_stop(text: str, request: RequestInfo, repairs: Repairs) -> tuple[str, bool]:
-    if not request.stop:
-        return text, False
-    text, hit = truncate_at_stop(text, request.stop, request.echoed)
-    if hit and request.generates:
-        repairs.add("Q76")
-    return text, hit
-
-
-def _chat_choice(
-    raw: dict[str, Any], index: int, request: RequestInfo, repairs: Repairs, tokens: int | None
-) -> dict[str, Any]:
-    message = as_dict(raw.get("message"))
-    content = message.get("content")
-    stopped = False
-    if isinstance(content, str):
-        content, stopped = _enforce_stop(content, request, repairs)
-    elif content is not None:
-        content = None
-    out: dict[str, Any] = {"role": "assistant", "content": content, "refusal": message.get("refusal")}
-    if "refusal" not in message:
-        repairs.add("Q61")
-    calls = message.get("tool_calls")
-    if isinstance(calls, dict):  # TGI before v3.2.0 (Q65)
-        calls = [calls]
-        repairs.add("Q65")
-    if isinstance(calls, list) and calls:
-        out["tool_calls"] = [fix_tool_call(c, repairs) for c in calls if isinstance(c, dict)]
-    reasoning = message.get("reasoning_content", message.get("reasoning"))
-    if isinstance(reasoning, str) and reasoning:
-        out["reasoning_content"] = reasoning
-    reason = _finish(raw, request, repairs, stopped, tokens)
-    if reason == "stop" and out.get("tool_calls"):
-        repairs.add("Q64")
-        reason = "tool_calls"
-    if "logprobs" not in raw:
-        repairs.add("Q61")
-    logprobs, repaired = chat_logprobs(raw.get("logprobs"), request.alternatives)
-    if repaired:
-        repairs.add("Q61")
-    if stopped or content:  # (no text at all, as with tool calls: nothing to measure them against)
-        # The tokens past a stop sequence go with the text it cut (here or at the upstream).
-        logprobs = logprobs_within(logprobs, content or "", chat=True)
-    return {"index": index, "message": out, "logprobs": logprobs, "finish_reason": reason}
-
-
-def _text_choice(
-    raw: dict[str, Any], index: int, request: RequestInfo, repairs: Repairs, tokens: int | None
-) -> dict[str, Any]:
-    text = raw.get("text")
-    if not isinstance(text, str):
-        text = ""
-    logprobs, _, converted = legacy_logprobs(raw.get("logprobs"))
-    if converted:
-        repairs.add("Q67")
-    if not request.generates and request.echoed_tokens:
-        text, logprobs = _echoed_tokens(text, logprobs, request.echoed_tokens)
-        stopped = True
-    else:
-        text, stopped = _enforce_stop(text, request, repairs)
-    if stopped or text:
-        logprobs = logprobs_within(logprobs, text, chat=False)
-    reason = _finish(raw, request, repairs, stopped, tokens)
-    return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": reason}

@@ -3,8 +3,9 @@
 ``feed(block)`` takes parsed SSE blocks, ``feed_payload(obj)`` decoded objects (adapters that translate a
 native format), and both return the chunks to send now. ``close()`` ends the stream: it releases the
 held finish reasons, adds the usage chunk when the client asked, and turns an unfinished upstream into
-a failure. A failure is never raised: it lands in ``failure`` and the caller decides between an HTTP
-error (nothing sent yet) and an error event.
+a failure. Each choice goes through the named repairs of ``field_repairs`` in their documented order:
+the delta repairs chunk by chunk, the finish repairs at the end. A failure is never raised: it lands
+in ``failure`` and the caller decides between an HTTP error (nothing sent yet) and an error event.
 """
 
 from __future__ import annotations
@@ -15,21 +16,15 @@ from conformance.sse import SSEBlock
 
 from .. import jsoncodec
 from ..errors import ProxyError, error_from_payload, is_error_payload
-from .choices import ChoiceState, as_dict
-from .finish import FAILURE_REASONS, map_finish_reason
+from .choices import ChoiceState
+from .field_repairs import CHAT_DELTA_REPAIRS, TEXT_DELTA_REPAIRS, Delta, Finish, choice_index, final_reason
 from .identity import Identity
-from .logprobs import chat_logprobs, legacy_logprobs
 from .repairs import Repairs
 from .request import RequestInfo
 from .text_lost import text_lost
 from .usage import counted_usage, nothing_generated
 
 __all__ = ["StreamNormalizer"]
-
-_INTERRUPTED = (
-    "the upstream server interrupted the stream: it sent [DONE] without a final chunk and broke the "
-    "connection (llama-cpp-python does so when another request waits for its model)"
-)
 
 _KNOWN_TOP = frozenset(
     {"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"}
@@ -43,13 +38,6 @@ _EXTENSION_QUIRK = {
     "kv_transfer_params": "Q37",
     "model_name": "Q11",
 }
-
-
-def failure_for_reason(reason: str, quirk: str | None) -> ProxyError:
-    status = 500 if reason == "error" else 503
-    return ProxyError.make(
-        f"the upstream server ended the generation with finish_reason '{reason}'", status, quirk=quirk
-    )
 
 
 class StreamNormalizer:
@@ -73,6 +61,8 @@ class StreamNormalizer:
         self.interrupted = False  # [DONE], then a broken connection (connection_broke)
         self.closed = False
         self._chat = request.endpoint == "chat"
+        self._repairs = CHAT_DELTA_REPAIRS if self._chat else TEXT_DELTA_REPAIRS
+        self._delta = Delta(request, self.repairs)
         self._object = request.object_name
         self._choices: dict[int, ChoiceState] = {}
         self._keep_text = self.emit_usage
@@ -138,7 +128,7 @@ class StreamNormalizer:
         for position, raw in enumerate(choices):
             if not isinstance(raw, dict):
                 continue
-            choice = self._chat_choice(raw, position) if self._chat else self._text_choice(raw, position)
+            choice = self._choice(raw, position)
             if self.failure is not None:
                 return []
             if choice is not None:
@@ -207,28 +197,10 @@ class StreamNormalizer:
         finals: list[dict[str, Any]] = []
         judged: list[tuple[int, bool, str | None]] = []
         for index, state in sorted(self._choices.items()):
-            tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
-            if tail:
-                choice = self._content_choice(index, tail)
-                choice["logprobs"] = state.flush_logprobs(self._chat)
-                out.append(self._chunk([choice]))
-            reason = "stop" if state.stopped else state.finish
-            if not self.request.generates:
-                reason = "length"  # max_tokens 0: the one token asked of the upstream was cut (or EOS)
+            out.extend(self._flushed(index, state))
+            reason = self._final_reason(state)
             if reason is None:
-                if self.interrupted:
-                    self.fail(ProxyError.make(_INTERRUPTED, 502))
-                    return out
-                if not self.upstream_done:
-                    self.fail(
-                        ProxyError.make(
-                            "the upstream server closed the stream before its final chunk", 502, quirk="Q56"
-                        )
-                    )
-                    return out
-                self.repairs.add("Q16")  # [DONE] came, the finish_reason never did
-                reason = "stop"
-            reason = self._final_reason(state, reason)
+                return out
             judged.append((index, state.shown, reason))
             finals.append(self._final_choice(index, reason))
         lost = text_lost(judged, self.usage) if self.request.generates else None
@@ -239,19 +211,50 @@ class StreamNormalizer:
             self.repairs.add("Q55")
         out.extend(self._chunk([choice]) for choice in finals)
         if self.emit_usage:
-            self.usage = self.usage or usage or self._estimated_usage()
-            if not self.request.generates:
-                self.usage = nothing_generated(self.usage)
-            out.append(self._chunk([], usage=self.usage))
+            out.append(self._usage_chunk(usage))
         return out
+
+    def _flushed(self, index: int, state: ChoiceState) -> list[dict[str, Any]]:
+        """The chunk of the text the stop-sequence scanner still held (none when it held none)."""
+        tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
+        if not tail:
+            return []
+        choice = self._content_choice(index, tail)
+        choice["logprobs"] = state.flush_logprobs(self._chat)
+        return [self._chunk([choice])]
+
+    def _final_reason(self, state: ChoiceState) -> str | None:
+        """The choice's finish reason through the finish repairs (field_repairs); None when the stream
+        broke before it (the failure is then in ``failure``)."""
+        finish = Finish(
+            state.finish,
+            self.request,
+            self.repairs,
+            stopped=state.stopped,
+            tokens=self._tokens(state),
+            had_tools=state.had_tools,
+            upstream_done=self.upstream_done,
+            interrupted=self.interrupted,
+        )
+        try:
+            return final_reason(finish)
+        except ProxyError as error:  # no finish reason, and no [DONE] either
+            self.fail(error)
+            return None
+
+    def _usage_chunk(self, usage: dict[str, Any] | None) -> dict[str, Any]:
+        """The last chunk, with the upstream's usage, else the caller's count, else an estimate."""
+        self.usage = self.usage or usage or self._estimated_usage()
+        if not self.request.generates:
+            self.usage = nothing_generated(self.usage)
+        return self._chunk([], usage=self.usage)
 
     # -- choices -------------------------------------------------------------------------------
 
     def _state(self, raw: dict[str, Any], position: int) -> ChoiceState:
         index = raw.get("index")
-        if not isinstance(index, int) or isinstance(index, bool):
-            self.repairs.add("Q06")
-            index = position
+        if index.__class__ is not int:  # checked here first: the call is for the rare repair (Q06)
+            index = choice_index(raw, position, self.repairs)
         index += self.index_base
         state = self._choices.get(index)
         if state is None:
@@ -260,110 +263,28 @@ class StreamNormalizer:
             )
         return state
 
-    def _reason(self, raw: dict[str, Any], state: ChoiceState, has_output: bool) -> bool:
-        """Record the choice's finish reason (held until the end); False when it is a failure."""
-        if "finish_reason" not in raw:
-            self.repairs.add("Q17")
-        reason, quirk = map_finish_reason(raw.get("finish_reason"), self.request.endpoint)
-        if quirk is not None:
-            self.repairs.add(quirk)
-        if reason is None:
-            return True
-        if reason in FAILURE_REASONS:
-            self.fail(failure_for_reason(reason, quirk))
-            return False
-        if state.finish is not None:
-            self.repairs.add("Q22" if self._chat else "Q14")  # a finish_reason before the final chunk
-        elif has_output:
-            self.repairs.add("Q23")
-        state.finish = reason
-        return True
-
-    def _chat_choice(self, raw: dict[str, Any], position: int) -> dict[str, Any] | None:
+    def _choice(self, raw: dict[str, Any], position: int) -> dict[str, Any] | None:
+        """The choice to send for one upstream choice (None: nothing to send), through the delta
+        repairs in their order (field_repairs); a failure disguised as a finish lands in ``failure``."""
         state = self._state(raw, position)
         if state.stopped:
             return None
-        delta = raw.get("delta")
-        if not isinstance(delta, dict):
-            delta = as_dict(raw.get("message"))
-        out: dict[str, Any] = {}
-        role = delta.get("role")
-        first = not state.role_sent
-        if first:
-            out["role"] = "assistant"
-            if role != "assistant":
-                self.repairs.add("Q59")
-        elif role is not None:
-            self.repairs.add("Q58")
-        content = delta.get("content")
-        had_text = isinstance(content, str) and bool(content)
-        if isinstance(content, str) and content:
-            content = state.pass_text(content)
-            if content:
-                out["content"] = content
-        refusal = delta.get("refusal")
-        if isinstance(refusal, str) and refusal:
-            out["refusal"] = refusal
-        for key in ("reasoning_content", "reasoning"):
-            value = delta.get(key)
-            if isinstance(value, str) and value:
-                out["reasoning_content"] = value
-                state.count_output(value)
-                if key == "reasoning":
-                    self.repairs.add("Q39")
-        calls = delta.get("tool_calls")
-        if isinstance(calls, dict):  # TGI before v3.2.0 sends one call, not a list (Q65)
-            calls = [calls]
-            self.repairs.add("Q65")
-        if isinstance(calls, list) and calls:
-            fixed = state.stream_tool_calls(calls, self.repairs)
-            if fixed:
-                out["tool_calls"] = fixed
-        elif calls is not None:
-            self.repairs.add("Q17")  # "tool_calls": [] or null on a content delta
-        has_output = any(key in out for key in ("content", "tool_calls", "refusal", "reasoning_content"))
-        state.shown = state.shown or had_text or has_output
-        if first:
-            if "content" not in out:
-                out["content"] = None if "tool_calls" in out else ""
-                if content is None and "tool_calls" not in out:
-                    self.repairs.add("Q60")
-            state.role_sent = True
-        if not self._reason(raw, state, has_output):
+        delta = self._delta.start(raw, state)
+        try:
+            for repair in self._repairs:
+                if not repair(delta):
+                    return None
+        except ProxyError as error:
+            self.fail(error)
             return None
-        logprobs, repaired = chat_logprobs(raw.get("logprobs"), self.request.alternatives)
-        if repaired:
-            self.repairs.add("Q61")
-        logprobs = state.pass_logprobs(logprobs, chat=True, had_text=had_text, sends_text="content" in out)
-        if not first and not out and not (logprobs and logprobs.get("content")):
-            if raw.get("finish_reason") is None:
-                self.repairs.add("Q62")  # a chunk with nothing in it
-            return None
-        return {"index": state.index, "delta": out, "logprobs": logprobs, "finish_reason": None}
-
-    def _text_choice(self, raw: dict[str, Any], position: int) -> dict[str, Any] | None:
-        state = self._state(raw, position)
-        if state.stopped:
-            return None
-        text = raw.get("text")
-        if not isinstance(text, str):
-            text = ""
-        had_text = bool(text)
-        if had_text:
-            state.shown = True
-            text = state.pass_text(text)
-        logprobs, covered, converted = legacy_logprobs(raw.get("logprobs"), state.text_offset)
-        if converted:
-            self.repairs.add("Q67")
-        state.text_offset += covered
-        logprobs = state.pass_logprobs(logprobs, chat=False, had_text=had_text, sends_text=bool(text))
-        if not self._reason(raw, state, bool(text)):
-            return None
-        if not text and logprobs is None:
-            if raw.get("finish_reason") is None:
-                self.repairs.add("Q62")
-            return None
-        return {"text": text, "index": state.index, "logprobs": logprobs, "finish_reason": None}
+        if self._chat:
+            return {
+                "index": state.index,
+                "delta": delta.out,
+                "logprobs": delta.logprobs,
+                "finish_reason": None,
+            }
+        return {"text": delta.text, "index": state.index, "logprobs": delta.logprobs, "finish_reason": None}
 
     def _content_choice(self, index: int, text: str) -> dict[str, Any]:
         if self._chat:
@@ -375,22 +296,11 @@ class StreamNormalizer:
             return {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
         return {"text": "", "index": index, "logprobs": None, "finish_reason": reason}
 
-    def _final_reason(self, state: ChoiceState, reason: str) -> str:
-        if reason == "stop" and not state.stopped and self._hit_limit(state):
-            self.repairs.add("Q21")  # the token limit ended it, whatever the upstream said
-            return "length"
-        if self._chat and reason == "stop" and state.had_tools:
-            self.repairs.add("Q64")
-            return "tool_calls"
-        return reason
-
-    def _hit_limit(self, state: ChoiceState) -> bool:
-        limit = self.request.max_tokens
-        if limit is None:
-            return False
+    def _tokens(self, state: ChoiceState) -> int:
+        """The completion tokens the choice generated: the upstream's count when it is the only choice."""
         if self.usage is not None and len(self._choices) == 1:
-            return int(self.usage["completion_tokens"]) >= limit
-        return state.tokens >= limit
+            return int(self.usage["completion_tokens"])
+        return state.tokens
 
     # -- usage and output ----------------------------------------------------------------------
 
