@@ -419,13 +419,20 @@ def test_client_timeout_and_max_connections_reach_every_worker(workers: int) -> 
             assert silent.recv(65536).startswith(b"HTTP/1.1 408 ")
             assert time.monotonic() - start < 5
         # Two connections at once are past the cap of one (with two workers, on either of them).
-        with socket.create_connection(("127.0.0.1", port)) as first:
+        with contextlib.ExitStack() as held:
+            first = held.enter_context(socket.create_connection(("127.0.0.1", port)))
+            # All open at once, so that whichever workers the kernel hands them to, at least one worker
+            # holds more than one (pigeonhole); opened one at a time, each could land on a worker that
+            # holds none and be served (seen under load).
+            others = [
+                held.enter_context(socket.create_connection(("127.0.0.1", port)))
+                for _ in range(2 * workers + 2)
+            ]
             answers = []
-            for _ in range(2 * workers + 2):
-                with socket.create_connection(("127.0.0.1", port)) as second:
-                    second.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
-                    second.settimeout(10)
-                    answers.append(second.recv(65536)[:12])
+            for second in others:
+                second.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+                second.settimeout(10)
+                answers.append(second.recv(65536)[:12])
             first.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
             first.settimeout(10)
             assert first.recv(65536).startswith(b"HTTP/1.1 200 ")
