@@ -4,6 +4,10 @@ many times it happened, and why it matters.
 A deviation a server repeats on every chunk is one finding with a count, not one per chunk: a server
 whose 9 chunks each lack a key must not outrank, by sheer number of lines, one that answers valid
 requests with 500 (issue 17: counted per occurrence, the worst of three real servers ranked cleanest).
+Strictly one per rule: a rule that cites two quirks in one response (``usage-in-choice-chunk``, Q26 on
+the finish chunk then Q27 on a second one; ``unknown-field``, Q35 ``timings`` and Q39
+``reasoning_content``) is one finding that lists both in :attr:`Finding.quirks`, where it used to be
+two findings of one rule in one report cell.
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ class Finding:
     pointers: tuple[str, ...] = ()
     """Where else the rule fired, when that was not the first occurrence's pointer: the distinct
     pointers after it, at most :data:`MAX_POINTERS` (which keys were missing, not only the first)."""
+    quirks: tuple[str, ...] = ()
+    """Every distinct quirk id the rule cited in this response, the first occurrence's first, when later
+    occurrences cited others; empty when ``quirk`` is the only one (see :attr:`cited`)."""
+
+    @property
+    def cited(self) -> tuple[str, ...]:
+        """Every distinct quirk id cited, first first: :attr:`quirks`, or ``quirk`` alone."""
+        if self.quirks:
+            return self.quirks
+        return (self.quirk,) if self.quirk else ()
 
     def to_json(self) -> dict[str, Any]:
         """The documented FINDING shape of the JSON report (docs/validate.md)."""
@@ -49,41 +63,57 @@ class Finding:
             "quirk": self.quirk,
             "count": self.count,
             "pointers": list(self.pointers),
+            "quirks": list(self.cited),
         }
 
 
 class FindingSink:
-    """Collects one response's findings: the first occurrence of each rule (per quirk it cites), counted,
-    with the other pointers it fired at. Memory is one finding per rule whatever the stream's length, so
-    a systematic deviation in a 1 GB stream costs nothing more than one in a short one.
+    """Collects one response's findings: the first occurrence of each rule, counted, with the other
+    pointers and quirk ids it fired with. Memory is one finding per rule whatever the stream's length
+    (at most :data:`MAX_POINTERS` pointers, and quirk ids from a fixed catalogue), so a systematic
+    deviation in a 1 GB stream costs nothing more than one in a short one.
     """
 
     def __init__(self) -> None:
-        self._first: dict[tuple[str, Severity, str | None], Finding] = {}
-        self._counts: dict[tuple[str, Severity, str | None], int] = {}
-        self._pointers: dict[tuple[str, Severity, str | None], dict[str, None]] = {}
+        self._first: dict[str, Finding] = {}
+        self._counts: dict[str, int] = {}
+        self._pointers: dict[str, dict[str, None]] = {}
+        self._quirks: dict[str, dict[str, None]] = {}
+        self._escalated: set[str] = set()
 
     def add(self, finding: Finding) -> None:
-        # Keyed by severity and quirk too: an error is never folded into a warning's count, and a
-        # rule that cites two quirks (unknown-field: Q35 timings, Q39 reasoning_content) found two
-        # different deviations.
-        key = (finding.rule, finding.severity, finding.quirk)
-        first = self._first.get(key)
+        rule = finding.rule
+        first = self._first.get(rule)
         if first is None:
-            self._first[key] = finding
-            self._counts[key] = finding.count
+            self._first[rule] = finding
+            self._counts[rule] = finding.count
             return
-        self._counts[key] += finding.count
+        self._counts[rule] += finding.count
         pointer = finding.pointer
         if pointer is not None and pointer != first.pointer:
-            others = self._pointers.setdefault(key, {})
+            others = self._pointers.setdefault(rule, {})
             if len(others) < MAX_POINTERS:
                 others[pointer] = None
+        quirk = finding.quirk
+        if quirk is not None and quirk != first.quirk:
+            self._quirks.setdefault(rule, {})[quirk] = None
+        if finding.severity == ERROR and first.severity != ERROR:
+            # The first occurrence still leads (where the rule first fired), but an error never hides
+            # behind an earlier warning of the same rule: the verdict would pass a failing response.
+            self._escalated.add(rule)
 
     def close(self) -> list[Finding]:
-        """The findings in the order their rules first fired, each carrying its count."""
+        """The findings in the order their rules first fired, each carrying its count, the other
+        pointers and every quirk id cited, with the worst severity any occurrence had."""
         out = []
-        for key, f in self._first.items():
-            count, others = self._counts[key], tuple(self._pointers.get(key, ()))
-            out.append(f if count == f.count and not others else replace(f, count=count, pointers=others))
+        for rule, f in self._first.items():
+            count, others = self._counts[rule], tuple(self._pointers.get(rule, ()))
+            later = self._quirks.get(rule)
+            escalated = rule in self._escalated
+            if count == f.count and not others and not later and not escalated:
+                out.append(f)
+                continue
+            cited = tuple(dict.fromkeys((*f.cited, *later))) if later else f.quirks
+            severity = ERROR if escalated else f.severity
+            out.append(replace(f, severity=severity, count=count, pointers=others, quirks=cited))
         return out

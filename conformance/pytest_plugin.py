@@ -90,7 +90,7 @@ class ProbeItem(pytest.Item):
             pytest.exit(f"conformant: {exc}", returncode=2)
         for finding in result.verdict.warnings:
             self.add_report_section(
-                "call", "warnings", f"{finding.rule} [{finding.quirk}]: {finding.message}"
+                "call", "warnings", f"{finding.rule} [{', '.join(finding.cited) or '-'}]: {finding.message}"
             )
         if result.verdict.errors:
             raise ProbeFailed(result.verdict.errors)
@@ -100,7 +100,7 @@ class ProbeItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ProbeFailed):
             return "\n".join(
-                f"{f.rule} [{f.quirk or '-'}]: {f.message}"
+                f"{f.rule} [{', '.join(f.cited) or '-'}]: {f.message}"
                 + (f" (event {f.event})" if f.event is not None else "")
                 for f in excinfo.value.findings
             )

@@ -102,6 +102,11 @@ def _times(f: Finding) -> str:
     return f" (x{f.count})" if f.count > 1 else ""
 
 
+def _quirks(f: Finding) -> str:
+    """Every quirk the rule cited in the response, first first: ``[Q26, Q27]``."""
+    return f" [{', '.join(f.cited)}]" if f.cited else ""
+
+
 def _server_line(name: str, totals: dict[str, Any]) -> str:
     """One server's ranking: what a reader compares servers by."""
     return (
@@ -115,12 +120,7 @@ def _text(verdicts: Sequence[Verdict]) -> str:
     for v in verdicts:
         status = "FAIL" if v.errors else ("WARN" if v.warnings else "PASS")
         lines.append(f"{status} {v.source} ({_kind(v)}): {len(v.errors)} errors, {len(v.warnings)} warnings")
-        for f in (*v.errors, *v.warnings):
-            quirk = f" [{f.quirk}]" if f.quirk else ""
-            where = _where(f)
-            lines.append(
-                f"  {f.severity:<7} {f.rule}{_times(f)}{quirk}{' at ' + where if where else ''}: {f.message}"
-            )
+        lines += [f"  {_finding_line(f, width=7)}" for f in (*v.errors, *v.warnings)]
     for name, group in by_server(verdicts).items():
         lines.append(_server_line(name, summary(group)))
     totals = summary(verdicts)
@@ -177,10 +177,11 @@ def _junit(verdicts: Sequence[Verdict]) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
-def _finding_line(f: Finding) -> str:
-    quirk = f" [{f.quirk}]" if f.quirk else ""
+def _finding_line(f: Finding, *, width: int = 0) -> str:
+    """One finding as text and JUnit show it; ``width`` pads the severity so text's rules line up."""
     where = _where(f)
-    return f"{f.severity} {f.rule}{_times(f)}{quirk}{' at ' + where if where else ''}: {f.message}"
+    where = f" at {where}" if where else ""
+    return f"{f.severity:<{width}} {f.rule}{_times(f)}{_quirks(f)}{where}: {f.message}"
 
 
 def _cell(text: str) -> str:
@@ -222,7 +223,7 @@ def _markdown(verdicts: Sequence[Verdict]) -> str:
         for f in (*v.errors, *v.warnings):
             event = "" if f.event is None else str(f.event)
             lines.append(
-                f"| {f.severity} | `{f.rule}` | {f.quirk or ''} | {f.count} | {event} | "
+                f"| {f.severity} | `{f.rule}` | {', '.join(f.cited)} | {f.count} | {event} | "
                 f"{'`' + _cell(f.pointer) + '`' if f.pointer else ''} | {_cell(f.message)} |"
             )
     return "\n".join(lines) + "\n"

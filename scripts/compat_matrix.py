@@ -135,11 +135,18 @@ def check(url: str, fmt: str, out: Path, *extra: str) -> Path:
     return report
 
 
+def named(finding: dict[str, Any]) -> str:
+    """A finding as ``rule (Q26, Q27)``: every quirk it cited (``quirks``; a report from before that key
+    has ``quirk`` only)."""
+    quirks = finding.get("quirks") or ([finding["quirk"]] if finding["quirk"] else [])
+    return f"{finding['rule']} ({', '.join(quirks)})" if quirks else finding["rule"]
+
+
 def cell(result: dict[str, Any]) -> str:
     errors: list[dict[str, Any]] = result["errors"]
     warnings: list[dict[str, Any]] = result["warnings"]
     if errors:
-        rules = dict.fromkeys(f"{e['rule']} ({e['quirk']})" if e["quirk"] else e["rule"] for e in errors)
+        rules = dict.fromkeys(named(e) for e in errors)
         return "**fail**: " + ", ".join(rules)
     if any(w["rule"] == "feature-unsupported" for w in warnings):
         return "unsupported"

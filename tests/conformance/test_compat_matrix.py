@@ -133,3 +133,16 @@ def test_the_direct_ik_llama_row_skips_the_probes_that_hold_its_slot() -> None:
     skipped = {probe for (server, probe) in matrix.SKIPS if server == "ik_llama.cpp"}
     assert skipped == {"max-completion-tokens", "invalid-type"}
     assert all(probe in {p.name for p in matrix.PROBES} for _, probe in [*matrix.SKIPS, *matrix.WHY])
+
+
+def test_a_cell_names_every_quirk_of_a_finding_once() -> None:
+    matrix = _script()
+    usage = {"rule": "usage-in-choice-chunk", "quirk": "Q26", "quirks": ["Q26", "Q27"]}
+    older = {"rule": "model-is-local-path", "quirk": "Q09"}  # a report written before `quirks`
+    unsupported = {"rule": "feature-unsupported", "quirk": None, "quirks": []}
+    assert matrix.cell({"errors": [usage, older], "warnings": []}) == (
+        "**fail**: usage-in-choice-chunk (Q26, Q27), model-is-local-path (Q09)"
+    )
+    assert matrix.cell({"errors": [dict(unsupported, rule="no-response")], "warnings": []}) == (
+        "**fail**: no-response"
+    )

@@ -35,10 +35,12 @@ def test_every_cited_quirk_is_a_row() -> None:
 
 def quirks(
     body: bytes, request: dict[str, Any] | None, rule: str, headers: dict[str, str] = SSE
-) -> list[str]:
+) -> tuple[list[str], int]:
+    """Every quirk id ``rule`` cited in the response, first first, and how many times it fired."""
     verdict = judge_response(body, request=request, status=200, headers=headers)
-    # One finding per rule and quirk per response, repeated once for each further occurrence it counts.
-    return [f.quirk or "" for f in verdict.findings if f.rule == rule for _ in range(f.count)]
+    found = [f for f in verdict.findings if f.rule == rule]
+    assert len(found) <= 1, found  # one finding per rule per response, whatever quirks it cites
+    return (list(found[0].to_json()["quirks"]), found[0].count) if found else ([], 0)
 
 
 COUNTS = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
@@ -51,13 +53,16 @@ def test_usage_on_the_finish_chunk_is_q26_on_every_chunk_q27_zeroed_q29() -> Non
     text_with_usage = chat_chunk([delta("Hi")], usage=COUNTS)
     assert quirks(
         stream(first, chat_chunk([delta("Hi")]), finish_with_usage), None, "usage-in-choice-chunk"
-    ) == ["Q26"]
+    ) == (["Q26"], 1)
     every = stream(first, text_with_usage, finish_with_usage)
-    assert quirks(every, None, "usage-in-choice-chunk") == ["Q27", "Q27"]
+    assert quirks(every, None, "usage-in-choice-chunk") == (["Q27"], 2)
     zero = stream(
         first, chat_chunk([delta("Hi")], usage=ZERO), chat_chunk([delta(finish="stop")], usage=ZERO)
     )
-    assert quirks(zero, None, "usage-in-choice-chunk") == ["Q29", "Q29"]
+    assert quirks(zero, None, "usage-in-choice-chunk") == (["Q29"], 2)
+    # Usage on the finish chunk (Q26), then again on a second one (Q27): one finding citing both.
+    twice = stream(first, finish_with_usage, finish_with_usage)
+    assert quirks(twice, None, "usage-in-choice-chunk") == (["Q26", "Q27"], 2)
     assert "on the finish chunk itself" in ROWS["Q26"]
     assert "Usage on every streamed chunk" in ROWS["Q27"]
     assert "on **every** chunk" in ROWS["Q29"]
@@ -71,12 +76,12 @@ def completion_body(choices: int) -> bytes:
 
 def test_too_few_choices_is_an_ignored_n_q71_or_an_ignored_prompt_array_q73() -> None:
     one = stream(chat_chunk([delta("Hi", role="assistant")]), chat_chunk([delta(finish="stop")]))
-    assert quirks(one, chat_request(n=2), "choice-count") == ["Q71"]
+    assert quirks(one, chat_request(n=2), "choice-count") == (["Q71"], 1)
     array = {"method": "POST", "path": "/v1/completions", "body": {"model": "m", "prompt": ["a", "b"]}}
     json_headers = {"content-type": "application/json"}
-    assert quirks(completion_body(1), array, "choice-count", json_headers) == ["Q73"]
+    assert quirks(completion_body(1), array, "choice-count", json_headers) == (["Q73"], 1)
     both = {**array, "body": {**array["body"], "n": 2}}
-    assert quirks(completion_body(2), both, "choice-count", json_headers) == ["Q71"]
+    assert quirks(completion_body(2), both, "choice-count", json_headers) == (["Q71"], 1)
     assert "`n` silently ignored" in ROWS["Q71"]
     assert "Prompt arrays" in ROWS["Q73"]
 
@@ -99,10 +104,10 @@ def test_a_500_for_an_optional_feature_cites_the_features_row(probe: str, quirk:
 
 
 def test_an_empty_stream_is_q52_and_text_lost_q14() -> None:
-    assert quirks(b"data: [DONE]\n\n", None, "stream-empty") == ["Q52"]
+    assert quirks(b"data: [DONE]\n\n", None, "stream-empty") == (["Q52"], 1)
     assert "can only cut the connection" in ROWS["Q52"]
     lost = stream(chat_chunk([delta("", role="assistant")]), chat_chunk([delta(finish="length")]))
-    assert quirks(lost, None, "text-lost") == ["Q14"]
+    assert quirks(lost, None, "text-lost") == (["Q14"], 1)
     assert '`"text":""`' in ROWS["Q14"]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from conformance.findings import ERROR, MAX_POINTERS, WARNING, Finding, FindingSink
 from conformance.judge import judge_response
 from conformance.openai_errors import error_bytes
 from conformance.sse import DONE_EVENT, encode_data
@@ -341,9 +342,9 @@ def test_unknown_fields_are_warnings_once_each() -> None:
     chunks = [chat_chunk([delta("x", reasoning_content="r")], timings={"n": 1}) for _ in range(5)]
     verdict = judge_response(stream(FIRST, *chunks, FINISH), request=None, status=200, headers=SSE)
     assert verdict.errors == []
-    assert sorted((f.pointer, f.quirk) for f in verdict.warnings) == [
-        ("/choices/0/delta/reasoning_content", "Q39"),
-        ("/timings", "Q35"),
+    # One finding for the rule, although its two keys cite two quirks: each key once, both quirks kept.
+    assert [(f.rule, f.pointer, f.quirk, f.count, f.pointers, f.cited) for f in verdict.warnings] == [
+        ("unknown-field", "/choices/0/delta/reasoning_content", "Q39", 2, ("/timings",), ("Q39", "Q35"))
     ]
 
 
@@ -363,6 +364,23 @@ def test_a_long_stream_keeps_one_finding_per_rule() -> None:
     assert [f.count for f in verdict.errors if f.rule == "created-changed"] == [4999]
 
 
+def test_one_finding_per_rule_keeps_every_quirk_and_the_worst_severity_in_bounded_memory() -> None:
+    # No rule of the judge warns and errs under one id today; the sink must still never let an earlier
+    # warning hide a later error of the same rule, and must stay one finding per rule over 5,000 of them.
+    sink = FindingSink()
+    sink.add(Finding("r", WARNING, "first", event=1, pointer="/a", quirk="Q26"))
+    for i in range(5000):
+        severity = ERROR if i == 2500 else WARNING
+        sink.add(Finding("r", severity, f"again {i}", event=2 + i, pointer=f"/p/{i}", quirk=f"Q2{7 + i % 2}"))
+    sink.add(Finding("other", WARNING, "x", quirk=None))
+    finding, other = sink.close()
+    assert (finding.rule, finding.severity, finding.message, finding.event) == ("r", ERROR, "first", 1)
+    assert (finding.pointer, finding.quirk, finding.count) == ("/a", "Q26", 5001)
+    assert finding.pointers == tuple(f"/p/{i}" for i in range(MAX_POINTERS))
+    assert finding.to_json()["quirks"] == ["Q26", "Q27", "Q28"]
+    assert (other.rule, other.cited, other.to_json()["quirks"]) == ("other", (), [])
+
+
 def test_verdict_json_shape() -> None:
     verdict = judge_response(
         stream(FIRST, FINISH, done=False), request=None, status=None, headers=None, source="x"
@@ -380,6 +398,7 @@ def test_verdict_json_shape() -> None:
                 "quirk": "Q55",
                 "count": 1,
                 "pointers": [],
+                "quirks": ["Q55"],
             }
         ],
         "warnings": [],

@@ -14,6 +14,7 @@ import pytest
 from conformance.cli import main
 from conformance.report import render
 from conformance.sse import DONE_EVENT, encode_data
+from tests.conformance.test_rules import chat_chunk, delta, stream
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 
@@ -53,7 +54,9 @@ def test_json_report_is_the_documented_format(capsys: pytest.CaptureFixture[str]
     keys = {"source", "endpoint", "stream", "errors", "warnings", "server", "excerpt"}
     assert [set(r) for r in report["results"]] == [keys] * 2
     finding = report["results"][1]["errors"][0]
-    assert set(finding) == {"rule", "message", "event", "pointer", "quirk", "count", "pointers"}
+    first_format = {"rule", "message", "event", "pointer", "quirk"}
+    assert set(finding) == first_format | {"count", "pointers", "quirks"}
+    assert finding["quirks"] == [finding["quirk"]]
     # vllm-18412 repeats tool-call-name-repeated: one finding, count 2.
     assert [(f["rule"], f["count"]) for f in report["results"][1]["errors"]][2] == (
         "tool-call-name-repeated",
@@ -347,6 +350,33 @@ def test_every_format_carries_the_counts_and_the_per_server_summary(
     assert properties["server-a.responses_with_errors"] == "1"
     failure = next(junit.iter("failure"))
     assert "created-changed (x8)" in (failure.text or "")
+
+
+def test_every_format_lists_each_quirk_a_rule_cited_in_one_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Usage on the finish chunk (Q26), then on a second finish chunk (usage on every chunk, Q27).
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    finish = chat_chunk([delta(finish="stop")], usage=usage)
+    path = tmp_path / "usage-twice.sse"
+    path.write_bytes(stream(chat_chunk([delta("Hi", role="assistant")]), finish, finish))
+    text = run(capsys, str(path))[1]
+    assert "error   usage-in-choice-chunk (x2) [Q26, Q27] at event 1 /usage" in text
+    [finding] = [
+        f
+        for f in json.loads(run(capsys, "--format", "json", str(path))[1])["results"][0]["errors"]
+        if f["rule"] == "usage-in-choice-chunk"
+    ]
+    assert (finding["quirk"], finding["quirks"], finding["count"], finding["event"]) == (
+        "Q26",
+        ["Q26", "Q27"],
+        2,
+        1,
+    )
+    markdown = run(capsys, "--format", "markdown", str(path))[1]
+    assert "| error | `usage-in-choice-chunk` | Q26, Q27 | 2 | 1 |" in markdown
+    junit = ET.fromstring(run(capsys, "--format", "junit", str(path))[1])
+    assert "usage-in-choice-chunk (x2) [Q26, Q27]" in (next(junit.iter("failure")).text or "")
 
 
 CUT = DATA / "reports" / "vllm-18412.sse"

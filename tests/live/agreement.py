@@ -1,7 +1,7 @@
 """``check --record DIR`` and a later ``validate DIR`` must agree: the same findings, rule for rule.
 
 Both commands are run as a user runs them (``conformance.cli.main`` with a JSON report); the findings of
-each probe are compared as multisets of (rule, severity, quirk).
+each probe are compared as multisets of (rule, severity, quirks cited).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from conformance.cli import main
 
 __all__ = ["Disagreement", "check_then_validate", "disagreements"]
 
-Findings = Counter[tuple[str, str, str | None]]
+Findings = Counter[tuple[str, str, tuple[str, ...]]]
 Disagreement = tuple[str, Findings, Findings]
 """(probe, findings only ``check`` made, findings only ``validate`` made)."""
 
@@ -29,7 +29,7 @@ def _by_source(report: Path) -> dict[str, Findings]:
         name = Path(result["source"]).name.removesuffix(".sse").removesuffix(".json")
         found = out.setdefault(name, Counter())
         for severity in ("errors", "warnings"):
-            found.update((f["rule"], severity, f.get("quirk")) for f in result[severity])
+            found.update((f["rule"], severity, tuple(f["quirks"])) for f in result[severity])
     return out
 
 

@@ -30,9 +30,12 @@ LLAMA_CPP_PYTHON_DEVIATIONS = [
 
 
 def findings_by_probe(report: Path) -> dict[str, set[tuple[str, Any]]]:
-    """``{probe: {(rule, quirk), ...}}`` from a JSON report's errors."""
+    """``{probe: {(rule, quirk), ...}}`` from a JSON report's errors: each quirk a finding cited."""
     loaded = json.loads(report.read_text())
-    return {r["source"]: {(e["rule"], e["quirk"]) for e in r["errors"]} for r in loaded["results"]}
+    return {
+        r["source"]: {(e["rule"], quirk) for e in r["errors"] for quirk in e["quirks"] or [e["quirk"]]}
+        for r in loaded["results"]
+    }
 
 
 def missing_deviations(report: Path) -> list[tuple[str, str, str]]:

@@ -23,15 +23,15 @@ def test_replayed_llama_cpp_python(
     assert disagreements(checked, validated) == []
     # The recording holds deviations of every kind the request and the intents decide, so agreement
     # is not that of two empty reports.
-    assert ("invalid-request-accepted", "errors", "spec") in validated["missing-prompt"]
-    assert ("invalid-request-status", "errors", "Q43") in validated["malformed-json"]
-    assert ("feature-server-error", "errors", "Q73") in validated["prompt-array"]
-    assert ("stream-empty", "errors", "Q52") in validated["context-overflow-stream"]
+    assert ("invalid-request-accepted", "errors", ("spec",)) in validated["missing-prompt"]
+    assert ("invalid-request-status", "errors", ("Q43",)) in validated["malformed-json"]
+    assert ("feature-server-error", "errors", ("Q73",)) in validated["prompt-array"]
+    assert ("stream-empty", "errors", ("Q52",)) in validated["context-overflow-stream"]
     # and the judge's leak and meaning rules, which check used to leave to the probes alone.
-    assert ("error-leaks-traceback", "errors", "spec") in validated["invalid-type"]
-    assert ("error-message-empty", "errors", "spec") in validated["prompt-array"]
-    assert ("max-tokens-zero-generated", "errors", "spec") in validated["max-tokens-zero-echo"]
-    assert validated["disconnect-hangup"].keys() <= {("model-is-local-path", "errors", "Q09")}
+    assert ("error-leaks-traceback", "errors", ("spec",)) in validated["invalid-type"]
+    assert ("error-message-empty", "errors", ("spec",)) in validated["prompt-array"]
+    assert ("max-tokens-zero-generated", "errors", ("spec",)) in validated["max-tokens-zero-echo"]
+    assert validated["disconnect-hangup"].keys() <= {("model-is-local-path", "errors", ("Q09",))}
 
 
 @pytest.mark.backend
@@ -40,7 +40,7 @@ def test_llama_cpp_python_server(llama_cpp_python_url: str, tmp_path: Path) -> N
         llama_cpp_python_url, tmp_path, "--overflow-words", OVERFLOW_WORDS
     )
     assert disagreements(checked, validated) == []
-    assert ("invalid-request-accepted", "errors", "spec") in validated["missing-prompt"]
+    assert ("invalid-request-accepted", "errors", ("spec",)) in validated["missing-prompt"]
 
 
 @pytest.mark.backend
