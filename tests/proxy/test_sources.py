@@ -164,9 +164,10 @@ def test_serial_fan_out_gives_each_later_request_its_own_first_byte_timeout() ->
     assert all(source.closed for source in sources)
 
 
-def _builder(info: RequestInfo, *, serial: bool | None = None) -> SourceBuilder:
-    upstream = Upstream(ProxyConfig(upstream="http://127.0.0.1:9/v1"))  # never asked: nothing is sent
-    upstream.traits.serial = serial
+def _builder(info: RequestInfo, *, serial: bool | None = None, upstream: Any = None) -> SourceBuilder:
+    if upstream is None:
+        upstream = Upstream(ProxyConfig(upstream="http://127.0.0.1:9/v1"))  # never asked: nothing is sent
+        upstream.traits.serial = serial
     return SourceBuilder(
         upstream,
         OpenAIAdapter(),
@@ -332,17 +333,7 @@ def test_a_refused_token_prompt_is_built_again_from_the_upstreams_text_of_it() -
     upstream = Detokenizing([refused, _Answer("application/json", [json.dumps(whole).encode()])])
     body = {"model": "m", "prompt": [1, 2], "max_tokens": 4}
     info = _info(body)
-    builder = SourceBuilder(
-        upstream,  # type: ignore[arg-type]
-        OpenAIAdapter(),
-        "completions",
-        info,
-        [],
-        max_line_bytes=1024,
-        first_byte_timeout=5.0,
-        fan_out=True,
-    )
-    source = builder.source(body)
+    source = _builder(info, upstream=upstream).source(body)
     assert asyncio.run(source.start()) == []
     assert [sent["prompt"] for sent in upstream.sent] == [[1, 2], "t1 t2"]
     assert source.body is not None
