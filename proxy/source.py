@@ -56,6 +56,8 @@ class Source:
 
     body: dict[str, Any] | None = None
     upstream_status: int | None = None
+    _failure: ProxyError | None = None
+    _usage: dict[str, Any] | None = None
 
     @property
     def repairs(self) -> Repairs:
@@ -71,11 +73,13 @@ class Source:
 
     @property
     def failure(self) -> ProxyError | None:
-        raise NotImplementedError
+        """What ended the source after ``start()`` returned, if anything did."""
+        return self._failure
 
     @property
     def usage(self) -> dict[str, Any] | None:
-        raise NotImplementedError
+        """The answer's usage once it is known."""
+        return self._usage
 
     async def aclose(self) -> None:
         raise NotImplementedError
@@ -354,17 +358,7 @@ class _FanOut(Source):
     def __init__(self, sources: list[UpstreamSource], request: RequestInfo) -> None:
         self._sources = sources
         self._request = request
-        self._failure: ProxyError | None = None
-        self._usage: dict[str, Any] | None = None
         self._closed = False
-
-    @property
-    def failure(self) -> ProxyError | None:
-        return self._failure
-
-    @property
-    def usage(self) -> dict[str, Any] | None:
-        return self._usage
 
     @property
     def repairs(self) -> Repairs:

@@ -56,14 +56,6 @@ class _Scripted(Source):
         self._name = name
         self.closed = False
 
-    @property
-    def failure(self) -> ProxyError | None:
-        return self._failure
-
-    @property
-    def usage(self) -> dict[str, Any] | None:
-        return self._usage
-
     async def start(self) -> list[dict[str, Any]]:
         self._log.append(f"start {self._name}")
         await asyncio.sleep(self._delay)
