@@ -27,7 +27,7 @@ from conformance.openai_errors import error_body
 
 from . import jsoncodec
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
-from .adapters.base import without_streaming
+from .adapters.base import fitted_request
 from .config import ProxyConfig
 from .errors import REDACTED, ProxyError, secret_in_bodies
 from .normalizer import Endpoint, RequestInfo, clean_model_name
@@ -153,14 +153,7 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     info = RequestInfo.from_body(endpoint, body, alias=ctx.config.model_alias)
     if ctx.config.fan_out and (refused := _fan_out_refused(endpoint, body, info, ctx.config.max_fan_out)):
         return refused
-    if not info.generates:
-        # max_tokens 0 (a prompt scored with echo): llama-cpp-python reads 0 as "no limit" and
-        # generates to the end of the context. One token is asked for, and not sent (info.generates).
-        body = body | {name: 1 for name in ("max_tokens", "max_completion_tokens") if body.get(name) == 0}
-    if info.stream and body.get("echo") is True:
-        # llama-cpp-python leaves the prompt (and its logprobs) out of a stream, not out of a JSON
-        # answer: an echo (scoring a prompt, mostly) is asked for whole and streamed by the proxy.
-        body = without_streaming(body)
+    body = fitted_request(ctx.upstream.traits, body, info)
     model = body.get("model")
     served = await ctx.names.upstream_name(model)
     if served != model:
@@ -173,7 +166,6 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         ctx.adapter,
         endpoint,
         info,
-        exchange.repairs,
         _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS),
         max_line_bytes=ctx.config.max_line_bytes,
         first_byte_timeout=ctx.config.first_byte_timeout,
@@ -234,7 +226,7 @@ async def _listed_models(ctx: _Context, exchange: Exchange) -> list[dict[str, An
             continue
         shown = clean_model_name(name)
         if shown != name and not alias:
-            exchange.repairs.add("Q09")
+            exchange.record(["Q09"])
         created = entry.get("created")
         owned_by = entry.get("owned_by")
         data.append(
@@ -359,7 +351,7 @@ async def _detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
         props := await upstream.json("GET", "/props", timeout=5)
     ):
         return LlamaCppAdapter(props, default)
-    return OpenAIAdapter(default)
+    return OpenAIAdapter(default, upstream.traits)
 
 
 _COMPLETION_PATHS: dict[str, Endpoint] = {
@@ -452,7 +444,7 @@ def create_app(config: ProxyConfig) -> Starlette:
     """The proxy as an ASGI app."""
     metrics = Metrics()
     upstream = Upstream(config)
-    adapter = OpenAIAdapter(config.default_max_tokens)
+    adapter = OpenAIAdapter(config.default_max_tokens, upstream.traits)
     ctx = _Context(config, upstream, adapter, metrics, ServedNames(upstream, config.model_alias))
 
     @contextlib.asynccontextmanager

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,11 @@ class Exchange:
         self.error = error.message
         code = error.body["error"].get("code")
         self.error_code = code if isinstance(code, str) else None
+
+    def record(self, repairs: Mapping[str, int] | Iterable[str]) -> None:
+        """The repairs a hop reports having made for this request (counts, or one per quirk id named):
+        the one place a request's repairs are recorded, logged and counted at the end."""
+        self.repairs.update(repairs)
 
     def mark_first_token(self) -> None:
         if self.first_token is None:

@@ -63,7 +63,6 @@ class SourceBuilder:
     adapter: Adapter
     endpoint: Endpoint
     info: RequestInfo
-    repairs: Repairs
     headers: list[tuple[bytes, bytes]]
     max_line_bytes: int
     first_byte_timeout: float
@@ -97,8 +96,8 @@ class SourceBuilder:
             # each request's own prompt is counted, not the client's array
             sources.append(self._single(part, info.echoing(part), prompt_text(part), first, index))
         if serial:
-            return SerialFanOut(sources, info, self.repairs, first_byte_timeout=self.first_byte_timeout)
-        return ConcurrentFanOut(sources, info, self.repairs)
+            return SerialFanOut(sources, info, first_byte_timeout=self.first_byte_timeout)
+        return ConcurrentFanOut(sources, info)
 
     def _single(
         self,
@@ -116,7 +115,6 @@ class SourceBuilder:
             prompt=prompt,
             max_line_bytes=self.max_line_bytes,
             headers=self.headers,
-            repairs=self.repairs,
             identity=None if first is None else first.identity,
             index_base=index_base,
             emit_usage=self.info.include_usage or not self.info.stream,
@@ -130,6 +128,7 @@ class TextPromptFallback(Source):
         self._current = first
         self._body = body
         self._builder = builder
+        self._spent = Repairs()  # the refused attempt's, and the fallback itself (Q74)
 
     # Read by the response writer; whichever attempt runs now answers.
     @property
@@ -156,6 +155,12 @@ class TextPromptFallback(Source):
     def usage(self) -> dict[str, Any] | None:
         return self._current.usage
 
+    @property
+    def repairs(self) -> Repairs:
+        total = Repairs(self._spent)
+        total.update(self._current.repairs)
+        return total
+
     async def start(self) -> list[dict[str, Any]]:
         try:
             return await self._current.start()
@@ -163,10 +168,11 @@ class TextPromptFallback(Source):
             if not refused_token_prompt(refused):
                 raise
             await self._current.aclose()
+            self._spent.update(self._current.repairs)
         builder = self._builder
         llamacpp_first = builder.adapter.name == "llamacpp"
         text = await detokenize(builder.upstream, self._body["prompt"], llamacpp_first=llamacpp_first)
-        builder.repairs.add("Q74")
+        self._spent.add("Q74")
         text_body = {**self._body, "prompt": text}
         self._current = builder.build(text_body, builder.info.echoing(text_body))
         return await self._current.start()

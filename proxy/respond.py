@@ -141,6 +141,21 @@ async def serve_source(
     if key is not None:
         send = _redacting(send, key)
     try:
+        await _serve(send, source, request, exchange, first_byte_timeout, secret)
+    finally:
+        # What the sources repaired, reported once they are done.
+        exchange.record(source.repairs)
+
+
+async def _serve(
+    send: Send,
+    source: Source,
+    request: RequestInfo,
+    exchange: Exchange,
+    first_byte_timeout: float,
+    secret: str | None,
+) -> None:
+    try:
         try:
             async with asyncio.timeout(first_byte_timeout):
                 initial = await source.start()
@@ -190,7 +205,7 @@ async def _send_body(send: Send, body: dict[str, Any], request: RequestInfo, exc
         exchange.mark_first_token()
         await send_json(send, 200, body)
         return
-    exchange.repairs.add("seed002-stream")
+    exchange.record(["seed002-stream"])
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
     await send({"type": "http.response.body", "body": _events(synthesize_chunks(body, request)) + DONE_EVENT})
@@ -293,7 +308,7 @@ async def _aggregate(
     exchange: Exchange,
     secret: str | None,
 ) -> None:
-    exchange.repairs.add("seed002-aggregate")
+    exchange.record(["seed002-aggregate"])
     aggregator = Aggregator(request)
     try:
         for chunk in initial:

@@ -56,6 +56,14 @@ class Source:
 
     body: dict[str, Any] | None = None
     upstream_status: int | None = None
+    _failure: ProxyError | None = None
+    _usage: dict[str, Any] | None = None
+
+    @property
+    def repairs(self) -> Repairs:
+        """What this source repaired (its own, and its normalizer's): the response writer records it
+        in the request's repairs once the response is done."""
+        return Repairs()
 
     async def start(self) -> list[dict[str, Any]]:
         raise NotImplementedError
@@ -65,11 +73,13 @@ class Source:
 
     @property
     def failure(self) -> ProxyError | None:
-        raise NotImplementedError
+        """What ended the source after ``start()`` returned, if anything did."""
+        return self._failure
 
     @property
     def usage(self) -> dict[str, Any] | None:
-        raise NotImplementedError
+        """The answer's usage once it is known."""
+        return self._usage
 
     async def aclose(self) -> None:
         raise NotImplementedError
@@ -97,12 +107,12 @@ class UpstreamSource(Source):
         self._call = call
         self._prompt = prompt
         self._headers = headers
-        self.repairs = repairs if repairs is not None else Repairs()
+        self._repairs = repairs if repairs is not None else Repairs()
         self.identity = identity or Identity(request.endpoint, request.model)
         self.normalizer = StreamNormalizer(
             request,
             identity=self.identity,
-            repairs=self.repairs,
+            repairs=self._repairs,
             index_base=index_base,
             emit_usage=emit_usage,
         )
@@ -113,6 +123,10 @@ class UpstreamSource(Source):
         self._received = 0
         self._counted: int | None = 0  # completion tokens counted as the stream came; None: not countable
         self._failure: ProxyError | None = None  # the transport's, or the stream's framing
+
+    @property
+    def repairs(self) -> Repairs:
+        return self._repairs
 
     @property
     def failure(self) -> ProxyError | None:
@@ -181,7 +195,7 @@ class UpstreamSource(Source):
             or isinstance(failure, UpstreamTimeout)
         ):
             return False
-        self.repairs.add("Q52")
+        self._repairs.add("Q52")
         self._failure = None
         stream = await self._open(without_streaming(self._call.body))
         await self._read_body(await stream.read_all(MAX_JSON_BODY))
@@ -197,7 +211,7 @@ class UpstreamSource(Source):
                 raise ProxyError.make("the upstream server sent a body that is not valid JSON", 502) from None
         if self._call.translate is not None:
             obj = self._call.translate(obj)
-        body = normalize_body(obj, self._request, repairs=self.repairs, identity=self.identity)
+        body = normalize_body(obj, self._request, repairs=self._repairs, identity=self.identity)
         if body["usage"] is None:
             texts = [generated_text(choice) for choice in body["choices"]]
             texts = texts if self._request.generates else []  # (an echo, not generated)
@@ -243,7 +257,7 @@ class UpstreamSource(Source):
             await self._count_as_it_comes(normalizer.take_texts(_COUNT_PIECE))
         if normalizer.upstream_done or normalizer.all_stopped:
             if normalizer.all_stopped and self._request.generates:
-                self.repairs.add("Q76")
+                self._repairs.add("Q76")
             return out + (await self._finish(None) or [])
         return out
 
@@ -317,7 +331,7 @@ class UpstreamSource(Source):
         """Usage the upstream did not report: counted with its tokenizer when it has one, and answers in
         time (``counted``: tokens already counted as the stream came, None when that failed); else
         estimated (the prompt's words, ``fallback_completion``)."""
-        self.repairs.add("Q28")
+        self._repairs.add("Q28")
         count = self._counter()
         prompt = await count(self._prompt) if self._prompt else 0
         if prompt is None:
@@ -341,22 +355,18 @@ class UpstreamSource(Source):
 class _FanOut(Source):
     """``n > 1`` and prompt arrays served as single requests, choices indexed, usage summed (Q71, Q73)."""
 
-    def __init__(self, sources: list[UpstreamSource], request: RequestInfo, repairs: Repairs) -> None:
-        repairs.add("Q71" if request.n > 1 else "Q73")
+    def __init__(self, sources: list[UpstreamSource], request: RequestInfo) -> None:
         self._sources = sources
         self._request = request
-        self.repairs = repairs
-        self._failure: ProxyError | None = None
-        self._usage: dict[str, Any] | None = None
         self._closed = False
 
     @property
-    def failure(self) -> ProxyError | None:
-        return self._failure
-
-    @property
-    def usage(self) -> dict[str, Any] | None:
-        return self._usage
+    def repairs(self) -> Repairs:
+        """Each request's repairs, and the fan-out itself (Q71 for n, Q73 for a prompt array)."""
+        total = Repairs({"Q71" if self._request.n > 1 else "Q73": 1})
+        for source in self._sources:
+            total.update(source.repairs)
+        return total
 
     async def _failed(self, failure: ProxyError) -> None:
         self._failure = failure
@@ -384,8 +394,8 @@ class _FanOut(Source):
 class ConcurrentFanOut(_FanOut):
     """The requests sent at once, their chunks sent on as they come."""
 
-    def __init__(self, sources: list[UpstreamSource], request: RequestInfo, repairs: Repairs) -> None:
-        super().__init__(sources, request, repairs)
+    def __init__(self, sources: list[UpstreamSource], request: RequestInfo) -> None:
+        super().__init__(sources, request)
         self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | None]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._live = 0
@@ -455,13 +465,12 @@ class SerialFanOut(_FanOut):
         self,
         sources: list[UpstreamSource],
         request: RequestInfo,
-        repairs: Repairs,
         *,
         first_byte_timeout: float = math.inf,
     ) -> None:
         """Each request after the first (which the caller bounds) is given ``first_byte_timeout``
         seconds."""
-        super().__init__(sources, request, repairs)
+        super().__init__(sources, request)
         self._first_byte_timeout = first_byte_timeout
         self._next = 0  # the next request to send
 

@@ -11,6 +11,11 @@ knows of a server is in one place rather than in module caches and flags set fro
 - ``tokenizer``, ``tokenizer_unanswered``, ``tokenizer_added``: the endpoint that counts tokens for
   usage the upstream did not report (Q28), the endpoints probed without an answer, and the tokens the
   tokenizer adds to any text (llama-cpp-python's count includes the BOS token).
+- ``streams_echo``, ``zero_limit_unbounded``, ``chat_logprobs_need_top``: how requests are asked so that
+  llama-cpp-python answers them as OpenAI would. No detection tells these apart yet, so they hold for
+  every upstream (as the proxy has always asked), each harmless where the workaround is not needed: an
+  echo asked whole and streamed by the proxy, one token asked for ``max_tokens: 0`` and not sent, chat
+  logprobs asked with ``top_logprobs: 0`` and the alternatives taken out again.
 
 ``None`` is "not known yet" throughout: asked again when next needed.
 """
@@ -34,6 +39,14 @@ class UpstreamTraits:
     tokenizer: str | None = None
     tokenizer_unanswered: set[str] = field(default_factory=set)
     tokenizer_added: int | None = None
+    streams_echo: bool = False
+    """Whether a streamed echo carries the prompt (and its logprobs): llama-cpp-python's leaves it out,
+    its JSON answer does not, so without this an echo is asked unstreamed."""
+    zero_limit_unbounded: bool = True
+    """Whether ``max_tokens: 0`` means "no limit" (llama-cpp-python generates to the end of the
+    context): one token is asked for instead, and not sent."""
+    chat_logprobs_need_top: bool = True
+    """Whether chat logprobs come only with ``top_logprobs`` set (llama-cpp-python): 0 is asked."""
 
     def broke_off_stream(self) -> None:
         """A stream ended after ``[DONE]`` by a cut connection, a choice without its final chunk: the

@@ -8,10 +8,19 @@ from typing import Any, Protocol
 from conformance.request import integer
 
 from ..errors import ProxyError
-from ..normalizer.request import Endpoint
+from ..normalizer.request import Endpoint, RequestInfo
 from ..upstream import Upstream
+from ..upstream_traits import UpstreamTraits
 
-__all__ = ["LIMIT_KEYS", "Adapter", "UpstreamCall", "requested_limit", "with_limit", "without_streaming"]
+__all__ = [
+    "LIMIT_KEYS",
+    "Adapter",
+    "UpstreamCall",
+    "fitted_request",
+    "requested_limit",
+    "with_limit",
+    "without_streaming",
+]
 
 OPENAI_PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -49,6 +58,19 @@ def without_streaming(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` asking for one JSON answer rather than a stream (``stream_options`` goes with the stream:
     some upstreams refuse it without one)."""
     return {k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}
+
+
+def fitted_request(traits: UpstreamTraits, body: dict[str, Any], info: RequestInfo) -> dict[str, Any]:
+    """``body`` as the upstream must be asked for it to answer as the client asked, by its ``traits``."""
+    if not info.generates and traits.zero_limit_unbounded:
+        # max_tokens 0 (a prompt scored with echo) would generate to the end of the context. One token
+        # is asked for, and not sent (info.generates).
+        body = body | {name: 1 for name in ("max_tokens", "max_completion_tokens") if body.get(name) == 0}
+    if info.stream and body.get("echo") is True and not traits.streams_echo:
+        # The prompt (and its logprobs) would be left out of the stream, not out of a JSON answer: an
+        # echo (scoring a prompt, mostly) is asked for whole and streamed by the proxy.
+        body = without_streaming(body)
+    return body
 
 
 class Translate(Protocol):

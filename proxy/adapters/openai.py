@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
-from ..upstream_traits import NO_TOKENIZER
+from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
 from .base import OPENAI_PATHS, UpstreamCall, with_limit
 
 __all__ = ["OpenAIAdapter"]
@@ -20,14 +20,16 @@ _TOKENIZERS = ("/extras/tokenize/count", "/tokenize")  # llama-cpp-python's, lla
 class OpenAIAdapter:
     name = "openai"
 
-    def __init__(self, default_max_tokens: int | None = None) -> None:
+    def __init__(self, default_max_tokens: int | None = None, traits: UpstreamTraits | None = None) -> None:
         self._default_max_tokens = default_max_tokens
+        self._traits = traits or UpstreamTraits()
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         body = with_limit(body, self._default_max_tokens)
-        if endpoint == "chat" and body.get("logprobs") is True and "top_logprobs" not in body:
-            # llama-cpp-python sends chat logprobs only when top_logprobs is set; 0 is within the spec
-            # for every upstream, and the alternatives it brings are taken out again (chat_logprobs).
+        wants_logprobs = endpoint == "chat" and body.get("logprobs") is True
+        if wants_logprobs and "top_logprobs" not in body and self._traits.chat_logprobs_need_top:
+            # 0 is within the spec for every upstream, and the alternatives it brings are taken out
+            # again (chat_logprobs).
             body = {**body, "top_logprobs": 0}
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
 

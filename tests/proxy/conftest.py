@@ -77,6 +77,26 @@ def judge(response: httpx.Response, path: str, body: dict[str, Any]) -> Verdict:
     )
 
 
+def post_judged(
+    url: str,
+    path: str,
+    body: dict[str, Any],
+    status: int = 200,
+    *,
+    timeout: float = 30.0,
+    known_fields: bool = False,
+) -> httpx.Response:
+    """``body`` posted to ``url + path``, answered with ``status`` and judged without errors (and, with
+    ``known_fields``, without a field OpenAI does not send)."""
+    response = httpx.post(url + path, json=body, timeout=timeout)
+    assert response.status_code == status, response.text[:500]
+    verdict = judge(response, path, body)
+    assert verdict.errors == [], ([f.message for f in verdict.errors], response.text[:1500])
+    if known_fields:
+        assert "unknown-field" not in [f.rule for f in verdict.findings], response.text[:1500]
+    return response
+
+
 def upstream_answer(chat: bool, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """An upstream's answer (a JSON body, or with ``.chunk`` objects a stream event) of ``choices``."""
     kind = "chat.completion" if chat else "text_completion"

@@ -25,10 +25,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.support.servers import RecordingUpstream
 
 __all__ = ["ENDLESS", "WORDS", "IkLlama"]
 
@@ -41,18 +42,17 @@ def tokenize(text: str) -> list[int]:
     return [sum(word.encode()) % 50000 for word in text.split()]
 
 
-class IkLlama:
+class IkLlama(RecordingUpstream):
     def __init__(self, n_ctx: int = 64) -> None:
         self.n_ctx = n_ctx
         self.props = True
         """Whether ``/props`` answers (else 404, as a server that has none)."""
         self.newer_probs = False
+        """Native probabilities in llama-server's newer shape (OpenAI's chat entries) instead."""
         self.sampled = False
         """Probabilities as when sampling: the chosen token the third likeliest (0.2), not the first."""
-        """Native probabilities in llama-server's newer shape (OpenAI's chat entries) instead."""
-        self.seen: list[tuple[str, dict[str, Any]]] = []
-        self.app = Starlette(
-            routes=[
+        super().__init__(
+            [
                 Route("/props", self._props),
                 Route("/tokenize", self._tokenize, methods=["POST"]),
                 Route("/completion", self._native, methods=["POST"]),
@@ -60,9 +60,6 @@ class IkLlama:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
             ]
         )
-
-    def bodies(self, path: str) -> list[dict[str, Any]]:
-        return [body for seen_path, body in self.seen if seen_path == path]
 
     async def _props(self, _: Request) -> Response:
         self.seen.append(("/props", {}))

@@ -17,10 +17,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.support.servers import RecordingUpstream
 
 __all__ = ["WORDS", "LlamaServer"]
 
@@ -42,23 +43,19 @@ def _entry(token: str, logprob: float, top: int) -> dict[str, Any]:
     }
 
 
-class LlamaServer:
+class LlamaServer(RecordingUpstream):
     def __init__(self, n_ctx: int = 2048) -> None:
         self.n_ctx = n_ctx
         self.echoes = False
         """Whether ``echo`` is honoured (as an OpenAI-style server would), not ignored."""
-        self.seen: list[tuple[str, dict[str, Any]]] = []
-        self.app = Starlette(
-            routes=[
+        super().__init__(
+            [
                 Route("/props", self._props),
                 Route("/tokenize", self._tokenize, methods=["POST"]),
                 Route("/v1/completions", self._completions, methods=["POST"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
             ]
         )
-
-    def bodies(self, path: str) -> list[dict[str, Any]]:
-        return [body for seen_path, body in self.seen if seen_path == path]
 
     async def _props(self, _: Request) -> Response:
         settings = {"n_ctx": self.n_ctx, "params": {"n_predict": -1}}

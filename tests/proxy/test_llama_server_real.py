@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
+from functools import partial
 
 import httpx
 import pytest
 
 from tests.support.servers import free_port, run_process
 
-from .conftest import judge, run_proxy
+from .conftest import post_judged, run_proxy
 
 pytestmark = pytest.mark.backend
 
@@ -34,13 +34,7 @@ def proxy() -> Iterator[str]:
         yield url
 
 
-def _judged(url: str, path: str, body: dict[str, Any], status: int = 200) -> httpx.Response:
-    response = httpx.post(url + path, json=body, timeout=120)
-    assert response.status_code == status, response.text[:500]
-    verdict = judge(response, path, body)
-    assert verdict.errors == [], ([f.message for f in verdict.errors], response.text[:1500])
-    assert "unknown-field" not in [f.rule for f in verdict.findings], response.text[:1500]
-    return response
+_judged = partial(post_judged, timeout=120, known_fields=True)
 
 
 def _text(response: httpx.Response, stream: bool) -> str:

@@ -15,12 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.support.servers import run_asgi
+from tests.support.servers import RecordingUpstream, run_asgi
 
 from .conftest import judge, run_proxy
 
@@ -52,22 +51,18 @@ EXTENSIONS: dict[str, Any] = {
 OPENAI = {"temperature": 0.2, "top_p": 0.9, "seed": 7, "presence_penalty": 0.1, "logit_bias": {"15": -1}}
 
 
-class Upstream:
+class Upstream(RecordingUpstream):
     """llama-server's native streaming ``/completion`` plus its OpenAI ``/v1/completions``, recording
     every body by path."""
 
     def __init__(self) -> None:
-        self.seen: list[tuple[str, dict[str, Any]]] = []
-        self.app = Starlette(
-            routes=[
+        super().__init__(
+            [
                 Route("/props", self._props),
                 Route("/completion", self._native, methods=["POST"]),
                 Route("/v1/completions", self._openai, methods=["POST"]),
             ]
         )
-
-    def bodies(self, path: str) -> list[dict[str, Any]]:
-        return [body for seen_path, body in self.seen if seen_path == path]
 
     async def _props(self, _: Request) -> Response:
         return JSONResponse({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ import pytest
 
 from tests.support.servers import run_asgi
 
-from .conftest import judge, run_proxy
+from .conftest import judge, post_judged, run_proxy
 from .llama_server_upstream import WORDS, LlamaServer
 
 pytestmark = pytest.mark.slow
@@ -39,13 +40,7 @@ def proxy(upstream: tuple[LlamaServer, str]) -> Iterator[str]:
         yield url
 
 
-def _post(url: str, path: str, body: dict[str, Any], status: int = 200) -> httpx.Response:
-    response = httpx.post(url + path, json=body, timeout=30)
-    assert response.status_code == status, response.text[:500]
-    verdict = judge(response, path, body)
-    assert verdict.errors == [], ([f.message for f in verdict.errors], response.text[:1500])
-    assert [f.rule for f in verdict.findings if f.rule == "unknown-field"] == [], response.text[:1500]
-    return response
+_post = partial(post_judged, known_fields=True)
 
 
 def _events(response: httpx.Response) -> list[dict[str, Any]]:

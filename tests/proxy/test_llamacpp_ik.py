@@ -21,7 +21,8 @@ import pytest
 
 from tests.support.servers import free_port, run_asgi, run_process
 
-from .conftest import judge, run_proxy
+from .conftest import post_judged as _judged
+from .conftest import run_proxy
 from .ik_llama_upstream import ENDLESS, WORDS, IkLlama
 
 pytestmark = pytest.mark.slow
@@ -40,14 +41,6 @@ def ik() -> Iterator[tuple[IkLlama, str]]:
 def proxy(ik: tuple[IkLlama, str]) -> Iterator[str]:
     with run_proxy(ik[1]) as url:  # detected as llama.cpp by its /props
         yield url
-
-
-def _judged(url: str, path: str, body: dict[str, Any], status: int = 200) -> httpx.Response:
-    response = httpx.post(url + path, json=body, timeout=30)
-    assert response.status_code == status, response.text[:500]
-    verdict = judge(response, path, body)
-    assert verdict.errors == [], ([f.message for f in verdict.errors], response.text[:1500])
-    return response
 
 
 def _events(response: httpx.Response) -> list[dict[str, Any]]:

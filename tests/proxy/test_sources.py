@@ -56,14 +56,6 @@ class _Scripted(Source):
         self._name = name
         self.closed = False
 
-    @property
-    def failure(self) -> ProxyError | None:
-        return self._failure
-
-    @property
-    def usage(self) -> dict[str, Any] | None:
-        return self._usage
-
     async def start(self) -> list[dict[str, Any]]:
         self._log.append(f"start {self._name}")
         await asyncio.sleep(self._delay)
@@ -91,15 +83,14 @@ def test_concurrent_fan_out_ends_with_the_summed_usage_in_the_first_requests_ide
     info = _info(_BODY | {"stream_options": {"include_usage": True}})
 
     async def scenario() -> tuple[list[dict[str, Any]], list[_Scripted], Repairs]:
-        repairs = Repairs()
         usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
         first = _Scripted(info, [], usage=usage)
         ident = first.identity
         first._batches = [[_chunk(ident, 0, "Paris")], [_chunk(ident, 0, "", "stop"), _chunk(ident, 0, "")]]
         first._batches[1][1]["choices"] = []  # its own usage chunk: held for the sum
         second = _Scripted(info, [[_chunk(ident, 1, "Rome", "stop")]], usage=usage)
-        fan_out = ConcurrentFanOut([first, second], info, repairs)  # type: ignore[list-item]
-        return await _drain(fan_out), [first, second], repairs
+        fan_out = ConcurrentFanOut([first, second], info)  # type: ignore[list-item]
+        return await _drain(fan_out), [first, second], fan_out.repairs
 
     chunks, sources, repairs = asyncio.run(scenario())
     assert [c["choices"][0]["text"] for c in chunks[:-1]] == ["Paris", "Rome", ""]
@@ -118,7 +109,7 @@ def test_concurrent_fan_out_ends_at_a_requests_failure_and_closes_every_request(
         first = _Scripted(info, [])
         first._batches = [[_chunk(first.identity, 0, "Paris")]]
         second = _Scripted(info, [], fails=broken)
-        fan_out = ConcurrentFanOut([first, second], info, Repairs())  # type: ignore[list-item]
+        fan_out = ConcurrentFanOut([first, second], info)  # type: ignore[list-item]
         await _drain(fan_out)
         return fan_out, [first, second]
 
@@ -136,7 +127,7 @@ def test_serial_fan_out_starts_each_request_after_the_last_one_answered() -> Non
         first = _Scripted(info, [], log=log, name="0")
         first._batches = [[_chunk(first.identity, 0, "Paris", "stop")]]
         second = _Scripted(info, [[_chunk(first.identity, 1, "Rome", "stop")]], log=log, name="1")
-        fan_out = SerialFanOut([first, second], info, Repairs())  # type: ignore[list-item]
+        fan_out = SerialFanOut([first, second], info)  # type: ignore[list-item]
         chunks = await fan_out.start()
         log.append("first answered")
         while (batch := await fan_out.next_batch()) is not None:
@@ -155,7 +146,7 @@ def test_serial_fan_out_gives_each_later_request_its_own_first_byte_timeout() ->
         first = _Scripted(info, [], delay=0.2)
         first._batches = [[_chunk(first.identity, 0, "Paris", "stop")]]
         slow = _Scripted(info, [[_chunk(first.identity, 1, "Rome", "stop")]], delay=1.0)
-        fan_out = SerialFanOut([first, slow], info, Repairs(), first_byte_timeout=0.1)  # type: ignore[list-item]
+        fan_out = SerialFanOut([first, slow], info, first_byte_timeout=0.1)  # type: ignore[list-item]
         await _drain(fan_out)  # the first, slower than 0.1 s, is the caller's to bound
         return fan_out, [first, slow]
 
@@ -165,15 +156,15 @@ def test_serial_fan_out_gives_each_later_request_its_own_first_byte_timeout() ->
     assert all(source.closed for source in sources)
 
 
-def _builder(info: RequestInfo, *, serial: bool | None = None) -> SourceBuilder:
-    upstream = Upstream(ProxyConfig(upstream="http://127.0.0.1:9/v1"))  # never asked: nothing is sent
-    upstream.traits.serial = serial
+def _builder(info: RequestInfo, *, serial: bool | None = None, upstream: Any = None) -> SourceBuilder:
+    if upstream is None:
+        upstream = Upstream(ProxyConfig(upstream="http://127.0.0.1:9/v1"))  # never asked: nothing is sent
+        upstream.traits.serial = serial
     return SourceBuilder(
         upstream,
         OpenAIAdapter(),
         "completions",
         info,
-        Repairs(),
         [],
         max_line_bytes=1024,
         first_byte_timeout=5.0,
@@ -334,21 +325,10 @@ def test_a_refused_token_prompt_is_built_again_from_the_upstreams_text_of_it() -
     upstream = Detokenizing([refused, _Answer("application/json", [json.dumps(whole).encode()])])
     body = {"model": "m", "prompt": [1, 2], "max_tokens": 4}
     info = _info(body)
-    builder = SourceBuilder(
-        upstream,  # type: ignore[arg-type]
-        OpenAIAdapter(),
-        "completions",
-        info,
-        Repairs(),
-        [],
-        max_line_bytes=1024,
-        first_byte_timeout=5.0,
-        fan_out=True,
-    )
-    source = builder.source(body)
+    source = _builder(info, upstream=upstream).source(body)
     assert asyncio.run(source.start()) == []
     assert [sent["prompt"] for sent in upstream.sent] == [[1, 2], "t1 t2"]
     assert source.body is not None
     assert source.body["choices"][0]["text"] == " up"
-    assert builder.repairs["Q74"] == 1
+    assert source.repairs["Q74"] == 1
     assert upstream.traits.detokenizer == ("/extras/detokenize", "text")

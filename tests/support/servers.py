@@ -17,10 +17,23 @@ from typing import Any
 
 import httpx
 import uvicorn
+from starlette.applications import Starlette
 
 from proxy.cli import free_port
 
-__all__ = ["free_port", "run_asgi", "run_process", "wait_for", "wait_http"]
+__all__ = ["RecordingUpstream", "free_port", "run_asgi", "run_process", "wait_for", "wait_http"]
+
+
+class RecordingUpstream:
+    """A fake upstream: a Starlette app of ``routes`` (serve it with ``run_asgi``), and the request bodies
+    its handlers saw, by path (``seen``)."""
+
+    def __init__(self, routes: Sequence[Any]) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.app = Starlette(routes=list(routes))
+
+    def bodies(self, path: str) -> list[dict[str, Any]]:
+        return [body for seen_path, body in self.seen if seen_path == path]
 
 
 @contextlib.contextmanager
