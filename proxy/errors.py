@@ -264,10 +264,16 @@ def is_error_payload(obj: Any) -> bool:
     return obj.get("object") == "error" or (obj.get("type") == "error" and "choices" not in obj)
 
 
+def _is_number(text: str) -> bool:
+    """Whether ``int`` reads ``text``: ``str.isdigit`` alone also takes digits ``int`` cannot read ("²"),
+    and an upstream error with such a ``code`` became the proxy's own 500 with a traceback."""
+    return text.isascii() and text.isdigit()
+
+
 def _int_status(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
         return value
-    if isinstance(value, str) and value.isdigit() and 400 <= int(value) <= 599:
+    if isinstance(value, str) and _is_number(value) and 400 <= int(value) <= 599:
         return int(value)
     return None
 
@@ -326,7 +332,7 @@ def _build(
         return UnsupportedParameter.of(message, param=str_param, quirk=quirk or "Q43")
     final = STATUS_INSTEAD.get(status or 500, status or 500)
     final = final if 400 <= final <= 599 else 502
-    str_code = code if isinstance(code, str) and not code.isdigit() else None
+    str_code = code if isinstance(code, str) and not _is_number(code) else None
     str_type = _reported_type(etype, final)
     return UpstreamReported.make(message, final, code=str_code, type=str_type, param=str_param, quirk=quirk)
 
