@@ -88,6 +88,26 @@ MIN_SECRET_IN_BODY = 8
 """A shorter upstream key is a placeholder, not looked for in bodies or errors: "EMPTY", vLLM's usual one,
 or "none" would take words out of answers and messages and could break their JSON or SSE framing."""
 _TIMEOUT_CODE = "upstream_timeout"
+_OPENAI_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "conflict_error",
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        "insufficient_quota",
+        "tokens",
+        "requests",
+        "timeout_error",
+        "server_error",
+        "service_unavailable_error",
+    }
+)
+"""The error types OpenAI's API answers with (openai-spec.md section 6; "tokens" and "requests" are the
+429 types of its rate limits): an upstream's other types are not relayed."""
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.\[\]-]{1,64}")
 
 
 def secret_in_bodies(secret: str | None) -> bytes | None:
@@ -324,7 +344,7 @@ def _build(
 ) -> ProxyError:
     # A message that was all traceback says nothing once scrubbed: the status must speak for it.
     message = scrub_message(message) or f"the upstream server reported an error (HTTP {status or 500})"
-    str_param = param if isinstance(param, str) else None
+    str_param = _identifier(param)
     if CONTEXT_OVERFLOW.search(f"{message} {etype or ''} {code or ''}"):
         # Seed 003 / llama.cpp #14566, Q43/Q44/Q47/Q48: overflow is the client's error, 400.
         return ContextOverflow.of(message, param=str_param, quirk=quirk)
@@ -332,18 +352,26 @@ def _build(
         return UnsupportedParameter.of(message, param=str_param, quirk=quirk or "Q43")
     final = STATUS_INSTEAD.get(status or 500, status or 500)
     final = final if 400 <= final <= 599 else 502
-    str_code = code if isinstance(code, str) and not _is_number(code) else None
+    str_code = _identifier(code) if isinstance(code, str) and not _is_number(code) else None
     str_type = _reported_type(etype, final)
     return UpstreamReported.make(message, final, code=str_code, type=str_type, param=str_param, quirk=quirk)
 
 
+def _identifier(value: Any) -> str | None:
+    """An upstream's ``code`` or ``param`` where it is a short name ("messages", "tools[0].function"),
+    else None: they reach the client and the access log unscrubbed, so a traceback or a local path an
+    upstream puts there must not pass."""
+    return value if isinstance(value, str) and _IDENTIFIER.fullmatch(value) else None
+
+
 def _reported_type(etype: Any, status: int) -> str | None:
     """The upstream's error type where it is one of OpenAI's kind for ``status``; None for the status's own
-    (a 5xx is a ``server_error`` unless the upstream named another server type)."""
-    given = etype if isinstance(etype, str) and etype and etype not in ("validation", "error") else None
+    (a 5xx is a ``server_error`` unless the upstream named another server type). A type OpenAI does not
+    send (a Python class name, a traceback) is the status's own: it would reach the client unscrubbed."""
+    given = etype if isinstance(etype, str) and etype in _OPENAI_TYPES else None
     if status >= 500:
         return "server_error" if given in (None, "invalid_request_error") else given
-    return None if given in ("server_error", "BadRequestError") else given
+    return None if given == "server_error" else given
 
 
 def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
