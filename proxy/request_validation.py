@@ -130,10 +130,17 @@ def _reject(error: ValidationError, path: list[Any], instance: Any) -> NoReturn:
 # are alike valid: jsonschema (tens of microseconds per request, seconds for a 100k-token prompt) runs
 # once per shape, on a body ``_reduce`` cut down to one item per distinct item shape, and a seen shape
 # costs one walk of the body.
+# A shape keeps an object's keys verbatim, so a free-form object (``metadata``, ``logit_bias``, unknown
+# fields) puts the client's key strings in the cache: 40 requests, each with a 15,000-key object, held
+# 200 MiB. The cache is bounded in bytes: a shape over ``_SHAPE_BYTES`` (some 1,500 keys; a usual body
+# is a few hundred at most) is validated each time, uncached, and the whole cache holds ``_CACHE_BYTES``.
 # Keep in step with the request schemas (test_request_validation checks the two agree).
 _LENGTH_BOUND = 5
 _CACHE_LIMIT = 4096
-_valid_shapes: dict[tuple[Endpoint, Any], None] = {}
+_SHAPE_BYTES = 256 << 10
+_CACHE_BYTES = 16 << 20
+_valid_shapes: dict[tuple[Endpoint, Any], int] = {}
+_held_bytes = 0
 
 
 def _is_token_array(items: list[Any]) -> bool:
@@ -155,6 +162,29 @@ def _shape(value: Any, *, in_array: bool = False, exact: bool = False) -> Any:
     if kind is bool or value is None:
         return value
     return (kind.__name__, value >= 0 if in_array else value)
+
+
+def _shape_bytes(shape: Any) -> int:
+    """About the bytes ``shape`` holds: its tuples, sets and strings (small values are shared)."""
+    kind = type(shape)
+    if kind is tuple or kind is frozenset:
+        return 64 + 8 * len(shape) + sum(_shape_bytes(item) for item in shape)
+    if kind is str:
+        return 49 + len(shape)
+    return 0
+
+
+def _remember(key: tuple[Endpoint, Any]) -> None:
+    """Cache ``key`` as valid, within the cache's bounds in bytes and entries."""
+    global _held_bytes
+    size = _shape_bytes(key[1])
+    if size > _SHAPE_BYTES:
+        return
+    if len(_valid_shapes) >= _CACHE_LIMIT or _held_bytes + size > _CACHE_BYTES:
+        _valid_shapes.clear()
+        _held_bytes = 0
+    _valid_shapes[key] = size
+    _held_bytes += size
 
 
 def _reduce(value: Any, origins: dict[int, list[int]]) -> Any:
@@ -202,9 +232,7 @@ def validate_request(endpoint: Endpoint, body: dict[str, Any]) -> None:
     reduced = _reduce(body, origins)
     validator = _validator(endpoint)
     if validator.is_valid(reduced):
-        if len(_valid_shapes) >= _CACHE_LIMIT:
-            _valid_shapes.clear()
-        _valid_shapes[key] = None
+        _remember(key)
         return
     error = best_match(validator.iter_errors(reduced))
     assert error is not None  # is_valid said there is one

@@ -1,7 +1,8 @@
 """``stream: false`` on a stream-only upstream (seed 002): normalized chunks folded into one response.
 
 What is held is bounded by ``Aggregator.limit`` (the proxy's 64 MiB cap on an upstream's answer): each
-text part counts its characters and the cost of one more string object, logprobs their JSON size. Past
+text part counts its characters and the cost of one more string object, logprobs their JSON size, each
+choice a fixed 2 KiB (300,000 choice indexes once held 887 MB when a choice counted nothing). Past
 it the answer is a 502 (``ProxyError``); unbounded, a 200 MB stream took the proxy to a 1 GB peak.
 """
 
@@ -30,6 +31,7 @@ class _Choice:
 
 
 _PART_COST = 64  # bytes of a short str object and its list slot, beside its characters
+_CHOICE_COST = 2048  # bytes of one choice held: its _Choice, lists and dict, and the normalizer's state
 
 
 class Aggregator:
@@ -63,7 +65,10 @@ class Aggregator:
         if chunk.get("usage") is not None:
             self.usage = chunk["usage"]
         for raw in chunk["choices"]:
-            choice = self._choices.setdefault(raw["index"], _Choice())
+            choice = self._choices.get(raw["index"])
+            if choice is None:
+                choice = self._choices[raw["index"]] = _Choice()
+                self._held += _CHOICE_COST
             if raw.get("finish_reason"):
                 choice.finish = raw["finish_reason"]
             self._logprobs(choice, raw.get("logprobs"))

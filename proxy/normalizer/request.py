@@ -38,6 +38,8 @@ class RequestInfo:
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     n: int = 1
+    choices: int = 1
+    """The choices the client asked for in all (``n`` for each prompt): the most an upstream may send."""
     logprobs: bool = False
     alternatives: bool = True
     """Whether a chat request asked for ``top_logprobs``: without it OpenAI sends ``top_logprobs: []``."""
@@ -65,6 +67,7 @@ class RequestInfo:
             max_tokens=limit if limit is not None and limit > 0 else None,
             stop=request.stop if request.generates else ("",),
             n=request.per_prompt,
+            choices=max(request.per_prompt * request.prompts, 1),
             logprobs=request.logprobs,
             alternatives=endpoint != "chat" or bool(request.top_logprobs),
             echoed=echoed,

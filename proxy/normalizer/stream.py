@@ -251,13 +251,25 @@ class StreamNormalizer:
 
     # -- choices -------------------------------------------------------------------------------
 
-    def _state(self, raw: dict[str, Any], position: int) -> ChoiceState:
+    def _state(self, raw: dict[str, Any], position: int) -> ChoiceState | None:
         index = raw.get("index")
         if index.__class__ is not int:  # checked here first: the call is for the rare repair (Q06)
             index = choice_index(raw, position, self.repairs)
         index += self.index_base
         state = self._choices.get(index)
         if state is None:
+            if len(self._choices) >= self.request.choices:
+                # Each choice holds its own state: an upstream sending ever new indexes grew the proxy
+                # to 1 GB (600,000 indexes for n=1). Indexes are counted, not compared: a server may
+                # number its choices differently (Q06), but never sends more than were asked for.
+                self.fail(
+                    ProxyError.make(
+                        f"the upstream server sent choice index {index}, more choices than the "
+                        f"{self.request.choices} asked for",
+                        502,
+                    )
+                )
+                return None
             state = self._choices[index] = ChoiceState(
                 index, self.request.stop, self._keep_text, self.request.echoed
             )
@@ -267,7 +279,7 @@ class StreamNormalizer:
         """The choice to send for one upstream choice (None: nothing to send), through the delta
         repairs in their order (field_repairs); a failure disguised as a finish lands in ``failure``."""
         state = self._state(raw, position)
-        if state.stopped:
+        if state is None or state.stopped:
             return None
         delta = self._delta.start(raw, state)
         try:

@@ -486,3 +486,47 @@ def test_a_long_streams_usage_is_counted_as_it_comes_not_from_its_whole_text() -
         assert max(asked_sizes) < (1 << 20) + (512 << 10)
         assert len(asked_sizes) >= 4
         assert_idle(app)
+
+
+def _indexed(index: int, text: str) -> bytes:
+    """A chat chunk with ``text`` for choice ``index``."""
+    return chunk(text).replace(b'"index": 0', b'"index": %d' % index)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_choice_indexes_past_those_asked_for_are_a_failure_not_held(stream: bool) -> None:
+    """Each new index was one more choice held: 600,000 of them took the proxy to 1 GB for n=1."""
+    events = [_indexed(i, f"choice {i}") for i in range(1000)]
+    handler = _routes({b"/v1/chat/completions": _sse_reply(*events, chunk("", "stop"), b"data: [DONE]\n\n")})
+    with raw_server(handler) as (upstream, _), proxy(upstream, upstream_kind="openai") as (url, app):
+        response = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=30)
+        # a 502 when the failure comes before the first byte sent, else an error event ending the stream
+        if stream and response.status_code == 200:
+            assert "choice 1" not in response.text
+            last = json.loads(response.text.rsplit("data: ", 1)[-1])
+            message = last["error"]["message"]
+        else:
+            message = assert_error(response, 502)["message"]
+        assert "choice index 1, more choices than the 1 asked for" in message
+        assert_idle(app)
+
+
+def test_each_choice_held_counts_against_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A choice costs its state, not only its text: 300,000 short choices held 887 MB uncounted."""
+    from proxy.emulation import Aggregator
+    from proxy.errors import ProxyError
+    from proxy.normalizer import RequestInfo
+
+    monkeypatch.setattr(Aggregator, "limit", 1 << 20, raising=False)
+    aggregator = Aggregator(RequestInfo(endpoint="chat", n=1000, choices=1000))
+    chunks = [
+        {"id": "c", "created": 1, "model": "m", "choices": [{"index": i, "delta": {"content": "x"}}]}
+        for i in range(1000)  # 1,000 choices of 1 character: 2 MB held, not 65 kB
+    ]
+
+    def fold_all() -> None:
+        for one in chunks:
+            aggregator.add(one)
+
+    with pytest.raises(ProxyError, match="over the 1 MiB"):
+        fold_all()

@@ -191,6 +191,24 @@ def test_a_long_token_prompt_is_checked_without_walking_every_id_through_jsonsch
     assert _rejection("completions", bad)["param"] == "prompt[200000]"
 
 
+def test_the_shape_cache_is_bounded_in_bytes_not_only_in_entries() -> None:
+    """A free-form object's keys are kept in its shape: 40 bodies with a 15,000-key object each once
+    held 200 MiB of cache. Such shapes are validated uncached; usual bodies are still cached."""
+    from proxy import request_validation
+
+    request_validation._valid_shapes.clear()
+    request_validation._held_bytes = 0
+    usual = {"messages": [{"role": "user", "content": "hi"}], "metadata": {"user": "u", "team": "t"}}
+    validate_request("chat", usual)
+    assert len(request_validation._valid_shapes) == 1
+    for i in range(40):
+        extra = {f"field-{i}-{k}-" + "x" * 40: k for k in range(15_000)}
+        validate_request("chat", {**usual, "extra": extra})
+    assert len(request_validation._valid_shapes) == 1  # the usual body only
+    assert request_validation._held_bytes < 4096
+    assert _rejection("chat", {**usual, "extra": extra, "n": -1})["param"] == "n"  # still validated
+
+
 _JSON_LEAF = st.one_of(
     st.none(),
     st.booleans(),
