@@ -90,6 +90,11 @@ async def detokenize(
 ) -> str | list[str]:
     """A token prompt as text (``int[][]``: one text each); a 400 when the upstream has no detokenizer."""
     where = await _detokenizer(upstream, llamacpp_first)
+    if where is None and not upstream.traits.detokenizer_probed:
+        # No answer yet: a client may ask again (openai-python retries a 503), unlike the 400 below.
+        raise ProxyError.make(
+            "The upstream server did not answer on its detokenize endpoint; try again.", 503
+        )
     if where is None:
         raise ProxyError.make(
             "The upstream server does not accept a prompt of token ids and has no detokenize endpoint "
