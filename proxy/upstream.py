@@ -270,6 +270,17 @@ class Upstream:
         """A small request whose JSON answer is wanted (models, tokenize, probes); None on any failure,
         an answer over ``MAX_JSON_BODY`` or one that is no JSON included (nested too deeply, too): the
         capability it asks about is then absent."""
+        return (await self.answer(method, path, body, timeout))[1]
+
+    async def answer(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> tuple[int | None, Any]:
+        """``json``'s request, with the status it was answered with: None when no answer came (refused,
+        timed out, broken off), which says nothing of what the upstream has, unlike a 404."""
         given = [(b"content-type", b"application/json")] if body is not None else []
         content = jsoncodec.dumps(body) if body is not None else b""
         try:
@@ -277,13 +288,16 @@ class Upstream:
                 stream = await self._send(self._message(method, self._target(path), content, given))
                 try:
                     if stream.status != 200:
-                        return None
+                        return stream.status, None
                     raw = await stream.read_all(MAX_JSON_BODY)
                 finally:
                     await stream.aclose()
-            return jsoncodec.loads(raw)
-        except (ProxyError, ValueError, TimeoutError):
-            return None
+        except (ProxyError, TimeoutError):
+            return None, None
+        try:
+            return 200, jsoncodec.loads(raw)
+        except ValueError:
+            return 200, None
 
     def connections_in_use(self) -> int:
         return self._transport.connections_in_use()

@@ -18,7 +18,9 @@ certain, and one that the template alone pushes past the context goes through as
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from conformance.request import message_texts
@@ -28,9 +30,10 @@ from ..normalizer.request import Endpoint
 from ..upstream import Upstream
 from .base import requested_limit
 
-__all__ = ["ContextWindow", "context_of_props"]
+__all__ = ["ContextWindow", "TokenCounter", "context_of_props"]
 
 _TIMEOUT = 5.0  # seconds for each call to the upstream; past it the prompt goes through unchecked
+_CONCURRENT_COUNTS = 4  # /tokenize calls at once for one request: a prompt array may hold hundreds
 _PROPS_RETRY = 60.0  # seconds before /props is asked again after it gave no size (not on every request)
 # No tokenizer makes more tokens of a text than its UTF-8 bytes, plus a start token and the space some
 # prepend: a prompt this short needs no call to the upstream at all.
@@ -48,11 +51,16 @@ def context_of_props(props: Any) -> int | None:
     return None
 
 
+TokenCounter = Callable[[Upstream, str, float], Awaitable[int | None]]
+"""The adapter's count of a text's tokens as the server reads it as a prompt (special tokens included)."""
+
+
 class ContextWindow:
     """The upstream's context size (read once), and the check of each request against it."""
 
-    def __init__(self, size: int | None = None) -> None:
+    def __init__(self, count: TokenCounter, size: int | None = None) -> None:
         self.size = size
+        self._count = count
         self._props_asked = -_PROPS_RETRY  # monotonic time /props was last asked
         self._templates: bool | None = None  # whether /apply-template answers; None until asked
 
@@ -61,6 +69,17 @@ class ContextWindow:
     ) -> ProxyError | None:
         """The 400 for a request whose prompt and requested completion do not fit, else None (also when
         the size or the count cannot be had: the upstream then answers as it would)."""
+        # The check runs before the request is sent, where no first-byte or client timeout bounds the
+        # wait: past the first-byte timeout it is given up, and the upstream's own answer stands.
+        try:
+            async with asyncio.timeout(upstream.config.first_byte_timeout):
+                return await self._overflow(upstream, endpoint, body)
+        except TimeoutError:
+            return None
+
+    async def _overflow(
+        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
+    ) -> ProxyError | None:
         if self.size is None:
             if time.monotonic() - self._props_asked < _PROPS_RETRY:
                 return None
@@ -70,16 +89,22 @@ class ContextWindow:
                 return None
         completion = _completion_tokens(body)
         room = self.size - max(completion, 1)  # the most prompt tokens that leave room to generate
+        counts: list[int | None] = []
+        texts: list[str] = []
         for prompt in await self._prompts(upstream, endpoint, body, room):
             if isinstance(prompt, list):
-                count: int | None = len(prompt)
-            elif len(prompt.encode()) + _ADDED_TOKENS <= room:
-                continue
-            else:
-                count = await _count(upstream, prompt)
-            if count is not None and count > room:
-                return _refusal(endpoint, self.size, count, completion)
-        return None
+                counts.append(len(prompt))
+            elif len(prompt.encode()) + _ADDED_TOKENS > room and prompt not in texts:
+                texts.append(prompt)  # a prompt array may repeat one text: counted once
+        calls = asyncio.Semaphore(_CONCURRENT_COUNTS)
+
+        async def count(text: str) -> int | None:
+            async with calls:
+                return await self._count(upstream, text, _TIMEOUT)
+
+        counts += await asyncio.gather(*(count(text) for text in texts))
+        longest = max((c for c in counts if c is not None), default=0)
+        return _refusal(endpoint, self.size, longest, completion) if longest > room else None
 
     async def _prompts(
         self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any], room: int
@@ -99,13 +124,16 @@ class ContextWindow:
         if len(texts.encode()) + _ADDED_TOKENS <= room:
             return []  # short: the templated prompt is not worth asking for
         if self._templates is not False:
-            answer = await upstream.json("POST", "/apply-template", {"messages": messages}, timeout=_TIMEOUT)
+            status, answer = await upstream.answer(
+                "POST", "/apply-template", {"messages": messages}, timeout=_TIMEOUT
+            )
             templated = answer.get("prompt") if isinstance(answer, dict) else None
             if isinstance(templated, str):
                 self._templates = True
                 return [templated]
-            if self._templates is None:
-                self._templates = False  # no such endpoint: not asked again
+            if self._templates is None and status in (404, 405):
+                # No such endpoint: not asked again. A timeout or a failed call is asked again next time.
+                self._templates = False
         return [texts]
 
 
@@ -117,14 +145,6 @@ def _completion_tokens(body: dict[str, Any]) -> int:
 
 def _token_ids(prompt: Any) -> bool:
     return isinstance(prompt, list) and bool(prompt) and all(isinstance(t, int) for t in prompt)
-
-
-async def _count(upstream: Upstream, text: str) -> int | None:
-    answer = await upstream.json(
-        "POST", "/tokenize", {"content": text, "add_special": True}, timeout=_TIMEOUT
-    )
-    tokens = answer.get("tokens") if isinstance(answer, dict) else None
-    return len(tokens) if isinstance(tokens, list) else None
 
 
 def _refusal(endpoint: Endpoint, size: int, prompt: int, completion: int) -> ContextOverflow:

@@ -204,7 +204,8 @@ class LlamaCppAdapter:
 
     def __init__(self, props: Any = None, default_max_tokens: int | None = None) -> None:
         self._default_max_tokens = default_max_tokens
-        self._window = ContextWindow(context_of_props(props))
+        # A prompt's length against the context counts the start token the server adds to it.
+        self._window = ContextWindow(partial(self.count_tokens, add_special=True), context_of_props(props))
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         # The native stream is read for its text and logprobs; what it cannot answer (echo, several
@@ -249,8 +250,18 @@ class LlamaCppAdapter:
         cannot give, before it is sent."""
         return echo_refusal(endpoint, body) or await self._window.overflow(upstream, endpoint, body)
 
-    async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
-        answer = await upstream.json("POST", "/tokenize", {"content": text}, timeout=timeout)
+    async def count_tokens(
+        self,
+        upstream: Upstream,
+        text: str,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        add_special: bool = False,
+    ) -> int | None:
+        """``text``'s tokens by the server's ``/tokenize``: generated text's without special tokens (the
+        usage count), a prompt's with them (``add_special``: its length against the context)."""
+        request: dict[str, Any] = {"content": text, "add_special": True} if add_special else {"content": text}
+        answer = await upstream.json("POST", "/tokenize", request, timeout=timeout)
         if isinstance(answer, dict) and isinstance(answer.get("tokens"), list):
             return len(answer["tokens"])
         return None

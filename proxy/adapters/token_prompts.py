@@ -22,6 +22,7 @@ _LLAMACPP_FIRST = (_DETOKENIZERS[1], _DETOKENIZERS[0])
 # Statuses an upstream refuses a token prompt with (422 arrives mapped to 400); not a timeout, not a
 # missing model, not an overflow, which text would meet the same way.
 _REFUSALS = frozenset({400, 500})
+_ABSENT = frozenset({404, 405})  # how a server without the endpoint answers
 _MAX_DETOKENIZE_CALLS = 64
 _REPLACEMENT = "\ufffd"
 
@@ -41,12 +42,18 @@ async def _detokenizer(upstream: Upstream, llamacpp_first: bool) -> tuple[str, s
     if traits.detokenizer_probed:
         return traits.detokenizer
     found = None
+    settled = True  # each endpoint either answered or said it is not there
     for path, field in _LLAMACPP_FIRST if llamacpp_first else _DETOKENIZERS:
-        answer = await upstream.json("POST", path, {"tokens": []})
+        status, answer = await upstream.answer("POST", path, {"tokens": []})
         if isinstance(answer, dict) and isinstance(answer.get(field), str):
-            found = (path, field)
+            found, settled = (path, field), True
             break
-    traits.detokenizer, traits.detokenizer_probed = found, True
+        if status not in _ABSENT:
+            settled = False
+    if settled:
+        # Only an answer is remembered: a timeout, a refused connection or a 503 while the model loads
+        # says nothing of the endpoint, and remembered it would refuse every later token prompt.
+        traits.detokenizer, traits.detokenizer_probed = found, True
     return found
 
 
@@ -83,6 +90,11 @@ async def detokenize(
 ) -> str | list[str]:
     """A token prompt as text (``int[][]``: one text each); a 400 when the upstream has no detokenizer."""
     where = await _detokenizer(upstream, llamacpp_first)
+    if where is None and not upstream.traits.detokenizer_probed:
+        # No answer yet: a client may ask again (openai-python retries a 503), unlike the 400 below.
+        raise ProxyError.make(
+            "The upstream server did not answer on its detokenize endpoint; try again.", 503
+        )
     if where is None:
         raise ProxyError.make(
             "The upstream server does not accept a prompt of token ids and has no detokenize endpoint "

@@ -20,6 +20,7 @@ about; ``WORDS`` is what it generates, in a cycle.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -51,6 +52,12 @@ class IkLlama(RecordingUpstream):
         """Native probabilities in llama-server's newer shape (OpenAI's chat entries) instead."""
         self.sampled = False
         """Probabilities as when sampling: the chosen token the third likeliest (0.2), not the first."""
+        self.tokenize_delay = 0.0
+        """Seconds each ``/tokenize`` takes (a busy server's)."""
+        self.tokenized: list[dict[str, Any]] = []
+        """The bodies ``/tokenize`` was asked with."""
+        self.tokenizing = self.tokenizing_most = 0
+        """``/tokenize`` calls in flight now, and the most at once."""
         super().__init__(
             [
                 Route("/props", self._props),
@@ -72,6 +79,13 @@ class IkLlama(RecordingUpstream):
 
     async def _tokenize(self, request: Request) -> Response:
         body = await request.json()
+        self.tokenized.append(body)
+        self.tokenizing += 1
+        self.tokenizing_most = max(self.tokenizing, self.tokenizing_most)
+        try:
+            await asyncio.sleep(self.tokenize_delay)
+        finally:
+            self.tokenizing -= 1
         return JSONResponse({"tokens": tokenize(str(body.get("content", "")))})
 
     def _generated(self, body: dict[str, Any], prompt_tokens: int) -> tuple[list[str], int, str]:

@@ -48,10 +48,13 @@ class LlamaServer(RecordingUpstream):
         self.n_ctx = n_ctx
         self.echoes = False
         """Whether ``echo`` is honoured (as an OpenAI-style server would), not ignored."""
+        self.template_failures = 0
+        """How many ``/apply-template`` calls fail (500) before it answers again."""
         super().__init__(
             [
                 Route("/props", self._props),
                 Route("/tokenize", self._tokenize, methods=["POST"]),
+                Route("/apply-template", self._apply_template, methods=["POST"]),
                 Route("/v1/completions", self._completions, methods=["POST"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
             ]
@@ -66,6 +69,15 @@ class LlamaServer(RecordingUpstream):
     async def _tokenize(self, request: Request) -> Response:
         body = await request.json()
         return JSONResponse({"tokens": _ids(str(body.get("content", "")))})
+
+    async def _apply_template(self, request: Request) -> Response:
+        body = await request.json()
+        self.seen.append(("/apply-template", body))
+        if self.template_failures > 0:
+            self.template_failures -= 1
+            return JSONResponse({"error": {"code": 500, "message": "busy"}}, status_code=500)
+        turns = "".join(f"<start_of_turn>{m['role']} {m['content']} <end_of_turn> " for m in body["messages"])
+        return JSONResponse({"prompt": turns + "<start_of_turn>model "})
 
     @staticmethod
     def _tokens(body: dict[str, Any]) -> list[str]:

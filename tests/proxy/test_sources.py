@@ -313,6 +313,16 @@ def test_a_stream_broken_off_after_done_fails_and_teaches_that_the_upstream_serv
 
 def test_a_refused_token_prompt_is_built_again_from_the_upstreams_text_of_it() -> None:
     class Detokenizing(_Upstream):
+        async def answer(
+            self,
+            method: str,
+            path: str,
+            body: Any = None,
+            timeout: float = 10.0,  # noqa: ASYNC109
+        ) -> tuple[int, Any]:
+            text = await self.json(method, path, body, timeout)
+            return (404, None) if text is None else (200, text)
+
         async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
             if path != "/extras/detokenize":
                 return None

@@ -44,9 +44,13 @@ def test_what_counts_as_a_token_prompt(prompt: Any, expected: bool) -> None:
     assert is_token_prompt(prompt) is expected
 
 
-def _upstream(detokenizer: tuple[str, str] | None, accepts_tokens: bool = False) -> Starlette:
-    """An upstream that refuses token prompts as llama-cpp-python does, with the detokenizer given."""
+def _upstream(
+    detokenizer: tuple[str, str] | None, accepts_tokens: bool = False, unavailable: int = 0
+) -> Starlette:
+    """An upstream that refuses token prompts as llama-cpp-python does, with the detokenizer given (its
+    first ``unavailable`` calls answered 503, as while a model loads)."""
     seen: list[Any] = []
+    failures = [unavailable]
 
     async def completions(request: Request) -> Response:
         body = await request.json()
@@ -72,6 +76,9 @@ def _upstream(detokenizer: tuple[str, str] | None, accepts_tokens: bool = False)
 
     async def detokenize(request: Request) -> Response:
         assert detokenizer is not None
+        if failures[0] > 0:
+            failures[0] -= 1
+            return JSONResponse({"error": {"message": "Loading model"}}, status_code=503)
         tokens = (await request.json())["tokens"]
         try:  # strict, as llama-cpp-python decodes
             text = b"".join(VOCAB[t] for t in tokens).decode()
@@ -137,6 +144,20 @@ def test_without_a_detokenizer_the_client_gets_a_clear_400() -> None:
     error = response.json()["error"]
     assert (error["param"], error["code"]) == ("prompt", "unsupported_prompt")
     assert "send the prompt as text" in error["message"]
+
+
+@pytest.mark.parametrize("where", [("/extras/detokenize", "text"), ("/detokenize", "content")])
+def test_a_detokenizer_that_failed_once_is_asked_again(where: tuple[str, str]) -> None:
+    """Only an answer settles the probe: a 503 (or a timeout) says nothing of the endpoint."""
+    with (
+        run_asgi(_upstream(where, unavailable=1)) as upstream,
+        run_proxy(upstream, upstream_kind="openai") as url,
+    ):
+        first = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": [1, 2]}, timeout=30)
+        second = _complete(url, {"model": "m", "prompt": [1, 2]})
+    assert first.status_code == 503  # worth asking again, unlike "no detokenizer"
+    assert second.status_code == 200, second.text
+    assert second.json()["choices"][0]["text"] == "[The sky]"
 
 
 def test_an_upstream_that_takes_token_prompts_gets_them_unchanged() -> None:
