@@ -29,6 +29,10 @@ _FRAME = re.compile(
 _LOCAL_PATH = re.compile(
     r"[\w.~-]*/[\w./~-]*\.gguf\b"
     r"|(?<![\w/.:])/(?:home|root|Users|usr|opt|tmp|var|mnt|srv|app|models|data|work)/[\w./@~+-]*"
+    # Anywhere else (a CI checkout under /check, a build under /builds): a path to source code or to an
+    # installed package is a local path whatever the root; a route such as /v1/chat/completions is not.
+    r"|(?<![\w/.:])(?:/[\w.@~+-]+)+/(?:site-packages|dist-packages)\b[\w./@~+-]*"
+    r"|(?<![\w/.:])(?:/[\w.@~+-]+){2,}\.(?:py|pyc|so|dylib|dll|c|cc|cpp|h|hpp|js|mjs|ts|go|rs|java)\b"
     r"|\b[A-Za-z]:\\[\w\\. -]*\w|(?<![\w\\])\\\\[\w.$-]+\\[\w.$ -]+|\bfile://[^\s\"']+",
     re.IGNORECASE,
 )

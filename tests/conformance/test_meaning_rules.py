@@ -239,6 +239,9 @@ def test_usage_counting_one_prompt_of_an_array() -> None:
         "cannot read \\\\fileserver\\models\\gemma.gguf",
         "see file:///srv/app/config.yaml",
         "/opt/server/weights missing",
+        # Roots outside the usual ones: a CI checkout's installed package, a source file in a frame.
+        "failed in /check/work/main/.tox/backend/lib/python3.11/site-packages/llama_cpp/llama.py",
+        'raised at "/builds/srv/server.py"',
     ],
 )
 def test_a_local_path_in_an_error_body_and_in_an_error_event(message: str) -> None:
@@ -249,7 +252,13 @@ def test_a_local_path_in_an_error_body_and_in_an_error_event(message: str) -> No
 
 
 def test_urls_and_model_names_are_not_paths() -> None:
-    for message in ("see https://example.com/home/docs", "model gemma-3-270m.gguf is not loaded", "a/b"):
+    for message in (
+        "see https://example.com/home/docs",
+        "model gemma-3-270m.gguf is not loaded",
+        "a/b",
+        "no route for POST /v1/chat/completions",
+        "see https://example.com/src/app.py",
+    ):
         body = error_bytes(message, 400)
         assert judged(body, completions_request(), status=400, headers=JSON) == (set(), set()), message
 
