@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Endpoint", "Request", "endpoint_for_path", "integer", "message_texts"]
+__all__ = ["Endpoint", "Request", "endpoint_for_path", "integer", "message_texts", "tool_parameters"]
 
 Endpoint = Literal["completions", "chat"]
 
@@ -76,6 +76,19 @@ def message_texts(messages: Any) -> tuple[str, ...]:
     return tuple(texts)
 
 
+def tool_parameters(tools: Any) -> Mapping[str, Any]:
+    """Each function tool's name and its ``parameters`` JSON schema (``{}``, anything, when it has none):
+    what the tool-call rules validate a call's arguments against."""
+    named: dict[str, Any] = {}
+    for tool in tools if isinstance(tools, list) else ():
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if isinstance(name, str):
+            parameters = function.get("parameters") if isinstance(function, Mapping) else None
+            named[name] = parameters if isinstance(parameters, Mapping) else {}
+    return named
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """What one chat or completions request asks for; ``known`` is False when no request was recorded."""
@@ -118,6 +131,10 @@ class Request:
     tools: int = 0
     tool_choice: Any = None
     response_format: Any = None
+    tool_schemas: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Each function tool's ``parameters`` schema by function name (see :func:`tool_parameters`)."""
+    parallel_tool_calls: bool | None = None
+    """``parallel_tool_calls`` when set: ``false`` allows at most one call per turn."""
 
     @classmethod
     def from_body(cls, endpoint: Endpoint | None, body: Mapping[str, Any]) -> Request:
@@ -134,6 +151,7 @@ class Request:
         prompts, texts, token_ids = _prompts(body.get("prompt"))
         messages = body.get("messages")
         tools = body.get("tools")
+        parallel = body.get("parallel_tool_calls")
         model = body.get("model")
         return cls(
             known=True,
@@ -160,6 +178,8 @@ class Request:
             tools=len(tools) if isinstance(tools, list) else 0,
             tool_choice=body.get("tool_choice"),
             response_format=body.get("response_format"),
+            tool_schemas=tool_parameters(tools),
+            parallel_tool_calls=parallel if isinstance(parallel, bool) else None,
         )
 
     @classmethod
@@ -209,6 +229,43 @@ class Request:
         return n if self.prompts == 1 else f"{n} for each of {self.prompts} prompts"
 
     @property
+    def tool_choice_mode(self) -> str | None:
+        """``none``, ``auto``, ``required`` or ``function`` (a named function) for a request with tools;
+        OpenAI's default is ``auto`` with tools. None without tools or for a value it refuses."""
+        if not self.tools:
+            return None
+        choice = self.tool_choice
+        if choice is None:
+            return "auto"
+        if choice in ("none", "auto", "required"):
+            return str(choice)
+        return "function" if self.tool_choice_function is not None else None
+
+    @property
+    def tool_choice_function(self) -> str | None:
+        """The function a named ``tool_choice`` (``{"type": "function", "function": {...}}``) forces."""
+        choice = self.tool_choice
+        function = choice.get("function") if isinstance(choice, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        return name if isinstance(name, str) else None
+
+    @property
+    def response_format_type(self) -> str | None:
+        """``text``, ``json_object`` or ``json_schema`` (None when unset or not an object with a type)."""
+        fmt = self.response_format
+        kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+        return kind if isinstance(kind, str) else None
+
+    @property
+    def response_schema(self) -> Mapping[str, Any] | None:
+        """The JSON schema a ``json_schema`` response format asks the content to follow."""
+        if self.response_format_type != "json_schema":
+            return None
+        spec = self.response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        return schema if isinstance(schema, Mapping) else None
+
+    @property
     def features(self) -> tuple[str, ...]:
         """The optional features the request uses: a server may decline them with a clean 4xx."""
         used = {
@@ -222,5 +279,6 @@ class Request:
             "tools": self.tools > 0,
             "response_format": isinstance(self.response_format, Mapping)
             and self.response_format.get("type") not in (None, "text"),
+            "reasoning_effort": self.body is not None and self.body.get("reasoning_effort") is not None,
         }
         return tuple(name for name, on in used.items() if on)
