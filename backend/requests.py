@@ -63,6 +63,8 @@ class SamplingParams:
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
     grammar: str | None = None
+    grammar_triggers: tuple[str, ...] = ()
+    """Regexes that switch a lazy grammar on (tool calls under ``tool_choice: auto``); empty: always on."""
     ignore_eos: bool = False
     logit_bias: dict[int, float] = field(default_factory=dict)
 
