@@ -16,6 +16,7 @@ goes in front of the first user turn, as Gemma's own template does), otherwise C
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +51,23 @@ CHATML_TEMPLATE = (
 )
 
 
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    """Hugging Face's ``tojson`` filter: plain ``json.dumps``, not jinja2's HTML-escaping one (templates
+    write tool schemas with it; jinja2's would turn ``<`` into ``\\u003c``)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    """Hugging Face's ``strftime_now`` global (Llama 3.x templates date their system prompt with it)."""
+    return datetime.datetime.now().strftime(fmt)
+
+
 def _raise(message: str) -> None:
     raise RequestError(f"the model's chat template refused these messages: {message}", "messages")
 
@@ -58,6 +76,8 @@ class ChatTemplate:
     def __init__(self, source: str, *, bos_token: str, eos_token: str, origin: str) -> None:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
         env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = _strftime_now
+        env.filters["tojson"] = _tojson
         self.origin = origin
         """'gguf', 'gemma fallback' or 'chatml fallback': logged at start so users know which one runs."""
         self._template = env.from_string(source)

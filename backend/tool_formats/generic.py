@@ -11,6 +11,7 @@ is always constrained, never lazily. ``response_format``'s schema, when given, b
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from backend.requests import Tool, ToolChoice
@@ -26,6 +27,29 @@ INSTRUCTION = (
 REQUIRED_INSTRUCTION = "Respond in JSON format with `tool_call` (a request to call tools)"
 
 
+_CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
+
+
+def _whole_calls(text: str) -> list[ParsedCall]:
+    """The whole call objects at the start of a ``{"tool_calls": [`` that has not closed: a stream hands
+    each call out as soon as it is whole, and an answer cut off by ``max_tokens`` keeps them."""
+    opened = _CALLS_OPEN.match(text)
+    if opened is None:
+        return []
+    calls: list[ParsedCall] = []
+    pos = opened.end()
+    while True:
+        found = decode_json_at(text, pos)
+        call = call_from_object(found[0]) if found is not None else None
+        if found is None or call is None:
+            return calls
+        calls.append(call)
+        comma = re.compile(r"\s*,").match(text, found[1])
+        if comma is None:
+            return calls
+        pos = comma.end()
+
+
 class Generic(ToolFormat):
     name = "generic"
     markers = ("{",)
@@ -35,6 +59,10 @@ class Generic(ToolFormat):
     def parse(self, text: str, *, final: bool) -> ParsedOutput:
         found = decode_json_at(text, 0)
         if found is None or not isinstance(found[0], dict) or text[found[1] :].strip():
+            # Not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are.
+            calls = _whole_calls(text)
+            if calls:
+                return ParsedOutput("", calls)
             return ParsedOutput(text if final else "")
         obj = found[0]
         calls: list[ParsedCall] = []

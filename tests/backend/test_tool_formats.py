@@ -162,3 +162,13 @@ def test_mistral_call_ids_fit_its_templates() -> None:
 )
 def test_format_is_detected_from_the_template(template: str | None, name: str) -> None:
     assert detect_format(template).name == name
+
+
+def test_generic_calls_stream_one_by_one_and_survive_a_cut() -> None:
+    stream = ToolCallStream(Generic())
+    assert stream.feed('{"tool_calls": [{"name": "a", "arguments": {"x"') == ("", [])
+    content, calls = stream.feed(": 1}}, {")
+    assert (content, [c.name for c in calls]) == ("", ["a"])
+    content, calls = stream.feed('"name": "b", "arguments": {}}, {"name": "c", "argu')
+    assert [c.name for c in calls] == ["b"]
+    assert stream.finish() == ("", [])  # cut by max_tokens inside the third call: it is not one
