@@ -139,39 +139,38 @@ class ResponseBuilder:
         return out
 
     def _tool_chunks(self, choice: Choice, event: Event) -> list[dict[str, Any]]:
-        """A tools request's deltas: content while no call has opened, then each call once whole, as
-        OpenAI streams it (``index``; ``id``, ``type`` and ``name`` in the first fragment only; the
-        arguments in pieces), and ``finish_reason: "tool_calls"`` when calls were made."""
+        """A tools request's deltas: content while no call has opened, then the calls as OpenAI streams
+        them (``index``; ``id``, ``type`` and ``name`` in the first fragment only; the arguments in
+        pieces), and ``finish_reason: "tool_calls"`` when calls were made."""
         assert choice.tool_stream is not None
         out: list[dict[str, Any]] = []
-        content, calls = choice.tool_stream.feed(event.text) if event.text else ("", [])
+        content, fragments = choice.tool_stream.feed(event.text) if event.text else ("", [])
         if event.finish_reason is not None:
             tail, more = choice.tool_stream.finish()
-            content, calls = content + tail, calls + more
+            content, fragments = content + tail, fragments + more
         if content:
             want = self.req.logprobs is not None
             lp = {"content": [self._chat_token(t) for t in event.logprobs], "refusal": None} if want else None
             out.append(self._delta(event.index, {"content": content}, lp))
-        for call in calls:
-            entry = self._tool_call(choice, call)
-            pieces = _pieces(entry["function"]["arguments"])
-            k = len(choice.tool_calls) - 1
-            first = {
-                "index": k,
-                "id": entry["id"],
-                "type": "function",
-                "function": {"name": call.name, "arguments": ""},
-            }
-            out.append(self._delta(event.index, {"tool_calls": [first]}, None))
-            for piece in pieces:
-                fragment = {"index": k, "function": {"arguments": piece}}
-                out.append(self._delta(event.index, {"tool_calls": [fragment]}, None))
+        for fragment in fragments:
+            if fragment.name is not None:
+                entry = self._tool_call(choice, ParsedCall(fragment.name, "", fragment.call_id))
+                first = {
+                    "index": fragment.index,
+                    "id": entry["id"],
+                    "type": "function",
+                    "function": {"name": fragment.name, "arguments": ""},
+                }
+                out.append(self._delta(event.index, {"tool_calls": [first]}, None))
+            for piece in _pieces(fragment.arguments) if fragment.arguments else []:
+                delta = {"tool_calls": [{"index": fragment.index, "function": {"arguments": piece}}]}
+                out.append(self._delta(event.index, delta, None))
         if event.finish_reason is not None:
             out.append(self._delta(event.index, {}, None, _finish_reason(choice, event.finish_reason)))
         return out
 
     def _tool_call(self, choice: Choice, call: ParsedCall) -> dict[str, Any]:
-        """The OpenAI entry for a parsed call, kept on the choice (its position is its ``index``)."""
+        """The OpenAI entry for a call, kept on the choice (its position is its ``index``)."""
         assert self.req.tool_format is not None
         entry = {
             "id": call.id or self.req.tool_format.new_call_id(),
@@ -180,13 +179,6 @@ class ResponseBuilder:
         }
         choice.tool_calls.append(entry)
         return entry
-
-    def _delta(
-        self, index: int, delta: dict[str, Any], logprobs: Any, finish: str | None = None
-    ) -> dict[str, Any]:
-        return self._envelope(
-            [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]
-        )
 
     def usage_chunk(self) -> dict[str, Any]:
         chunk = self._envelope([])
@@ -294,8 +286,9 @@ _PIECE = 24
 
 
 def _pieces(arguments: str) -> list[str]:
-    """The arguments in fragments, as OpenAI streams them (clients must join them; some forget to)."""
-    return [arguments[i : i + _PIECE] for i in range(0, len(arguments), _PIECE)] or [""]
+    """Arguments in fragments of at most ``_PIECE`` characters, as OpenAI streams them (clients must
+    join them; some forget to): a call handed out whole is not sent as one block either."""
+    return [arguments[i : i + _PIECE] for i in range(0, len(arguments), _PIECE)]
 
 
 def _finish_reason(choice: Choice, reason: str) -> str:

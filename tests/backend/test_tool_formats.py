@@ -8,7 +8,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from backend.tool_formats import Generic, Hermes, Llama3, Mistral, ToolCallStream, ToolFormat, detect_format
+from backend.tool_formats import (
+    Generic,
+    Hermes,
+    Llama3,
+    Mistral,
+    ParsedCall,
+    ToolCallStream,
+    ToolFormat,
+    detect_format,
+)
+from backend.tool_formats.stream import CallFragment
 
 
 @dataclass(frozen=True)
@@ -100,8 +110,20 @@ RECORDED = [
 ]
 
 
-def _calls(calls: list[object]) -> list[tuple[str, object]]:
-    return [(c.name, json.loads(c.arguments)) for c in calls]  # type: ignore[attr-defined]
+def _calls(calls: list[ParsedCall]) -> list[tuple[str, object]]:
+    return [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+def _joined(fragments: list[CallFragment]) -> list[tuple[str, object]]:
+    """Fragments joined as the SDKs join them: by index, the name from the first one."""
+    calls: dict[int, list[str]] = {}
+    for f in fragments:
+        if f.name is not None:
+            assert f.index not in calls and f.index == len(calls)
+            calls[f.index] = [f.name, ""]
+        else:
+            calls[f.index][1] += f.arguments
+    return [(name, json.loads(arguments)) for name, arguments in calls.values()]
 
 
 @pytest.mark.parametrize("case", RECORDED, ids=lambda c: f"{c.fmt.name}:{c.source[8:40]}")
@@ -121,7 +143,7 @@ def test_recorded_output_parses_streamed_and_no_call_leaks_into_content(case: Re
         content += text
         calls += new
     text, new = stream.finish()
-    assert _calls(calls + new) == case.calls
+    assert _joined(calls + new) == case.calls
     assert content + text == case.content
 
 
@@ -166,9 +188,28 @@ def test_format_is_detected_from_the_template(template: str | None, name: str) -
 
 def test_generic_calls_stream_one_by_one_and_survive_a_cut() -> None:
     stream = ToolCallStream(Generic())
-    assert stream.feed('{"tool_calls": [{"name": "a", "arguments": {"x"') == ("", [])
-    content, calls = stream.feed(": 1}}, {")
-    assert (content, [c.name for c in calls]) == ("", ["a"])
-    content, calls = stream.feed('"name": "b", "arguments": {}}, {"name": "c", "argu')
-    assert [c.name for c in calls] == ["b"]
-    assert stream.finish() == ("", [])  # cut by max_tokens inside the third call: it is not one
+    assert stream.feed('{"tool_calls": [{"name": "a", "arguments": {"x"') == (
+        "",
+        [CallFragment(0, "a", ""), CallFragment(0, None, '{"x"')],
+    )
+    assert stream.feed(": 1}}, {") == ("", [CallFragment(0, None, ": 1}")])
+    assert stream.feed('"name": "b", "arguments": {}}, {"name": "c", "argu') == (
+        "",
+        [CallFragment(1, "b", ""), CallFragment(1, None, "{}")],
+    )
+    assert stream.finish() == ("", [])  # cut by max_tokens before the third call's arguments
+
+
+def test_arguments_stream_as_they_are_written() -> None:
+    stream = ToolCallStream(Hermes())
+    pieces = ["<tool_call>\n", '{"name": "f", ', '"arguments": {"q": "a', ' } b"', ", \"n\": [1, {}]", "}}\n</tool_call>"]
+    out = [stream.feed(p) for p in pieces] + [stream.finish()]
+    assert out == [
+        ("", []),
+        ("", []),
+        ("", [CallFragment(0, "f", ""), CallFragment(0, None, '{"q": "a')]),
+        ("", [CallFragment(0, None, ' } b"')]),
+        ("", [CallFragment(0, None, ', "n": [1, {}]')]),
+        ("", [CallFragment(0, None, "}")]),
+        ("", []),
+    ]
