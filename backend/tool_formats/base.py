@@ -108,7 +108,9 @@ class ToolFormat:
         """Calls in ``text`` and the content around them; with ``final`` False only whole calls count."""
         raise NotImplementedError
 
-    def grammar(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None) -> GrammarPlan | None:
+    def grammar(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> GrammarPlan | None:
         """The grammar for this request (None: generate freely). ``reply`` is the response_format schema."""
         raise NotImplementedError
 

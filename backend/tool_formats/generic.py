@@ -15,7 +15,14 @@ import re
 from typing import Any
 
 from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ParsedCall, ParsedOutput, ToolFormat, call_from_object, decode_json_at
+from backend.tool_formats.base import (
+    GrammarPlan,
+    ParsedCall,
+    ParsedOutput,
+    ToolFormat,
+    call_from_object,
+    decode_json_at,
+)
 from backend.tool_formats.grammar import allowed_tools, call_schema, one_of, schema_rules
 
 __all__ = ["Generic"]
@@ -81,7 +88,9 @@ class Generic(ToolFormat):
             return ParsedOutput(json.dumps(response, ensure_ascii=False))
         return ParsedOutput(text if final else "")
 
-    def schema(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None) -> dict[str, Any]:
+    def schema(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> dict[str, Any]:
         call = one_of([call_schema(t) for t in allowed_tools(tools, choice)])
         if parallel and choice.mode != "named":
             wrapper: dict[str, Any] = {
@@ -100,12 +109,22 @@ class Generic(ToolFormat):
         }
         return {"anyOf": [wrapper, response]}
 
-    def grammar(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None) -> GrammarPlan | None:
+    def grammar(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> GrammarPlan | None:
         if choice.mode == "none":
             return None
         return GrammarPlan(schema_rules(self.schema(tools, choice, parallel, reply), rule="root"))
 
-    def system_prompt(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None, *, template_knows_tools: bool) -> str:
+    def system_prompt(
+        self,
+        tools: list[Tool],
+        choice: ToolChoice,
+        parallel: bool,
+        reply: dict[str, Any] | None,
+        *,
+        template_knows_tools: bool,
+    ) -> str:
         """What the system message says (llama.cpp's words); the tools and the schema are spelled out
         when the template cannot show them itself."""
         text = REQUIRED_INSTRUCTION if choice.mode in ("required", "named") else INSTRUCTION
