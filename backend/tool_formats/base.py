@@ -114,6 +114,10 @@ class ToolFormat:
         """The grammar for this request (None: generate freely). ``reply`` is the response_format schema."""
         raise NotImplementedError
 
+    def partial_content(self, text: str) -> str | None:
+        """The reply written so far, for a format that wraps its reply (the generic ``response``)."""
+        return None
+
     def new_call_id(self) -> str:
         return "call_" + secrets.token_hex(12)
 

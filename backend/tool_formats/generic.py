@@ -34,6 +34,7 @@ INSTRUCTION = (
 REQUIRED_INSTRUCTION = "Respond in JSON format with `tool_call` (a request to call tools)"
 
 
+_RESPONSE_OPEN = re.compile(r'\s*\{\s*"response"\s*:\s*"')
 _CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
 
 
@@ -57,6 +58,19 @@ def _whole_calls(text: str) -> list[ParsedCall]:
         pos = comma.end()
 
 
+def _string_so_far(text: str, start: int) -> str:
+    """The JSON string opened before ``text[start]``, decoded up to its last whole character."""
+    body = text[start:]
+    end = re.compile(r'(?:[^"\\]|\\.)*').match(body)
+    body = body[: end.end()] if end is not None else body
+    for cut in range(len(body), max(len(body) - 6, -1), -1):  # an escape (\uXXXX) may be cut
+        try:
+            return str(json.loads(f'"{body[:cut]}"'))
+        except ValueError:
+            continue
+    return ""
+
+
 class Generic(ToolFormat):
     name = "generic"
     markers = ("{",)
@@ -70,6 +84,8 @@ class Generic(ToolFormat):
             calls = _whole_calls(text)
             if calls:
                 return ParsedOutput("", calls)
+            if final and _RESPONSE_OPEN.match(text):  # a reply cut off by max_tokens
+                return ParsedOutput(self.partial_content(text) or "")
             return ParsedOutput(text if final else "")
         obj = found[0]
         calls: list[ParsedCall] = []
@@ -87,6 +103,10 @@ class Generic(ToolFormat):
         if "response" in obj:
             return ParsedOutput(json.dumps(response, ensure_ascii=False))
         return ParsedOutput(text if final else "")
+
+    def partial_content(self, text: str) -> str | None:
+        opened = _RESPONSE_OPEN.match(text)
+        return _string_so_far(text, opened.end()) if opened is not None else None
 
     def schema(
         self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None

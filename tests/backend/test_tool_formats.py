@@ -226,3 +226,11 @@ def test_arguments_stream_as_they_are_written() -> None:
         ("", [CallFragment(0, None, "}")]),
         ("", []),
     ]
+
+
+def test_generic_reply_streams_as_written_and_survives_a_cut() -> None:
+    stream = ToolCallStream(Generic())
+    out = [stream.feed(p)[0] for p in ['{"resp', 'onse": "Hel', "lo \\u00e", '9t\\u00e9 \\"x', '\\" and']]
+    assert out == ["", "Hel", "lo ", 'été "x', '" and']
+    assert stream.finish() == ("", [])
+    assert Generic().parse('{"response": "cut \\u00', final=True).content == "cut "
