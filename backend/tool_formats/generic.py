@@ -81,9 +81,9 @@ class Generic(ToolFormat):
         found = decode_json_at(text, 0)
         if found is None or not isinstance(found[0], dict) or text[found[1] :].strip():
             # Not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are.
-            calls = _whole_calls(text)
-            if calls:
-                return ParsedOutput("", calls)
+            whole = _whole_calls(text)
+            if whole:
+                return ParsedOutput("", whole)
             if final and _RESPONSE_OPEN.match(text):  # a reply cut off by max_tokens
                 return ParsedOutput(self.partial_content(text) or "")
             return ParsedOutput(text if final else "")
