@@ -53,6 +53,8 @@ class ChatTemplate:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
         env.globals["raise_exception"] = _raise
         self.origin = origin
+        self.source = source
+        """The template's Jinja text (a thinking model's markers are read from it: backend/reasoning.py)."""
         """'gguf', 'gemma fallback' or 'chatml fallback': logged at start so users know which one runs."""
         self._template = env.from_string(source)
         self._bos = bos_token
