@@ -76,7 +76,7 @@ class UpstreamTraits:
         """What a ``/v1/models`` listing read now tells: llama-cpp-python's serves one request at a time
         and takes a schema as ``json_object``; any other listing, OpenAI's ``json_schema``."""
         llama_cpp_python = is_llama_cpp_python_listing(entries)
-        self.serial = llama_cpp_python
+        self.serial = bool(self.serial) or llama_cpp_python  # (a broken-off stream taught it already)
         self.schema_format = "json_object_schema" if llama_cpp_python else "json_schema"
 
     def sent_reasoning_as(self, name: str) -> None:

@@ -116,3 +116,13 @@ def test_other_upstreams_get_the_schema_as_the_client_sent_it(listing: list[dict
     with run_asgi(_upstream(listing, seen)) as upstream, run_proxy(upstream) as proxy:
         httpx.post(proxy + "/v1/chat/completions", json=CHAT, timeout=30)
     assert seen[0][1]["response_format"] == FORMAT
+
+
+def test_a_listing_read_for_a_schema_does_not_unlearn_a_serial_upstream() -> None:
+    traits = UpstreamTraits()
+    traits.broke_off_stream()
+    traits.learn_listing([{"id": "m", "object": "model", "owned_by": "vllm"}])
+    assert (traits.serial, traits.schema_format) == (True, "json_schema")
+    fresh = UpstreamTraits()
+    fresh.learn_listing([LLAMA_CPP_PYTHON_MODEL])
+    assert (fresh.serial, fresh.schema_format) == (True, "json_object_schema")
