@@ -43,7 +43,7 @@ def test_parse_returns_the_parsed_object_through_the_proxy(proxy_url: str) -> No
         model="gemma",
         messages=[{"role": "user", "content": "Describe the weather today as JSON."}],
         response_format=Feeling,
-        max_tokens=60,
+        max_tokens=200,
         temperature=0,
     )
     parsed = completion.choices[0].message.parsed
