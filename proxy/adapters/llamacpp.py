@@ -213,6 +213,8 @@ class LlamaCppAdapter:
         # The native stream is read for its text and logprobs; what it cannot answer (echo, several
         # choices) or would silently ignore (suffix, best_of) goes to the OpenAI endpoint, which honours
         # it or refuses it.
+        if endpoint == "completions" and "response_format" in body:
+            body = native_json_schema(dict(body))  # what its completions read, on either route
         logprobs = body.get("logprobs")
         native_ok = (
             isinstance(body.get("prompt"), str)

@@ -10,10 +10,11 @@ What each upstream reads (code reading, and measured where named):
   sent that way. Its ``/v1/completions`` has no ``response_format`` at all (``CreateCompletionRequest``;
   the key is ignored): a schema there is enforced by nothing, and refused with a 400.
 - llama-server: ``/v1/chat/completions`` reads OpenAI's ``json_schema`` itself
-  (``oaicompat_chat_params_parse``); native ``/completion`` reads a bare ``json_schema`` key
-  (``params_from_json_cmpl``: ``json_schema_to_grammar``) and ignores ``response_format``, so the
-  native route gets the schema under that key (``json_object`` as the empty schema, any JSON, as
-  llama-server's own chat endpoint reads it).
+  (``oaicompat_chat_params_parse``); its completions, native ``/completion`` and ``/v1/completions``
+  alike (``oaicompat_completion_params_parse`` copies the body), read a bare ``json_schema`` key
+  (``params_from_json_cmpl``: ``json_schema_to_grammar``) and ignore ``response_format``, so they get
+  the schema under that key (``json_object`` as the empty schema, any JSON, as llama-server's own chat
+  endpoint reads it).
 - Any other upstream (vLLM, OpenAI...) gets the request as the client sent it.
 """
 

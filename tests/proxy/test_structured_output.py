@@ -57,6 +57,9 @@ def test_the_llamacpp_native_route_gets_the_schema_as_json_schema() -> None:
     assert native_completion_body({**body, "response_format": {"type": "json_object"}})["json_schema"] == {}
     given = native_completion_body({**body, "grammar": 'root ::= "x"'})
     assert "json_schema" not in given  # the client's own grammar is the more precise ask
+    unstreamed = LlamaCppAdapter().call("completions", {**body, "stream": False, "n": 2})
+    assert unstreamed.path == "/v1/completions"
+    assert (unstreamed.body["json_schema"], "response_format" in unstreamed.body) == (SCHEMA, False)
     # llama-server's chat endpoint reads OpenAI's json_schema itself.
     assert LlamaCppAdapter().call("chat", CHAT).body["response_format"] == FORMAT
 
