@@ -10,8 +10,16 @@ formats their model cards show, fed whole and token by token.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
 import pytest
 
+from backend import synthetic
+from backend.app import create_app
+from backend.context import ContextOptions
 from backend.engine import Event
 from backend.reasoning import (
     MARKERS,
@@ -23,7 +31,9 @@ from backend.reasoning import (
 )
 from backend.requests import GenerationRequest, RequestError, SamplingParams
 from backend.responses import ResponseBuilder
-from backend.service import Prompt
+from backend.service import Backend, Prompt
+from conformance.judge import judge_response
+from tests.support.servers import run_asgi
 
 THINK = MARKERS[0]
 R1 = "<think>\nOkay, the user asks for 1+1. That is 2.\n</think>\n\nThe answer is **2**."
@@ -158,3 +168,67 @@ def test_a_whole_chat_answer_carries_reasoning_content_and_reasoning_tokens() ->
     message = body["choices"][0]["message"]
     assert (message["reasoning_content"], message["content"]) == ("Hm.", "Hello!")
     assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}
+
+
+# ChatML whose generation prompt opens the thinking, as DeepSeek R1 0528's does: the synthetic model's
+# random output then is all reasoning (it never writes the closing marker).
+THINKING_CHATML = (
+    "{% for m in messages %}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'].split('</think>')[-1] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def thinking_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(synthetic, "CHATML_TEMPLATE", THINKING_CHATML)
+        path = synthetic.write_synthetic(tmp_path_factory.mktemp("models") / "thinking.gguf")
+    backend = Backend.open(str(path), context=ContextOptions(ctx_size=512, parallel=1, threads=2))
+    try:
+        with run_asgi(create_app(backend)) as url:
+            yield url
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_synthetic_thinking_model_answers_in_reasoning_content(thinking_url: str, stream: bool) -> None:
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 8,
+        "ignore_eos": True,
+        "reasoning_effort": "low",
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    response = httpx.post(thinking_url + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    if stream:
+        events = [line[6:] for line in response.text.splitlines() if line.startswith("data: {")]
+        chunks = [json.loads(event) for event in events]
+        deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+        reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
+        content = "".join(d.get("content") or "" for d in deltas)
+        usage = chunks[-1]["usage"]
+    else:
+        answer = response.json()
+        reasoning = answer["choices"][0]["message"].get("reasoning_content", "")
+        content = answer["choices"][0]["message"]["content"]
+        usage = answer["usage"]
+    assert reasoning
+    assert content == ""
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == usage["completion_tokens"] > 0
+    request = {"method": "POST", "path": "/v1/chat/completions", "body": body}
+    headers = {"content-type": response.headers["content-type"]}
+    verdict = judge_response(response.content, request=request, status=200, headers=headers)
+    assert [f.message for f in verdict.errors] == []
+
+
+def test_an_unknown_reasoning_effort_is_answered_400(thinking_url: str) -> None:
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "reasoning_effort": "max"}
+    response = httpx.post(thinking_url + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "reasoning_effort"
