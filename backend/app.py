@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from backend.engine import Event, Job, QueueFull
+from backend.reasoning import markers_in_template, reasoning_effort
 from backend.requests import GenerationRequest, RequestError, parse_chat_request, parse_completion_request
 from backend.responses import ResponseBuilder
 from backend.service import Backend
@@ -47,6 +48,8 @@ def _error(
 
 
 def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = None) -> Starlette:
+    thinking = markers_in_template(backend.template.source)  # a thinking model's markers, if any
+
     async def completions(request: Request) -> Response:
         return await _generate(request, parse_completion_request)
 
@@ -90,6 +93,7 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
 
         try:
             req = parse(body)
+            reasoning_effort(body)
             prompts = backend.prompts(req)
             jobs = backend.jobs(req, prompts, emit)
         except RequestError as exc:
@@ -100,7 +104,7 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
             for job in jobs:
                 job.sampler.close()
             return _error(f"The server is busy: {exc}. Retry shortly.", 429, headers={"Retry-After": "1"})
-        builder = ResponseBuilder(req, prompts, backend.model_id, backend.vocab.piece)
+        builder = ResponseBuilder(req, prompts, backend.model_id, backend.vocab.piece, thinking)
         if req.stream:
             return StreamingResponse(
                 _stream(builder, queue, jobs),

@@ -150,7 +150,9 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         body = parse_request(endpoint, raw)
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
-    info = RequestInfo.from_body(endpoint, body, alias=ctx.config.model_alias)
+    info = RequestInfo.from_body(
+        endpoint, body, alias=ctx.config.model_alias, reasoning_field=ctx.config.reasoning_field
+    )
     if ctx.config.fan_out and (refused := _fan_out_refused(endpoint, body, info, ctx.config.max_fan_out)):
         return refused
     body = fitted_request(ctx.upstream.traits, body, info)

@@ -29,6 +29,7 @@ __all__ = ["KEY_VARIABLES", "SERVE_SETTINGS", "ProxyConfig", "UpstreamKind", "pr
 UpstreamKind = Literal["auto", "openai", "llamacpp"]
 UPSTREAM_KINDS: tuple[UpstreamKind, ...] = ("auto", "openai", "llamacpp")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 # The variables that carry keys: kept out of what worker processes inherit.
 KEY_VARIABLES = (variable("API_KEY"), variable("UPSTREAM_API_KEY"))
@@ -161,6 +162,13 @@ LOG_LEVEL = Setting(
     "level of the access log and of serve's own messages",
     choices=LOG_LEVELS,
 )
+REASONING_FIELD = Setting(
+    "reasoning_field",
+    one_of(REASONING_FIELDS),
+    "reasoning_content",
+    "the field a reasoning model's thinking is sent in, whichever name the upstream uses (Q39)",
+    choices=REASONING_FIELDS,
+)
 
 SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     UPSTREAM,
@@ -183,6 +191,7 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     MAX_CONNECTIONS,
     WORKERS,
     SHUTDOWN_TIMEOUT,
+    REASONING_FIELD,
     MODEL,
     LOG_LEVEL,
 )
@@ -212,6 +221,7 @@ class ProxyConfig:
     max_fan_out: int = MAX_FAN_OUT.default
     max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS.default
     shutdown_timeout: float = SHUTDOWN_TIMEOUT.default
+    reasoning_field: str = REASONING_FIELD.default
 
     @property
     def upstream_base(self) -> str:
