@@ -12,7 +12,7 @@ content into the caller's Pydantic model and fails on anything else, and servers
 
 A choice cut off by its token limit (``finish_reason: "length"``) is let pass: OpenAI's JSON is cut there
 too, and openai-python raises ``LengthFinishReasonError`` before it parses. So is a choice that called
-tools instead of answering.
+tools instead of answering, and one that never finished (a stream cut short).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def json_content(ctx: Context) -> None:
     if kind not in ("json_object", "json_schema"):
         return
     for state in ctx.choices.values():
-        if state.finish_reason == "length" or state.tool_calls:
-            continue
+        if state.finish_reason in (None, "length") or state.tool_calls:
+            continue  # unfinished, cut off by the limit, or a call instead of an answer
         text = "".join(state.content)
         try:
             value = json.loads(text)

@@ -23,7 +23,8 @@ judge what the calls say once whole, the same for a stream (fragments joined) an
   names these formats). The client sees text, never a call.
 
 A choice cut off by its token limit (``finish_reason: "length"``) is not held to whole arguments: OpenAI's
-are cut there too.
+are cut there too. Nor is a choice that never finished (a stream cut short, an excerpt pasted from a
+report): what its calls would have said is unknown.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 from jsonschema import SchemaError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
+from referencing.exceptions import Unresolvable
 
 from conformance.rules.context import ChoiceState, Context, ToolCallState
 
@@ -88,6 +90,11 @@ def collect_body(ctx: Context, pos: int, choice: dict[str, Any], state: ChoiceSt
         state.tool_calls[len(state.tool_calls)] = tool
 
 
+def _judged(ctx: Context) -> list[ChoiceState]:
+    """The choices whose output is whole: finished, and not by the token limit."""
+    return [s for s in ctx.choices.values() if s.finish_reason is not None and s.finish_reason != "length"]
+
+
 def _where(ctx: Context, state: ChoiceState, index: int) -> str:
     part = "delta" if ctx.stream else "message"
     return f"/choices/{state.index}/{part}/tool_calls/{index}/function"
@@ -96,11 +103,12 @@ def _where(ctx: Context, state: ChoiceState, index: int) -> str:
 def schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
     """Why ``value`` breaks the JSON ``schema`` (the best match's pointer and message), or None when it
     validates or the schema itself cannot be read (the request's fault, not the response's)."""
+    document = dict(schema)
     try:
-        cls = validator_for(schema)
-        cls.check_schema(schema)
-        error = best_match(cls(schema).iter_errors(value))
-    except (SchemaError, RecursionError):
+        cls = validator_for(document)
+        cls.check_schema(document)
+        error = best_match(cls(document).iter_errors(value))
+    except (SchemaError, Unresolvable, RecursionError):  # a $ref to elsewhere is never fetched
         return None
     if error is None:
         return None
@@ -112,9 +120,7 @@ def tool_arguments(ctx: Context) -> None:
     """Each call's joined arguments: one JSON object, for a function the request offered, valid against
     its ``parameters``."""
     offered = ctx.request.tool_schemas
-    for state in ctx.choices.values():
-        if state.finish_reason == "length":
-            continue
+    for state in _judged(ctx):
         for index, tool in state.tool_calls.items():
             where = _where(ctx, state, index)
             if tool.name is not None and offered and tool.name not in offered:
@@ -161,7 +167,7 @@ def tool_choice_honoured(ctx: Context) -> None:
     mode = ctx.request.tool_choice_mode
     if mode in (None, "auto"):
         return
-    for state in ctx.choices.values():
+    for state in _judged(ctx):
         names = [tool.name for tool in state.tool_calls.values()]
         pointer = f"/choices/{state.index}"
         if mode == "none" and names:
@@ -234,7 +240,7 @@ def tool_call_in_content(ctx: Context) -> None:
     """A call written out as text in ``content`` while the request offered tools (issue 20, item 6)."""
     if not ctx.request.tools:
         return
-    for state in ctx.choices.values():
+    for state in _judged(ctx):
         text = "".join(state.content)
         marker = next((m for m in TOOL_CALL_MARKERS if m in text), None)
         if marker is not None:
