@@ -13,6 +13,7 @@ stream that breaks off ends with ``response.failed`` instead of being cut.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +41,19 @@ _SSE_HEADERS = [
 _PROBE_TIMEOUT = 5.0
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _NO_ROUTE = frozenset({404, 405, 501})
+_REQUIRED: dict[str, Any] = {
+    "created_at": lambda: int(time.time()),
+    "error": None,
+    "incomplete_details": None,
+    "instructions": None,
+    "metadata": dict,
+    "output": list,
+    "tools": list,
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "temperature": None,
+    "top_p": None,
+}
 
 
 class NativeResponses:
@@ -76,12 +90,16 @@ def normalize_response(
     request's ``max_output_tokens`` was used up but the upstream said ``completed``."""
     response["id"] = response_id
     response["object"] = "response"
+    for key, default in _REQUIRED.items():  # the fields OpenAI's spec requires that a server left out
+        response.setdefault(key, default() if callable(default) else default)
     upstream_model = response.get("model")
     if model is not None:
         response["model"] = model
     elif isinstance(upstream_model, str) and upstream_model:
         response["model"] = clean_model_name(upstream_model)
     usage = response.get("usage")
+    if isinstance(usage, dict):
+        response["usage"] = usage = _usage(usage)
     limit = _limit(request)
     used = usage.get("output_tokens") if isinstance(usage, Mapping) else None
     if (
@@ -98,6 +116,20 @@ def normalize_response(
         if isinstance(item, dict) and not item.get("id"):
             item["id"] = new_item_id(_prefix(item))
     return response
+
+
+def _usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """``ResponseUsage`` with its detail objects and total, which a server may leave out."""
+    counts = {key: usage.get(key) for key in ("input_tokens", "output_tokens")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in counts.values()):
+        return usage
+    usage.setdefault("input_tokens_details", {"cached_tokens": 0})
+    usage.setdefault("output_tokens_details", {"reasoning_tokens": 0})
+    if isinstance(usage["input_tokens_details"], dict):
+        usage["input_tokens_details"].setdefault("cached_tokens", 0)
+        usage["input_tokens_details"].setdefault("cache_write_tokens", 0)
+    usage["total_tokens"] = sum(counts.values())
+    return usage
 
 
 def _called(response: Mapping[str, Any]) -> bool:
@@ -169,6 +201,8 @@ class NativeEvents:
             item_id = item.get("id")
         if not isinstance(event.get("output_index"), int) and isinstance(item_id, str):
             event["output_index"] = self._indexes.get(item_id, max(self._items - 1, 0))
+        if kind in ("response.output_text.delta", "response.output_text.done"):
+            event.setdefault("logprobs", [])
         has_part = "part" in event or "text" in kind or "refusal" in kind
         if has_part and kind.endswith((".delta", ".done", ".added")) and "content_index" not in event:
             event["content_index"] = 0
