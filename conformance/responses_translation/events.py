@@ -153,6 +153,7 @@ class ResponseEvents:
 
     def _open_item(self, item: _Item) -> list[dict[str, Any]]:
         out = self._close("completed")
+        item.output_index = len(self.output)  # after the item it follows is done and counted
         self._open = item
         out.append(
             self._event("response.output_item.added", output_index=item.output_index, item=item.started())

@@ -163,7 +163,7 @@ def test_an_error_before_the_first_event_is_an_http_error() -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"model": "m", "input": "x", "tools": [{"type": "file_search"}]}, "tools[0].type"),
         ({"model": "m", "input": "x", "tools": [{"type": "local_shell"}]}, "tools[0].type"),
         ({"model": "m", "input": [{"type": "image_generation_call", "id": "x"}]}, "input[0].type"),
         ({"model": "m", "input": 5}, "input"),
@@ -172,6 +172,7 @@ def test_an_error_before_the_first_event_is_an_http_error() -> None:
         ({"model": "m", "input": "x", "max_output_tokens": 4}, "max_output_tokens"),
         ({"model": "m", "input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
         ({"model": "m", "input": "x", "background": True}, "background"),
+        ({"model": "m", "input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
     ],
 )
 def test_a_request_the_translation_refuses_is_a_400_naming_the_parameter(
