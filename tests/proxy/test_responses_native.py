@@ -13,7 +13,7 @@ import pytest
 
 from .conftest import run_proxy
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
-from .responses_checks import check_events, sse_events
+from tests.support.responses_checks import check_events, sse_events
 
 _RESPONSE = {
     "id": "resp_x",

@@ -16,7 +16,7 @@ import pytest
 
 from .conftest import run_proxy
 from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head
-from .responses_checks import check_events, check_response, sse_events
+from tests.support.responses_checks import check_events, check_response, sse_events
 
 REQUEST = {"model": "m", "input": "Say hello", "stream": True}
 

@@ -14,7 +14,7 @@ import pytest
 
 from .conftest import run_proxy
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
-from .responses_checks import check_events, check_response
+from tests.support.responses_checks import check_events, check_response
 
 TOOL = {
     "type": "function",

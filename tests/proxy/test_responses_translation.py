@@ -14,7 +14,7 @@ from conformance.responses_translation import (
     translate_request,
 )
 
-from .responses_checks import check_events, check_response
+from tests.support.responses_checks import check_events, check_response
 
 
 def _chat(body: dict[str, Any]) -> dict[str, Any]:
