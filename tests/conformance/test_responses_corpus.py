@@ -1,7 +1,7 @@
-"""The Responses transcripts in tests/data/transcripts/responses, judged whole: OpenAI's (a body its SDK's tests
-recorded from the live API, and streams built from its API reference) pass with no finding; llama-server's own
-``/v1/responses`` (reconstructed from its source, with what clients.md recorded of it) is flagged for exactly
-what it got wrong. Each transcript's ``.source.txt`` says where it comes from."""
+"""The Responses transcripts in tests/data/transcripts/responses, judged whole: OpenAI's (a body its SDK's
+tests recorded from the live API, and streams built from its API reference) pass with no finding;
+llama-server's own ``/v1/responses`` (reconstructed from its source, with what clients.md recorded of it)
+is flagged for exactly what it got wrong. Each transcript's ``.source.txt`` says where it comes from."""
 
 from __future__ import annotations
 
