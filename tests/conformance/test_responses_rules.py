@@ -499,3 +499,61 @@ def test_invalid_requests_are_refused(body: dict[str, Any]) -> None:
         {"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}
     )
     assert judged(refusal.encode(), req, status=400, headers=JSON) == (set(), set())
+
+
+def test_refusal_and_reasoning_streams() -> None:
+    refusal = {"type": "refusal", "refusal": "I can't."}
+    item = {"id": MSG, "type": "message", "role": "assistant", "status": "completed", "content": [refusal]}
+    where = {"item_id": MSG, "output_index": 1, "content_index": 0}
+    summary = {"type": "summary_text", "text": "Thought."}
+    thought = {"type": "reasoning_text", "text": "Hmm."}
+    reasoning = {
+        "id": "rs_1",
+        "type": "reasoning",
+        "summary": [summary],
+        "content": [thought],
+        "status": "completed",
+    }
+    at = {"item_id": "rs_1", "output_index": 0}
+    items = [
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**reasoning, "summary": [], "content": []},
+        },
+        {
+            "type": "response.reasoning_summary_part.added",
+            **at,
+            "summary_index": 0,
+            "part": {**summary, "text": ""},
+        },
+        {"type": "response.reasoning_summary_text.delta", **at, "summary_index": 0, "delta": "Thought."},
+        {"type": "response.reasoning_summary_text.done", **at, "summary_index": 0, "text": "Thought."},
+        {"type": "response.reasoning_summary_part.done", **at, "summary_index": 0, "part": summary},
+        {"type": "response.content_part.added", **at, "content_index": 0, "part": {**thought, "text": ""}},
+        {"type": "response.reasoning_text.delta", **at, "content_index": 0, "delta": "Hmm."},
+        {"type": "response.reasoning_text.done", **at, "content_index": 0, "text": "Hmm."},
+        {"type": "response.content_part.done", **at, "content_index": 0, "part": thought},
+        {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
+        {"type": "response.output_item.added", "output_index": 1, "item": {**item, "content": []}},
+        {"type": "response.content_part.added", **where, "part": {**refusal, "refusal": ""}},
+        {"type": "response.refusal.delta", **where, "delta": "I can"},
+        {"type": "response.refusal.delta", **where, "delta": "'t."},
+        {"type": "response.refusal.done", **where, "refusal": "I can't."},
+        {"type": "response.content_part.done", **where, "part": refusal},
+        {"type": "response.output_item.done", "output_index": 1, "item": item},
+    ]
+    events = events_for(items, response(output=[reasoning, item]))
+    assert judged(encode(events)) == (set(), set())
+    events[16]["refusal"] = "I can."  # response.refusal.done
+    assert judged(encode(events))[0] == {"responses-done-text"}
+    events[16]["refusal"] = "I can't."
+    events[5]["text"] = "Thought!"  # response.reasoning_summary_text.done
+    assert judged(encode(events))[0] == {"responses-done-text"}
+
+
+def test_error_bodies_are_openai_shaped() -> None:
+    req = {"method": "POST", "path": "/v1/responses", "body": {"model": "m", "input": "Hi", "temperature": 7}}
+    assert judged(b'{"detail": "temperature too high"}', req, status=400, headers=JSON)[0] == {
+        "error-body-shape"
+    }
