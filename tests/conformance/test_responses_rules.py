@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -557,3 +559,14 @@ def test_error_bodies_are_openai_shaped() -> None:
     assert judged(b'{"detail": "temperature too high"}', req, status=400, headers=JSON)[0] == {
         "error-body-shape"
     }
+
+
+def test_every_responses_rule_is_documented() -> None:
+    root = Path(__file__).resolve().parents[2]
+    source = "".join(
+        (root / "conformance" / "rules" / f).read_text() for f in ("responses.py", "responses_output.py")
+    )
+    rules = set(re.findall(r'"(responses-[a-z-]+)"', source))
+    documented = (root / "docs" / "validate.md").read_text()
+    assert len(rules) > 25
+    assert {rule for rule in rules if f"`{rule}`" not in documented} == set()
