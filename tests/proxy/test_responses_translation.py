@@ -13,7 +13,6 @@ from conformance.responses_translation import (
     response_from_chat,
     translate_request,
 )
-
 from tests.support.responses_checks import check_events, check_response
 
 
