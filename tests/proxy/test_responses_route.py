@@ -151,6 +151,19 @@ def test_non_json_mid_stream_ends_with_response_failed() -> None:
         assert "not valid JSON" in events[-1]["response"]["error"]["message"]
 
 
+def test_an_error_inside_the_stream_ends_with_response_failed() -> None:
+    """An upstream that reports an error inside its 200 stream after some text (llama.cpp #14566, N2)."""
+    error = b'data: {"error": {"message": "the KV cache is full", "type": "server_error", "code": 500}}\n\n'
+    handler = _streaming(chunk("Hel"), error)
+    with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
+        response = httpx.post(url + "/v1/responses", json=REQUEST, timeout=10)
+        judged(response.content, REQUEST, response.status_code, response.headers)
+        events = sse_events(response.content)
+        check_events(events)
+        assert events[-1]["type"] == "response.failed"
+        assert "KV cache" in events[-1]["response"]["error"]["message"]
+
+
 def test_an_error_before_the_first_event_is_an_http_error() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         await read_request(reader)
