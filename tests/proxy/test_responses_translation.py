@@ -287,6 +287,19 @@ def test_chunks_as_events() -> None:
     assert stream.response is final
 
 
+def test_reasoning_under_either_name() -> None:
+    for name in ("reasoning_content", "reasoning"):
+        stream = ResponseEvents(translate_request({"input": "hi"}).echo, model="gemma")
+        events = (
+            stream.start() + stream.feed(_chunk({name: "hm"})) + stream.feed(_chunk({"content": "A"}, "stop"))
+        )
+        events += stream.finish({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
+        check_events(events)
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "hm"
+        body = response_from_chat(_completion({"content": "A", name: "hm"}, "stop"), stream.echo)
+        assert body["output"][0]["type"] == "reasoning"
+
+
 def test_a_failure_after_some_output_is_response_failed() -> None:
     stream = ResponseEvents(translate_request({"input": "hi"}).echo, model="gemma")
     events = stream.start() + stream.feed(_chunk({"content": "Hel"}))
