@@ -92,14 +92,24 @@ def test_max_output_tokens_reached_is_incomplete(proxy_url: str) -> None:
     assert last["response"]["usage"]["output_tokens"] == 16
 
 
-def test_the_stream_helper(client: openai.OpenAI) -> None:
+def test_the_stream_helper_with_a_json_schema(client: openai.OpenAI) -> None:
+    """The helper's ``get_final_response`` wants ``response.completed``, which a base model reaches only
+    when something ends its text: a JSON schema's grammar (``text.format``) does."""
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "enum": ["Paris", "Rome"]}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    text: Any = {"format": {"type": "json_schema", "name": "capital", "schema": schema, "strict": True}}
     with client.responses.stream(
-        model="gemma", input="The capital of France is", max_output_tokens=24
+        model="gemma", input="The capital of France is", text=text, max_output_tokens=64
     ) as stream:
         deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
         final = stream.get_final_response()
+    assert final.status == "completed"
     assert "".join(deltas) == final.output_text
-    assert final.output_text
+    assert json.loads(final.output_text)["answer"] in ("Paris", "Rome")
 
 
 def test_a_function_tool_round_trip(client: openai.OpenAI, proxy_url: str) -> None:
