@@ -27,8 +27,8 @@ from .. import jsoncodec
 from ..errors import ProxyError
 from ..normalizer import clean_model_name
 from ..observability import Exchange
-from ..respond import send_json
-from ..upstream import MAX_JSON_BODY, Upstream
+from ..respond import redacting, send_json
+from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 from .output import encode_events
 
 __all__ = ["NativeEvents", "NativeResponses", "normalize_response", "serve_native"]
@@ -253,21 +253,21 @@ async def serve_native(
     headers: list[tuple[bytes, bytes]],
     exchange: Exchange,
     model: str | None,
+    secret: str | None = None,
 ) -> None:
     """Answer with the upstream's own ``/v1/responses``, normalized; errors before the first event as
-    OpenAI error bodies at their status, as on the chat route."""
+    OpenAI error bodies at their status, as on the chat route. ``secret``: the upstream key, cut out of
+    every error and body as on the chat route."""
+    send = redacting(send, secret)
     try:
         stream = await upstream.forward("POST", b"/v1/responses", raw, headers)
     except ProxyError as raised:
-        exchange.take_error(raised)
-        await send_json(send, raised.status, raised.body, raised.headers)
+        await _refuse(send, raised.redacted(secret), exchange)
         return
     try:
         exchange.upstream_status = stream.status
         if stream.status >= 300:
-            error = await stream.error()
-            exchange.take_error(error)
-            await send_json(send, error.status, error.body, error.headers)
+            await _refuse(send, (await stream.error()).redacted(secret), exchange)
             return
         if "event-stream" not in stream.content_type:
             try:
@@ -276,21 +276,30 @@ async def serve_native(
                 body = None
             if not isinstance(body, dict):
                 error = ProxyError.make("the upstream server sent a body that is not a Response", 502)
-                exchange.take_error(error)
-                await send_json(send, error.status, error.body)
+                await _refuse(send, error, exchange)
                 return
             exchange.mark_first_token()
             await send_json(
                 send, 200, normalize_response(body, request, response_id=new_response_id(), model=model)
             )
             return
-        await _relay_events(send, stream, request, exchange, model)
+        await _relay_events(send, stream, request, exchange, model, secret)
     finally:
         await stream.aclose()
 
 
+async def _refuse(send: Send, error: ProxyError, exchange: Exchange) -> None:
+    exchange.take_error(error)
+    await send_json(send, error.status, error.body, error.headers)
+
+
 async def _relay_events(
-    send: Send, stream: Any, request: Mapping[str, Any], exchange: Exchange, model: str | None
+    send: Send,
+    stream: UpstreamStream,
+    request: Mapping[str, Any],
+    exchange: Exchange,
+    model: str | None,
+    secret: str | None,
 ) -> None:
     events = NativeEvents(request, model)
     parser = SSEParser()
@@ -309,8 +318,9 @@ async def _relay_events(
             if out:
                 await send({"type": "http.response.body", "body": encode_events(out), "more_body": True})
     except ProxyError as raised:
-        exchange.take_error(raised)
-        failure = raised.body
+        redacted = raised.redacted(secret)
+        exchange.take_error(redacted)
+        failure = redacted.body
     except ValueError:
         failure = ProxyError.make("the upstream server sent an event that is not valid JSON", 502).body
     tail = b""

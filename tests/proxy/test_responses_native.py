@@ -109,3 +109,35 @@ def test_llama_servers_own_stream_is_judged_without_an_error_behind_the_proxy() 
         check_events(events)
         assert events[-1]["type"] == "response.incomplete"
         assert events[-1]["response"]["model"] == "gemma"
+
+
+KEY = "sk-upstream-secret-0123456789"
+
+
+async def _echoes_its_key(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """An upstream that repeats the key it was sent, in an error and in a stream's text."""
+    while (raw := await read_request(reader)) is not None:
+        if raw.endswith(b"{}"):
+            body = json.dumps({"error": {"message": f"bad key {KEY}", "type": "invalid_request_error"}})
+            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n")
+            writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body.encode())
+            continue
+        events = _upstream_events()
+        events[3]["delta"] = f"the key is {KEY}"
+        data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+        writer.write(sse_head() + http_chunk(data) + b"0\r\n\r\n")
+        await writer.drain()
+
+
+def test_the_upstream_key_never_reaches_the_client() -> None:
+    with (
+        raw_server(_echoes_its_key) as (upstream, _),
+        run_proxy(upstream, responses="native", upstream_api_key=KEY) as url,
+    ):
+        refused = httpx.post(url + "/v1/responses", content=b"{}", timeout=10)
+        assert refused.status_code == 400
+        streamed = httpx.post(url + "/v1/responses", json={"input": "hi", "stream": True}, timeout=10)
+        assert streamed.status_code == 200
+        for response in (refused, streamed):
+            assert KEY not in response.text
+            assert "<redacted>" in response.text or "REDACTED" in response.text.upper()
