@@ -14,7 +14,7 @@ import pytest
 
 from conformance.replay import create_replay_app
 from conformance.transcript import load_transcript
-from tests.support.responses_checks import check_events, judged, sse_events
+from tests.support.responses_checks import check_events, check_response, judged, sse_events
 from tests.support.servers import run_asgi
 
 from .conftest import run_proxy
@@ -63,9 +63,27 @@ async def _handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
             writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n")
             writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body)
             continue
+        if b'"stream": true' not in raw and b'"stream":true' not in raw:
+            body = json.dumps(_upstream_events()[-1]["response"]).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+            writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body)
+            continue
         data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in _upstream_events())
         writer.write(sse_head() + http_chunk(data) + b"0\r\n\r\n")
         await writer.drain()
+
+
+def test_a_native_body_is_normalized() -> None:
+    with raw_server(_handler) as (upstream, _), run_proxy(upstream, responses="native") as url:
+        request = {"model": "/models/gemma.gguf", "input": "hi", "max_output_tokens": 16}
+        response = httpx.post(url + "/v1/responses", json=request, timeout=10)
+        assert response.status_code == 200, response.text
+        judged(response.content, request, response.status_code, response.headers)
+        body = response.json()
+        check_response(body)
+        assert body["status"] == "incomplete"
+        assert body["model"] == "gemma"
+        assert body["id"] != "resp_x"
 
 
 @pytest.mark.parametrize("mode", ["native", "auto"])
