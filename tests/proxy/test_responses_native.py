@@ -159,3 +159,35 @@ def test_the_upstream_key_never_reaches_the_client() -> None:
         for response in (refused, streamed):
             assert KEY not in response.text
             assert "<redacted>" in response.text or "REDACTED" in response.text.upper()
+
+
+async def _cut_after_a_delta(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    while (raw := await read_request(reader)) is not None:
+        if raw.endswith(b"{}"):
+            writer.write(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+            )
+            continue
+        data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in _upstream_events()[:4])
+        writer.write(sse_head() + http_chunk(data))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.transport.abort()
+        return
+
+
+def test_a_native_stream_cut_short_ends_with_response_failed() -> None:
+    with raw_server(_cut_after_a_delta) as (upstream, _), run_proxy(upstream, responses="native") as url:
+        request = {"input": "hi", "stream": True}
+        response = httpx.post(url + "/v1/responses", json=request, timeout=10)
+        assert response.status_code == 200
+        judged(response.content, request, response.status_code, response.headers)
+        events = sse_events(response.content)
+        check_events(events)
+        assert events[-1]["type"] == "response.failed"
+        failed = events[-1]["response"]
+        assert failed["error"]["code"] == "server_error"
+        assert failed["output"][0]["status"] == "incomplete"
+        assert failed["output"][0]["content"][0]["text"] == "Hi"
