@@ -204,7 +204,7 @@ async def _responses(ctx: _Context, request: Request) -> Response:
     (validation, repairs, emulations, limits, error mapping), its normalized output translated back;
     or, by ``--responses``, the upstream's own endpoint (proxy/responses/native.py)."""
     exchange = exchange_of(request.scope)
-    exchange.endpoint = "chat"
+    exchange.endpoint = "responses"
     if not _authorized(request, ctx.config.api_key):
         return _error("invalid or missing API key", 401, "invalid_api_key")
     raw = await _read_body(request, ctx.config.max_body)

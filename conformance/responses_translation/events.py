@@ -10,11 +10,12 @@ reached) or ``response.failed`` (:meth:`ResponseEvents.fail`: an upstream fault 
 the stream always ends with a terminal event, never cut). ``sequence_number`` counts from 0 without a
 gap over every event; ``output_index`` counts items, ``content_index`` is 0 (one part per item).
 
-Input: the chunks the proxy's normalizer (or the backend) emits: one choice at index 0, ``delta`` with
-``content``, ``reasoning_content`` and ``tool_calls`` fragments (``index``, ``id`` and ``name`` on the
-first), ``finish_reason`` on the last, usage on a ``choices: []`` chunk. A ``custom`` tool's call (sent
-upstream as a function with one ``input`` string) is told whole when it ends, as
-``response.custom_tool_call_input.delta``/``.done``: its text is inside JSON until then.
+Input: the chunks the proxy's normalizer (or the backend) emits: one choice at index 0, ``delta``
+with ``content``, ``reasoning_content`` (or ``reasoning``: vLLM's name, Q39) and ``tool_calls``
+fragments (``index``, ``id`` and ``name`` on the first), ``finish_reason`` on the last, usage on a
+``choices: []`` chunk. A ``custom`` tool's call (sent upstream as a function with one ``input``
+string) is told whole when it ends, as ``response.custom_tool_call_input.delta``/``.done``: its text
+is inside JSON until then.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ class ResponseEvents:
                 continue  # a Response has one answer
             delta = choice.get("delta")
             if isinstance(delta, Mapping):
-                reasoning = delta.get("reasoning_content")
+                # ``reasoning_content``, or ``reasoning`` where the chat route is set to send that name
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                 if isinstance(reasoning, str) and reasoning:
                     out += self._text("reasoning", reasoning)
                 for key in ("content", "refusal"):
@@ -153,6 +155,7 @@ class ResponseEvents:
 
     def _open_item(self, item: _Item) -> list[dict[str, Any]]:
         out = self._close("completed")
+        item.output_index = len(self.output)  # after the item it follows is done and counted
         self._open = item
         out.append(
             self._event("response.output_item.added", output_index=item.output_index, item=item.started())

@@ -115,6 +115,7 @@ def normalize_response(
     for item in response.get("output") or ():
         if isinstance(item, dict) and not item.get("id"):
             item["id"] = new_item_id(_prefix(item))
+        _complete_parts(item)
     return response
 
 
@@ -130,6 +131,21 @@ def _usage(usage: dict[str, Any]) -> dict[str, Any]:
         usage["input_tokens_details"].setdefault("cache_write_tokens", 0)
     usage["total_tokens"] = sum(counts.values())
     return usage
+
+
+def _complete_parts(item: Any) -> None:
+    """An output item's ``output_text`` parts with the ``annotations`` and ``logprobs`` OpenAI always
+    sends (llama-server's ``content_part.added`` has neither)."""
+    if not isinstance(item, dict):
+        return
+    for part in item.get("content") or ():
+        _complete_part(part)
+
+
+def _complete_part(part: Any) -> None:
+    if isinstance(part, dict) and part.get("type") == "output_text":
+        part.setdefault("annotations", [])
+        part.setdefault("logprobs", [])
 
 
 def _called(response: Mapping[str, Any]) -> bool:
@@ -184,6 +200,8 @@ class NativeEvents:
             item = event.get("item")
             if isinstance(item, dict) and not item.get("id") and self._current is not None:
                 item["id"] = self._current
+        _complete_parts(event.get("item"))
+        _complete_part(event.get("part"))
         if kind.startswith("response.") and kind not in _TERMINAL and "response" not in event:
             self._fill_indexes(event, kind)
         if kind in _TERMINAL:

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from conformance.replay import create_replay_app
+from conformance.transcript import load_transcript
+from tests.support.responses_checks import check_events, judged, sse_events
+from tests.support.servers import run_asgi
+
 from .conftest import run_proxy
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
-from .responses_checks import check_events, sse_events
 
 _RESPONSE = {
     "id": "resp_x",
@@ -83,3 +88,24 @@ def test_translate_mode_does_not_reach_the_upstreams_own_endpoint() -> None:
         response = httpx.post(url + "/v1/responses", json={"model": "m", "input": "hi"}, timeout=10)
         assert response.status_code != 200  # the raw upstream has no chat route
         assert record.requests == 0
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts" / "responses"
+
+
+def test_llama_servers_own_stream_is_judged_without_an_error_behind_the_proxy() -> None:
+    """The suite flags llama-server's stream for missing keys, its model path and ``completed`` at the
+    limit (tests/conformance/test_responses_corpus.py); served through ``--responses native``, none."""
+    recorded = load_transcript(DATA / "llama-server-native-stream.sse")
+    assert recorded.request_body is not None
+    with (
+        run_asgi(create_replay_app([recorded], pace=None)) as upstream,
+        run_proxy(upstream, responses="native") as url,
+    ):
+        response = httpx.post(url + "/v1/responses", json=recorded.request_body, timeout=10)
+        assert response.status_code == 200, response.text
+        judged(response.content, recorded.request_body, response.status_code, response.headers)
+        events = sse_events(response.content)
+        check_events(events)
+        assert events[-1]["type"] == "response.incomplete"
+        assert events[-1]["response"]["model"] == "gemma"

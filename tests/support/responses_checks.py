@@ -1,5 +1,5 @@
-"""Checks of Responses API answers with openai-python's own types and the stream's rules, for tests
-(until the suite's Responses judge lands: conformance/rules)."""
+"""Checks of Responses API answers: the suite's judge (``judged``), and openai-python's own types with
+the stream's rules (``check_events``, ``check_response``) for events and bodies a client already parsed."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel
 
+from conformance.judge import judge_response
 from conformance.sse import parse_sse
 
 # Each event type's own model (a failed union names all 59 of them).
@@ -18,6 +19,18 @@ _EVENTS: dict[str, type[BaseModel]] = {
     for model in typing.get_args(typing.get_args(ResponseStreamEvent)[0])
 }
 _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+
+
+def judged(body: bytes, request: dict[str, Any], status: int, headers: Any) -> None:
+    """``body``, the answer to ``request`` on ``POST /v1/responses``, judged without an error."""
+    verdict = judge_response(
+        body,
+        request={"method": "POST", "path": "/v1/responses", "body": request},
+        status=status,
+        headers=dict(headers),
+    )
+    assert verdict.endpoint == "responses"
+    assert verdict.errors == [], [f"{f.rule}: {f.message}" for f in verdict.errors]
 
 
 def sse_events(body: bytes) -> list[dict[str, Any]]:
