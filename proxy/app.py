@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conformance.openai_errors import error_body
+from conformance.responses_state import (
+    ResponseStore,
+    delete_response,
+    list_input_items,
+    retrieve_response,
+    store_of,
+)
 
 from . import jsoncodec
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
@@ -82,6 +90,7 @@ class _Context:
     adapter: Adapter
     metrics: Metrics
     names: ServedNames
+    store: ResponseStore
 
 
 def _error(message: str, status: int, code: str | None = None, param: str | None = None) -> JSONResponse:
@@ -335,6 +344,20 @@ async def _with_served_model(
     return jsoncodec.dumps({**body, "model": served}), (served, model)
 
 
+async def _stored_response(ctx: _Context, request: Request) -> Response:
+    """``GET`` and ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``: answered from
+    the response store (conformance/responses_state/), never the upstream's."""
+    exchange_of(request.scope).endpoint = "responses"
+    if not _authorized(request, ctx.config.api_key):
+        return _error("invalid or missing API key", 401, "invalid_api_key")
+    response_id = request.path_params["response_id"]
+    if request.url.path.endswith("/input_items"):
+        return await list_input_items(ctx.store, response_id, request.query_params)
+    if request.method == "DELETE":
+        return await delete_response(ctx.store, response_id)
+    return await retrieve_response(ctx.store, response_id, request.query_params)
+
+
 async def _health(_: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
@@ -360,6 +383,8 @@ _COMPLETION_PATHS: dict[str, Endpoint] = {
     "/v1/chat/completions/": "chat",
     "/v1/completions/": "completions",
 }
+_STORED_RESPONSE = re.compile(r"/v1/responses/[^/]+")
+_STORED_INPUT_ITEMS = re.compile(r"/v1/responses/[^/]+/input_items")
 _LISTING_TIMEOUT = 10.0  # seconds for the upstream's /v1/models, within the first-byte timeout
 _MAX_LISTING = 8 * 1024 * 1024
 
@@ -369,6 +394,10 @@ def _own_methods(path: str) -> str | None:
     if path in _COMPLETION_PATHS:
         return "POST"
     if path.rstrip("/") == "/v1/models" or path.startswith("/v1/models/"):
+        return "GET, HEAD"
+    if _STORED_RESPONSE.fullmatch(path):
+        return "GET, HEAD, DELETE"
+    if _STORED_INPUT_ITEMS.fullmatch(path):
         return "GET, HEAD"
     return None
 
@@ -445,7 +474,8 @@ def create_app(config: ProxyConfig) -> Starlette:
     metrics = Metrics()
     upstream = Upstream(config)
     adapter = OpenAIAdapter(config.default_max_tokens, upstream.traits)
-    ctx = _Context(config, upstream, adapter, metrics, ServedNames(upstream, config.model_alias))
+    store = store_of(config)
+    ctx = _Context(config, upstream, adapter, metrics, ServedNames(upstream, config.model_alias), store)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -454,12 +484,15 @@ def create_app(config: ProxyConfig) -> Starlette:
             yield
         finally:
             await ctx.upstream.aclose()
+            await store.aclose()
             metrics.retire()
 
     routes = [
         Route("/v1/models", partial(_models, ctx), methods=["GET"]),
         Route("/v1/models/", partial(_models, ctx), methods=["GET"]),
         Route("/v1/models/{model:path}", partial(_model, ctx), methods=["GET"]),
+        Route("/v1/responses/{response_id}/input_items", partial(_stored_response, ctx), methods=["GET"]),
+        Route("/v1/responses/{response_id}", partial(_stored_response, ctx), methods=["GET", "DELETE"]),
         Route("/health", _health, methods=["GET"]),
         Route("/metrics", partial(_metrics, ctx), methods=["GET"]),
         Route(
