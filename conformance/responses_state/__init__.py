@@ -2,7 +2,7 @@
 ``GET``/``DELETE /v1/responses/{id}``, kept in one SQLite file that every worker process shares."""
 
 from .routes import delete_response, input_items, list_input_items, previous_items, remember, retrieve_response
-from .settings import RESPONSES_STORE_SETTINGS, store_of
+from .settings import RESPONSES_STORE_SETTINGS, default_store, store_of
 from .store import ResponseStore, StoredResponse, StoreUnavailable, default_store_path
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "ResponseStore",
     "StoreUnavailable",
     "StoredResponse",
+    "default_store",
     "default_store_path",
     "delete_response",
     "input_items",

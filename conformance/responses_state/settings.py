@@ -8,7 +8,7 @@ from conformance.settings import Setting, positive_integer, positive_number, tex
 
 from .store import ResponseStore, default_store_path
 
-__all__ = ["RESPONSES_STORE_SETTINGS", "store_of"]
+__all__ = ["RESPONSES_STORE_SETTINGS", "default_store", "store_of"]
 
 RESPONSES_STORE = Setting[str | None](
     "responses_store",
@@ -45,4 +45,11 @@ def store_of(config: Any) -> ResponseStore:
         config.responses_store or default_store_path(),
         max_bytes=config.responses_store_max_bytes,
         max_age=config.responses_store_max_age,
+    )
+
+
+def default_store() -> ResponseStore:
+    """The store of the three settings' defaults."""
+    return ResponseStore(
+        default_store_path(), max_bytes=RESPONSES_STORE_MAX_BYTES.default, max_age=RESPONSES_STORE_MAX_AGE.default
     )
