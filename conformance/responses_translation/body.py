@@ -49,10 +49,12 @@ def response_usage(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
     prompt_details = usage.get("prompt_tokens_details")
     completion_details = usage.get("completion_tokens_details")
     cached = _count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else 0
-    reasoning = _count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, Mapping) else 0
+    reasoning = (
+        _count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, Mapping) else 0
+    )
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + completion,
@@ -79,7 +81,10 @@ def failed_error(error: Mapping[str, Any] | None) -> dict[str, Any]:
     inner = inner if isinstance(inner, Mapping) else {}
     message = inner.get("message")
     code = "rate_limit_exceeded" if inner.get("code") == "rate_limit_exceeded" else "server_error"
-    return {"code": code, "message": message if isinstance(message, str) and message else "the response failed"}
+    return {
+        "code": code,
+        "message": message if isinstance(message, str) and message else "the response failed",
+    }
 
 
 def response_object(
@@ -127,7 +132,14 @@ def output_text_part(text: str) -> dict[str, Any]:
 
 def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
     content = [] if status == "in_progress" else [{"type": "reasoning_text", "text": text}]
-    return {"id": item_id, "type": "reasoning", "summary": [], "content": content, "encrypted_content": None, "status": status}
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [],
+        "content": content,
+        "encrypted_content": None,
+        "status": status,
+    }
 
 
 def function_call_item(
@@ -136,8 +148,22 @@ def function_call_item(
     """A ``function_call`` item; for a ``custom`` tool, a ``custom_tool_call`` whose ``input`` is the
     string the function's one ``input`` parameter carried."""
     if custom:
-        return {"id": item_id, "type": "custom_tool_call", "status": status, "call_id": call_id, "name": name, "input": custom_input(arguments)}
-    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": arguments}
+        return {
+            "id": item_id,
+            "type": "custom_tool_call",
+            "status": status,
+            "call_id": call_id,
+            "name": name,
+            "input": custom_input(arguments),
+        }
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
 
 
 def custom_input(arguments: str) -> str:
@@ -184,7 +210,9 @@ def response_from_chat(
         function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
         assert isinstance(function, Mapping)
         name = str(function.get("name") or "")
-        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else new_item_id("call")
+        call_id = (
+            call.get("id") if isinstance(call.get("id"), str) and call.get("id") else new_item_id("call")
+        )
         custom = name in custom_tools
         output.append(
             function_call_item(

@@ -57,14 +57,18 @@ class _Item:
             return message_item(self.item_id, self.text, status)
         if self.kind == "reasoning":
             return reasoning_item(self.item_id, self.text, status)
-        return function_call_item(self.item_id, self.call_id, self.name, self.text, custom=self.custom, status=status)
+        return function_call_item(
+            self.item_id, self.call_id, self.name, self.text, custom=self.custom, status=status
+        )
 
     def started(self) -> dict[str, Any]:
         if self.kind == "message":
             return message_item(self.item_id, "", "in_progress")
         if self.kind == "reasoning":
             return reasoning_item(self.item_id, "", "in_progress")
-        return function_call_item(self.item_id, self.call_id, self.name, "", custom=self.custom, status="in_progress")
+        return function_call_item(
+            self.item_id, self.call_id, self.name, "", custom=self.custom, status="in_progress"
+        )
 
 
 class ResponseEvents:
@@ -101,7 +105,13 @@ class ResponseEvents:
 
     def _snapshot(self, status: str, **extra: Any) -> dict[str, Any]:
         return response_object(
-            self.echo, self.response_id, self.created_at, model=self.model, status=status, output=list(self.output), **extra
+            self.echo,
+            self.response_id,
+            self.created_at,
+            model=self.model,
+            status=status,
+            output=list(self.output),
+            **extra,
         )
 
     def start(self) -> list[dict[str, Any]]:
@@ -144,7 +154,9 @@ class ResponseEvents:
     def _open_item(self, item: _Item) -> list[dict[str, Any]]:
         out = self._close("completed")
         self._open = item
-        out.append(self._event("response.output_item.added", output_index=item.output_index, item=item.started()))
+        out.append(
+            self._event("response.output_item.added", output_index=item.output_index, item=item.started())
+        )
         if item.kind == "message":
             part: dict[str, Any] = output_text_part("")
         elif item.kind == "reasoning":
@@ -155,7 +167,9 @@ class ResponseEvents:
         return out
 
     def _content_event(self, kind: str, item: _Item, **fields: Any) -> dict[str, Any]:
-        return self._event(kind, item_id=item.item_id, output_index=item.output_index, content_index=0, **fields)
+        return self._event(
+            kind, item_id=item.item_id, output_index=item.output_index, content_index=0, **fields
+        )
 
     def _text(self, kind: str, text: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -179,7 +193,11 @@ class ResponseEvents:
         item = self._open
         if item is None or item.kind != "call" or item.call_index != index:
             name = function.get("name") if isinstance(function.get("name"), str) else ""
-            call_id = fragment.get("id") if isinstance(fragment.get("id"), str) and fragment.get("id") else new_item_id("call")
+            call_id = (
+                fragment.get("id")
+                if isinstance(fragment.get("id"), str) and fragment.get("id")
+                else new_item_id("call")
+            )
             custom = name in self.custom_tools
             item = _Item("call", len(self.output), new_item_id("ctc" if custom else "fc"), call_index=index)
             item.call_id, item.name, item.custom = str(call_id), str(name), custom
@@ -207,7 +225,9 @@ class ResponseEvents:
         done = item.finished(status)
         if item.kind == "message":
             out.append(self._content_event("response.output_text.done", item, text=item.text, logprobs=[]))
-            out.append(self._content_event("response.content_part.done", item, part=output_text_part(item.text)))
+            out.append(
+                self._content_event("response.content_part.done", item, part=output_text_part(item.text))
+            )
         elif item.kind == "reasoning":
             out.append(self._content_event("response.reasoning_text.done", item, text=item.text))
             part = {"type": "reasoning_text", "text": item.text}
@@ -238,7 +258,9 @@ class ResponseEvents:
             self.usage = dict(usage)
         status, incomplete = response_status(self.finish_reason)
         out = self._close("incomplete" if status == "incomplete" else "completed")
-        self.response = self._snapshot(status, usage=response_usage(self.usage), incomplete_details=incomplete)
+        self.response = self._snapshot(
+            status, usage=response_usage(self.usage), incomplete_details=incomplete
+        )
         kind = "response.completed" if status == "completed" else "response.incomplete"
         out.append(self._event(kind, response=self.response))
         return out

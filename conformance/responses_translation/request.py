@@ -118,12 +118,15 @@ def _text_of_parts(parts: Any, param: str) -> str:
     if isinstance(parts, str):
         return parts
     if not isinstance(parts, list):
-        raise TranslationError(f"Invalid type for '{param}': expected a string or an array.", param, "invalid_type")
+        raise TranslationError(
+            f"Invalid type for '{param}': expected a string or an array.", param, "invalid_type"
+        )
     texts = []
     for index, part in enumerate(parts):
         if not isinstance(part, Mapping) or not isinstance(part.get("text"), str):
             raise TranslationError(
-                f"Invalid '{param}[{index}]': only text parts are supported in a tool output.", f"{param}[{index}]"
+                f"Invalid '{param}[{index}]': only text parts are supported in a tool output.",
+                f"{param}[{index}]",
             )
         texts.append(part["text"])
     return "".join(texts)
@@ -135,7 +138,9 @@ def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
         return content
     if not isinstance(content, list):
         raise TranslationError(
-            f"Invalid type for '{param}': expected a string or an array of content parts.", param, "invalid_type"
+            f"Invalid type for '{param}': expected a string or an array of content parts.",
+            param,
+            "invalid_type",
         )
     parts: list[dict[str, Any]] = []
     for index, part in enumerate(content):
@@ -144,7 +149,11 @@ def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
         if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
             text = part.get("text")
             if not isinstance(text, str):
-                raise TranslationError(f"Missing required parameter: '{where}.text'.", f"{where}.text", "missing_required_parameter")
+                raise TranslationError(
+                    f"Missing required parameter: '{where}.text'.",
+                    f"{where}.text",
+                    "missing_required_parameter",
+                )
             parts.append({"type": "text", "text": text})
         elif kind == "refusal":
             parts.append({"type": "text", "text": str(part.get("refusal", ""))})
@@ -152,7 +161,9 @@ def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
             url = part.get("image_url")
             if not isinstance(url, str):
                 raise TranslationError(
-                    f"Invalid '{where}': only images given by 'image_url' are supported.", where, "unsupported_value"
+                    f"Invalid '{where}': only images given by 'image_url' are supported.",
+                    where,
+                    "unsupported_value",
                 )
             image: dict[str, Any] = {"url": url}
             if part.get("detail") in ("low", "high", "auto"):
@@ -160,7 +171,9 @@ def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
             parts.append({"type": "image_url", "image_url": image})
         else:
             raise TranslationError(
-                f"Invalid '{where}': content of type {kind!r} is not supported by this server.", where, "unsupported_value"
+                f"Invalid '{where}': content of type {kind!r} is not supported by this server.",
+                where,
+                "unsupported_value",
             )
     if all(p["type"] == "text" for p in parts):
         return "".join(p["text"] for p in parts)  # one string: what every chat template reads
@@ -170,7 +183,11 @@ def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
 def _call_id(item: Mapping[str, Any], param: str) -> str:
     call_id = item.get("call_id")
     if not isinstance(call_id, str) or not call_id:
-        raise TranslationError(f"Missing required parameter: '{param}.call_id'.", f"{param}.call_id", "missing_required_parameter")
+        raise TranslationError(
+            f"Missing required parameter: '{param}.call_id'.",
+            f"{param}.call_id",
+            "missing_required_parameter",
+        )
     return call_id
 
 
@@ -203,20 +220,33 @@ def _add_item(out: _Messages, item: Any, param: str) -> None:
                 "'system', and 'developer'.",
                 f"{param}.role",
             )
-        out.add({"role": "system" if role == "developer" else role, "content": _content(item.get("content"), f"{param}.content")})
+        out.add(
+            {
+                "role": "system" if role == "developer" else role,
+                "content": _content(item.get("content"), f"{param}.content"),
+            }
+        )
     elif kind in ("function_call", "custom_tool_call"):
         name = item.get("name")
         if not isinstance(name, str) or not name:
-            raise TranslationError(f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter")
+            raise TranslationError(
+                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
+            )
         if kind == "function_call":
             arguments = item.get("arguments")
             if not isinstance(arguments, str):
                 raise TranslationError(
-                    f"Missing required parameter: '{param}.arguments'.", f"{param}.arguments", "missing_required_parameter"
+                    f"Missing required parameter: '{param}.arguments'.",
+                    f"{param}.arguments",
+                    "missing_required_parameter",
                 )
         else:
             arguments = _json({"input": str(item.get("input", ""))})
-        call = {"id": _call_id(item, param), "type": "function", "function": {"name": name, "arguments": arguments}}
+        call = {
+            "id": _call_id(item, param),
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
         out.add_call(call)
     elif kind in ("function_call_output", "custom_tool_call_output"):
         out.add(
@@ -252,7 +282,9 @@ def _messages(body: Mapping[str, Any], previous: Sequence[Any]) -> list[dict[str
     if isinstance(instructions, str) and instructions:
         out.add({"role": "system", "content": instructions})
     elif instructions is not None and not isinstance(instructions, str):
-        raise TranslationError("Invalid type for 'instructions': expected a string.", "instructions", "invalid_type")
+        raise TranslationError(
+            "Invalid type for 'instructions': expected a string.", "instructions", "invalid_type"
+        )
     for index, item in enumerate(previous):
         _add_item(out, item, f"previous[{index}]")
     given = body.get("input")
@@ -281,7 +313,11 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], frozenset[str]]:
         param = f"tools[{index}]"
         kind = tool.get("type") if isinstance(tool, Mapping) else None
         if kind not in ("function", "custom"):
-            why = "it runs on OpenAI's servers or needs a trained action format" if kind in HOSTED_TOOLS else "unknown type"
+            why = (
+                "it runs on OpenAI's servers or needs a trained action format"
+                if kind in HOSTED_TOOLS
+                else "unknown type"
+            )
             raise TranslationError(
                 f"Invalid '{param}.type': tools of type {kind!r} are not supported by this server ({why}); "
                 "only 'function' and 'custom' tools are.",
@@ -291,7 +327,9 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], frozenset[str]]:
         assert isinstance(tool, Mapping)
         name = tool.get("name")
         if not isinstance(name, str) or not name:
-            raise TranslationError(f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter")
+            raise TranslationError(
+                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
+            )
         function: dict[str, Any] = {"name": name}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
@@ -300,7 +338,9 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], frozenset[str]]:
             function["parameters"] = CUSTOM_TOOL_PARAMETERS
         else:
             parameters = tool.get("parameters")
-            function["parameters"] = parameters if isinstance(parameters, Mapping) else {"type": "object", "properties": {}}
+            function["parameters"] = (
+                parameters if isinstance(parameters, Mapping) else {"type": "object", "properties": {}}
+            )
             if isinstance(tool.get("strict"), bool):
                 function["strict"] = tool["strict"]
         chat.append({"type": "function", "function": function})
@@ -336,7 +376,9 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     if kind == "json_schema":
         if not isinstance(fmt.get("schema"), Mapping):
             raise TranslationError(
-                "Missing required parameter: 'text.format.schema'.", "text.format.schema", "missing_required_parameter"
+                "Missing required parameter: 'text.format.schema'.",
+                "text.format.schema",
+                "missing_required_parameter",
             )
         schema: dict[str, Any] = {"name": fmt.get("name") or "response", "schema": fmt["schema"]}
         for key in ("strict", "description"):
@@ -358,7 +400,8 @@ def _number(body: Mapping[str, Any], name: str, low: float, high: float) -> floa
         raise TranslationError(f"Invalid type for '{name}': expected a number.", name, "invalid_type")
     if not low <= value <= high:
         raise TranslationError(
-            f"Invalid '{name}': value out of range. Expected a value between {low} and {high}, but got {value}.",
+            f"Invalid '{name}': value out of range. Expected a value between {low} and {high}, "
+            f"but got {value}.",
             name,
         )
     return value
@@ -420,10 +463,15 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] = ()) -> 
     limit = body.get("max_output_tokens")
     if limit is not None:
         if integer(limit) is None:
-            raise TranslationError("Invalid type for 'max_output_tokens': expected an integer.", "max_output_tokens", "invalid_type")
+            raise TranslationError(
+                "Invalid type for 'max_output_tokens': expected an integer.",
+                "max_output_tokens",
+                "invalid_type",
+            )
         if limit < 16:  # OpenAI's own lower bound
             raise TranslationError(
-                f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got {limit} instead.",
+                "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, "
+                f"but got {limit} instead.",
                 "max_output_tokens",
                 "integer_below_min_value",
             )
