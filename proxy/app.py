@@ -28,7 +28,9 @@ from conformance.openai_errors import error_body
 from conformance.responses_state import (
     ResponseStore,
     delete_response,
+    input_items,
     list_input_items,
+    previous_items,
     retrieve_response,
     store_of,
 )
@@ -222,7 +224,14 @@ async def _responses(ctx: _Context, request: Request) -> Response:
     if await ctx.responses.native(ctx.upstream):
         return await _native_responses(ctx, request, raw)
     try:
-        translation = translate_request(parse_json_object(raw))
+        asked = parse_json_object(raw)
+    except ProxyError as exc:
+        return JSONResponse(exc.body, status_code=exc.status)
+    previous = await previous_items(ctx.store, asked)  # the conversation previous_response_id names
+    if isinstance(previous, Response):
+        return previous
+    try:
+        translation = translate_request(asked, previous)
         validate_request("chat", translation.chat)
     except TranslationError as refused:
         return _error(refused.message, refused.status, refused.code, refused.param)
@@ -232,7 +241,7 @@ async def _responses(ctx: _Context, request: Request) -> Response:
     if isinstance(prepared, Response):
         return prepared
     source, info = prepared
-    output = ResponsesOutput(translation, info.model)
+    output = ResponsesOutput(translation, info.model, ctx.store, [*previous, *input_items(asked)])
 
     async def run(send: Send) -> None:
         config = ctx.config
