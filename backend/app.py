@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
 from starlette.applications import Starlette
@@ -144,7 +144,7 @@ def create_app(
                     return
         yield DONE_EVENT
 
-    async def _chunks(started: _Generation) -> AsyncIterator[list[dict[str, Any]]]:
+    async def _chunks(started: _Generation) -> AsyncGenerator[list[dict[str, Any]], None]:
         """The chat chunks of a stream, a list per engine event; an error body last if a job failed. Its
         reader closes it (``aclosing``) so that a client's leaving frees the slots at once."""
         builder, queue, jobs = started
@@ -223,7 +223,9 @@ def create_app(
     async def _response_stream(
         started: _Generation, translation: ChatTranslation, items: list[Any]
     ) -> AsyncIterator[bytes]:
-        events = ResponseEvents(translation.echo, model=backend.model_id, custom_tools=translation.custom_tools)
+        events = ResponseEvents(
+            translation.echo, model=backend.model_id, custom_tools=translation.custom_tools
+        )
         yield _response_events(events.start())
         async with contextlib.aclosing(_chunks(started)) as stream:
             async for chunks in stream:

@@ -137,9 +137,7 @@ async def delete_response(store: ResponseStore, response_id: str) -> JSONRespons
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
-async def list_input_items(
-    store: ResponseStore, response_id: str, query: Mapping[str, str]
-) -> JSONResponse:
+async def list_input_items(store: ResponseStore, response_id: str, query: Mapping[str, str]) -> JSONResponse:
     """``GET /v1/responses/{id}/input_items``: ``{"object": "list", "data", "first_id", "last_id",
     "has_more"}``."""
     limit_text = query.get("limit", "20")

@@ -51,5 +51,7 @@ def store_of(config: Any) -> ResponseStore:
 def default_store() -> ResponseStore:
     """The store of the three settings' defaults."""
     return ResponseStore(
-        default_store_path(), max_bytes=RESPONSES_STORE_MAX_BYTES.default, max_age=RESPONSES_STORE_MAX_AGE.default
+        default_store_path(),
+        max_bytes=RESPONSES_STORE_MAX_BYTES.default,
+        max_age=RESPONSES_STORE_MAX_AGE.default,
     )

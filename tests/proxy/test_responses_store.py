@@ -1,5 +1,5 @@
-"""The response store (conformance/responses_state/store.py): kept, continued, deleted, bounded, shared by processes,
-and never in the event loop's way."""
+"""The response store (conformance/responses_state/store.py): kept, continued, deleted, bounded, shared
+by processes, and never in the event loop's way."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from conformance.responses_state import store as store_module
 from conformance.responses_state import ResponseStore, StoreUnavailable
+from conformance.responses_state import store as store_module
 
 MiB = 1024 * 1024
 DAY = 24 * 3600.0
@@ -109,7 +109,8 @@ def test_an_entry_larger_than_the_bound_by_itself_is_not_stored_and_evicts_nothi
         lambda s: s.load("resp_big"),
     )
     assert saved[:2] == [True, False]
-    assert saved[2] is not None and saved[3] is None
+    assert saved[2] is not None
+    assert saved[3] is None
     asyncio.run(store.aclose())
 
 

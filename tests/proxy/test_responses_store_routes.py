@@ -36,7 +36,12 @@ STORED = {
 }
 INPUT: list[Any] = [
     {"role": "user", "content": "Capital of France?"},
-    {"type": "message", "id": "msg_given", "role": "user", "content": [{"type": "input_text", "text": "Brief."}]},
+    {
+        "type": "message",
+        "id": "msg_given",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Brief."}],
+    },
     {"type": "function_call_output", "call_id": "call_1", "output": "42"},
 ]
 
@@ -71,9 +76,11 @@ def test_a_stored_response_is_retrieved_listed_and_deleted(url: str) -> None:
     assert response.output_text == "Paris."
     items = client.responses.input_items.list("resp_stored1", order="asc")
     assert [item.id for item in items.data] == ["msg_stored1_0", "msg_given", "fco_stored1_2"]
-    assert items.data[0].type == "message" and items.data[0].content[0].text == "Capital of France?"
+    assert items.data[0].type == "message"
+    assert items.data[0].content[0].text == "Capital of France?"
     newest = client.responses.input_items.list("resp_stored1", limit=1)  # desc by default
-    assert [item.id for item in newest.data] == ["fco_stored1_2"] and newest.has_more
+    assert [item.id for item in newest.data] == ["fco_stored1_2"]
+    assert newest.has_more
     after = httpx.get(
         url + "/v1/responses/resp_stored1/input_items",
         params={"order": "asc", "after": "msg_stored1_0"},
@@ -119,7 +126,12 @@ def test_the_routes_need_the_key_and_refuse_other_methods(url: str) -> None:
 
 @pytest.mark.parametrize(
     ("query", "param"),
-    [({"limit": "0"}, "limit"), ({"limit": "x"}, "limit"), ({"order": "up"}, "order"), ({"after": "no"}, "after")],
+    [
+        ({"limit": "0"}, "limit"),
+        ({"limit": "x"}, "limit"),
+        ({"order": "up"}, "order"),
+        ({"after": "no"}, "after"),
+    ],
 )
 def test_bad_listing_parameters_are_400s_that_name_them(url: str, query: dict[str, str], param: str) -> None:
     answer = httpx.get(
@@ -155,7 +167,9 @@ def test_a_response_too_large_to_store_is_answered_with_store_false(tmp_path: Pa
 
     async def main() -> list[Any]:
         kept = await remember(store, STORED, [{"role": "user", "content": "hi"}])
-        too_big = await remember(store, {**STORED, "id": "resp_big"}, [{"role": "user", "content": "x" * 300}])
+        too_big = await remember(
+            store, {**STORED, "id": "resp_big"}, [{"role": "user", "content": "x" * 300}]
+        )
         not_asked = await remember(store, {**STORED, "id": "resp_no", "store": False}, [])
         found = [await store.load(key) for key in ("resp_stored1", "resp_big", "resp_no")]
         await store.aclose()

@@ -108,7 +108,11 @@ def test_previous_response_id_continues_a_conversation_on_another_worker(tmp_pat
         # The second worker generated from the whole conversation the first one stored: the first
         # turn's input and answer, then the new input (what it lists, and what the model was given).
         first_answer = _texts(first_turn["output"])
-        assert _texts(listed.json()["data"]) == ["My name is Ada. Remember it.", *first_answer, "What is my name?"]
+        assert _texts(listed.json()["data"]) == [
+            "My name is Ada. Remember it.",
+            *first_answer,
+            "What is my name?",
+        ]
         one_usage, two_usage = first_turn["usage"], second_turn["usage"]
         assert two_usage["input_tokens"] > one_usage["input_tokens"] + one_usage["output_tokens"]
         # Either worker answers for what the other stored.
