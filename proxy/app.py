@@ -47,7 +47,7 @@ from .passthrough import connection_options, has_dot_segment, relay
 from .request_sources import SourceBuilder, fan_out_prompts
 from .request_validation import parse_json_object, parse_request, validate_request
 from .respond import HeldResponse, serve_source
-from .responses import NativeResponses, ResponsesOutput, serve_native
+from .responses import NativeResponses, ResponsesOutput, StoredAs, serve_native
 from .served_names import ServedNames, served_name
 from .source import Source
 from .upstream import Upstream
@@ -391,15 +391,24 @@ async def _native_responses(ctx: _Context, request: Request, raw: bytes) -> Resp
         asked = parse_json_object(raw)
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
+    # State is the proxy's here too: the upstream's ids never reach the client (each Response gets the
+    # proxy's own), so its store could not be named; it gets the whole conversation and keeps nothing.
+    previous = await previous_items(ctx.store, asked)
+    if isinstance(previous, Response):
+        return previous
+    items = [*previous, *input_items(asked)]
+    forwarded = {k: v for k, v in asked.items() if k != "previous_response_id"}
+    raw = jsoncodec.dumps({**forwarded, "input": items, "store": False})
     raw, _ = await _with_served_model(ctx, raw, "json")
     model = asked.get("model")
     shown = ctx.config.model_alias or (clean_model_name(model) if isinstance(model, str) and model else None)
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     headers.append((b"content-type", b"application/json"))
     upstream = ctx.upstream
+    store = ctx.store
 
     async def run(send: Send) -> None:
-        await serve_native(send, upstream, raw, asked, headers, exchange, shown)
+        await serve_native(send, upstream, raw, asked, headers, exchange, shown, StoredAs(store, items))
 
     return HeldResponse(run, exchange)
 
