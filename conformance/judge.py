@@ -45,7 +45,13 @@ MAX_LINE_BYTES = 64 << 20
 """A single SSE line longer than this is reported instead of buffered."""
 _CHUNK_SCHEMA = {"chat": "chat_completion_chunk", "completions": "text_completion_chunk"}
 EXCERPT_QUIET_RULES = frozenset(
-    {"sse-cut-off", "done-missing", "done-unterminated", "responses-terminal-missing", "responses-item-not-done"}
+    {
+        "sse-cut-off",
+        "done-missing",
+        "done-unterminated",
+        "responses-terminal-missing",
+        "responses-item-not-done",
+    }
 )
 """Rules that fire only because a stream's text stops early: a transcript pasted from a bug report
 (an excerpt, issue 17) is often cut after the chunks that show the bug, so for an excerpt they say

@@ -96,7 +96,8 @@ def function_schemas(tools: Any) -> Mapping[str, Any]:
     for tool in tools if isinstance(tools, list) else ():
         if not isinstance(tool, Mapping) or tool.get("type") != "function":
             continue
-        function = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        nested = tool.get("function")
+        function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else tool
         name = function.get("name")
         if isinstance(name, str):
             schemas[name] = function.get("parameters")

@@ -215,7 +215,7 @@ async def _responses(ctx: _Context, request: Request) -> Response:
     (validation, repairs, emulations, limits, error mapping), its normalized output translated back;
     or, by ``--responses``, the upstream's own endpoint (proxy/responses/native.py)."""
     exchange = exchange_of(request.scope)
-    exchange.endpoint = "chat"
+    exchange.endpoint = "responses"
     if not _authorized(request, ctx.config.api_key):
         return _error("invalid or missing API key", 401, "invalid_api_key")
     raw = await _read_body(request, ctx.config.max_body)
@@ -404,11 +404,11 @@ async def _native_responses(ctx: _Context, request: Request, raw: bytes) -> Resp
     shown = ctx.config.model_alias or (clean_model_name(model) if isinstance(model, str) and model else None)
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     headers.append((b"content-type", b"application/json"))
-    upstream = ctx.upstream
-    store = ctx.store
+    upstream, secret, store = ctx.upstream, ctx.config.upstream_api_key, ctx.store
 
     async def run(send: Send) -> None:
-        await serve_native(send, upstream, raw, asked, headers, exchange, shown, StoredAs(store, items))
+        stored = StoredAs(store, items)
+        await serve_native(send, upstream, raw, asked, headers, exchange, shown, secret, stored)
 
     return HeldResponse(run, exchange)
 

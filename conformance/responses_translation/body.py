@@ -198,7 +198,7 @@ def response_from_chat(
     status, incomplete = response_status(choice.get("finish_reason"))
     item_status = "incomplete" if status == "incomplete" else "completed"
     output: list[dict[str, Any]] = []
-    reasoning = message.get("reasoning_content")
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
         output.append(reasoning_item(new_item_id("rs"), reasoning, item_status))
     text = message.get("content")

@@ -11,10 +11,11 @@ error words). What is translated and what is refused, and why, is in docs/respon
   anyway, and their ``encrypted_content`` is OpenAI's.
 - ``tools``: ``function`` tools as they are; ``custom`` (freeform) tools, which Codex CLI sends for
   ``apply_patch``, as a function with one string parameter ``input`` (the answer's call is a
-  ``custom_tool_call`` again). Hosted tools (``web_search``, ``file_search``, ``code_interpreter``,
-  ``computer_use_preview``, ``image_generation``, ``mcp``, ``local_shell``, ``shell``,
-  ``apply_patch``...) are refused with a 400 that names the type: they need OpenAI's servers or an
-  agreed action format that a chat-completions model has no way to follow.
+  ``custom_tool_call`` again); ``web_search`` (Codex CLI's default since 2026-01) as a function
+  ``web_search`` with one text argument ``query``. Other hosted tools (``file_search``,
+  ``code_interpreter``, ``computer_use_preview``, ``image_generation``, ``mcp``, ``local_shell``,
+  ``shell``, ``apply_patch``...) are refused with a 400 that names the type: they need OpenAI's
+  servers or an agreed action format that a chat-completions model has no way to follow.
 - ``text.format`` becomes ``response_format``; ``reasoning.effort`` ``reasoning_effort``;
   ``max_output_tokens`` ``max_tokens`` (the name every local server reads); ``temperature``,
   ``top_p``, ``parallel_tool_calls``, ``tool_choice``, ``user`` as they are; ``stream`` with
@@ -34,12 +35,26 @@ from conformance.request import integer
 
 __all__ = ["ChatTranslation", "TranslationError", "translate_request"]
 
+WEB_SEARCH_TOOLS = frozenset(
+    {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26"}
+)
+"""Sent as a function ``web_search`` with one text argument ``query``: Codex CLI sends ``web_search``
+by default since 2026-01 (a refusal would fail every turn); the model may call it, and the call comes
+back as a ``function_call`` for the client to run or to answer as unsupported."""
+
+WEB_SEARCH_FUNCTION: dict[str, Any] = {
+    "name": "web_search",
+    "description": "Search the web. Returns the results as text.",
+    "parameters": {
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "what to search for"}},
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+}
+
 HOSTED_TOOLS = frozenset(
     {
-        "web_search",
-        "web_search_preview",
-        "web_search_preview_2025_03_11",
-        "web_search_2025_08_26",
         "file_search",
         "code_interpreter",
         "computer_use_preview",
@@ -52,7 +67,8 @@ HOSTED_TOOLS = frozenset(
         "tool_search",
     }
 )
-"""Tool types that run on OpenAI's side, or ask the model for a trained action format: refused."""
+"""Tool types that run on OpenAI's servers, or ask the model for an action format it was trained on,
+which a chat-completions model cannot be held to: refused."""
 
 CUSTOM_TOOL_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -312,6 +328,10 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], frozenset[str]]:
     for index, tool in enumerate(tools):
         param = f"tools[{index}]"
         kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if kind in WEB_SEARCH_TOOLS:
+            if not any(t["function"]["name"] == "web_search" for t in chat):
+                chat.append({"type": "function", "function": WEB_SEARCH_FUNCTION})
+            continue
         if kind not in ("function", "custom"):
             why = (
                 "it runs on OpenAI's servers or needs a trained action format"
@@ -320,7 +340,7 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], frozenset[str]]:
             )
             raise TranslationError(
                 f"Invalid '{param}.type': tools of type {kind!r} are not supported by this server ({why}); "
-                "only 'function' and 'custom' tools are.",
+                "only 'function', 'custom' and 'web_search' tools are.",
                 f"{param}.type",
                 "unsupported_value",
             )
@@ -422,11 +442,23 @@ def _echo(body: Mapping[str, Any]) -> dict[str, Any]:
     return echo
 
 
-def translate_request(body: Mapping[str, Any], previous: Sequence[Any] = ()) -> ChatTranslation:
-    """The chat request for Responses request ``body``; ``previous``: the input and output items of the
-    conversation before it (what ``previous_response_id`` names, resolved by the caller's store)."""
+def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = None) -> ChatTranslation:
+    """The chat request for Responses request ``body``.
+
+    ``previous``: the input and output items of the conversation before it, which the caller's response
+    store resolved ``previous_response_id`` to. Without it (None) a ``previous_response_id`` is refused
+    as OpenAI refuses an unknown one (400 ``previous_response_not_found``): ignored, the conversation
+    would go on without its history and no one would know.
+    """
     if not isinstance(body, Mapping):
         raise TranslationError("The request body must be a JSON object.", None, "invalid_request")
+    previous_id = body.get("previous_response_id")
+    if previous_id is not None and previous is None:
+        raise TranslationError(
+            f"Previous response with id {previous_id!r} not found.",
+            "previous_response_id",
+            "previous_response_not_found",
+        )
     if body.get("background") is True:
         raise TranslationError(
             "Invalid 'background': background responses are not supported by this server.",
@@ -443,7 +475,7 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] = ()) -> 
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise TranslationError("Invalid type for 'model': expected a string.", "model", "invalid_type")
-    chat: dict[str, Any] = {"messages": _messages(body, previous)}
+    chat: dict[str, Any] = {"messages": _messages(body, previous or ())}
     if model is not None:
         chat["model"] = model
     tools, custom = _tools(body.get("tools"))

@@ -24,7 +24,14 @@ from conformance import schemas
 from conformance.request import Request
 from conformance.rules.context import Context
 
-__all__ = ["FEATURE_QUIRK", "ROUTE_MISSING", "declined_feature", "refusal", "request_acceptance", "route_missing"]
+__all__ = [
+    "FEATURE_QUIRK",
+    "ROUTE_MISSING",
+    "declined_feature",
+    "refusal",
+    "request_acceptance",
+    "route_missing",
+]
 
 ROUTE_MISSING = frozenset({404, 405, 501})
 """What a server answers on a path it has no route for."""

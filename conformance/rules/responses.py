@@ -40,7 +40,6 @@ from conformance.sse import SSEBlock
 
 __all__ = [
     "END_RULES",
-    "EVENT_SCHEMA",
     "TERMINAL",
     "ItemState",
     "PartState",
@@ -48,6 +47,7 @@ __all__ = [
     "created_first",
     "done_sentinel",
     "event_line",
+    "event_schema",
     "is_responses_payload",
     "items_done",
     "judge_body",
@@ -62,7 +62,11 @@ __all__ = [
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
-_STATUS = {"response.completed": "completed", "response.incomplete": "incomplete", "response.failed": "failed"}
+_STATUS = {
+    "response.completed": "completed",
+    "response.incomplete": "incomplete",
+    "response.failed": "failed",
+}
 _DEFINED = frozenset(
     {
         *TERMINAL,
@@ -97,7 +101,7 @@ _DONE_TEXT = {done: key for done, key in _PART_TEXT.values()}
 _PART_KEY = {"output_text": "text", "refusal": "refusal", "reasoning_text": "text", "summary_text": "text"}
 
 
-def EVENT_SCHEMA(kind: Any) -> str:  # noqa: N802 - a table lookup spelled as one
+def event_schema(kind: Any) -> str:
     """The schema definition an event of type ``kind`` is judged by."""
     name = kind if kind in _DEFINED else "other"
     return f"response_stream_event#/$defs/{name}"
@@ -157,7 +161,7 @@ def judge_event(ctx: Context, event: int, payload: dict[str, Any], block: SSEBlo
     """Every rule on one event of a Responses stream."""
     stream = state(ctx)
     kind = payload.get("type")
-    schema_findings(ctx, event, payload, EVENT_SCHEMA(kind))
+    schema_findings(ctx, event, payload, event_schema(kind))
     if block is not None:
         event_line(ctx, event, block, kind)
     sequence_number(ctx, stream, event, payload)
@@ -311,8 +315,8 @@ def _item_added(ctx: Context, state: ResponsesState, event: int, payload: Mappin
             pointer="/output_index",
             quirk="spec",
         )
-        if index in state.items:
-            return
+    # A reused index opens a new item there: the events after it are judged against the new one, so one
+    # wrong index is one finding (and the terminal output's mismatch), not one per later event.
     item_id, kind = item.get("id"), item.get("type")
     state.items[index] = ItemState(
         event, item_id if isinstance(item_id, str) else None, kind if isinstance(kind, str) else None, item
@@ -339,7 +343,13 @@ def _item(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str,
         )
         return None
     given = payload.get("item")
-    item_id = payload.get("item_id") if "item_id" in payload else given.get("id") if isinstance(given, Mapping) else None
+    item_id = (
+        payload.get("item_id")
+        if "item_id" in payload
+        else given.get("id")
+        if isinstance(given, Mapping)
+        else None
+    )
     if isinstance(item_id, str) and item.item_id is not None and item_id != item.item_id:
         ctx.error(
             "responses-item-id-mismatch",
@@ -497,8 +507,13 @@ def _item_mismatch(state: ItemState, item: Mapping[str, Any]) -> str | None:
         added = state.added.get(key)
         if added and item.get(key) != added:
             return f"{key} {str(item.get(key))[:60]!r}, added as {str(added)[:60]!r}"
-    if state.kind == "function_call" and state.arguments and item.get("arguments") != "".join(state.arguments):
-        return f"arguments {_clip(str(item.get('arguments')))}, the deltas joined {_clip(''.join(state.arguments))}"
+    if (
+        state.kind == "function_call"
+        and state.arguments
+        and item.get("arguments") != "".join(state.arguments)
+    ):
+        joined = "".join(state.arguments)
+        return f"arguments {_clip(str(item.get('arguments')))}, the deltas joined {_clip(joined)}"
     for key, parts in (("content", state.parts), ("summary", state.summaries)):
         listed = item.get(key)
         if not isinstance(listed, list) or not parts:
@@ -636,5 +651,3 @@ def is_responses_payload(payload: Any) -> bool:
     if isinstance(kind, str) and (kind.startswith("response.") or (kind == "error" and "message" in payload)):
         return True
     return payload.get("object") == "response"
-
-

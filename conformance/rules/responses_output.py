@@ -100,7 +100,9 @@ def item_id_prefix(ctx: Context, event: int | None, item: Mapping[str, Any], whe
     if prefix is None:
         return
     if isinstance(value, str) and not value:
-        ctx.error("responses-item-id-empty", f"a {kind} item with an empty id", event=event, pointer=f"{where}/id")
+        ctx.error(
+            "responses-item-id-empty", f"a {kind} item with an empty id", event=event, pointer=f"{where}/id"
+        )
     elif isinstance(value, str) and not value.startswith(prefix):
         ctx.warn(
             "responses-item-id-prefix",
@@ -209,8 +211,10 @@ def usage_limit(ctx: Context, event: int | None, response: Mapping[str, Any], wh
 def _as_object(text: str) -> tuple[Any, str | None]:
     try:
         return json.loads(text), None
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return None, f"not JSON ({exc.msg} at {exc.pos})"
+    except ValueError:
+        return None, "not JSON"
     except RecursionError:
         return None, "nested too deeply"
 
@@ -237,7 +241,7 @@ def function_call_arguments(ctx: Context, event: int | None, item: Mapping[str, 
     if ctx.request.known and functions and name not in functions:
         ctx.error(
             "responses-function-unknown",
-            f"a call to {str(name)[:60]!r}, which is not one of the request's functions ({', '.join(functions)})",
+            f"a call to {str(name)[:60]!r}, not one of the request's functions ({', '.join(functions)})",
             event=event,
             pointer=f"{where}/name",
             quirk="spec",
@@ -268,7 +272,11 @@ def output_text(response: Mapping[str, Any]) -> str:
     for item in output if isinstance(output, list) else ():
         content = item.get("content") if isinstance(item, Mapping) and item.get("type") == "message" else None
         for part in content if isinstance(content, list) else ():
-            if isinstance(part, Mapping) and part.get("type") == "output_text" and isinstance(part.get("text"), str):
+            if (
+                isinstance(part, Mapping)
+                and part.get("type") == "output_text"
+                and isinstance(part.get("text"), str)
+            ):
                 texts.append(part["text"])
     return "".join(texts)
 
@@ -279,7 +287,9 @@ def output_schema_valid(ctx: Context, event: int | None, response: Mapping[str, 
     if schema is None or response.get("status") != "completed":
         return
     output = response.get("output")
-    if isinstance(output, list) and any(isinstance(i, Mapping) and i.get("type") == "function_call" for i in output):
+    if isinstance(output, list) and any(
+        isinstance(i, Mapping) and i.get("type") == "function_call" for i in output
+    ):
         return  # the model called a tool instead of answering
     value, problem = _as_object(output_text(response))
     if problem is None:

@@ -1,11 +1,13 @@
-"""The Responses API rules, each on a stream or body built for one condition: a well-formed one passes, and
-each deviation is reported by its rule (spec facts in conformance/rules/responses.py and responses_output.py)."""
+"""The Responses API rules, each on a stream or body built for one condition: a well-formed one passes,
+and each deviation is reported by its rule (spec facts: rules/responses.py, responses_output.py)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +30,9 @@ WEATHER = {
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 
 
-def response(status: str = "completed", output: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+def response(
+    status: str = "completed", output: list[dict[str, Any]] | None = None, **extra: Any
+) -> dict[str, Any]:
     """A Response with every key OpenAI sends (openai-python's live snapshot of test_output_text)."""
     finished = status in ("completed", "incomplete")
     body = {
@@ -70,7 +74,14 @@ def message(text: str, status: str = "completed") -> dict[str, Any]:
 
 
 def function_call(arguments: str, name: str = "get_weather") -> dict[str, Any]:
-    return {"id": FC, "type": "function_call", "status": "completed", "call_id": "call_1", "name": name, "arguments": arguments}
+    return {
+        "id": FC,
+        "type": "function_call",
+        "status": "completed",
+        "call_id": "call_1",
+        "name": name,
+        "arguments": arguments,
+    }
 
 
 def text_events(pieces: list[str], index: int = 0) -> list[dict[str, Any]]:
@@ -79,7 +90,11 @@ def text_events(pieces: list[str], index: int = 0) -> list[dict[str, Any]]:
     part = item["content"][0]
     where = {"item_id": MSG, "output_index": index, "content_index": 0}
     return [
-        {"type": "response.output_item.added", "output_index": index, "item": {**item, "status": "in_progress", "content": []}},
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "status": "in_progress", "content": []},
+        },
         {"type": "response.content_part.added", **where, "part": {**part, "text": ""}},
         *({"type": "response.output_text.delta", **where, "delta": p, "logprobs": []} for p in pieces),
         {"type": "response.output_text.done", **where, "text": text, "logprobs": []},
@@ -92,14 +107,20 @@ def call_events(pieces: list[str], index: int = 0, name: str = "get_weather") ->
     item = function_call("".join(pieces), name)
     where = {"item_id": FC, "output_index": index}
     return [
-        {"type": "response.output_item.added", "output_index": index, "item": {**item, "status": "in_progress", "arguments": ""}},
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "status": "in_progress", "arguments": ""},
+        },
         *({"type": "response.function_call_arguments.delta", **where, "delta": p} for p in pieces),
         {"type": "response.function_call_arguments.done", **where, "arguments": "".join(pieces)},
         {"type": "response.output_item.done", "output_index": index, "item": item},
     ]
 
 
-def events_for(items: list[dict[str, Any]], final: dict[str, Any], terminal: str = "response.completed") -> list[dict[str, Any]]:
+def events_for(
+    items: list[dict[str, Any]], final: dict[str, Any], terminal: str = "response.completed"
+) -> list[dict[str, Any]]:
     start = {**final, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
     return [
         {"type": "response.created", "response": start},
@@ -127,7 +148,11 @@ def request(**body: Any) -> dict[str, Any]:
 
 
 def judged(
-    body: bytes, req: dict[str, Any] | None = None, status: int = 200, headers: dict[str, str] = SSE, intent: str | None = None
+    body: bytes,
+    req: dict[str, Any] | None = None,
+    status: int = 200,
+    headers: dict[str, str] = SSE,
+    intent: str | None = None,
 ) -> tuple[set[str], set[str]]:
     verdict = judge_response(body, request=req, status=status, headers=headers, intent=intent)
     return {f.rule for f in verdict.errors}, {f.rule for f in verdict.warnings}
@@ -152,7 +177,9 @@ def test_a_well_formed_function_call_stream_passes() -> None:
     assert judged(encode(events), request(stream=True, tools=[WEATHER])) == (set(), set())
 
 
-def mutate(change: Callable[[list[dict[str, Any]]], object], events: list[dict[str, Any]] | None = None) -> bytes:
+def mutate(
+    change: Callable[[list[dict[str, Any]]], object], events: list[dict[str, Any]] | None = None
+) -> bytes:
     events = copy.deepcopy(events or text_stream())
     for n, event in enumerate(events):
         event["sequence_number"] = n
@@ -182,7 +209,10 @@ def test_sequence_number_missing_is_a_required_key() -> None:
 
 
 def test_created_first() -> None:
-    assert judged(mutate(lambda events: events.pop(0)))[0] == {"responses-created-first", "responses-sequence-number"}
+    assert judged(mutate(lambda events: events.pop(0)))[0] == {
+        "responses-created-first",
+        "responses-sequence-number",
+    }
 
 
 def test_terminal_missing() -> None:
@@ -314,13 +344,18 @@ def test_usage_arithmetic() -> None:
 
 def test_limit_reached_but_completed() -> None:
     body = encode(text_stream())  # usage.output_tokens is 2
-    assert judged(body, request(max_output_tokens=2))[0] == {"responses-limit-completed", "invalid-request-accepted"}
+    assert judged(body, request(max_output_tokens=2))[0] == {
+        "responses-limit-completed",
+        "invalid-request-accepted",
+    }
     assert judged(body, request(max_output_tokens=16))[0] == set()
 
 
 def test_limit_reached_and_incomplete() -> None:
     final = response(
-        "incomplete", output=[message("Hello", "incomplete")], incomplete_details={"reason": "max_output_tokens"}
+        "incomplete",
+        output=[message("Hello", "incomplete")],
+        incomplete_details={"reason": "max_output_tokens"},
     )
     events = events_for(text_events(["Hel", "lo"]), final, "response.incomplete")
     events[-2]["item"] = final["output"][0]
@@ -337,7 +372,9 @@ def test_incomplete_without_a_reason() -> None:
 def test_finish_length_intent_wants_incomplete() -> None:
     body = encode(text_stream())  # completed, 2 output tokens
     assert judged(body, request(max_output_tokens=16), intent="finish-length")[0] == set()  # stopped early
-    final = response(output=[message("Hello")], usage={**response()["usage"], "output_tokens": 16, "total_tokens": 21})
+    final = response(
+        output=[message("Hello")], usage={**response()["usage"], "output_tokens": 16, "total_tokens": 21}
+    )
     events = events_for(text_events(["Hel", "lo"]), final)
     errors = judged(encode(events), request(max_output_tokens=16), intent="finish-length")[0]
     assert errors == {"responses-limit-completed", "responses-incomplete-expected"}
@@ -356,7 +393,7 @@ def test_failed_without_an_error() -> None:
 
 
 def test_error_event_ends_a_stream() -> None:
-    events = text_stream()[:2] + [{"type": "error", "code": "server_error", "message": "boom", "param": None}]
+    events = [*text_stream()[:2], {"type": "error", "code": "server_error", "message": "boom", "param": None}]
     assert judged(encode(events)) == (set(), set())
 
 
@@ -375,7 +412,9 @@ def test_function_arguments_against_the_tool_schema() -> None:
 
 def test_function_not_offered() -> None:
     call = ['{"location": "Paris"}']
-    events = events_for(call_events(call, name="get_time"), response(output=[function_call(call[0], "get_time")]))
+    events = events_for(
+        call_events(call, name="get_time"), response(output=[function_call(call[0], "get_time")])
+    )
     assert judged(encode(events), request(tools=[WEATHER]))[0] == {"responses-function-unknown"}
 
 
@@ -403,7 +442,9 @@ def test_ids_and_their_prefixes() -> None:
                 event["response"]["id"] = "chatcmpl-1"
 
     assert judged(mutate(prefixes)) == (set(), {"responses-id-prefix"})
-    assert judged(mutate(lambda events: events[-1]["response"].update(id="resp_2")))[0] == {"responses-id-changed"}
+    assert judged(mutate(lambda events: events[-1]["response"].update(id="resp_2")))[0] == {
+        "responses-id-changed"
+    }
     call = ['{"location": "Paris"}']
     item = {**function_call(call[0]), "call_id": ""}
     events = events_for(call_events(call), response(output=[item]))
@@ -416,7 +457,9 @@ def test_schema_of_the_events() -> None:
         del events[4]["logprobs"]
 
     assert judged(mutate(no_logprobs))[0] == {"required-key"}
-    assert judged(mutate(lambda events: events[-1]["response"].update(object="chat.completion")))[0] == {"object-value"}
+    assert judged(mutate(lambda events: events[-1]["response"].update(object="chat.completion")))[0] == {
+        "object-value"
+    }
 
 
 def test_unknown_keys_are_warnings() -> None:
@@ -434,7 +477,10 @@ def test_body_judged_by_the_same_rules() -> None:
 
 def test_a_server_without_the_route_is_unsupported() -> None:
     body = b'{"detail":"Not Found"}'
-    assert judged(body, request(), status=404, headers=JSON, intent="success") == (set(), {"feature-unsupported"})
+    assert judged(body, request(), status=404, headers=JSON, intent="success") == (
+        set(),
+        {"feature-unsupported"},
+    )
 
 
 @pytest.mark.parametrize(
@@ -451,5 +497,76 @@ def test_invalid_requests_are_refused(body: dict[str, Any]) -> None:
     req = {"method": "POST", "path": "/v1/responses", "body": {"model": "m", **body}}
     ok = json.dumps(response(output=[message("Hi")])).encode()
     assert "invalid-request-accepted" in judged(ok, req, headers=JSON)[0]
-    refusal = json.dumps({"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}})
+    refusal = json.dumps(
+        {"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}
+    )
     assert judged(refusal.encode(), req, status=400, headers=JSON) == (set(), set())
+
+
+def test_refusal_and_reasoning_streams() -> None:
+    refusal = {"type": "refusal", "refusal": "I can't."}
+    item = {"id": MSG, "type": "message", "role": "assistant", "status": "completed", "content": [refusal]}
+    where = {"item_id": MSG, "output_index": 1, "content_index": 0}
+    summary = {"type": "summary_text", "text": "Thought."}
+    thought = {"type": "reasoning_text", "text": "Hmm."}
+    reasoning = {
+        "id": "rs_1",
+        "type": "reasoning",
+        "summary": [summary],
+        "content": [thought],
+        "status": "completed",
+    }
+    at = {"item_id": "rs_1", "output_index": 0}
+    items = [
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**reasoning, "summary": [], "content": []},
+        },
+        {
+            "type": "response.reasoning_summary_part.added",
+            **at,
+            "summary_index": 0,
+            "part": {**summary, "text": ""},
+        },
+        {"type": "response.reasoning_summary_text.delta", **at, "summary_index": 0, "delta": "Thought."},
+        {"type": "response.reasoning_summary_text.done", **at, "summary_index": 0, "text": "Thought."},
+        {"type": "response.reasoning_summary_part.done", **at, "summary_index": 0, "part": summary},
+        {"type": "response.content_part.added", **at, "content_index": 0, "part": {**thought, "text": ""}},
+        {"type": "response.reasoning_text.delta", **at, "content_index": 0, "delta": "Hmm."},
+        {"type": "response.reasoning_text.done", **at, "content_index": 0, "text": "Hmm."},
+        {"type": "response.content_part.done", **at, "content_index": 0, "part": thought},
+        {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
+        {"type": "response.output_item.added", "output_index": 1, "item": {**item, "content": []}},
+        {"type": "response.content_part.added", **where, "part": {**refusal, "refusal": ""}},
+        {"type": "response.refusal.delta", **where, "delta": "I can"},
+        {"type": "response.refusal.delta", **where, "delta": "'t."},
+        {"type": "response.refusal.done", **where, "refusal": "I can't."},
+        {"type": "response.content_part.done", **where, "part": refusal},
+        {"type": "response.output_item.done", "output_index": 1, "item": item},
+    ]
+    events = events_for(items, response(output=[reasoning, item]))
+    assert judged(encode(events)) == (set(), set())
+    events[16]["refusal"] = "I can."  # response.refusal.done
+    assert judged(encode(events))[0] == {"responses-done-text"}
+    events[16]["refusal"] = "I can't."
+    events[5]["text"] = "Thought!"  # response.reasoning_summary_text.done
+    assert judged(encode(events))[0] == {"responses-done-text"}
+
+
+def test_error_bodies_are_openai_shaped() -> None:
+    req = {"method": "POST", "path": "/v1/responses", "body": {"model": "m", "input": "Hi", "temperature": 7}}
+    assert judged(b'{"detail": "temperature too high"}', req, status=400, headers=JSON)[0] == {
+        "error-body-shape"
+    }
+
+
+def test_every_responses_rule_is_documented() -> None:
+    root = Path(__file__).resolve().parents[2]
+    source = "".join(
+        (root / "conformance" / "rules" / f).read_text() for f in ("responses.py", "responses_output.py")
+    )
+    rules = set(re.findall(r'"(responses-[a-z-]+)"', source))
+    documented = (root / "docs" / "validate.md").read_text()
+    assert len(rules) > 25
+    assert {rule for rule in rules if f"`{rule}`" not in documented} == set()

@@ -14,9 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.responses_checks import check_events, check_response, judged, sse_events
+
 from .conftest import run_proxy
 from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head
-from .responses_checks import check_events, check_response, sse_events
 
 REQUEST = {"model": "m", "input": "Say hello", "stream": True}
 
@@ -70,6 +71,7 @@ def test_a_streamed_answer_is_the_full_event_sequence(hello: tuple[str, list[dic
     response = httpx.post(url + "/v1/responses", json=REQUEST, timeout=10)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/event-stream")
+    judged(response.content, REQUEST, response.status_code, response.headers)
     events = sse_events(response.content)
     check_events(events)
     assert [e["type"] for e in events] == [
@@ -99,6 +101,7 @@ def test_a_whole_answer_is_a_response_object(hello: tuple[str, list[dict[str, An
         url + "/v1/responses", json={**REQUEST, "stream": False, "metadata": {"k": "v"}}, timeout=10
     )
     assert response.status_code == 200, response.text
+    judged(response.content, {**REQUEST, "stream": False}, response.status_code, response.headers)
     body = response.json()
     check_response(body)
     assert body["status"] == "completed"
@@ -110,9 +113,10 @@ def test_a_whole_answer_is_a_response_object(hello: tuple[str, list[dict[str, An
 def test_an_answer_cut_by_max_output_tokens_is_incomplete() -> None:
     handler = _streaming(chunk("Hel"), chunk("lo", "length"), _usage_chunk())
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
-        events = sse_events(
-            httpx.post(url + "/v1/responses", json={**REQUEST, "max_output_tokens": 16}, timeout=10).content
-        )
+        request = {**REQUEST, "max_output_tokens": 16}
+        response = httpx.post(url + "/v1/responses", json=request, timeout=10)
+        judged(response.content, request, response.status_code, response.headers)
+        events = sse_events(response.content)
         check_events(events)
         assert events[-1]["type"] == "response.incomplete"
         assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -127,6 +131,7 @@ def test_an_upstream_cut_mid_stream_ends_with_response_failed() -> None:
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
         response = httpx.post(url + "/v1/responses", json=REQUEST, timeout=10)
         assert response.status_code == 200
+        judged(response.content, REQUEST, response.status_code, response.headers)
         events = sse_events(response.content)
         check_events(events)
         assert events[-1]["type"] == "response.failed"
@@ -146,6 +151,19 @@ def test_non_json_mid_stream_ends_with_response_failed() -> None:
         assert "not valid JSON" in events[-1]["response"]["error"]["message"]
 
 
+def test_an_error_inside_the_stream_ends_with_response_failed() -> None:
+    """An upstream that reports an error inside its 200 stream after some text (llama.cpp #14566, N2)."""
+    error = b'data: {"error": {"message": "the KV cache is full", "type": "server_error", "code": 500}}\n\n'
+    handler = _streaming(chunk("Hel"), error)
+    with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
+        response = httpx.post(url + "/v1/responses", json=REQUEST, timeout=10)
+        judged(response.content, REQUEST, response.status_code, response.headers)
+        events = sse_events(response.content)
+        check_events(events)
+        assert events[-1]["type"] == "response.failed"
+        assert "KV cache" in events[-1]["response"]["error"]["message"]
+
+
 def test_an_error_before_the_first_event_is_an_http_error() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         await read_request(reader)
@@ -157,13 +175,14 @@ def test_an_error_before_the_first_event_is_an_http_error() -> None:
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
         response = httpx.post(url + "/v1/responses", json=REQUEST, timeout=10)
         assert response.status_code == 503
+        judged(response.content, REQUEST, response.status_code, response.headers)
         assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
 
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"model": "m", "input": "x", "tools": [{"type": "file_search"}]}, "tools[0].type"),
         ({"model": "m", "input": "x", "tools": [{"type": "local_shell"}]}, "tools[0].type"),
         ({"model": "m", "input": [{"type": "image_generation_call", "id": "x"}]}, "input[0].type"),
         ({"model": "m", "input": 5}, "input"),
@@ -172,6 +191,7 @@ def test_an_error_before_the_first_event_is_an_http_error() -> None:
         ({"model": "m", "input": "x", "max_output_tokens": 4}, "max_output_tokens"),
         ({"model": "m", "input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
         ({"model": "m", "input": "x", "background": True}, "background"),
+        ({"model": "m", "input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
     ],
 )
 def test_a_request_the_translation_refuses_is_a_400_naming_the_parameter(
@@ -180,6 +200,7 @@ def test_a_request_the_translation_refuses_is_a_400_naming_the_parameter(
     url, seen = hello
     response = httpx.post(url + "/v1/responses", json=body, timeout=10)
     assert response.status_code == 400, response.text
+    judged(response.content, body, response.status_code, response.headers)
     error = response.json()["error"]
     assert error["param"] == param
     assert error["type"] == "invalid_request_error"

@@ -12,9 +12,10 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.responses_checks import check_events, check_response
+
 from .conftest import run_proxy
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
-from .responses_checks import check_events, check_response
 
 TOOL = {
     "type": "function",

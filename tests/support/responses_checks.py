@@ -1,18 +1,36 @@
-"""Checks of Responses API answers with openai-python's own types and the stream's rules, for tests
-(until the suite's Responses judge lands: conformance/rules)."""
+"""Checks of Responses API answers: the suite's judge (``judged``), and openai-python's own types with
+the stream's rules (``check_events``, ``check_response``) for events and bodies a client already parsed."""
 
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any
 
 from openai.types.responses import Response, ResponseStreamEvent
-from pydantic import TypeAdapter
+from pydantic import BaseModel
 
+from conformance.judge import judge_response
 from conformance.sse import parse_sse
 
-_EVENT = TypeAdapter(ResponseStreamEvent)
+# Each event type's own model (a failed union names all 59 of them).
+_EVENTS: dict[str, type[BaseModel]] = {
+    typing.get_args(model.model_fields["type"].annotation)[0]: model
+    for model in typing.get_args(typing.get_args(ResponseStreamEvent)[0])
+}
 _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+
+
+def judged(body: bytes, request: dict[str, Any], status: int, headers: Any) -> None:
+    """``body``, the answer to ``request`` on ``POST /v1/responses``, judged without an error."""
+    verdict = judge_response(
+        body,
+        request={"method": "POST", "path": "/v1/responses", "body": request},
+        status=status,
+        headers=dict(headers),
+    )
+    assert verdict.endpoint == "responses"
+    assert verdict.errors == [], [f"{f.rule}: {f.message}" for f in verdict.errors]
 
 
 def sse_events(body: bytes) -> list[dict[str, Any]]:
@@ -47,7 +65,7 @@ def check_events(events: list[dict[str, Any]]) -> None:
     deltas joined equal to their ``.done``."""
     assert events, "no events"
     for number, event in enumerate(events):
-        _EVENT.validate_python(event)
+        _EVENTS[event["type"]].model_validate(event)
         assert event["sequence_number"] == number, event
     assert events[0]["type"] == "response.created"
     terminal = [e for e in events if e["type"] in _TERMINAL]
