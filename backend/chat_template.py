@@ -60,7 +60,9 @@ def _tojson(
 ) -> str:
     """Hugging Face's ``tojson`` filter: plain ``json.dumps``, not jinja2's HTML-escaping one (templates
     write tool schemas with it; jinja2's would turn ``<`` into ``\\u003c``)."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _strftime_now(fmt: str) -> str:

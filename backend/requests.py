@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 __all__ = [
     "ChatMessage",
-    "Tool",
-    "ToolChoice",
     "GenerationRequest",
     "PromptPart",
     "RequestError",
     "SamplingParams",
+    "Tool",
+    "ToolChoice",
     "parse_chat_request",
     "parse_completion_request",
 ]
@@ -385,7 +385,11 @@ def _message_tool_calls(value: Any, i: int) -> list[dict[str, Any]]:
         except ValueError:
             arguments = function["arguments"]  # kept as sent: the template shows what the model wrote
         calls.append(
-            {"id": call["id"], "type": "function", "function": {"name": function["name"], "arguments": arguments}}
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": function["name"], "arguments": arguments},
+            }
         )
     return calls
 

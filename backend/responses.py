@@ -180,6 +180,13 @@ class ResponseBuilder:
         choice.tool_calls.append(entry)
         return entry
 
+    def _delta(
+        self, index: int, delta: dict[str, Any], logprobs: Any, finish: str | None = None
+    ) -> dict[str, Any]:
+        return self._envelope(
+            [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]
+        )
+
     def usage_chunk(self) -> dict[str, Any]:
         chunk = self._envelope([])
         chunk["usage"] = self.usage()

@@ -32,12 +32,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import machine  # noqa: E402
+from proxy_overhead import machine
 
-from backend.context import ContextOptions  # noqa: E402
-from backend.requests import parse_chat_request  # noqa: E402
-from backend.sampling import Sampler  # noqa: E402
-from backend.service import Backend  # noqa: E402
+from backend.context import ContextOptions
+from backend.requests import parse_chat_request
+from backend.sampling import Sampler
+from backend.service import Backend
 
 ASK = [{"role": "user", "content": "Tell me a long story about a dragon who learns to cook."}]
 STORY = {
@@ -113,7 +113,9 @@ def decode_rate(backend: Backend, body: dict[str, Any]) -> tuple[float, int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", help="GGUF file (default: Gemma 3 270M Q4_K_M from its package)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=96)
@@ -137,13 +139,15 @@ def main() -> int:
     finally:
         backend.close()
     print(f"machine: {machine()}")
-    print(f"model: {Path(args.model).name}, threads {args.threads}, {args.rounds} rounds, up to {args.tokens} tokens")
+    model = Path(args.model).name
+    print(f"model: {model}, threads {args.threads}, {args.rounds} rounds, up to {args.tokens} tokens")
     base = statistics.median(rates["unconstrained"])
     print(f"{'case':<42} {'tokens':>7} {'tokens/s':>9} {'vs unconstrained':>17}")
     for name, values in rates.items():
         rate = statistics.median(values)
         cost = 1 - rate / base
-        print(f"{name:<42} {statistics.median(counts[name]):>7.0f} {rate:>9.1f} {rate / base:>12.3f}x ({cost:+.1%} cost)")
+        tokens = statistics.median(counts[name])
+        print(f"{name:<42} {tokens:>7.0f} {rate:>9.1f} {rate / base:>12.3f}x ({cost:+.1%} cost)")
     return 0
 
 

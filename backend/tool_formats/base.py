@@ -108,9 +108,15 @@ class ToolFormat:
         """Calls in ``text`` and the content around them; with ``final`` False only whole calls count."""
         raise NotImplementedError
 
-    def grammar(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None) -> GrammarPlan | None:
+    def grammar(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> GrammarPlan | None:
         """The grammar for this request (None: generate freely). ``reply`` is the response_format schema."""
         raise NotImplementedError
+
+    def partial_content(self, text: str) -> str | None:
+        """The reply written so far, for a format that wraps its reply (the generic ``response``)."""
+        return None
 
     def new_call_id(self) -> str:
         return "call_" + secrets.token_hex(12)

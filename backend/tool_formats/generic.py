@@ -15,7 +15,14 @@ import re
 from typing import Any
 
 from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ParsedCall, ParsedOutput, ToolFormat, call_from_object, decode_json_at
+from backend.tool_formats.base import (
+    GrammarPlan,
+    ParsedCall,
+    ParsedOutput,
+    ToolFormat,
+    call_from_object,
+    decode_json_at,
+)
 from backend.tool_formats.grammar import allowed_tools, call_schema, one_of, schema_rules
 
 __all__ = ["Generic"]
@@ -27,6 +34,7 @@ INSTRUCTION = (
 REQUIRED_INSTRUCTION = "Respond in JSON format with `tool_call` (a request to call tools)"
 
 
+_RESPONSE_OPEN = re.compile(r'\s*\{\s*"response"\s*:\s*"')
 _CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
 
 
@@ -50,6 +58,19 @@ def _whole_calls(text: str) -> list[ParsedCall]:
         pos = comma.end()
 
 
+def _string_so_far(text: str, start: int) -> str:
+    """The JSON string opened before ``text[start]``, decoded up to its last whole character."""
+    body = text[start:]
+    end = re.compile(r'(?:[^"\\]|\\.)*').match(body)
+    body = body[: end.end()] if end is not None else body
+    for cut in range(len(body), max(len(body) - 6, -1), -1):  # an escape (\uXXXX) may be cut
+        try:
+            return str(json.loads(f'"{body[:cut]}"'))
+        except ValueError:
+            continue
+    return ""
+
+
 class Generic(ToolFormat):
     name = "generic"
     markers = ("{",)
@@ -60,9 +81,11 @@ class Generic(ToolFormat):
         found = decode_json_at(text, 0)
         if found is None or not isinstance(found[0], dict) or text[found[1] :].strip():
             # Not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are.
-            calls = _whole_calls(text)
-            if calls:
-                return ParsedOutput("", calls)
+            whole = _whole_calls(text)
+            if whole:
+                return ParsedOutput("", whole)
+            if final and _RESPONSE_OPEN.match(text):  # a reply cut off by max_tokens
+                return ParsedOutput(self.partial_content(text) or "")
             return ParsedOutput(text if final else "")
         obj = found[0]
         calls: list[ParsedCall] = []
@@ -81,7 +104,13 @@ class Generic(ToolFormat):
             return ParsedOutput(json.dumps(response, ensure_ascii=False))
         return ParsedOutput(text if final else "")
 
-    def schema(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None) -> dict[str, Any]:
+    def partial_content(self, text: str) -> str | None:
+        opened = _RESPONSE_OPEN.match(text)
+        return _string_so_far(text, opened.end()) if opened is not None else None
+
+    def schema(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> dict[str, Any]:
         call = one_of([call_schema(t) for t in allowed_tools(tools, choice)])
         if parallel and choice.mode != "named":
             wrapper: dict[str, Any] = {
@@ -100,12 +129,22 @@ class Generic(ToolFormat):
         }
         return {"anyOf": [wrapper, response]}
 
-    def grammar(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None) -> GrammarPlan | None:
+    def grammar(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> GrammarPlan | None:
         if choice.mode == "none":
             return None
         return GrammarPlan(schema_rules(self.schema(tools, choice, parallel, reply), rule="root"))
 
-    def system_prompt(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None, *, template_knows_tools: bool) -> str:
+    def system_prompt(
+        self,
+        tools: list[Tool],
+        choice: ToolChoice,
+        parallel: bool,
+        reply: dict[str, Any] | None,
+        *,
+        template_knows_tools: bool,
+    ) -> str:
         """What the system message says (llama.cpp's words); the tools and the schema are spelled out
         when the template cannot show them itself."""
         text = REQUIRED_INSTRUCTION if choice.mode in ("required", "named") else INSTRUCTION

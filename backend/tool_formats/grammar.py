@@ -39,7 +39,9 @@ def _parameters(tool: Tool) -> dict[str, Any]:
     return cleaned if isinstance(cleaned, dict) else {"type": "object"}
 
 
-def call_schema(tool: Tool, *, arguments_key: str = "arguments", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def call_schema(
+    tool: Tool, *, arguments_key: str = "arguments", extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``{"name": <const>, <arguments_key>: <parameters>}``, both required, name first."""
     properties: dict[str, Any] = {"name": {"const": tool.name}, arguments_key: _parameters(tool)}
     required = ["name", arguments_key]
@@ -55,8 +57,9 @@ def one_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
 
 def schema_rules(schema: dict[str, Any], rule: str = CALL_RULE) -> str:
     """The converter's rules for ``schema`` with its ``root`` renamed to ``rule`` (to be wrapped)."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
     import json
+
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
 
     try:
         gbnf = str(json_schema_to_gbnf(json.dumps(schema)))

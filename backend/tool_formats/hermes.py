@@ -1,4 +1,4 @@
-"""Hermes 2 Pro / Hermes 3 / Qwen 2.5 and Qwen 3: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+"""Hermes 2 Pro / 3, Qwen 2.5 / 3: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
 
 One tag pair per call, several in a row for parallel calls; the JSON inside has ``name`` and
 ``arguments`` in either order (Hermes 2 Pro's model card shows ``arguments`` first). Detected, as
@@ -49,13 +49,15 @@ class Hermes(ToolFormat):
         out.content = out.content.strip() if out.calls else out.content
         return out
 
-    def grammar(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None) -> GrammarPlan | None:
+    def grammar(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> GrammarPlan | None:
         if choice.mode == "none":
             return None
         schema = one_of([call_schema(t) for t in allowed_tools(tools, choice)])
         one = f'{literal(OPEN)} "\\n"? {CALL_RULE} {literal(CLOSE)}'
         many = parallel and choice.mode != "named"
-        root = f"root ::= tagged-call ( \"\\n\"? tagged-call )*\n" if many else "root ::= tagged-call\n"
+        root = 'root ::= tagged-call ( "\\n"? tagged-call )*\n' if many else "root ::= tagged-call\n"
         gbnf = root + f"tagged-call ::= {one}\n" + schema_rules(schema)
         lazy = choice.mode == "auto"
         return GrammarPlan(gbnf, (re.escape(OPEN),) if lazy else ())

@@ -1,4 +1,4 @@
-"""Llama 3.1 / 3.2 / 3.3 JSON tool calls: ``{"name": ..., "parameters": {...}}``, maybe after ``<|python_tag|>``.
+"""Llama 3.1 / 3.2 / 3.3 JSON tool calls: ``{"name": ..., "parameters": {...}}``, maybe after a python tag.
 
 Meta's prompt-format page for Llama 3.1 shows custom tools answered as a bare JSON object with
 ``name`` and ``parameters`` (3.2 adds ``"type": "function"`` in front), ended by ``<|eot_id|>``; the
@@ -39,9 +39,10 @@ def _builtin_call(text: str) -> ParsedCall | None:
         return None
     try:
         node = ast.parse(f"f({match.group(2)})", mode="eval").body
-        assert isinstance(node, ast.Call) and not node.args
+        if not isinstance(node, ast.Call) or node.args:
+            return None
         arguments = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg is not None}
-    except (SyntaxError, ValueError, AssertionError):
+    except (SyntaxError, ValueError):
         return None
     return ParsedCall(match.group(1), json.dumps(arguments, ensure_ascii=False))
 
@@ -78,7 +79,9 @@ class Llama3(ToolFormat):
             return ParsedOutput("", calls)  # more may follow
         return ParsedOutput(text if final else "")
 
-    def grammar(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None) -> GrammarPlan | None:
+    def grammar(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> GrammarPlan | None:
         if choice.mode == "none":
             return None
         schema = one_of([call_schema(t, arguments_key="parameters") for t in allowed_tools(tools, choice)])
@@ -86,5 +89,5 @@ class Llama3(ToolFormat):
         if choice.mode != "auto":
             return GrammarPlan(gbnf)
         # Lazy: from the python tag, or from a '{"name"' that opens the answer.
-        trigger = r'^\s*(' + re.escape(PYTHON_TAG) + r'|\{\s*"name")[\s\S]*$'
+        trigger = r"^\s*(" + re.escape(PYTHON_TAG) + r'|\{\s*"name")[\s\S]*$'
         return GrammarPlan(gbnf, (trigger,))

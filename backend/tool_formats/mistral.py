@@ -74,16 +74,15 @@ class Mistral(ToolFormat):
             return ParsedOutput(text)
         return ParsedOutput(text[:start])
 
-    def grammar(self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None) -> GrammarPlan | None:
+    def grammar(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> GrammarPlan | None:
         if choice.mode == "none":
             return None
         id_schema = {"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"}
         schema = one_of([call_schema(t, extra={"id": id_schema}) for t in allowed_tools(tools, choice)])
         many = parallel and choice.mode != "named"
         items = f'{CALL_RULE} ( "," space-sep {CALL_RULE} )*' if many else CALL_RULE
-        gbnf = (
-            f'root ::= {literal(MARKER)} " "? "[" {items} "]"\n'
-            'space-sep ::= " "?\n' + schema_rules(schema)
-        )
+        gbnf = f'root ::= {literal(MARKER)} " "? "[" {items} "]"\nspace-sep ::= " "?\n' + schema_rules(schema)
         lazy = choice.mode == "auto"
         return GrammarPlan(gbnf, (re.escape(MARKER),) if lazy else ())

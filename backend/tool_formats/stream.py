@@ -54,6 +54,8 @@ class ToolCallStream:
         self.calls_done = 0
         """Calls handed out whole (or finished after streaming)."""
         self.open: _Open | None = None
+        self.reply_sent = ""
+        """What went out of a wrapped reply (the generic ``response``) while it was written."""
 
     @property
     def has_calls(self) -> bool:
@@ -66,7 +68,19 @@ class ToolCallStream:
             content = self._content()
             if self.call_start is None:
                 return content, []
-        return content, self._fragments(final=False)
+        fragments = self._fragments(final=False)
+        return content + self._reply(), fragments
+
+    def _reply(self) -> str:
+        assert self.call_start is not None
+        if self.has_calls:
+            return ""
+        so_far = self.fmt.partial_content(self.text[self.call_start :])
+        if so_far is None or not so_far.startswith(self.reply_sent):
+            return ""
+        new = so_far[len(self.reply_sent) :]
+        self.reply_sent = so_far
+        return new
 
     def finish(self) -> tuple[str, list[CallFragment]]:
         if self.call_start is None:
@@ -78,7 +92,10 @@ class ToolCallStream:
             fragments += self._advance(self.text[self.call_start :], closing=True)
             self.calls_done += 1
         parsed = self.fmt.parse(self.text[self.call_start :], final=True)
-        return (parsed.content if parsed.calls or not self.has_calls else ""), fragments
+        content = parsed.content if parsed.calls or not self.has_calls else ""
+        if self.reply_sent and content.startswith(self.reply_sent):
+            content = content[len(self.reply_sent) :]
+        return content, fragments
 
     # ---- content -------------------------------------------------------------------------------------
 

@@ -40,8 +40,8 @@ RECORDED = [
     Recorded(
         "https://qwen.readthedocs.io/en/latest/framework/function_call.html (Qwen2.5, parallel calls)",
         Hermes(),
-        '<tool_call>\n{"name": "get_current_temperature", "arguments": {"location": "San Francisco, CA, USA"}}\n'
-        "</tool_call>\n<tool_call>\n"
+        '<tool_call>\n{"name": "get_current_temperature", "arguments": '
+        '{"location": "San Francisco, CA, USA"}}\n</tool_call>\n<tool_call>\n'
         '{"name": "get_temperature_date", "arguments": {"location": "San Francisco, CA, USA", "date": '
         '"2024-10-01"}}\n</tool_call>',
         [
@@ -50,16 +50,18 @@ RECORDED = [
         ],
     ),
     Recorded(
-        "https://github.com/ggml-org/llama.cpp/blob/master/tests/test-chat.cpp (Hermes 2 Pro: content, then a call)",
+        "https://github.com/ggml-org/llama.cpp/blob/master/tests/test-chat.cpp (Hermes 2 Pro: text, a call)",
         Hermes(),
-        'Hello, world!\nWhat\'s up?<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n</tool_call>',
+        "Hello, world!\nWhat's up?"
+        '<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n</tool_call>',
         [("special_function", {"arg1": 1})],
         "Hello, world!\nWhat's up?",
     ),
     Recorded(
         "https://www.llama.com/docs/model-cards-and-prompt-formats/llama3_1/ (JSON based tool calling)",
         Llama3(),
-        '{"name": "get_current_conditions", "parameters": {"location": "San Francisco, CA", "unit": "Fahrenheit"}}',
+        '{"name": "get_current_conditions", '
+        '"parameters": {"location": "San Francisco, CA", "unit": "Fahrenheit"}}',
         [("get_current_conditions", {"location": "San Francisco, CA", "unit": "Fahrenheit"})],
     ),
     Recorded(
@@ -75,7 +77,7 @@ RECORDED = [
         [("special_function", {"arg1": 1})],
     ),
     Recorded(
-        "https://huggingface.co/mistralai/Mistral-7B-Instruct-v0.3 (function calling, mistral_inference output)",
+        "https://huggingface.co/mistralai/Mistral-7B-Instruct-v0.3 (function calling with mistral_inference)",
         Mistral(),
         '[TOOL_CALLS] [{"name": "get_current_weather", "arguments": {"location": "Paris, France", "format": '
         '"celsius"}}]',
@@ -84,17 +86,19 @@ RECORDED = [
     Recorded(
         "https://github.com/ggml-org/llama.cpp/blob/master/tests/test-chat.cpp (Ministral 3 / Magistral)",
         Mistral(),
-        '[TOOL_CALLS]special_function[ARGS]{"arg1": 1}[TOOL_CALLS]special_function_with_opt[ARGS]{"arg1": 1, "arg2": 2}',
+        '[TOOL_CALLS]special_function[ARGS]{"arg1": 1}'
+        '[TOOL_CALLS]special_function_with_opt[ARGS]{"arg1": 1, "arg2": 2}',
         [("special_function", {"arg1": 1}), ("special_function_with_opt", {"arg1": 1, "arg2": 2})],
     ),
     Recorded(
-        "https://github.com/ggml-org/llama.cpp/blob/b4800/tests/test-chat.cpp (generic format, one call)",
+        "https://github.com/ggml-org/llama.cpp/blob/b4800/tests/test-chat.cpp (generic format, a call)",
         Generic(),
-        '{\n  "tool_call": {\n    "name": "special_function",\n    "arguments": {\n      "arg1": 1\n    }\n  }\n}',
+        '{\n  "tool_call": {\n    "name": "special_function",\n'
+        '    "arguments": {\n      "arg1": 1\n    }\n  }\n}',
         [("special_function", {"arg1": 1})],
     ),
     Recorded(
-        "https://github.com/ggml-org/llama.cpp/blob/b4800/tests/test-chat.cpp (generic format, parallel calls)",
+        "https://github.com/ggml-org/llama.cpp/blob/b4800/tests/test-chat.cpp (generic format, parallel)",
         Generic(),
         '{"tool_calls": [{"name": "special_function", "arguments": {"arg1": 1}}, '
         '{"name": "python", "arguments": {"code": "print(\'hey\')"}}]}',
@@ -119,7 +123,8 @@ def _joined(fragments: list[CallFragment]) -> list[tuple[str, object]]:
     calls: dict[int, list[str]] = {}
     for f in fragments:
         if f.name is not None:
-            assert f.index not in calls and f.index == len(calls)
+            assert f.index not in calls
+            assert f.index == len(calls)
             calls[f.index] = [f.name, ""]
         else:
             calls[f.index][1] += f.arguments
@@ -168,7 +173,8 @@ def test_prose_that_only_looks_like_a_call_stays_content() -> None:
 
 def test_mistral_call_ids_fit_its_templates() -> None:
     ids = {Mistral().new_call_id() for _ in range(20)}
-    assert all(len(i) == 9 and i.isalnum() for i in ids) and len(ids) == 20
+    assert all(len(i) == 9 and i.isalnum() for i in ids)
+    assert len(ids) == 20
     assert Hermes().new_call_id().startswith("call_")
 
 
@@ -202,7 +208,14 @@ def test_generic_calls_stream_one_by_one_and_survive_a_cut() -> None:
 
 def test_arguments_stream_as_they_are_written() -> None:
     stream = ToolCallStream(Hermes())
-    pieces = ["<tool_call>\n", '{"name": "f", ', '"arguments": {"q": "a', ' } b"', ", \"n\": [1, {}]", "}}\n</tool_call>"]
+    pieces = [
+        "<tool_call>\n",
+        '{"name": "f", ',
+        '"arguments": {"q": "a',
+        ' } b"',
+        ', "n": [1, {}]',
+        "}}\n</tool_call>",
+    ]
     out = [stream.feed(p) for p in pieces] + [stream.finish()]
     assert out == [
         ("", []),
@@ -213,3 +226,11 @@ def test_arguments_stream_as_they_are_written() -> None:
         ("", [CallFragment(0, None, "}")]),
         ("", []),
     ]
+
+
+def test_generic_reply_streams_as_written_and_survives_a_cut() -> None:
+    stream = ToolCallStream(Generic())
+    out = [stream.feed(p)[0] for p in ['{"resp', 'onse": "Hel', "lo \\u00e", '9t\\u00e9 \\"x', '\\" and']]
+    assert out == ["", "Hel", "lo ", 'été "x', '" and']
+    assert stream.finish() == ("", [])
+    assert Generic().parse('{"response": "cut \\u00', final=True).content == "cut "

@@ -41,8 +41,14 @@ TIME = {
     "additionalProperties": False,
 }
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": WEATHER}},
-    {"type": "function", "function": {"name": "get_time", "description": "Time in a zone", "parameters": TIME}},
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Weather in a city", "parameters": WEATHER},
+    },
+    {
+        "type": "function",
+        "function": {"name": "get_time", "description": "Time in a zone", "parameters": TIME},
+    },
 ]
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -81,10 +87,17 @@ def _streamed_calls(stream: Iterator[Any]) -> tuple[list[Any], str | None, str]:
             content += choice.delta.content or ""
             for fragment in choice.delta.tool_calls or []:
                 if fragment.index not in calls:
-                    assert fragment.id and fragment.type == "function" and fragment.function.name
-                    calls[fragment.index] = {"id": fragment.id, "name": fragment.function.name, "arguments": ""}
+                    assert fragment.id
+                    assert fragment.type == "function"
+                    assert fragment.function.name
+                    calls[fragment.index] = {
+                        "id": fragment.id,
+                        "name": fragment.function.name,
+                        "arguments": "",
+                    }
                 else:
-                    assert fragment.id is None and fragment.function.name is None
+                    assert fragment.id is None
+                    assert fragment.function.name is None
                 calls[fragment.index]["arguments"] += fragment.function.arguments or ""
             finish = choice.finish_reason or finish
     joined = [
@@ -143,7 +156,10 @@ def test_synthetic_hermes_prompt_shows_tools_calls_and_answers(hermes: tuple[str
                         {
                             "id": "call_1",
                             "type": "function",
-                            "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'},
+                            "function": {
+                                "name": "get_weather",
+                                "arguments": '{"city": "Paris", "unit": "celsius"}',
+                            },
                         }
                     ],
                 },
@@ -154,11 +170,13 @@ def test_synthetic_hermes_prompt_shows_tools_calls_and_answers(hermes: tuple[str
     )
     text = backend.prompts(req)[0].text
     assert '{"type": "function", "function": {"name": "get_weather", "parameters": ' in text
-    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>' in text
+    call = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+    assert f"<tool_call>\n{call}\n</tool_call>" in text
     assert "<tool_response>\n21 degrees\n</tool_response>" in text
     assert text.endswith("<|im_start|>assistant\n")
     assert backend.tool_format.name == "hermes"
-    assert req.sampling.grammar is not None and req.sampling.grammar_triggers == ("<tool_call>",)
+    assert req.sampling.grammar is not None
+    assert req.sampling.grammar_triggers == ("<tool_call>",)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -178,7 +196,11 @@ def test_synthetic_hermes_auto_and_none_answer_with_text(
     ("body", "param", "words"),
     [
         ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "nope"),
-        ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools", "tools[0].function.name"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "bad name"}}]},
+            "tools",
+            "tools[0].function.name",
+        ),
         ({"tools": None, "tool_choice": "required"}, "tool_choice", "only allowed when 'tools'"),
         ({"tool_choice": "sometimes"}, "tool_choice", "tool_choice"),
         (
@@ -187,20 +209,53 @@ def test_synthetic_hermes_auto_and_none_answer_with_text(
             "preceding message with 'tool_calls'",
         ),
         (
-            {"tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {
-                "type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}}}]},
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "f",
+                            "strict": True,
+                            "parameters": {
+                                "type": "object",
+                                "properties": {"n": {"type": "integer", "minimum": 1}},
+                                "required": ["n"],
+                            },
+                        },
+                    }
+                ]
+            },
             "tools",
             "'minimum' at /properties/n",
         ),
         (
-            {"tools": None, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-                "type": "object", "properties": {"e": {"type": "string", "format": "email"}}}}}},
+            {
+                "tools": None,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "x",
+                        "schema": {
+                            "type": "object",
+                            "properties": {"e": {"type": "string", "format": "email"}},
+                        },
+                    },
+                },
+            },
             "response_format",
             "'format: email' at /properties/e",
         ),
         (
-            {"tools": None, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-                "type": "array", "items": {"type": "integer"}, "uniqueItems": True}}}},
+            {
+                "tools": None,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "x",
+                        "schema": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+                    },
+                },
+            },
             "response_format",
             "'uniqueItems' at /",
         ),
@@ -225,7 +280,9 @@ def test_refusals_name_the_parameter_and_the_construct(
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-def test_gemma_required_and_named_calls_validate(client: Any, recorder: RecordingTransport, stream: bool) -> None:
+def test_gemma_required_and_named_calls_validate(
+    client: Any, recorder: RecordingTransport, stream: bool
+) -> None:
     calls, finish, content = _ask(client, stream, tool_choice="required", temperature=0)
     assert _valid_calls(calls)
     assert (finish, content) == ("tool_calls", None)
@@ -236,10 +293,18 @@ def test_gemma_required_and_named_calls_validate(client: Any, recorder: Recordin
 
 
 def test_gemma_tool_round_trip(client: Any, recorder: RecordingTransport) -> None:
-    first = client.chat.completions.create(
-        model="m", messages=ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
-        temperature=0, max_tokens=120,
-    ).choices[0].message
+    first = (
+        client.chat.completions.create(
+            model="m",
+            messages=ASK,
+            tools=TOOLS,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            temperature=0,
+            max_tokens=120,
+        )
+        .choices[0]
+        .message
+    )
     assert first.tool_calls
     call = first.tool_calls[0]
     messages = [
@@ -272,7 +337,10 @@ def test_gemma_json_schema_output_validates(client: Any, recorder: RecordingTran
     kwargs: dict[str, Any] = {
         "model": "m",
         "messages": [{"role": "user", "content": "Describe a sunny day as JSON."}],
-        "response_format": {"type": "json_schema", "json_schema": {"name": "day", "schema": schema, "strict": True}},
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "day", "schema": schema, "strict": True},
+        },
         "temperature": 0,
         "max_tokens": 60,
     }
