@@ -392,13 +392,14 @@ async def _native_responses(ctx: _Context, request: Request, raw: bytes) -> Resp
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
     # State is the proxy's here too: the upstream's ids never reach the client (each Response gets the
-    # proxy's own), so its store could not be named; it gets the whole conversation and keeps nothing.
+    # proxy's own), so its store could not be named; a continuation is sent as the whole conversation.
     previous = await previous_items(ctx.store, asked)
     if isinstance(previous, Response):
         return previous
     items = [*previous, *input_items(asked)]
-    forwarded = {k: v for k, v in asked.items() if k != "previous_response_id"}
-    raw = jsoncodec.dumps({**forwarded, "input": items, "store": False})
+    if "previous_response_id" in asked:
+        forwarded = {k: v for k, v in asked.items() if k != "previous_response_id"}
+        raw = jsoncodec.dumps({**forwarded, "input": items})
     raw, _ = await _with_served_model(ctx, raw, "json")
     model = asked.get("model")
     shown = ctx.config.model_alias or (clean_model_name(model) if isinstance(model, str) and model else None)

@@ -132,8 +132,8 @@ def normalize_response(
         if isinstance(item, dict) and not item.get("id"):
             item["id"] = new_item_id(_prefix(item))
         _complete_parts(item)
-    # The client's own settings: the proxy keeps the state (it sends the upstream the whole
-    # conversation and store false), so the upstream's echo of these says nothing.
+    # The client's own settings: the proxy keeps the state (it sends the upstream a continuation as the
+    # whole conversation), so the upstream's echo of these says nothing.
     response["store"] = request.get("store", True) is not False
     response["previous_response_id"] = request.get("previous_response_id")
     return response

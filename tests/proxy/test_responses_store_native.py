@@ -1,6 +1,6 @@
 """State with ``--responses native``: the proxy keeps it, as it does when translating. The upstream's
-own ids never reach the client (every Response gets the proxy's), so the upstream is sent the whole
-conversation and ``store: false``, and the proxy stores what it answered."""
+own ids never reach the client (every Response gets the proxy's), so a continuation is sent to the
+upstream as the whole conversation, and the proxy stores what it answered."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.support.responses_checks import check_response, sse_events
 from tests.support.servers import RecordingUpstream, run_asgi
 
 from .conftest import run_proxy
-from .responses_checks import check_response, sse_events
 
 
 def _answer(number: int) -> dict[str, Any]:
@@ -94,10 +94,10 @@ def test_previous_response_id_is_resolved_by_the_proxy_in_front_of_a_native_endp
     sent = recording.bodies("/v1/responses")
     assert len(sent) == 2  # the unknown id never reached the upstream
     user = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "first"}]}]
-    assert sent[0]["input"] == user
+    assert sent[0]["input"] == "first"  # sent as the client wrote it
     assert sent[1]["input"] == [
         *user,
         one["output"][0],
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "second"}]},
     ]
-    assert all(body["store"] is False and "previous_response_id" not in body for body in sent)
+    assert all("previous_response_id" not in body for body in sent)
