@@ -61,16 +61,12 @@ def run(args: argparse.Namespace) -> int:
     from backend.context import ContextOptionError, context_options_from_args
     from backend.loading import ModelLoadError, options_from_args
     from backend.service import Backend
-    from conformance.responses_state import StoreUnavailable, store_of
+    from conformance.responses_state import opened_store
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    store = store_of(args)
-    try:
-        store.open_now()  # a path that cannot hold the store is one line now, not a 503 per request
-    except StoreUnavailable as exc:
-        raise CommandError(f"--responses-store: {exc}") from None
+    store = opened_store(args, "backend")
     try:
         load = options_from_args(args)
         context = context_options_from_args(args)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 
 from conformance.cli import CommandError
-from conformance.responses_state import StoreUnavailable, default_store_path, store_of
+from conformance.responses_state import opened_store
 from conformance.settings import add_settings
 
 from .config import SERVE_SETTINGS, UpstreamKind, proxy_config
@@ -114,17 +114,6 @@ def _backend(model: str | None) -> Iterator[str]:
                 proc.wait()
 
 
-def _responses_store(args: argparse.Namespace) -> str:
-    """The response store's file, opened (created) now: every worker then opens the same one, and a
-    path that cannot hold it is one line at the start rather than a 503 on every stored response."""
-    path = args.responses_store or str(default_store_path())
-    try:
-        store_of(args).open_now()
-    except StoreUnavailable as exc:
-        raise CommandError(f"--responses-store {path}: {exc}") from None
-    return path
-
-
 class _Terminated(SystemExit):
     """SIGTERM, raised where the process stood when it came."""
 
@@ -146,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if args.upstream:
         _upstream_url(args.upstream)
     _check_can_listen(args.host, args.port)
-    store = _responses_store(args)
+    store = str(opened_store(args, "serve").path)  # every worker opens this one
     with contextlib.ExitStack() as stack:
         upstream = args.upstream or stack.enter_context(_backend(args.model))
         # The bundled backend is known: no /props probe, which it answered 404 in its log.

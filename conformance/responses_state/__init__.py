@@ -10,7 +10,7 @@ from .routes import (
     remember_terminal,
     retrieve_response,
 )
-from .settings import RESPONSES_STORE_SETTINGS, default_store, store_of
+from .settings import RESPONSES_STORE_SETTINGS, default_store, opened_store, store_of
 from .store import ResponseStore, StoredResponse, StoreUnavailable, default_store_path
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "delete_response",
     "input_items",
     "list_input_items",
+    "opened_store",
     "previous_items",
     "remember",
     "remember_terminal",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from conformance.settings import Setting, positive_integer, positive_number, text
 
-from .store import ResponseStore, default_store_path
+from .store import ResponseStore, StoreUnavailable, default_store_path
 
-__all__ = ["RESPONSES_STORE_SETTINGS", "default_store", "store_of"]
+__all__ = ["RESPONSES_STORE_SETTINGS", "default_store", "opened_store", "store_of"]
 
 RESPONSES_STORE = Setting[str | None](
     "responses_store",
@@ -55,3 +56,26 @@ def default_store() -> ResponseStore:
         max_bytes=RESPONSES_STORE_MAX_BYTES.default,
         max_age=RESPONSES_STORE_MAX_AGE.default,
     )
+
+
+def opened_store(config: Any, command: str) -> ResponseStore:
+    """The store ``config`` names, its file opened (created) now, at a server's start, so that every
+    worker opens the same one. A path given (``--responses-store`` or its variable) that cannot hold
+    it stops the command with one line (``CommandError``); the default one that cannot (a read-only
+    home) is a warning line, and the server runs on: stored responses then say ``"store": false``
+    and a continuation is a 503, while every other route works as before."""
+    from conformance.cli import CommandError
+
+    store = store_of(config)
+    try:
+        store.open_now()
+    except StoreUnavailable as exc:
+        if config.responses_store:
+            raise CommandError(f"--responses-store {config.responses_store}: {exc}") from None
+        print(
+            f"conformant {command}: {exc} ({store.path}); /v1/responses will store nothing "
+            "(give --responses-store a writable path)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return store
