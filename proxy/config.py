@@ -11,6 +11,12 @@ import argparse
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from conformance.responses_state.settings import (
+    RESPONSES_STORE,
+    RESPONSES_STORE_MAX_AGE,
+    RESPONSES_STORE_MAX_BYTES,
+    RESPONSES_STORE_SETTINGS,
+)
 from conformance.settings import (
     Setting,
     boolean,
@@ -212,6 +218,7 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     SHUTDOWN_TIMEOUT,
     REASONING_FIELD,
     MODEL,
+    *RESPONSES_STORE_SETTINGS,
     LOG_LEVEL,
 )
 
@@ -242,6 +249,10 @@ class ProxyConfig:
     max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS.default
     shutdown_timeout: float = SHUTDOWN_TIMEOUT.default
     reasoning_field: str = REASONING_FIELD.default
+    responses_store: str | None = RESPONSES_STORE.default
+    """None: ``default_store_path()``; ``serve`` resolves it before it starts workers."""
+    responses_store_max_bytes: int = RESPONSES_STORE_MAX_BYTES.default
+    responses_store_max_age: float = RESPONSES_STORE_MAX_AGE.default
 
     @property
     def upstream_base(self) -> str:
