@@ -88,7 +88,8 @@ def test_llama_cpp_is_built_with_tox_flags_never_taken_from_the_users_wheel_cach
     building = [env for env in envs if _installs_llama_cpp(tox, env)]
     assert "backend" in building
     for env in building:
-        set_env = tox[f"testenv:{env}"].get("set_env", "").replace("{[llamacpp]set_env}", tox["llamacpp"]["set_env"])
+        set_env = tox[f"testenv:{env}"].get("set_env", "")
+        set_env = set_env.replace("{[llamacpp]set_env}", tox["llamacpp"]["set_env"])  # (it may add lines)
         settings = dict(
             (key.strip(), value.strip())
             for key, _, value in (line.partition("=") for line in set_env.splitlines() if "=" in line)

@@ -31,7 +31,7 @@ server started with ``--chat_format chatml-function-calling``), to see what the 
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "clients: drives real JavaScript clients with Node.js (tox env clients)")
+    config.addinivalue_line("markers", "clients: real JavaScript clients on Node.js (tox env clients)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark

@@ -56,7 +56,8 @@ class NodeClients:
         try:
             answer = json.loads(lines[-1])
         except (IndexError, json.JSONDecodeError):
-            pytest.fail(f"{script} exited {run.returncode} without a JSON line:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}")
+            output = f"{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+            pytest.fail(f"{script} exited {run.returncode} without a JSON line:\n{output}")
         assert isinstance(answer, dict)
         return answer
 
@@ -76,7 +77,8 @@ def install() -> NodeClients:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         missing = " and ".join(name for name, path in (("node", node), ("npm", npm)) if path is None)
-        pytest.skip(f"{missing} not found on PATH: the JavaScript client tests need Node.js {MIN_NODE}+ and npm")
+        needed = f"the JavaScript client tests need Node.js {MIN_NODE}+ and npm"
+        pytest.skip(f"{missing} not found on PATH: {needed}")
     major = _node_major(node)
     if major < MIN_NODE:
         pytest.skip(f"Node.js {major} found; the JavaScript client tests need Node.js {MIN_NODE}+")
@@ -93,6 +95,7 @@ def install() -> NodeClients:
         args = [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"]
         done = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=1200)
         if done.returncode != 0:
-            pytest.fail(f"npm ci in {root} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+            output = f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+            pytest.fail(f"npm ci in {root} exited {done.returncode}:\n{output}")
         stamp.write_text(lock + "\n")
     return NodeClients(node, root)

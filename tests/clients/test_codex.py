@@ -39,15 +39,17 @@ def _events(stdout: str) -> list[dict[str, Any]]:
     return events
 
 
-def test_codex_exec_runs_one_turn(node_clients: NodeClients, proxy_url: str, model: str, tmp_path: Path) -> None:
+def test_codex_exec_runs_one_turn(
+    node_clients: NodeClients, proxy_url: str, model: str, tmp_path: Path
+) -> None:
     # Said first and plainly: Codex itself would only retry five times and print the last 404.
     probe = httpx.post(
         proxy_url + "/v1/responses", json={"model": model, "input": "Hi", "max_output_tokens": 4}, timeout=300
     )
     if probe.status_code == 404:
         pytest.fail(
-            f"POST /v1/responses through conformant serve answered 404 ({probe.text[:200]}): the proxy has no "
-            "Responses route, and Codex CLI speaks only the Responses API (issue 21)"
+            f"POST /v1/responses through conformant serve answered 404 ({probe.text[:200]}): the proxy has "
+            "no Responses route, and Codex CLI speaks only the Responses API (issue 21)"
         )
     home = tmp_path / "codex-home"
     home.mkdir()
@@ -63,7 +65,8 @@ def test_codex_exec_runs_one_turn(node_clients: NodeClients, proxy_url: str, mod
     run = subprocess.run(
         args, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600
     )
-    shown = f"codex exec exited {run.returncode}\n--- stdout ---\n{run.stdout[-4000:]}\n--- stderr ---\n{run.stderr[-4000:]}"
+    shown = f"codex exec exited {run.returncode}\n--- stdout ---\n{run.stdout[-4000:]}"
+    shown += f"\n--- stderr ---\n{run.stderr[-4000:]}"
     assert run.returncode == 0, shown
     kinds = [event.get("type") for event in _events(run.stdout)]
     assert "turn.completed" in kinds, shown

@@ -22,7 +22,7 @@ PARAMETERS: dict[str, Any] = {
     "required": ["city", "unit"],
     "additionalProperties": False,
 }
-TOOL: dict[str, Any] = {"name": NAME, "description": "The current weather in a city.", "parameters": PARAMETERS}
+TOOL: dict[str, Any] = {"name": NAME, "description": "The weather in a city.", "parameters": PARAMETERS}
 PROMPT = "What is the weather in Paris right now, in celsius?"
 MAX_TOKENS = 128
 
