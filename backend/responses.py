@@ -16,6 +16,7 @@ from typing import Any
 from backend.engine import Event, TokenLogprob
 from backend.requests import GenerationRequest
 from backend.service import Prompt
+from backend.tool_formats import ParsedCall, ToolCallStream
 
 __all__ = ["Choice", "ResponseBuilder"]
 
@@ -36,6 +37,9 @@ class Choice:
     finish_reason: str | None = None
     completion_tokens: int = 0
     started: bool = False
+    tool_stream: ToolCallStream | None = None
+    """Set when the request has tools: splits the text into content and calls."""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ResponseBuilder:
@@ -55,6 +59,9 @@ class ResponseBuilder:
         )
         self.created = int(time.time())
         self.choices = [Choice() for _ in range(len(prompts) * req.n)]
+        if req.tool_format is not None:
+            for choice in self.choices:
+                choice.tool_stream = ToolCallStream(req.tool_format)
 
     def prompt_of(self, index: int) -> Prompt:
         return self.prompts[index // self.req.n]
@@ -122,12 +129,56 @@ class ResponseBuilder:
             out.append(
                 self._delta(event.index, {"role": "assistant", "content": "", "refusal": None}, role_lp)
             )
+        if choice.tool_stream is not None:
+            return out + self._tool_chunks(choice, event)
         if event.text or event.logprobs:
             lp = {"content": [self._chat_token(t) for t in event.logprobs], "refusal": None} if want else None
             out.append(self._delta(event.index, {"content": event.text}, lp))
         if event.finish_reason is not None:
             out.append(self._delta(event.index, {}, None, event.finish_reason))
         return out
+
+    def _tool_chunks(self, choice: Choice, event: Event) -> list[dict[str, Any]]:
+        """A tools request's deltas: content while no call has opened, then the calls as OpenAI streams
+        them (``index``; ``id``, ``type`` and ``name`` in the first fragment only; the arguments in
+        pieces), and ``finish_reason: "tool_calls"`` when calls were made."""
+        assert choice.tool_stream is not None
+        out: list[dict[str, Any]] = []
+        content, fragments = choice.tool_stream.feed(event.text) if event.text else ("", [])
+        if event.finish_reason is not None:
+            tail, more = choice.tool_stream.finish()
+            content, fragments = content + tail, fragments + more
+        if content:
+            want = self.req.logprobs is not None
+            lp = {"content": [self._chat_token(t) for t in event.logprobs], "refusal": None} if want else None
+            out.append(self._delta(event.index, {"content": content}, lp))
+        for fragment in fragments:
+            if fragment.name is not None:
+                entry = self._tool_call(choice, ParsedCall(fragment.name, "", fragment.call_id))
+                first = {
+                    "index": fragment.index,
+                    "id": entry["id"],
+                    "type": "function",
+                    "function": {"name": fragment.name, "arguments": ""},
+                }
+                out.append(self._delta(event.index, {"tool_calls": [first]}, None))
+            for piece in _pieces(fragment.arguments) if fragment.arguments else []:
+                delta = {"tool_calls": [{"index": fragment.index, "function": {"arguments": piece}}]}
+                out.append(self._delta(event.index, delta, None))
+        if event.finish_reason is not None:
+            out.append(self._delta(event.index, {}, None, _finish_reason(choice, event.finish_reason)))
+        return out
+
+    def _tool_call(self, choice: Choice, call: ParsedCall) -> dict[str, Any]:
+        """The OpenAI entry for a call, kept on the choice (its position is its ``index``)."""
+        assert self.req.tool_format is not None
+        entry = {
+            "id": call.id or self.req.tool_format.new_call_id(),
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        choice.tool_calls.append(entry)
+        return entry
 
     def _delta(
         self, index: int, delta: dict[str, Any], logprobs: Any, finish: str | None = None
@@ -162,12 +213,22 @@ class ResponseBuilder:
                     if self.req.logprobs is not None
                     else None
                 )
+                message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": None}
+                if self.req.tool_format is not None:
+                    parsed = self.req.tool_format.parse(c.text, final=True)
+                    for call in parsed.calls:
+                        self._tool_call(c, call)
+                    if c.tool_calls:
+                        message["content"] = parsed.content or None
+                        message["tool_calls"] = c.tool_calls
+                    else:
+                        message["content"] = parsed.content
                 choices.append(
                     {
                         "index": i,
-                        "message": {"role": "assistant", "content": c.text, "refusal": None},
+                        "message": message,
                         "logprobs": lp,
-                        "finish_reason": c.finish_reason or "stop",
+                        "finish_reason": _finish_reason(c, c.finish_reason or "stop"),
                     }
                 )
             else:
@@ -226,3 +287,17 @@ class ResponseBuilder:
                 {"token": alt, "logprob": _lp(lp), "bytes": list(raw)} for alt, raw, lp in t.top
             ],
         }
+
+
+_PIECE = 24
+
+
+def _pieces(arguments: str) -> list[str]:
+    """Arguments in fragments of at most ``_PIECE`` characters, as OpenAI streams them (clients must
+    join them; some forget to): a call handed out whole is not sent as one block either."""
+    return [arguments[i : i + _PIECE] for i in range(0, len(arguments), _PIECE)]
+
+
+def _finish_reason(choice: Choice, reason: str) -> str:
+    """``tool_calls`` when the answer made calls and ended by itself (a cut-off answer stays ``length``)."""
+    return "tool_calls" if choice.tool_calls and reason == "stop" else reason
