@@ -7,6 +7,12 @@ else ``max_tokens`` (``max_tokens`` is deprecated in its favour, openai-spec.md 
 is refused by OpenAI with 400 ``invalid_parameter_combination`` ("Setting 'max_tokens' and
 'max_completion_tokens' at the same time is not supported.", param ``max_tokens``), which
 :attr:`Request.limit_conflict` records for the acceptance rules.
+
+A Responses request (``POST /v1/responses``, openapi.yaml ``CreateResponse``) is read into the same model:
+its limit is ``max_output_tokens``, its prompt ``instructions`` and the text of its ``input`` (a string, or
+items whose ``content`` is a string or ``input_text``/``output_text`` parts), its structured output
+``text.format`` (``schema`` at the top of the format, where chat nests it in ``json_schema``), its
+function tools ``{"type": "function", "name", "parameters"}`` (chat nests them in ``function``).
 """
 
 from __future__ import annotations
@@ -15,13 +21,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Endpoint", "Request", "endpoint_for_path", "integer", "message_texts"]
+__all__ = [
+    "Endpoint",
+    "Request",
+    "endpoint_for_path",
+    "function_schemas",
+    "input_texts",
+    "integer",
+    "message_texts",
+]
 
-Endpoint = Literal["completions", "chat"]
+Endpoint = Literal["completions", "chat", "responses"]
 
 
 def endpoint_for_path(path: str | None) -> Endpoint | None:
-    """Chat or completions from a request path (a query string and a trailing slash are ignored)."""
+    """Chat, completions or responses from a request path (a query string and a trailing slash are
+    ignored; ``/v1/responses/{id}`` is a stored response's, not a create request's)."""
     if not path:
         return None
     path = path.split("?", 1)[0].rstrip("/")
@@ -29,6 +44,8 @@ def endpoint_for_path(path: str | None) -> Endpoint | None:
         return "chat"
     if path.endswith("/completions"):
         return "completions"
+    if path.endswith("/responses"):
+        return "responses"
     return None
 
 
@@ -58,6 +75,33 @@ def _prompts(prompt: Any) -> tuple[int, tuple[str, ...], int]:
         texts = tuple(prompt) if all(isinstance(p, str) for p in prompt) else ()
         return len(prompt), texts, 0
     return 1, (), 0
+
+
+def input_texts(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The text a Responses request gives the model: ``instructions``, then ``input`` (a string, or its
+    items' string ``content`` and text parts, and the output of function calls)."""
+    texts = [body["instructions"]] if isinstance(body.get("instructions"), str) else []
+    given = body.get("input")
+    if isinstance(given, str):
+        return (*texts, given)
+    items = [item for item in given if isinstance(item, Mapping)] if isinstance(given, list) else []
+    outputs = (item.get("output") for item in items if item.get("type") == "function_call_output")
+    return (*texts, *message_texts(items), *(o for o in outputs if isinstance(o, str)))
+
+
+def function_schemas(tools: Any) -> Mapping[str, Any]:
+    """Each function tool's ``parameters`` schema by name, from chat's ``{"type": "function", "function":
+    {...}}`` or the Responses API's flat ``{"type": "function", "name", "parameters"}``."""
+    schemas: dict[str, Any] = {}
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, Mapping) or tool.get("type") != "function":
+            continue
+        nested = tool.get("function")
+        function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else tool
+        name = function.get("name")
+        if isinstance(name, str):
+            schemas[name] = function.get("parameters")
+    return schemas
 
 
 def message_texts(messages: Any) -> tuple[str, ...]:
@@ -118,10 +162,15 @@ class Request:
     tools: int = 0
     tool_choice: Any = None
     response_format: Any = None
+    """Chat's ``response_format``, or a Responses request's ``text.format``."""
+    functions: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Each function tool's ``parameters`` JSON Schema by the function's name."""
 
     @classmethod
     def from_body(cls, endpoint: Endpoint | None, body: Mapping[str, Any]) -> Request:
         """The request ``body`` (a JSON object) sent to ``endpoint``."""
+        if endpoint == "responses":
+            return cls._from_responses_body(body)
         options = body.get("stream_options")
         stream = body.get("stream") is True
         logprobs = body.get("logprobs")
@@ -160,6 +209,26 @@ class Request:
             tools=len(tools) if isinstance(tools, list) else 0,
             tool_choice=body.get("tool_choice"),
             response_format=body.get("response_format"),
+            functions=function_schemas(tools),
+        )
+
+    @classmethod
+    def _from_responses_body(cls, body: Mapping[str, Any]) -> Request:
+        model, tools, text = body.get("model"), body.get("tools"), body.get("text")
+        given = body.get("input")
+        return cls(
+            known=True,
+            endpoint="responses",
+            body=body,
+            model=model if isinstance(model, str) else None,
+            stream=body.get("stream") is True,
+            messages=len(given) if isinstance(given, list) else int(isinstance(given, str)),
+            message_texts=input_texts(body),
+            max_tokens=integer(body.get("max_output_tokens")),
+            tools=len(tools) if isinstance(tools, list) else 0,
+            tool_choice=body.get("tool_choice"),
+            response_format=text.get("format") if isinstance(text, Mapping) else None,
+            functions=function_schemas(tools),
         )
 
     @classmethod
@@ -174,6 +243,17 @@ class Request:
         if isinstance(body, str):
             return cls(known=True, endpoint=endpoint, raw=body)
         return cls()
+
+    @property
+    def output_schema(self) -> Mapping[str, Any] | None:
+        """The JSON Schema structured output must match: ``response_format.json_schema.schema`` (chat) or
+        ``text.format.schema`` (Responses), when the request asked for ``json_schema``."""
+        fmt = self.response_format
+        if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+            return None
+        holder = fmt if self.endpoint == "responses" else fmt.get("json_schema")
+        schema = holder.get("schema") if isinstance(holder, Mapping) else None
+        return schema if isinstance(schema, Mapping) else None
 
     @property
     def per_prompt(self) -> int:

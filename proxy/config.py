@@ -24,9 +24,19 @@ from conformance.settings import (
     variable,
 )
 
-__all__ = ["KEY_VARIABLES", "SERVE_SETTINGS", "ProxyConfig", "UpstreamKind", "proxy_config", "variable"]
+__all__ = [
+    "KEY_VARIABLES",
+    "SERVE_SETTINGS",
+    "ProxyConfig",
+    "ResponsesMode",
+    "UpstreamKind",
+    "proxy_config",
+    "variable",
+]
 
 UpstreamKind = Literal["auto", "openai", "llamacpp"]
+ResponsesMode = Literal["translate", "native", "auto"]
+RESPONSES_MODES: tuple[ResponsesMode, ...] = ("translate", "native", "auto")
 UPSTREAM_KINDS: tuple[UpstreamKind, ...] = ("auto", "openai", "llamacpp")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -54,6 +64,14 @@ UPSTREAM_KIND = Setting[UpstreamKind](
     "auto",
     "the upstream's API family; auto probes GET /props",
     choices=UPSTREAM_KINDS,
+)
+RESPONSES = Setting[ResponsesMode](
+    "responses",
+    one_of(RESPONSES_MODES),  # type: ignore[arg-type]  # one_of returns one of them
+    "translate",
+    "how POST /v1/responses is served: translated to chat completions, passed to the upstream's own "
+    "/v1/responses (normalized), or auto (native when the upstream answers it)",
+    choices=RESPONSES_MODES,
 )
 CONNECT_TIMEOUT = Setting(
     "connect_timeout",
@@ -170,6 +188,7 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     UPSTREAM_API_KEY,
     MODEL_ALIAS,
     UPSTREAM_KIND,
+    RESPONSES,
     CONNECT_TIMEOUT,
     FIRST_BYTE_TIMEOUT,
     IDLE_TIMEOUT,
@@ -198,6 +217,7 @@ class ProxyConfig:
     """Never logged or echoed."""
     model_alias: str | None = MODEL_ALIAS.default
     upstream_kind: UpstreamKind = UPSTREAM_KIND.default
+    responses: ResponsesMode = RESPONSES.default
     connect_timeout: float = CONNECT_TIMEOUT.default
     first_byte_timeout: float = FIRST_BYTE_TIMEOUT.default
     idle_timeout: float = IDLE_TIMEOUT.default

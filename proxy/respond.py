@@ -24,7 +24,7 @@ from .normalizer import RequestInfo
 from .observability import Exchange
 from .source import Source
 
-__all__ = ["HeldResponse", "send_json", "serve_source"]
+__all__ = ["CHAT_OUTPUT", "HeldResponse", "Output", "send_json", "serve_source"]
 
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -44,6 +44,30 @@ def _events(chunks: list[dict[str, Any]]) -> bytes:
     if len(chunks) == 1:
         return b"data: " + _dumps(chunks[0]) + b"\n\n"
     return b"".join([b"data: " + _dumps(chunk) + b"\n\n" for chunk in chunks])
+
+
+class Output:
+    """How the normalized chat output reaches the client: as chat chunks (this class, the completion
+    routes), or translated (``/v1/responses``: proxy/responses/). One instance per response."""
+
+    def opening(self, chunks: list[dict[str, Any]]) -> bytes:
+        """The stream's first body part: the source's first chunks."""
+        return _events(chunks)
+
+    def events(self, chunks: list[dict[str, Any]]) -> bytes:
+        return _events(chunks)
+
+    def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+        """The stream's last body part: its end, or the error body that broke it off."""
+        # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
+        return DONE_EVENT if failure is None else encode_data(_dumps(failure))
+
+    def body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The JSON body for a whole answer."""
+        return body
+
+
+CHAT_OUTPUT = Output()
 
 
 async def send_json(
@@ -131,6 +155,7 @@ async def serve_source(
     exchange: Exchange,
     first_byte_timeout: float,
     secret: str | None = None,
+    output: Output = CHAT_OUTPUT,
 ) -> None:
     """Hold the status until the first normalized output, then answer as the client asked.
 
@@ -141,7 +166,7 @@ async def serve_source(
     if key is not None:
         send = _redacting(send, key)
     try:
-        await _serve(send, source, request, exchange, first_byte_timeout, secret)
+        await _serve(send, source, request, exchange, first_byte_timeout, secret, output)
     finally:
         # What the sources repaired, reported once they are done.
         exchange.record(source.repairs)
@@ -154,6 +179,7 @@ async def _serve(
     exchange: Exchange,
     first_byte_timeout: float,
     secret: str | None,
+    output: Output,
 ) -> None:
     try:
         try:
@@ -176,11 +202,11 @@ async def _serve(
     exchange.upstream_status = source.upstream_status
     try:
         if source.body is not None:
-            await _send_body(send, source.body, request, exchange)
+            await _send_body(send, source.body, request, exchange, output)
         elif request.stream:
-            await _stream(send, source, initial, exchange, secret)
+            await _stream(send, source, initial, exchange, secret, output)
         else:
-            await _aggregate(send, source, initial, request, exchange, secret)
+            await _aggregate(send, source, initial, request, exchange, secret, output)
     finally:
         await source.aclose()
 
@@ -199,16 +225,20 @@ def _redacting(send: Send, key: bytes) -> Send:
     return redacting_send
 
 
-async def _send_body(send: Send, body: dict[str, Any], request: RequestInfo, exchange: Exchange) -> None:
-    exchange.take_usage(body.get("usage"))
+async def _send_body(
+    send: Send, body: dict[str, Any], request: RequestInfo, exchange: Exchange, output: Output
+) -> None:
+    usage = body.get("usage")
+    exchange.take_usage(usage)
     if not request.stream:
         exchange.mark_first_token()
-        await send_json(send, 200, body)
+        await send_json(send, 200, output.body(body))
         return
     exchange.record(["seed002-stream"])
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
-    await send({"type": "http.response.body", "body": _events(synthesize_chunks(body, request)) + DONE_EVENT})
+    events = output.opening(synthesize_chunks(body, request)) + output.tail(None, usage)
+    await send({"type": "http.response.body", "body": events})
 
 
 class _CoalescingWriter:
@@ -276,26 +306,29 @@ def _resolve(waiter: asyncio.Future[None] | None) -> None:
 
 
 async def _stream(
-    send: Send, source: Source, initial: list[dict[str, Any]], exchange: Exchange, secret: str | None
+    send: Send,
+    source: Source,
+    initial: list[dict[str, Any]],
+    exchange: Exchange,
+    secret: str | None,
+    output: Output,
 ) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
-    await send({"type": "http.response.body", "body": _events(initial), "more_body": True})
+    await send({"type": "http.response.body", "body": output.opening(initial), "more_body": True})
     writer = _CoalescingWriter(send)
+    events = output.events
     try:
         while (batch := await source.next_batch()) is not None:
             if batch:
-                await writer.write(_events(batch))
+                await writer.write(events(batch))
         failure = source.failure
         if failure is not None:
             failure = failure.redacted(secret)
-            # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
             exchange.take_error(failure)
-            tail = encode_data(_dumps(failure.body))
-        else:
-            tail = DONE_EVENT
-        exchange.take_usage(source.usage)
-        await writer.close(tail)
+        usage = source.usage
+        exchange.take_usage(usage)
+        await writer.close(output.tail(None if failure is None else failure.body, usage))
     finally:
         writer.cancel()
 
@@ -307,6 +340,7 @@ async def _aggregate(
     request: RequestInfo,
     exchange: Exchange,
     secret: str | None,
+    output: Output,
 ) -> None:
     exchange.record(["seed002-aggregate"])
     aggregator = Aggregator(request)
@@ -327,4 +361,4 @@ async def _aggregate(
     body = aggregator.result(source.usage)
     exchange.take_usage(body.get("usage"))
     exchange.mark_first_token()
-    await send_json(send, 200, body)
+    await send_json(send, 200, output.body(body))

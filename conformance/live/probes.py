@@ -7,6 +7,12 @@ logprobs, echo, whether OpenAI accepts it) the shared judge derives from the req
 request too: a clean 4xx for one is "unsupported", a 5xx an error.
 
 Probes ask for few tokens so a run against a small CPU model takes seconds.
+
+The ``responses-*`` probes ask ``POST /v1/responses`` (OpenAI's Responses API, issue 21) for text, a stream, a
+function tool round trip (the call, then the answer to its output), ``text.format`` ``json_schema``,
+``max_output_tokens`` reached and an invalid request; a server without that route (404) is ``unsupported``
+(:func:`conformance.rules.acceptance.route_missing`). Their token limits are at least 16: OpenAI refuses a
+smaller ``max_output_tokens``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ __all__ = ["PROBES", "Probe", "ProbeContext", "select_probes"]
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
 UNKNOWN_MODEL = "conformant-no-such-model"
 
 
@@ -52,6 +59,48 @@ def _chat(ctx: ProbeContext, content: str = "Say hello.", **extra: Any) -> Reque
 
 def _completion(ctx: ProbeContext, prompt: Any = "The capital of France is", **extra: Any) -> RequestSpec:
     return RequestSpec(COMPLETIONS, {"model": ctx.model, "prompt": prompt, "max_tokens": 8, **extra})
+
+
+def _responses(ctx: ProbeContext, given: Any = "Say hello.", **extra: Any) -> RequestSpec:
+    return RequestSpec(RESPONSES, {"model": ctx.model, "input": given, "max_output_tokens": 16, **extra})
+
+
+_WEATHER: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+_WEATHER_QUESTION = "What is the weather in Paris?"
+# The round trip's second turn, as a client sends it: the call the model made and what the function gave.
+_WEATHER_RESULT: list[dict[str, Any]] = [
+    {"role": "user", "content": _WEATHER_QUESTION},
+    {
+        "type": "function_call",
+        "call_id": "call_conformant_probe",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+    },
+    {"type": "function_call_output", "call_id": "call_conformant_probe", "output": '{"temperature_c": 18}'},
+]
+_ANSWER_FORMAT: dict[str, Any] = {
+    "format": {
+        "type": "json_schema",
+        "name": "answer",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"answer": {"type": "string"}},
+            "required": ["answer"],
+            "additionalProperties": False,
+        },
+    }
+}
 
 
 def _without(spec: RequestSpec, key: str) -> RequestSpec:
@@ -203,6 +252,44 @@ PROBES: tuple[Probe, ...] = (
         "a prompt longer than the context, streamed",
         lambda c: _completion(c, "hello " * c.overflow_words, max_tokens=2, stream=True),
         "context-overflow",
+    ),
+    Probe("responses", "Responses API text", lambda c: _responses(c), "success"),
+    Probe("responses-stream", "Responses API, streamed", lambda c: _responses(c, stream=True), "success"),
+    Probe(
+        "responses-tool-call",
+        "Responses API function tool: the call, streamed",
+        lambda c: _responses(
+            c,
+            _WEATHER_QUESTION,
+            tools=[_WEATHER],
+            tool_choice={"type": "function", "name": "get_weather"},
+            max_output_tokens=64,
+            stream=True,
+        ),
+        "success",
+    ),
+    Probe(
+        "responses-tool-result",
+        "Responses API function tool: the answer to the call's output",
+        lambda c: _responses(c, _WEATHER_RESULT, tools=[_WEATHER]),
+        "success",
+    ),
+    Probe(
+        "responses-json-schema",
+        "Responses API text.format json_schema",
+        lambda c: _responses(c, "Name a colour.", text=_ANSWER_FORMAT, max_output_tokens=64),
+        "success",
+    ),
+    Probe(
+        "responses-max-output-tokens",
+        "max_output_tokens reached in a Responses stream gives status incomplete",
+        lambda c: _responses(c, f"Continue: {_COUNT}", stream=True),
+        "finish-length",
+    ),
+    Probe(
+        "responses-invalid",
+        "a Responses request with max_output_tokens of the wrong type",
+        lambda c: _responses(c, max_output_tokens="eight"),
     ),
     Probe(
         "disconnect",
