@@ -25,6 +25,9 @@ CONTEXT = 8192
 DEFAULT_MAX_TOKENS = 64
 """The proxy's cap for requests that set none: Codex sets no output limit, and a base model would write to
 the end of the context."""
+TIMEOUT = 1500
+"""Seconds per test, setup included: the first test's setup runs ``npm ci`` (480 MB from the registry on a
+fresh machine, up to 1,200 s) and starts the backend; each client run has its own limit in node.py."""
 UPSTREAM_VARIABLE = "CONFORMANT_CLIENTS_UPSTREAM"
 """An upstream URL to put the proxy in front of instead of the bundled backend (e.g. llama-cpp-python's
 server started with ``--chat_format chatml-function-calling``), to see what the clients make of it."""
@@ -40,6 +43,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if _HERE in item.path.parents:
             item.add_marker(pytest.mark.clients)
             item.add_marker(pytest.mark.backend)
+            item.add_marker(pytest.mark.timeout(TIMEOUT))
 
 
 @pytest.fixture(scope="session")
