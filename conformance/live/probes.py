@@ -137,6 +137,8 @@ _JSON_SCHEMA = {
     "json_schema": {"name": "greeting", "strict": True, "schema": _GREETING},
 }
 _JSON_TOKENS = 64
+
+
 def _responses(ctx: ProbeContext, given: Any = "Say hello.", **extra: Any) -> RequestSpec:
     return RequestSpec(RESPONSES, {"model": ctx.model, "input": given, "max_output_tokens": 16, **extra})
 
