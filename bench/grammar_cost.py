@@ -134,6 +134,7 @@ def main() -> int:
         for _ in range(args.rounds):
             for name, body in cases(args.tokens).items():
                 rate, n = decode_rate(backend, body)
+                print(f"  {name}: {n} tokens, {rate:.1f} tokens/s", flush=True)
                 rates.setdefault(name, []).append(rate)
                 counts.setdefault(name, []).append(n)
     finally:
