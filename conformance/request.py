@@ -7,6 +7,11 @@ else ``max_tokens`` (``max_tokens`` is deprecated in its favour, openai-spec.md 
 is refused by OpenAI with 400 ``invalid_parameter_combination`` ("Setting 'max_tokens' and
 'max_completion_tokens' at the same time is not supported.", param ``max_tokens``), which
 :attr:`Request.limit_conflict` records for the acceptance rules.
+
+Tools, ``tool_choice``, ``parallel_tool_calls`` and ``response_format`` are read here too (issue 20): each
+function's ``parameters`` schema by name, the ``tool_choice`` mode (OpenAI's default with tools is
+``auto``) and the ``json_schema`` schema, which the tool-use and structured-output rules hold a response
+to, in ``check``, in ``validate`` and in the proxy alike.
 """
 
 from __future__ import annotations
