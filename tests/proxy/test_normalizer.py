@@ -273,7 +273,8 @@ def test_tool_call_id_type_and_name_only_in_the_first_fragment() -> None:
 
 def _calls_out(fragments: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """(id, name, arguments) of each call the normalized stream of ``fragments`` carries, in order."""
-    tools = {"tools": [{"type": "function", "function": {"name": "f"}}]}
+    # Both functions the fragments name are offered: the judge holds a call to its request's tools.
+    tools = {"tools": [{"type": "function", "function": {"name": name}} for name in ("f", "g")]}
     raw = chunk({"delta": {"role": "assistant", "content": None}})
     raw += b"".join(chunk({"delta": {"tool_calls": [f]}}) for f in fragments)
     raw += chunk({"delta": {}, "finish_reason": "tool_calls"}) + DONE_EVENT
