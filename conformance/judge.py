@@ -26,6 +26,7 @@ from conformance.rules import (
     errors,
     framing,
     intents,
+    responses,
 )
 from conformance.rules.schema_checks import schema_findings
 from conformance.sse import SSEBlock, SSELineTooLong, SSEParser
@@ -43,7 +44,15 @@ __all__ = [
 MAX_LINE_BYTES = 64 << 20
 """A single SSE line longer than this is reported instead of buffered."""
 _CHUNK_SCHEMA = {"chat": "chat_completion_chunk", "completions": "text_completion_chunk"}
-EXCERPT_QUIET_RULES = frozenset({"sse-cut-off", "done-missing", "done-unterminated"})
+EXCERPT_QUIET_RULES = frozenset(
+    {
+        "sse-cut-off",
+        "done-missing",
+        "done-unterminated",
+        "responses-terminal-missing",
+        "responses-item-not-done",
+    }
+)
 """Rules that fire only because a stream's text stops early: a transcript pasted from a bug report
 (an excerpt, issue 17) is often cut after the chunks that show the bug, so for an excerpt they say
 nothing about the server. Every other end rule waits for ``[DONE]`` and so already stays quiet."""
@@ -88,9 +97,12 @@ class Verdict:
 
 
 def infer_endpoint(payload: Any) -> Endpoint | None:
-    """Chat or completions from a payload's ``object``, else from the shape of its first choice."""
+    """Chat or completions from a payload's ``object``, else from the shape of its first choice; the
+    Responses API from an event's ``type`` (``response.*``) or a Response's ``object: "response"``."""
     if not isinstance(payload, dict):
         return None
+    if responses.is_responses_payload(payload):
+        return "responses"
     obj = payload.get("object")
     if isinstance(obj, str):
         if obj.startswith("chat.completion"):
@@ -127,7 +139,9 @@ def judge_transcript(t: Transcript) -> Verdict:
             quirk="spec",
         )
         ctx.stream = False
-    if ctx.stream and not failed:
+    if acceptance.route_missing(ctx):
+        pass  # no Responses API: the body is the server's "no such route", not an answer
+    elif ctx.stream and not failed:
         _judge_stream(ctx, t.iter_body(), excerpt=t.excerpt)
     else:
         _judge_body(ctx, t.read_body())
@@ -185,7 +199,7 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes], *, excerpt: bool = Fals
     if ctx.data_events == 0 and not ctx.in_band_errors:  # an `error:` line (Q42) is its own cause
         framing.stream_empty(ctx)
         return
-    for rule in END_RULES:
+    for rule in responses.END_RULES if ctx.endpoint == "responses" else END_RULES:
         rule(ctx)
 
 
@@ -231,7 +245,7 @@ def _block(ctx: Context, block: SSEBlock) -> None:
         ctx.error("chunk-not-object", "data is JSON but not an object", event=event, quirk="spec")
         return
     try:
-        _chunk(ctx, event, payload)
+        _chunk(ctx, event, payload, block)
     except RecursionError:
         _too_deep(ctx, event)
 
@@ -242,12 +256,15 @@ def _too_deep(ctx: Context, event: int | None) -> None:
     ctx.error("json-too-deep", "JSON nested too deeply to check", event=event, quirk="spec")
 
 
-def _chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
+def _chunk(ctx: Context, event: int, chunk: dict[str, Any], block: SSEBlock) -> None:
     if ctx.first_chunk_event is None:
         ctx.first_chunk_event = event
         if ctx.endpoint is None:
             ctx.endpoint = infer_endpoint(chunk)
     ctx.chunks += 1
+    if ctx.endpoint == "responses":
+        responses.judge_event(ctx, event, chunk, block)
+        return
     if ctx.endpoint is not None:
         schema_findings(ctx, event, chunk, _CHUNK_SCHEMA[ctx.endpoint])
     for chunk_rule in CHUNK_RULES:
@@ -305,6 +322,9 @@ def _judge_body(ctx: Context, raw: bytes) -> None:
     if ctx.endpoint is None:
         ctx.endpoint = infer_endpoint(body)
     try:
-        bodies.judge_body_object(ctx, body)
+        if ctx.endpoint == "responses":
+            responses.judge_body(ctx, body)
+        else:
+            bodies.judge_body_object(ctx, body)
     except RecursionError:
         _too_deep(ctx, None)

@@ -12,6 +12,12 @@ Tools, ``tool_choice``, ``parallel_tool_calls`` and ``response_format`` are read
 function's ``parameters`` schema by name, the ``tool_choice`` mode (OpenAI's default with tools is
 ``auto``) and the ``json_schema`` schema, which the tool-use and structured-output rules hold a response
 to, in ``check``, in ``validate`` and in the proxy alike.
+
+A Responses request (``POST /v1/responses``, openapi.yaml ``CreateResponse``) is read into the same model:
+its limit is ``max_output_tokens``, its prompt ``instructions`` and the text of its ``input`` (a string, or
+items whose ``content`` is a string or ``input_text``/``output_text`` parts), its structured output
+``text.format`` (``schema`` at the top of the format, where chat nests it in ``json_schema``), its
+function tools ``{"type": "function", "name", "parameters"}`` (chat nests them in ``function``).
 """
 
 from __future__ import annotations
@@ -20,13 +26,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Endpoint", "Request", "endpoint_for_path", "integer", "message_texts", "tool_parameters"]
+__all__ = [
+    "Endpoint",
+    "Request",
+    "endpoint_for_path",
+    "function_schemas",
+    "input_texts",
+    "integer",
+    "message_texts",
+]
 
-Endpoint = Literal["completions", "chat"]
+Endpoint = Literal["completions", "chat", "responses"]
 
 
 def endpoint_for_path(path: str | None) -> Endpoint | None:
-    """Chat or completions from a request path (a query string and a trailing slash are ignored)."""
+    """Chat, completions or responses from a request path (a query string and a trailing slash are
+    ignored; ``/v1/responses/{id}`` is a stored response's, not a create request's)."""
     if not path:
         return None
     path = path.split("?", 1)[0].rstrip("/")
@@ -34,6 +49,8 @@ def endpoint_for_path(path: str | None) -> Endpoint | None:
         return "chat"
     if path.endswith("/completions"):
         return "completions"
+    if path.endswith("/responses"):
+        return "responses"
     return None
 
 
@@ -65,6 +82,35 @@ def _prompts(prompt: Any) -> tuple[int, tuple[str, ...], int]:
     return 1, (), 0
 
 
+def input_texts(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The text a Responses request gives the model: ``instructions``, then ``input`` (a string, or its
+    items' string ``content`` and text parts, and the output of function calls)."""
+    texts = [body["instructions"]] if isinstance(body.get("instructions"), str) else []
+    given = body.get("input")
+    if isinstance(given, str):
+        return (*texts, given)
+    items = [item for item in given if isinstance(item, Mapping)] if isinstance(given, list) else []
+    outputs = (item.get("output") for item in items if item.get("type") == "function_call_output")
+    return (*texts, *message_texts(items), *(o for o in outputs if isinstance(o, str)))
+
+
+def function_schemas(tools: Any) -> Mapping[str, Any]:
+    """Each function tool's ``parameters`` schema by name (``{}``, anything, when it has none), from chat's
+    ``{"type": "function", "function": {...}}`` or the Responses API's flat ``{"type": "function", "name",
+    "parameters"}``: what the tool-call rules validate a call's arguments against."""
+    schemas: dict[str, Any] = {}
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, Mapping) or tool.get("type") != "function":
+            continue
+        nested = tool.get("function")
+        function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else tool
+        name = function.get("name")
+        if isinstance(name, str):
+            parameters = function.get("parameters")
+            schemas[name] = parameters if isinstance(parameters, Mapping) else {}
+    return schemas
+
+
 def message_texts(messages: Any) -> tuple[str, ...]:
     """The text of each chat message: a string ``content``, or the ``text`` of its text parts (the proxy
     counts and checks a chat prompt by these too)."""
@@ -79,19 +125,6 @@ def message_texts(messages: Any) -> tuple[str, ...]:
             parts = (p.get("text") for p in content if isinstance(p, Mapping))
             texts.extend(t for t in parts if isinstance(t, str))
     return tuple(texts)
-
-
-def tool_parameters(tools: Any) -> Mapping[str, Any]:
-    """Each function tool's name and its ``parameters`` JSON schema (``{}``, anything, when it has none):
-    what the tool-call rules validate a call's arguments against."""
-    named: dict[str, Any] = {}
-    for tool in tools if isinstance(tools, list) else ():
-        function = tool.get("function") if isinstance(tool, Mapping) else None
-        name = function.get("name") if isinstance(function, Mapping) else None
-        if isinstance(name, str):
-            parameters = function.get("parameters") if isinstance(function, Mapping) else None
-            named[name] = parameters if isinstance(parameters, Mapping) else {}
-    return named
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,14 +169,17 @@ class Request:
     tools: int = 0
     tool_choice: Any = None
     response_format: Any = None
+    """Chat's ``response_format``, or a Responses request's ``text.format``."""
     tool_schemas: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    """Each function tool's ``parameters`` schema by function name (see :func:`tool_parameters`)."""
+    """Each function tool's ``parameters`` schema by function name (see :func:`function_schemas`)."""
     parallel_tool_calls: bool | None = None
     """``parallel_tool_calls`` when set: ``false`` allows at most one call per turn."""
 
     @classmethod
     def from_body(cls, endpoint: Endpoint | None, body: Mapping[str, Any]) -> Request:
         """The request ``body`` (a JSON object) sent to ``endpoint``."""
+        if endpoint == "responses":
+            return cls._from_responses_body(body)
         options = body.get("stream_options")
         stream = body.get("stream") is True
         logprobs = body.get("logprobs")
@@ -183,7 +219,27 @@ class Request:
             tools=len(tools) if isinstance(tools, list) else 0,
             tool_choice=body.get("tool_choice"),
             response_format=body.get("response_format"),
-            tool_schemas=tool_parameters(tools),
+            tool_schemas=function_schemas(tools),
+            parallel_tool_calls=parallel if isinstance(parallel, bool) else None,
+        )
+
+    @classmethod
+    def _from_responses_body(cls, body: Mapping[str, Any]) -> Request:
+        model, tools, text = body.get("model"), body.get("tools"), body.get("text")
+        given, parallel = body.get("input"), body.get("parallel_tool_calls")
+        return cls(
+            known=True,
+            endpoint="responses",
+            body=body,
+            model=model if isinstance(model, str) else None,
+            stream=body.get("stream") is True,
+            messages=len(given) if isinstance(given, list) else int(isinstance(given, str)),
+            message_texts=input_texts(body),
+            max_tokens=integer(body.get("max_output_tokens")),
+            tools=len(tools) if isinstance(tools, list) else 0,
+            tool_choice=body.get("tool_choice"),
+            response_format=text.get("format") if isinstance(text, Mapping) else None,
+            tool_schemas=function_schemas(tools),
             parallel_tool_calls=parallel if isinstance(parallel, bool) else None,
         )
 
@@ -199,6 +255,17 @@ class Request:
         if isinstance(body, str):
             return cls(known=True, endpoint=endpoint, raw=body)
         return cls()
+
+    @property
+    def output_schema(self) -> Mapping[str, Any] | None:
+        """The JSON Schema structured output must match: ``response_format.json_schema.schema`` (chat) or
+        ``text.format.schema`` (Responses), when the request asked for ``json_schema``."""
+        fmt = self.response_format
+        if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+            return None
+        holder = fmt if self.endpoint == "responses" else fmt.get("json_schema")
+        schema = holder.get("schema") if isinstance(holder, Mapping) else None
+        return schema if isinstance(schema, Mapping) else None
 
     @property
     def per_prompt(self) -> int:
@@ -248,9 +315,11 @@ class Request:
 
     @property
     def tool_choice_function(self) -> str | None:
-        """The function a named ``tool_choice`` (``{"type": "function", "function": {...}}``) forces."""
+        """The function a named ``tool_choice`` forces: chat's ``{"type": "function", "function": {"name"}}``
+        or the Responses API's flat ``{"type": "function", "name"}``."""
         choice = self.tool_choice
-        function = choice.get("function") if isinstance(choice, Mapping) else None
+        nested = choice.get("function") if isinstance(choice, Mapping) else None
+        function = nested if isinstance(nested, Mapping) else choice
         name = function.get("name") if isinstance(function, Mapping) else None
         return name if isinstance(name, str) else None
 
@@ -260,15 +329,6 @@ class Request:
         fmt = self.response_format
         kind = fmt.get("type") if isinstance(fmt, Mapping) else None
         return kind if isinstance(kind, str) else None
-
-    @property
-    def response_schema(self) -> Mapping[str, Any] | None:
-        """The JSON schema a ``json_schema`` response format asks the content to follow."""
-        if self.response_format_type != "json_schema":
-            return None
-        spec = self.response_format.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, Mapping) else None
-        return schema if isinstance(schema, Mapping) else None
 
     @property
     def features(self) -> tuple[str, ...]:

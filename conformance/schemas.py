@@ -43,6 +43,9 @@ SCHEMA_NAMES = (
     "logprobs_chat",
     "logprobs_legacy",
     "model_list",
+    "response",
+    "response_request",
+    "response_stream_event",
     "text_completion",
     "text_completion_chunk",
     "usage",
@@ -84,10 +87,21 @@ def registry() -> Registry[Any]:
     return Registry().with_resources(resources)
 
 
+def _root(name: str, *, absolute: bool = False) -> dict[str, Any]:
+    """The schema ``name`` names: a document, or one definition of it (``response_stream_event#/$defs/error``:
+    the Responses stream events are one file with one definition per event type). ``absolute`` refers to
+    the definition by the document's ``$id``, as a validator resolves it."""
+    document, _, fragment = name.partition("#")
+    if not fragment:
+        return load_schema(document)
+    base = load_schema(document)["$id"] if absolute else f"{document}.json"
+    return {"$ref": f"{base}#{fragment}"}
+
+
 @cache
 def validator(name: str) -> Draft202012Validator:
-    """The compiled validator for one schema, built once per process."""
-    return Draft202012Validator(load_schema(name), registry=registry())
+    """The compiled validator for one schema (or one definition of it), built once per process."""
+    return Draft202012Validator(_root(name, absolute=True), registry=registry())
 
 
 @cache
@@ -102,7 +116,11 @@ def request_schema(name: str) -> dict[str, Any]:
     return schema
 
 
-REQUEST_SCHEMA: dict[Endpoint, str] = {"chat": "chat_completion_request", "completions": "completion_request"}
+REQUEST_SCHEMA: dict[Endpoint, str] = {
+    "chat": "chat_completion_request",
+    "completions": "completion_request",
+    "responses": "response_request",
+}
 """The request schema of each endpoint: what the proxy refuses and what the judge calls invalid."""
 
 
@@ -165,7 +183,8 @@ class _Checker:
         if hit is None:
             if len(self.cache) >= _CACHE_LIMIT:
                 self.cache.clear()
-            hit = (self.validator.is_valid(doc), tuple(_extras(doc, load_schema(self.name), self.name, "")))
+            root = self.name.partition("#")[0]
+            hit = (self.validator.is_valid(doc), tuple(_extras(doc, _root(self.name), root, "")))
             self.cache[key] = hit
         valid, extras = hit
         if valid:

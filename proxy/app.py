@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,16 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conformance.openai_errors import error_body
+from conformance.responses_state import (
+    ResponseStore,
+    delete_response,
+    input_items,
+    list_input_items,
+    previous_items,
+    retrieve_response,
+    store_of,
+)
+from conformance.responses_translation import TranslationError, translate_request
 
 from . import jsoncodec
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
@@ -34,9 +45,11 @@ from .normalizer import Endpoint, RequestInfo, clean_model_name
 from .observability import Exchange, Metrics, ObservabilityMiddleware, exchange_of
 from .passthrough import connection_options, has_dot_segment, relay
 from .request_sources import SourceBuilder, fan_out_prompts
-from .request_validation import parse_request
+from .request_validation import parse_json_object, parse_request, validate_request
 from .respond import HeldResponse, serve_source
+from .responses import NativeResponses, ResponsesOutput, StoredAs, serve_native
 from .served_names import ServedNames, served_name
+from .source import Source
 from .upstream import Upstream
 
 __all__ = ["create_app"]
@@ -82,6 +95,8 @@ class _Context:
     adapter: Adapter
     metrics: Metrics
     names: ServedNames
+    responses: NativeResponses
+    store: ResponseStore
 
 
 def _error(message: str, status: int, code: str | None = None, param: str | None = None) -> JSONResponse:
@@ -150,6 +165,24 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
         body = parse_request(endpoint, raw)
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
+    prepared = await _prepared(ctx, endpoint, body, request)
+    if isinstance(prepared, Response):
+        return prepared
+    source, info = prepared
+
+    async def run(send: Send) -> None:
+        config = ctx.config
+        await serve_source(send, source, info, exchange, config.first_byte_timeout, config.upstream_api_key)
+
+    return HeldResponse(run, exchange)
+
+
+async def _prepared(
+    ctx: _Context, endpoint: Endpoint, body: dict[str, Any], request: Request
+) -> tuple[Source, RequestInfo] | Response:
+    """The source that answers a validated completion ``body``, and what the request asks for; or the
+    response that refuses it. Every route that generates goes through here (``/v1/responses`` too)."""
+    exchange = exchange_of(request.scope)
     info = RequestInfo.from_body(
         endpoint, body, alias=ctx.config.model_alias, reasoning_field=ctx.config.reasoning_field
     )
@@ -176,11 +209,47 @@ async def _completion(ctx: _Context, endpoint: Endpoint, request: Request) -> Re
     if ctx.upstream.traits.serial is None and builder.fans_out(body):
         # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each other off.
         await ctx.names.learn_serial()
-    source = builder.source(body)
+    return builder.source(body), info
+
+
+async def _responses(ctx: _Context, request: Request) -> Response:
+    """``POST /v1/responses``: translated to a chat request that runs through the chat route's pipeline
+    (validation, repairs, emulations, limits, error mapping), its normalized output translated back;
+    or, by ``--responses``, the upstream's own endpoint (proxy/responses/native.py)."""
+    exchange = exchange_of(request.scope)
+    exchange.endpoint = "responses"
+    if not _authorized(request, ctx.config.api_key):
+        return _error("invalid or missing API key", 401, "invalid_api_key")
+    raw = await _read_body(request, ctx.config.max_body)
+    if isinstance(raw, Response):
+        return raw
+    if await ctx.responses.native(ctx.upstream):
+        return await _native_responses(ctx, request, raw)
+    try:
+        asked = parse_json_object(raw)
+    except ProxyError as exc:
+        return JSONResponse(exc.body, status_code=exc.status)
+    previous = await previous_items(ctx.store, asked)  # the conversation previous_response_id names
+    if isinstance(previous, Response):
+        return previous
+    try:
+        translation = translate_request(asked, previous)
+        validate_request("chat", translation.chat)
+    except TranslationError as refused:
+        return _error(refused.message, refused.status, refused.code, refused.param)
+    except ProxyError as exc:
+        return JSONResponse(exc.body, status_code=exc.status)
+    prepared = await _prepared(ctx, "chat", translation.chat, request)
+    if isinstance(prepared, Response):
+        return prepared
+    source, info = prepared
+    output = ResponsesOutput(translation, info.model, ctx.store, [*previous, *input_items(asked)])
 
     async def run(send: Send) -> None:
         config = ctx.config
-        await serve_source(send, source, info, exchange, config.first_byte_timeout, config.upstream_api_key)
+        await serve_source(
+            send, source, info, exchange, config.first_byte_timeout, config.upstream_api_key, output
+        )
 
     return HeldResponse(run, exchange)
 
@@ -317,6 +386,36 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
     return HeldResponse(run, exchange)
 
 
+async def _native_responses(ctx: _Context, request: Request, raw: bytes) -> Response:
+    """``POST /v1/responses`` sent to the upstream's own endpoint, its answer normalized."""
+    exchange = exchange_of(request.scope)
+    try:
+        asked = parse_json_object(raw)
+    except ProxyError as exc:
+        return JSONResponse(exc.body, status_code=exc.status)
+    # State is the proxy's here too: the upstream's ids never reach the client (each Response gets the
+    # proxy's own), so its store could not be named; a continuation is sent as the whole conversation.
+    previous = await previous_items(ctx.store, asked)
+    if isinstance(previous, Response):
+        return previous
+    items = [*previous, *input_items(asked)]
+    if "previous_response_id" in asked:
+        forwarded = {k: v for k, v in asked.items() if k != "previous_response_id"}
+        raw = jsoncodec.dumps({**forwarded, "input": items})
+    raw, _ = await _with_served_model(ctx, raw, "json")
+    model = asked.get("model")
+    shown = ctx.config.model_alias or (clean_model_name(model) if isinstance(model, str) and model else None)
+    headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
+    headers.append((b"content-type", b"application/json"))
+    upstream, secret, store = ctx.upstream, ctx.config.upstream_api_key, ctx.store
+
+    async def run(send: Send) -> None:
+        stored = StoredAs(store, items)
+        await serve_native(send, upstream, raw, asked, headers, exchange, shown, secret, stored)
+
+    return HeldResponse(run, exchange)
+
+
 async def _with_served_model(
     ctx: _Context, raw: bytes, content_type: str
 ) -> tuple[bytes, tuple[str, str] | None]:
@@ -335,6 +434,20 @@ async def _with_served_model(
     if served == model or not isinstance(served, str) or not isinstance(model, str):
         return raw, None
     return jsoncodec.dumps({**body, "model": served}), (served, model)
+
+
+async def _stored_response(ctx: _Context, request: Request) -> Response:
+    """``GET`` and ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``: answered from
+    the response store (conformance/responses_state/), never the upstream's."""
+    exchange_of(request.scope).endpoint = "responses"
+    if not _authorized(request, ctx.config.api_key):
+        return _error("invalid or missing API key", 401, "invalid_api_key")
+    response_id = request.path_params["response_id"]
+    if request.url.path.endswith("/input_items"):
+        return await list_input_items(ctx.store, response_id, request.query_params)
+    if request.method == "DELETE":
+        return await delete_response(ctx.store, response_id)
+    return await retrieve_response(ctx.store, response_id, request.query_params)
 
 
 async def _health(_: Request) -> Response:
@@ -362,6 +475,10 @@ _COMPLETION_PATHS: dict[str, Endpoint] = {
     "/v1/chat/completions/": "chat",
     "/v1/completions/": "completions",
 }
+_RESPONSES_PATHS = frozenset({"/v1/responses", "/v1/responses/"})
+_GENERATING_PATHS = _RESPONSES_PATHS | frozenset(_COMPLETION_PATHS)
+_STORED_RESPONSE = re.compile(r"/v1/responses/[^/]+")
+_STORED_INPUT_ITEMS = re.compile(r"/v1/responses/[^/]+/input_items")
 _LISTING_TIMEOUT = 10.0  # seconds for the upstream's /v1/models, within the first-byte timeout
 _MAX_LISTING = 8 * 1024 * 1024
 
@@ -370,7 +487,13 @@ def _own_methods(path: str) -> str | None:
     """The methods the proxy answers on ``path`` itself (its Allow header), if it answers any."""
     if path in _COMPLETION_PATHS:
         return "POST"
+    if path in _RESPONSES_PATHS:
+        return "POST"
     if path.rstrip("/") == "/v1/models" or path.startswith("/v1/models/"):
+        return "GET, HEAD"
+    if _STORED_RESPONSE.fullmatch(path):
+        return "GET, HEAD, DELETE"
+    if _STORED_INPUT_ITEMS.fullmatch(path):
         return "GET, HEAD"
     return None
 
@@ -414,7 +537,7 @@ def _wrapped(app: ASGIApp, middleware: Sequence[Middleware]) -> ASGIApp:
 
 
 class _ProxyApplication(Starlette):
-    """Starlette with a shorter way in for POSTs to the two completion routes, the proxy's hot path.
+    """Starlette with a shorter way in for POSTs to the routes that generate, the proxy's hot path.
 
     Starlette's router and exception middleware cost about 20 µs of CPU per request and one more
     wrapper call for every chunk sent; on a loaded machine each costs two to three times that, and the
@@ -424,18 +547,25 @@ class _ProxyApplication(Starlette):
     """
 
     def __init__(
-        self, completion: Callable[[Endpoint, Request], Awaitable[Response]], **options: Any
+        self,
+        completion: Callable[[Endpoint, Request], Awaitable[Response]],
+        responses: Callable[[Request], Awaitable[Response]],
+        **options: Any,
     ) -> None:
         super().__init__(**options)
 
         async def completion_route(scope: Scope, receive: Receive, send: Send) -> None:
-            response = await completion(_COMPLETION_PATHS[scope["path"]], Request(scope, receive))
+            path = scope["path"]
+            if path in _RESPONSES_PATHS:
+                response = await responses(Request(scope, receive))
+            else:
+                response = await completion(_COMPLETION_PATHS[path], Request(scope, receive))
             await response(scope, receive, send)
 
         self._completions = _wrapped(completion_route, self.user_middleware)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in _COMPLETION_PATHS:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in _GENERATING_PATHS:
             scope["app"] = self
             await self._completions(scope, receive, send)
         else:
@@ -447,7 +577,9 @@ def create_app(config: ProxyConfig) -> Starlette:
     metrics = Metrics()
     upstream = Upstream(config)
     adapter = OpenAIAdapter(config.default_max_tokens, upstream.traits)
-    ctx = _Context(config, upstream, adapter, metrics, ServedNames(upstream, config.model_alias))
+    names = ServedNames(upstream, config.model_alias)
+    store = store_of(config)
+    ctx = _Context(config, upstream, adapter, metrics, names, NativeResponses(config.responses), store)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -456,12 +588,15 @@ def create_app(config: ProxyConfig) -> Starlette:
             yield
         finally:
             await ctx.upstream.aclose()
+            await store.aclose()
             metrics.retire()
 
     routes = [
         Route("/v1/models", partial(_models, ctx), methods=["GET"]),
         Route("/v1/models/", partial(_models, ctx), methods=["GET"]),
         Route("/v1/models/{model:path}", partial(_model, ctx), methods=["GET"]),
+        Route("/v1/responses/{response_id}/input_items", partial(_stored_response, ctx), methods=["GET"]),
+        Route("/v1/responses/{response_id}", partial(_stored_response, ctx), methods=["GET", "DELETE"]),
         Route("/health", _health, methods=["GET"]),
         Route("/metrics", partial(_metrics, ctx), methods=["GET"]),
         Route(
@@ -483,6 +618,7 @@ def create_app(config: ProxyConfig) -> Starlette:
     middleware.append(Middleware(ServerErrorMiddleware, handler=_internal_error))
     app = _ProxyApplication(
         partial(_completion, ctx),
+        partial(_responses, ctx),
         routes=routes,
         middleware=middleware,
         exception_handlers={HTTPException: _http_error},

@@ -11,6 +11,12 @@ import argparse
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from conformance.responses_state.settings import (
+    RESPONSES_STORE,
+    RESPONSES_STORE_MAX_AGE,
+    RESPONSES_STORE_MAX_BYTES,
+    RESPONSES_STORE_SETTINGS,
+)
 from conformance.settings import (
     Setting,
     boolean,
@@ -24,9 +30,19 @@ from conformance.settings import (
     variable,
 )
 
-__all__ = ["KEY_VARIABLES", "SERVE_SETTINGS", "ProxyConfig", "UpstreamKind", "proxy_config", "variable"]
+__all__ = [
+    "KEY_VARIABLES",
+    "SERVE_SETTINGS",
+    "ProxyConfig",
+    "ResponsesMode",
+    "UpstreamKind",
+    "proxy_config",
+    "variable",
+]
 
 UpstreamKind = Literal["auto", "openai", "llamacpp"]
+ResponsesMode = Literal["translate", "native", "auto"]
+RESPONSES_MODES: tuple[ResponsesMode, ...] = ("translate", "native", "auto")
 UPSTREAM_KINDS: tuple[UpstreamKind, ...] = ("auto", "openai", "llamacpp")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 REASONING_FIELDS = ("reasoning_content", "reasoning")
@@ -55,6 +71,14 @@ UPSTREAM_KIND = Setting[UpstreamKind](
     "auto",
     "the upstream's API family; auto probes GET /props",
     choices=UPSTREAM_KINDS,
+)
+RESPONSES = Setting[ResponsesMode](
+    "responses",
+    one_of(RESPONSES_MODES),  # type: ignore[arg-type]  # one_of returns one of them
+    "translate",
+    "how POST /v1/responses is served: translated to chat completions, passed to the upstream's own "
+    "/v1/responses (normalized), or auto (native when the upstream answers it)",
+    choices=RESPONSES_MODES,
 )
 CONNECT_TIMEOUT = Setting(
     "connect_timeout",
@@ -178,6 +202,7 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     UPSTREAM_API_KEY,
     MODEL_ALIAS,
     UPSTREAM_KIND,
+    RESPONSES,
     CONNECT_TIMEOUT,
     FIRST_BYTE_TIMEOUT,
     IDLE_TIMEOUT,
@@ -193,6 +218,7 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     SHUTDOWN_TIMEOUT,
     REASONING_FIELD,
     MODEL,
+    *RESPONSES_STORE_SETTINGS,
     LOG_LEVEL,
 )
 
@@ -207,6 +233,7 @@ class ProxyConfig:
     """Never logged or echoed."""
     model_alias: str | None = MODEL_ALIAS.default
     upstream_kind: UpstreamKind = UPSTREAM_KIND.default
+    responses: ResponsesMode = RESPONSES.default
     connect_timeout: float = CONNECT_TIMEOUT.default
     first_byte_timeout: float = FIRST_BYTE_TIMEOUT.default
     idle_timeout: float = IDLE_TIMEOUT.default
@@ -222,6 +249,10 @@ class ProxyConfig:
     max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS.default
     shutdown_timeout: float = SHUTDOWN_TIMEOUT.default
     reasoning_field: str = REASONING_FIELD.default
+    responses_store: str | None = RESPONSES_STORE.default
+    """None: ``default_store_path()``; ``serve`` resolves it before it starts workers."""
+    responses_store_max_bytes: int = RESPONSES_STORE_MAX_BYTES.default
+    responses_store_max_age: float = RESPONSES_STORE_MAX_AGE.default
 
     @property
     def upstream_base(self) -> str:

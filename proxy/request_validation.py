@@ -24,7 +24,7 @@ from .emulation.stop import MAX_STOP_LENGTH
 from .errors import InvalidRequest
 from .normalizer.request import Endpoint
 
-__all__ = ["parse_request", "validate_request"]
+__all__ = ["parse_json_object", "parse_request", "validate_request"]
 
 
 def _validator(endpoint: Endpoint) -> Draft202012Validator:
@@ -277,20 +277,31 @@ def _parse_slowly(raw: str | bytes) -> Any:
         ) from None
 
 
-def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
-    """The client's body as a validated JSON object, or a 400 :class:`InvalidRequest` saying what is wrong."""
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The client's body as a JSON object, or a 400 :class:`InvalidRequest` saying why it is none."""
     try:
         body = jsoncodec.loads(raw, _parse_slowly)
-        if not isinstance(body, dict):
-            raise InvalidRequest.make(
-                f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
-            )
+    except (RecursionError, jsoncodec.TooDeep):
+        raise _too_deep() from None
+    if not isinstance(body, dict):
+        raise InvalidRequest.make(
+            f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
+        )
+    return body
+
+
+def _too_deep() -> InvalidRequest:
+    # Hundreds of nested arrays or objects: past what Python's parser and the shape walk can recurse
+    # through. No real request is built so; a 400 says so instead of a 500.
+    return InvalidRequest.make("The request body is nested too deeply.", 400, code="invalid_request")
+
+
+def parse_request(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
+    """The client's body as a validated JSON object, or a 400 :class:`InvalidRequest` saying what is wrong."""
+    body = parse_json_object(raw)
+    try:
         validate_request(endpoint, body)
         _check_stop_lengths(body.get("stop"))
-    except (RecursionError, jsoncodec.TooDeep):
-        # Hundreds of nested arrays or objects: past what Python's parser and the shape walk can
-        # recurse through. No real request is built so; a 400 says so instead of a 500.
-        raise InvalidRequest.make(
-            "The request body is nested too deeply.", 400, code="invalid_request"
-        ) from None
+    except RecursionError:
+        raise _too_deep() from None
     return body

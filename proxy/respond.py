@@ -24,7 +24,7 @@ from .normalizer import RequestInfo
 from .observability import Exchange
 from .source import Source
 
-__all__ = ["HeldResponse", "send_json", "serve_source"]
+__all__ = ["CHAT_OUTPUT", "HeldResponse", "Output", "redacting", "send_json", "serve_source"]
 
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -44,6 +44,31 @@ def _events(chunks: list[dict[str, Any]]) -> bytes:
     if len(chunks) == 1:
         return b"data: " + _dumps(chunks[0]) + b"\n\n"
     return b"".join([b"data: " + _dumps(chunk) + b"\n\n" for chunk in chunks])
+
+
+class Output:
+    """How the normalized chat output reaches the client: as chat chunks (this class, the completion
+    routes), or translated (``/v1/responses``: proxy/responses/). One instance per response."""
+
+    def opening(self, chunks: list[dict[str, Any]]) -> bytes:
+        """The stream's first body part: the source's first chunks."""
+        return _events(chunks)
+
+    def events(self, chunks: list[dict[str, Any]]) -> bytes:
+        return _events(chunks)
+
+    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+        """The stream's last body part: its end, or the error body that broke it off."""
+        # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
+        return DONE_EVENT if failure is None else encode_data(_dumps(failure))
+
+    async def body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The JSON body for a whole answer. ``tail`` and ``body`` may wait (a Response is stored
+        before the client gets its end: proxy/responses/output.py); the per-chunk methods do not."""
+        return body
+
+
+CHAT_OUTPUT = Output()
 
 
 async def send_json(
@@ -131,17 +156,16 @@ async def serve_source(
     exchange: Exchange,
     first_byte_timeout: float,
     secret: str | None = None,
+    output: Output = CHAT_OUTPUT,
 ) -> None:
     """Hold the status until the first normalized output, then answer as the client asked.
 
     ``secret`` (the upstream key) is cut out of every error the client or the log would see, and out of
     every body sent: an upstream that repeats it in an id or a text does not pass it on.
     """
-    key = secret_in_bodies(secret)
-    if key is not None:
-        send = _redacting(send, key)
+    send = redacting(send, secret)
     try:
-        await _serve(send, source, request, exchange, first_byte_timeout, secret)
+        await _serve(send, source, request, exchange, first_byte_timeout, secret, output)
     finally:
         # What the sources repaired, reported once they are done.
         exchange.record(source.repairs)
@@ -154,6 +178,7 @@ async def _serve(
     exchange: Exchange,
     first_byte_timeout: float,
     secret: str | None,
+    output: Output,
 ) -> None:
     try:
         try:
@@ -176,18 +201,21 @@ async def _serve(
     exchange.upstream_status = source.upstream_status
     try:
         if source.body is not None:
-            await _send_body(send, source.body, request, exchange)
+            await _send_body(send, source.body, request, exchange, output)
         elif request.stream:
-            await _stream(send, source, initial, exchange, secret)
+            await _stream(send, source, initial, exchange, secret, output)
         else:
-            await _aggregate(send, source, initial, request, exchange, secret)
+            await _aggregate(send, source, initial, request, exchange, secret, output)
     finally:
         await source.aclose()
 
 
-def _redacting(send: Send, key: bytes) -> Send:
-    """``send`` with ``key`` cut out of every body message: each holds whole events or a whole JSON
-    body, so a key the upstream sent in one string is in one message."""
+def redacting(send: Send, secret: str | None) -> Send:
+    """``send`` with the upstream key (``secret``) cut out of every body message: each holds whole
+    events or a whole JSON body, so a key the upstream sent in one string is in one message."""
+    key = secret_in_bodies(secret)
+    if key is None:
+        return send
     mask = REDACTED.encode()
 
     async def redacting_send(message: Message) -> None:
@@ -199,16 +227,20 @@ def _redacting(send: Send, key: bytes) -> Send:
     return redacting_send
 
 
-async def _send_body(send: Send, body: dict[str, Any], request: RequestInfo, exchange: Exchange) -> None:
-    exchange.take_usage(body.get("usage"))
+async def _send_body(
+    send: Send, body: dict[str, Any], request: RequestInfo, exchange: Exchange, output: Output
+) -> None:
+    usage = body.get("usage")
+    exchange.take_usage(usage)
     if not request.stream:
         exchange.mark_first_token()
-        await send_json(send, 200, body)
+        await send_json(send, 200, await output.body(body))
         return
     exchange.record(["seed002-stream"])
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
-    await send({"type": "http.response.body", "body": _events(synthesize_chunks(body, request)) + DONE_EVENT})
+    events = output.opening(synthesize_chunks(body, request)) + await output.tail(None, usage)
+    await send({"type": "http.response.body", "body": events})
 
 
 class _CoalescingWriter:
@@ -276,26 +308,29 @@ def _resolve(waiter: asyncio.Future[None] | None) -> None:
 
 
 async def _stream(
-    send: Send, source: Source, initial: list[dict[str, Any]], exchange: Exchange, secret: str | None
+    send: Send,
+    source: Source,
+    initial: list[dict[str, Any]],
+    exchange: Exchange,
+    secret: str | None,
+    output: Output,
 ) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
-    await send({"type": "http.response.body", "body": _events(initial), "more_body": True})
+    await send({"type": "http.response.body", "body": output.opening(initial), "more_body": True})
     writer = _CoalescingWriter(send)
+    events = output.events
     try:
         while (batch := await source.next_batch()) is not None:
             if batch:
-                await writer.write(_events(batch))
+                await writer.write(events(batch))
         failure = source.failure
         if failure is not None:
             failure = failure.redacted(secret)
-            # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
             exchange.take_error(failure)
-            tail = encode_data(_dumps(failure.body))
-        else:
-            tail = DONE_EVENT
-        exchange.take_usage(source.usage)
-        await writer.close(tail)
+        usage = source.usage
+        exchange.take_usage(usage)
+        await writer.close(await output.tail(None if failure is None else failure.body, usage))
     finally:
         writer.cancel()
 
@@ -307,6 +342,7 @@ async def _aggregate(
     request: RequestInfo,
     exchange: Exchange,
     secret: str | None,
+    output: Output,
 ) -> None:
     exchange.record(["seed002-aggregate"])
     aggregator = Aggregator(request)
@@ -327,4 +363,4 @@ async def _aggregate(
     body = aggregator.result(source.usage)
     exchange.take_usage(body.get("usage"))
     exchange.mark_first_token()
-    await send_json(send, 200, body)
+    await send_json(send, 200, await output.body(body))

@@ -11,6 +11,13 @@ for enough to finish a call or an object that their schemas keep short (``maxLen
 The tool probes (issue 20) offer ``get_weather`` (and ``get_time``), force or forbid calls with
 ``tool_choice`` and send a whole round trip; what a call or a JSON answer must be the judge reads from the
 request (rules/tool_use.py, rules/structured_output.py), so a recording of them is judged the same.
+Probes ask for few tokens so a run against a small CPU model takes seconds.
+
+The ``responses-*`` probes ask ``POST /v1/responses`` (OpenAI's Responses API, issue 21) for text, a stream, a
+function tool round trip (the call, then the answer to its output), ``text.format`` ``json_schema``,
+``max_output_tokens`` reached and an invalid request; a server without that route (404) is ``unsupported``
+(:func:`conformance.rules.acceptance.route_missing`). Their token limits are at least 16: OpenAI refuses a
+smaller ``max_output_tokens``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ __all__ = ["PROBES", "Probe", "ProbeContext", "select_probes"]
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
 UNKNOWN_MODEL = "conformant-no-such-model"
 
 
@@ -129,6 +137,48 @@ _JSON_SCHEMA = {
     "json_schema": {"name": "greeting", "strict": True, "schema": _GREETING},
 }
 _JSON_TOKENS = 64
+
+
+def _responses(ctx: ProbeContext, given: Any = "Say hello.", **extra: Any) -> RequestSpec:
+    return RequestSpec(RESPONSES, {"model": ctx.model, "input": given, "max_output_tokens": 16, **extra})
+
+
+_WEATHER: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+_WEATHER_QUESTION = "What is the weather in Paris?"
+# The round trip's second turn, as a client sends it: the call the model made and what the function gave.
+_WEATHER_RESULT: list[dict[str, Any]] = [
+    {"role": "user", "content": _WEATHER_QUESTION},
+    {
+        "type": "function_call",
+        "call_id": "call_conformant_probe",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+    },
+    {"type": "function_call_output", "call_id": "call_conformant_probe", "output": '{"temperature_c": 18}'},
+]
+_ANSWER_FORMAT: dict[str, Any] = {
+    "format": {
+        "type": "json_schema",
+        "name": "answer",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"answer": {"type": "string"}},
+            "required": ["answer"],
+            "additionalProperties": False,
+        },
+    }
+}
 
 
 def _without(spec: RequestSpec, key: str) -> RequestSpec:
@@ -364,6 +414,44 @@ PROBES: tuple[Probe, ...] = (
         "a prompt longer than the context, streamed",
         lambda c: _completion(c, "hello " * c.overflow_words, max_tokens=2, stream=True),
         "context-overflow",
+    ),
+    Probe("responses", "Responses API text", lambda c: _responses(c), "success"),
+    Probe("responses-stream", "Responses API, streamed", lambda c: _responses(c, stream=True), "success"),
+    Probe(
+        "responses-tool-call",
+        "Responses API function tool: the call, streamed",
+        lambda c: _responses(
+            c,
+            _WEATHER_QUESTION,
+            tools=[_WEATHER],
+            tool_choice={"type": "function", "name": "get_weather"},
+            max_output_tokens=64,
+            stream=True,
+        ),
+        "success",
+    ),
+    Probe(
+        "responses-tool-result",
+        "Responses API function tool: the answer to the call's output",
+        lambda c: _responses(c, _WEATHER_RESULT, tools=[_WEATHER]),
+        "success",
+    ),
+    Probe(
+        "responses-json-schema",
+        "Responses API text.format json_schema",
+        lambda c: _responses(c, "Name a colour.", text=_ANSWER_FORMAT, max_output_tokens=64),
+        "success",
+    ),
+    Probe(
+        "responses-max-output-tokens",
+        "max_output_tokens reached in a Responses stream gives status incomplete",
+        lambda c: _responses(c, f"Continue: {_COUNT}", stream=True),
+        "finish-length",
+    ),
+    Probe(
+        "responses-invalid",
+        "a Responses request with max_output_tokens of the wrong type",
+        lambda c: _responses(c, max_output_tokens="eight"),
     ),
     Probe(
         "disconnect",

@@ -7,6 +7,9 @@ Judged from the request and the status alone, in ``validate`` as in ``check``:
   :func:`conformance.schemas.request_schema`) must get a 4xx; a 2xx is ``invalid-request-accepted``
   (llama-cpp-python answers a completion without ``prompt`` or ``temperature: 7`` with 200 and text);
   any other status is ``invalid-request-status`` (its 500 for ``max_tokens: "eight"``, Q43);
+- a server without ``/v1/responses`` (404, 405 or 501 there: most local servers, issue 21) does not
+  support the Responses API: ``feature-unsupported``, and its 404 body (FastAPI's ``{"detail": ...}``) is
+  not judged as an OpenAI error;
 - a request OpenAI accepts that uses an optional feature (``n`` > 1, a prompt array, token ids,
   logprobs, echo, tools, ...) must never get a 5xx (``feature-server-error``: llama-cpp-python's 500 for a
   prompt array, Q73); a server that declines the feature with a clean 4xx is reported as
@@ -21,7 +24,17 @@ from conformance import schemas
 from conformance.request import Request
 from conformance.rules.context import Context
 
-__all__ = ["FEATURE_QUIRK", "declined_feature", "refusal", "request_acceptance"]
+__all__ = [
+    "FEATURE_QUIRK",
+    "ROUTE_MISSING",
+    "declined_feature",
+    "refusal",
+    "request_acceptance",
+    "route_missing",
+]
+
+ROUTE_MISSING = frozenset({404, 405, 501})
+"""What a server answers on a path it has no route for."""
 
 # The catalogue row of servers that answer a feature with a 5xx, where one names the feature: a prompt
 # array (Q73: llama-cpp-python's `assert len(prompt) <= 1`), `n` (Q70), a token-id prompt (Q74), echo,
@@ -58,8 +71,15 @@ def _clean_client_error(ctx: Context) -> bool:
     return ctx.status is not None and 400 <= ctx.status < 500
 
 
+def route_missing(ctx: Context) -> bool:
+    """A Responses request answered as a path the server has no route for."""
+    return ctx.request.endpoint == "responses" and ctx.status in ROUTE_MISSING
+
+
 def declined_feature(ctx: Context) -> bool:
-    """A valid request using an optional feature got a 4xx: the server declined the feature."""
+    """A valid request using an optional feature got a 4xx, or the server has no Responses API."""
+    if route_missing(ctx):
+        return True
     return bool(ctx.request.features) and _clean_client_error(ctx) and refusal(ctx.request) is None
 
 
@@ -67,6 +87,9 @@ def request_acceptance(ctx: Context) -> None:
     """The four acceptance rules; quiet without a recorded request or status."""
     request, status = ctx.request, ctx.status
     if not request.known or status is None:
+        return
+    if route_missing(ctx):
+        ctx.warn("feature-unsupported", f"the server has no /v1/responses (HTTP {status})")
         return
     why = refusal(request)
     if why is not None:

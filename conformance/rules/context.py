@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conformance.findings import ERROR, WARNING, Finding, FindingSink, Severity
 from conformance.request import Request, integer
 from conformance.transcript import Endpoint
+
+if TYPE_CHECKING:
+    from conformance.rules.responses import ResponsesState
 
 __all__ = [
     "ChoiceState",
@@ -141,6 +144,8 @@ class Context:
         """The ``error`` object of an error body."""
         self.reasoning_keys: set[str] = set()
         """The keys reasoning text came under (``reasoning_content``, ``reasoning``; Q39)."""
+        self.responses: ResponsesState | None = None
+        """A Responses API answer's state (events, items, the final Response), once one was seen."""
 
     @property
     def completion_tokens(self) -> int | None:

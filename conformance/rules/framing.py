@@ -38,14 +38,21 @@ def bom(ctx: Context, had_bom: bool) -> None:
 
 
 def event_field(ctx: Context, block: SSEBlock) -> None:
-    """``event:`` lines: OpenAI sends none; openai-python <= 1.97.1 wraps such payloads (spec §4)."""
-    if block.event is not None:
+    """``event:`` lines: OpenAI's chat and completions streams send none; openai-python <= 1.97.1 wraps such
+    payloads (spec §4). Its Responses streams send one per event, named as the data's type."""
+    if block.event is not None and not _responses_event(ctx, block.event):
         ctx.error(
             "sse-event-field",
             f"'event: {block.event[:40]}' line; OpenAI streams carry only data lines",
             event=block.index,
             quirk="spec",
         )
+
+
+def _responses_event(ctx: Context, name: str) -> bool:
+    """A Responses stream names each event on an ``event:`` line, as OpenAI's do (rules.responses judges
+    that the name is the data's type); before its first event is read, a ``response.*`` name says so."""
+    return ctx.endpoint == "responses" or (ctx.endpoint is None and name.startswith("response."))
 
 
 def id_field(ctx: Context, block: SSEBlock) -> None:

@@ -7,7 +7,8 @@ whether OpenAI accepts it) is judged from the request for every response, not he
 
 - ``success``: a request the server should serve: HTTP 200, unless it declined an optional feature with
   a clean 4xx (``feature-unsupported``) or failed with a 5xx on one (``feature-server-error``).
-- ``finish-length``: the prompt is meant to run into the token limit: ``finish_reason: "length"``,
+- ``finish-length``: the prompt is meant to run into the token limit: ``finish_reason: "length"``
+  (a Responses answer: status ``incomplete``, ``incomplete_details.reason`` ``max_output_tokens``),
   unless usage shows the model stopped on its own before the limit (a small model under a fallback chat
   template may say nothing at all).
 - ``context-overflow``: a prompt longer than the context: 400 ``context_length_exceeded`` before any
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from conformance.rules.acceptance import declined_feature
 from conformance.rules.context import Context
 from conformance.rules.reasoning import reasoning_shown
+from conformance.rules.responses import limit_reached
 
 __all__ = ["CONTEXT_OVERFLOW_INTENT", "HANG_UP", "INTENTS", "intent_findings"]
 
@@ -45,7 +47,7 @@ def success(ctx: Context) -> None:
     status = ctx.status
     if status == 200 or status is None:
         return
-    if ctx.request.features and (status >= 500 or declined_feature(ctx)):
+    if declined_feature(ctx) or (ctx.request.features and status >= 500):
         return  # the acceptance rules reported it
     ctx.error("expected-success", f"a valid request got {_status_text(ctx)}", quirk="spec")
 
@@ -53,6 +55,9 @@ def success(ctx: Context) -> None:
 def finish_length(ctx: Context) -> None:
     if ctx.status != 200:
         success(ctx)
+        return
+    if ctx.endpoint == "responses":  # no finish_reason: status incomplete, for max_output_tokens
+        limit_reached(ctx)
         return
     reasons = {state.finish_reason for state in ctx.choices.values()} - {None}
     used, limit = ctx.completion_tokens, ctx.request.max_tokens

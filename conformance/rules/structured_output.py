@@ -49,7 +49,7 @@ def json_content(ctx: Context) -> None:
                 quirk="spec",
             )
             continue
-        schema = ctx.request.response_schema
+        schema = ctx.request.output_schema
         why = schema_error(schema, value) if schema is not None else None
         if why is not None:
             ctx.error(

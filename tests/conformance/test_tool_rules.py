@@ -128,7 +128,7 @@ def test_request_reads_tools_choice_and_formats() -> None:
     schema = {"type": "object"}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     request = Request.from_body("chat", {"response_format": fmt, "parallel_tool_calls": False})
-    assert (request.response_format_type, request.response_schema, request.parallel_tool_calls) == (
+    assert (request.response_format_type, request.output_schema, request.parallel_tool_calls) == (
         "json_schema",
         schema,
         False,

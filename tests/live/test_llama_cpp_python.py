@@ -19,7 +19,7 @@ def test_known_deviations_found(llama_cpp_python_url: str, tmp_path: Path) -> No
     assert main([*args, "-o", str(report), "--record", str(tmp_path / "rec")]) == 1
     assert missing_deviations(report) == []
     # Every exchange was kept as a transcript, the hang-up of the disconnect probe included.
-    assert len(list((tmp_path / "rec").glob("*.sse"))) == 29
+    assert len(list((tmp_path / "rec").glob("*.sse"))) == 36
 
 
 def test_keeps_serving_after_a_client_hangs_up(llama_cpp_python_url: str) -> None:

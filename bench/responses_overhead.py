@@ -1,0 +1,157 @@
+"""What ``POST /v1/responses`` adds to time to first token, against the chat route, in one run.
+
+The fast fake upstream of bench/proxy_overhead.py (raw asyncio, its own process) streams chat chunks;
+one ``conformant serve`` (one worker) sits in front of it. A raw keep-alive client measures, in
+alternating rounds, the TTFT of streamed requests of the same length (16 content chunks) three ways:
+chat to the upstream directly, chat through the proxy, and the Responses API through the proxy (a
+translated request whose normalized chunks become Responses events). Added TTFT is a route's median
+minus the direct median; the goal (issue 21) is the Responses route's added TTFT at most 1.5x the chat
+route's. Also printed: the events each route sends per request, and the proxy's CPU time per content
+chunk over long streams (``--long-chunks``) on each route, in alternating rounds: the translation's
+cost per event, which does not depend on what else the shared machine is doing.
+
+    python bench/responses_overhead.py [--rounds 3] [--requests 300] [--chunks 16] [--long-chunks 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from proxy_overhead import MODEL, cpu_seconds, machine, percentile  # noqa: E402
+
+from tests.support.servers import free_port, run_process  # noqa: E402
+
+GOAL = 1.5
+_TERMINATOR = b"\r\n0\r\n\r\n"
+
+
+def chat_body(chunks: int) -> bytes:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "max_tokens": chunks,
+    }
+    return json.dumps(body).encode()
+
+
+def responses_body(chunks: int) -> bytes:
+    body = {"model": MODEL, "input": "hi", "stream": True, "max_output_tokens": chunks}
+    return json.dumps(body).encode()
+
+
+async def _measure(url: str, path: str, body: bytes, requests: int) -> tuple[list[float], int]:
+    """TTFT of ``requests`` streamed requests, one after another on one connection; and the events of
+    the last."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+    message = (head + f"content-length: {len(body)}\r\n\r\n").encode() + body
+    ttft: list[float] = []
+    events = 0
+    try:
+        for _ in range(requests):
+            started = time.perf_counter()
+            writer.write(message)
+            response = await reader.readuntil(b"\r\n\r\n")
+            if not response.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"{path}: {response[:200]!r}")
+            first = None
+            tail = b""
+            events = 0
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    raise RuntimeError("connection closed mid-stream")
+                if first is None and b"data:" in data:
+                    first = time.perf_counter()
+                events += data.count(b"data: {")
+                tail = (tail + data)[-16:]
+                if tail.endswith(_TERMINATOR):
+                    break
+            assert first is not None
+            ttft.append(first - started)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    return ttft, events
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=300, help="requests per route per round")
+    parser.add_argument("--chunks", type=int, default=16, help="content chunks per request (16 at least)")
+    parser.add_argument("--long-chunks", type=int, default=4000, help="content chunks per long stream")
+    args = parser.parse_args()
+    chunks = max(args.chunks, 16)  # max_output_tokens is 16 at least
+    print(f"machine: {machine()}")
+    with contextlib.ExitStack() as stack:
+        port = free_port()
+        command = ["python", str(ROOT / "bench" / "proxy_overhead.py"), "--serve-upstream", str(port)]
+        upstream, _ = stack.enter_context(run_process(command, health_path="/health", port=port))
+        port = free_port()
+        serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+        proxy, process = stack.enter_context(
+            run_process([*serve, "--upstream-kind", "openai"], health_path="/health", port=port)
+        )
+        routes = {
+            "direct chat": (upstream, "/v1/chat/completions", chat_body(chunks)),
+            "proxy chat": (proxy, "/v1/chat/completions", chat_body(chunks)),
+            "proxy responses": (proxy, "/v1/responses", responses_body(chunks)),
+        }
+        ttft: dict[str, list[float]] = {name: [] for name in routes}
+        events: dict[str, int] = {}
+        for url, path, body in routes.values():  # warm-up: connections and caches
+            asyncio.run(_measure(url, path, body, 20))
+        for _ in range(args.rounds):
+            for name, (url, path, body) in routes.items():
+                times, events[name] = asyncio.run(_measure(url, path, body, args.requests))
+                ttft[name] += times
+        cpu: dict[str, list[float]] = {"proxy chat": [], "proxy responses": []}
+        long_bodies = {
+            "proxy chat": chat_body(args.long_chunks),
+            "proxy responses": responses_body(args.long_chunks),
+        }
+        for _ in range(args.rounds):
+            for name in cpu:
+                _, path, _ = routes[name]
+                before = cpu_seconds(process.pid)
+                asyncio.run(_measure(proxy, path, long_bodies[name], 1))
+                cpu[name].append((cpu_seconds(process.pid) - before) / args.long_chunks)
+    median = {name: percentile(times, 50) * 1e6 for name, times in ttft.items()}
+    p90 = {name: percentile(times, 90) * 1e6 for name, times in ttft.items()}
+    print(
+        f"{args.rounds} rounds x {args.requests} requests per route, {chunks} content chunks each, 1 stream"
+    )
+    for name in routes:
+        print(
+            f"  {name:16} TTFT median {median[name]:7.0f} us  p90 {p90[name]:7.0f} us  events {events[name]}"
+        )
+    chat = median["proxy chat"] - median["direct chat"]
+    responses = median["proxy responses"] - median["direct chat"]
+    ratio = responses / chat if chat > 0 else float("inf")
+    print(
+        f"added TTFT: chat {chat:.0f} us, responses {responses:.0f} us, ratio {ratio:.2f}x (goal <= {GOAL}x)"
+    )
+    per_chunk = {name: min(values) * 1e6 for name, values in cpu.items()}  # the least disturbed round
+    print(
+        f"proxy CPU per content chunk over {args.long_chunks}-chunk streams (best of {args.rounds}): "
+        f"chat {per_chunk['proxy chat']:.1f} us, responses {per_chunk['proxy responses']:.1f} us, "
+        f"ratio {per_chunk['proxy responses'] / per_chunk['proxy chat']:.2f}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,538 @@
+"""A Responses API request (``POST /v1/responses``) as the chat-completions request that serves it.
+
+Pure: a dict in, a dict out, or a :class:`TranslationError` (a 400 naming the parameter, OpenAI's
+error words). What is translated and what is refused, and why, is in docs/responses.md; in short:
+
+- ``input`` (a string, or items: ``message`` with ``input_text``/``output_text``/``refusal``/
+  ``input_image`` parts, ``function_call``, ``function_call_output``, ``custom_tool_call`` and its
+  output, ``reasoning``) and ``instructions`` become chat messages. A ``developer`` message is sent as
+  ``system``: local chat templates (llama.cpp's Jinja ones, llama-cpp-python's formats) know no
+  ``developer`` role; consecutive ``system`` (or ``user``) text messages are joined, for templates that
+  want roles to alternate. ``reasoning`` items are left out: chat templates drop earlier turns' reasoning
+  anyway, and their ``encrypted_content`` is OpenAI's.
+- ``tools``: ``function`` tools as they are; ``custom`` (freeform) tools, which Codex CLI sends for
+  ``apply_patch``, as a function with one string parameter ``input`` (the answer's call is a
+  ``custom_tool_call`` again); ``web_search`` (Codex CLI's default since 2026-01) as a function
+  ``web_search`` with one text argument ``query``. Other hosted tools (``file_search``,
+  ``code_interpreter``, ``computer_use_preview``, ``image_generation``, ``mcp``, ``local_shell``,
+  ``shell``, ``apply_patch``...) are refused with a 400 that names the type: they need OpenAI's
+  servers or an agreed action format that a chat-completions model has no way to follow.
+- ``text.format`` becomes ``response_format``; ``reasoning.effort`` ``reasoning_effort``;
+  ``max_output_tokens`` ``max_tokens`` (the name every local server reads); ``temperature``,
+  ``top_p``, ``parallel_tool_calls``, ``tool_choice``, ``user`` as they are; ``stream`` with
+  ``stream_options.include_usage`` (a Response carries its usage on completion).
+- ``metadata``, ``store``, ``instructions`` and the other settings are echoed on the Response
+  (:attr:`ChatTranslation.echo`), not sent upstream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.request import integer
+
+__all__ = ["ChatTranslation", "TranslationError", "translate_request"]
+
+WEB_SEARCH_TOOLS = frozenset(
+    {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26"}
+)
+"""Sent as a function ``web_search`` with one text argument ``query``: Codex CLI sends ``web_search``
+by default since 2026-01 (a refusal would fail every turn); the model may call it, and the call comes
+back as a ``function_call`` for the client to run or to answer as unsupported."""
+
+WEB_SEARCH_FUNCTION: dict[str, Any] = {
+    "name": "web_search",
+    "description": "Search the web. Returns the results as text.",
+    "parameters": {
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "what to search for"}},
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+}
+
+HOSTED_TOOLS = frozenset(
+    {
+        "file_search",
+        "code_interpreter",
+        "computer_use_preview",
+        "computer",
+        "image_generation",
+        "mcp",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "tool_search",
+    }
+)
+"""Tool types that run on OpenAI's servers, or ask the model for an action format it was trained on,
+which a chat-completions model cannot be held to: refused."""
+
+CUSTOM_TOOL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"input": {"type": "string"}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+"""The parameters of the function a ``custom`` (freeform) tool is sent as."""
+
+_ECHOED = (
+    "instructions",
+    "max_output_tokens",
+    "metadata",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "reasoning",
+    "store",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_p",
+    "truncation",
+    "user",
+    "background",
+    "service_tier",
+    "top_logprobs",
+    "max_tool_calls",
+    "prompt_cache_key",
+    "safety_identifier",
+)
+
+
+class TranslationError(ValueError):
+    """A request this translation refuses: OpenAI's 400 ``invalid_request_error`` with ``param``."""
+
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_value") -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+        self.status = 400
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTranslation:
+    """A Responses request as chat: the chat body, and what the answer's translation needs."""
+
+    chat: dict[str, Any]
+    """The chat-completions request body."""
+    echo: dict[str, Any]
+    """The request's settings as the Response object repeats them (defaults filled in)."""
+    custom_tools: frozenset[str] = field(default_factory=frozenset)
+    """Names of ``custom`` tools: their calls are answered as ``custom_tool_call`` items."""
+
+    @property
+    def stream(self) -> bool:
+        return self.chat.get("stream") is True
+
+
+def _text_of_parts(parts: Any, param: str) -> str:
+    """The text of an output's parts (a tool output given as ``input_text`` parts)."""
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        raise TranslationError(
+            f"Invalid type for '{param}': expected a string or an array.", param, "invalid_type"
+        )
+    texts = []
+    for index, part in enumerate(parts):
+        if not isinstance(part, Mapping) or not isinstance(part.get("text"), str):
+            raise TranslationError(
+                f"Invalid '{param}[{index}]': only text parts are supported in a tool output.",
+                f"{param}[{index}]",
+            )
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
+    """A message's content as chat content: a string, or chat parts (text and images)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise TranslationError(
+            f"Invalid type for '{param}': expected a string or an array of content parts.",
+            param,
+            "invalid_type",
+        )
+    parts: list[dict[str, Any]] = []
+    for index, part in enumerate(content):
+        where = f"{param}[{index}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise TranslationError(
+                    f"Missing required parameter: '{where}.text'.",
+                    f"{where}.text",
+                    "missing_required_parameter",
+                )
+            parts.append({"type": "text", "text": text})
+        elif kind == "refusal":
+            parts.append({"type": "text", "text": str(part.get("refusal", ""))})
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise TranslationError(
+                    f"Invalid '{where}': only images given by 'image_url' are supported.",
+                    where,
+                    "unsupported_value",
+                )
+            image: dict[str, Any] = {"url": url}
+            if part.get("detail") in ("low", "high", "auto"):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise TranslationError(
+                f"Invalid '{where}': content of type {kind!r} is not supported by this server.",
+                where,
+                "unsupported_value",
+            )
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)  # one string: what every chat template reads
+    return parts
+
+
+def _call_id(item: Mapping[str, Any], param: str) -> str:
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise TranslationError(
+            f"Missing required parameter: '{param}.call_id'.",
+            f"{param}.call_id",
+            "missing_required_parameter",
+        )
+    return call_id
+
+
+class _Messages:
+    """Chat messages built from input items: a tool call joins the assistant message before it, and a
+    text message joins the one before it when both are ``system`` or both ``user`` text. Codex CLI
+    sends its instructions, sandbox rules and environment as separate developer and user messages, and
+    the chat templates of many models (Gemma's, Mistral's) refuse roles that do not alternate."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    def add(self, message: dict[str, Any]) -> None:
+        last = self.messages[-1] if self.messages else None
+        role, content = message["role"], message.get("content")
+        if (
+            last is not None
+            and role in ("system", "user")
+            and last["role"] == role
+            and isinstance(content, str)
+            and isinstance(last.get("content"), str)
+        ):
+            last["content"] = f"{last['content']}\n\n{content}"
+            return
+        self.messages.append(message)
+
+    def add_call(self, call: dict[str, Any]) -> None:
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "assistant" and isinstance(last.get("content") or "", str):
+            last.setdefault("tool_calls", []).append(call)
+            return
+        self.messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def _add_item(out: _Messages, item: Any, param: str) -> None:
+    if not isinstance(item, Mapping):
+        raise TranslationError(f"Invalid type for '{param}': expected an object.", param, "invalid_type")
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = item.get("role")
+        if role not in ("user", "assistant", "system", "developer"):
+            raise TranslationError(
+                f"Invalid value for '{param}.role': {role!r}. Supported values are: 'user', 'assistant', "
+                "'system', and 'developer'.",
+                f"{param}.role",
+            )
+        out.add(
+            {
+                "role": "system" if role == "developer" else role,
+                "content": _content(item.get("content"), f"{param}.content"),
+            }
+        )
+    elif kind in ("function_call", "custom_tool_call"):
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise TranslationError(
+                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
+            )
+        if kind == "function_call":
+            arguments = item.get("arguments")
+            if not isinstance(arguments, str):
+                raise TranslationError(
+                    f"Missing required parameter: '{param}.arguments'.",
+                    f"{param}.arguments",
+                    "missing_required_parameter",
+                )
+        else:
+            arguments = _json({"input": str(item.get("input", ""))})
+        call = {
+            "id": _call_id(item, param),
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+        out.add_call(call)
+    elif kind in ("function_call_output", "custom_tool_call_output"):
+        out.add(
+            {
+                "role": "tool",
+                "tool_call_id": _call_id(item, param),
+                "content": _text_of_parts(item.get("output"), f"{param}.output"),
+            }
+        )
+    elif kind == "reasoning":
+        return  # see the module's docstring
+    elif kind == "item_reference":
+        raise TranslationError(
+            f"Invalid '{param}': an 'item_reference' needs the response store; send the item itself.",
+            param,
+            "unsupported_value",
+        )
+    else:
+        raise TranslationError(
+            f"Invalid '{param}': input items of type {kind!r} are not supported by this server.",
+            f"{param}.type",
+            "unsupported_value",
+        )
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _messages(body: Mapping[str, Any], previous: Sequence[Any]) -> list[dict[str, Any]]:
+    out = _Messages()
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        out.add({"role": "system", "content": instructions})
+    elif instructions is not None and not isinstance(instructions, str):
+        raise TranslationError(
+            "Invalid type for 'instructions': expected a string.", "instructions", "invalid_type"
+        )
+    for index, item in enumerate(previous):
+        _add_item(out, item, f"previous[{index}]")
+    given = body.get("input")
+    if isinstance(given, str):
+        out.add({"role": "user", "content": given})
+    elif isinstance(given, list):
+        for index, item in enumerate(given):
+            _add_item(out, item, f"input[{index}]")
+    elif given is not None:
+        raise TranslationError(
+            "Invalid type for 'input': expected a string or an array of input items.", "input", "invalid_type"
+        )
+    if not out.messages or all(m["role"] == "system" for m in out.messages):
+        raise TranslationError("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+    return out.messages
+
+
+def _tools(tools: Any) -> tuple[list[dict[str, Any]], frozenset[str]]:
+    if tools is None:
+        return [], frozenset()
+    if not isinstance(tools, list):
+        raise TranslationError("Invalid type for 'tools': expected an array.", "tools", "invalid_type")
+    chat: list[dict[str, Any]] = []
+    custom: set[str] = set()
+    for index, tool in enumerate(tools):
+        param = f"tools[{index}]"
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if kind in WEB_SEARCH_TOOLS:
+            if not any(t["function"]["name"] == "web_search" for t in chat):
+                chat.append({"type": "function", "function": WEB_SEARCH_FUNCTION})
+            continue
+        if kind not in ("function", "custom"):
+            why = (
+                "it runs on OpenAI's servers or needs a trained action format"
+                if kind in HOSTED_TOOLS
+                else "unknown type"
+            )
+            raise TranslationError(
+                f"Invalid '{param}.type': tools of type {kind!r} are not supported by this server ({why}); "
+                "only 'function', 'custom' and 'web_search' tools are.",
+                f"{param}.type",
+                "unsupported_value",
+            )
+        assert isinstance(tool, Mapping)
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise TranslationError(
+                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
+            )
+        function: dict[str, Any] = {"name": name}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        if kind == "custom":
+            custom.add(name)
+            function["parameters"] = CUSTOM_TOOL_PARAMETERS
+        else:
+            parameters = tool.get("parameters")
+            function["parameters"] = (
+                parameters if isinstance(parameters, Mapping) else {"type": "object", "properties": {}}
+            )
+            if isinstance(tool.get("strict"), bool):
+                function["strict"] = tool["strict"]
+        chat.append({"type": "function", "function": function})
+    return chat, frozenset(custom)
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice is None or choice in ("auto", "none", "required"):
+        return choice
+    kind = choice.get("type") if isinstance(choice, Mapping) else None
+    if kind in ("function", "custom") and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise TranslationError(
+        f"Invalid value for 'tool_choice': {kind or choice!r} is not supported by this server; use 'auto', "
+        "'none', 'required' or a named function.",
+        "tool_choice",
+        "unsupported_value",
+    )
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    if not isinstance(text, Mapping):
+        raise TranslationError("Invalid type for 'text': expected an object.", "text", "invalid_type")
+    fmt = text.get("format")
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if fmt is None or kind == "text":
+        return None
+    assert isinstance(fmt, Mapping)
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        if not isinstance(fmt.get("schema"), Mapping):
+            raise TranslationError(
+                "Missing required parameter: 'text.format.schema'.",
+                "text.format.schema",
+                "missing_required_parameter",
+            )
+        schema: dict[str, Any] = {"name": fmt.get("name") or "response", "schema": fmt["schema"]}
+        for key in ("strict", "description"):
+            if fmt.get(key) is not None:
+                schema[key] = fmt[key]
+        return {"type": "json_schema", "json_schema": schema}
+    raise TranslationError(
+        f"Invalid value for 'text.format.type': {kind!r}. Supported values are: 'text', 'json_object', and "
+        "'json_schema'.",
+        "text.format.type",
+    )
+
+
+def _number(body: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TranslationError(f"Invalid type for '{name}': expected a number.", name, "invalid_type")
+    if not low <= value <= high:
+        raise TranslationError(
+            f"Invalid '{name}': value out of range. Expected a value between {low} and {high}, "
+            f"but got {value}.",
+            name,
+        )
+    return value
+
+
+def _echo(body: Mapping[str, Any]) -> dict[str, Any]:
+    echo = {key: body.get(key) for key in _ECHOED}
+    echo["model"] = body.get("model")
+    echo["metadata"] = body.get("metadata") or {}
+    echo["tools"] = body.get("tools") or []
+    echo["tool_choice"] = body.get("tool_choice") or "auto"
+    echo["parallel_tool_calls"] = body.get("parallel_tool_calls", True)
+    echo["text"] = body.get("text") or {"format": {"type": "text"}}
+    echo["truncation"] = body.get("truncation") or "disabled"
+    echo["store"] = body.get("store", True)
+    echo["background"] = False
+    echo["service_tier"] = "default"
+    return echo
+
+
+def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = None) -> ChatTranslation:
+    """The chat request for Responses request ``body``.
+
+    ``previous``: the input and output items of the conversation before it, which the caller's response
+    store resolved ``previous_response_id`` to. Without it (None) a ``previous_response_id`` is refused
+    as OpenAI refuses an unknown one (400 ``previous_response_not_found``): ignored, the conversation
+    would go on without its history and no one would know.
+    """
+    if not isinstance(body, Mapping):
+        raise TranslationError("The request body must be a JSON object.", None, "invalid_request")
+    previous_id = body.get("previous_response_id")
+    if previous_id is not None and previous is None:
+        raise TranslationError(
+            f"Previous response with id {previous_id!r} not found.",
+            "previous_response_id",
+            "previous_response_not_found",
+        )
+    if body.get("background") is True:
+        raise TranslationError(
+            "Invalid 'background': background responses are not supported by this server.",
+            "background",
+            "unsupported_value",
+        )
+    if body.get("conversation") is not None:
+        raise TranslationError(
+            "Invalid 'conversation': conversations are not supported by this server; use "
+            "'previous_response_id'.",
+            "conversation",
+            "unsupported_value",
+        )
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise TranslationError("Invalid type for 'model': expected a string.", "model", "invalid_type")
+    chat: dict[str, Any] = {"messages": _messages(body, previous or ())}
+    if model is not None:
+        chat["model"] = model
+    tools, custom = _tools(body.get("tools"))
+    if tools:
+        chat["tools"] = tools
+        choice = _tool_choice(body.get("tool_choice"))
+        if choice is not None:
+            chat["tool_choice"] = choice
+        if isinstance(body.get("parallel_tool_calls"), bool):
+            chat["parallel_tool_calls"] = body["parallel_tool_calls"]
+    response_format = _response_format(body.get("text"))
+    if response_format is not None:
+        chat["response_format"] = response_format
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, Mapping) and isinstance(reasoning.get("effort"), str):
+        chat["reasoning_effort"] = reasoning["effort"]
+    limit = body.get("max_output_tokens")
+    if limit is not None:
+        if integer(limit) is None:
+            raise TranslationError(
+                "Invalid type for 'max_output_tokens': expected an integer.",
+                "max_output_tokens",
+                "invalid_type",
+            )
+        if limit < 16:  # OpenAI's own lower bound
+            raise TranslationError(
+                "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, "
+                f"but got {limit} instead.",
+                "max_output_tokens",
+                "integer_below_min_value",
+            )
+        chat["max_tokens"] = limit
+    for name, high in (("temperature", 2.0), ("top_p", 1.0)):
+        value = _number(body, name, 0.0, high)
+        if value is not None:
+            chat[name] = value
+    if isinstance(body.get("user"), str):
+        chat["user"] = body["user"]
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise TranslationError("Invalid type for 'stream': expected a boolean.", "stream", "invalid_type")
+    chat["stream"] = bool(stream)
+    if stream:
+        chat["stream_options"] = {"include_usage": True}
+    return ChatTranslation(chat, _echo(body), custom)

@@ -1,0 +1,162 @@
+"""openai-python's Responses client through ``conformant serve`` in front of llama-cpp-python's server
+(which has no ``/v1/responses`` of its own) and in front of the bundled backend: every answer translated
+from their chat completions and judged by the suite with no error.
+
+llama-cpp-python's server runs the Gemma 3 270M base model with ``--chat_format chatml-function-calling``
+(the bundled backend has its own tool support, judged by its own tests): that format
+answers a named ``tool_choice`` with a call whose arguments a grammar holds to the tool's parameters
+(the only way to get a call out of a model this small), and its template takes ``tool`` messages (the
+model's own Gemma template refuses any role but user and assistant).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.live import llama_cpp_server
+from tests.support.responses_checks import check_events, check_response, judged, sse_events
+from tests.support.servers import free_port, run_process
+
+pytestmark = pytest.mark.backend
+
+TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+        "required": ["city"],
+    },
+    "strict": True,
+}
+
+
+@contextlib.contextmanager
+def _proxy(upstream: str) -> Iterator[str]:
+    port = free_port()
+    serve = ["python", "-m", "conformance", "serve", "--upstream", upstream]
+    serve += ["--host", "127.0.0.1", "--port", str(port), "--model-alias", "gemma"]
+    with run_process(serve, health_path="/health", port=port, timeout=120) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_python_proxy() -> Iterator[str]:
+    port = free_port()
+    command = [*llama_cpp_server.command(port), "--chat_format", "chatml-function-calling"]
+    with (
+        run_process(command, health_path="/v1/models", port=port, timeout=180) as (upstream, _),
+        _proxy(upstream) as url,
+    ):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def backend_proxy(backend_url: str) -> Iterator[str]:
+    with _proxy(backend_url) as url:
+        yield url
+
+
+@pytest.fixture(params=["llama-cpp-python", "backend"])
+def proxy_url(request: pytest.FixtureRequest) -> str:
+    name = "llama_cpp_python_proxy" if request.param == "llama-cpp-python" else "backend_proxy"
+    url: str = request.getfixturevalue(name)
+    return url
+
+
+@pytest.fixture
+def client(proxy_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy_url + "/v1", api_key="none", max_retries=0)
+
+
+def _post(url: str, body: dict[str, Any]) -> httpx.Response:
+    """``body`` posted to the proxy's /v1/responses, the answer judged with no error."""
+    response = httpx.post(url + "/v1/responses", json=body, timeout=120)
+    judged(response.content, body, response.status_code, response.headers)
+    return response
+
+
+def test_create_whole(client: openai.OpenAI, proxy_url: str) -> None:
+    body = {"model": "gemma", "input": "The capital of France is", "max_output_tokens": 16}
+    raw = _post(proxy_url, body)
+    assert raw.status_code == 200
+    response = client.responses.create(**body)
+    check_response(response.model_dump(mode="json", exclude_unset=True))
+    assert response.status in ("completed", "incomplete")
+    assert response.model == "gemma"
+    assert response.usage is not None
+    assert response.usage.input_tokens > 0
+
+
+def test_create_streamed(client: openai.OpenAI, proxy_url: str) -> None:
+    body = {"model": "gemma", "input": "The capital of France is", "max_output_tokens": 16, "stream": True}
+    check_events(sse_events(_post(proxy_url, body).content))
+    stream = client.responses.create(**body)
+    events = [event.model_dump(mode="json", exclude_unset=True) for event in stream]
+    check_events(events)
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+
+
+def test_max_output_tokens_reached_is_incomplete(proxy_url: str) -> None:
+    body = {"model": "gemma", "input": "Once upon a time", "max_output_tokens": 16, "stream": True}
+    events = sse_events(_post(proxy_url, body).content)
+    check_events(events)
+    last = events[-1]
+    assert last["type"] == "response.incomplete"  # a base model does not stop by itself this soon
+    assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert last["response"]["usage"]["output_tokens"] == 16
+
+
+def test_the_stream_helper_with_a_json_schema(client: openai.OpenAI) -> None:
+    """The helper's ``get_final_response`` wants ``response.completed``, which a base model reaches only
+    when something ends its text: a JSON schema's grammar (``text.format``) does."""
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "enum": ["Paris", "Rome"]}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    text: Any = {"format": {"type": "json_schema", "name": "capital", "schema": schema, "strict": True}}
+    with client.responses.stream(
+        model="gemma", input="The capital of France is", text=text, max_output_tokens=64
+    ) as stream:
+        deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert final.status == "completed"
+    assert "".join(deltas) == final.output_text
+    assert json.loads(final.output_text)["answer"] in ("Paris", "Rome")
+
+
+def test_a_function_tool_round_trip(llama_cpp_python_proxy: str) -> None:
+    proxy_url = llama_cpp_python_proxy
+    client = openai.OpenAI(base_url=proxy_url + "/v1", api_key="none", max_retries=0)
+    asked: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+    choice = {"type": "function", "name": "get_weather"}
+    body = {"model": "gemma", "input": asked, "tools": [TOOL], "tool_choice": choice, "max_output_tokens": 64}
+    check_events(sse_events(_post(proxy_url, {**body, "stream": True}).content))
+    first = client.responses.create(**body)
+    check_response(first.model_dump(mode="json", exclude_unset=True))
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert len(calls) == 1, first.output
+    call = calls[0]
+    assert call.name == "get_weather"
+    assert json.loads(call.arguments)["city"] in ("Paris", "Rome")
+    assert call.call_id
+    follow_up = [
+        *asked,
+        call.model_dump(exclude_unset=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 24 C"},
+    ]
+    second = {"model": "gemma", "input": follow_up, "max_output_tokens": 24}
+    assert _post(proxy_url, second).status_code == 200
+    answer = client.responses.create(**second)
+    check_response(answer.model_dump(mode="json", exclude_unset=True))
+    assert answer.output_text

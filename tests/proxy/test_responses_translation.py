@@ -1,0 +1,345 @@
+"""The Responses <-> chat translation (conformance/responses_translation/), without sockets."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from conformance.responses_translation import (
+    ResponseEvents,
+    TranslationError,
+    response_from_chat,
+    translate_request,
+)
+from tests.support.responses_checks import check_events, check_response
+
+
+def _chat(body: dict[str, Any]) -> dict[str, Any]:
+    return translate_request({"model": "m", **body}).chat
+
+
+def test_a_string_input_with_instructions() -> None:
+    chat = _chat({"input": "hi", "instructions": "Be brief."})
+    assert chat["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert chat["stream"] is False
+    assert "stream_options" not in chat
+
+
+def test_items_become_messages() -> None:
+    items = [
+        {"role": "developer", "content": "rules"},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
+        },
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Let me look."}],
+        },
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"x":1}'},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "two"}]},
+        {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AA"}]},
+    ]
+    messages = _chat({"input": items})["messages"]
+    assert messages == [
+        {"role": "system", "content": "rules"},  # developer: no chat template knows it
+        {"role": "user", "content": "ab"},
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}},
+                {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "one"},
+        {"role": "tool", "tool_call_id": "c2", "content": "two"},
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}],
+        },
+    ]
+
+
+def test_consecutive_messages_of_one_role_are_joined() -> None:
+    """As Codex CLI sends a turn: instructions, then developer and user messages of its own before the
+    prompt; a template that wants roles to alternate gets one system and one user message."""
+    items = [
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "sandbox rules"}],
+        },
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "<environment_context>"}],
+        },
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list the files"}]},
+    ]
+    messages = _chat({"instructions": "You are Codex.", "input": items})["messages"]
+    assert messages == [
+        {"role": "system", "content": "You are Codex.\n\nsandbox rules"},
+        {"role": "user", "content": "<environment_context>\n\nlist the files"},
+    ]
+
+
+def test_settings_become_chat_parameters() -> None:
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": True}
+    chat = _chat(
+        {
+            "input": "hi",
+            "tools": [tool, {"type": "custom", "name": "apply_patch"}, {"type": "web_search"}],
+            "tool_choice": {"type": "function", "name": "f"},
+            "parallel_tool_calls": False,
+            "text": {
+                "format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}, "strict": True}
+            },
+            "reasoning": {"effort": "low"},
+            "max_output_tokens": 64,
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "metadata": {"k": "v"},
+            "store": False,
+            "stream": True,
+        }
+    )
+    names = [t["function"]["name"] for t in chat["tools"]]
+    assert names == ["f", "apply_patch", "web_search"]
+    assert chat["tools"][0]["function"]["strict"] is True
+    assert chat["tools"][1]["function"]["parameters"]["properties"] == {"input": {"type": "string"}}
+    assert chat["tools"][2]["function"]["parameters"]["required"] == ["query"]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert chat["parallel_tool_calls"] is False
+    assert chat["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": True},
+    }
+    assert chat["reasoning_effort"] == "low"
+    assert chat["max_tokens"] == 64
+    assert (chat["temperature"], chat["top_p"]) == (0.5, 0.9)
+    assert chat["stream_options"] == {"include_usage": True}
+    for key in ("metadata", "store", "text", "reasoning", "max_output_tokens"):
+        assert key not in chat  # echoed on the Response, not sent upstream
+    assert _chat({"input": "x", "text": {"format": {"type": "json_object"}}})["response_format"] == {
+        "type": "json_object"
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        ({"input": "x", "tools": [{"type": "code_interpreter"}]}, "tools[0].type", "unsupported_value"),
+        ({"input": "x", "tools": [{"type": "function"}]}, "tools[0].name", "missing_required_parameter"),
+        (
+            {
+                "input": "x",
+                "tool_choice": {"type": "file_search"},
+                "tools": [{"type": "function", "name": "f"}],
+            },
+            "tool_choice",
+            "unsupported_value",
+        ),
+        (
+            {"input": [{"type": "function_call_output", "output": "x"}]},
+            "input[0].call_id",
+            "missing_required_parameter",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0]",
+            "unsupported_value",
+        ),
+        ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "invalid_value"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]", "unsupported_value"),
+        ({"input": "x", "conversation": "conv_1"}, "conversation", "unsupported_value"),
+        ({"input": "x", "stream": "yes"}, "stream", "invalid_type"),
+        ({"input": "x", "top_p": 2}, "top_p", "invalid_value"),
+        ({"input": "x", "max_output_tokens": 1.5}, "max_output_tokens", "invalid_type"),
+        ({"instructions": "only this"}, "input", "missing_required_parameter"),
+    ],
+)
+def test_refusals_name_the_parameter(body: dict[str, Any], param: str, code: str) -> None:
+    with pytest.raises(TranslationError) as refused:
+        translate_request({"model": "m", **body})
+    assert (refused.value.param, refused.value.code, refused.value.status) == (param, code, 400)
+
+
+def test_previous_response_id_needs_the_items_it_names() -> None:
+    with pytest.raises(TranslationError) as refused:
+        translate_request({"input": "more", "previous_response_id": "resp_1"})
+    assert refused.value.code == "previous_response_not_found"
+    before = [{"role": "user", "content": "hi"}, {"type": "message", "role": "assistant", "content": "hello"}]
+    chat = translate_request({"input": "more", "previous_response_id": "resp_1"}, before).chat
+    assert [m["content"] for m in chat["messages"]] == ["hi", "hello", "more"]
+
+
+def _completion(message: dict[str, Any], finish: str, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 7,
+        "model": "gemma",
+        "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+        "usage": usage or {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
+
+
+def test_a_completion_as_a_response() -> None:
+    translation = translate_request(
+        {
+            "model": "m",
+            "input": "hi",
+            "metadata": {"a": "b"},
+            "tools": [{"type": "custom", "name": "apply_patch"}],
+        }
+    )
+    message = {
+        "content": "Done.",
+        "reasoning_content": "think",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {"name": "apply_patch", "arguments": '{"input": "*** Begin Patch"}'},
+            },
+        ],
+    }
+    usage = {
+        "prompt_tokens": 5,
+        "completion_tokens": 3,
+        "total_tokens": 8,
+        "prompt_tokens_details": {"cached_tokens": 2},
+    }
+    response = response_from_chat(
+        _completion(message, "tool_calls", usage), translation.echo, custom_tools=translation.custom_tools
+    )
+    check_response(response)
+    assert response["status"] == "completed"
+    assert response["created_at"] == 7
+    assert response["metadata"] == {"a": "b"}
+    assert [item["type"] for item in response["output"]] == [
+        "reasoning",
+        "message",
+        "function_call",
+        "custom_tool_call",
+    ]
+    assert response["output"][2]["call_id"] == "call_1"
+    assert response["output"][3]["input"] == "*** Begin Patch"
+    assert response["usage"]["input_tokens_details"]["cached_tokens"] == 2
+    assert response["usage"]["total_tokens"] == 8
+
+
+def test_a_completion_cut_by_its_limit_is_incomplete() -> None:
+    echo = translate_request({"input": "hi", "max_output_tokens": 16}).echo
+    response = response_from_chat(_completion({"content": "Once upon"}, "length"), echo)
+    check_response(response)
+    assert response["status"] == "incomplete"
+    assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert response["output"][0]["status"] == "incomplete"
+    assert response["completed_at"] is None
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "object": "chat.completion.chunk",
+        "model": "gemma",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def test_chunks_as_events() -> None:
+    translation = translate_request({"model": "m", "input": "hi", "stream": True})
+    stream = ResponseEvents(translation.echo, model="gemma")
+    events = stream.start()
+    for chunk in [
+        _chunk({"role": "assistant", "reasoning_content": "hm"}),
+        _chunk({"content": "Calling."}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": '{"a":'},
+                    }
+                ]
+            }
+        ),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {"name": "g", "arguments": "{}"},
+                    }
+                ]
+            }
+        ),
+        _chunk({}, "tool_calls"),
+        {
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 9, "total_tokens": 13},
+        },
+    ]:
+        events += stream.feed(chunk)
+    events += stream.finish()
+    check_events(events)
+    final = events[-1]["response"]
+    assert [item["type"] for item in final["output"]] == [
+        "reasoning",
+        "message",
+        "function_call",
+        "function_call",
+    ]
+    assert json.loads(final["output"][2]["arguments"]) == {"a": 1}
+    assert final["usage"]["output_tokens"] == 9
+    assert stream.response is final
+
+
+def test_reasoning_under_either_name() -> None:
+    for name in ("reasoning_content", "reasoning"):
+        stream = ResponseEvents(translate_request({"input": "hi"}).echo, model="gemma")
+        events = (
+            stream.start() + stream.feed(_chunk({name: "hm"})) + stream.feed(_chunk({"content": "A"}, "stop"))
+        )
+        events += stream.finish({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
+        check_events(events)
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "hm"
+        body = response_from_chat(_completion({"content": "A", name: "hm"}, "stop"), stream.echo)
+        assert body["output"][0]["type"] == "reasoning"
+
+
+def test_a_failure_after_some_output_is_response_failed() -> None:
+    stream = ResponseEvents(translate_request({"input": "hi"}).echo, model="gemma")
+    events = stream.start() + stream.feed(_chunk({"content": "Hel"}))
+    events += stream.fail(
+        {"error": {"message": "the upstream went away", "type": "server_error", "param": None, "code": None}}
+    )
+    check_events(events)
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed"
+    assert failed["error"] == {"code": "server_error", "message": "the upstream went away"}
+    assert failed["output"][0]["status"] == "incomplete"
+
+
+def test_an_empty_answer_completes_without_items() -> None:
+    stream = ResponseEvents(translate_request({"input": "hi"}).echo)
+    events = stream.start() + stream.feed(_chunk({"role": "assistant", "content": ""}, "stop"))
+    events += stream.finish({"prompt_tokens": 2, "completion_tokens": 0, "total_tokens": 2})
+    check_events(events)
+    assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["output"] == []
