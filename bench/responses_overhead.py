@@ -6,9 +6,11 @@ alternating rounds, the TTFT of streamed requests of the same length (16 content
 chat to the upstream directly, chat through the proxy, and the Responses API through the proxy (a
 translated request whose normalized chunks become Responses events). Added TTFT is a route's median
 minus the direct median; the goal (issue 21) is the Responses route's added TTFT at most 1.5x the chat
-route's. Also printed: the events each route sends per request.
+route's. Also printed: the events each route sends per request, and the proxy's CPU time per content
+chunk over long streams (``--long-chunks``) on each route, in alternating rounds: the translation's
+cost per event, which does not depend on what else the shared machine is doing.
 
-    python bench/responses_overhead.py [--rounds 3] [--requests 300] [--chunks 16]
+    python bench/responses_overhead.py [--rounds 3] [--requests 300] [--chunks 16] [--long-chunks 4000]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from proxy_overhead import MODEL, machine, percentile  # noqa: E402
+from proxy_overhead import MODEL, cpu_seconds, machine, percentile  # noqa: E402
 
 from tests.support.servers import free_port, run_process  # noqa: E402
 
@@ -90,6 +92,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=300, help="requests per route per round")
     parser.add_argument("--chunks", type=int, default=16, help="content chunks per request (16 at least)")
+    parser.add_argument("--long-chunks", type=int, default=4000, help="content chunks per long stream")
     args = parser.parse_args()
     chunks = max(args.chunks, 16)  # max_output_tokens is 16 at least
     print(f"machine: {machine()}")
@@ -99,7 +102,7 @@ def main() -> int:
         upstream, _ = stack.enter_context(run_process(command, health_path="/health", port=port))
         port = free_port()
         serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
-        proxy, _ = stack.enter_context(
+        proxy, process = stack.enter_context(
             run_process([*serve, "--upstream-kind", "openai"], health_path="/health", port=port)
         )
         routes = {
@@ -115,6 +118,17 @@ def main() -> int:
             for name, (url, path, body) in routes.items():
                 times, events[name] = asyncio.run(_measure(url, path, body, args.requests))
                 ttft[name] += times
+        cpu: dict[str, list[float]] = {"proxy chat": [], "proxy responses": []}
+        long_bodies = {
+            "proxy chat": chat_body(args.long_chunks),
+            "proxy responses": responses_body(args.long_chunks),
+        }
+        for _ in range(args.rounds):
+            for name in cpu:
+                _, path, _ = routes[name]
+                before = cpu_seconds(process.pid)
+                asyncio.run(_measure(proxy, path, long_bodies[name], 1))
+                cpu[name].append((cpu_seconds(process.pid) - before) / args.long_chunks)
     median = {name: percentile(times, 50) * 1e6 for name, times in ttft.items()}
     p90 = {name: percentile(times, 90) * 1e6 for name, times in ttft.items()}
     print(
@@ -129,6 +143,12 @@ def main() -> int:
     ratio = responses / chat if chat > 0 else float("inf")
     print(
         f"added TTFT: chat {chat:.0f} us, responses {responses:.0f} us, ratio {ratio:.2f}x (goal <= {GOAL}x)"
+    )
+    per_chunk = {name: min(values) * 1e6 for name, values in cpu.items()}  # the least disturbed round
+    print(
+        f"proxy CPU per content chunk over {args.long_chunks}-chunk streams (best of {args.rounds}): "
+        f"chat {per_chunk['proxy chat']:.1f} us, responses {per_chunk['proxy responses']:.1f} us, "
+        f"ratio {per_chunk['proxy responses'] / per_chunk['proxy chat']:.2f}x"
     )
     return 0
 

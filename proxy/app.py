@@ -378,10 +378,10 @@ async def _native_responses(ctx: _Context, request: Request, raw: bytes) -> Resp
     shown = ctx.config.model_alias or (clean_model_name(model) if isinstance(model, str) and model else None)
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     headers.append((b"content-type", b"application/json"))
-    upstream = ctx.upstream
+    upstream, secret = ctx.upstream, ctx.config.upstream_api_key
 
     async def run(send: Send) -> None:
-        await serve_native(send, upstream, raw, asked, headers, exchange, shown)
+        await serve_native(send, upstream, raw, asked, headers, exchange, shown, secret)
 
     return HeldResponse(run, exchange)
 

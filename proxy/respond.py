@@ -24,7 +24,7 @@ from .normalizer import RequestInfo
 from .observability import Exchange
 from .source import Source
 
-__all__ = ["CHAT_OUTPUT", "HeldResponse", "Output", "send_json", "serve_source"]
+__all__ = ["CHAT_OUTPUT", "HeldResponse", "Output", "redacting", "send_json", "serve_source"]
 
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -162,9 +162,7 @@ async def serve_source(
     ``secret`` (the upstream key) is cut out of every error the client or the log would see, and out of
     every body sent: an upstream that repeats it in an id or a text does not pass it on.
     """
-    key = secret_in_bodies(secret)
-    if key is not None:
-        send = _redacting(send, key)
+    send = redacting(send, secret)
     try:
         await _serve(send, source, request, exchange, first_byte_timeout, secret, output)
     finally:
@@ -211,9 +209,12 @@ async def _serve(
         await source.aclose()
 
 
-def _redacting(send: Send, key: bytes) -> Send:
-    """``send`` with ``key`` cut out of every body message: each holds whole events or a whole JSON
-    body, so a key the upstream sent in one string is in one message."""
+def redacting(send: Send, secret: str | None) -> Send:
+    """``send`` with the upstream key (``secret``) cut out of every body message: each holds whole
+    events or a whole JSON body, so a key the upstream sent in one string is in one message."""
+    key = secret_in_bodies(secret)
+    if key is None:
+        return send
     mask = REDACTED.encode()
 
     async def redacting_send(message: Message) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .body import (
@@ -47,19 +47,25 @@ class _Item:
     kind: str  # "message", "reasoning", "call"
     output_index: int
     item_id: str
-    text: str = ""
+    parts: list[str] = field(default_factory=list)
+    """The text (or arguments) as it came: joined once, at the end (``+=`` on an attribute copies the
+    whole text for every delta, quadratic over a long answer)."""
     call_index: int | None = None
     call_id: str = ""
     name: str = ""
     custom: bool = False
 
-    def finished(self, status: str) -> dict[str, Any]:
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def finished(self, text: str, status: str) -> dict[str, Any]:
         if self.kind == "message":
-            return message_item(self.item_id, self.text, status)
+            return message_item(self.item_id, text, status)
         if self.kind == "reasoning":
-            return reasoning_item(self.item_id, self.text, status)
+            return reasoning_item(self.item_id, text, status)
         return function_call_item(
-            self.item_id, self.call_id, self.name, self.text, custom=self.custom, status=status
+            self.item_id, self.call_id, self.name, text, custom=self.custom, status=status
         )
 
     def started(self) -> dict[str, Any]:
@@ -122,35 +128,40 @@ class ResponseEvents:
         ]
 
     def feed(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
+        # The per-chunk path of every Responses stream: plain dict checks (an ABC's isinstance costs
+        # several times more), and one event built directly for the usual chunk, a text delta.
         out: list[dict[str, Any]] = []
         usage = chunk.get("usage")
-        if isinstance(usage, Mapping):
+        if usage is not None and isinstance(usage, dict):
             self.usage = dict(usage)
         if self.model is None and isinstance(chunk.get("model"), str):
             self.model = chunk["model"]
         choices = chunk.get("choices")
-        if not isinstance(choices, list):
+        if type(choices) is not list:
             return out
         for choice in choices:
-            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+            if type(choice) is not dict or choice.get("index", 0) != 0:
                 continue  # a Response has one answer
             delta = choice.get("delta")
-            if isinstance(delta, Mapping):
+            if type(delta) is dict:
                 # ``reasoning_content``, or ``reasoning`` where the chat route is set to send that name
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                if isinstance(reasoning, str) and reasoning:
+                if reasoning and type(reasoning) is str:
                     out += self._text("reasoning", reasoning)
-                for key in ("content", "refusal"):
-                    text = delta.get(key)
-                    if isinstance(text, str) and text:
-                        out += self._text("message", text)
+                text = delta.get("content")
+                if text and type(text) is str:
+                    out += self._text("message", text)
+                text = delta.get("refusal")
+                if text and type(text) is str:
+                    out += self._text("message", text)
                 calls = delta.get("tool_calls")
-                if isinstance(calls, list):
+                if calls and type(calls) is list:
                     for fragment in calls:
-                        if isinstance(fragment, Mapping):
+                        if type(fragment) is dict:
                             out += self._call(fragment)
-            if choice.get("finish_reason") is not None:
-                self.finish_reason = choice["finish_reason"]
+            finish = choice.get("finish_reason")
+            if finish is not None:
+                self.finish_reason = finish
         return out
 
     def _open_item(self, item: _Item) -> list[dict[str, Any]]:
@@ -180,11 +191,19 @@ class ResponseEvents:
         if item is None or item.kind != kind:
             item = _Item(kind, len(self.output), new_item_id("msg" if kind == "message" else "rs"))
             out += self._open_item(item)
-        item.text += text
+        item.parts.append(text)
+        event: dict[str, Any] = {
+            "type": "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta",
+            "sequence_number": self._sequence,
+            "item_id": item.item_id,
+            "output_index": item.output_index,
+            "content_index": 0,
+            "delta": text,
+        }
         if kind == "message":
-            out.append(self._content_event("response.output_text.delta", item, delta=text, logprobs=[]))
-        else:
-            out.append(self._content_event("response.reasoning_text.delta", item, delta=text))
+            event["logprobs"] = []
+        self._sequence += 1
+        out.append(event)
         return out
 
     def _call(self, fragment: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -207,7 +226,7 @@ class ResponseEvents:
             out += self._open_item(item)
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
-            item.text += arguments
+            item.parts.append(arguments)
             if not item.custom:
                 out.append(
                     self._event(
@@ -225,18 +244,17 @@ class ResponseEvents:
         if item is None:
             return []
         out: list[dict[str, Any]] = []
-        done = item.finished(status)
+        text = item.text
+        done = item.finished(text, status)
         if item.kind == "message":
-            out.append(self._content_event("response.output_text.done", item, text=item.text, logprobs=[]))
-            out.append(
-                self._content_event("response.content_part.done", item, part=output_text_part(item.text))
-            )
+            out.append(self._content_event("response.output_text.done", item, text=text, logprobs=[]))
+            out.append(self._content_event("response.content_part.done", item, part=output_text_part(text)))
         elif item.kind == "reasoning":
-            out.append(self._content_event("response.reasoning_text.done", item, text=item.text))
-            part = {"type": "reasoning_text", "text": item.text}
+            out.append(self._content_event("response.reasoning_text.done", item, text=text))
+            part = {"type": "reasoning_text", "text": text}
             out.append(self._content_event("response.content_part.done", item, part=part))
         elif item.custom:
-            text = custom_input(item.text)
+            text = custom_input(text)
             where = {"item_id": item.item_id, "output_index": item.output_index}
             out.append(self._event("response.custom_tool_call_input.delta", **where, delta=text))
             out.append(self._event("response.custom_tool_call_input.done", **where, input=text))
@@ -247,7 +265,7 @@ class ResponseEvents:
                     item_id=item.item_id,
                     output_index=item.output_index,
                     name=item.name,
-                    arguments=item.text,
+                    arguments=text,
                 )
             )
         out.append(self._event("response.output_item.done", output_index=item.output_index, item=done))

@@ -27,8 +27,8 @@ from .. import jsoncodec
 from ..errors import ProxyError
 from ..normalizer import clean_model_name
 from ..observability import Exchange
-from ..respond import send_json
-from ..upstream import MAX_JSON_BODY, Upstream
+from ..respond import redacting, send_json
+from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 from .output import encode_events
 
 __all__ = ["NativeEvents", "NativeResponses", "normalize_response", "serve_native"]
@@ -172,6 +172,10 @@ class NativeEvents:
         self._indexes: dict[str, int] = {}
         self._items = 0
         self._current: str | None = None
+        self._open: dict[str, dict[str, Any]] = {}  # items added and not yet done
+        self._open_parts: set[str] = set()  # items whose content part is added and not yet done
+        self._texts: dict[str, list[str]] = {}  # an open message's text deltas
+        self._done: list[dict[str, Any]] = []
         self.ended = False
         self.last_response: dict[str, Any] | None = None
 
@@ -196,14 +200,19 @@ class NativeEvents:
                 self._indexes[item_id] = index if isinstance(index, int) else self._items
                 self._items = max(self._items, self._indexes[item_id] + 1)
                 self._current = item_id
+                self._open[item_id] = item
         elif kind == "response.output_item.done":
             item = event.get("item")
-            if isinstance(item, dict) and not item.get("id") and self._current is not None:
-                item["id"] = self._current
+            if isinstance(item, dict):
+                if not item.get("id") and self._current is not None:
+                    item["id"] = self._current
+                self._open.pop(item["id"], None)
+                self._done.append(item)
         _complete_parts(event.get("item"))
         _complete_part(event.get("part"))
         if kind.startswith("response.") and kind not in _TERMINAL and "response" not in event:
             self._fill_indexes(event, kind)
+            self._follow_parts(event, kind)
         if kind in _TERMINAL:
             self.ended = True
         event["sequence_number"] = self._sequence
@@ -225,8 +234,52 @@ class NativeEvents:
         if has_part and kind.endswith((".delta", ".done", ".added")) and "content_index" not in event:
             event["content_index"] = 0
 
+    def _follow_parts(self, event: dict[str, Any], kind: str) -> None:
+        """Note the open content parts and the text of open messages, for ``fail``."""
+        item_id = event.get("item_id")
+        if not isinstance(item_id, str):
+            return
+        if kind == "response.content_part.added":
+            self._open_parts.add(item_id)
+        elif kind == "response.content_part.done":
+            self._open_parts.discard(item_id)
+        elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
+            self._texts.setdefault(item_id, []).append(event["delta"])
+
+    def _stamped(self, event: dict[str, Any]) -> dict[str, Any]:
+        event["sequence_number"] = self._sequence
+        self._sequence += 1
+        return event
+
+    def _closed(self) -> list[dict[str, Any]]:
+        """The events that end the items still open when the stream broke off, as incomplete."""
+        out: list[dict[str, Any]] = []
+        for item_id, item in sorted(self._open.items(), key=lambda pair: self._indexes.get(pair[0], 0)):
+            index = self._indexes.get(item_id, 0)
+            done = {**item, "status": "incomplete"}
+            if item.get("type") == "message":
+                text = "".join(self._texts.get(item_id, ()))
+                part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+                done["content"] = [part]
+                if item_id in self._open_parts:
+                    where = {"item_id": item_id, "output_index": index, "content_index": 0}
+                    out.append(
+                        self._stamped(
+                            {"type": "response.output_text.done", **where, "text": text, "logprobs": []}
+                        )
+                    )
+                    out.append(self._stamped({"type": "response.content_part.done", **where, "part": part}))
+            out.append(
+                self._stamped({"type": "response.output_item.done", "output_index": index, "item": done})
+            )
+            self._done.append(done)
+        self._open.clear()
+        return out
+
     def fail(self, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-        """The terminal event for a stream that broke off before its own."""
+        """The events that end a stream that broke off before its own terminal event: its open items
+        ended as incomplete, then ``response.failed``."""
+        out = self._closed()
         response = dict(self.last_response or {})
         response.update(
             {
@@ -237,12 +290,10 @@ class NativeEvents:
                 "incomplete_details": None,
             }
         )
-        response.setdefault("output", [])
+        response["output"] = self._done
         response.setdefault("model", self._model or "model")
         self.ended = True
-        event = {"type": "response.failed", "sequence_number": self._sequence, "response": response}
-        self._sequence += 1
-        return [event]
+        return [*out, self._stamped({"type": "response.failed", "response": response})]
 
 
 async def serve_native(
@@ -253,21 +304,21 @@ async def serve_native(
     headers: list[tuple[bytes, bytes]],
     exchange: Exchange,
     model: str | None,
+    secret: str | None = None,
 ) -> None:
     """Answer with the upstream's own ``/v1/responses``, normalized; errors before the first event as
-    OpenAI error bodies at their status, as on the chat route."""
+    OpenAI error bodies at their status, as on the chat route. ``secret``: the upstream key, cut out of
+    every error and body as on the chat route."""
+    send = redacting(send, secret)
     try:
         stream = await upstream.forward("POST", b"/v1/responses", raw, headers)
     except ProxyError as raised:
-        exchange.take_error(raised)
-        await send_json(send, raised.status, raised.body, raised.headers)
+        await _refuse(send, raised.redacted(secret), exchange)
         return
     try:
         exchange.upstream_status = stream.status
         if stream.status >= 300:
-            error = await stream.error()
-            exchange.take_error(error)
-            await send_json(send, error.status, error.body, error.headers)
+            await _refuse(send, (await stream.error()).redacted(secret), exchange)
             return
         if "event-stream" not in stream.content_type:
             try:
@@ -276,21 +327,30 @@ async def serve_native(
                 body = None
             if not isinstance(body, dict):
                 error = ProxyError.make("the upstream server sent a body that is not a Response", 502)
-                exchange.take_error(error)
-                await send_json(send, error.status, error.body)
+                await _refuse(send, error, exchange)
                 return
             exchange.mark_first_token()
             await send_json(
                 send, 200, normalize_response(body, request, response_id=new_response_id(), model=model)
             )
             return
-        await _relay_events(send, stream, request, exchange, model)
+        await _relay_events(send, stream, request, exchange, model, secret)
     finally:
         await stream.aclose()
 
 
+async def _refuse(send: Send, error: ProxyError, exchange: Exchange) -> None:
+    exchange.take_error(error)
+    await send_json(send, error.status, error.body, error.headers)
+
+
 async def _relay_events(
-    send: Send, stream: Any, request: Mapping[str, Any], exchange: Exchange, model: str | None
+    send: Send,
+    stream: UpstreamStream,
+    request: Mapping[str, Any],
+    exchange: Exchange,
+    model: str | None,
+    secret: str | None,
 ) -> None:
     events = NativeEvents(request, model)
     parser = SSEParser()
@@ -309,8 +369,9 @@ async def _relay_events(
             if out:
                 await send({"type": "http.response.body", "body": encode_events(out), "more_body": True})
     except ProxyError as raised:
-        exchange.take_error(raised)
-        failure = raised.body
+        redacted = raised.redacted(secret)
+        exchange.take_error(redacted)
+        failure = redacted.body
     except ValueError:
         failure = ProxyError.make("the upstream server sent an event that is not valid JSON", 502).body
     tail = b""

@@ -21,11 +21,22 @@ __all__ = ["ResponsesOutput", "encode_events"]
 _dumps = jsoncodec.dumps
 
 
+_HEADS: dict[str, bytes] = {}
+
+
+def _head(kind: str) -> bytes:
+    head = _HEADS.get(kind)
+    if head is None:
+        head = _HEADS[kind] = b"event: " + kind.encode() + b"\ndata: "
+    return head
+
+
 def encode_events(events: list[dict[str, Any]]) -> bytes:
     """Server-sent events with OpenAI's ``event:`` line (compact JSON holds no raw line end)."""
-    return b"".join(
-        [b"event: " + event["type"].encode() + b"\ndata: " + _dumps(event) + b"\n\n" for event in events]
-    )
+    if len(events) == 1:  # a delta: most batches
+        event = events[0]
+        return _head(event["type"]) + _dumps(event) + b"\n\n"
+    return b"".join([_head(event["type"]) + _dumps(event) + b"\n\n" for event in events])
 
 
 class ResponsesOutput(Output):

@@ -288,17 +288,18 @@ async def _head_then_prefill(
     writer.write(_head("200 OK", "text/event-stream"))
     await writer.drain()
     await asyncio.sleep(0.8)
-    writer.write(http_chunk(b'data: {"type": "response.output_text.delta"}\n\n') + b"0\r\n\r\n")
+    writer.write(http_chunk(b'data: {"object": "thread.message.delta"}\n\n') + b"0\r\n\r\n")
     await writer.drain()
 
 
 def test_a_streamed_pass_through_gets_the_first_byte_timeout_for_its_prefill() -> None:
     with _proxy(_head_then_prefill, idle_timeout=0.3, first_byte_timeout=5) as (url, app, record):
+        # (An Assistants run: /v1/responses, which this test once used, is the proxy's own route now.)
         response = httpx.post(
-            url + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
+            url + "/v1/threads/runs", json={"assistant_id": "a", "stream": True}, timeout=10
         )
         assert response.status_code == 200
-        assert response.text == 'data: {"type": "response.output_text.delta"}\n\n'
+        assert response.text == 'data: {"object": "thread.message.delta"}\n\n'
         assert record.requests == 1
         assert_idle(app)
 

@@ -14,7 +14,7 @@ import pytest
 
 from conformance.replay import create_replay_app
 from conformance.transcript import load_transcript
-from tests.support.responses_checks import check_events, judged, sse_events
+from tests.support.responses_checks import check_events, check_response, judged, sse_events
 from tests.support.servers import run_asgi
 
 from .conftest import run_proxy
@@ -63,9 +63,27 @@ async def _handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
             writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n")
             writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body)
             continue
+        if b'"stream": true' not in raw and b'"stream":true' not in raw:
+            body = json.dumps(_upstream_events()[-1]["response"]).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+            writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body)
+            continue
         data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in _upstream_events())
         writer.write(sse_head() + http_chunk(data) + b"0\r\n\r\n")
         await writer.drain()
+
+
+def test_a_native_body_is_normalized() -> None:
+    with raw_server(_handler) as (upstream, _), run_proxy(upstream, responses="native") as url:
+        request = {"model": "/models/gemma.gguf", "input": "hi", "max_output_tokens": 16}
+        response = httpx.post(url + "/v1/responses", json=request, timeout=10)
+        assert response.status_code == 200, response.text
+        judged(response.content, request, response.status_code, response.headers)
+        body = response.json()
+        check_response(body)
+        assert body["status"] == "incomplete"
+        assert body["model"] == "gemma"
+        assert body["id"] != "resp_x"
 
 
 @pytest.mark.parametrize("mode", ["native", "auto"])
@@ -109,3 +127,67 @@ def test_llama_servers_own_stream_is_judged_without_an_error_behind_the_proxy() 
         check_events(events)
         assert events[-1]["type"] == "response.incomplete"
         assert events[-1]["response"]["model"] == "gemma"
+
+
+KEY = "sk-upstream-secret-0123456789"
+
+
+async def _echoes_its_key(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """An upstream that repeats the key it was sent, in an error and in a stream's text."""
+    while (raw := await read_request(reader)) is not None:
+        if raw.endswith(b"{}"):
+            body = json.dumps({"error": {"message": f"bad key {KEY}", "type": "invalid_request_error"}})
+            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n")
+            writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body.encode())
+            continue
+        events = _upstream_events()
+        events[3]["delta"] = f"the key is {KEY}"
+        data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+        writer.write(sse_head() + http_chunk(data) + b"0\r\n\r\n")
+        await writer.drain()
+
+
+def test_the_upstream_key_never_reaches_the_client() -> None:
+    with (
+        raw_server(_echoes_its_key) as (upstream, _),
+        run_proxy(upstream, responses="native", upstream_api_key=KEY) as url,
+    ):
+        refused = httpx.post(url + "/v1/responses", content=b"{}", timeout=10)
+        assert refused.status_code == 400
+        streamed = httpx.post(url + "/v1/responses", json={"input": "hi", "stream": True}, timeout=10)
+        assert streamed.status_code == 200
+        for response in (refused, streamed):
+            assert KEY not in response.text
+            assert "<redacted>" in response.text or "REDACTED" in response.text.upper()
+
+
+async def _cut_after_a_delta(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    while (raw := await read_request(reader)) is not None:
+        if raw.endswith(b"{}"):
+            writer.write(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+            )
+            continue
+        data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in _upstream_events()[:4])
+        writer.write(sse_head() + http_chunk(data))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.transport.abort()
+        return
+
+
+def test_a_native_stream_cut_short_ends_with_response_failed() -> None:
+    with raw_server(_cut_after_a_delta) as (upstream, _), run_proxy(upstream, responses="native") as url:
+        request = {"input": "hi", "stream": True}
+        response = httpx.post(url + "/v1/responses", json=request, timeout=10)
+        assert response.status_code == 200
+        judged(response.content, request, response.status_code, response.headers)
+        events = sse_events(response.content)
+        check_events(events)
+        assert events[-1]["type"] == "response.failed"
+        failed = events[-1]["response"]
+        assert failed["error"]["code"] == "server_error"
+        assert failed["output"][0]["status"] == "incomplete"
+        assert failed["output"][0]["content"][0]["text"] == "Hi"

@@ -1,8 +1,9 @@
 """openai-python's Responses client through ``conformant serve`` in front of llama-cpp-python's server
-(which has no ``/v1/responses`` of its own): every answer translated from its chat completions and judged
-by the suite with no error.
+(which has no ``/v1/responses`` of its own) and in front of the bundled backend: every answer translated
+from their chat completions and judged by the suite with no error.
 
-The server runs the Gemma 3 270M base model with ``--chat_format chatml-function-calling``: that format
+llama-cpp-python's server runs the Gemma 3 270M base model with ``--chat_format chatml-function-calling``
+(the bundled backend has its own tool support, judged by its own tests): that format
 answers a named ``tool_choice`` with a call whose arguments a grammar holds to the tool's parameters
 (the only way to get a call out of a model this small), and its template takes ``tool`` messages (the
 model's own Gemma template refuses any role but user and assistant).
@@ -10,6 +11,7 @@ model's own Gemma template refuses any role but user and assistant).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -37,16 +39,37 @@ TOOL = {
 }
 
 
+@contextlib.contextmanager
+def _proxy(upstream: str) -> Iterator[str]:
+    port = free_port()
+    serve = ["python", "-m", "conformance", "serve", "--upstream", upstream]
+    serve += ["--host", "127.0.0.1", "--port", str(port), "--model-alias", "gemma"]
+    with run_process(serve, health_path="/health", port=port, timeout=120) as (url, _):
+        yield url
+
+
 @pytest.fixture(scope="module")
-def proxy_url() -> Iterator[str]:
+def llama_cpp_python_proxy() -> Iterator[str]:
     port = free_port()
     command = [*llama_cpp_server.command(port), "--chat_format", "chatml-function-calling"]
-    with run_process(command, health_path="/v1/models", port=port, timeout=180) as (upstream, _):
-        port = free_port()
-        serve = ["python", "-m", "conformance", "serve", "--upstream", upstream]
-        serve += ["--host", "127.0.0.1", "--port", str(port), "--model-alias", "gemma"]
-        with run_process(serve, health_path="/health", port=port, timeout=120) as (url, _):
-            yield url
+    with (
+        run_process(command, health_path="/v1/models", port=port, timeout=180) as (upstream, _),
+        _proxy(upstream) as url,
+    ):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def backend_proxy(backend_url: str) -> Iterator[str]:
+    with _proxy(backend_url) as url:
+        yield url
+
+
+@pytest.fixture(params=["llama-cpp-python", "backend"])
+def proxy_url(request: pytest.FixtureRequest) -> str:
+    name = "llama_cpp_python_proxy" if request.param == "llama-cpp-python" else "backend_proxy"
+    url: str = request.getfixturevalue(name)
+    return url
 
 
 @pytest.fixture
@@ -112,7 +135,9 @@ def test_the_stream_helper_with_a_json_schema(client: openai.OpenAI) -> None:
     assert json.loads(final.output_text)["answer"] in ("Paris", "Rome")
 
 
-def test_a_function_tool_round_trip(client: openai.OpenAI, proxy_url: str) -> None:
+def test_a_function_tool_round_trip(llama_cpp_python_proxy: str) -> None:
+    proxy_url = llama_cpp_python_proxy
+    client = openai.OpenAI(base_url=proxy_url + "/v1", api_key="none", max_retries=0)
     asked: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
     choice = {"type": "function", "name": "get_weather"}
     body = {"model": "gemma", "input": asked, "tools": [TOOL], "tool_choice": choice, "max_output_tokens": 64}
