@@ -7,7 +7,8 @@ error words). What is translated and what is refused, and why, is in docs/respon
   ``input_image`` parts, ``function_call``, ``function_call_output``, ``custom_tool_call`` and its
   output, ``reasoning``) and ``instructions`` become chat messages. A ``developer`` message is sent as
   ``system``: local chat templates (llama.cpp's Jinja ones, llama-cpp-python's formats) know no
-  ``developer`` role. ``reasoning`` items are left out: chat templates drop earlier turns' reasoning
+  ``developer`` role; consecutive ``system`` (or ``user``) text messages are joined, for templates that
+  want roles to alternate. ``reasoning`` items are left out: chat templates drop earlier turns' reasoning
   anyway, and their ``encrypted_content`` is OpenAI's.
 - ``tools``: ``function`` tools as they are; ``custom`` (freeform) tools, which Codex CLI sends for
   ``apply_patch``, as a function with one string parameter ``input`` (the answer's call is a
@@ -208,12 +209,26 @@ def _call_id(item: Mapping[str, Any], param: str) -> str:
 
 
 class _Messages:
-    """Chat messages built from input items: a tool call joins the assistant message before it."""
+    """Chat messages built from input items: a tool call joins the assistant message before it, and a
+    text message joins the one before it when both are ``system`` or both ``user`` text. Codex CLI
+    sends its instructions, sandbox rules and environment as separate developer and user messages, and
+    the chat templates of many models (Gemma's, Mistral's) refuse roles that do not alternate."""
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
 
     def add(self, message: dict[str, Any]) -> None:
+        last = self.messages[-1] if self.messages else None
+        role, content = message["role"], message.get("content")
+        if (
+            last is not None
+            and role in ("system", "user")
+            and last["role"] == role
+            and isinstance(content, str)
+            and isinstance(last.get("content"), str)
+        ):
+            last["content"] = f"{last['content']}\n\n{content}"
+            return
         self.messages.append(message)
 
     def add_call(self, call: dict[str, Any]) -> None:
@@ -221,7 +236,9 @@ class _Messages:
         if last is not None and last["role"] == "assistant" and isinstance(last.get("content") or "", str):
             last.setdefault("tool_calls", []).append(call)
             return
-        self.messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        # "" rather than null, which OpenAI takes alike: llama-cpp-python 0.3.36 refuses a null content
+        # (500, its request model wants a string) and Jinja templates that ``trim`` it fail on null.
+        self.messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
 
 def _add_item(out: _Messages, item: Any, param: str) -> None:
