@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from backend.engine import Event, Job, QueueFull
+from backend.reasoning import markers_in_template, reasoning_effort
 from backend.requests import GenerationRequest, RequestError, parse_chat_request, parse_completion_request
 from backend.responses import ResponseBuilder
 from backend.service import Backend
@@ -71,6 +72,7 @@ def create_app(
     """The backend's app; ``store``: where stored Responses are kept (default: the default file, opened
     when first used)."""
     store = store or default_store()
+    thinking = markers_in_template(backend.template.source)  # a thinking model's markers, if any
 
     async def completions(request: Request) -> Response:
         return await _generate(request, parse_completion_request)
@@ -124,6 +126,7 @@ def create_app(
 
         try:
             req = parse(body)
+            reasoning_effort(body)
             prompts = backend.prompts(req)
             jobs = backend.jobs(req, prompts, emit)
         except RequestError as exc:
@@ -134,7 +137,8 @@ def create_app(
             for job in jobs:
                 job.sampler.close()
             return _error(f"The server is busy: {exc}. Retry shortly.", 429, headers={"Retry-After": "1"})
-        return _Generation(ResponseBuilder(req, prompts, backend.model_id, backend.vocab.piece), queue, jobs)
+        builder = ResponseBuilder(req, prompts, backend.model_id, backend.vocab.piece, thinking)
+        return _Generation(builder, queue, jobs)
 
     async def _chat_stream(started: _Generation) -> AsyncIterator[bytes]:
         async with contextlib.aclosing(_chunks(started)) as stream:

@@ -81,6 +81,8 @@ class ChatTemplate:
         env.globals["strftime_now"] = _strftime_now
         env.filters["tojson"] = _tojson
         self.origin = origin
+        self.source = source
+        """The template's Jinja text (a thinking model's markers are read from it: backend/reasoning.py)."""
         """'gguf', 'gemma fallback' or 'chatml fallback': logged at start so users know which one runs."""
         self._template = env.from_string(source)
         self.source = source

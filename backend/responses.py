@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.engine import Event, TokenLogprob
+from backend.reasoning import ChoiceReasoning, ThinkingMarkers
 from backend.requests import GenerationRequest
 from backend.service import Prompt
 from backend.tool_formats import ParsedCall, ToolCallStream
@@ -40,10 +41,19 @@ class Choice:
     tool_stream: ToolCallStream | None = None
     """Set when the request has tools: splits the text into content and calls."""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning: ChoiceReasoning | None = None
+    """A thinking model's chat choice: its text split into reasoning and content (backend/reasoning.py)."""
 
 
 class ResponseBuilder:
-    def __init__(self, req: GenerationRequest, prompts: list[Prompt], model: str, piece: Any) -> None:
+    def __init__(
+        self,
+        req: GenerationRequest,
+        prompts: list[Prompt],
+        model: str,
+        piece: Any,
+        thinking: ThinkingMarkers | None = None,
+    ) -> None:
         self.req = req
         self.prompts = prompts
         self.model = model
@@ -62,14 +72,26 @@ class ResponseBuilder:
         if req.tool_format is not None:
             for choice in self.choices:
                 choice.tool_stream = ToolCallStream(req.tool_format)
+        self.thinking = thinking if chat else None
+        if self.thinking is not None:
+            for index, choice in enumerate(self.choices):
+                choice.reasoning = ChoiceReasoning(self.thinking, self.prompt_of(index).text)
 
     def prompt_of(self, index: int) -> Prompt:
         return self.prompts[index // self.req.n]
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, Any]:
         prompt = sum(len(p.tokens) for p in self.prompts)
         completion = sum(c.completion_tokens for c in self.choices)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        if self.thinking is not None:
+            reasoning = sum(c.reasoning.tokens for c in self.choices if c.reasoning is not None)
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+        return usage
 
     def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -133,8 +155,15 @@ class ResponseBuilder:
             return out + self._tool_chunks(choice, event)
         if event.text or event.logprobs:
             lp = {"content": [self._chat_token(t) for t in event.logprobs], "refusal": None} if want else None
-            out.append(self._delta(event.index, {"content": event.text}, lp))
+            split = choice.reasoning
+            delta = (
+                {"content": event.text} if split is None else split.delta(event.text, event.completion_tokens)
+            )
+            if delta or lp is not None:
+                out.append(self._delta(event.index, delta, lp))
         if event.finish_reason is not None:
+            if choice.reasoning is not None and (held := choice.reasoning.end()):
+                out.append(self._delta(event.index, held, None))
             out.append(self._delta(event.index, {}, None, event.finish_reason))
         return out
 
@@ -200,9 +229,13 @@ class ResponseBuilder:
         choice.logprobs += event.logprobs
         if event.prompt_logprobs is not None:
             choice.prompt_logprobs = event.prompt_logprobs
+        if choice.reasoning is not None:
+            choice.reasoning.delta(event.text, event.completion_tokens)
         if event.finish_reason is not None:
             choice.finish_reason = event.finish_reason
             choice.completion_tokens = event.completion_tokens
+            if choice.reasoning is not None:
+                choice.reasoning.end()
 
     def body(self) -> dict[str, Any]:
         choices = []
@@ -223,6 +256,10 @@ class ResponseBuilder:
                         message["tool_calls"] = c.tool_calls
                     else:
                         message["content"] = parsed.content
+                elif c.reasoning is not None:
+                    message["content"] = "".join(c.reasoning.content)
+                    if c.reasoning.reasoning:
+                        message["reasoning_content"] = "".join(c.reasoning.reasoning)
                 choices.append(
                     {
                         "index": i,

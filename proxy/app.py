@@ -183,7 +183,9 @@ async def _prepared(
     """The source that answers a validated completion ``body``, and what the request asks for; or the
     response that refuses it. Every route that generates goes through here (``/v1/responses`` too)."""
     exchange = exchange_of(request.scope)
-    info = RequestInfo.from_body(endpoint, body, alias=ctx.config.model_alias)
+    info = RequestInfo.from_body(
+        endpoint, body, alias=ctx.config.model_alias, reasoning_field=ctx.config.reasoning_field
+    )
     if ctx.config.fan_out and (refused := _fan_out_refused(endpoint, body, info, ctx.config.max_fan_out)):
         return refused
     body = fitted_request(ctx.upstream.traits, body, info)
