@@ -164,3 +164,12 @@ def test_proxy_before_llama_cpp_python_responses_probes_have_no_errors(
     status, report = _errors(proxy_before_llama_cpp_python, tmp_path)
     assert _outcomes(report) == {name: [] for name in RESPONSES_PROBES}
     assert status == 0
+
+
+@pytest.mark.backend
+def test_bundled_backend_responses_probes_have_no_errors(backend_url: str, tmp_path: Path) -> None:
+    status, report = _errors(backend_url, tmp_path)
+    assert _outcomes(report) == {name: [] for name in RESPONSES_PROBES}
+    assert status == 0
+    # Its own /v1/responses answered every probe: none is unsupported.
+    assert not any(w["rule"] == "feature-unsupported" for r in report["results"] for w in r["warnings"])
