@@ -78,8 +78,15 @@ def client(proxy_url: str) -> openai.OpenAI:
 
 
 def _post(url: str, body: dict[str, Any]) -> httpx.Response:
-    """``body`` posted to the proxy's /v1/responses, the answer judged with no error."""
+    """``body`` posted to the proxy's /v1/responses, the answer judged with no error.
+
+    Asked once more when llama-cpp-python broke the stream off before its first event (the proxy's
+    502 says so: it does that when it takes another request for its one model, and in a full run of
+    this module it did so to a request that waited for no other), which is the upstream's, not the
+    translation's."""
     response = httpx.post(url + "/v1/responses", json=body, timeout=120)
+    if response.status_code == 502 and "interrupted the stream" in response.text:
+        response = httpx.post(url + "/v1/responses", json=body, timeout=120)
     judged(response.content, body, response.status_code, response.headers)
     return response
 
