@@ -1,4 +1,5 @@
-"""The OpenAI-facing Starlette app: /v1/completions, /v1/chat/completions, /v1/models, /health.
+"""The OpenAI-facing Starlette app: /v1/completions, /v1/chat/completions, /v1/responses (with the
+stored responses' GET and DELETE), /v1/models, /health.
 
 Every request is checked, tokenized and turned into jobs before any response byte (so a bad parameter
 or an over-long prompt is a real 400, seed 003). A stream whose client goes away cancels its jobs: the
@@ -12,8 +13,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, NamedTuple
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -22,10 +23,29 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from backend.engine import Event, Job, QueueFull
+from backend.reasoning import markers_in_template, reasoning_effort
 from backend.requests import GenerationRequest, RequestError, parse_chat_request, parse_completion_request
 from backend.responses import ResponseBuilder
 from backend.service import Backend
 from conformance.openai_errors import error_body
+from conformance.responses_state import (
+    ResponseStore,
+    default_store,
+    delete_response,
+    input_items,
+    list_input_items,
+    previous_items,
+    remember,
+    remember_terminal,
+    retrieve_response,
+)
+from conformance.responses_translation import (
+    ChatTranslation,
+    ResponseEvents,
+    TranslationError,
+    response_from_chat,
+    translate_request,
+)
 from conformance.sse import DONE_EVENT, encode_data
 
 __all__ = ["create_app"]
@@ -46,7 +66,14 @@ def _error(
     )
 
 
-def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = None) -> Starlette:
+def create_app(
+    backend: Backend, *, on_shutdown: Callable[[], None] | None = None, store: ResponseStore | None = None
+) -> Starlette:
+    """The backend's app; ``store``: where stored Responses are kept (default: the default file, opened
+    when first used)."""
+    store = store or default_store()
+    thinking = markers_in_template(backend.template.source)  # a thinking model's markers, if any
+
     async def completions(request: Request) -> Response:
         return await _generate(request, parse_completion_request)
 
@@ -78,10 +105,19 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
         return JSONResponse({"status": "ok", **backend.engine.health()})
 
     async def _generate(request: Request, parse: Callable[[Any], GenerationRequest]) -> Response:
-        try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError):
-            return _error("the request body is not valid JSON", 400)
+        body = await _json_body(request)
+        if isinstance(body, Response):
+            return body
+        started = _start(body, parse)
+        if isinstance(started, Response):
+            return started
+        if started.builder.req.stream:
+            return _event_stream(_chat_stream(started))
+        whole = await _whole(request, started)
+        return whole if isinstance(whole, Response) else JSONResponse(whole)
+
+    def _start(body: Any, parse: Callable[[Any], GenerationRequest]) -> _Generation | Response:
+        """The request checked, tokenized and its jobs submitted; or the error to answer."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event] = asyncio.Queue()
 
@@ -90,6 +126,7 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
 
         try:
             req = parse(body)
+            reasoning_effort(body)
             prompts = backend.prompts(req)
             jobs = backend.jobs(req, prompts, emit)
         except RequestError as exc:
@@ -100,18 +137,21 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
             for job in jobs:
                 job.sampler.close()
             return _error(f"The server is busy: {exc}. Retry shortly.", 429, headers={"Retry-After": "1"})
-        builder = ResponseBuilder(req, prompts, backend.model_id, backend.vocab.piece)
-        if req.stream:
-            return StreamingResponse(
-                _stream(builder, queue, jobs),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        return await _whole(request, builder, queue, jobs)
+        builder = ResponseBuilder(req, prompts, backend.model_id, backend.vocab.piece, thinking)
+        return _Generation(builder, queue, jobs)
 
-    async def _stream(
-        builder: ResponseBuilder, queue: asyncio.Queue[Event], jobs: list[Job]
-    ) -> AsyncIterator[bytes]:
+    async def _chat_stream(started: _Generation) -> AsyncIterator[bytes]:
+        async with contextlib.aclosing(_chunks(started)) as stream:
+            async for chunks in stream:
+                yield b"".join(_sse(chunk) for chunk in chunks)
+                if chunks and "error" in chunks[-1]:
+                    return
+        yield DONE_EVENT
+
+    async def _chunks(started: _Generation) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """The chat chunks of a stream, a list per engine event; an error body last if a job failed. Its
+        reader closes it (``aclosing``) so that a client's leaving frees the slots at once."""
+        builder, queue, jobs = started
         open_jobs = {job.index for job in jobs}
         order = _FirstAppearance(len(jobs))
         try:
@@ -119,24 +159,23 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
                 event = await queue.get()
                 if event.error is not None:
                     open_jobs.discard(event.index)
-                    yield _sse(error_body(event.error, 500))
+                    yield [error_body(event.error, 500)]
                     return
                 if event.finish_reason is not None:
                     open_jobs.discard(event.index)
-                out = b"".join(_sse(chunk) for ready in order.push(event) for chunk in builder.chunks(ready))
+                out = [chunk for ready in order.push(event) for chunk in builder.chunks(ready)]
                 if out:
                     yield out
             if builder.req.include_usage:
-                yield _sse(builder.usage_chunk())
-            yield DONE_EVENT
+                yield [builder.usage_chunk()]
         finally:
             # Reached on normal end too, when every job is done and cancel() does nothing; on a client
             # disconnect Starlette cancels this generator and the slots come free.
             backend.engine.cancel([job for job in jobs if job.index in open_jobs])
 
-    async def _whole(
-        request: Request, builder: ResponseBuilder, queue: asyncio.Queue[Event], jobs: list[Job]
-    ) -> Response:
+    async def _whole(request: Request, started: _Generation) -> dict[str, Any] | Response:
+        """The whole answer's body, or the error (499 when the client left: the slots are freed)."""
+        builder, queue, jobs = started
         open_jobs = {job.index for job in jobs}
         gone = asyncio.create_task(_disconnected(request))
         try:
@@ -152,10 +191,65 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
                 builder.add(event)
                 if event.finish_reason is not None:
                     open_jobs.discard(event.index)
-            return JSONResponse(builder.body())
+            return builder.body()
         finally:
             gone.cancel()
             backend.engine.cancel([job for job in jobs if job.index in open_jobs])
+
+    async def responses(request: Request) -> Response:
+        """``POST /v1/responses``: translated to a chat request (conformance/responses_translation/, the
+        proxy's translation), generated as one, its chunks or body translated back; stored as the
+        request asks (conformance/responses_state/)."""
+        body = await _json_body(request)
+        if isinstance(body, Response):
+            return body
+        if not isinstance(body, dict):
+            return _error("The request body must be a JSON object.", 400)
+        previous = await previous_items(store, body)
+        if isinstance(previous, Response):
+            return previous
+        try:
+            translation = translate_request(body, previous)
+        except TranslationError as exc:
+            return _error(exc.message, exc.status, param=exc.param, code=exc.code)
+        started = _start(translation.chat, parse_chat_request)
+        if isinstance(started, Response):
+            return started
+        items = [*previous, *input_items(body)]
+        if translation.stream:
+            return _event_stream(_response_stream(started, translation, items))
+        whole = await _whole(request, started)
+        if isinstance(whole, Response):
+            return whole
+        answer = response_from_chat(whole, translation.echo, custom_tools=translation.custom_tools)
+        return JSONResponse(await remember(store, answer, items))
+
+    async def _response_stream(
+        started: _Generation, translation: ChatTranslation, items: list[Any]
+    ) -> AsyncIterator[bytes]:
+        events = ResponseEvents(
+            translation.echo, model=backend.model_id, custom_tools=translation.custom_tools
+        )
+        yield _response_events(events.start())
+        async with contextlib.aclosing(_chunks(started)) as stream:
+            async for chunks in stream:
+                if chunks and "error" in chunks[-1]:
+                    ending = await remember_terminal(store, events.fail(chunks[-1]), items)
+                    yield _response_events(ending)
+                    return
+                out = [event for chunk in chunks for event in events.feed(chunk)]
+                if out:
+                    yield _response_events(out)
+        yield _response_events(await remember_terminal(store, events.finish(), items))
+
+    async def stored(request: Request) -> Response:
+        """``GET``/``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``."""
+        response_id = request.path_params["response_id"]
+        if request.url.path.endswith("/input_items"):
+            return await list_input_items(store, response_id, request.query_params)
+        if request.method == "DELETE":
+            return await delete_response(store, response_id)
+        return await retrieve_response(store, response_id, request.query_params)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
@@ -171,12 +265,16 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         yield
+        await store.aclose()
         if on_shutdown is not None:
             on_shutdown()
 
     routes = [
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/responses/{response_id}/input_items", stored, methods=["GET"]),
+        Route("/v1/responses/{response_id}", stored, methods=["GET", "DELETE"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -186,6 +284,14 @@ def create_app(backend: Backend, *, on_shutdown: Callable[[], None] | None = Non
         Exception: server_error,
     }
     return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+
+
+class _Generation(NamedTuple):
+    """A request under way: its response builder, the engine's events for it, its jobs."""
+
+    builder: ResponseBuilder
+    queue: asyncio.Queue[Event]
+    jobs: list[Job]
 
 
 class _FirstAppearance:
@@ -211,6 +317,25 @@ class _FirstAppearance:
 
 def _sse(payload: Any) -> bytes:
     return encode_data(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+
+
+def _response_events(events: list[dict[str, Any]]) -> bytes:
+    """Responses stream events with OpenAI's ``event:`` line before each ``data:``."""
+    return b"".join(b"event: " + event["type"].encode() + b"\n" + _sse(event) for event in events)
+
+
+def _event_stream(body: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+
+
+async def _json_body(request: Request) -> Any:
+    """The request's JSON body, or the 400 to answer."""
+    try:
+        return json.loads(await request.body())
+    except (ValueError, UnicodeDecodeError):
+        return _error("the request body is not valid JSON", 400)
 
 
 async def _disconnected(request: Request) -> None:

@@ -61,10 +61,12 @@ def run(args: argparse.Namespace) -> int:
     from backend.context import ContextOptionError, context_options_from_args
     from backend.loading import ModelLoadError, options_from_args
     from backend.service import Backend
+    from conformance.responses_state import opened_store
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    store = opened_store(args, "backend")
     try:
         load = options_from_args(args)
         context = context_options_from_args(args)
@@ -73,6 +75,6 @@ def run(args: argparse.Namespace) -> int:
         )
     except (ModelLoadError, ContextOptionError) as exc:
         raise CommandError(str(exc)) from None
-    app = create_app(backend, on_shutdown=backend.close)
+    app = create_app(backend, on_shutdown=backend.close, store=store)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
     return 0

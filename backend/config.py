@@ -12,6 +12,7 @@ from typing import Any
 
 from backend.context import CONTEXT_SETTINGS
 from backend.loading import LOAD_SETTINGS
+from conformance.responses_state import RESPONSES_STORE_SETTINGS
 from conformance.settings import Setting, non_negative_integer, one_of, port, text
 
 __all__ = ["BACKEND_SETTINGS", "CONTEXT_SETTINGS", "LOAD_SETTINGS", "QUEUE_SIZE", "SERVER_SETTINGS"]
@@ -48,6 +49,7 @@ SERVER_SETTINGS: tuple[Setting[Any], ...] = (
     Setting("host", text, "127.0.0.1", "address to listen on"),
     Setting("port", port, DEFAULT_PORT, "port to listen on (1-65535)"),
     QUEUE_SIZE,
+    *RESPONSES_STORE_SETTINGS,
     Setting("log_level", one_of(LOG_LEVELS), "info", "level of the server's log", choices=LOG_LEVELS),
 )
 BACKEND_SETTINGS = SERVER_SETTINGS + CONTEXT_SETTINGS + LOAD_SETTINGS

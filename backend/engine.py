@@ -399,8 +399,8 @@ class Engine:
             self._finish(slot, "stop")
             return
         text, infos, stopped = slot.text.add(self.vocab.piece(token), info)
-        if text or infos:
-            job.emit(Event(job.index, text=text, logprobs=infos))
+        if text or infos:  # (the count so far: a thinking model's reasoning tokens are counted by it)
+            job.emit(Event(job.index, text=text, logprobs=infos, completion_tokens=slot.generated))
         if stopped:
             self._finish(slot, "stop", flush=False)
         elif (job.max_tokens is not None and slot.generated >= job.max_tokens) or len(
@@ -419,7 +419,7 @@ class Engine:
         if flush and error is None:
             text, infos = slot.text.flush()
             if text or infos:
-                job.emit(Event(job.index, text=text, logprobs=infos))
+                job.emit(Event(job.index, text=text, logprobs=infos, completion_tokens=slot.generated))
         job.emit(Event(job.index, finish_reason=reason, completion_tokens=slot.generated, error=error))
         self._release(slot)
 

@@ -1,4 +1,8 @@
-"""JSON Schema and JSON-object constraints as GBNF, reusing llama-cpp-python's converter."""
+"""JSON Schema and JSON-object constraints as GBNF, reusing llama-cpp-python's converter.
+
+A schema with a construct the converter would skip (see backend.schema_support) is refused with a 400
+that names it and where it is, rather than answered with output the schema does not hold to.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import json
 from typing import Any
 
 from backend.requests import RequestError
+from backend.schema_support import unsupported
 
 __all__ = ["grammar_for_schema", "json_grammar"]
 
@@ -13,6 +18,13 @@ __all__ = ["grammar_for_schema", "json_grammar"]
 def grammar_for_schema(schema: dict[str, Any], param: str) -> str:
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
+    problem = unsupported(schema)
+    if problem is not None:
+        raise RequestError(
+            f"'{param}' holds a JSON Schema construct this server cannot enforce: {problem}",
+            param,
+            code="unsupported_schema",
+        )
     try:
         return str(json_schema_to_gbnf(json.dumps(schema)))
     except Exception as exc:  # the converter raises bare Exceptions/KeyErrors on schemas it cannot map

@@ -7,7 +7,9 @@ Nothing here touches llama.cpp: tokenizing and grammar parsing happen in the eng
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,6 +19,8 @@ __all__ = [
     "PromptPart",
     "RequestError",
     "SamplingParams",
+    "Tool",
+    "ToolChoice",
     "parse_chat_request",
     "parse_completion_request",
 ]
@@ -59,6 +63,8 @@ class SamplingParams:
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
     grammar: str | None = None
+    grammar_triggers: tuple[str, ...] = ()
+    """Regexes that switch a lazy grammar on (tool calls under ``tool_choice: auto``); empty: always on."""
     ignore_eos: bool = False
     logit_bias: dict[int, float] = field(default_factory=dict)
 
@@ -67,6 +73,39 @@ class SamplingParams:
 class ChatMessage:
     role: str
     content: str
+    tool_calls: list[dict[str, Any]] | None = None
+    """An assistant turn's calls as Hugging Face templates read them: ``{"id", "type": "function",
+    "function": {"name", "arguments": <object>}}`` (OpenAI sends ``arguments`` as a JSON string)."""
+    tool_call_id: str | None = None
+    """A ``tool`` message's answer to this call id."""
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One ``{"type": "function", "function": {...}}`` entry of ``tools``."""
+
+    name: str
+    description: str | None
+    parameters: dict[str, Any]
+    strict: bool = False
+
+    def to_openai(self) -> dict[str, Any]:
+        """The entry as a chat template reads it (``tools`` is passed as OpenAI sends it, like HF does)."""
+        function: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description is not None:
+            function["description"] = self.description
+        return {"type": "function", "function": function}
+
+
+ToolChoiceMode = Literal["none", "auto", "required", "named"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    mode: ToolChoiceMode = "auto"
+    name: str | None = None
+    """The function a named choice forces."""
 
 
 @dataclass(slots=True)
@@ -87,6 +126,19 @@ class GenerationRequest:
     echo: bool = False
     suffix: str | None = None
     cache_prompt: bool = True
+    tools: list[Tool] = field(default_factory=list)
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool = False
+    """Whether the grammar lets one answer hold several calls: only when the request says so, as
+    llama.cpp's server does. OpenAI's default (true) only allows several calls, it never asks for them,
+    and a small model given the room enumerates calls until ``max_tokens`` (Gemma 3 270M asked for the
+    weather in Paris called get_weather, then get_time three times, and was cut off)."""
+    response_schema: dict[str, Any] | None = None
+    """The ``response_format`` JSON Schema (or ``{"type": "object"}`` for ``json_object``): a tool format
+    that chooses between a call and a reply constrains the reply with it."""
+    tool_format: Any = None
+    """The :class:`backend.tool_formats.ToolFormat` the service picked from the chat template, when the
+    request has tools and ``tool_choice`` is not ``none``: responses parse the output with it."""
 
 
 def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
@@ -206,6 +258,19 @@ def _grammar(body: dict[str, Any], *, chat: bool) -> str | None:
     )
 
 
+def _response_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The reply's schema when ``response_format`` asks for JSON (already checked by ``_grammar``)."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict):
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "object"}
+    spec = fmt.get("json_schema")
+    if fmt.get("type") == "json_schema" and isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
+        return dict(spec["schema"])
+    return None
+
+
 def _is_text_format(fmt: Any) -> bool:
     return isinstance(fmt, dict) and fmt.get("type") == "text"
 
@@ -264,14 +329,136 @@ def _messages(value: Any) -> list[ChatMessage]:
     if not isinstance(value, list) or not value:
         raise RequestError("'messages' must be a non-empty array", "messages")
     out = []
+    call_ids: set[str] = set()
     for i, msg in enumerate(value):
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
             raise RequestError(f"'messages[{i}]' must be an object with a 'role'", "messages")
         role = msg["role"]
         if role not in ("system", "developer", "user", "assistant", "tool"):
             raise RequestError(f"'messages[{i}].role' {role!r} is not a known role", "messages")
-        out.append(ChatMessage("system" if role == "developer" else role, _content(msg.get("content"), i)))
+        message = ChatMessage("system" if role == "developer" else role, _content(msg.get("content"), i))
+        name = msg.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                raise RequestError(f"'messages[{i}].name' must be a string", "messages")
+            message.name = name
+        if role == "assistant" and msg.get("tool_calls") is not None:
+            message.tool_calls = _message_tool_calls(msg["tool_calls"], i)
+            call_ids.update(call["id"] for call in message.tool_calls)
+        if role == "tool":
+            call_id = msg.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise RequestError(f"'messages[{i}].tool_call_id' must be a non-empty string", "messages")
+            if call_id not in call_ids:
+                # OpenAI's rule: a tool message answers a call an earlier assistant message made.
+                raise RequestError(
+                    f"'messages[{i}]': messages with role 'tool' must be a response to a preceding message "
+                    f"with 'tool_calls' (no call has id {call_id!r})",
+                    "messages",
+                )
+            message.tool_call_id = call_id
+        out.append(message)
     return out
+
+
+def _message_tool_calls(value: Any, i: int) -> list[dict[str, Any]]:
+    """OpenAI's ``tool_calls`` -> what HF templates read: ``arguments`` as an object, not a JSON string
+    (templates write it with ``tojson``; a string would come out quoted twice)."""
+    where = f"'messages[{i}].tool_calls'"
+    if not isinstance(value, list):
+        raise RequestError(f"{where} must be an array", "messages")
+    calls = []
+    for k, call in enumerate(value):
+        function = call.get("function") if isinstance(call, dict) else None
+        if (
+            not isinstance(call, dict)
+            or not isinstance(call.get("id"), str)
+            or call.get("type", "function") != "function"
+            or not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or not isinstance(function.get("arguments"), str)
+        ):
+            raise RequestError(
+                f"{where}[{k}] must be {{'id': string, 'type': 'function', 'function': "
+                "{'name': string, 'arguments': JSON string}}",
+                "messages",
+            )
+        try:
+            arguments: Any = json.loads(function["arguments"]) if function["arguments"].strip() else {}
+        except ValueError:
+            arguments = function["arguments"]  # kept as sent: the template shows what the model wrote
+        calls.append(
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": function["name"], "arguments": arguments},
+            }
+        )
+    return calls
+
+
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _tools(body: dict[str, Any]) -> list[Tool]:
+    value = body.get("tools")
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise RequestError("'tools' must be an array of function tools", "tools")
+    tools: list[Tool] = []
+    for k, entry in enumerate(value):
+        function = entry.get("function") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or entry.get("type") != "function" or not isinstance(function, dict):
+            raise RequestError(
+                f"'tools[{k}]' must be {{'type': 'function', 'function': {{'name': ...}}}}", "tools"
+            )
+        name = function.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise RequestError(
+                f"Invalid 'tools[{k}].function.name': must be 1 to 64 letters, digits, '_' or '-'.", "tools"
+            )
+        if any(t.name == name for t in tools):
+            raise RequestError(f"'tools' names the function {name!r} twice", "tools")
+        description = function.get("description")
+        if description is not None and not isinstance(description, str):
+            raise RequestError(f"'tools[{k}].function.description' must be a string", "tools")
+        parameters = function.get("parameters")
+        if parameters is None:
+            parameters = {"type": "object", "properties": {}}
+        if not isinstance(parameters, dict):
+            raise RequestError(f"'tools[{k}].function.parameters' must be a JSON Schema object", "tools")
+        strict = function.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise RequestError(f"'tools[{k}].function.strict' must be a boolean", "tools")
+        tools.append(Tool(name, description, parameters, bool(strict)))
+    return tools
+
+
+def _tool_choice(body: dict[str, Any], tools: list[Tool]) -> ToolChoice:
+    value = body.get("tool_choice")
+    if value is None:
+        return ToolChoice("auto" if tools else "none")
+    if not tools:
+        raise RequestError(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+            "tool_choice",
+        )
+    if value in ("none", "auto", "required"):
+        return ToolChoice(value)
+    function = value.get("function") if isinstance(value, dict) else None
+    if isinstance(value, dict) and value.get("type") == "function" and isinstance(function, dict):
+        name = function.get("name")
+        if not any(t.name == name for t in tools):
+            raise RequestError(
+                f"Invalid value for 'tool_choice': no function named {name!r} was specified in 'tools'.",
+                "tool_choice",
+            )
+        return ToolChoice("named", str(name))
+    raise RequestError(
+        "'tool_choice' must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}",
+        "tool_choice",
+    )
 
 
 def _content(content: Any, i: int) -> str:
@@ -310,9 +497,8 @@ def _common(body: Any, endpoint: Endpoint) -> dict[str, Any]:
         if not isinstance(options, dict):
             raise RequestError("'stream_options' must be an object", "stream_options")
     include_usage = bool(options and options.get("include_usage"))
-    for unsupported in ("tools", "functions"):
-        if body.get(unsupported):
-            raise RequestError(f"'{unsupported}' is not supported by this server", unsupported)
+    if body.get("functions"):  # the deprecated pre-tools API; every current SDK sends 'tools'
+        raise RequestError("'functions' is not supported by this server; use 'tools'", "functions")
     if body.get("best_of") not in (None, 1):
         raise RequestError("'best_of' is not supported by this server", "best_of")
     return {
@@ -358,6 +544,8 @@ def parse_completion_request(body: Any) -> GenerationRequest:
 def parse_chat_request(body: Any) -> GenerationRequest:
     common = _common(body, "chat")
     messages = _messages(body.get("messages"))
+    tools = _tools(body)
+    tool_choice = _tool_choice(body, tools)
     want = _boolean(body, "logprobs")
     top = _integer(body, "top_logprobs", None, 0, MAX_CHAT_TOP_LOGPROBS)
     if top is not None and not want:
@@ -369,5 +557,9 @@ def parse_chat_request(body: Any) -> GenerationRequest:
         sampling=_sampling(body, chat=True),
         max_tokens=_max_tokens(body, ("max_completion_tokens", "max_tokens"), None),
         logprobs=(top or 0) if want else None,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=_boolean(body, "parallel_tool_calls", False),
+        response_schema=_response_schema(body),
         **common,
     )

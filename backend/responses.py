@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.engine import Event, TokenLogprob
+from backend.reasoning import ChoiceReasoning, ThinkingMarkers
 from backend.requests import GenerationRequest
 from backend.service import Prompt
+from backend.tool_formats import ParsedCall, ToolCallStream
 
 __all__ = ["Choice", "ResponseBuilder"]
 
@@ -36,10 +38,22 @@ class Choice:
     finish_reason: str | None = None
     completion_tokens: int = 0
     started: bool = False
+    tool_stream: ToolCallStream | None = None
+    """Set when the request has tools: splits the text into content and calls."""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning: ChoiceReasoning | None = None
+    """A thinking model's chat choice: its text split into reasoning and content (backend/reasoning.py)."""
 
 
 class ResponseBuilder:
-    def __init__(self, req: GenerationRequest, prompts: list[Prompt], model: str, piece: Any) -> None:
+    def __init__(
+        self,
+        req: GenerationRequest,
+        prompts: list[Prompt],
+        model: str,
+        piece: Any,
+        thinking: ThinkingMarkers | None = None,
+    ) -> None:
         self.req = req
         self.prompts = prompts
         self.model = model
@@ -55,14 +69,29 @@ class ResponseBuilder:
         )
         self.created = int(time.time())
         self.choices = [Choice() for _ in range(len(prompts) * req.n)]
+        if req.tool_format is not None:
+            for choice in self.choices:
+                choice.tool_stream = ToolCallStream(req.tool_format)
+        self.thinking = thinking if chat else None
+        if self.thinking is not None:
+            for index, choice in enumerate(self.choices):
+                choice.reasoning = ChoiceReasoning(self.thinking, self.prompt_of(index).text)
 
     def prompt_of(self, index: int) -> Prompt:
         return self.prompts[index // self.req.n]
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, Any]:
         prompt = sum(len(p.tokens) for p in self.prompts)
         completion = sum(c.completion_tokens for c in self.choices)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        if self.thinking is not None:
+            reasoning = sum(c.reasoning.tokens for c in self.choices if c.reasoning is not None)
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+        return usage
 
     def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -122,12 +151,63 @@ class ResponseBuilder:
             out.append(
                 self._delta(event.index, {"role": "assistant", "content": "", "refusal": None}, role_lp)
             )
+        if choice.tool_stream is not None:
+            return out + self._tool_chunks(choice, event)
         if event.text or event.logprobs:
             lp = {"content": [self._chat_token(t) for t in event.logprobs], "refusal": None} if want else None
-            out.append(self._delta(event.index, {"content": event.text}, lp))
+            split = choice.reasoning
+            delta = (
+                {"content": event.text} if split is None else split.delta(event.text, event.completion_tokens)
+            )
+            if delta or lp is not None:
+                out.append(self._delta(event.index, delta, lp))
         if event.finish_reason is not None:
+            if choice.reasoning is not None and (held := choice.reasoning.end()):
+                out.append(self._delta(event.index, held, None))
             out.append(self._delta(event.index, {}, None, event.finish_reason))
         return out
+
+    def _tool_chunks(self, choice: Choice, event: Event) -> list[dict[str, Any]]:
+        """A tools request's deltas: content while no call has opened, then the calls as OpenAI streams
+        them (``index``; ``id``, ``type`` and ``name`` in the first fragment only; the arguments in
+        pieces), and ``finish_reason: "tool_calls"`` when calls were made."""
+        assert choice.tool_stream is not None
+        out: list[dict[str, Any]] = []
+        content, fragments = choice.tool_stream.feed(event.text) if event.text else ("", [])
+        if event.finish_reason is not None:
+            tail, more = choice.tool_stream.finish()
+            content, fragments = content + tail, fragments + more
+        if content:
+            want = self.req.logprobs is not None
+            lp = {"content": [self._chat_token(t) for t in event.logprobs], "refusal": None} if want else None
+            out.append(self._delta(event.index, {"content": content}, lp))
+        for fragment in fragments:
+            if fragment.name is not None:
+                entry = self._tool_call(choice, ParsedCall(fragment.name, "", fragment.call_id))
+                first = {
+                    "index": fragment.index,
+                    "id": entry["id"],
+                    "type": "function",
+                    "function": {"name": fragment.name, "arguments": ""},
+                }
+                out.append(self._delta(event.index, {"tool_calls": [first]}, None))
+            for piece in _pieces(fragment.arguments) if fragment.arguments else []:
+                delta = {"tool_calls": [{"index": fragment.index, "function": {"arguments": piece}}]}
+                out.append(self._delta(event.index, delta, None))
+        if event.finish_reason is not None:
+            out.append(self._delta(event.index, {}, None, _finish_reason(choice, event.finish_reason)))
+        return out
+
+    def _tool_call(self, choice: Choice, call: ParsedCall) -> dict[str, Any]:
+        """The OpenAI entry for a call, kept on the choice (its position is its ``index``)."""
+        assert self.req.tool_format is not None
+        entry = {
+            "id": call.id or self.req.tool_format.new_call_id(),
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        choice.tool_calls.append(entry)
+        return entry
 
     def _delta(
         self, index: int, delta: dict[str, Any], logprobs: Any, finish: str | None = None
@@ -149,9 +229,13 @@ class ResponseBuilder:
         choice.logprobs += event.logprobs
         if event.prompt_logprobs is not None:
             choice.prompt_logprobs = event.prompt_logprobs
+        if choice.reasoning is not None:
+            choice.reasoning.delta(event.text, event.completion_tokens)
         if event.finish_reason is not None:
             choice.finish_reason = event.finish_reason
             choice.completion_tokens = event.completion_tokens
+            if choice.reasoning is not None:
+                choice.reasoning.end()
 
     def body(self) -> dict[str, Any]:
         choices = []
@@ -162,12 +246,26 @@ class ResponseBuilder:
                     if self.req.logprobs is not None
                     else None
                 )
+                message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": None}
+                if self.req.tool_format is not None:
+                    parsed = self.req.tool_format.parse(c.text, final=True)
+                    for call in parsed.calls:
+                        self._tool_call(c, call)
+                    if c.tool_calls:
+                        message["content"] = parsed.content or None
+                        message["tool_calls"] = c.tool_calls
+                    else:
+                        message["content"] = parsed.content
+                elif c.reasoning is not None:
+                    message["content"] = "".join(c.reasoning.content)
+                    if c.reasoning.reasoning:
+                        message["reasoning_content"] = "".join(c.reasoning.reasoning)
                 choices.append(
                     {
                         "index": i,
-                        "message": {"role": "assistant", "content": c.text, "refusal": None},
+                        "message": message,
                         "logprobs": lp,
-                        "finish_reason": c.finish_reason or "stop",
+                        "finish_reason": _finish_reason(c, c.finish_reason or "stop"),
                     }
                 )
             else:
@@ -226,3 +324,17 @@ class ResponseBuilder:
                 {"token": alt, "logprob": _lp(lp), "bytes": list(raw)} for alt, raw, lp in t.top
             ],
         }
+
+
+_PIECE = 24
+
+
+def _pieces(arguments: str) -> list[str]:
+    """Arguments in fragments of at most ``_PIECE`` characters, as OpenAI streams them (clients must
+    join them; some forget to): a call handed out whole is not sent as one block either."""
+    return [arguments[i : i + _PIECE] for i in range(0, len(arguments), _PIECE)]
+
+
+def _finish_reason(choice: Choice, reason: str) -> str:
+    """``tool_calls`` when the answer made calls and ended by itself (a cut-off answer stays ``length``)."""
+    return "tool_calls" if choice.tool_calls and reason == "stop" else reason

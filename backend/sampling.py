@@ -1,15 +1,21 @@
 """One llama.cpp sampler chain per sequence, built from :class:`SamplingParams`.
 
-The chain order follows llama.cpp's common sampler (bias, penalties, truncation, temperature, draw);
-the grammar goes first so every later stage only sees tokens the grammar allows.
+The chain order follows llama.cpp's common sampler (bias, penalties, truncation, temperature, draw).
+A grammar is kept beside the chain, not in it, and applied as llama.cpp's common sampler does: the
+chain draws from the whole vocabulary, the grammar checks only the drawn token, and only when it refuses
+that token is the grammar applied to every candidate and the draw made again. Applying a grammar to all
+of Gemma 3's 262,144 tokens at every step would cost more than the forward pass of a 270M model; the
+check of one token costs next to nothing (bench/grammar_cost.py measures both ways).
 """
 
 from __future__ import annotations
 
+import ctypes
 import random
 from typing import Any
 
 import llama_cpp as ll
+import numpy as np
 
 from backend.requests import RequestError, SamplingParams
 
@@ -24,14 +30,13 @@ class Sampler:
     def __init__(self, vocab: Any, params: SamplingParams, *, eog_tokens: list[int], seed_offset: int = 0):
         n_vocab = int(ll.llama_vocab_n_tokens(vocab))
         self.chain: Any = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        self.grammar: Any = None
+        self.n_vocab = n_vocab
         self.greedy = params.temperature <= 0.0 and params.mirostat == 0
         seed = (params.seed + seed_offset) & 0xFFFFFFFF if params.seed is not None else random.getrandbits(32)
         try:
             if params.grammar is not None:
-                grammar = ll.llama_sampler_init_grammar(vocab, params.grammar.encode(), b"root")
-                if not grammar:
-                    raise RequestError("'grammar' could not be parsed as GBNF with a 'root' rule", "grammar")
-                self._add(grammar)
+                self.grammar = _grammar_sampler(vocab, params.grammar, params.grammar_triggers)
             self._add_bias(n_vocab, params, eog_tokens)
             if params.repeat_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
                 self._add(
@@ -85,9 +90,54 @@ class Sampler:
 
     def sample(self, ctx: Any, index: int) -> int:
         """Draw (and accept) a token from the logits of batch row ``index``."""
-        return int(ll.llama_sampler_sample(self.chain, ctx, index))
+        if self.grammar is None:
+            return int(ll.llama_sampler_sample(self.chain, ctx, index))
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,))
+        token = self._draw(logits, constrained=False)
+        one = (ll.llama_token_data * 1)(ll.llama_token_data(token, 0.0, 0.0))
+        ll.llama_sampler_apply(self.grammar, ctypes.byref(ll.llama_token_data_array(one, 1, -1, False)))
+        if one[0].logit == float("-inf"):
+            token = self._draw(logits, constrained=True)
+        ll.llama_sampler_accept(self.grammar, token)
+        ll.llama_sampler_accept(self.chain, token)
+        return token
+
+    def _draw(self, logits: Any, *, constrained: bool) -> int:
+        """The chain's pick over every token (after the grammar when ``constrained``), not accepted yet."""
+        data = np.empty(self.n_vocab, dtype=_TOKEN_DATA)
+        data["id"] = np.arange(self.n_vocab, dtype=np.int32)
+        data["logit"] = logits
+        data["p"] = 0.0
+        array = ll.llama_token_data_array(
+            data.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)), self.n_vocab, -1, False
+        )
+        if constrained:
+            ll.llama_sampler_apply(self.grammar, ctypes.byref(array))
+        ll.llama_sampler_apply(self.chain, ctypes.byref(array))
+        if array.selected < 0:
+            raise RuntimeError("the sampler chain selected no token")
+        return int(array.data[array.selected].id)  # a stage may have reordered the candidates
 
     def close(self) -> None:
         if self.chain is not None:
             ll.llama_sampler_free(self.chain)
             self.chain = None
+        if self.grammar is not None:
+            ll.llama_sampler_free(self.grammar)
+            self.grammar = None
+
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
+def _grammar_sampler(vocab: Any, gbnf: str, triggers: tuple[str, ...]) -> Any:
+    if triggers:
+        patterns = (ctypes.c_char_p * len(triggers))(*(t.encode() for t in triggers))
+        sampler = ll.llama_sampler_init_grammar_lazy_patterns(
+            vocab, gbnf.encode(), b"root", patterns, len(triggers), None, 0
+        )
+    else:
+        sampler = ll.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+    if not sampler:
+        raise RequestError("'grammar' could not be parsed as GBNF with a 'root' rule", "grammar")
+    return sampler

@@ -23,6 +23,7 @@ from backend.engine import Engine, Event, Job
 from backend.loading import LoadedModel, LoadOptions, load_model
 from backend.requests import GenerationRequest, PromptPart, RequestError
 from backend.sampling import Sampler
+from backend.tool_formats import Generic, ToolFormat, detect_format
 
 __all__ = ["Backend", "Prompt", "quiet_llama_log"]
 
@@ -54,12 +55,13 @@ class Backend:
             eos_token=self.vocab.piece_special(self.vocab.eos),
             has_token=lambda text: len(self.vocab.tokenize(text, add_special=False)) == 1,
         )
+        self.tool_format: ToolFormat = detect_format(self.template.source)
 
     # ---- prompts -----------------------------------------------------------------------------------
 
     def prompts(self, req: GenerationRequest) -> list[Prompt]:
         if req.endpoint == "chat":
-            text = self.template.render(req.messages)
+            text = self._chat_prompt(req)
             # Most templates write the BOS themselves; adding another would double it.
             bos_text = self.vocab.piece_special(self.vocab.bos) if self.vocab.add_bos else ""
             tokens = self.vocab.tokenize(text, add_special=not bos_text or not text.startswith(bos_text))
@@ -87,6 +89,33 @@ class Backend:
                     code="context_length_exceeded",
                 )
         return prompts
+
+    def _chat_prompt(self, req: GenerationRequest) -> str:
+        """The prompt, and for a request with tools the format that reads the answer and its grammar."""
+        if not req.tools or req.tool_choice.mode == "none":
+            return self.template.render(req.messages)  # 'none': the model is not shown the tools at all
+        fmt = self.tool_format
+        if req.sampling.grammar is not None and not (isinstance(fmt, Generic) and req.response_schema):
+            raise RequestError(
+                "'tools' cannot be combined with 'grammar', 'json_schema' or (with this model's "
+                f"{fmt.name} tool-call format) 'response_format'",
+                "tools",
+            )
+        plan = fmt.grammar(req.tools, req.tool_choice, req.parallel_tool_calls, req.response_schema)
+        if plan is not None:
+            req.sampling.grammar = plan.gbnf
+            req.sampling.grammar_triggers = plan.triggers
+        req.tool_format = fmt
+        system = None
+        if isinstance(fmt, Generic):
+            system = fmt.system_prompt(
+                req.tools,
+                req.tool_choice,
+                req.parallel_tool_calls,
+                req.response_schema,
+                template_knows_tools=self.template.knows_tools,
+            )
+        return self.template.render(req.messages, tools=[t.to_openai() for t in req.tools], system=system)
 
     def _completion_prompt(self, parts: list[PromptPart], suffix: str | None) -> Prompt:
         tokens: list[int] = []

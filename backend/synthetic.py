@@ -48,6 +48,36 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+HERMES_TOOLS_TEMPLATE = (
+    # ChatML with tools as Qwen 2.5 and Hermes 2 Pro templates show them: the tool list in the system turn,
+    # calls in <tool_call> tags, tool answers in <tool_response> tags.
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "You may call functions. Their signatures, in <tools></tools>:\n<tools>"
+    "{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n"
+    "Answer a call as a JSON object with its name and arguments in <tool_call></tool_call> tags."
+    "<|im_end|>\n"
+    "{% elif messages[0]['role'] == 'system' %}"
+    "<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' and loop.first %}"
+    "{% elif message['role'] == 'assistant' %}"
+    "<|im_start|>assistant\n{{ message['content'] }}"
+    "{% for call in message['tool_calls'] or [] %}"
+    '<tool_call>\n{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}'
+    "\n</tool_call>"
+    "{% endfor %}<|im_end|>\n"
+    "{% elif message['role'] == 'tool' %}"
+    "<|im_start|>user\n<tool_response>\n{{ message['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A tool-capable template (Hermes/Qwen ``<tool_call>`` format) for end-to-end tests of tool calling."""
+
 # Token ids of the special tokens: fixed so tests and users can rely on them.
 UNK, BOS, EOS, IM_START, IM_END, FIM_PRE, FIM_SUF, FIM_MID = range(8)
 _SPECIAL_TOKENS = (
@@ -88,6 +118,7 @@ class SyntheticSpec:
     n_expert_used: int = 2
     n_ctx_train: int = 2048
     seed: int = 0
+    chat_template: str = CHATML_TEMPLATE
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -235,7 +266,7 @@ def _write_metadata(writer: GGUFWriter, spec: SyntheticSpec, ftype: LlamaFileTyp
     writer.add_uint32("tokenizer.ggml.fim_mid_token_id", FIM_MID)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    writer.add_chat_template(spec.chat_template)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

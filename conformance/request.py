@@ -8,6 +8,11 @@ is refused by OpenAI with 400 ``invalid_parameter_combination`` ("Setting 'max_t
 'max_completion_tokens' at the same time is not supported.", param ``max_tokens``), which
 :attr:`Request.limit_conflict` records for the acceptance rules.
 
+Tools, ``tool_choice``, ``parallel_tool_calls`` and ``response_format`` are read here too (issue 20): each
+function's ``parameters`` schema by name, the ``tool_choice`` mode (OpenAI's default with tools is
+``auto``) and the ``json_schema`` schema, which the tool-use and structured-output rules hold a response
+to, in ``check``, in ``validate`` and in the proxy alike.
+
 A Responses request (``POST /v1/responses``, openapi.yaml ``CreateResponse``) is read into the same model:
 its limit is ``max_output_tokens``, its prompt ``instructions`` and the text of its ``input`` (a string, or
 items whose ``content`` is a string or ``input_text``/``output_text`` parts), its structured output
@@ -90,8 +95,9 @@ def input_texts(body: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def function_schemas(tools: Any) -> Mapping[str, Any]:
-    """Each function tool's ``parameters`` schema by name, from chat's ``{"type": "function", "function":
-    {...}}`` or the Responses API's flat ``{"type": "function", "name", "parameters"}``."""
+    """Each function tool's ``parameters`` schema by name (``{}``, anything, when it has none), from chat's
+    ``{"type": "function", "function": {...}}`` or the Responses API's flat ``{"type": "function", "name",
+    "parameters"}``: what the tool-call rules validate a call's arguments against."""
     schemas: dict[str, Any] = {}
     for tool in tools if isinstance(tools, list) else ():
         if not isinstance(tool, Mapping) or tool.get("type") != "function":
@@ -100,7 +106,8 @@ def function_schemas(tools: Any) -> Mapping[str, Any]:
         function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else tool
         name = function.get("name")
         if isinstance(name, str):
-            schemas[name] = function.get("parameters")
+            parameters = function.get("parameters")
+            schemas[name] = parameters if isinstance(parameters, Mapping) else {}
     return schemas
 
 
@@ -163,8 +170,10 @@ class Request:
     tool_choice: Any = None
     response_format: Any = None
     """Chat's ``response_format``, or a Responses request's ``text.format``."""
-    functions: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    """Each function tool's ``parameters`` JSON Schema by the function's name."""
+    tool_schemas: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Each function tool's ``parameters`` schema by function name (see :func:`function_schemas`)."""
+    parallel_tool_calls: bool | None = None
+    """``parallel_tool_calls`` when set: ``false`` allows at most one call per turn."""
 
     @classmethod
     def from_body(cls, endpoint: Endpoint | None, body: Mapping[str, Any]) -> Request:
@@ -183,6 +192,7 @@ class Request:
         prompts, texts, token_ids = _prompts(body.get("prompt"))
         messages = body.get("messages")
         tools = body.get("tools")
+        parallel = body.get("parallel_tool_calls")
         model = body.get("model")
         return cls(
             known=True,
@@ -209,13 +219,14 @@ class Request:
             tools=len(tools) if isinstance(tools, list) else 0,
             tool_choice=body.get("tool_choice"),
             response_format=body.get("response_format"),
-            functions=function_schemas(tools),
+            tool_schemas=function_schemas(tools),
+            parallel_tool_calls=parallel if isinstance(parallel, bool) else None,
         )
 
     @classmethod
     def _from_responses_body(cls, body: Mapping[str, Any]) -> Request:
         model, tools, text = body.get("model"), body.get("tools"), body.get("text")
-        given = body.get("input")
+        given, parallel = body.get("input"), body.get("parallel_tool_calls")
         return cls(
             known=True,
             endpoint="responses",
@@ -228,7 +239,8 @@ class Request:
             tools=len(tools) if isinstance(tools, list) else 0,
             tool_choice=body.get("tool_choice"),
             response_format=text.get("format") if isinstance(text, Mapping) else None,
-            functions=function_schemas(tools),
+            tool_schemas=function_schemas(tools),
+            parallel_tool_calls=parallel if isinstance(parallel, bool) else None,
         )
 
     @classmethod
@@ -289,6 +301,36 @@ class Request:
         return n if self.prompts == 1 else f"{n} for each of {self.prompts} prompts"
 
     @property
+    def tool_choice_mode(self) -> str | None:
+        """``none``, ``auto``, ``required`` or ``function`` (a named function) for a request with tools;
+        OpenAI's default is ``auto`` with tools. None without tools or for a value it refuses."""
+        if not self.tools:
+            return None
+        choice = self.tool_choice
+        if choice is None:
+            return "auto"
+        if choice in ("none", "auto", "required"):
+            return str(choice)
+        return "function" if self.tool_choice_function is not None else None
+
+    @property
+    def tool_choice_function(self) -> str | None:
+        """The function a named ``tool_choice`` forces: chat's ``{"type": "function", "function": {"name"}}``
+        or the Responses API's flat ``{"type": "function", "name"}``."""
+        choice = self.tool_choice
+        nested = choice.get("function") if isinstance(choice, Mapping) else None
+        function = nested if isinstance(nested, Mapping) else choice
+        name = function.get("name") if isinstance(function, Mapping) else None
+        return name if isinstance(name, str) else None
+
+    @property
+    def response_format_type(self) -> str | None:
+        """``text``, ``json_object`` or ``json_schema`` (None when unset or not an object with a type)."""
+        fmt = self.response_format
+        kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+        return kind if isinstance(kind, str) else None
+
+    @property
     def features(self) -> tuple[str, ...]:
         """The optional features the request uses: a server may decline them with a clean 4xx."""
         used = {
@@ -302,5 +344,6 @@ class Request:
             "tools": self.tools > 0,
             "response_format": isinstance(self.response_format, Mapping)
             and self.response_format.get("type") not in (None, "text"),
+            "reasoning_effort": self.body is not None and self.body.get("reasoning_effort") is not None,
         }
         return tuple(name for name, on in used.items() if on)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conformance.openai_errors import error_body
+from conformance.responses_state import (
+    ResponseStore,
+    delete_response,
+    input_items,
+    list_input_items,
+    previous_items,
+    retrieve_response,
+    store_of,
+)
 from conformance.responses_translation import TranslationError, translate_request
 
 from . import jsoncodec
@@ -37,7 +47,7 @@ from .passthrough import connection_options, has_dot_segment, relay
 from .request_sources import SourceBuilder, fan_out_prompts
 from .request_validation import parse_json_object, parse_request, validate_request
 from .respond import HeldResponse, serve_source
-from .responses import NativeResponses, ResponsesOutput, serve_native
+from .responses import NativeResponses, ResponsesOutput, StoredAs, serve_native
 from .served_names import ServedNames, served_name
 from .source import Source
 from .upstream import Upstream
@@ -86,6 +96,7 @@ class _Context:
     metrics: Metrics
     names: ServedNames
     responses: NativeResponses
+    store: ResponseStore
 
 
 def _error(message: str, status: int, code: str | None = None, param: str | None = None) -> JSONResponse:
@@ -172,7 +183,9 @@ async def _prepared(
     """The source that answers a validated completion ``body``, and what the request asks for; or the
     response that refuses it. Every route that generates goes through here (``/v1/responses`` too)."""
     exchange = exchange_of(request.scope)
-    info = RequestInfo.from_body(endpoint, body, alias=ctx.config.model_alias)
+    info = RequestInfo.from_body(
+        endpoint, body, alias=ctx.config.model_alias, reasoning_field=ctx.config.reasoning_field
+    )
     if ctx.config.fan_out and (refused := _fan_out_refused(endpoint, body, info, ctx.config.max_fan_out)):
         return refused
     body = fitted_request(ctx.upstream.traits, body, info)
@@ -213,7 +226,14 @@ async def _responses(ctx: _Context, request: Request) -> Response:
     if await ctx.responses.native(ctx.upstream):
         return await _native_responses(ctx, request, raw)
     try:
-        translation = translate_request(parse_json_object(raw))
+        asked = parse_json_object(raw)
+    except ProxyError as exc:
+        return JSONResponse(exc.body, status_code=exc.status)
+    previous = await previous_items(ctx.store, asked)  # the conversation previous_response_id names
+    if isinstance(previous, Response):
+        return previous
+    try:
+        translation = translate_request(asked, previous)
         validate_request("chat", translation.chat)
     except TranslationError as refused:
         return _error(refused.message, refused.status, refused.code, refused.param)
@@ -223,7 +243,7 @@ async def _responses(ctx: _Context, request: Request) -> Response:
     if isinstance(prepared, Response):
         return prepared
     source, info = prepared
-    output = ResponsesOutput(translation, info.model)
+    output = ResponsesOutput(translation, info.model, ctx.store, [*previous, *input_items(asked)])
 
     async def run(send: Send) -> None:
         config = ctx.config
@@ -373,15 +393,25 @@ async def _native_responses(ctx: _Context, request: Request, raw: bytes) -> Resp
         asked = parse_json_object(raw)
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
+    # State is the proxy's here too: the upstream's ids never reach the client (each Response gets the
+    # proxy's own), so its store could not be named; a continuation is sent as the whole conversation.
+    previous = await previous_items(ctx.store, asked)
+    if isinstance(previous, Response):
+        return previous
+    items = [*previous, *input_items(asked)]
+    if "previous_response_id" in asked:
+        forwarded = {k: v for k, v in asked.items() if k != "previous_response_id"}
+        raw = jsoncodec.dumps({**forwarded, "input": items})
     raw, _ = await _with_served_model(ctx, raw, "json")
     model = asked.get("model")
     shown = ctx.config.model_alias or (clean_model_name(model) if isinstance(model, str) and model else None)
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     headers.append((b"content-type", b"application/json"))
-    upstream, secret = ctx.upstream, ctx.config.upstream_api_key
+    upstream, secret, store = ctx.upstream, ctx.config.upstream_api_key, ctx.store
 
     async def run(send: Send) -> None:
-        await serve_native(send, upstream, raw, asked, headers, exchange, shown, secret)
+        stored = StoredAs(store, items)
+        await serve_native(send, upstream, raw, asked, headers, exchange, shown, secret, stored)
 
     return HeldResponse(run, exchange)
 
@@ -404,6 +434,20 @@ async def _with_served_model(
     if served == model or not isinstance(served, str) or not isinstance(model, str):
         return raw, None
     return jsoncodec.dumps({**body, "model": served}), (served, model)
+
+
+async def _stored_response(ctx: _Context, request: Request) -> Response:
+    """``GET`` and ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``: answered from
+    the response store (conformance/responses_state/), never the upstream's."""
+    exchange_of(request.scope).endpoint = "responses"
+    if not _authorized(request, ctx.config.api_key):
+        return _error("invalid or missing API key", 401, "invalid_api_key")
+    response_id = request.path_params["response_id"]
+    if request.url.path.endswith("/input_items"):
+        return await list_input_items(ctx.store, response_id, request.query_params)
+    if request.method == "DELETE":
+        return await delete_response(ctx.store, response_id)
+    return await retrieve_response(ctx.store, response_id, request.query_params)
 
 
 async def _health(_: Request) -> Response:
@@ -433,6 +477,8 @@ _COMPLETION_PATHS: dict[str, Endpoint] = {
 }
 _RESPONSES_PATHS = frozenset({"/v1/responses", "/v1/responses/"})
 _GENERATING_PATHS = _RESPONSES_PATHS | frozenset(_COMPLETION_PATHS)
+_STORED_RESPONSE = re.compile(r"/v1/responses/[^/]+")
+_STORED_INPUT_ITEMS = re.compile(r"/v1/responses/[^/]+/input_items")
 _LISTING_TIMEOUT = 10.0  # seconds for the upstream's /v1/models, within the first-byte timeout
 _MAX_LISTING = 8 * 1024 * 1024
 
@@ -444,6 +490,10 @@ def _own_methods(path: str) -> str | None:
     if path in _RESPONSES_PATHS:
         return "POST"
     if path.rstrip("/") == "/v1/models" or path.startswith("/v1/models/"):
+        return "GET, HEAD"
+    if _STORED_RESPONSE.fullmatch(path):
+        return "GET, HEAD, DELETE"
+    if _STORED_INPUT_ITEMS.fullmatch(path):
         return "GET, HEAD"
     return None
 
@@ -528,7 +578,8 @@ def create_app(config: ProxyConfig) -> Starlette:
     upstream = Upstream(config)
     adapter = OpenAIAdapter(config.default_max_tokens, upstream.traits)
     names = ServedNames(upstream, config.model_alias)
-    ctx = _Context(config, upstream, adapter, metrics, names, NativeResponses(config.responses))
+    store = store_of(config)
+    ctx = _Context(config, upstream, adapter, metrics, names, NativeResponses(config.responses), store)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -537,12 +588,15 @@ def create_app(config: ProxyConfig) -> Starlette:
             yield
         finally:
             await ctx.upstream.aclose()
+            await store.aclose()
             metrics.retire()
 
     routes = [
         Route("/v1/models", partial(_models, ctx), methods=["GET"]),
         Route("/v1/models/", partial(_models, ctx), methods=["GET"]),
         Route("/v1/models/{model:path}", partial(_model, ctx), methods=["GET"]),
+        Route("/v1/responses/{response_id}/input_items", partial(_stored_response, ctx), methods=["GET"]),
+        Route("/v1/responses/{response_id}", partial(_stored_response, ctx), methods=["GET", "DELETE"]),
         Route("/health", _health, methods=["GET"]),
         Route("/metrics", partial(_metrics, ctx), methods=["GET"]),
         Route(

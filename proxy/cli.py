@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import httpx
 
 from conformance.cli import CommandError
+from conformance.responses_state import opened_store
 from conformance.settings import add_settings
 
 from .config import SERVE_SETTINGS, UpstreamKind, proxy_config
@@ -134,13 +135,14 @@ def run(args: argparse.Namespace) -> int:
     if args.upstream:
         _upstream_url(args.upstream)
     _check_can_listen(args.host, args.port)
+    store = str(opened_store(args, "serve").path)  # every worker opens this one
     with contextlib.ExitStack() as stack:
         upstream = args.upstream or stack.enter_context(_backend(args.model))
         # The bundled backend is known: no /props probe, which it answered 404 in its log.
         kind: UpstreamKind = (
             "openai" if not args.upstream and args.upstream_kind == "auto" else args.upstream_kind
         )
-        config = proxy_config(args, upstream=upstream, upstream_kind=kind)
+        config = proxy_config(args, upstream=upstream, upstream_kind=kind, responses_store=store)
         workers = f" ({args.workers} workers)" if args.workers > 1 else ""
         if not args.upstream and not args.model:
             print(_BASE_MODEL_NOTE, file=sys.stderr, flush=True)

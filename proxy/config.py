@@ -11,6 +11,12 @@ import argparse
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from conformance.responses_state.settings import (
+    RESPONSES_STORE,
+    RESPONSES_STORE_MAX_AGE,
+    RESPONSES_STORE_MAX_BYTES,
+    RESPONSES_STORE_SETTINGS,
+)
 from conformance.settings import (
     Setting,
     boolean,
@@ -39,6 +45,7 @@ ResponsesMode = Literal["translate", "native", "auto"]
 RESPONSES_MODES: tuple[ResponsesMode, ...] = ("translate", "native", "auto")
 UPSTREAM_KINDS: tuple[UpstreamKind, ...] = ("auto", "openai", "llamacpp")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 # The variables that carry keys: kept out of what worker processes inherit.
 KEY_VARIABLES = (variable("API_KEY"), variable("UPSTREAM_API_KEY"))
@@ -179,6 +186,13 @@ LOG_LEVEL = Setting(
     "level of the access log and of serve's own messages",
     choices=LOG_LEVELS,
 )
+REASONING_FIELD = Setting(
+    "reasoning_field",
+    one_of(REASONING_FIELDS),
+    "reasoning_content",
+    "the field a reasoning model's thinking is sent in, whichever name the upstream uses (Q39)",
+    choices=REASONING_FIELDS,
+)
 
 SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     UPSTREAM,
@@ -202,7 +216,9 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     MAX_CONNECTIONS,
     WORKERS,
     SHUTDOWN_TIMEOUT,
+    REASONING_FIELD,
     MODEL,
+    *RESPONSES_STORE_SETTINGS,
     LOG_LEVEL,
 )
 
@@ -232,6 +248,11 @@ class ProxyConfig:
     max_fan_out: int = MAX_FAN_OUT.default
     max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS.default
     shutdown_timeout: float = SHUTDOWN_TIMEOUT.default
+    reasoning_field: str = REASONING_FIELD.default
+    responses_store: str | None = RESPONSES_STORE.default
+    """None: ``default_store_path()``; ``serve`` resolves it before it starts workers."""
+    responses_store_max_bytes: int = RESPONSES_STORE_MAX_BYTES.default
+    responses_store_max_age: float = RESPONSES_STORE_MAX_AGE.default
 
     @property
     def upstream_base(self) -> str:

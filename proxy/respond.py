@@ -57,13 +57,14 @@ class Output:
     def events(self, chunks: list[dict[str, Any]]) -> bytes:
         return _events(chunks)
 
-    def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
         """The stream's last body part: its end, or the error body that broke it off."""
         # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
         return DONE_EVENT if failure is None else encode_data(_dumps(failure))
 
-    def body(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The JSON body for a whole answer."""
+    async def body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The JSON body for a whole answer. ``tail`` and ``body`` may wait (a Response is stored
+        before the client gets its end: proxy/responses/output.py); the per-chunk methods do not."""
         return body
 
 
@@ -233,12 +234,12 @@ async def _send_body(
     exchange.take_usage(usage)
     if not request.stream:
         exchange.mark_first_token()
-        await send_json(send, 200, output.body(body))
+        await send_json(send, 200, await output.body(body))
         return
     exchange.record(["seed002-stream"])
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
-    events = output.opening(synthesize_chunks(body, request)) + output.tail(None, usage)
+    events = output.opening(synthesize_chunks(body, request)) + await output.tail(None, usage)
     await send({"type": "http.response.body", "body": events})
 
 
@@ -329,7 +330,7 @@ async def _stream(
             exchange.take_error(failure)
         usage = source.usage
         exchange.take_usage(usage)
-        await writer.close(output.tail(None if failure is None else failure.body, usage))
+        await writer.close(await output.tail(None if failure is None else failure.body, usage))
     finally:
         writer.cancel()
 
@@ -362,4 +363,4 @@ async def _aggregate(
     body = aggregator.result(source.usage)
     exchange.take_usage(body.get("usage"))
     exchange.mark_first_token()
-    await send_json(send, 200, output.body(body))
+    await send_json(send, 200, await output.body(body))

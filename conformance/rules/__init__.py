@@ -16,9 +16,12 @@ from conformance.rules import (
     identity,
     logprobs,
     logprobs_text,
+    reasoning,
     stop,
+    structured_output,
     text_lost,
     tool_calls,
+    tool_use,
     usage,
     usage_truth,
     zero_limit,
@@ -79,6 +82,7 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
     chat_deltas.delta_empty,
     tool_calls.tool_call_fragments,
     tool_calls.tool_calls_finish,
+    reasoning.reasoning_field,
     logprobs.legacy_logprobs_shape,
     logprobs.logprobs_present,
     logprobs.logprob_sentinel,
@@ -96,6 +100,7 @@ CHOICE_RULES: tuple[ChoiceRule, ...] = (
 REQUEST_CHOICE_RULES: tuple[tuple[Callable[[Request], bool], ChoiceRule], ...] = (
     (lambda request: request.logprobs, logprobs.chat_top_count),
     (lambda request: request.known and request.max_tokens == 0, zero_limit.generated_past_zero),
+    (tool_use.wants_content, tool_use.collect_content),
 )
 
 
@@ -112,6 +117,12 @@ RESPONSE_RULES: tuple[EndRule, ...] = (
     usage_truth.stop_at_limit,
     usage_truth.usage_below_length,
     usage_truth.prompt_tokens_short,
+    tool_use.tool_arguments,
+    tool_use.tool_choice_honoured,
+    tool_use.parallel_off,
+    tool_use.finish_without_calls,
+    tool_use.tool_call_in_content,
+    structured_output.json_content,
 )
 END_RULES: tuple[EndRule, ...] = (
     framing.done_missing,

@@ -89,7 +89,7 @@ def request_acceptance(ctx: Context) -> None:
     if not request.known or status is None:
         return
     if route_missing(ctx):
-        ctx.warn("feature-unsupported", f"the server has no /v1/responses (HTTP {status})", quirk="spec")
+        ctx.warn("feature-unsupported", f"the server has no /v1/responses (HTTP {status})")
         return
     why = refusal(request)
     if why is not None:

@@ -11,9 +11,11 @@ from conformance.rules import (
     identity,
     logprobs,
     logprobs_text,
+    reasoning,
     stop,
     text_lost,
     tool_calls,
+    tool_use,
     usage,
     zero_limit,
 )
@@ -56,6 +58,8 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
         stop.stop_ignored(ctx, None, pos, choice, state)
         tool_calls_finish_body(ctx, pos, choice)
         _tool_call_ids(ctx, pos, choice, state)
+        tool_use.collect_body(ctx, pos, choice, state)
+        reasoning.reasoning_field(ctx, None, pos, choice, state)
         text_lost.choice_output(ctx, None, pos, choice, state)
     zero_limit.zero_limit_end(ctx)
     n = ctx.request.choices

@@ -36,6 +36,10 @@ class ToolCallState:
     has_id: bool = False
     has_name: bool = False
     has_type: bool = False
+    name: str | None = None
+    """The function name the call's first fragment (or the message) gave."""
+    arguments: list[str] = field(default_factory=list)
+    """The ``arguments`` fragments in order: joined, one JSON object (rules/tool_use.py)."""
 
 
 @dataclass(slots=True)
@@ -63,6 +67,8 @@ class ChoiceState:
     """UTF-8 length of a completion choice's text so far: the most any offset or token can cover."""
     legacy: LegacyLogprobsExtent | None = None
     """How far the choice's legacy logprobs reach, once it carried some."""
+    content: list[str] = field(default_factory=list)
+    """The chat content in pieces, kept only where a rule reads it whole (tools, a JSON response format)."""
 
 
 @dataclass(slots=True)
@@ -136,6 +142,8 @@ class Context:
         """Bytes of the response body read."""
         self.error_object: dict[str, Any] | None = None
         """The ``error`` object of an error body."""
+        self.reasoning_keys: set[str] = set()
+        """The keys reasoning text came under (``reasoning_content``, ``reasoning``; Q39)."""
         self.responses: ResponsesState | None = None
         """A Responses API answer's state (events, items, the final Response), once one was seen."""
 

@@ -16,6 +16,11 @@ whether OpenAI accepts it) is judged from the request for every response, not he
 - ``unknown-model``: a model the server does not have: OpenAI answers 404 ``model_not_found``; a
   one-model server that serves any name only warns.
 - ``hang-up``: the client closed the connection on purpose: the stream's end is not judged.
+- ``two-calls``: a request that asks for two tool calls in one turn (``parallel_tool_calls``): served,
+  and a warning where the model made fewer (it may choose to; what each call says is judged from the
+  request by rules/tool_use.py).
+- ``reasoning``: a request to a reasoning model: served, its reasoning shown under ``reasoning_content``
+  (rules/reasoning.py).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Callable
 
 from conformance.rules.acceptance import declined_feature
 from conformance.rules.context import Context
+from conformance.rules.reasoning import reasoning_shown
 from conformance.rules.responses import limit_reached
 
 __all__ = ["CONTEXT_OVERFLOW_INTENT", "HANG_UP", "INTENTS", "intent_findings"]
@@ -99,6 +105,25 @@ def unknown_model(ctx: Context) -> None:
         )
 
 
+def two_calls(ctx: Context) -> None:
+    success(ctx)
+    if ctx.status != 200:
+        return
+    for state in ctx.choices.values():
+        if len(state.tool_calls) < 2:
+            ctx.warn(
+                "parallel-calls-fewer",
+                f"two calls in one turn were asked for; choice {state.index} made {len(state.tool_calls)}",
+                pointer=f"/choices/{state.index}",
+                quirk="spec",
+            )
+
+
+def reasoning(ctx: Context) -> None:
+    success(ctx)
+    reasoning_shown(ctx)
+
+
 def hang_up(ctx: Context) -> None:
     """Nothing to judge beyond the stream read so far; the judge leaves its end alone."""
 
@@ -109,6 +134,8 @@ INTENTS: dict[str, Callable[[Context], None]] = {
     CONTEXT_OVERFLOW_INTENT: context_overflow,
     "unknown-model": unknown_model,
     HANG_UP: hang_up,
+    "two-calls": two_calls,
+    "reasoning": reasoning,
 }
 
 

@@ -22,12 +22,16 @@ events by ``output_index`` and ``content_index``):
 - OpenAI's Responses streams name each event on an ``event:`` line equal to its ``type`` (unlike its chat
   streams, which carry only data lines); openai-python reads the type from the data.
 
+Deltas are not kept: each part's joined text is held as its length, a SHA-256 and its first characters
+(:class:`Joined`), so a long stream costs the memory of its items, not of its text.
+
 llama-server's native ``/v1/responses`` (clients.md) lacked ``sequence_number``, ``output_index`` and
 ``content_index``: the schema reports them missing and the index rules stay quiet on what is absent.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,18 +111,45 @@ def event_schema(kind: Any) -> str:
     return f"response_stream_event#/$defs/{name}"
 
 
+_HEAD = 60
+"""Characters of a joined text kept to show in a finding."""
+
+
+class Joined:
+    """Deltas joined, as far as judging needs them: whether a text equals them, and their start."""
+
+    __slots__ = ("_digest", "deltas", "head", "length")
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self.head = ""
+        self.length = 0
+        self.deltas = 0
+
+    def add(self, delta: str) -> None:
+        self._digest.update(delta.encode("utf-8", "surrogatepass"))
+        self.length += len(delta)
+        self.deltas += 1
+        if len(self.head) < _HEAD:
+            self.head = (self.head + delta)[:_HEAD]
+
+    def equals(self, text: str) -> bool:
+        if len(text) != self.length:
+            return False
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() == self._digest.digest()
+
+    def shown(self) -> str:
+        return repr(self.head) if self.length <= _HEAD else f"{self.head!r}... ({self.length} characters)"
+
+
 @dataclass(slots=True)
 class PartState:
     """One content part (or reasoning summary part) of an item: its text as the deltas built it."""
 
     event: int
     kind: str | None
-    deltas: list[str] = field(default_factory=list)
+    text: Joined = field(default_factory=Joined)
     done: bool = False
-
-    @property
-    def text(self) -> str:
-        return "".join(self.deltas)
 
 
 @dataclass(slots=True)
@@ -131,7 +162,7 @@ class ItemState:
     added: Mapping[str, Any]
     parts: dict[int, PartState] = field(default_factory=dict)
     summaries: dict[int, PartState] = field(default_factory=dict)
-    arguments: list[str] = field(default_factory=list)
+    arguments: Joined = field(default_factory=Joined)
     done: Mapping[str, Any] | None = None
 
 
@@ -322,8 +353,8 @@ def _item_added(ctx: Context, state: ResponsesState, event: int, payload: Mappin
         event, item_id if isinstance(item_id, str) else None, kind if isinstance(kind, str) else None, item
     )
     item_id_prefix(ctx, event, item, "/item")
-    if kind == "function_call" and isinstance(item.get("arguments"), str):
-        state.items[index].arguments.append(item["arguments"])
+    if kind == "function_call" and isinstance(item.get("arguments"), str) and item["arguments"]:
+        state.items[index].arguments.add(item["arguments"])  # arguments given whole when the call opens
 
 
 def _item(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str, Any]) -> ItemState | None:
@@ -417,7 +448,7 @@ def _text_delta(ctx: Context, state: ResponsesState, event: int, payload: Mappin
     summary = payload.get("type") == "response.reasoning_summary_text.delta"
     part = _part(ctx, state, event, payload, summary=summary)
     if part is not None and isinstance(payload.get("delta"), str):
-        part.deltas.append(payload["delta"])
+        part.text.add(payload["delta"])
 
 
 def _text_done(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str, Any]) -> None:
@@ -430,11 +461,11 @@ def _text_done(ctx: Context, state: ResponsesState, event: int, payload: Mapping
         _same_text(ctx, event, kind, f"/{key}", text, part.text)
 
 
-def _same_text(ctx: Context, event: int, kind: str, pointer: str, done: str, joined: str) -> None:
-    if done != joined:
+def _same_text(ctx: Context, event: int, kind: str, pointer: str, done: str, joined: Joined) -> None:
+    if not joined.equals(done):
         ctx.error(
             "responses-done-text",
-            f"{kind} says {_clip(done)}; its deltas joined are {_clip(joined)}",
+            f"{kind} says {_clip(done)}; its deltas joined are {joined.shown()}",
             event=event,
             pointer=pointer,
             quirk="spec",
@@ -442,7 +473,7 @@ def _same_text(ctx: Context, event: int, kind: str, pointer: str, done: str, joi
 
 
 def _clip(text: str) -> str:
-    return repr(text) if len(text) <= 60 else f"{text[:57]!r}... ({len(text)} characters)"
+    return repr(text) if len(text) <= _HEAD else f"{text[:_HEAD]!r}... ({len(text)} characters)"
 
 
 def _part_done(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str, Any]) -> None:
@@ -462,14 +493,14 @@ def _part_done(ctx: Context, state: ResponsesState, event: int, payload: Mapping
 def _arguments_delta(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str, Any]) -> None:
     item = _item(ctx, state, event, payload)
     if item is not None and isinstance(payload.get("delta"), str):
-        item.arguments.append(payload["delta"])
+        item.arguments.add(payload["delta"])
 
 
 def _arguments_done(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str, Any]) -> None:
     item = _item(ctx, state, event, payload)
     arguments = payload.get("arguments")
     if item is not None and isinstance(arguments, str):
-        _same_text(ctx, event, str(payload.get("type")), "/arguments", arguments, "".join(item.arguments))
+        _same_text(ctx, event, str(payload.get("type")), "/arguments", arguments, item.arguments)
 
 
 def _item_done(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str, Any]) -> None:
@@ -507,13 +538,14 @@ def _item_mismatch(state: ItemState, item: Mapping[str, Any]) -> str | None:
         added = state.added.get(key)
         if added and item.get(key) != added:
             return f"{key} {str(item.get(key))[:60]!r}, added as {str(added)[:60]!r}"
+    arguments, joined = item.get("arguments"), state.arguments
     if (
         state.kind == "function_call"
-        and state.arguments
-        and item.get("arguments") != "".join(state.arguments)
+        and joined.deltas
+        and isinstance(arguments, str)
+        and not joined.equals(arguments)
     ):
-        joined = "".join(state.arguments)
-        return f"arguments {_clip(str(item.get('arguments')))}, the deltas joined {_clip(joined)}"
+        return f"arguments {_clip(arguments)}, the deltas joined {joined.shown()}"
     for key, parts in (("content", state.parts), ("summary", state.summaries)):
         listed = item.get(key)
         if not isinstance(listed, list) or not parts:
@@ -524,8 +556,8 @@ def _item_mismatch(state: ItemState, item: Mapping[str, Any]) -> str | None:
             given = listed[index] if index < len(listed) else None
             text_key = _PART_KEY.get(str(given.get("type"))) if isinstance(given, Mapping) else None
             text = given.get(text_key) if isinstance(given, Mapping) and text_key else None
-            if isinstance(text, str) and part.deltas and text != part.text:
-                return f"{key}[{index}] is {_clip(text)}, the deltas joined {_clip(part.text)}"
+            if isinstance(text, str) and part.text.deltas and not part.text.equals(text):
+                return f"{key}[{index}] is {_clip(text)}, the deltas joined {part.text.shown()}"
     return None
 
 

@@ -237,7 +237,7 @@ def function_call_arguments(ctx: Context, event: int | None, item: Mapping[str, 
     against its ``parameters``."""
     if item.get("type") != "function_call" or not isinstance(item.get("arguments"), str):
         return
-    name, functions = item.get("name"), ctx.request.functions
+    name, functions = item.get("name"), ctx.request.tool_schemas
     if ctx.request.known and functions and name not in functions:
         ctx.error(
             "responses-function-unknown",

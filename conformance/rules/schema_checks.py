@@ -13,6 +13,7 @@ from jsonschema import ValidationError
 
 from conformance import schemas
 from conformance.rules.context import Context
+from conformance.rules.reasoning import REASONING_KEYS
 
 __all__ = ["schema_findings", "unknown_fields"]
 
@@ -45,8 +46,6 @@ _EXTRA_QUIRK = {
     "kv_transfer_params": "Q37",
     "prompt_token_ids": "Q37",
     "matched_stop": "Q38",
-    "reasoning_content": "Q39",
-    "reasoning": "Q39",
     "model_name": "Q11",
     "stop_str": "Q19",
     "eos_reason": "Q19",
@@ -72,6 +71,8 @@ def schema_findings(ctx: Context, event: int | None, doc: Any, name: str) -> Non
 
 def unknown_fields(ctx: Context, event: int | None, extras: tuple[tuple[str, str], ...]) -> None:
     for where, key in extras:
+        if key in REASONING_KEYS:
+            continue  # the reasoning rules judge the name (Q39)
         general = _INDICES.sub("/*", where)
         if general in ctx.unknown_seen:
             continue

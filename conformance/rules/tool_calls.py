@@ -28,14 +28,17 @@ def tool_call_fragments(
         name = function.get("name") if isinstance(function, dict) else None
         tool = state.tool_calls.get(index)
         if tool is None:
-            _first_fragment(ctx, event, where, index, call, name, state)
-            continue
-        _later_fragment(ctx, event, where, call, name, tool)
+            tool = _first_fragment(ctx, event, where, index, call, name, state)
+        else:
+            _later_fragment(ctx, event, where, call, name, tool)
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str) and arguments:
+            tool.arguments.append(arguments)
 
 
 def _first_fragment(
     ctx: Context, event: int, where: str, index: int, call: dict[str, Any], name: Any, state: ChoiceState
-) -> None:
+) -> ToolCallState:
     if index != len(state.tool_calls):
         ctx.error(
             "tool-call-index-gap",
@@ -50,6 +53,7 @@ def _first_fragment(
         call_id_unique(ctx, event, f"{where}/id", call["id"], state)
     tool.has_type = call.get("type") is not None
     tool.has_name = bool(name)
+    tool.name = name if isinstance(name, str) and name else None
     if not tool.has_id:
         ctx.error(
             "tool-call-id-missing",
@@ -74,6 +78,7 @@ def _first_fragment(
             pointer=f"{where}/function/name",
             quirk="spec",  # Q66 is a name sent again as "" on later parts (tool-call-blank-repeat)
         )
+    return tool
 
 
 def _later_fragment(

@@ -17,6 +17,7 @@ __all__ = [
     "Adapter",
     "UpstreamCall",
     "fitted_request",
+    "messages_with_reasoning_as",
     "requested_limit",
     "with_limit",
     "without_streaming",
@@ -71,6 +72,26 @@ def fitted_request(traits: UpstreamTraits, body: dict[str, Any], info: RequestIn
         # echo (scoring a prompt, mostly) is asked for whole and streamed by the proxy.
         body = without_streaming(body)
     return body
+
+
+def messages_with_reasoning_as(body: dict[str, Any], name: str) -> dict[str, Any]:
+    """``body`` with each assistant message's reasoning under ``name``, the one the upstream reads
+    (``UpstreamTraits.reasoning_field``): clients send back what they got, under either name (Q39;
+    the Vercel AI SDK reads both), and an upstream reading the other would drop it from the prompt."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    other = "reasoning" if name == "reasoning_content" else "reasoning_content"
+    if not any(isinstance(m, dict) and other in m for m in messages):
+        return body  # the usual case: nothing to rename, nothing copied
+    renamed = []
+    for message in messages:
+        if isinstance(message, dict) and other in message and message.get("role") == "assistant":
+            message = {k: v for k, v in message.items() if k != other} | {
+                name: message[other] if message.get(name) is None else message[name]
+            }
+        renamed.append(message)
+    return {**body, "messages": renamed}
 
 
 class Translate(Protocol):

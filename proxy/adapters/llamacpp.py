@@ -28,8 +28,9 @@ from typing import Any
 from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
-from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, with_limit
+from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
 from .context_window import ContextWindow, context_of_props
+from .structured_output import native_json_schema
 
 __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "translate_native_event"]
 
@@ -76,6 +77,7 @@ def native_completion_body(body: dict[str, Any], default_limit: int | None = Non
         native["n_probs"] = max(logprobs, _PROBS_ASKED)  # the answer keeps the client's count
     native["stream"] = True
     native.setdefault("cache_prompt", True)
+    native = native_json_schema(native)
     if isinstance(native.get("stop"), str):
         native["stop"] = [native["stop"]]  # native takes only an array (the OpenAI endpoint converts)
     return native
@@ -211,6 +213,8 @@ class LlamaCppAdapter:
         # The native stream is read for its text and logprobs; what it cannot answer (echo, several
         # choices) or would silently ignore (suffix, best_of) goes to the OpenAI endpoint, which honours
         # it or refuses it.
+        if endpoint == "completions" and "response_format" in body:
+            body = native_json_schema(dict(body))  # what its completions read, on either route
         logprobs = body.get("logprobs")
         native_ok = (
             isinstance(body.get("prompt"), str)
@@ -241,6 +245,9 @@ class LlamaCppAdapter:
             native = native_completion_body(body, self._default_max_tokens)
             translate = partial(translate_native_event, top=logprobs if wants_logprobs else None)
             return UpstreamCall("/completion", native, translate)
+        if endpoint == "chat":
+            # llama-server reads reasoning_content (common_chat_msgs_parse_oaicompat).
+            body = messages_with_reasoning_as(body, "reasoning_content")
         return UpstreamCall(OPENAI_PATHS[endpoint], with_limit(body, self._default_max_tokens))
 
     async def refusal(

@@ -9,12 +9,14 @@ from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
-from .base import OPENAI_PATHS, UpstreamCall, with_limit
+from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
+from .structured_output import for_llama_cpp_python, unenforced_schema
 
 __all__ = ["OpenAIAdapter"]
 
 
 _TOKENIZERS = ("/extras/tokenize/count", "/tokenize")  # llama-cpp-python's, llama.cpp's
+_LISTING_TIMEOUT = 5.0  # seconds for the model listing that tells how the upstream takes a schema
 
 
 class OpenAIAdapter:
@@ -26,6 +28,11 @@ class OpenAIAdapter:
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         body = with_limit(body, self._default_max_tokens)
+        traits = self._traits
+        if endpoint == "chat":
+            body = messages_with_reasoning_as(body, traits.reasoning_field)
+            if traits.schema_format == "json_object_schema":
+                body = for_llama_cpp_python(body)
         wants_logprobs = endpoint == "chat" and body.get("logprobs") is True
         if wants_logprobs and "top_logprobs" not in body and self._traits.chat_logprobs_need_top:
             # 0 is within the spec for every upstream, and the alternatives it brings are taken out
@@ -36,7 +43,15 @@ class OpenAIAdapter:
     async def refusal(
         self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
     ) -> ProxyError | None:
-        return None  # an OpenAI-compatible server's context is unknown: it refuses what it cannot serve
+        # (An OpenAI-compatible server's context is unknown: it refuses a prompt it cannot serve.)
+        traits = upstream.traits
+        if traits.schema_format is None and isinstance(body.get("response_format"), dict):
+            # Asked once a response format comes: the listing tells llama-cpp-python from the rest.
+            answer = await upstream.json("GET", "/v1/models", timeout=_LISTING_TIMEOUT)
+            entries = answer.get("data") if isinstance(answer, dict) else None
+            if isinstance(entries, list):
+                traits.learn_listing(entries)
+        return unenforced_schema(traits, endpoint, body)
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
         """Token count from the upstream's tokenizer: llama-cpp-python's or llama.cpp's endpoint, asked

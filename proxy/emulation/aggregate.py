@@ -80,8 +80,9 @@ class Aggregator:
                 self._hold(choice.text, delta["content"])
             if delta.get("refusal"):
                 self._hold(choice.refusal, delta["refusal"])
-            if delta.get("reasoning_content"):
-                self._hold(choice.reasoning, delta["reasoning_content"])
+            reasoning = delta.get(self._request.reasoning_field)
+            if reasoning:
+                self._hold(choice.reasoning, reasoning)
             for call in delta.get("tool_calls") or ():
                 current = choice.calls.get(call["index"])
                 if current is None:
@@ -131,7 +132,7 @@ class Aggregator:
         if choice.calls:
             message["tool_calls"] = [choice.calls[i] for i in sorted(choice.calls)]
         if choice.reasoning:
-            message["reasoning_content"] = "".join(choice.reasoning)
+            message[self._request.reasoning_field] = "".join(choice.reasoning)
         return {
             "index": index,
             "message": message,

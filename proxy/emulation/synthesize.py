@@ -39,8 +39,9 @@ def synthesize_chunks(body: dict[str, Any], request: RequestInfo) -> list[dict[s
             {**head, "choices": [{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]}
         )
         delta: dict[str, Any] = {}
-        if message.get("reasoning_content"):
-            delta["reasoning_content"] = message["reasoning_content"]
+        reasoning = request.reasoning_field
+        if message.get(reasoning):
+            delta[reasoning] = message[reasoning]
         if message.get("content"):
             delta["content"] = message["content"]
         if message.get("refusal"):

@@ -10,6 +10,7 @@ from .. import jsoncodec
 from ..emulation.stop import StopScanner
 from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
 from .repairs import Repairs
+from .tool_text import Call, ToolTextScanner
 
 __all__ = ["ChoiceState", "as_dict", "fix_tool_call", "generated_text", "new_tool_call_id"]
 
@@ -47,7 +48,8 @@ def generated_text(choice: dict[str, Any]) -> str:
     if "text" in choice:
         return str(choice["text"])
     message = choice["message"]
-    parts = [message.get("reasoning_content") or "", message.get("content") or ""]
+    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    parts = [reasoning, message.get("content") or ""]
     for call in message.get("tool_calls") or ():
         parts += [call["function"]["name"], call["function"]["arguments"]]
     return "".join(parts)
@@ -96,9 +98,17 @@ class ChoiceState:
         "text_offset",
         "tokens",
         "tool_ids",
+        "tool_text",
     )
 
-    def __init__(self, index: int, stops: tuple[str, ...], keep_text: bool, echoed: str = "") -> None:
+    def __init__(
+        self,
+        index: int,
+        stops: tuple[str, ...],
+        keep_text: bool,
+        echoed: str = "",
+        tools: tuple[str, ...] = (),
+    ) -> None:
         self.index = index
         self.role_sent = False
         self.finish: str | None = None
@@ -123,6 +133,8 @@ class ChoiceState:
         self.chunk_text = ""
         self.raw_chars = 0
         self.sent_chars = 0
+        # Calls the upstream sent as text (Q79), looked for only where the request offered tools.
+        self.tool_text = ToolTextScanner(tools) if tools else None
 
     def pass_text(self, text: str) -> str:
         """Text after stop-sequence enforcement (Q76); marks the choice stopped on a hit."""
@@ -215,6 +227,21 @@ class ChoiceState:
                     self.last_call[3].append(arguments)
                 self.count_output(arguments)
                 out.append({"index": index, "function": {"arguments": arguments}})
+        if out:
+            self.had_tools = True
+        return out
+
+    def text_calls(self, calls: list[Call], repairs: Repairs) -> list[dict[str, Any]]:
+        """Tool-call deltas, each whole, for calls taken out of the content (Q79)."""
+        out: list[dict[str, Any]] = []
+        for name, arguments in calls:
+            repairs.add("Q79")
+            index = self.next_tool
+            self.next_tool += 1
+            call_id = self.tool_ids[index] = new_tool_call_id()
+            self.last_call = (index, call_id, name, [arguments])
+            function = {"name": name, "arguments": arguments}
+            out.append({"index": index, "id": call_id, "type": "function", "function": function})
         if out:
             self.had_tools = True
         return out

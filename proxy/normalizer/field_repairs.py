@@ -15,7 +15,8 @@ Why the orders are what they are:
 
 - Chat deltas: the role comes first (the first chunk's ``role``, Q58/Q59); then the output fields,
   content first because the stop-sequence scanner (Q76) decides what of it goes out and whether the
-  choice has stopped; ``first_delta`` then needs to know every output field to tell an empty first
+  choice has stopped, and tool calls sent as text (Q79) right after it, as they are read from the
+  content the scan let through; ``first_delta`` then needs to know every output field to tell an empty first
   chunk (Q60) and whether the upstream showed output (text_lost, Q14); the finish reason is recorded
   after the output because a reason on a chunk that carries output is a repair of its own (Q23); the
   logprobs after that, since they go out only with the content the scanner let through; and
@@ -23,7 +24,8 @@ Why the orders are what they are:
 - Text deltas: the text first (Q76), its logprobs next as their offsets follow the text (Q67), then
   the finish reason and the empty check, for the same reasons as chat.
 - Messages: the content first (a stop sequence cut there, Q76, makes the finish ``stop``), then the
-  other fields in the order OpenAI writes them, the finish after the tool calls (Q64 turns ``stop``
+  other fields in the order OpenAI writes them (calls sent as text, Q79, only once the upstream's own
+  calls are known to be absent), the finish after the tool calls (Q64 turns ``stop``
   into ``tool_calls``), the logprobs last because they are cut to the content a stop sequence left.
 - Finish: a stop sequence the proxy enforced wins over what the upstream said; ``max_tokens: 0``
   then wins over that (the one token asked of the upstream is never shown); only a reason still
@@ -38,11 +40,12 @@ from typing import Any
 
 from ..emulation.stop import truncate_at_stop
 from ..errors import ProxyError
-from .choices import ChoiceState, as_dict, fix_tool_call
+from .choices import ChoiceState, as_dict, fix_tool_call, new_tool_call_id
 from .finish import FAILURE_REASONS, map_finish_reason
 from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
 from .repairs import Repairs
 from .request import RequestInfo
+from .tool_text import calls_in_text
 
 __all__ = [
     "CHAT_DELTA_REPAIRS",
@@ -295,6 +298,22 @@ def delta_content(d: Delta) -> bool:
     return True
 
 
+def delta_tool_text(d: Delta) -> bool:
+    """Tool calls sent as text in the content (Q79, ``tool_text``): the content the scanner lets
+    through, and the calls it completed."""
+    scanner = d.state.tool_text
+    if scanner is None:  # most requests: no tools
+        return True
+    content = d.out.pop("content", "")
+    content, calls = scanner.feed(content)
+    if content:
+        d.out["content"] = content
+    if calls:
+        d.out["tool_calls"] = d.state.text_calls(calls, d.repairs)
+    d.has_output = "content" in d.out or "tool_calls" in d.out
+    return True
+
+
 def delta_refusal(d: Delta) -> bool:
     refusal = d.delta.get("refusal")
     if isinstance(refusal, str) and refusal:
@@ -303,16 +322,23 @@ def delta_refusal(d: Delta) -> bool:
     return True
 
 
+REASONING_KEYS = ("reasoning_content", "reasoning")
+"""The names upstreams send reasoning under: llama.cpp, DeepSeek, SGLang, TabbyAPI and vLLM before Nov 2025
+the first; Ollama and vLLM since PR #27752 the second (Q39)."""
+
+
 def delta_reasoning(d: Delta) -> bool:
-    """``reasoning_content``, also from vLLM's ``reasoning`` (Q39); counted as output."""
-    for key in ("reasoning_content", "reasoning"):
+    """The reasoning, under whichever name the upstream sent it, in the one field the proxy sends
+    (``RequestInfo.reasoning_field``); counted as output. vLLM's ``reasoning`` is counted as Q39."""
+    for key in REASONING_KEYS:
         value = d.delta.get(key)
         if isinstance(value, str) and value:
-            d.out["reasoning_content"] = value
+            d.out[d.request.reasoning_field] = value
             d.has_output = True
             d.state.count_output(value)
             if key == "reasoning":
                 d.repairs.add("Q39")
+            break  # one name read: text under both would otherwise go out (and count) twice
     return True
 
 
@@ -325,7 +351,7 @@ def delta_tool_calls(d: Delta) -> bool:
     if isinstance(calls, list) and calls:
         fixed = d.state.stream_tool_calls(calls, d.repairs)
         if fixed:
-            d.out["tool_calls"] = fixed
+            d.out["tool_calls"] = d.out.get("tool_calls", []) + fixed
             d.has_output = True
     else:
         d.repairs.add("Q17")  # "tool_calls": [] or null on a content delta
@@ -428,6 +454,7 @@ DeltaRepair = Callable[[Delta], bool]
 CHAT_DELTA_REPAIRS: tuple[DeltaRepair, ...] = (
     delta_role,
     delta_content,
+    delta_tool_text,
     delta_refusal,
     delta_reasoning,
     delta_tool_calls,
@@ -521,11 +548,35 @@ def message_tool_calls(m: Message) -> bool:
     return True
 
 
+def message_tool_text(m: Message) -> bool:
+    """Tool calls sent as text in the content, where the request offered tools and the upstream sent
+    no calls of its own (Q79, ``tool_text``): the calls, and the text around them as the content."""
+    content = m.content
+    if not m.request.tools or not isinstance(content, str) or m.out.get("tool_calls"):
+        return True
+    found = calls_in_text(content, m.request.tools)
+    if found is None:
+        return True
+    m.content, calls = found
+    m.out["content"] = m.content
+    m.out["tool_calls"] = []
+    for name, arguments in calls:
+        m.repairs.add("Q79")
+        function = {"name": name, "arguments": arguments}
+        m.out["tool_calls"].append({"id": new_tool_call_id(), "type": "function", "function": function})
+    return True
+
+
 def message_reasoning(m: Message) -> bool:
-    """``reasoning_content``, also from vLLM's ``reasoning``."""
-    reasoning = m.message.get("reasoning_content", m.message.get("reasoning"))
-    if isinstance(reasoning, str) and reasoning:
-        m.out["reasoning_content"] = reasoning
+    """The reasoning in the one field the proxy sends, under whichever name the upstream sent it (Q39,
+    as ``delta_reasoning``)."""
+    for key in REASONING_KEYS:
+        reasoning = m.message.get(key)
+        if isinstance(reasoning, str) and reasoning:
+            m.out[m.request.reasoning_field] = reasoning
+            if key == "reasoning":
+                m.repairs.add("Q39")
+            break
     return True
 
 
@@ -594,6 +645,7 @@ CHAT_MESSAGE_REPAIRS: tuple[MessageRepair, ...] = (
     message_content,
     message_refusal,
     message_tool_calls,
+    message_tool_text,
     message_reasoning,
     message_finish,
     message_logprobs,

@@ -29,6 +29,20 @@ def _echoed(request: Request) -> tuple[str, int]:
     return (request.prompt_texts[0] if request.prompt_texts else ""), request.prompt_token_ids
 
 
+def _tool_names(body: dict[str, Any]) -> tuple[str, ...]:
+    """The function names of the request's ``tools``; none when ``tool_choice`` is ``"none"``."""
+    tools = body.get("tools")
+    if not isinstance(tools, list) or body.get("tool_choice") == "none":
+        return ()
+    names = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str) and name:
+            names.append(name)
+    return tuple(names)
+
+
 @dataclass(frozen=True, slots=True)
 class RequestInfo:
     endpoint: Endpoint
@@ -47,14 +61,27 @@ class RequestInfo:
     """The prompt a completion's text begins with (``echo`` and a text prompt): no stop sequence in it."""
     echoed_tokens: int = 0
     """How many token ids the prompt a completion's text begins with has (``echo``, a token prompt)."""
+    tools: tuple[str, ...] = ()
+    """The names of the functions the request offers as tools, unless ``tool_choice`` is ``"none"``: a
+    call the upstream left as text in the content is repaired only into one of these (tool_text)."""
+    reasoning_field: str = "reasoning_content"
+    """The field the reasoning goes out in (``--reasoning-field``, Q39)."""
     generates: bool = True
     """False for ``max_tokens: 0`` (a prompt scored with ``echo``): no generated text at all. The
     upstream is asked for one token (for 0 some generate without end), which an empty stop sequence,
     matching where the generated text begins, cuts off."""
 
     @classmethod
-    def from_body(cls, endpoint: Endpoint, body: dict[str, Any], *, alias: str | None = None) -> RequestInfo:
-        """What ``body`` asks for; the model reported is ``alias`` when given, else the body's, cleaned."""
+    def from_body(
+        cls,
+        endpoint: Endpoint,
+        body: dict[str, Any],
+        *,
+        alias: str | None = None,
+        reasoning_field: str = "reasoning_content",
+    ) -> RequestInfo:
+        """What ``body`` asks for; the model reported is ``alias`` when given, else the body's, cleaned;
+        the reasoning sent in ``reasoning_field``."""
         request = Request.from_body(endpoint, body)
         limit = request.max_tokens
         asked = request.model
@@ -72,6 +99,8 @@ class RequestInfo:
             alternatives=endpoint != "chat" or bool(request.top_logprobs),
             echoed=echoed,
             echoed_tokens=echoed_tokens,
+            tools=_tool_names(body) if endpoint == "chat" else (),
+            reasoning_field=reasoning_field,
             generates=request.generates,
         )
 

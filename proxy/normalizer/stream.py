@@ -215,12 +215,23 @@ class StreamNormalizer:
         return out
 
     def _flushed(self, index: int, state: ChoiceState) -> list[dict[str, Any]]:
-        """The chunk of the text the stop-sequence scanner still held (none when it held none)."""
+        """The chunk of the text the stop-sequence scanner still held, and of the calls or text the
+        tool-text scanner held (Q79); none when they held nothing."""
         tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
-        if not tail:
+        calls: list[dict[str, Any]] = []
+        if state.tool_text is not None:
+            tail, found = state.tool_text.feed(tail)
+            rest, more = state.tool_text.finish()
+            tail += rest
+            calls = state.text_calls(found + more, self.repairs)
+        if not tail and not calls:
             return []
         choice = self._content_choice(index, tail)
-        choice["logprobs"] = state.flush_logprobs(self._chat)
+        if not tail:
+            del choice["delta"]["content"]
+        if calls:
+            choice["delta"]["tool_calls"] = calls
+        choice["logprobs"] = state.flush_logprobs(self._chat) if state.scanner is not None else None
         return [self._chunk([choice])]
 
     def _final_reason(self, state: ChoiceState) -> str | None:
@@ -270,8 +281,9 @@ class StreamNormalizer:
                     )
                 )
                 return None
+            request = self.request
             state = self._choices[index] = ChoiceState(
-                index, self.request.stop, self._keep_text, self.request.echoed
+                index, request.stop, self._keep_text, request.echoed, request.tools
             )
         return state
 

@@ -2,7 +2,7 @@
 (``output.py``), or the upstream's own endpoint normalized (``native.py``). The translation itself is
 shared with the backend: conformance/responses_translation/."""
 
-from .native import NativeResponses, serve_native
+from .native import NativeResponses, StoredAs, serve_native
 from .output import ResponsesOutput, encode_events
 
-__all__ = ["NativeResponses", "ResponsesOutput", "encode_events", "serve_native"]
+__all__ = ["NativeResponses", "ResponsesOutput", "StoredAs", "encode_events", "serve_native"]

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import Send
 
+from conformance.responses_state import ResponseStore, remember, remember_terminal
 from conformance.responses_translation import new_response_id
 from conformance.responses_translation.body import failed_error, new_item_id
 from conformance.sse import SSEParser
@@ -31,7 +33,7 @@ from ..respond import redacting, send_json
 from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 from .output import encode_events
 
-__all__ = ["NativeEvents", "NativeResponses", "normalize_response", "serve_native"]
+__all__ = ["NativeEvents", "NativeResponses", "StoredAs", "normalize_response", "serve_native"]
 
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -54,6 +56,20 @@ _REQUIRED: dict[str, Any] = {
     "temperature": None,
     "top_p": None,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAs:
+    """Where a native Response is kept, with the whole input it answered (conformance/responses_state/)."""
+
+    store: ResponseStore
+    items: list[Any]
+
+    async def keep(self, response: dict[str, Any]) -> dict[str, Any]:
+        return await remember(self.store, response, self.items)
+
+    async def keep_terminal(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return await remember_terminal(self.store, events, self.items)
 
 
 class NativeResponses:
@@ -116,6 +132,10 @@ def normalize_response(
         if isinstance(item, dict) and not item.get("id"):
             item["id"] = new_item_id(_prefix(item))
         _complete_parts(item)
+    # The client's own settings: the proxy keeps the state (it sends the upstream a continuation as the
+    # whole conversation), so the upstream's echo of these says nothing.
+    response["store"] = request.get("store", True) is not False
+    response["previous_response_id"] = request.get("previous_response_id")
     return response
 
 
@@ -305,10 +325,12 @@ async def serve_native(
     exchange: Exchange,
     model: str | None,
     secret: str | None = None,
+    stored: StoredAs | None = None,
 ) -> None:
     """Answer with the upstream's own ``/v1/responses``, normalized; errors before the first event as
     OpenAI error bodies at their status, as on the chat route. ``secret``: the upstream key, cut out of
-    every error and body as on the chat route."""
+    every error and body as on the chat route. ``stored``: where the Response is kept (``request`` is
+    the client's own body, whose ``store`` and ``previous_response_id`` it echoes)."""
     send = redacting(send, secret)
     try:
         stream = await upstream.forward("POST", b"/v1/responses", raw, headers)
@@ -330,11 +352,10 @@ async def serve_native(
                 await _refuse(send, error, exchange)
                 return
             exchange.mark_first_token()
-            await send_json(
-                send, 200, normalize_response(body, request, response_id=new_response_id(), model=model)
-            )
+            answer = normalize_response(body, request, response_id=new_response_id(), model=model)
+            await send_json(send, 200, answer if stored is None else await stored.keep(answer))
             return
-        await _relay_events(send, stream, request, exchange, model, secret)
+        await _relay_events(send, stream, request, exchange, model, secret, stored)
     finally:
         await stream.aclose()
 
@@ -351,6 +372,7 @@ async def _relay_events(
     exchange: Exchange,
     model: str | None,
     secret: str | None,
+    stored: StoredAs | None,
 ) -> None:
     events = NativeEvents(request, model)
     parser = SSEParser()
@@ -366,6 +388,8 @@ async def _relay_events(
                 event = jsoncodec.loads(block.data)
                 if isinstance(event, dict):
                     out += events.feed(event)
+            if out and events.ended and stored is not None:  # kept before the client has the end
+                out = await stored.keep_terminal(out)
             if out:
                 await send({"type": "http.response.body", "body": encode_events(out), "more_body": True})
     except ProxyError as raised:
@@ -380,5 +404,6 @@ async def _relay_events(
             failure = ProxyError.make(
                 "the upstream server ended the stream without a terminal event", 502
             ).body
-        tail = encode_events(events.fail(failure))
+        ending = events.fail(failure)
+        tail = encode_events(ending if stored is None else await stored.keep_terminal(ending))
     await send({"type": "http.response.body", "body": tail})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from conformance.responses_state import ResponseStore, remember, remember_terminal
 from conformance.responses_translation import ChatTranslation, ResponseEvents, response_from_chat
 
 from .. import jsoncodec
@@ -42,9 +43,18 @@ def encode_events(events: list[dict[str, Any]]) -> bytes:
 class ResponsesOutput(Output):
     """One Responses answer made of the normalized chat output of the request ``translation`` made."""
 
-    def __init__(self, translation: ChatTranslation, model: str | None) -> None:
+    def __init__(
+        self,
+        translation: ChatTranslation,
+        model: str | None,
+        store: ResponseStore | None = None,
+        items: list[Any] | None = None,
+    ) -> None:
         self._translation = translation
         self._model = model
+        self._store = store
+        self._items = items or []
+        """The whole input the Response is generated from, stored with it (conformance/responses_state/)."""
         self._events = ResponseEvents(translation.echo, model=model, custom_tools=translation.custom_tools)
 
     @property
@@ -62,15 +72,19 @@ class ResponsesOutput(Output):
     def events(self, chunks: list[dict[str, Any]]) -> bytes:
         return encode_events(self._fed(chunks))
 
-    def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
-        if failure is not None:
-            return encode_events(self._events.fail(failure))
-        return encode_events(self._events.finish(usage))
+    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+        events = self._events.fail(failure) if failure is not None else self._events.finish(usage)
+        if self._store is not None:  # before the client has the end: its next request may name it
+            events = await remember_terminal(self._store, events, self._items)
+        return encode_events(events)
 
-    def body(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def body(self, body: dict[str, Any]) -> dict[str, Any]:
         translation = self._translation
-        return response_from_chat(
+        response = response_from_chat(
             {**body, "model": self._model or body.get("model")},
             translation.echo,
             custom_tools=translation.custom_tools,
         )
+        if self._store is not None:
+            response = await remember(self._store, response, self._items)
+        return response

@@ -17,6 +17,7 @@ from backend.app import create_app
 from backend.context import ContextOptions
 from backend.service import Backend
 from conformance.judge import judge_response
+from conformance.responses_state import ResponseStore
 from tests.support.servers import run_asgi
 
 PARALLEL = 4
@@ -92,8 +93,10 @@ def gemma_backend() -> Iterator[Backend]:
 
 
 @pytest.fixture(scope="session")
-def gemma_url(gemma_backend: Backend) -> Iterator[str]:
-    with run_asgi(create_app(gemma_backend)) as url:
+def gemma_url(gemma_backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    path = tmp_path_factory.mktemp("responses") / "responses.sqlite3"
+    store = ResponseStore(path, max_bytes=1 << 24, max_age=3600.0)  # not the user's own store
+    with run_asgi(create_app(gemma_backend, store=store)) as url:
         yield url
 
 

@@ -129,8 +129,9 @@ def test_tool_call_fragments_done_right() -> None:
         [delta(tool_calls=[{"index": 2, "id": "c", "type": "function", "function": {"name": "g"}}])]
     )
     stop = chat_chunk([delta(finish="stop")])
+    # The arguments joined, "}", are no JSON object: what the call says is judged besides its fragments.
     assert judged(stream(first, again, gap, stop)) == (
-        {"tool-call-id-repeated", "tool-call-index-gap"},
+        {"tool-call-id-repeated", "tool-call-index-gap", "tool-arguments-json"},
         {"tool-calls-finish-reason"},
     )
 
@@ -138,7 +139,7 @@ def test_tool_call_fragments_done_right() -> None:
 def test_blank_id_or_name_on_later_tool_call_fragments_q66() -> None:
     call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
     first = chat_chunk([delta(role="assistant", tool_calls=[call])])
-    blank_name = chat_chunk([delta(tool_calls=[{"index": 0, "function": {"name": "", "arguments": "{}"}}])])
+    blank_name = chat_chunk([delta(tool_calls=[{"index": 0, "function": {"name": "", "arguments": "{"}}])])
     blank_id = chat_chunk([delta(tool_calls=[{"index": 0, "id": "", "function": {"arguments": "}"}}])])
     end = chat_chunk([delta(finish="tool_calls")])
     verdict = judge_response(stream(first, blank_name, blank_id, end), request=None, status=200, headers=SSE)
@@ -339,12 +340,16 @@ def test_prompt_array_answered_with_an_array_q73() -> None:
 
 
 def test_unknown_fields_are_warnings_once_each() -> None:
-    chunks = [chat_chunk([delta("x", reasoning_content="r")], timings={"n": 1}) for _ in range(5)]
+    # vLLM's stop_reason (Q37); reasoning_content is no unknown key: the reasoning rules judge its name (Q39).
+    chunks = [
+        chat_chunk([dict(delta("x", reasoning_content="r"), stop_reason=None)], timings={"n": 1})
+        for _ in range(5)
+    ]
     verdict = judge_response(stream(FIRST, *chunks, FINISH), request=None, status=200, headers=SSE)
     assert verdict.errors == []
     # One finding for the rule, although its two keys cite two quirks: each key once, both quirks kept.
     assert [(f.rule, f.pointer, f.quirk, f.count, f.pointers, f.cited) for f in verdict.warnings] == [
-        ("unknown-field", "/choices/0/delta/reasoning_content", "Q39", 2, ("/timings",), ("Q39", "Q35"))
+        ("unknown-field", "/choices/0/stop_reason", "Q37", 2, ("/timings",), ("Q37", "Q35"))
     ]
 
 

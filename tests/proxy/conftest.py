@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,10 +26,13 @@ from tests.support.servers import free_port, run_asgi, run_process
 @contextlib.contextmanager
 def serve_proxy(upstream: str, **config: Any) -> Iterator[tuple[str, Starlette]]:
     """The proxy on a free loopback port in front of ``upstream``, served as ``conformant serve``
-    serves it; yields its base URL and the app."""
-    app = create_app(ProxyConfig(upstream=upstream, **config))
-    with run_asgi(app, http=LimitedClientProtocol) as url:
-        yield url, app
+    serves it; yields its base URL and the app. Its stored Responses go to a temporary file unless
+    ``responses_store`` names one: never into the user's own store."""
+    with tempfile.TemporaryDirectory(prefix="conformant-test-store-") as directory:
+        config.setdefault("responses_store", os.path.join(directory, "responses.sqlite3"))
+        app = create_app(ProxyConfig(upstream=upstream, **config))
+        with run_asgi(app, http=LimitedClientProtocol) as url:
+            yield url, app
 
 
 @contextlib.contextmanager

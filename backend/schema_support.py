@@ -1,0 +1,147 @@
+"""Which JSON Schema keywords llama-cpp-python's schema-to-grammar converter enforces, and which it drops.
+
+``llama_cpp.llama_grammar.json_schema_to_gbnf`` (a port of llama.cpp's json_schema_to_grammar.py) turns
+``type``, ``properties``/``required``/``additionalProperties``, ``enum``, ``const``, ``anyOf``/``oneOf``,
+``allOf`` of objects, ``$ref``/``$defs``, ``items``/``prefixItems`` with ``minItems``/``maxItems``,
+``minLength``/``maxLength``, ``pattern`` and the ``date``/``time``/``date-time``/``uuid`` formats into
+grammar rules. Everything else it reads past without a word (``minimum``, ``maximum``, ``multipleOf``,
+``uniqueItems``, ``not``, ``if``, ``minProperties``, an ``email`` format...), so a grammar built from
+such a schema would let through values the schema forbids: a ``response_format`` answered 200 but not
+enforced, the failure issue 20 names. :func:`unsupported` finds the first such construct so the request
+is refused with a 400 that names it; :func:`enforceable` drops them instead, for non-strict tool
+parameters, whose schemas agents fill with bounds the model is only asked to respect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["enforceable", "unsupported"]
+
+_ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "example",
+        "$schema",
+        "$id",
+        "$comment",
+        "readOnly",
+        "writeOnly",
+        "deprecated",
+        "strict",
+        "nullable",
+    }
+)
+_ENFORCED = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "enum",
+        "const",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "$ref",
+        "$defs",
+        "definitions",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+    }
+)
+_FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def _problem(schema: dict[str, Any]) -> str | None:
+    """The first keyword of this one schema object (not its children) the converter would not enforce."""
+    for key in schema:
+        if key not in _ENFORCED and key not in _ANNOTATIONS:
+            return key
+    fmt = schema.get("format")
+    if fmt is not None and fmt not in _FORMATS:
+        return f"format: {fmt}"
+    if "pattern" in schema and ("minLength" in schema or "maxLength" in schema):
+        return "minLength/maxLength with pattern"
+    if ("minLength" in schema or "maxLength" in schema) and schema.get("type") != "string":
+        return "minLength/maxLength without type: string"
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and not (pattern.startswith("^") and pattern.endswith("$")):
+        return "pattern not anchored with ^...$"
+    if "required" in schema and "properties" not in schema and "allOf" not in schema:
+        return "required without properties"
+    if isinstance(schema.get("items"), dict) and "prefixItems" in schema:
+        return "items with prefixItems"
+    return None
+
+
+def _children(schema: dict[str, Any]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key in _SUBSCHEMA_MAPS:
+        value = schema.get(key)
+        if isinstance(value, dict):
+            out += [(f"{key}/{name}", sub) for name, sub in value.items()]
+    for key in _SUBSCHEMA_LISTS:
+        value = schema.get(key)
+        if isinstance(value, list):
+            out += [(f"{key}/{i}", sub) for i, sub in enumerate(value)]
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            out.append((key, schema[key]))
+    return out
+
+
+def unsupported(schema: Any, path: str = "") -> str | None:
+    """``"<keyword> at <JSON pointer>"`` for the first construct a grammar would not enforce, or None."""
+    if isinstance(schema, bool):
+        return None if schema else f"false schema at {path or '/'}"
+    if not isinstance(schema, dict):
+        return f"a non-object schema at {path or '/'}"
+    problem = _problem(schema)
+    if problem is not None:
+        return f"'{problem}' at {path or '/'}"
+    for key, sub in _children(schema):
+        found = unsupported(sub, f"{path}/{key}")
+        if found is not None:
+            return found
+    return None
+
+
+def enforceable(schema: Any) -> Any:
+    """A copy of ``schema`` without the keywords the converter would drop anyway (stated, not implied)."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key not in _ENFORCED and key not in _ANNOTATIONS:
+            continue
+        if key == "format" and value not in _FORMATS:
+            continue
+        if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            value = {name: enforceable(sub) for name, sub in value.items()}
+        elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
+            value = [enforceable(sub) for sub in value]
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            value = enforceable(value)
+        out[key] = value
+    if "pattern" in out and isinstance(out["pattern"], str):
+        if not (out["pattern"].startswith("^") and out["pattern"].endswith("$")):
+            del out["pattern"]
+        else:
+            out.pop("minLength", None)
+            out.pop("maxLength", None)
+    if ("minLength" in out or "maxLength" in out) and out.get("type") != "string":
+        out.pop("minLength", None)
+        out.pop("maxLength", None)
+    return out

@@ -1,0 +1,159 @@
+"""The generic JSON format, for chat templates that know no tool-call syntax (Gemma 3 270M's included).
+
+As llama.cpp's common/chat.cpp does for templates it does not recognize: a system message tells the
+model to answer in JSON, either ``{"tool_call": {"name": ..., "arguments": {...}}}`` (one call) or
+``{"tool_calls": [...]}`` (parallel calls), or ``{"response": "..."}`` for a reply; the grammar is the
+JSON Schema of that choice (only the call branch under ``required`` or a named function), so the model
+is always constrained, never lazily. ``response_format``'s schema, when given, becomes the schema of
+``response``. The reply streams only once the whole JSON has been read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from backend.requests import Tool, ToolChoice
+from backend.tool_formats.base import (
+    GrammarPlan,
+    ParsedCall,
+    ParsedOutput,
+    ToolFormat,
+    call_from_object,
+    decode_json_at,
+)
+from backend.tool_formats.grammar import allowed_tools, call_schema, one_of, schema_rules
+
+__all__ = ["Generic"]
+
+INSTRUCTION = (
+    "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` reply to "
+    "the user's request"
+)
+REQUIRED_INSTRUCTION = "Respond in JSON format with `tool_call` (a request to call tools)"
+
+
+_RESPONSE_OPEN = re.compile(r'\s*\{\s*"response"\s*:\s*"')
+_CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
+
+
+def _whole_calls(text: str) -> list[ParsedCall]:
+    """The whole call objects at the start of a ``{"tool_calls": [`` that has not closed: a stream hands
+    each call out as soon as it is whole, and an answer cut off by ``max_tokens`` keeps them."""
+    opened = _CALLS_OPEN.match(text)
+    if opened is None:
+        return []
+    calls: list[ParsedCall] = []
+    pos = opened.end()
+    while True:
+        found = decode_json_at(text, pos)
+        call = call_from_object(found[0]) if found is not None else None
+        if found is None or call is None:
+            return calls
+        calls.append(call)
+        comma = re.compile(r"\s*,").match(text, found[1])
+        if comma is None:
+            return calls
+        pos = comma.end()
+
+
+def _string_so_far(text: str, start: int) -> str:
+    """The JSON string opened before ``text[start]``, decoded up to its last whole character."""
+    body = text[start:]
+    end = re.compile(r'(?:[^"\\]|\\.)*').match(body)
+    body = body[: end.end()] if end is not None else body
+    for cut in range(len(body), max(len(body) - 6, -1), -1):  # an escape (\uXXXX) may be cut
+        try:
+            return str(json.loads(f'"{body[:cut]}"'))
+        except ValueError:
+            continue
+    return ""
+
+
+class Generic(ToolFormat):
+    name = "generic"
+    markers = ("{",)
+    leading_only = True
+    whole_json = True
+
+    def parse(self, text: str, *, final: bool) -> ParsedOutput:
+        found = decode_json_at(text, 0)
+        if found is None or not isinstance(found[0], dict) or text[found[1] :].strip():
+            # Not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are.
+            whole = _whole_calls(text)
+            if whole:
+                return ParsedOutput("", whole)
+            if final and _RESPONSE_OPEN.match(text):  # a reply cut off by max_tokens
+                return ParsedOutput(self.partial_content(text) or "")
+            return ParsedOutput(text if final else "")
+        obj = found[0]
+        calls: list[ParsedCall] = []
+        if isinstance(obj.get("tool_calls"), list):
+            parsed = [call_from_object(item) for item in obj["tool_calls"]]
+            calls = [c for c in parsed if c is not None]
+        elif isinstance(obj.get("tool_call"), dict):
+            call = call_from_object(obj["tool_call"])
+            calls = [call] if call is not None else []
+        if calls:
+            return ParsedOutput("", calls)
+        response = obj.get("response")
+        if isinstance(response, str):
+            return ParsedOutput(response)
+        if "response" in obj:
+            return ParsedOutput(json.dumps(response, ensure_ascii=False))
+        return ParsedOutput(text if final else "")
+
+    def partial_content(self, text: str) -> str | None:
+        opened = _RESPONSE_OPEN.match(text)
+        return _string_so_far(text, opened.end()) if opened is not None else None
+
+    def schema(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        call = one_of([call_schema(t) for t in allowed_tools(tools, choice)])
+        if parallel and choice.mode != "named":
+            wrapper: dict[str, Any] = {
+                "type": "object",
+                "properties": {"tool_calls": {"type": "array", "items": call, "minItems": 1}},
+                "required": ["tool_calls"],
+            }
+        else:
+            wrapper = {"type": "object", "properties": {"tool_call": call}, "required": ["tool_call"]}
+        if choice.mode != "auto":
+            return wrapper
+        response = {
+            "type": "object",
+            "properties": {"response": reply if reply is not None else {"type": "string"}},
+            "required": ["response"],
+        }
+        return {"anyOf": [wrapper, response]}
+
+    def grammar(
+        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
+    ) -> GrammarPlan | None:
+        if choice.mode == "none":
+            return None
+        return GrammarPlan(schema_rules(self.schema(tools, choice, parallel, reply), rule="root"))
+
+    def system_prompt(
+        self,
+        tools: list[Tool],
+        choice: ToolChoice,
+        parallel: bool,
+        reply: dict[str, Any] | None,
+        *,
+        template_knows_tools: bool,
+    ) -> str:
+        """What the system message says (llama.cpp's words); when the template cannot show the tools
+        itself, their names and descriptions and the answer's JSON Schema, compact (the grammar holds
+        the model to it anyway: this only helps it pick)."""
+        text = REQUIRED_INSTRUCTION if choice.mode in ("required", "named") else INSTRUCTION
+        if template_knows_tools:
+            return text
+        listed = "\n".join(
+            f"- {t.name}: {t.description}" if t.description else f"- {t.name}"
+            for t in allowed_tools(tools, choice)
+        )
+        shape = json.dumps(self.schema(tools, choice, parallel, reply), separators=(",", ":"))
+        return f"{text}.\n\nTools:\n{listed}\n\nJSON Schema of the answer: {shape}"

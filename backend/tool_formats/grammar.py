@@ -1,0 +1,76 @@
+"""GBNF for tool calls: one JSON Schema for the calls, converted by llama-cpp-python, wrapped in markers.
+
+Each format describes its call object as a JSON Schema (a ``const`` name and the tool's parameters, one
+``anyOf`` branch per allowed tool) and the converter writes the JSON rules; the format then wraps the
+converter's ``root`` in its own markers (``<tool_call>...</tool_call>``, ``[TOOL_CALLS][...]``). Strict
+tools (and ``response_format``) must be enforceable whole (400 otherwise, see backend.schema_support);
+other tools' parameters lose the keywords the converter would ignore anyway.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from backend.requests import RequestError, Tool, ToolChoice
+from backend.schema_support import enforceable, unsupported
+
+__all__ = ["allowed_tools", "call_schema", "one_of", "schema_rules"]
+
+CALL_RULE = "tool-call"
+
+
+def allowed_tools(tools: list[Tool], choice: ToolChoice) -> list[Tool]:
+    return [t for t in tools if t.name == choice.name] if choice.mode == "named" else list(tools)
+
+
+def _parameters(tool: Tool) -> dict[str, Any]:
+    if tool.strict:
+        problem = unsupported(tool.parameters)
+        if problem is not None:
+            raise RequestError(
+                f"'tools': the strict function {tool.name!r} has a parameters schema this server cannot "
+                f"enforce: {problem}",
+                "tools",
+                code="unsupported_schema",
+            )
+        return tool.parameters
+    cleaned = enforceable(tool.parameters)
+    return cleaned if isinstance(cleaned, dict) else {"type": "object"}
+
+
+def call_schema(
+    tool: Tool, *, arguments_key: str = "arguments", extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``{"name": <const>, <arguments_key>: <parameters>}``, both required, name first."""
+    properties: dict[str, Any] = {"name": {"const": tool.name}, arguments_key: _parameters(tool)}
+    required = ["name", arguments_key]
+    for key, schema in (extra or {}).items():
+        properties[key] = schema
+        required.append(key)
+    return {"type": "object", "properties": properties, "required": required}
+
+
+def one_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
+    return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+
+
+def schema_rules(schema: dict[str, Any], rule: str = CALL_RULE) -> str:
+    """The converter's rules for ``schema`` with its ``root`` renamed to ``rule`` (to be wrapped)."""
+    import json
+
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        gbnf = str(json_schema_to_gbnf(json.dumps(schema)))
+    except Exception as exc:  # the converter raises bare Exceptions/AssertionErrors on what it cannot map
+        raise RequestError(
+            f"'tools' holds a parameters schema this server cannot turn into a grammar: {exc}", "tools"
+        ) from None
+    return re.sub(r"^root ::=", f"{rule} ::=", gbnf, flags=re.MULTILINE)
+
+
+def literal(text: str) -> str:
+    """A GBNF string literal."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'

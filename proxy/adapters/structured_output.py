@@ -1,0 +1,88 @@
+"""``response_format`` as the upstream enforces it: OpenAI's ``json_schema`` translated per upstream family.
+
+What each upstream reads (code reading, and measured where named):
+
+- llama-cpp-python (0.3.36): ``ChatCompletionRequestResponseFormat`` is ``{"type": "text" | "json_object",
+  "schema"?}`` (``llama_cpp/llama_types.py``); OpenAI's ``json_schema`` fails its request validation
+  (measured: 500, "Input should be 'text' or 'json_object'"), and the proxy used to relay the 500, on
+  which openai-python's ``.parse()`` retries twice and raises ``InternalServerError`` (issue 20). Its
+  chat handlers build a grammar from ``json_object`` with a ``schema`` (``_grammar_for_response_format``
+  -> ``LlamaGrammar.from_json_schema``), so the schema is sent that way. Its ``/v1/completions`` has
+  no ``response_format`` at all (``CreateCompletionRequest``; the key is ignored): a schema there is
+  enforced by nothing, and refused with a 400.
+- llama-server: ``/v1/chat/completions`` reads OpenAI's ``json_schema`` itself
+  (``oaicompat_chat_params_parse``); its completions, native ``/completion`` and ``/v1/completions``
+  alike (``oaicompat_completion_params_parse`` copies the body), read a bare ``json_schema`` key
+  (``params_from_json_cmpl``: ``json_schema_to_grammar``) and ignore ``response_format``, so they get
+  the schema under that key (``json_object`` as the empty schema, any JSON, as llama-server's own chat
+  endpoint reads it).
+- Any other upstream (vLLM, OpenAI...) gets the request as the client sent it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ProxyError
+from ..normalizer.request import Endpoint
+from ..upstream_traits import UpstreamTraits
+
+__all__ = ["for_llama_cpp_python", "native_json_schema", "requested_schema", "unenforced_schema"]
+
+
+def _format(body: dict[str, Any]) -> dict[str, Any] | None:
+    response_format = body.get("response_format")
+    return response_format if isinstance(response_format, dict) else None
+
+
+def requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON Schema a ``json_schema`` response format asks the answer to follow, if it gives one."""
+    response_format = _format(body)
+    if response_format is None or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else None
+
+
+def for_llama_cpp_python(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with a ``json_schema`` response format as llama-cpp-python's ``json_object`` (and schema)."""
+    response_format = _format(body)
+    if response_format is None or response_format.get("type") != "json_schema":
+        return body
+    schema = requested_schema(body)
+    # Without a schema (OpenAI's ``json_schema.schema`` is optional), any JSON is what can be enforced.
+    translated = {"type": "json_object"} if schema is None else {"type": "json_object", "schema": schema}
+    return {**body, "response_format": translated}
+
+
+def native_json_schema(body: dict[str, Any]) -> dict[str, Any]:
+    """A native ``/completion`` body with the client's response format as its ``json_schema`` key (a
+    ``grammar`` or ``json_schema`` the client gave wins: it is the more precise ask)."""
+    response_format = body.pop("response_format", None)
+    if not isinstance(response_format, dict) or "grammar" in body or "json_schema" in body:
+        return body
+    kind = response_format.get("type")
+    if kind == "json_schema":
+        schema = requested_schema({"response_format": response_format})
+        if schema is not None:
+            body["json_schema"] = schema
+    elif kind == "json_object":
+        schema = response_format.get("schema")
+        body["json_schema"] = schema if isinstance(schema, dict) else {}
+    return body
+
+
+def unenforced_schema(traits: UpstreamTraits, endpoint: Endpoint, body: dict[str, Any]) -> ProxyError | None:
+    """A 400 for a response format the upstream would answer without enforcing (never its 500)."""
+    response_format = _format(body)
+    if response_format is None or response_format.get("type") in (None, "text"):
+        return None
+    if endpoint == "completions" and traits.schema_format == "json_object_schema":
+        return ProxyError.make(
+            "response_format is not supported on /v1/completions by this server: it would not be enforced",
+            400,
+            code="unsupported_parameter",
+            param="response_format",
+        )
+    return None

@@ -1,0 +1,178 @@
+"""``POST /v1/responses`` on the bundled backend (issue 21, item 5) and through the proxy in front of it
+(acceptance 1): openai-python's ``responses.create`` streamed and not, the ``responses.stream`` helper,
+a function-tool round trip, the stored responses; every exchange judged by the Responses rules."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.backend.fixtures import RecordingTransport, assert_conformant, sdk_client
+from tests.proxy.conftest import run_proxy
+
+PROMPT = "Write one sentence about the sea."
+SHORT: Any = {
+    "format": {
+        "type": "json_schema",
+        "name": "capital",
+        "schema": {
+            "type": "object",
+            "properties": {"answer": {"type": "string", "enum": ["Paris", "Rome"]}},
+            "required": ["answer"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    }
+}
+"""A text format whose grammar ends the answer: the stream helper's ``get_final_response`` wants
+``response.completed``, which a base model reaches only when something ends its text."""
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+@pytest.fixture(params=["backend", "proxy"])
+def client(
+    request: pytest.FixtureRequest, gemma_url: str, recorder: RecordingTransport, tmp_path: Path
+) -> Iterator[Any]:
+    """openai-python on the backend itself, or on the proxy (translating) in front of it."""
+    if request.param == "backend":
+        yield sdk_client(gemma_url, recorder)
+        return
+    store = str(tmp_path / "proxy-responses.sqlite3")
+    with run_proxy(gemma_url, upstream_kind="openai", responses_store=store) as url:
+        yield sdk_client(url, recorder)
+
+
+def test_create_whole_and_streamed_and_the_stream_helper(client: Any, recorder: RecordingTransport) -> None:
+    whole = client.responses.create(model="gemma", input=PROMPT, max_output_tokens=16)
+    assert whole.id.startswith("resp_")
+    assert whole.status in ("completed", "incomplete")
+    assert whole.output_text
+    assert whole.usage.input_tokens > 0
+    assert whole.usage.output_tokens > 0
+    events = list(client.responses.create(model="gemma", input=PROMPT, max_output_tokens=16, stream=True))
+    assert events[0].type == "response.created"
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == events[-1].response.output_text
+    with client.responses.stream(model="gemma", input=PROMPT, text=SHORT, max_output_tokens=64) as stream:
+        texts = [event.delta for event in stream if event.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert final.status == "completed"
+    assert "".join(texts) == final.output_text
+    assert json.loads(final.output_text)["answer"] in ("Paris", "Rome")
+    assert_conformant(recorder)
+
+
+def test_max_output_tokens_reached_is_incomplete(client: Any, recorder: RecordingTransport) -> None:
+    response = client.responses.create(
+        model="gemma", input="Count from one to one hundred in words.", max_output_tokens=16
+    )
+    assert response.status == "incomplete"
+    assert response.incomplete_details.reason == "max_output_tokens"
+    assert response.usage.output_tokens == 16
+    assert_conformant(recorder)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stored_response_is_continued_retrieved_and_deleted(
+    client: Any, recorder: RecordingTransport, stream: bool
+) -> None:
+    def create(**fields: Any) -> Any:
+        if not stream:
+            return client.responses.create(model="gemma", text=SHORT, max_output_tokens=64, **fields)
+        with client.responses.stream(model="gemma", text=SHORT, max_output_tokens=64, **fields) as events:
+            return events.get_final_response()
+
+    first = create(input="My name is Ada.", instructions="Answer briefly.")
+    second = create(input="What is my name?", previous_response_id=first.id)
+    assert second.previous_response_id == first.id
+    assert second.instructions is None  # instructions do not carry over
+    # The second answer was generated from the first turn too: its input and its answer came first.
+    assert second.usage.input_tokens > first.usage.output_tokens + len("What is my name?") // 8
+    listed = client.responses.input_items.list(second.id, order="asc")
+    texts = [part.text for item in listed.data for part in item.content]
+    assert texts == ["My name is Ada.", first.output_text, "What is my name?"]
+    retrieved = client.responses.retrieve(second.id)  # a Response; the stream helper's is a ParsedResponse
+    assert (retrieved.id, retrieved.output_text, retrieved.usage) == (
+        second.id,
+        second.output_text,
+        second.usage,
+    )
+    client.responses.delete(second.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(second.id)
+    with pytest.raises(openai.BadRequestError) as raised:
+        create(input="And now?", previous_response_id=second.id)
+    assert raised.value.body["code"] == "previous_response_not_found"
+    assert raised.value.body["param"] == "previous_response_id"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_function_tool_round_trip(client: Any, recorder: RecordingTransport, stream: bool) -> None:
+    """``function_call`` -> ``function_call_output`` -> the answer, the call forced by ``tool_choice``
+    (a base model calls no tool of its own accord), the second turn sent as items and as a
+    continuation of the first by ``previous_response_id``."""
+
+    def create(**fields: Any) -> Any:
+        if not stream:
+            return client.responses.create(model="gemma", **fields)
+        with client.responses.stream(model="gemma", **fields) as events:
+            return events.get_final_response()
+
+    first = create(
+        input="What is the weather in Paris?",
+        tools=[WEATHER],
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=64,
+    )
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert [call.name for call in calls] == ["get_weather"], first.output
+    assert isinstance(json.loads(calls[0].arguments)["city"], str)
+    result = {"type": "function_call_output", "call_id": calls[0].call_id, "output": "18 C and sunny"}
+    given = [item.model_dump(exclude_none=True) for item in first.output]
+    answer: dict[str, Any] = {
+        "tools": [WEATHER],
+        "tool_choice": "none",
+        "text": SHORT,
+        "max_output_tokens": 64,
+    }
+    for second in (
+        create(input=[*given, result], **answer),
+        create(input=[result], previous_response_id=first.id, **answer),
+    ):
+        assert [item.type for item in second.output] == ["message"]
+        assert second.output_text
+        assert second.usage.input_tokens > first.usage.input_tokens
+    assert_conformant(recorder)
+
+
+def test_store_false_is_not_kept(client: Any) -> None:
+    response = client.responses.create(model="gemma", input=PROMPT, max_output_tokens=16, store=False)
+    assert response.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(response.id)
+
+
+def test_a_bad_request_is_a_400_that_names_the_parameter(client: Any) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="gemma", input=PROMPT, tools=[{"type": "code_interpreter"}])
+    assert raised.value.body["param"] is not None
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="gemma", input=PROMPT, max_output_tokens=16, temperature=5)
+    assert raised.value.body["param"] == "temperature"

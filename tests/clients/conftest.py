@@ -1,0 +1,82 @@
+"""Real clients through ``conformant serve``: every test here is a ``clients`` test, run by the clients tox
+env alone (Node.js, the pinned npm packages, the bundled backend).
+
+The mark comes with the folder, as tests/backend's does. These tests are ``backend`` tests too (they need
+llama.cpp, so the core env never runs them); the backend env leaves them to the clients env
+(``-m "backend and not clients"``), whose ``npm ci`` fetches 480 MB that no other env needs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.clients.node import NodeClients, install
+from tests.support.servers import free_port, run_process
+
+_HERE = Path(__file__).parent
+
+CONTEXT = 16384
+"""Tokens of context for one sequence: Codex CLI's system prompt alone is about 4,500 (4,096 overflow), and
+with its tools rendered by the backend's generic tool prompt one turn measured 6,256 prompt tokens."""
+DEFAULT_MAX_TOKENS = 256
+"""The proxy's cap for requests that set none: Codex sets no output limit, and a base model would write to
+the end of the context. Codex fails a turn whose answer the cap cuts ("Incomplete response returned,
+reason: max_output_tokens", measured with 64), so the cap leaves the model room to close its reply."""
+TIMEOUT = 1500
+"""Seconds per test, setup included: the first test's setup runs ``npm ci`` (480 MB from the registry on a
+fresh machine, up to 1,200 s) and starts the backend; each client run has its own limit in node.py."""
+UPSTREAM_VARIABLE = "CONFORMANT_CLIENTS_UPSTREAM"
+"""An upstream URL to put the proxy in front of instead of the bundled backend (e.g. llama-cpp-python's
+server started with ``--chat_format chatml-function-calling``), to see what the clients make of it."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "clients: real JavaScript clients on Node.js (tox env clients)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in item.path.parents:
+            item.add_marker(pytest.mark.clients)
+            item.add_marker(pytest.mark.backend)
+            item.add_marker(pytest.mark.timeout(TIMEOUT))
+
+
+@pytest.fixture(scope="session")
+def node_clients() -> NodeClients:
+    """Node.js with the pinned clients installed (skips where Node.js or npm is missing)."""
+    return install()
+
+
+@pytest.fixture(scope="session")
+def proxy_url(node_clients: NodeClients) -> Iterator[str]:
+    """``conformant serve`` on a free port, in front of the bundled backend it starts (one sequence slot of
+    ``CONTEXT`` tokens), or of ``CONFORMANT_CLIENTS_UPSTREAM``. Asks for the clients first, so that a
+    machine without Node.js skips before it loads a model."""
+    port = free_port()
+    args = ["python", "-m", "conformance", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    args += ["--default-max-tokens", str(DEFAULT_MAX_TOKENS)]
+    upstream = os.environ.get(UPSTREAM_VARIABLE)
+    env = {}
+    if upstream:
+        args += ["--upstream", upstream]
+    else:
+        # Read by the backend that serve starts, as its --ctx-size and --parallel.
+        env = {"CONFORMANT_CTX_SIZE": str(CONTEXT), "CONFORMANT_PARALLEL": "1"}
+    with run_process(args, health_path="/health", port=port, timeout=300, env=env) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="session")
+def model(proxy_url: str) -> str:
+    """The model the proxy lists first."""
+    listed = httpx.get(proxy_url + "/v1/models", timeout=30).json()
+    name = listed["data"][0]["id"]
+    assert isinstance(name, str)
+    return name

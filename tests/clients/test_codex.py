@@ -1,0 +1,76 @@
+"""Codex CLI (``codex exec``) runs one turn to exit status 0 through the proxy's ``/v1/responses`` in front
+of the bundled backend (issue 21, acceptance 3).
+
+Codex speaks only the Responses API; against a server without ``/v1/responses`` it retried five times and
+failed on "404 Not Found". It is set up as a user with a local server sets it up (docs/clients.md): a
+custom model provider with ``wire_api = "responses"`` and an ``env_key`` naming a variable with a key the
+proxy does not check, in a ``CODEX_HOME`` of its own (no login, no user config).
+
+One turn of ``codex exec`` (0.171.0) sends a request of about 40 KB: a system prompt of about 4,500
+tokens (6,256 prompt tokens with the backend's tool prompt; 16,384 of context here), seven function tools,
+one ``namespace`` tool (multi_agent_v1, grouping function tools) and one ``web_search`` tool,
+``reasoning``, ``include`` and ``client_metadata``, and no output limit (the proxy's --default-max-tokens
+caps it). Codex fails the turn on a 400 for any of it, and on a ``response.incomplete``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.clients.node import NodeClients
+
+PROVIDER = "conformant"
+KEY_VARIABLE = "CONFORMANT_CODEX_TEST_KEY"
+
+
+def _events(stdout: str) -> list[dict[str, Any]]:
+    """``codex exec --json``'s JSON lines (thread.started, item.completed, turn.completed...)."""
+    events = []
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def test_codex_exec_runs_one_turn(
+    node_clients: NodeClients, proxy_url: str, model: str, tmp_path: Path
+) -> None:
+    # Said first and plainly: Codex itself would only retry five times and print the last 404.
+    probe = httpx.post(
+        proxy_url + "/v1/responses", json={"model": model, "input": "Hi", "max_output_tokens": 4}, timeout=300
+    )
+    if probe.status_code == 404:
+        pytest.fail(
+            f"POST /v1/responses through conformant serve answered 404 ({probe.text[:200]}): the proxy has "
+            "no Responses route, and Codex CLI speaks only the Responses API (issue 21)"
+        )
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    provider = (
+        f'model_providers.{PROVIDER}={{name="{PROVIDER}",base_url="{proxy_url}/v1",'
+        f'wire_api="responses",env_key="{KEY_VARIABLE}"}}'
+    )
+    args = node_clients.bin("@openai/codex", "bin/codex.js")
+    args += ["exec", "--skip-git-repo-check", "--json", "-c", provider, "-c", f"model_provider={PROVIDER}"]
+    args += ["-m", model, "Say hello."]
+    # Nothing of the user's: HOME and CODEX_HOME are the test's, and the one key is a dummy.
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CODEX_HOME": str(home), KEY_VARIABLE: "unused"}
+    run = subprocess.run(
+        args, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600
+    )
+    shown = f"codex exec exited {run.returncode}\n--- stdout ---\n{run.stdout[-4000:]}"
+    shown += f"\n--- stderr ---\n{run.stderr[-4000:]}"
+    assert run.returncode == 0, shown
+    kinds = [event.get("type") for event in _events(run.stdout)]
+    assert "turn.completed" in kinds, shown
+    assert "turn.failed" not in kinds, shown

@@ -1,0 +1,135 @@
+"""Rules for what tools, structured outputs and reasoning mean (issue 20): each judged on transcripts that
+break it and that pass it (tests/data/transcripts/tools, each with a .source.txt saying where it comes
+from), and the same answer judged alike as a stream and as a body."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.judge import judge_transcript
+from conformance.live.probes import PROBES, ProbeContext
+from conformance.request import Request
+from conformance.transcript import load_transcript
+from tests.conformance.test_rules import JSON, chat_chunk, delta, judged, stream
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts" / "tools"
+
+# Each transcript with the errors and warnings it must give, and nothing else.
+TRANSCRIPTS: dict[str, tuple[set[str], set[str]]] = {
+    "tool-call-stream-pass.sse": (set(), set()),
+    "tool-args-sent-twice.sse": ({"tool-arguments-json"}, set()),
+    "tool-args-off-schema.sse": ({"tool-arguments-schema"}, set()),
+    "tool-choice-required-text.sse": ({"tool-choice-required-ignored"}, set()),
+    "tool-choice-none-called.sse": ({"tool-choice-none-called"}, set()),
+    "tool-choice-named-other.sse": ({"tool-choice-named-ignored"}, set()),
+    "tool-call-unknown-function.sse": ({"tool-call-unknown"}, set()),
+    "parallel-off-two-calls.sse": ({"parallel-tool-calls-off"}, set()),
+    "parallel-two-calls-pass.sse": (set(), set()),
+    "finish-tool-calls-no-call.sse": ({"finish-tool-calls-without-calls"}, set()),
+    "tool-call-in-content-hermes.sse": ({"tool-call-in-content"}, set()),
+    "tool-call-in-content-mistral.sse": ({"tool-call-in-content"}, set()),
+    "tool-round-trip-pass.sse": (set(), set()),
+    "json-object-fenced.sse": ({"json-object-invalid"}, set()),
+    "json-schema-missing-keys.sse": ({"json-schema-invalid"}, set()),
+    "json-schema-stream-pass.sse": (set(), set()),
+    "reasoning-under-reasoning.sse": (set(), {"reasoning-field-name"}),
+    "reasoning-content-pass.sse": (set(), set()),
+    "llama-cpp-python-named-stream.sse": (
+        {"tool-call-name-repeated", "tool-call-id-repeated", "schema"},
+        {"delta-null-field"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSCRIPTS))
+def test_transcript_breaks_exactly_its_rules(name: str) -> None:
+    verdict = judge_transcript(load_transcript(DATA / name))
+    errors, warnings = TRANSCRIPTS[name]
+    assert ({f.rule for f in verdict.errors}, {f.rule for f in verdict.warnings}) == (errors, warnings)
+
+
+def test_every_tool_transcript_has_a_row_and_a_source() -> None:
+    assert {p.name for p in DATA.glob("*.sse")} == set(TRANSCRIPTS)
+    assert all((DATA / name).with_suffix(".source.txt").is_file() for name in TRANSCRIPTS)
+
+
+# --- the same answer as a stream and as a body ---
+
+WEATHER_REQUEST = next(p for p in PROBES if p.name == "tool-choice-named").request(ProbeContext("m"))
+
+
+def _request(**extra: Any) -> dict[str, Any]:
+    body = {**WEATHER_REQUEST.body, **extra}
+    return {"method": "POST", "path": "/v1/chat/completions", "body": body}
+
+
+def _call_stream(arguments: list[str], name: str = "get_weather", finish: str = "tool_calls") -> bytes:
+    opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}}
+    first = chat_chunk([delta(role="assistant", tool_calls=[opening])])
+    parts = [chat_chunk([delta(tool_calls=[{"index": 0, "function": {"arguments": a}}])]) for a in arguments]
+    return stream(first, *parts, chat_chunk([delta(finish=finish)]))
+
+
+def _call_body(arguments: list[str], name: str = "get_weather", finish: str = "tool_calls") -> bytes:
+    call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "".join(arguments)}}
+    message = {"role": "assistant", "content": None, "refusal": None, "tool_calls": [call]}
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+    return json.dumps(
+        {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]}
+    ).encode()
+
+
+def both(
+    arguments: list[str], name: str = "get_weather", finish: str = "tool_calls", **asked: Any
+) -> list[Any]:
+    streamed = judged(_call_stream(arguments, name, finish), _request(stream=True, **asked))
+    body = judged(_call_body(arguments, name, finish), _request(**asked), headers=JSON)
+    return [streamed, body]
+
+
+def test_arguments_joined_over_a_stream_are_judged_as_the_body_is() -> None:
+    assert both(['{"city": ', '"Paris", "unit": "celsius"}']) == [(set(), set())] * 2
+    assert both(['{"city": "Paris"', "}"]) == [({"tool-arguments-schema"}, set())] * 2  # unit required
+    assert both(['{"city": "Paris",', ' "unit": "celsius"}{}']) == [({"tool-arguments-json"}, set())] * 2
+    assert both(["[1, 2]"]) == [({"tool-arguments-json"}, set())] * 2
+
+
+def test_arguments_cut_by_the_token_limit_are_not_judged() -> None:
+    cut = both(['{"city": "Pa'], finish="length")
+    assert cut == [(set(), {"tool-calls-finish-reason"})] * 2  # the finish itself is Q64's warning
+
+
+def test_tool_choice_as_the_request_set_it() -> None:
+    named = {"type": "function", "function": {"name": "get_time"}}
+    assert both(['{"city": "Paris"}'], "get_time", tool_choice=named) == [(set(), set())] * 2
+    weather = ['{"city": "Paris", "unit": "celsius"}']
+    assert both(weather, tool_choice=named) == [({"tool-choice-named-ignored"}, set())] * 2
+    assert both(weather, tool_choice="none") == [({"tool-choice-none-called"}, set())] * 2
+    assert both(weather, tool_choice="auto") == [(set(), set())] * 2
+
+
+def test_tool_call_rules_quiet_without_a_request_except_for_whole_arguments() -> None:
+    assert judged(_call_stream(['{"a": 1}'])) == (set(), set())
+    assert judged(_call_stream(['{"a": 1}{'])) == ({"tool-arguments-json"}, set())
+
+
+def test_request_reads_tools_choice_and_formats() -> None:
+    request = Request.from_recorded(
+        _request(tool_choice={"type": "function", "function": {"name": "get_time"}})
+    )
+    assert (request.tool_choice_mode, request.tool_choice_function) == ("function", "get_time")
+    assert set(request.tool_schemas) == {"get_time", "get_weather"}
+    assert Request.from_body("chat", {"messages": []}).tool_choice_mode is None
+    assert Request.from_recorded(_request(tool_choice=None)).tool_choice_mode == "auto"
+    schema = {"type": "object"}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    request = Request.from_body("chat", {"response_format": fmt, "parallel_tool_calls": False})
+    assert (request.response_format_type, request.output_schema, request.parallel_tool_calls) == (
+        "json_schema",
+        schema,
+        False,
+    )

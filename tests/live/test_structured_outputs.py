@@ -1,0 +1,77 @@
+"""openai-python's ``client.chat.completions.parse()`` through the proxy in front of llama-cpp-python's
+own server (Gemma 3 270M, a base model: the grammar alone makes its answer valid JSON). Without the
+proxy's translation llama-cpp-python answers ``json_schema`` with a 500, which the SDK retries twice
+and then raises as ``InternalServerError`` (issue 20)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from enum import StrEnum
+
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from tests.proxy.conftest import run_proxy
+
+pytestmark = pytest.mark.backend
+
+
+class Mood(StrEnum):
+    happy = "happy"
+    sad = "sad"
+
+
+class Feeling(BaseModel):
+    mood: Mood
+    sunny: bool
+    word: str = Field(max_length=12)
+
+
+@pytest.fixture(scope="module")
+def proxy_url(llama_cpp_python_url: str) -> Iterator[str]:
+    with run_proxy(llama_cpp_python_url) as url:
+        yield url
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def test_parse_returns_the_parsed_object_through_the_proxy(proxy_url: str) -> None:
+    completion = _client(proxy_url).chat.completions.parse(
+        model="gemma",
+        messages=[{"role": "user", "content": "Describe the weather today as JSON."}],
+        response_format=Feeling,
+        max_tokens=200,
+        temperature=0,
+    )
+    parsed = completion.choices[0].message.parsed
+    assert isinstance(parsed, Feeling)
+    assert parsed.mood in (Mood.happy, Mood.sad)
+    assert isinstance(parsed.sunny, bool)
+
+
+def test_llama_cpp_python_alone_fails_the_same_request(llama_cpp_python_url: str) -> None:
+    """The deviation the proxy repairs: llama-cpp-python's own answer to OpenAI's json_schema."""
+    with pytest.raises(openai.APIStatusError) as failed:
+        _client(llama_cpp_python_url).chat.completions.parse(
+            model="gemma",
+            messages=[{"role": "user", "content": "Describe the weather today as JSON."}],
+            response_format=Feeling,
+            max_tokens=60,
+        )
+    assert failed.value.status_code >= 400
+
+
+def test_a_schema_on_text_completions_is_refused_not_ignored(proxy_url: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        _client(proxy_url).completions.create(
+            model="gemma",
+            prompt="Weather:",
+            max_tokens=5,
+            extra_body={
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}
+            },
+        )
+    assert refused.value.code == "unsupported_parameter"

@@ -1,0 +1,131 @@
+"""``response_format: json_schema`` as each upstream enforces it (proxy/adapters/structured_output.py):
+llama-cpp-python's ``json_object`` with ``schema``, llama-server's native ``json_schema`` key, OpenAI's
+shape for the rest; a 400 ``unsupported_parameter`` where nothing would enforce it, never a 500."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from proxy.adapters import LlamaCppAdapter, OpenAIAdapter
+from proxy.adapters.llamacpp import native_completion_body
+from proxy.adapters.structured_output import for_llama_cpp_python
+from proxy.upstream_traits import UpstreamTraits
+from tests.proxy.conftest import run_proxy, upstream_answer
+from tests.support.servers import run_asgi
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"mood": {"type": "string", "enum": ["happy", "sad"]}, "ok": {"type": "boolean"}},
+    "required": ["mood", "ok"],
+    "additionalProperties": False,
+}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "Feeling", "schema": SCHEMA, "strict": True}}
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "How are you?"}], "response_format": FORMAT}
+# llama-cpp-python 0.3.36's /v1/models entry (llama_cpp/server/app.py ``get_models``).
+LLAMA_CPP_PYTHON_MODEL = {"id": "gemma", "object": "model", "owned_by": "me", "permissions": []}
+
+
+def test_llama_cpp_python_gets_json_object_with_the_schema() -> None:
+    assert for_llama_cpp_python(CHAT)["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    bare = {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "Any"}}}
+    assert for_llama_cpp_python(bare)["response_format"] == {"type": "json_object"}
+    plain = {**CHAT, "response_format": {"type": "json_object"}}
+    assert for_llama_cpp_python(plain) is plain
+
+
+def test_the_openai_adapter_translates_only_for_llama_cpp_python() -> None:
+    taught = OpenAIAdapter(traits=UpstreamTraits(schema_format="json_object_schema"))
+    assert taught.call("chat", CHAT).body["response_format"]["type"] == "json_object"
+    assert OpenAIAdapter().call("chat", CHAT).body["response_format"] == FORMAT
+    other = OpenAIAdapter(traits=UpstreamTraits(schema_format="json_schema"))
+    assert other.call("chat", CHAT).body["response_format"] == FORMAT
+
+
+def test_the_llamacpp_native_route_gets_the_schema_as_json_schema() -> None:
+    body = {"model": "m", "prompt": "Feeling:", "stream": True, "response_format": FORMAT}
+    call = LlamaCppAdapter().call("completions", body)
+    assert call.path == "/completion"
+    assert call.body["json_schema"] == SCHEMA
+    assert "response_format" not in call.body
+    assert native_completion_body({**body, "response_format": {"type": "json_object"}})["json_schema"] == {}
+    given = native_completion_body({**body, "grammar": 'root ::= "x"'})
+    assert "json_schema" not in given  # the client's own grammar is the more precise ask
+    unstreamed = LlamaCppAdapter().call("completions", {**body, "stream": False, "n": 2})
+    assert unstreamed.path == "/v1/completions"
+    assert (unstreamed.body["json_schema"], "response_format" in unstreamed.body) == (SCHEMA, False)
+    # llama-server's chat endpoint reads OpenAI's json_schema itself.
+    assert LlamaCppAdapter().call("chat", CHAT).body["response_format"] == FORMAT
+
+
+def _upstream(listing: list[dict[str, Any]], seen: list[tuple[str, dict[str, Any]]]) -> Starlette:
+    async def answer(request: Request) -> Response:
+        body = await request.json()
+        seen.append((request.url.path, body))
+        if "chat" in request.url.path:
+            if body.get("response_format", {}).get("type") == "json_schema":
+                # llama-cpp-python's answer to OpenAI's shape (its response_format knows no json_schema).
+                return JSONResponse({"error": {"message": "Internal Server Error"}}, status_code=500)
+            message = {"role": "assistant", "content": '{"mood": "happy", "ok": true}'}
+            return JSONResponse(
+                upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
+            )
+        choice = {"index": 0, "text": "{}", "finish_reason": "stop"}
+        return JSONResponse(upstream_answer(False, [choice]))
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"object": "list", "data": listing})
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", answer, methods=["POST"]),
+            Route("/v1/completions", answer, methods=["POST"]),
+            Route("/v1/models", models),
+        ]
+    )
+
+
+def test_the_proxy_asks_llama_cpp_python_for_a_schema_as_it_reads_one() -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+    with run_asgi(_upstream([LLAMA_CPP_PYTHON_MODEL], seen)) as upstream, run_proxy(upstream) as proxy:
+        answer = httpx.post(proxy + "/v1/chat/completions", json=CHAT, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["message"]["content"] == '{"mood": "happy", "ok": true}'
+        refused = httpx.post(
+            proxy + "/v1/completions",
+            json={"model": "m", "prompt": "x", "response_format": FORMAT},
+            timeout=30,
+        )
+    assert seen[0][1]["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert (error["code"], error["param"], error["type"]) == (
+        "unsupported_parameter",
+        "response_format",
+        "invalid_request_error",
+    )
+    assert [path for path, _ in seen] == ["/v1/chat/completions"]  # the refused one never went out
+
+
+@pytest.mark.parametrize("listing", [[{"id": "m", "object": "model", "owned_by": "vllm"}], []])
+def test_other_upstreams_get_the_schema_as_the_client_sent_it(listing: list[dict[str, Any]]) -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+    with run_asgi(_upstream(listing, seen)) as upstream, run_proxy(upstream) as proxy:
+        httpx.post(proxy + "/v1/chat/completions", json=CHAT, timeout=30)
+    assert seen[0][1]["response_format"] == FORMAT
+
+
+def test_a_listing_read_for_a_schema_does_not_unlearn_a_serial_upstream() -> None:
+    traits = UpstreamTraits()
+    traits.broke_off_stream()
+    traits.learn_listing([{"id": "m", "object": "model", "owned_by": "vllm"}])
+    assert (traits.serial, traits.schema_format) == (True, "json_schema")
+    fresh = UpstreamTraits()
+    fresh.learn_listing([LLAMA_CPP_PYTHON_MODEL])
+    assert (fresh.serial, fresh.schema_format) == (True, "json_object_schema")

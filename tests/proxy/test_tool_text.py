@@ -1,0 +1,203 @@
+"""Tool calls an upstream sent as text in ``content`` (Q79), repaired into ``tool_calls`` where unambiguous.
+
+The model outputs are the ones the formats' own documents show: Qwen 2.5's function-calling guide
+(qwen.readthedocs.io, ``framework/function_call``: two ``<tool_call>`` blocks for the temperature
+example), Mistral-7B-Instruct-v0.3's model card (``[TOOL_CALLS] [{"name": ..., "arguments": ...}]``), and
+the v11 tokenizer's ``[TOOL_CALLS]name[ARGS]{...}`` that llama.cpp's Mistral parser reads.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from conformance.judge import judge_response
+from conformance.sse import encode_data
+from proxy.normalizer import RequestInfo, StreamNormalizer, normalize_body
+from proxy.normalizer.repairs import Repairs
+from proxy.normalizer.tool_text import ToolTextScanner, calls_in_text
+
+TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("get_current_temperature", "get_temperature_date", "get_current_weather")
+]
+
+NAMES = ("get_current_temperature", "get_temperature_date", "get_current_weather")
+QWEN = (
+    '<tool_call>\n{"name": "get_current_temperature", "arguments": {"location": "San Francisco, CA, USA"}}\n'
+    "</tool_call>\n"
+    '<tool_call>\n{"name": "get_temperature_date", "arguments": {"location": "San Francisco, CA, USA", '
+    '"date": "2024-10-01"}}\n</tool_call>'
+)
+MISTRAL_V3 = (
+    '[TOOL_CALLS] [{"name": "get_current_weather", "arguments": {"location": "Paris, France", '
+    '"format": "celsius"}}]'
+)
+MISTRAL_V11 = '[TOOL_CALLS]get_current_weather[ARGS]{"location": "Paris, France"}'
+BODY: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS}
+
+
+def test_hermes_blocks_become_calls_and_the_text_around_them_stays() -> None:
+    content, calls = calls_in_text("Let me check.\n" + QWEN, NAMES) or (None, [])
+    assert content == "Let me check."
+    assert calls == [
+        ("get_current_temperature", '{"location": "San Francisco, CA, USA"}'),
+        ("get_temperature_date", '{"location": "San Francisco, CA, USA", "date": "2024-10-01"}'),
+    ]
+
+
+@pytest.mark.parametrize("text", [MISTRAL_V3, MISTRAL_V11])
+def test_mistral_answers_become_calls(text: str) -> None:
+    content, calls = calls_in_text(text, NAMES) or ("left", [])
+    assert content is None
+    assert [name for name, _ in calls] == ["get_current_weather"]
+    assert json.loads(calls[0][1])["location"] == "Paris, France"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',  # a function the request did not offer
+        '<tool_call>{"name": "get_current_weather", "arguments": [1]}</tool_call>',  # arguments not an object
+        '<tool_call>{"name": "get_current_weather", "arguments": {"a": 1}</tool_call>',  # not JSON
+        '<tool_call>{"name": "get_current_weather"}',  # never closed
+        'The tag <tool_call> starts a call; {"name": "x"} is its body.',
+        "[TOOL_CALLS] not a call",
+        'Use [TOOL_CALLS] like this: [{"name": "get_current_weather", "arguments": {}}]',  # not at the start
+    ],
+)
+def test_text_that_is_not_unambiguously_a_call_is_left(text: str) -> None:
+    assert calls_in_text(text, NAMES) is None
+
+
+def test_without_tools_nothing_is_repaired() -> None:
+    assert calls_in_text(QWEN, ()) is None
+
+
+def _scan(pieces: list[str]) -> tuple[str, list[tuple[str, str]]]:
+    scanner = ToolTextScanner(NAMES)
+    out, calls = [], []
+    for piece in pieces:
+        text, found = scanner.feed(piece)
+        out.append(text)
+        calls += found
+    text, found = scanner.finish()
+    return "".join(out) + text, calls + found
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7])
+def test_the_scanner_finds_markers_split_over_tokens(size: int) -> None:
+    for text in ("Let me check.\n" + QWEN, MISTRAL_V3, MISTRAL_V11):
+        pieces = [text[i : i + size] for i in range(0, len(text), size)]
+        whole = calls_in_text(text, NAMES)
+        assert whole is not None
+        content, calls = _scan(pieces)
+        assert calls == whole[1]
+        assert content.strip() == (whole[0] or "")
+
+
+def test_the_scanner_lets_text_through_as_it_comes_and_gives_back_a_failed_block() -> None:
+    scanner = ToolTextScanner(NAMES)
+    assert scanner.feed("Hello ") == ("Hello ", [])
+    assert scanner.feed("<tool") == ("", [])  # might begin a marker: held
+    assert scanner.feed('_call>{"name": "nope", "arguments": {}}') == ("", [])
+    text, calls = scanner.feed("</tool_call> and more")
+    assert calls == []
+    assert text == '<tool_call>{"name": "nope", "arguments": {}}</tool_call> and more'
+    assert scanner.feed(" <tool_call>") == (" <tool_call>", [])  # given up: the rest passes as it is
+
+
+def test_an_unfinished_block_at_the_end_is_content() -> None:
+    assert _scan(["Hi ", "<tool_call>{"]) == ("Hi <tool_call>{", [])
+
+
+def _judged(raw: bytes, body: dict[str, Any], content_type: str) -> list[str]:
+    """The suite's errors on the proxy's answer (a call repaired out of text is an OpenAI call)."""
+    request = {"method": "POST", "path": "/v1/chat/completions", "body": body}
+    verdict = judge_response(raw, request=request, status=200, headers={"content-type": content_type})
+    return [f"{f.rule}: {f.message}" for f in verdict.errors]
+
+
+def _body(content: str, body: dict[str, Any]) -> tuple[dict[str, Any], Repairs]:
+    upstream = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 40, "total_tokens": 45},
+    }
+    repairs = Repairs()
+    return normalize_body(upstream, RequestInfo.from_body("chat", body), repairs=repairs), repairs
+
+
+def test_a_body_with_calls_as_text_gets_tool_calls_and_finish_reason_tool_calls() -> None:
+    out, repairs = _body(QWEN, BODY)
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None
+    calls = choice["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["get_current_temperature", "get_temperature_date"]
+    assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls)
+    assert json.loads(calls[1]["function"]["arguments"])["date"] == "2024-10-01"
+    assert repairs["Q79"] == 2
+    assert _judged(json.dumps(out).encode(), BODY, "application/json") == []
+
+
+@pytest.mark.parametrize(
+    "body", [{**BODY, "tool_choice": "none"}, {k: v for k, v in BODY.items() if k != "tools"}]
+)
+def test_a_body_is_left_as_it_came_without_tools_or_with_tool_choice_none(body: dict[str, Any]) -> None:
+    out, repairs = _body(QWEN, body)
+    assert out["choices"][0]["message"]["content"] == QWEN
+    assert "tool_calls" not in out["choices"][0]["message"]
+    assert "Q79" not in repairs
+
+
+def _stream(pieces: list[str], body: dict[str, Any]) -> tuple[list[dict[str, Any]], Repairs]:
+    normalizer = StreamNormalizer(RequestInfo.from_body("chat", {**body, "stream": True}))
+    out: list[dict[str, Any]] = []
+    for i, piece in enumerate(pieces):
+        delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+        chunk = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        chunk["choices"] = [{"index": 0, "delta": delta, "finish_reason": None}]
+        out += normalizer.feed_payload(chunk)
+    final = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    final["choices"] = [{"index": 0, "delta": {}, "finish_reason": "stop"}]
+    out += normalizer.feed_payload(final)
+    normalizer.upstream_done = True
+    out += normalizer.close()
+    return out, normalizer.repairs
+
+
+@pytest.mark.parametrize("text", ["Let me check.\n" + QWEN, MISTRAL_V3, MISTRAL_V11])
+def test_a_stream_with_calls_as_text_streams_tool_calls(text: str) -> None:
+    pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
+    chunks, repairs = _stream(pieces, BODY)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    content = "".join(d.get("content") or "" for d in deltas)
+    calls = [call for d in deltas for call in d.get("tool_calls", ())]
+    expected = calls_in_text(text, NAMES)
+    assert expected is not None
+    assert content.strip() == (expected[0] or "")
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == expected[1]
+    assert [c["index"] for c in calls] == list(range(len(calls)))
+    assert all(c["id"].startswith("call_") and c["type"] == "function" for c in calls)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert repairs["Q79"] == len(calls)
+    raw = b"".join(encode_data(json.dumps(c).encode()) for c in chunks) + b"data: [DONE]\n\n"
+    assert _judged(raw, {**BODY, "stream": True}, "text/event-stream") == []
+
+
+def test_a_stream_without_tools_passes_the_text_as_it_came() -> None:
+    pieces = [QWEN[i : i + 5] for i in range(0, len(QWEN), 5)]
+    chunks, repairs = _stream(pieces, {k: v for k, v in BODY.items() if k != "tools"})
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("content") or "" for d in deltas) == QWEN
+    assert not any("tool_calls" in d for d in deltas)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert "Q79" not in repairs
