@@ -21,6 +21,7 @@ from backend.requests import parse_chat_request
 from backend.service import Backend
 from backend.synthetic import HERMES_TOOLS_TEMPLATE, SyntheticSpec, write_synthetic
 from tests.backend.fixtures import Exchange, RecordingTransport, assert_conformant, sdk_client
+from tests.proxy.conftest import run_proxy
 from tests.support.servers import run_asgi
 
 pytestmark = pytest.mark.backend
@@ -279,6 +280,17 @@ def test_refusals_name_the_parameter_and_the_construct(
 # ---- the real Gemma 3 270M (its template knows no tools: the generic JSON format) ---------------
 
 
+@pytest.fixture(params=["backend", "proxy"])
+def client(request: pytest.FixtureRequest, gemma_url: str, recorder: RecordingTransport) -> Iterator[Any]:
+    """openai-python on the backend itself, or through ``conformant serve`` in front of it (issue 20,
+    acceptance 1: what a user of the bundled default gets)."""
+    if request.param == "backend":
+        yield sdk_client(gemma_url, recorder)
+        return
+    with run_proxy(gemma_url, upstream_kind="openai") as url:
+        yield sdk_client(url, recorder)
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_gemma_required_and_named_calls_validate(
     client: Any, recorder: RecordingTransport, stream: bool
@@ -353,4 +365,32 @@ def test_gemma_json_schema_output_validates(client: Any, recorder: RecordingTran
     else:
         text = client.chat.completions.create(**kwargs).choices[0].message.content
     jsonschema.validate(json.loads(text), schema)
+    assert_conformant(recorder)
+
+
+def test_gemma_parse_returns_the_pydantic_object(client: Any, recorder: RecordingTransport) -> None:
+    """openai-python's ``.parse()``: a Pydantic model (an enum, a boolean, a short string) sent as a strict
+    ``json_schema`` and the answer parsed back into it."""
+    from enum import Enum
+
+    from pydantic import BaseModel, Field
+
+    class Mood(str, Enum):
+        happy = "happy"
+        calm = "calm"
+
+    class Day(BaseModel):
+        mood: Mood
+        sunny: bool
+        word: str = Field(max_length=10)
+
+    completion = client.chat.completions.parse(
+        model="m",
+        messages=[{"role": "user", "content": "Describe a sunny day as JSON."}],
+        response_format=Day,
+        temperature=0,
+        max_tokens=60,
+    )
+    parsed = completion.choices[0].message.parsed
+    assert isinstance(parsed, Day)
     assert_conformant(recorder)
