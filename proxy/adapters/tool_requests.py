@@ -67,15 +67,16 @@ def asks_tools(body: dict[str, Any]) -> bool:
 
 
 def unforceable_tool_choice(traits: UpstreamTraits, body: dict[str, Any]) -> ProxyError | None:
-    """A 400 for ``tool_choice: "required"`` among several tools on an upstream that would ignore it."""
+    """A 400 for ``tool_choice: "required"`` on an upstream that would ignore it, unless exactly one function
+    tool is offered (then sent as that function named)."""
     if not traits.named_tool_choice_only or body.get("tool_choice") != "required":
         return None
     tools = _function_tools(body)
     if tools is not None and len(tools) == 1:
         return None  # sent as the named choice
     return ProxyError.make(
-        "tool_choice 'required' is not supported by this server with more than one tool: it enforces only a "
-        'named function (tool_choice {"type": "function", "function": {"name": ...}})',
+        "tool_choice 'required' is supported by this server only with exactly one function tool: it enforces "
+        'a call only of a named function (tool_choice {"type": "function", "function": {"name": ...}})',
         400,
         code="unsupported_parameter",
         param="tool_choice",
