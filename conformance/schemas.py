@@ -9,14 +9,17 @@ cached per shape; only an invalid chunk pays for ``iter_errors``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from jsonschema import Draft202012Validator, ValidationError
+from jsonschema import Draft202012Validator, SchemaError, ValidationError
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
 from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from conformance.request import Endpoint
@@ -31,6 +34,7 @@ __all__ = [
     "registry",
     "request_schema",
     "request_validator",
+    "schema_error",
     "validator",
 ]
 
@@ -246,3 +250,19 @@ def _type_fits(doc: Any, node: dict[str, Any]) -> bool:
     names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
     name = names.get(type(doc), "number")
     return name in kinds or (name == "number" and "integer" in kinds and isinstance(doc, int))
+
+
+def schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
+    """Why ``value`` breaks the JSON ``schema`` (the best match's pointer and message), or None when it
+    validates or the schema itself cannot be read (the request's fault, not the response's)."""
+    document = dict(schema)
+    try:
+        cls = validator_for(document)
+        cls.check_schema(document)
+        error = best_match(cls(document).iter_errors(value))
+    except (SchemaError, Unresolvable, RecursionError):  # a $ref to elsewhere is never fetched
+        return None
+    if error is None:
+        return None
+    where = "/" + "/".join(str(p) for p in error.absolute_path)
+    return f"{where}: {error.message[:160]}"

@@ -24,12 +24,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, best_match
-
 from conformance.request import integer
 from conformance.rules.context import Context
 from conformance.rules.leaks import model_path
+from conformance.schemas import schema_error
 
 __all__ = [
     "ITEM_PREFIX",
@@ -219,19 +217,6 @@ def _as_object(text: str) -> tuple[Any, str | None]:
         return None, "nested too deeply"
 
 
-def _schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
-    """Why ``value`` fails ``schema``; None when it passes or the schema itself is broken (the request's
-    fault, which the acceptance rules judge)."""
-    try:
-        error = best_match(Draft202012Validator(schema).iter_errors(value))
-    except (SchemaError, RecursionError, TypeError):
-        return None
-    if error is None:
-        return None
-    where = "/".join(str(part) for part in error.absolute_path)
-    return f"invalid at /{where}: {error.message[:160]}"
-
-
 def function_call_arguments(ctx: Context, event: int | None, item: Mapping[str, Any], where: str) -> None:
     """A function call names a function the request offered, with arguments that are a JSON object valid
     against its ``parameters``."""
@@ -254,7 +239,8 @@ def function_call_arguments(ctx: Context, event: int | None, item: Mapping[str, 
         problem = "a JSON value, not an object"
     if problem is None:
         schema = functions.get(name) if isinstance(name, str) else None
-        problem = _schema_error(schema, value) if isinstance(schema, Mapping) else None
+        why = schema_error(schema, value) if isinstance(schema, Mapping) else None
+        problem = f"invalid at {why}" if why else None
     if problem is not None:
         ctx.error(
             "responses-function-arguments",
@@ -292,8 +278,8 @@ def output_schema_valid(ctx: Context, event: int | None, response: Mapping[str, 
     ):
         return  # the model called a tool instead of answering
     value, problem = _as_object(output_text(response))
-    if problem is None:
-        problem = _schema_error(schema, value)
+    if problem is None and (why := schema_error(schema, value)):
+        problem = f"invalid at {why}"
     if problem is not None:
         ctx.error(
             "responses-output-schema",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 
 from conformance.rules.context import Context
-from conformance.rules.tool_use import schema_error
+from conformance.schemas import schema_error
 
 __all__ = ["json_content"]
 

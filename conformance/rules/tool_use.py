@@ -30,15 +30,10 @@ report): what its calls would have said is unknown.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import SchemaError
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
-from referencing.exceptions import Unresolvable
-
 from conformance.rules.context import ChoiceState, Context, ToolCallState
+from conformance.schemas import schema_error
 
 __all__ = [
     "TOOL_CALL_MARKERS",
@@ -46,7 +41,6 @@ __all__ = [
     "collect_content",
     "finish_without_calls",
     "parallel_off",
-    "schema_error",
     "tool_arguments",
     "tool_call_in_content",
     "tool_choice_honoured",
@@ -98,22 +92,6 @@ def _judged(ctx: Context) -> list[ChoiceState]:
 def _where(ctx: Context, state: ChoiceState, index: int) -> str:
     part = "delta" if ctx.stream else "message"
     return f"/choices/{state.index}/{part}/tool_calls/{index}/function"
-
-
-def schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
-    """Why ``value`` breaks the JSON ``schema`` (the best match's pointer and message), or None when it
-    validates or the schema itself cannot be read (the request's fault, not the response's)."""
-    document = dict(schema)
-    try:
-        cls = validator_for(document)
-        cls.check_schema(document)
-        error = best_match(cls(document).iter_errors(value))
-    except (SchemaError, Unresolvable, RecursionError):  # a $ref to elsewhere is never fetched
-        return None
-    if error is None:
-        return None
-    where = "/" + "/".join(str(p) for p in error.absolute_path)
-    return f"{where}: {error.message[:160]}"
 
 
 def tool_arguments(ctx: Context) -> None:

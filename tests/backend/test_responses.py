@@ -158,7 +158,6 @@ def test_a_function_tool_round_trip(client: Any, recorder: RecordingTransport, s
     ):
         assert [item.type for item in second.output] == ["message"]
         assert second.output_text
-        assert second.usage.input_tokens > first.usage.input_tokens
     assert_conformant(recorder)
 
 

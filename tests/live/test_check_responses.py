@@ -152,15 +152,18 @@ def proxy_before_llama_cpp_python(llama_cpp_python_url: str) -> Iterator[str]:
 
 
 @pytest.mark.backend
-@pytest.mark.xfail(
-    strict=True,
-    reason="the proxy passes response_format json_schema on to llama-cpp-python 0.3.36, which takes "
-    "only text and json_object (the latter with its own 'schema' key) and answers it with HTTP 500, "
-    "which the proxy passes on (responses-json-schema: feature-server-error); so does the chat route",
-)
 def test_proxy_before_llama_cpp_python_responses_probes_have_no_errors(
     proxy_before_llama_cpp_python: str, tmp_path: Path
 ) -> None:
     status, report = _errors(proxy_before_llama_cpp_python, tmp_path)
     assert _outcomes(report) == {name: [] for name in RESPONSES_PROBES}
     assert status == 0
+
+
+@pytest.mark.backend
+def test_bundled_backend_responses_probes_have_no_errors(backend_url: str, tmp_path: Path) -> None:
+    status, report = _errors(backend_url, tmp_path)
+    assert _outcomes(report) == {name: [] for name in RESPONSES_PROBES}
+    assert status == 0
+    # Its own /v1/responses answered every probe: none is unsupported.
+    assert not any(w["rule"] == "feature-unsupported" for r in report["results"] for w in r["warnings"])

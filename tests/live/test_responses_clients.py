@@ -78,8 +78,15 @@ def client(proxy_url: str) -> openai.OpenAI:
 
 
 def _post(url: str, body: dict[str, Any]) -> httpx.Response:
-    """``body`` posted to the proxy's /v1/responses, the answer judged with no error."""
+    """``body`` posted to the proxy's /v1/responses, the answer judged with no error.
+
+    Asked once more when llama-cpp-python broke the stream off before its first event (the proxy's
+    502 says so: it does that when it takes another request for its one model, and in a full run of
+    this module it did so to a request that waited for no other), which is the upstream's, not the
+    translation's."""
     response = httpx.post(url + "/v1/responses", json=body, timeout=120)
+    if response.status_code == 502 and "interrupted the stream" in response.text:
+        response = httpx.post(url + "/v1/responses", json=body, timeout=120)
     judged(response.content, body, response.status_code, response.headers)
     return response
 
@@ -158,15 +165,21 @@ def test_the_stream_helper_with_a_forced_call(llama_cpp_python_proxy: str) -> No
     with a grammar, which also ends the answer (``response.completed``)."""
     client = openai.OpenAI(base_url=llama_cpp_python_proxy + "/v1", api_key="none", max_retries=0)
     tools: Any = [TOOL]
-    with client.responses.stream(
-        model="gemma",
-        input="What is the weather in Paris?",
-        tools=tools,
-        tool_choice={"type": "function", "name": "get_weather"},
-        max_output_tokens=64,
-    ) as stream:
-        deltas = [event.delta for event in stream if event.type == "response.function_call_arguments.delta"]
-        final = stream.get_final_response()
+    for _ in range(2):  # once more if llama-cpp-python broke the stream off (see _post)
+        with client.responses.stream(
+            model="gemma",
+            input="What is the weather in Paris?",
+            tools=tools,
+            tool_choice={"type": "function", "name": "get_weather"},
+            max_output_tokens=64,
+        ) as stream:
+            events = list(stream)
+            deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+            last = events[-1]
+            interrupted = last.type == "response.failed" and "interrupted" in str(last.response.error)
+            if not interrupted:
+                final = stream.get_final_response()
+                break
     assert final.status == "completed"
     calls = [item for item in final.output if item.type == "function_call"]
     assert len(calls) == 1
