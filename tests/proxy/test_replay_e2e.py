@@ -38,11 +38,6 @@ REQUEST_SIDE_ONLY: dict[str, tuple[set[str], str]] = {
         _REQUIRED_IGNORED,
     ),
     "llama-cpp-python-parallel-tool-calls-completed": ({"tool-choice-required-ignored"}, _REQUIRED_IGNORED),
-    "llama-cpp-python-json-schema-stream-completed": (
-        {"feature-server-error"},
-        "llama-cpp-python answers response_format json_schema with a 500; the proxy sends it as json_object "
-        "with the schema (tests/live/test_structured_outputs.py)",
-    ),
 }
 CUT_INSIDE_A_CALL = {
     # An excerpt that stops inside a call's arguments: [DONE] appended cannot complete them, and the
