@@ -26,6 +26,10 @@ knows of a server is in one place rather than in module caches and flags set fro
   ``{"type": "json_object", "schema": ...}`` (its ``ChatCompletionRequestResponseFormat`` knows only
   ``text`` and ``json_object``, and answers ``json_schema`` with a 500). Known from the model listing, as
   ``serial`` is.
+- ``named_tool_choice_only``, ``assistant_content_string``: llama-cpp-python enforces only a named
+  ``tool_choice`` ("required" is served as ``auto``, Q80) and refuses an assistant message's
+  ``content: null`` with a 500 (Q81): proxy/adapters/tool_requests.py. Known from the model listing.
+- ``listing_read``: whether a model listing was read and learned from (the traits above then known).
 
 ``None`` is "not known yet" throughout: asked again when next needed.
 """
@@ -71,13 +75,19 @@ class UpstreamTraits:
 
     reasoning_field: str = "reasoning_content"
     schema_format: SchemaFormat | None = None
+    named_tool_choice_only: bool = False
+    assistant_content_string: bool = False
+    listing_read: bool = False
 
     def learn_listing(self, entries: Any) -> None:
-        """What a ``/v1/models`` listing read now tells: llama-cpp-python's serves one request at a time
-        and takes a schema as ``json_object``; any other listing, OpenAI's ``json_schema``."""
+        """What a ``/v1/models`` listing read now tells: llama-cpp-python's serves one request at a time,
+        takes a schema as ``json_object`` and tools as tool_requests.py sends them; any other listing,
+        OpenAI's ``json_schema`` and tools as the client sent them."""
         llama_cpp_python = is_llama_cpp_python_listing(entries)
         self.serial = bool(self.serial) or llama_cpp_python  # (a broken-off stream taught it already)
         self.schema_format = "json_object_schema" if llama_cpp_python else "json_schema"
+        self.named_tool_choice_only = self.assistant_content_string = llama_cpp_python
+        self.listing_read = True
 
     def sent_reasoning_as(self, name: str) -> None:
         """The upstream sent reasoning under ``name``: it reads it there in assistant messages too."""

@@ -11,6 +11,7 @@ from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
 from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
 from .structured_output import for_llama_cpp_python, unenforced_schema
+from .tool_requests import asks_tools, tool_request_for, unforceable_tool_choice
 
 __all__ = ["OpenAIAdapter"]
 
@@ -33,6 +34,7 @@ class OpenAIAdapter:
             body = messages_with_reasoning_as(body, traits.reasoning_field)
             if traits.schema_format == "json_object_schema":
                 body = for_llama_cpp_python(body)
+            body = tool_request_for(traits, body)
         wants_logprobs = endpoint == "chat" and body.get("logprobs") is True
         if wants_logprobs and "top_logprobs" not in body and self._traits.chat_logprobs_need_top:
             # 0 is within the spec for every upstream, and the alternatives it brings are taken out
@@ -45,12 +47,15 @@ class OpenAIAdapter:
     ) -> ProxyError | None:
         # (An OpenAI-compatible server's context is unknown: it refuses a prompt it cannot serve.)
         traits = upstream.traits
-        if traits.schema_format is None and isinstance(body.get("response_format"), dict):
-            # Asked once a response format comes: the listing tells llama-cpp-python from the rest.
+        if not traits.listing_read and (isinstance(body.get("response_format"), dict) or asks_tools(body)):
+            # Asked once a response format or a tool request comes: the listing tells llama-cpp-python
+            # from the rest.
             answer = await upstream.json("GET", "/v1/models", timeout=_LISTING_TIMEOUT)
             entries = answer.get("data") if isinstance(answer, dict) else None
             if isinstance(entries, list):
                 traits.learn_listing(entries)
+        if endpoint == "chat" and (refused := unforceable_tool_choice(traits, body)) is not None:
+            return refused
         return unenforced_schema(traits, endpoint, body)
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109

@@ -1,0 +1,98 @@
+"""Tool requests as llama-cpp-python serves them: ``tool_choice: "required"`` and the assistant's call.
+
+What llama-cpp-python (0.3.36) does with OpenAI's tool requests (code reading, and the recordings in
+conformance/corpus/llama-cpp-python/, made by ``conformant check --record``):
+
+- ``tool_choice: "required"`` is ignored (Q80): its chat handlers build a grammar only for a named choice
+  (``llama_chat_format.chat_formatter_to_chat_completion_handler``: ``isinstance(tool_choice, dict)``
+  -> ``LlamaGrammar.from_json_schema`` of that function's parameters), so "required" is served as
+  ``auto`` and the model answers text (recordings ``llama-cpp-python-tool-choice-required``,
+  ``-required-stream``, ``-parallel-tool-calls``). With exactly one function tool, "required" can only
+  mean a call of that function, so it is sent as the named choice, which the grammar enforces. With
+  several, no request makes it choose one of them: a 400 ``unsupported_parameter`` naming
+  ``tool_choice``, never a text answer passed off as served. ``parallel_tool_calls`` is not read at all
+  (its ``CreateChatCompletionRequest`` has no such field), which OpenAI's meaning (calls *may* be made in
+  parallel) allows; two calls in one turn come only with ``required`` and two tools, refused as above.
+- An assistant message with ``tool_calls`` and ``content: null`` (how OpenAI and its SDKs send a call
+  back in a round trip) fails its request validation with a 500 (Q81): its
+  ``ChatCompletionRequestAssistantMessage.content`` is ``NotRequired[str]``, not nullable (recording
+  ``llama-cpp-python-tool-round-trip``: "Input should be a valid string"). ``""`` says the same (no
+  text beside the call) and is sent instead.
+
+Both apply only where the upstream is known to be llama-cpp-python (``UpstreamTraits``, from its model
+listing); any other upstream gets the request as the client sent it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ProxyError
+from ..upstream_traits import UpstreamTraits
+
+__all__ = ["asks_tools", "tool_request_for", "unforceable_tool_choice"]
+
+
+def _function_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The tools when every one is a function with a name; None when any other kind is offered."""
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return None
+    named = [
+        t
+        for t in tools
+        if isinstance(t, dict)
+        and t.get("type") == "function"
+        and isinstance(t.get("function"), dict)
+        and isinstance(t["function"].get("name"), str)
+    ]
+    return named if len(named) == len(tools) else None
+
+
+def _null_content_calls(messages: Any) -> bool:
+    return isinstance(messages, list) and any(_null_content(m) for m in messages)
+
+
+def _null_content(message: Any) -> bool:
+    return (
+        isinstance(message, dict)
+        and message.get("role") == "assistant"
+        and message.get("content", "") is None
+    )
+
+
+def asks_tools(body: dict[str, Any]) -> bool:
+    """Whether ``body`` is a tool request these repairs may concern (the upstream's kind then matters)."""
+    return "tools" in body or _null_content_calls(body.get("messages"))
+
+
+def unforceable_tool_choice(traits: UpstreamTraits, body: dict[str, Any]) -> ProxyError | None:
+    """A 400 for ``tool_choice: "required"`` on an upstream that would ignore it, unless exactly one function
+    tool is offered (then sent as that function named)."""
+    if not traits.named_tool_choice_only or body.get("tool_choice") != "required":
+        return None
+    tools = _function_tools(body)
+    if tools is not None and len(tools) == 1:
+        return None  # sent as the named choice
+    return ProxyError.make(
+        "tool_choice 'required' is supported by this server only with exactly one function tool: it enforces "
+        'a call only of a named function (tool_choice {"type": "function", "function": {"name": ...}})',
+        400,
+        code="unsupported_parameter",
+        param="tool_choice",
+    )
+
+
+def tool_request_for(traits: UpstreamTraits, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the upstream enforces it: "required" with one function tool as that function named
+    (``named_tool_choice_only``), an assistant message's ``content: null`` as ``""``
+    (``assistant_content_string``)."""
+    if traits.named_tool_choice_only and body.get("tool_choice") == "required":
+        tools = _function_tools(body)
+        if tools is not None and len(tools) == 1:
+            name = tools[0]["function"]["name"]
+            body = {**body, "tool_choice": {"type": "function", "function": {"name": name}}}
+    messages = body.get("messages")
+    if traits.assistant_content_string and isinstance(messages, list) and _null_content_calls(messages):
+        body = {**body, "messages": [{**m, "content": ""} if _null_content(m) else m for m in messages]}
+    return body

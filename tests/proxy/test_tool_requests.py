@@ -1,0 +1,109 @@
+"""Tool requests as llama-cpp-python serves them (proxy/adapters/tool_requests.py): ``tool_choice:
+"required"`` with one tool sent as that function named (Q80), several refused with a 400; an assistant
+call's ``content: null`` sent as ``""`` (Q81). Only to llama-cpp-python, known from its model listing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from conformance.live.probes import TIME, WEATHER
+from tests.proxy.conftest import run_proxy, upstream_answer
+from tests.proxy.test_structured_output import LLAMA_CPP_PYTHON_MODEL
+from tests.support.servers import RecordingUpstream, run_asgi
+
+CHAT = "/v1/chat/completions"
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'},
+}
+ROUND_TRIP = [
+    *ASK,
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 18}'},
+]
+VLLM_MODEL = {"id": "m", "object": "model", "owned_by": "vllm"}
+
+
+def _upstream(listing: list[dict[str, Any]]) -> RecordingUpstream:
+    async def chat(request: Request) -> Response:
+        body = await request.json()
+        upstream.seen.append((request.url.path, body))
+        if any(m.get("content", "") is None for m in body["messages"]):
+            # llama-cpp-python's answer: its assistant message content is a str, not nullable.
+            return JSONResponse({"error": {"message": "Input should be a valid string"}}, status_code=500)
+        message = {"role": "assistant", "content": "It is sunny."}
+        return JSONResponse(
+            upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
+        )
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"object": "list", "data": listing})
+
+    upstream = RecordingUpstream([Route(CHAT, chat, methods=["POST"]), Route("/v1/models", models)])
+    return upstream
+
+
+def _post(
+    listing: list[dict[str, Any]], *bodies: dict[str, Any]
+) -> tuple[list[httpx.Response], RecordingUpstream]:
+    upstream = _upstream(listing)
+    with run_asgi(upstream.app) as url, run_proxy(url) as proxy:
+        answers = [httpx.post(proxy + CHAT, json={"model": "m", **body}, timeout=30) for body in bodies]
+    return answers, upstream
+
+
+def test_required_with_one_tool_is_sent_to_llama_cpp_python_as_that_function_named() -> None:
+    body = {"messages": ASK, "tools": [WEATHER], "tool_choice": "required"}
+    [answer], upstream = _post([LLAMA_CPP_PYTHON_MODEL], body)
+    assert answer.status_code == 200, answer.text
+    [sent] = upstream.bodies(CHAT)
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert sent["tools"] == [WEATHER]
+
+
+@pytest.mark.parametrize("parallel", [None, True])
+def test_required_with_several_tools_is_refused_for_llama_cpp_python(parallel: bool | None) -> None:
+    body: dict[str, Any] = {
+        "messages": ASK,
+        "tools": [WEATHER, TIME],
+        "tool_choice": "required",
+        "stream": True,
+    }
+    if parallel is not None:
+        body["parallel_tool_calls"] = parallel
+    [answer], upstream = _post([LLAMA_CPP_PYTHON_MODEL], body)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert (error["code"], error["param"], error["type"]) == (
+        "unsupported_parameter",
+        "tool_choice",
+        "invalid_request_error",
+    )
+    assert upstream.bodies(CHAT) == []  # never sent: its text answer would pass for a served request
+
+
+def test_an_assistant_call_without_text_is_sent_to_llama_cpp_python_with_empty_content() -> None:
+    [answer], upstream = _post([LLAMA_CPP_PYTHON_MODEL], {"messages": ROUND_TRIP, "tools": [WEATHER]})
+    assert answer.status_code == 200, answer.text
+    [sent] = upstream.bodies(CHAT)
+    assert sent["messages"][1] == {"role": "assistant", "content": "", "tool_calls": [CALL]}
+    assert sent["messages"][0::2] == [ROUND_TRIP[0], ROUND_TRIP[2]]
+
+
+@pytest.mark.parametrize("listing", [[VLLM_MODEL], []], ids=["vllm", "unread"])
+def test_other_upstreams_get_tool_requests_as_the_client_sent_them(listing: list[dict[str, Any]]) -> None:
+    one = {"messages": ASK, "tools": [WEATHER], "tool_choice": "required"}
+    several = {**one, "tools": [WEATHER, TIME]}
+    answers, upstream = _post(listing, one, several, {"messages": ROUND_TRIP, "tools": [WEATHER]})
+    assert [a.status_code for a in answers] == [200, 200, 500]
+    sent = upstream.bodies(CHAT)
+    assert [s["tool_choice"] for s in sent[:2]] == ["required", "required"]
+    assert sent[2]["messages"][1]["content"] is None
