@@ -8,6 +8,9 @@ its targets in alternating rounds: the upstream directly; ``conformant serve`` i
 worker (the default) and with ``--workers 2`` ("conformant x2", one event loop per core); the "floor"
 (the same uvicorn server and upstream transport relaying bytes, with no parsing, normalizing or
 validation: what the stack costs before the proxy does any work); and LiteLLM's proxy in front of it.
+"routed" is ``conformant serve --config`` over
+``--routed`` (4) upstream processes of the same kind, each a replica of both models, against one
+``--upstream`` (issue 22's goal: routing adds at most 50 µs of TTFT p50).
 The client and the fake upstream run on uvloop where it is installed, so that they take less of the
 machine from the targets.
 
@@ -440,6 +443,13 @@ def main() -> int:
         help="also measure `conformant serve --workers N` (1: only the single-worker proxy)",
     )
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument(
+        "--routed",
+        type=int,
+        default=4,
+        metavar="N",
+        help="also measure `conformant serve --config` routing over N upstreams (0: not)",
+    )
     args = parser.parse_args()
     if args.workers < 1:
         parser.error("--workers must be at least 1")
@@ -464,6 +474,8 @@ def main() -> int:
             serve += ["--api-key", KEY, "--upstream-kind", "openai", "--workers", str(workers)]
             url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
             targets.append(Target(_conformant(workers), url, proc.pid))
+        if args.routed:
+            targets.append(_routed_target(stack, args, directory, upstream))
         port = free_port()
         floor = ["python", __file__, "--serve-floor", str(port), "--upstream", upstream]
         url, proc = stack.enter_context(run_process(floor, health_path="/health", port=port))
@@ -528,8 +540,10 @@ def main() -> int:
         f50, f99 = added["floor", levels[1].label]
         print(f"\nthe stack floor adds {f50 * 1e3:.3f} ms p50, {f99 * 1e3:.3f} ms p99 at {levels[1].label}")
         for target in targets:
-            if target.name.startswith("conformant"):
+            if target.name.startswith("conformant") and target.name != ROUTED:
                 _print_goals(target.name, added, rates, levels)
+        if args.routed:
+            _print_routing_goal(args.routed, added, levels)
     print(f"\nafter: load average {os.getloadavg()[0]:.2f}")
     return 0
 
@@ -558,6 +572,47 @@ def _print_goals(
                 f"{ratio:.3f}  {_verdict(ratio <= 0.25)}"
             )
     print(f"  chunks per CPU-second, conformant / LiteLLM: {rate / rates['litellm']:.1f}x")
+
+
+ROUTED = "routed"
+
+
+def _routed_target(
+    stack: contextlib.ExitStack, args: argparse.Namespace, directory: Path, upstream: str
+) -> Target:
+    """``conformant serve --config``, one worker, over the upstream and ``args.routed - 1`` more of the
+    same kind, each listed as a replica of both models: every request pays the routing (the model's
+    lookup, the prefix hash, the choice of replica, the slot), against one ``--upstream``."""
+    urls = [upstream]
+    for _ in range(args.routed - 1):
+        port = free_port()
+        command = ["python", __file__, "--serve-upstream", str(port), "--pace-ms", str(args.pace_ms)]
+        urls.append(stack.enter_context(run_process(command, health_path="/health", port=port))[0])
+    config = directory / "upstreams.toml"
+    entries = [
+        f'[[upstream]]\nurl = "{u}"\nkind = "openai"\nmodels = ["{MODEL}", "{PACED_MODEL}"]\n' for u in urls
+    ]
+    config.write_text("\n".join(entries))
+    port = free_port()
+    serve = ["python", "-m", "conformance", "serve", "--config", str(config), "--port", str(port)]
+    serve += ["--api-key", KEY]
+    url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+    return Target(ROUTED, url, proc.pid)
+
+
+def _print_routing_goal(
+    upstreams: int, added: dict[tuple[str, str], tuple[float, float]], levels: list[Level]
+) -> None:
+    print(f"\ngoals (routing over {upstreams} upstreams, against conformant with one --upstream)")
+    for level in levels:
+        if not level.goal:
+            continue
+        routed, single = added[ROUTED, level.label][0], added[_conformant(1), level.label][0]
+        extra = routed - single
+        print(
+            f"  routing's added TTFT p50 at {level.label} <= 50 us: {extra * 1e6:.1f} us  "
+            f"{_verdict(extra <= 50e-6)}"
+        )
 
 
 def _conformant(workers: int) -> str:

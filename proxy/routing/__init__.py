@@ -31,7 +31,9 @@ log = logging.getLogger("conformant.routing")
 
 def prefix_key(body: dict[str, Any], chars: int) -> bytes | None:
     """What names the prompt's prefix for affinity: its first ``chars`` characters (chat: the messages'
-    texts, system prompt first), None for a body with no text."""
+    texts, system prompt first), None for a body with no text or with affinity off (``chars`` 0)."""
+    if chars <= 0:  # affinity off: least outstanding alone
+        return None
     text = prompt_text(body)
     return text[:chars].encode() if text else None
 
