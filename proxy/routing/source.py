@@ -46,6 +46,7 @@ class RoutedSource(Source):
         self._replica: Replica | None = None
         self._started = 0.0
         self._spent = Repairs()
+        self._secret: str | None = None
 
     @property
     def body(self) -> dict[str, Any] | None:  # type: ignore[override]
@@ -57,7 +58,8 @@ class RoutedSource(Source):
 
     @property
     def failure(self) -> ProxyError | None:
-        return None if self._current is None else self._current.failure
+        failure = None if self._current is None else self._current.failure
+        return None if failure is None else failure.redacted(self._secret)
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -78,6 +80,7 @@ class RoutedSource(Source):
             exchange.queued_ms = round((exchange.queued_ms or 0.0) + waited * 1000, 3)
             exchange.upstream = replica.label
             self._replica, self._started = replica, time.monotonic()
+            self._secret = replica.config.upstream_api_key  # cut out of its errors (the file's keys)
             built = await self._build(replica)
             if isinstance(built, ProxyError):  # refused by the proxy itself: no upstream was asked
                 self._finish(None, None)
@@ -94,7 +97,7 @@ class RoutedSource(Source):
                 if not retryable(error, status) or not any(
                     r.available for r in self._replicas if r not in tried
                 ):
-                    raise
+                    raise error.redacted(replica.config.upstream_api_key) from None
                 router.retried(replica)
             except BaseException:
                 await self.aclose()

@@ -203,6 +203,14 @@ def test_requests_go_to_the_upstreams_that_serve_their_model(
         assert replayed.status_code == 200
         assert replayed.json()["object"] == "chat.completion"
 
+        # /v1/responses runs through the chat pipeline: routed the same way.
+        answered = httpx.post(url + "/v1/responses", json={"model": "model-b", "input": "hi"}, timeout=30)
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["output"][-1]["content"][0]["text"] == "beta"
+        missing = httpx.post(url + "/v1/responses", json={"model": "nope", "input": "hi"}, timeout=30)
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "model_not_found"
+
         listed = [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]]
         assert sorted(listed) == sorted(["model-a", "model-b", clean_model_name(recorded), "gpt-4o-mini"])
 
@@ -210,7 +218,7 @@ def test_requests_go_to_the_upstreams_that_serve_their_model(
         assert unknown.status_code == 404
         assert unknown.json()["error"]["code"] == "model_not_found"
         served = {n: httpx.get(three_upstreams[n] + "/served").json()["count"] for n in ("alpha", "beta")}
-        assert served == {"alpha": 1, "beta": 2}  # the unknown model asked no upstream
+        assert served == {"alpha": 1, "beta": 3}  # the unknown models asked no upstream
 
         # The SDK reads the listing and the answers too.
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
