@@ -508,11 +508,16 @@ def main() -> int:
         ]
         for target in targets:  # warm up connections, imports and caches
             load(target.url, 8, 64, args.chunks)
+        cpu_per_request: dict[str, list[float]] = {}
         for round_ in range(args.rounds):
             for level in levels:
                 for target in targets:
                     settle(targets)
+                    cpu = cpu_seconds(target.pid) if target.pid else 0.0
                     result = load(target.url, level.streams, level.requests, level.chunks, level.pace)
+                    if level is levels[0] and target.pid:  # the proxy's CPU per request, at 1 stream
+                        used = (cpu_seconds(target.pid) - cpu) / level.requests
+                        cpu_per_request.setdefault(target.name, []).append(used)
                     if result.failures:
                         raise RuntimeError(f"{target.name}: {result.failures} requests failed")
                     target.ttft.setdefault(level.label, []).extend(result.ttft)
@@ -543,7 +548,7 @@ def main() -> int:
             if target.name.startswith("conformant") and target.name != ROUTED:
                 _print_goals(target.name, added, rates, levels)
         if args.routed:
-            _print_routing_goal(args.routed, added, levels)
+            _print_routing_goal(args.routed, added, levels, cpu_per_request)
     print(f"\nafter: load average {os.getloadavg()[0]:.2f}")
     return 0
 
@@ -600,10 +605,54 @@ def _routed_target(
     return Target(ROUTED, url, proc.pid)
 
 
+def routing_cpu(upstreams: int, iterations: int = 20000) -> float:
+    """CPU seconds the routing's own steps take per request, in this process: the model's lookup, the
+    prompt's prefix key (a 2 KB chat prompt), the choice of one of ``upstreams`` replicas, its slot taken
+    and given back. What a routed request does that a request to one ``--upstream`` does not."""
+    from prometheus_client import CollectorRegistry
+
+    from proxy.config import ProxyConfig
+    from proxy.routing import Router, prefix_key
+    from proxy.routing.config_file import RoutingFile, RoutingOptions, UpstreamEntry
+
+    entries = tuple(UpstreamEntry(f"http://127.0.0.1:{9000 + i}", models=(MODEL,)) for i in range(upstreams))
+    routing = RoutingFile(entries, {}, RoutingOptions())
+    router = Router(ProxyConfig(upstream=entries[0].url), routing, CollectorRegistry())
+    messages = [{"role": "system", "content": "x" * 2000}, {"role": "user", "content": "hi"}]
+    body = {"model": MODEL, "messages": messages}
+
+    async def run() -> float:
+        started = time.process_time()
+        for _ in range(iterations):
+            route = router.route(MODEL)
+            assert route is not None
+            key = prefix_key(body, router.routing.options.prefix_chars)
+            replica, _ = await router.acquire(MODEL, route[1], key, set())
+            router.done(replica, time.monotonic(), None)
+        used = (time.process_time() - started) / iterations
+        await router.aclose()
+        return used
+
+    return asyncio.run(run())
+
+
 def _print_routing_goal(
-    upstreams: int, added: dict[tuple[str, str], tuple[float, float]], levels: list[Level]
+    upstreams: int,
+    added: dict[tuple[str, str], tuple[float, float]],
+    levels: list[Level],
+    cpu_per_request: dict[str, list[float]],
 ) -> None:
     print(f"\ngoals (routing over {upstreams} upstreams, against conformant with one --upstream)")
+    own = routing_cpu(upstreams)
+    print(f"  routing's own steps, CPU per request (in-process, {upstreams} replicas): {own * 1e6:.1f} us")
+    routed = min(cpu_per_request.get(ROUTED, [0.0]))
+    single = min(cpu_per_request.get(_conformant(1), [0.0]))
+    print(
+        f"  proxy CPU per request at 1 stream: routed {routed * 1e6:.0f} us, "
+        f"one upstream {single * 1e6:.0f} us (difference {(routed - single) * 1e6:.0f} us; "
+        f"the clock ticks every {1e6 / _CLK_TCK:.0f} us)"
+    )
+    print(f"  routing's added work <= 50 us per request: {own * 1e6:.1f} us  {_verdict(own <= 50e-6)}")
     for level in levels:
         if not level.goal:
             continue

@@ -106,13 +106,30 @@ class RouterMetrics:
         )
 
     def publish(self, replica: Replica) -> None:
-        label = replica.label
-        self.in_flight.labels(label).set(replica.in_flight)
-        self.queued.labels(label).set(len(replica.waiting))
+        children = self.of(replica)
+        children[0].set(replica.in_flight)
+        children[1].set(len(replica.waiting))
+
+    def of(self, replica: Replica) -> tuple[Any, Any, Any]:
+        """The replica's in-flight and queued gauges and its latency histogram."""
+        children = replica.gauges
+        if children is None:
+            label = replica.label
+            children = (self.in_flight.labels(label), self.queued.labels(label), self.latency.labels(label))
+            replica.gauges = children
+        return children
 
 
-def _rendezvous(key: bytes, replica: Replica) -> int:
-    return int.from_bytes(hashlib.blake2b(key + replica.label.encode(), digest_size=8).digest(), "big")
+_MASK = (1 << 64) - 1
+
+
+def _rendezvous(digest: int, replica: Replica) -> int:
+    """The replica's score for a prefix (highest wins): splitmix64's finalizer over the prefix's digest
+    and the replica's seed, so that the prompt is hashed once, not once per replica."""
+    z = (digest ^ replica.seed) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
 
 
 class Router:
@@ -240,7 +257,8 @@ class Router:
         least = min(candidates, key=_load)
         if key is None or len(candidates) == 1:
             return least
-        preferred = max(candidates, key=lambda r: _rendezvous(key, r))
+        digest = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+        preferred = max(candidates, key=lambda r: _rendezvous(digest, r))
         if preferred.load - least.load <= self.routing.options.affinity_slack and (
             preferred.has_room or not least.has_room
         ):
@@ -291,7 +309,7 @@ class Router:
         metrics = self.metrics
         metrics.publish(replica)
         if started is not None:
-            metrics.latency.labels(replica.label).observe(time.monotonic() - started)
+            metrics.of(replica)[2].observe(time.monotonic() - started)
         if fault is not None and upstream_fault(fault, status):
             metrics.errors.labels(replica.label).inc()
             if replica.available:

@@ -8,9 +8,11 @@ fault (passive ejection).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..adapters import Adapter
 from ..config import ProxyConfig
@@ -40,6 +42,13 @@ class Replica:
     """The models its listing named, when the file names none."""
     retired: bool = False
     """Dropped by a reload: closed once its last request is done."""
+    seed: int = 0
+    """Its rendezvous-hash seed, from its label: the same in every worker and every proxy."""
+    gauges: tuple[Any, Any, Any] | None = None
+    """Its labelled metrics (RouterMetrics.of), looked up once: ``labels()`` costs on every call."""
+
+    def __post_init__(self) -> None:
+        self.seed = int.from_bytes(hashlib.blake2b(self.label.encode(), digest_size=8).digest(), "big")
 
     @property
     def available(self) -> bool:
