@@ -403,3 +403,38 @@ def test_sighup_reloads_the_file_without_dropping_open_streams(tmp_path: Path) -
             assert "data: [DONE]" in rest
             assert not any('"error"' in line for line in rest)
             assert chat(url, "m").status_code == 404
+
+
+def _router(upstreams: int, slack: int = 4) -> Any:
+    from prometheus_client import CollectorRegistry
+
+    from proxy.config import ProxyConfig
+    from proxy.routing import Router
+    from proxy.routing.config_file import RoutingFile, RoutingOptions, UpstreamEntry
+
+    entries = tuple(UpstreamEntry(f"http://127.0.0.1:{9000 + i}", models=("m",)) for i in range(upstreams))
+    options = RoutingOptions(affinity_slack=slack)
+    return Router(
+        ProxyConfig(upstream=entries[0].url), RoutingFile(entries, {}, options), CollectorRegistry()
+    )
+
+
+def test_a_prefix_goes_to_one_replica_in_every_router_while_it_is_not_much_busier() -> None:
+    first, second = _router(3), _router(3)  # two workers, or two proxies behind a load balancer
+    replicas = list(first.replicas.values())
+    keys = [f"document {i}".encode() for i in range(30)]
+    chosen = [first.pick(replicas, key).label for key in keys]
+    assert chosen == [second.pick(list(second.replicas.values()), key).label for key in keys]
+    assert len(set(chosen)) == 3  # the prefixes spread over the replicas
+    preferred = next(r for r in replicas if r.label == chosen[0])
+    preferred.in_flight = 4  # within the slack: still its replica (its cache holds the prefix)
+    assert first.pick(replicas, keys[0]) is preferred
+    preferred.in_flight = 5  # busier than that: the least busy one takes it
+    assert first.pick(replicas, keys[0]) is not preferred
+
+
+def test_no_prefix_goes_to_the_least_outstanding_replica_by_weight() -> None:
+    router = _router(2)
+    one, two = router.replicas.values()
+    one.in_flight = 1
+    assert router.pick([one, two], None) is two
