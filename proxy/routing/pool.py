@@ -199,12 +199,7 @@ class Router:
         self._checker = asyncio.create_task(self._check_forever())
 
     async def _prepare(self, replicas: list[Replica]) -> None:
-        async def one(replica: Replica) -> None:
-            await self.check(replica)
-            if self._detect is not None and replica.ready:
-                replica.adapter = await self._detect(replica.config, replica.upstream)
-
-        await asyncio.gather(*(one(r) for r in replicas))
+        await asyncio.gather(*(self.check(r) for r in replicas))
         self._route()
 
     async def reload(self, routing: RoutingFile) -> None:
@@ -235,6 +230,10 @@ class Router:
         status, _ = await replica.upstream.answer("GET", "/health", timeout=timeout)
         was = replica.ready
         replica.ready = status is not None and (status < 300 or status == 404)
+        if replica.ready and not replica.detected and self._detect is not None:
+            # Its API family, probed once it answers (a replica loading at start-up, when it is ready).
+            replica.adapter = await self._detect(replica.config, replica.upstream)
+            replica.detected = True
         if replica.ready and replica.entry.models is None:
             entries = await replica.names.listing(timeout)
             names = (served_name(e) for e in entries or ())

@@ -42,6 +42,8 @@ class Replica:
     """The models its listing named, when the file names none."""
     retired: bool = False
     """Dropped by a reload: closed once its last request is done."""
+    detected: bool = False
+    """Whether its adapter was chosen by probing it (done once it is ready)."""
     seed: int = 0
     """Its rendezvous-hash seed, from its label: the same in every worker and every proxy."""
     gauges: tuple[Any, Any, Any] | None = None

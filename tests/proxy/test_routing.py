@@ -438,3 +438,13 @@ def test_no_prefix_goes_to_the_least_outstanding_replica_by_weight() -> None:
     one, two = router.replicas.values()
     one.in_flight = 1
     assert router.pick([one, two], None) is two
+
+
+def test_an_upstream_without_models_serves_those_its_listing_names(
+    tmp_path: Path, three_upstreams: dict[str, str]
+) -> None:
+    path = write_config(tmp_path, [{"url": three_upstreams["beta"]}], FAST)
+    with serve_proxy(three_upstreams["beta"], config_file=path) as (url, _):
+        listed = {m["id"] for m in httpx.get(url + "/v1/models").json()["data"]}
+        assert listed == {"model-b", "shared"}
+        assert chat(url, "shared").json()["choices"][0]["message"]["content"] == "beta"
