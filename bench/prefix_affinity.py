@@ -3,8 +3,9 @@ requests that share long prompt prefixes, routed with affinity and without it, i
 
 Each request is one of ``--prefixes`` long documents (a few hundred tokens each) followed by a short
 question of its own, sent by ``--concurrency`` clients at once, ``max_tokens`` 1 (time to first token is
-the prompt's processing). The same requests in the same order go through two proxies over the same two
-backends (``--parallel 2`` each: two cached prompts per replica), in alternating rounds:
+the prompt's processing). Requests of the same shape (fresh documents for each) go through two proxies
+over the same two backends (``--parallel 2`` each: two cached prompts per replica), in alternating
+rounds:
 
 - "affinity": ``prefix_chars`` covering the document, so one document's requests go to one replica;
 - "no affinity": ``prefix_chars = 0``, least outstanding requests alone (which replica a document
@@ -13,7 +14,8 @@ backends (``--parallel 2`` each: two cached prompts per replica), in alternating
 Reported: the prompt-cache hit rate (prompt tokens the backends took from a slot's cache, from their
 ``/health`` ``reused_prompt_tokens``, over the prompt tokens of the answers' usage) and TTFT p50/p90.
 
-    python bench/prefix_affinity.py [--prefixes 4] [--requests 32] [--concurrency 2] [--rounds 2]
+    python bench/prefix_affinity.py [--prefixes 4] [--words 200] [--requests 16] [--concurrency 2]
+                                    [--rounds 1]
 """
 
 from __future__ import annotations
@@ -58,9 +60,18 @@ WORDS = [
 ]
 
 
-def documents(count: int, words: int) -> list[str]:
-    rng = random.Random(22)
-    return [f"Document {i}: " + " ".join(rng.choice(WORDS) for _ in range(words)) for i in range(count)]
+def documents(count: int, words: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [
+        f"Document {seed}.{i}: " + " ".join(rng.choice(WORDS) for _ in range(words)) for i in range(count)
+    ]
+
+
+def prompts(count: int, words: int, requests: int, seed: int) -> list[str]:
+    """``requests`` prompts over ``count`` documents of their own (no other run's cache holds them)."""
+    docs = documents(count, words, seed)
+    rng = random.Random(seed)
+    return [f"{rng.choice(docs)}\nQuestion {i}: what is word {i % 50}?\nAnswer:" for i in range(requests)]
 
 
 def ask(url: str, model: str, prompt: str) -> tuple[float, int]:
@@ -88,17 +99,12 @@ def reused(backends: list[str]) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--prefixes", type=int, default=4)
-    parser.add_argument("--words", type=int, default=300, help="words per document")
-    parser.add_argument("--requests", type=int, default=32, help="requests per round per mode")
+    parser.add_argument("--words", type=int, default=200, help="words per document")
+    parser.add_argument("--requests", type=int, default=16, help="requests per round per mode")
     parser.add_argument("--concurrency", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    docs = documents(args.prefixes, args.words)
-    rng = random.Random(7)
-    prompts = [
-        f"{rng.choice(docs)}\nQuestion {i}: what is word {i % 50}?\nAnswer:" for i in range(args.requests)
-    ]
     with contextlib.ExitStack() as stack:
         directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         backends = []
@@ -124,10 +130,13 @@ def main() -> int:
         ttfts: dict[str, list[float]] = {name: [] for name in proxies}
         hits: dict[str, list[int]] = {name: [0, 0] for name in proxies}
         for round_ in range(args.rounds):
-            for name, url in proxies.items():
+            for position, (name, url) in enumerate(proxies.items()):
+                # The same shape of work for both, on documents neither saw before: the backends' slots
+                # still hold the other run's prompts, which this run's cannot reuse.
+                work = prompts(args.prefixes, args.words, args.requests, 2 * round_ + position)
                 before = reused(backends)
                 with ThreadPoolExecutor(args.concurrency) as pool:
-                    results = list(pool.map(lambda p, u=url: ask(u, model, p), prompts))
+                    results = list(pool.map(lambda p, u=url: ask(u, model, p), work))
                 hits[name][0] += reused(backends) - before
                 hits[name][1] += sum(tokens for _, tokens in results)
                 ttfts[name].extend(t for t, _ in results)
