@@ -7,7 +7,8 @@ the prompt's processing). Requests of the same shape (fresh documents for each) 
 over the same two backends (``--parallel 2`` each: two cached prompts per replica), in alternating
 rounds:
 
-- "affinity": ``prefix_chars`` covering the document, so one document's requests go to one replica;
+- "affinity": ``prefix_chars`` 512, within the document, so one document's requests go to one replica
+  (a key that reaches into the question differs for every request, and spreads them like no affinity);
 - "no affinity": ``prefix_chars = 0``, least outstanding requests alone (which replica a document
   lands on is left to chance, as with random or round-robin routing).
 
@@ -102,6 +103,7 @@ def main() -> int:
     parser.add_argument("--words", type=int, default=200, help="words per document")
     parser.add_argument("--requests", type=int, default=16, help="requests per round per mode")
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--prefix-chars", type=int, default=512, help="routing.prefix_chars with affinity")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     print(f"machine: {machine()}")
@@ -117,7 +119,7 @@ def main() -> int:
             )
         model = httpx.get(backends[0] + "/v1/models").json()["data"][0]["id"]
         proxies = {}
-        for name, chars in (("affinity", 2048), ("no affinity", 0)):
+        for name, chars in (("affinity", args.prefix_chars), ("no affinity", 0)):
             config = directory / f"{chars}.toml"
             entries = [
                 f'[[upstream]]\nurl = "{b}"\nkind = "openai"\nmodels = ["{model}"]\n' for b in backends

@@ -8,7 +8,7 @@ it. A file that does not hold together stops ``serve`` with one line naming the 
     [routing]                    # optional; these are the defaults
     health_interval = 5.0        # seconds between GET /health of each upstream
     eject_cooldown = 10.0        # seconds an upstream is left out after a connect error or a 5xx
-    prefix_chars = 2048          # how much of the prompt's start names its prefix (affinity)
+    prefix_chars = 512           # how much of the prompt's start names its prefix (affinity)
     affinity_slack = 4           # outstanding requests the prefix's replica may have over the least busy
 
     [aliases]                    # optional: names clients may use for a model served below
@@ -69,7 +69,7 @@ class UpstreamEntry:
 class RoutingOptions:
     health_interval: float = 5.0
     eject_cooldown: float = 10.0
-    prefix_chars: int = 2048
+    prefix_chars: int = 512
     affinity_slack: int = 4
 
 
