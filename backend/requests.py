@@ -128,8 +128,11 @@ class GenerationRequest:
     cache_prompt: bool = True
     tools: list[Tool] = field(default_factory=list)
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
-    parallel_tool_calls: bool = True
-    """OpenAI's default: several calls may come in one answer."""
+    parallel_tool_calls: bool = False
+    """Whether the grammar lets one answer hold several calls: only when the request says so, as
+    llama.cpp's server does. OpenAI's default (true) only allows several calls, it never asks for them,
+    and a small model given the room enumerates calls until ``max_tokens`` (Gemma 3 270M asked for the
+    weather in Paris called get_weather, then get_time three times, and was cut off)."""
     response_schema: dict[str, Any] | None = None
     """The ``response_format`` JSON Schema (or ``{"type": "object"}`` for ``json_object``): a tool format
     that chooses between a call and a reply constrains the reply with it."""
@@ -556,7 +559,7 @@ def parse_chat_request(body: Any) -> GenerationRequest:
         logprobs=(top or 0) if want else None,
         tools=tools,
         tool_choice=tool_choice,
-        parallel_tool_calls=_boolean(body, "parallel_tool_calls", True),
+        parallel_tool_calls=_boolean(body, "parallel_tool_calls", False),
         response_schema=_response_schema(body),
         **common,
     )

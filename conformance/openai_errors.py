@@ -29,11 +29,13 @@ CONTEXT_OVERFLOW = re.compile(
 
 UNSUPPORTED_PARAMETER = re.compile(
     r"unsupported param|only no \w+ is supported|cannot use tools with stream|tools param requires"
-    r"|is not supported with tools",
+    r"|is not supported with tools|\binput should be '",
     re.IGNORECASE,
 )
 """How llama.cpp words a parameter it refuses, which it answers with 500 (Q43, Q66, Q69, Q72, Q75):
-the request's fault, which OpenAI answers 400 ``unsupported_parameter``."""
+the request's fault, which OpenAI answers 400 ``unsupported_parameter``. llama-cpp-python's FastAPI
+answers a value outside a parameter's choices with 500 and pydantic's "Input should be 'text' or
+'json_object'" (``response_format: json_schema``, conformance/corpus/llama-cpp-python)."""
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",

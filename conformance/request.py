@@ -8,6 +8,11 @@ is refused by OpenAI with 400 ``invalid_parameter_combination`` ("Setting 'max_t
 'max_completion_tokens' at the same time is not supported.", param ``max_tokens``), which
 :attr:`Request.limit_conflict` records for the acceptance rules.
 
+Tools, ``tool_choice``, ``parallel_tool_calls`` and ``response_format`` are read here too (issue 20): each
+function's ``parameters`` schema by name, the ``tool_choice`` mode (OpenAI's default with tools is
+``auto``) and the ``json_schema`` schema, which the tool-use and structured-output rules hold a response
+to, in ``check``, in ``validate`` and in the proxy alike.
+
 A Responses request (``POST /v1/responses``, openapi.yaml ``CreateResponse``) is read into the same model:
 its limit is ``max_output_tokens``, its prompt ``instructions`` and the text of its ``input`` (a string, or
 items whose ``content`` is a string or ``input_text``/``output_text`` parts), its structured output

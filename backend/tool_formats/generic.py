@@ -145,11 +145,15 @@ class Generic(ToolFormat):
         *,
         template_knows_tools: bool,
     ) -> str:
-        """What the system message says (llama.cpp's words); the tools and the schema are spelled out
-        when the template cannot show them itself."""
+        """What the system message says (llama.cpp's words); when the template cannot show the tools
+        itself, their names and descriptions and the answer's JSON Schema, compact (the grammar holds
+        the model to it anyway: this only helps it pick)."""
         text = REQUIRED_INSTRUCTION if choice.mode in ("required", "named") else INSTRUCTION
         if template_knows_tools:
             return text
-        listed = json.dumps([t.to_openai() for t in allowed_tools(tools, choice)], ensure_ascii=False)
-        shape = json.dumps(self.schema(tools, choice, parallel, reply), ensure_ascii=False)
-        return f"{text}.\n\nAvailable tools: {listed}\n\nYour answer must follow this JSON Schema: {shape}"
+        listed = "\n".join(
+            f"- {t.name}: {t.description}" if t.description else f"- {t.name}"
+            for t in allowed_tools(tools, choice)
+        )
+        shape = json.dumps(self.schema(tools, choice, parallel, reply), separators=(",", ":"))
+        return f"{text}.\n\nTools:\n{listed}\n\nJSON Schema of the answer: {shape}"

@@ -236,7 +236,9 @@ class _Messages:
         if last is not None and last["role"] == "assistant" and isinstance(last.get("content") or "", str):
             last.setdefault("tool_calls", []).append(call)
             return
-        self.messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        # "" rather than null, which OpenAI takes alike: llama-cpp-python 0.3.36 refuses a null content
+        # (500, its request model wants a string) and Jinja templates that ``trim`` it fail on null.
+        self.messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
 
 def _add_item(out: _Messages, item: Any, param: str) -> None:

@@ -3,12 +3,13 @@
 What each upstream reads (code reading, and measured where named):
 
 - llama-cpp-python (0.3.36): ``ChatCompletionRequestResponseFormat`` is ``{"type": "text" | "json_object",
-  "schema"?}`` (``llama_cpp/llama_types.py``); OpenAI's ``json_schema`` fails its request validation, and
-  the proxy used to relay the 500, on which openai-python's ``.parse()`` retries twice and raises
-  ``InternalServerError`` (issue 20). Its chat handlers build a grammar from ``json_object`` with a
-  ``schema`` (``_grammar_for_response_format`` -> ``LlamaGrammar.from_json_schema``), so the schema is
-  sent that way. Its ``/v1/completions`` has no ``response_format`` at all (``CreateCompletionRequest``;
-  the key is ignored): a schema there is enforced by nothing, and refused with a 400.
+  "schema"?}`` (``llama_cpp/llama_types.py``); OpenAI's ``json_schema`` fails its request validation
+  (measured: 500, "Input should be 'text' or 'json_object'"), and the proxy used to relay the 500, on
+  which openai-python's ``.parse()`` retries twice and raises ``InternalServerError`` (issue 20). Its
+  chat handlers build a grammar from ``json_object`` with a ``schema`` (``_grammar_for_response_format``
+  -> ``LlamaGrammar.from_json_schema``), so the schema is sent that way. Its ``/v1/completions`` has
+  no ``response_format`` at all (``CreateCompletionRequest``; the key is ignored): a schema there is
+  enforced by nothing, and refused with a 400.
 - llama-server: ``/v1/chat/completions`` reads OpenAI's ``json_schema`` itself
   (``oaicompat_chat_params_parse``); its completions, native ``/completion`` and ``/v1/completions``
   alike (``oaicompat_completion_params_parse`` copies the body), read a bare ``json_schema`` key

@@ -20,11 +20,13 @@ from tests.support.servers import free_port, run_process
 
 _HERE = Path(__file__).parent
 
-CONTEXT = 8192
-"""Tokens of context for one sequence: Codex CLI's system prompt alone is about 4,500 (4,096 overflow)."""
-DEFAULT_MAX_TOKENS = 64
+CONTEXT = 16384
+"""Tokens of context for one sequence: Codex CLI's system prompt alone is about 4,500 (4,096 overflow), and
+with its tools rendered by the backend's generic tool prompt one turn measured 6,256 prompt tokens."""
+DEFAULT_MAX_TOKENS = 256
 """The proxy's cap for requests that set none: Codex sets no output limit, and a base model would write to
-the end of the context."""
+the end of the context. Codex fails a turn whose answer the cap cuts ("Incomplete response returned,
+reason: max_output_tokens", measured with 64), so the cap leaves the model room to close its reply."""
 TIMEOUT = 1500
 """Seconds per test, setup included: the first test's setup runs ``npm ci`` (480 MB from the registry on a
 fresh machine, up to 1,200 s) and starts the backend; each client run has its own limit in node.py."""

@@ -4,10 +4,13 @@ of the bundled backend (issue 21, acceptance 3).
 Codex speaks only the Responses API; against a server without ``/v1/responses`` it retried five times and
 failed on "404 Not Found". It is set up as a user with a local server sets it up (docs/clients.md): a
 custom model provider with ``wire_api = "responses"`` and an ``env_key`` naming a variable with a key the
-proxy does not check, in a ``CODEX_HOME`` of its own (no login, no user config). One turn of ``codex exec``
-sends a request of about 40 KB: a system prompt of about 4,500 tokens (the backend gets 8,192 of context
-here), eight function tools and one ``namespace`` and one ``web_search`` tool, ``reasoning``, ``include``
-and ``client_metadata``; it sets no output limit (the proxy's --default-max-tokens caps it).
+proxy does not check, in a ``CODEX_HOME`` of its own (no login, no user config).
+
+One turn of ``codex exec`` (0.171.0) sends a request of about 40 KB: a system prompt of about 4,500
+tokens (6,256 prompt tokens with the backend's tool prompt; 16,384 of context here), seven function tools,
+one ``namespace`` tool (multi_agent_v1, grouping function tools) and one ``web_search`` tool,
+``reasoning``, ``include`` and ``client_metadata``, and no output limit (the proxy's --default-max-tokens
+caps it). Codex fails the turn on a 400 for any of it, and on a ``response.incomplete``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def test_stream_helper_gets_the_tool_call_whole(
     assert choice_0["finish_reason"] == "tool_calls", choice_0
     assert not message.get("function_call"), message  # the legacy field the helper falls back to
     calls = message["tool_calls"]
-    assert len(calls) >= 1, message
+    assert len(calls) == 1, message  # parallel_tool_calls: false
     for call in calls:
         assert call["type"] == "function"
         assert call["id"]

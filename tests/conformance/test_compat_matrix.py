@@ -146,3 +146,21 @@ def test_a_cell_names_every_quirk_of_a_finding_once() -> None:
     assert matrix.cell({"errors": [dict(unsupported, rule="no-response")], "warnings": []}) == (
         "**fail**: no-response"
     )
+
+
+def test_a_probe_no_row_can_answer_is_skipped_everywhere_and_explained_once() -> None:
+    matrix = _script()
+    assert set(matrix.skips_for("ik_llama.cpp")) == {"max-completion-tokens", "invalid-type", "reasoning"}
+    assert set(matrix.skips_for("conformant backend")) == {"reasoning"}
+    rows = {}
+    for name in ("llama-cpp-python server", "conformant backend"):
+        rows[name] = matrix.Column(
+            {"responses": 1, "responses_with_errors": 0, "distinct_rules": 0, "rules": {}}
+        )
+        rows[name].skipped = matrix.skips_for(name)
+    page = matrix.render(rows, [], ["ik_llama.cpp=not built this time"])
+    assert page.count("`reasoning` |") == 1
+    assert f"| every server | `reasoning` | {matrix.SKIP_ALL['reasoning']} |" in page
+    assert "`ik_llama.cpp` is not in this run: not built this time" in page
+    reasoning_row = next(line for line in page.splitlines() if line.startswith("| `reasoning`:"))
+    assert reasoning_row.endswith("| skipped | skipped |")

@@ -26,6 +26,16 @@ LLAMA_CPP_PYTHON_DEVIATIONS = [
     ("max-tokens-zero-echo", "usage-over-max-tokens", "spec"),
     ("chat-stream", "model-is-local-path", "Q09"),  # the local .gguf path as `model`
     ("completion", "model-is-local-path", "Q09"),
+    # Tools (issue 20): only a named tool_choice gets a grammar and a call; its stream repeats the call's
+    # id and the function name on every fragment (and a null legacy function_call beside them).
+    ("tool-choice-named-stream", "tool-call-name-repeated", "Q63"),
+    ("tool-choice-named-stream", "tool-call-id-repeated", "Q63"),
+    ("tool-choice-named-stream", "schema", "spec"),
+    ("tool-choice-required", "tool-choice-required-ignored", "spec"),  # text instead of a call
+    ("tool-choice-required-stream", "tool-choice-required-ignored", "spec"),
+    ("tool-round-trip", "feature-server-error", "Q43"),  # HTTP 500 for the assistant tool-call message
+    ("json-schema", "feature-server-error", "Q43"),  # HTTP 500 for response_format json_schema
+    ("json-schema-stream", "feature-server-error", "Q43"),
 ]
 
 

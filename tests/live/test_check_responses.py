@@ -152,6 +152,12 @@ def proxy_before_llama_cpp_python(llama_cpp_python_url: str) -> Iterator[str]:
 
 
 @pytest.mark.backend
+@pytest.mark.xfail(
+    strict=True,
+    reason="the proxy passes response_format json_schema on to llama-cpp-python 0.3.36, which takes "
+    "only text and json_object (the latter with its own 'schema' key) and answers it with HTTP 500, "
+    "which the proxy passes on (responses-json-schema: feature-server-error); so does the chat route",
+)
 def test_proxy_before_llama_cpp_python_responses_probes_have_no_errors(
     proxy_before_llama_cpp_python: str, tmp_path: Path
 ) -> None:

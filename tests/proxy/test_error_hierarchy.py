@@ -106,6 +106,19 @@ def test_the_timeouts_are_upstream_timeouts() -> None:
             400,
             "unsupported_parameter",
         ),
+        (  # llama-cpp-python's 500 for a value outside a parameter's choices (response_format json_schema)
+            {
+                "error": {
+                    "message": "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+                    "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}",
+                    "type": "internal_server_error",
+                }
+            },
+            500,
+            errors.UnsupportedParameter,
+            400,
+            "unsupported_parameter",
+        ),
         (
             {"object": "error", "message": "model is busy", "code": 503},
             200,

@@ -83,11 +83,15 @@ def test_every_report_normalizes_to_zero_judge_errors(t: Transcript, include_usa
     broken = judged(200, raw, endpoint, body).errors
     # The corpus holds excerpts cut off mid-stream: through the proxy those end in an error event, so
     # the excerpt is normalized as the complete stream it was taken from ([DONE] appended).
-    if b"[DONE]" not in raw:
+    cut = b"[DONE]" not in raw
+    if cut:
         raw = raw.rstrip(b"\r\n") + b"\n\ndata: [DONE]\n\n"
     status, out, repairs = normalize_stream(raw, endpoint, body)
-    verdict = judged(status, out, endpoint, body)
-    assert verdict.errors == [], ([f"{f.rule}: {f.message}" for f in verdict.errors], out[:1500])
+    # An excerpt cut mid-call (vLLM #18412) keeps the arguments it was cut in: no proxy can finish them.
+    errors = [
+        f for f in judged(status, out, endpoint, body).errors if not (cut and f.rule == "tool-arguments-json")
+    ]
+    assert errors == [], ([f"{f.rule}: {f.message}" for f in errors], out[:1500])
     if broken:
         assert repairs, "the judge found errors in the upstream stream but no repair was counted"
 
@@ -273,12 +277,16 @@ def test_tool_call_id_type_and_name_only_in_the_first_fragment() -> None:
 
 def _calls_out(fragments: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """(id, name, arguments) of each call the normalized stream of ``fragments`` carries, in order."""
-    tools = {"tools": [{"type": "function", "function": {"name": "f"}}]}
+    # Both functions the fragments name are offered: the judge holds a call to its request's tools.
+    tools = {"tools": [{"type": "function", "function": {"name": name}} for name in ("f", "g")]}
     raw = chunk({"delta": {"role": "assistant", "content": None}})
     raw += b"".join(chunk({"delta": {"tool_calls": [f]}}) for f in fragments)
     raw += chunk({"delta": {}, "finish_reason": "tool_calls"}) + DONE_EVENT
     status, out, repairs = normalize_stream(raw, "chat", {**CHAT_REQUEST, **tools})
-    assert judged(status, out, "chat", {**CHAT_REQUEST, **tools}).errors == []
+    # What the arguments say is the upstream model's (some of these are odd on purpose): the framing is
+    # the proxy's to repair.
+    errors = judged(status, out, "chat", {**CHAT_REQUEST, **tools}).errors
+    assert [f for f in errors if f.rule != "tool-arguments-json"] == []
     assert "Q64" in repairs
     calls: dict[int, list[str]] = {}
     for part in (f for c in events(out) for f in c["choices"][0]["delta"].get("tool_calls", [])):
@@ -518,7 +526,8 @@ def test_a_tool_call_sent_as_one_object_not_a_list_is_kept(stream: bool) -> None
     def call(name: str | None, arguments: str) -> dict[str, Any]:
         return {"index": 0, "id": "", "type": "function", "function": {"name": name, "arguments": arguments}}
 
-    body = {**CHAT_REQUEST, "stream": stream, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    tools = [{"type": "function", "function": {"name": "get_weather"}}]
+    body = {**CHAT_REQUEST, "stream": stream, "tools": tools}
     if stream:
         raw = (
             chunk({"delta": {"role": "assistant", "tool_calls": call("get_weather", '{"')}})

@@ -123,6 +123,7 @@ def test_previous_response_id_continues_a_conversation_on_another_worker_before_
 
 
 @pytest.mark.backend
+@pytest.mark.timeout(900)  # the backend loads its model first, on a machine that may be busy
 def test_previous_response_id_continues_a_conversation_on_another_worker(tmp_path: Path) -> None:
     """Before the bundled backend: the second answer's prompt held the first turn."""
     if importlib.util.find_spec("llama_cpp") is None:

@@ -68,6 +68,21 @@ def test_items_become_messages() -> None:
     ]
 
 
+def test_a_call_alone_is_an_assistant_message_with_empty_content() -> None:
+    """Empty, not null: llama-cpp-python's server refuses a null content with a 500."""
+    items = [
+        {"role": "user", "content": "Weather?"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    ]
+    assistant = _chat({"input": items})["messages"][1]
+    assert assistant == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
+
+
 def test_consecutive_messages_of_one_role_are_joined() -> None:
     """As Codex CLI sends a turn: instructions, then developer and user messages of its own before the
     prompt; a template that wants roles to alternate gets one system and one user message."""

@@ -1,6 +1,6 @@
 // The Vercel AI SDK's streamText() with one tool, through @ai-sdk/openai-compatible.
 // Input: one JSON argument {baseURL, model, prompt, tool: {name, description, parameters}, toolChoice,
-// maxTokens}. Output: one JSON line on stdout: the stream's part types, the tool calls and finish reason
+// parallelToolCalls, maxTokens}. Output: one JSON line on stdout: the stream's part types, the tool calls and finish reason
 // the SDK settled on, and any error part. A thrown client error is a JSON line {error, name} and exit 1.
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { jsonSchema, streamText, tool } from "ai";
@@ -23,6 +23,8 @@ try {
     },
     toolChoice,
     maxOutputTokens: spec.maxTokens,
+    // The provider has no option of its own for it; keys it does not know go into the request body as given.
+    providerOptions: { conformant: { parallel_tool_calls: spec.parallelToolCalls } },
     maxRetries: 0,
   });
   const parts = [];

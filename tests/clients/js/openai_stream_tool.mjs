@@ -1,6 +1,6 @@
 // openai-node's chat.completions.stream() helper with one tool and a forced tool_choice.
 // Input: one JSON argument {baseURL, model, prompt, tool: {name, description, parameters}, toolChoice,
-// maxTokens}. Output: one JSON line on stdout with what the helper built: its final completion and the
+// parallelToolCalls, maxTokens}. Output: one JSON line on stdout with what the helper built: its final completion and the
 // arguments it reported done for each call. A client error is a JSON line {error, name} and exit status 1.
 import OpenAI from "openai";
 
@@ -13,6 +13,7 @@ try {
     messages: [{ role: "user", content: spec.prompt }],
     tools: [{ type: "function", function: spec.tool }],
     tool_choice: spec.toolChoice,
+    parallel_tool_calls: spec.parallelToolCalls,
     max_tokens: spec.maxTokens,
   });
   const argumentsDone = [];
