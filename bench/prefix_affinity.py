@@ -104,6 +104,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=16, help="requests per round per mode")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--prefix-chars", type=int, default=512, help="routing.prefix_chars with affinity")
+    parser.add_argument("--affinity-slack", type=int, default=4, help="routing.affinity_slack with affinity")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     print(f"machine: {machine()}")
@@ -124,7 +125,8 @@ def main() -> int:
             entries = [
                 f'[[upstream]]\nurl = "{b}"\nkind = "openai"\nmodels = ["{model}"]\n' for b in backends
             ]
-            config.write_text(f"[routing]\nprefix_chars = {chars}\n\n" + "\n".join(entries))
+            options = f"[routing]\nprefix_chars = {chars}\naffinity_slack = {args.affinity_slack}\n\n"
+            config.write_text(options + "\n".join(entries))
             port = free_port()
             command = ["python", "-m", "conformance", "serve", "--config", str(config), "--port", str(port)]
             command += ["--log-level", "warning"]
