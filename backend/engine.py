@@ -221,6 +221,9 @@ class Engine:
             "slots_processing": busy,
             "queued": len(self._waiting),
             "decode_steps": self.stats.steps,
+            # Prompt tokens taken from a slot's cache instead of processed again (prefix reuse): what
+            # a router's prefix affinity saves (bench/prefix_affinity.py reads it).
+            "reused_prompt_tokens": self.stats.reused_prompt_tokens,
         }
 
     def close(self) -> None:

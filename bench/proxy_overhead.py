@@ -8,6 +8,9 @@ its targets in alternating rounds: the upstream directly; ``conformant serve`` i
 worker (the default) and with ``--workers 2`` ("conformant x2", one event loop per core); the "floor"
 (the same uvicorn server and upstream transport relaying bytes, with no parsing, normalizing or
 validation: what the stack costs before the proxy does any work); and LiteLLM's proxy in front of it.
+"routed" is ``conformant serve --config`` over
+``--routed`` (4) upstream processes of the same kind, each a replica of both models, against one
+``--upstream`` (issue 22's goal: routing adds at most 50 µs of TTFT p50).
 The client and the fake upstream run on uvloop where it is installed, so that they take less of the
 machine from the targets.
 
@@ -440,6 +443,13 @@ def main() -> int:
         help="also measure `conformant serve --workers N` (1: only the single-worker proxy)",
     )
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument(
+        "--routed",
+        type=int,
+        default=4,
+        metavar="N",
+        help="also measure `conformant serve --config` routing over N upstreams (0: not)",
+    )
     args = parser.parse_args()
     if args.workers < 1:
         parser.error("--workers must be at least 1")
@@ -464,6 +474,8 @@ def main() -> int:
             serve += ["--api-key", KEY, "--upstream-kind", "openai", "--workers", str(workers)]
             url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
             targets.append(Target(_conformant(workers), url, proc.pid))
+        if args.routed:
+            targets.append(_routed_target(stack, args, directory, upstream))
         port = free_port()
         floor = ["python", __file__, "--serve-floor", str(port), "--upstream", upstream]
         url, proc = stack.enter_context(run_process(floor, health_path="/health", port=port))
@@ -496,11 +508,16 @@ def main() -> int:
         ]
         for target in targets:  # warm up connections, imports and caches
             load(target.url, 8, 64, args.chunks)
+        cpu_per_request: dict[str, list[float]] = {}
         for round_ in range(args.rounds):
             for level in levels:
                 for target in targets:
                     settle(targets)
+                    cpu = cpu_seconds(target.pid) if target.pid else 0.0
                     result = load(target.url, level.streams, level.requests, level.chunks, level.pace)
+                    if level is levels[0] and target.pid:  # the proxy's CPU per request, at 1 stream
+                        used = (cpu_seconds(target.pid) - cpu) / level.requests
+                        cpu_per_request.setdefault(target.name, []).append(used)
                     if result.failures:
                         raise RuntimeError(f"{target.name}: {result.failures} requests failed")
                     target.ttft.setdefault(level.label, []).extend(result.ttft)
@@ -528,8 +545,10 @@ def main() -> int:
         f50, f99 = added["floor", levels[1].label]
         print(f"\nthe stack floor adds {f50 * 1e3:.3f} ms p50, {f99 * 1e3:.3f} ms p99 at {levels[1].label}")
         for target in targets:
-            if target.name.startswith("conformant"):
+            if target.name.startswith("conformant") and target.name != ROUTED:
                 _print_goals(target.name, added, rates, levels)
+        if args.routed:
+            _print_routing_goal(args.routed, added, levels, cpu_per_request)
     print(f"\nafter: load average {os.getloadavg()[0]:.2f}")
     return 0
 
@@ -558,6 +577,91 @@ def _print_goals(
                 f"{ratio:.3f}  {_verdict(ratio <= 0.25)}"
             )
     print(f"  chunks per CPU-second, conformant / LiteLLM: {rate / rates['litellm']:.1f}x")
+
+
+ROUTED = "routed"
+
+
+def _routed_target(
+    stack: contextlib.ExitStack, args: argparse.Namespace, directory: Path, upstream: str
+) -> Target:
+    """``conformant serve --config``, one worker, over the upstream and ``args.routed - 1`` more of the
+    same kind, each listed as a replica of both models: every request pays the routing (the model's
+    lookup, the prefix hash, the choice of replica, the slot), against one ``--upstream``."""
+    urls = [upstream]
+    for _ in range(args.routed - 1):
+        port = free_port()
+        command = ["python", __file__, "--serve-upstream", str(port), "--pace-ms", str(args.pace_ms)]
+        urls.append(stack.enter_context(run_process(command, health_path="/health", port=port))[0])
+    config = directory / "upstreams.toml"
+    entries = [
+        f'[[upstream]]\nurl = "{u}"\nkind = "openai"\nmodels = ["{MODEL}", "{PACED_MODEL}"]\n' for u in urls
+    ]
+    config.write_text("\n".join(entries))
+    port = free_port()
+    serve = ["python", "-m", "conformance", "serve", "--config", str(config), "--port", str(port)]
+    serve += ["--api-key", KEY]
+    url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+    return Target(ROUTED, url, proc.pid)
+
+
+def routing_cpu(upstreams: int, iterations: int = 20000) -> float:
+    """CPU seconds the routing's own steps take per request, in this process: the model's lookup, the
+    prompt's prefix key (a 2 KB chat prompt), the choice of one of ``upstreams`` replicas, its slot taken
+    and given back. What a routed request does that a request to one ``--upstream`` does not."""
+    from prometheus_client import CollectorRegistry
+
+    from proxy.config import ProxyConfig
+    from proxy.routing import Router, prefix_key
+    from proxy.routing.config_file import RoutingFile, RoutingOptions, UpstreamEntry
+
+    entries = tuple(UpstreamEntry(f"http://127.0.0.1:{9000 + i}", models=(MODEL,)) for i in range(upstreams))
+    routing = RoutingFile(entries, {}, RoutingOptions())
+    router = Router(ProxyConfig(upstream=entries[0].url), routing, CollectorRegistry())
+    messages = [{"role": "system", "content": "x" * 2000}, {"role": "user", "content": "hi"}]
+    body = {"model": MODEL, "messages": messages}
+
+    async def run() -> float:
+        started = time.process_time()
+        for _ in range(iterations):
+            route = router.route(MODEL)
+            assert route is not None
+            key = prefix_key(body, router.routing.options.prefix_chars)
+            replica, _ = await router.acquire(MODEL, route[1], key, set())
+            router.done(replica, time.monotonic(), None)
+        used = (time.process_time() - started) / iterations
+        await router.aclose()
+        return used
+
+    return asyncio.run(run())
+
+
+def _print_routing_goal(
+    upstreams: int,
+    added: dict[tuple[str, str], tuple[float, float]],
+    levels: list[Level],
+    cpu_per_request: dict[str, list[float]],
+) -> None:
+    print(f"\ngoals (routing over {upstreams} upstreams, against conformant with one --upstream)")
+    own = routing_cpu(upstreams)
+    print(f"  routing's own steps, CPU per request (in-process, {upstreams} replicas): {own * 1e6:.1f} us")
+    routed = min(cpu_per_request.get(ROUTED, [0.0]))
+    single = min(cpu_per_request.get(_conformant(1), [0.0]))
+    print(
+        f"  proxy CPU per request at 1 stream: routed {routed * 1e6:.0f} us, "
+        f"one upstream {single * 1e6:.0f} us (difference {(routed - single) * 1e6:.0f} us; "
+        f"the clock ticks every {1e6 / _CLK_TCK:.0f} us)"
+    )
+    print(f"  routing's added work <= 50 us per request: {own * 1e6:.1f} us  {_verdict(own <= 50e-6)}")
+    for level in levels:
+        if not level.goal:
+            continue
+        routed, single = added[ROUTED, level.label][0], added[_conformant(1), level.label][0]
+        extra = routed - single
+        print(
+            f"  routing's added TTFT p50 at {level.label} <= 50 us: {extra * 1e6:.1f} us  "
+            f"{_verdict(extra <= 50e-6)}"
+        )
 
 
 def _conformant(workers: int) -> str:

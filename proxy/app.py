@@ -48,6 +48,8 @@ from .request_sources import SourceBuilder, fan_out_prompts
 from .request_validation import parse_json_object, parse_request, validate_request
 from .respond import HeldResponse, serve_source
 from .responses import NativeResponses, ResponsesOutput, StoredAs, serve_native
+from .routing import RoutedSource, Router, load_routing_file, prefix_key, reload_on_sighup
+from .routing.replica import Replica
 from .served_names import ServedNames, served_name
 from .source import Source
 from .upstream import Upstream
@@ -97,6 +99,8 @@ class _Context:
     names: ServedNames
     responses: NativeResponses
     store: ResponseStore
+    router: Router | None = None
+    """The upstreams of ``--config``; None: the one ``--upstream`` (``upstream``, ``adapter``, ``names``)."""
 
 
 def _error(message: str, status: int, code: str | None = None, param: str | None = None) -> JSONResponse:
@@ -188,28 +192,77 @@ async def _prepared(
     )
     if ctx.config.fan_out and (refused := _fan_out_refused(endpoint, body, info, ctx.config.max_fan_out)):
         return refused
-    body = fitted_request(ctx.upstream.traits, body, info)
+    headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
+    if ctx.router is not None:
+        return _routed(ctx, ctx.router, endpoint, body, info, headers, exchange)
+    upstream, adapter, names = ctx.upstream, ctx.adapter, ctx.names
+    built = await _upstream_source(ctx.config, upstream, adapter, names, endpoint, body, info, headers)
+    if isinstance(built, ProxyError):
+        return _failed(built, exchange, ctx.config.upstream_api_key)
+    return built, info
+
+
+async def _upstream_source(
+    config: ProxyConfig,
+    upstream: Upstream,
+    adapter: Adapter,
+    names: ServedNames,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    info: RequestInfo,
+    headers: list[tuple[bytes, bytes]],
+) -> Source | ProxyError:
+    """The source that sends ``body`` to ``upstream``, or the adapter's refusal of it."""
+    body = fitted_request(upstream.traits, body, info)
     model = body.get("model")
-    served = await ctx.names.upstream_name(model)
+    served = await names.upstream_name(model)
     if served != model:
         body = {**body, "model": served}  # answers still name the model as asked
-    declined = await ctx.adapter.refusal(ctx.upstream, endpoint, body)
+    declined = await adapter.refusal(upstream, endpoint, body)
     if declined is not None:
-        return _failed(declined, exchange, ctx.config.upstream_api_key)
+        return declined
     builder = SourceBuilder(
-        ctx.upstream,
-        ctx.adapter,
+        upstream,
+        adapter,
         endpoint,
         info,
-        _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS),
-        max_line_bytes=ctx.config.max_line_bytes,
-        first_byte_timeout=ctx.config.first_byte_timeout,
-        fan_out=ctx.config.fan_out,
+        headers,
+        max_line_bytes=config.max_line_bytes,
+        first_byte_timeout=config.first_byte_timeout,
+        fan_out=config.fan_out,
     )
-    if ctx.upstream.traits.serial is None and builder.fans_out(body):
+    if upstream.traits.serial is None and builder.fans_out(body):
         # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each other off.
-        await ctx.names.learn_serial()
-    return builder.source(body), info
+        await names.learn_serial()
+    return builder.source(body)
+
+
+def _routed(
+    ctx: _Context,
+    router: Router,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    info: RequestInfo,
+    headers: list[tuple[bytes, bytes]],
+    exchange: Exchange,
+) -> tuple[Source, RequestInfo] | Response:
+    """The source of a request on a routed proxy (``--config``): a 404 for a model no upstream serves,
+    before any upstream is asked; else a replica of the model's group, another if it fails first."""
+    model = body.get("model")
+    route = router.route(model)
+    if route is None:
+        return _error(f"The model '{model}' does not exist", 404, "model_not_found", "model")
+    served, replicas = route
+    if served != model:
+        body = {**body, "model": served}  # an alias: the upstreams know the model by its name
+
+    async def build(replica: Replica) -> Source | ProxyError:
+        return await _upstream_source(
+            replica.config, replica.upstream, replica.adapter, replica.names, endpoint, body, info, headers
+        )
+
+    key = prefix_key(body, router.routing.options.prefix_chars)
+    return RoutedSource(router, served, replicas, key, build, exchange), info
 
 
 async def _responses(ctx: _Context, request: Request) -> Response:
@@ -223,7 +276,7 @@ async def _responses(ctx: _Context, request: Request) -> Response:
     raw = await _read_body(request, ctx.config.max_body)
     if isinstance(raw, Response):
         return raw
-    if await ctx.responses.native(ctx.upstream):
+    if ctx.router is None and await ctx.responses.native(ctx.upstream):
         return await _native_responses(ctx, request, raw)
     try:
         asked = parse_json_object(raw)
@@ -289,7 +342,10 @@ async def _listed_models(ctx: _Context, exchange: Exchange) -> list[dict[str, An
     with each name shown without its local path (Q09); the upstream's failure as a ProxyError."""
     now = int(time.time())
     alias = ctx.config.model_alias
-    entries = [{"id": alias}] if alias else await _upstream_listing(ctx, exchange)
+    if ctx.router is not None:  # the models of every upstream in the file, and their aliases
+        entries: list[Any] = [{"id": name} for name in ctx.router.listing()]
+    else:
+        entries = [{"id": alias}] if alias else await _upstream_listing(ctx, exchange)
     data = []
     for entry in entries:
         name = served_name(entry)
@@ -367,21 +423,27 @@ async def _passthrough(ctx: _Context, request: Request) -> Response:
     raw = await _read_body(request, ctx.config.max_body)
     if isinstance(raw, Response):
         return raw
-    raw, renamed = await _with_served_model(ctx, raw, request.headers.get("content-type", ""))
+    exchange = exchange_of(scope)
+    upstream, names, secret = ctx.upstream, ctx.names, ctx.config.upstream_api_key
+    if ctx.router is not None:
+        chosen = _routed_passthrough(ctx.router, raw, exchange)
+        if isinstance(chosen, Response):
+            return chosen
+        upstream, names, secret = chosen.upstream, chosen.names, chosen.config.upstream_api_key
+    raw, renamed = await _with_served_model(names, raw, request.headers.get("content-type", ""))
     target = scope.get("raw_path") or request.url.path.encode()  # as the client wrote it
     if scope["query_string"]:
         target += b"?" + scope["query_string"]
     headers = _forward_headers(scope, _NOT_FORWARDED)
-    exchange = exchange_of(scope)
-    open_upstream = partial(ctx.upstream.forward, request.method, target, raw, headers)
+    open_upstream = partial(upstream.forward, request.method, target, raw, headers)
     run = partial(
         relay,
         open_upstream=open_upstream,
         exchange=exchange,
-        secret=ctx.config.upstream_api_key,
+        secret=secret,
         head_only=request.method == "HEAD",
         renamed=renamed,
-        client_location=ctx.upstream.client_location,
+        client_location=upstream.client_location,
     )
     return HeldResponse(run, exchange)
 
@@ -402,7 +464,7 @@ async def _native_responses(ctx: _Context, request: Request, raw: bytes) -> Resp
     if "previous_response_id" in asked:
         forwarded = {k: v for k, v in asked.items() if k != "previous_response_id"}
         raw = jsoncodec.dumps({**forwarded, "input": items})
-    raw, _ = await _with_served_model(ctx, raw, "json")
+    raw, _ = await _with_served_model(ctx.names, raw, "json")
     model = asked.get("model")
     shown = ctx.config.model_alias or (clean_model_name(model) if isinstance(model, str) and model else None)
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
@@ -416,8 +478,36 @@ async def _native_responses(ctx: _Context, request: Request, raw: bytes) -> Resp
     return HeldResponse(run, exchange)
 
 
+def _routed_passthrough(router: Router, raw: bytes, exchange: Exchange) -> Replica | Response:
+    """The upstream a pass-through request (embeddings, tokenize...) goes to on a routed proxy: one of
+    its ``model``'s replicas (404 for a model none serves), or any ready replica for a body naming none."""
+    model = _body_model(raw)
+    if model is not None:
+        route = router.route(model)
+        if route is None:
+            return _error(f"The model '{model}' does not exist", 404, "model_not_found", "model")
+        replicas = route[1]
+    else:
+        replicas = list(router.replicas.values())
+    ready = [r for r in replicas if r.available] or replicas
+    chosen = router.pick(ready, None)
+    exchange.upstream = chosen.label
+    return chosen
+
+
+def _body_model(raw: bytes) -> str | None:
+    if b'"model"' not in raw:
+        return None
+    try:
+        body = jsoncodec.loads(raw)
+    except ValueError:
+        return None
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else None
+
+
 async def _with_served_model(
-    ctx: _Context, raw: bytes, content_type: str
+    names: ServedNames, raw: bytes, content_type: str
 ) -> tuple[bytes, tuple[str, str] | None]:
     """A JSON body (embeddings, tokenize...) with its ``model`` named as the upstream serves it, and
     (the served name, the asked name) when they differ."""
@@ -430,7 +520,7 @@ async def _with_served_model(
     if not isinstance(body, dict):
         return raw, None
     model = body.get("model")
-    served = await ctx.names.upstream_name(model)
+    served = await names.upstream_name(model)
     if served == model or not isinstance(served, str) or not isinstance(model, str):
         return raw, None
     return jsoncodec.dumps({**body, "model": served}), (served, model)
@@ -580,13 +670,23 @@ def create_app(config: ProxyConfig) -> Starlette:
     names = ServedNames(upstream, config.model_alias)
     store = store_of(config)
     ctx = _Context(config, upstream, adapter, metrics, names, NativeResponses(config.responses), store)
+    if config.config_file is not None:
+        ctx.router = Router(config, load_routing_file(config.config_file), metrics.registry)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        ctx.adapter = await _detect_adapter(config, ctx.upstream)
+        router = ctx.router
+        if router is None:
+            ctx.adapter = await _detect_adapter(config, ctx.upstream)
+        else:
+            await router.start(_detect_adapter)
+            reloading = reload_on_sighup(router, config.config_file)
         try:
             yield
         finally:
+            if router is not None:
+                reloading()
+                await router.aclose()
             await ctx.upstream.aclose()
             await store.aclose()
             metrics.retire()

@@ -56,6 +56,22 @@ def _upstream_url(text: str) -> str:
     return text
 
 
+def _routing_file(args: argparse.Namespace) -> str | None:
+    """``--config`` read now, so that a bad file is one line at the start (naming the key and the
+    problem); the first upstream's URL, which stands for the routed upstreams where one is needed."""
+    if args.config_file is None:
+        return None
+    if args.upstream:
+        raise CommandError("give either --upstream (one upstream) or --config (several), not both")
+    from .routing import ConfigFileError, load_routing_file
+
+    try:
+        routing = load_routing_file(args.config_file)
+    except ConfigFileError as exc:
+        raise CommandError(str(exc)) from None
+    return routing.upstreams[0].url
+
+
 def _check_can_listen(host: str, port: int) -> None:
     """Fail now, in one line, if the address is taken (uvicorn would log its own error and exit 1)."""
     try:
@@ -134,19 +150,22 @@ def run(args: argparse.Namespace) -> int:
     raise_open_file_limit()  # each connection is a file: the limits bound them, not a soft 1,024
     if args.upstream:
         _upstream_url(args.upstream)
+    routed = _routing_file(args)
     _check_can_listen(args.host, args.port)
     store = str(opened_store(args, "serve").path)  # every worker opens this one
     with contextlib.ExitStack() as stack:
-        upstream = args.upstream or stack.enter_context(_backend(args.model))
+        upstream = args.upstream or routed or stack.enter_context(_backend(args.model))
         # The bundled backend is known: no /props probe, which it answered 404 in its log.
         kind: UpstreamKind = (
-            "openai" if not args.upstream and args.upstream_kind == "auto" else args.upstream_kind
+            "openai"
+            if not args.upstream and not routed and args.upstream_kind == "auto"
+            else args.upstream_kind
         )
         config = proxy_config(args, upstream=upstream, upstream_kind=kind, responses_store=store)
         workers = f" ({args.workers} workers)" if args.workers > 1 else ""
-        if not args.upstream and not args.model:
+        if not args.upstream and not routed and not args.model:
             print(_BASE_MODEL_NOTE, file=sys.stderr, flush=True)
-        target = args.upstream or "the bundled backend"
+        target = args.upstream or (routed and f"the upstreams of {args.config_file}") or "the bundled backend"
         # The last start-up line, and the only address printed: the one clients use.
         print(
             f"conformant serve: http://{args.host}:{args.port}/v1 -> {target}{workers}",

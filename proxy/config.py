@@ -194,8 +194,21 @@ REASONING_FIELD = Setting(
     choices=REASONING_FIELDS,
 )
 
+CONFIG_FILE = Setting[str | None](
+    "config_file",
+    text,
+    None,
+    "TOML file of several upstreams, the models each serves and their limits (instead of --upstream; "
+    "SIGHUP re-reads it; docs/routing.md)",
+    flag="--config",
+    env="CONFIG",
+    metavar="FILE",
+    shown="none: one --upstream",
+)
+
 SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     UPSTREAM,
+    CONFIG_FILE,
     HOST,
     PORT,
     API_KEY,
@@ -253,6 +266,8 @@ class ProxyConfig:
     """None: ``default_store_path()``; ``serve`` resolves it before it starts workers."""
     responses_store_max_bytes: int = RESPONSES_STORE_MAX_BYTES.default
     responses_store_max_age: float = RESPONSES_STORE_MAX_AGE.default
+    config_file: str | None = CONFIG_FILE.default
+    """``--config``: the upstreams to route to (proxy/routing/); ``upstream`` is then the first's."""
 
     @property
     def upstream_base(self) -> str:

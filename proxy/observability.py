@@ -47,6 +47,10 @@ class Exchange:
     disconnected: bool = False
     error: str | None = None
     error_code: str | None = None
+    upstream: str | None = None
+    """The upstream that answered, when the proxy routes to several (``--config``)."""
+    queued_ms: float | None = None
+    """Time the request waited for a slot of an upstream at its ``max_concurrency``."""
 
     def take_error(self, error: ProxyError) -> None:
         """The error the client got (an HTTP error or the stream's error event), for the log line."""
@@ -220,4 +224,7 @@ def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
         "error": exchange.error,
         "error_code": exchange.error_code,
     }
+    if exchange.upstream is not None:  # routed (--config): which upstream, and the wait for it
+        line["upstream"] = exchange.upstream
+        line["queued_ms"] = exchange.queued_ms
     access_log.info(jsoncodec.dumps(line).decode())

@@ -1,0 +1,73 @@
+"""Several upstreams behind one proxy (``conformant serve --config FILE``): the file
+(config_file.py), one upstream's state (replica.py), the choice of replica and health (pool.py), and
+a request's retry on another replica before its first byte (source.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from ..source import prompt_text
+from .config_file import ConfigFileError, RoutingFile, load_routing_file
+from .pool import Router
+from .source import RoutedSource
+
+__all__ = [
+    "ConfigFileError",
+    "RoutedSource",
+    "Router",
+    "RoutingFile",
+    "load_routing_file",
+    "prefix_key",
+    "reload_on_sighup",
+]
+
+log = logging.getLogger("conformant.routing")
+
+
+def prefix_key(body: dict[str, Any], chars: int) -> bytes | None:
+    """What names the prompt's prefix for affinity: its first ``chars`` characters (chat: the messages'
+    texts, system prompt first), None for a body with no text or with affinity off (``chars`` 0)."""
+    if chars <= 0:  # affinity off: least outstanding alone
+        return None
+    text = prompt_text(body)
+    return text[:chars].encode() if text else None
+
+
+def reload_on_sighup(router: Router, path: str | None) -> Callable[[], None]:
+    """Re-read ``path`` on SIGHUP and serve it (a bad file is logged, and the routes that serve stay);
+    returns what stops listening. Only the main thread can take signals: elsewhere (a server run in
+    a thread) nothing is done."""
+    if path is None:
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def reload() -> None:
+        try:
+            routing = load_routing_file(path)
+        except ConfigFileError as exc:
+            log.error("conformant serve: SIGHUP: the file was not reloaded: %s", exc)
+            return
+        await router.reload(routing)
+        log.warning("conformant serve: SIGHUP: %s reloaded (%d upstreams)", path, len(routing.upstreams))
+
+    def hup() -> None:
+        task = loop.create_task(reload())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    try:
+        loop.add_signal_handler(signal.SIGHUP, hup)
+    except (ValueError, RuntimeError, NotImplementedError):
+        return lambda: None
+
+    def stop() -> None:
+        with contextlib.suppress(ValueError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGHUP)
+
+    return stop

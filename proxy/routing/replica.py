@@ -1,0 +1,83 @@
+"""One upstream of a routed proxy: its client, adapter and names, and what the router knows of it now.
+
+Its state is this worker's own (proxy/routing/README in docs/proxy.md, "Several proxies"): requests in
+flight and waiting, whether its ``/health`` says it is ready, and until when it is left out after a
+fault (passive ejection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..adapters import Adapter
+from ..config import ProxyConfig
+from ..served_names import ServedNames
+from ..upstream import Upstream
+from .config_file import UpstreamEntry
+
+__all__ = ["Replica"]
+
+
+@dataclass(eq=False, slots=True)
+class Replica:
+    entry: UpstreamEntry
+    config: ProxyConfig
+    """The proxy's settings with this upstream's URL, kind and key."""
+    upstream: Upstream
+    adapter: Adapter
+    names: ServedNames
+    label: str
+    """Its name in metrics and the access log: its URL (never its key)."""
+    in_flight: int = 0
+    waiting: deque[asyncio.Future[None]] = field(default_factory=deque)
+    ready: bool = True
+    """What its last health check said (llama.cpp's /health answers 503 while it loads its model)."""
+    ejected_until: float = 0.0
+    discovered: tuple[str, ...] = ()
+    """The models its listing named, when the file names none."""
+    retired: bool = False
+    """Dropped by a reload: closed once its last request is done."""
+    detected: bool = False
+    """Whether its adapter was chosen by probing it (done once it is ready)."""
+    seed: int = 0
+    """Its rendezvous-hash seed, from its label: the same in every worker and every proxy."""
+    gauges: tuple[Any, Any, Any] | None = None
+    """Its labelled metrics (RouterMetrics.of), looked up once: ``labels()`` costs on every call."""
+
+    def __post_init__(self) -> None:
+        self.seed = int.from_bytes(hashlib.blake2b(self.label.encode(), digest_size=8).digest(), "big")
+
+    @property
+    def available(self) -> bool:
+        return self.ready and not self.retired and time.monotonic() >= self.ejected_until
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self.entry.models if self.entry.models is not None else self.discovered
+
+    @property
+    def has_room(self) -> bool:
+        limit = self.entry.max_concurrency
+        return limit is None or self.in_flight < limit
+
+    @property
+    def load(self) -> float:
+        """Requests in flight and waiting, per unit of weight: the least loaded replica gets the next."""
+        return (self.in_flight + len(self.waiting)) / self.entry.weight
+
+    def eject(self, cooldown: float) -> None:
+        self.ejected_until = time.monotonic() + cooldown
+
+    def release(self) -> None:
+        """One request done: the next waiting one (if any) takes its slot."""
+        self.in_flight -= 1
+        while self.waiting and self.has_room:
+            waiter = self.waiting.popleft()
+            if not waiter.done():
+                self.in_flight += 1
+                waiter.set_result(None)
