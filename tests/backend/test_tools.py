@@ -371,11 +371,11 @@ def test_gemma_json_schema_output_validates(client: Any, recorder: RecordingTran
 def test_gemma_parse_returns_the_pydantic_object(client: Any, recorder: RecordingTransport) -> None:
     """openai-python's ``.parse()``: a Pydantic model (an enum, a boolean, a short string) sent as a strict
     ``json_schema`` and the answer parsed back into it."""
-    from enum import Enum
+    from enum import StrEnum
 
     from pydantic import BaseModel, Field
 
-    class Mood(str, Enum):
+    class Mood(StrEnum):
         happy = "happy"
         calm = "calm"
 
