@@ -13,7 +13,10 @@ error words). What is translated and what is refused, and why, is in docs/respon
 - ``tools``: ``function`` tools as they are; ``custom`` (freeform) tools, which Codex CLI sends for
   ``apply_patch``, as a function with one string parameter ``input`` (the answer's call is a
   ``custom_tool_call`` again); ``web_search`` (Codex CLI's default since 2026-01) as a function
-  ``web_search`` with one text argument ``query``. Other hosted tools (``file_search``,
+  ``web_search`` with one text argument ``query``; ``namespace`` tools (Codex CLI 0.171 groups its
+  multi-agent tools in one by default) as one function per inner tool, named
+  ``<namespace>__<name>`` (see NAMESPACE_SEPARATOR), whose calls come back with ``name`` and
+  ``namespace`` apart. Other hosted tools (``file_search``,
   ``code_interpreter``, ``computer_use_preview``, ``image_generation``, ``mcp``, ``local_shell``,
   ``shell``, ``apply_patch``...) are refused with a 400 that names the type: they need OpenAI's
   servers or an agreed action format that a chat-completions model has no way to follow.

@@ -10,7 +10,10 @@ One turn of ``codex exec`` (0.171.0) sends a request of about 40 KB: a system pr
 tokens (6,256 prompt tokens with the backend's tool prompt; 16,384 of context here), seven function tools,
 one ``namespace`` tool (multi_agent_v1, grouping function tools) and one ``web_search`` tool,
 ``reasoning``, ``include`` and ``client_metadata``, and no output limit (the proxy's --default-max-tokens
-caps it). Codex fails the turn on a 400 for any of it, and on a ``response.incomplete``.
+caps it). Codex fails the turn on a 400 for any of it, and on a ``response.incomplete``. Once every tool is
+accepted (the namespace tool since its translation), whether the turn ends is the base model's draw: it
+must end its reply (``<end_of_turn>`` or a whole tool call) before the cap; docs/clients.md has what was
+measured.
 """
 
 from __future__ import annotations
