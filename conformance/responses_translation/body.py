@@ -143,10 +143,27 @@ def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[s
 
 
 def function_call_item(
-    item_id: str, call_id: str, name: str, arguments: str, *, custom: bool, status: str = "completed"
+    item_id: str,
+    call_id: str,
+    name: str,
+    arguments: str,
+    *,
+    custom: bool,
+    status: str = "completed",
+    namespaced: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """A ``function_call`` item; for a ``custom`` tool, a ``custom_tool_call`` whose ``input`` is the
-    string the function's one ``input`` parameter carried."""
+    string the function's one ``input`` parameter carried. ``name`` is the chat function's: a tool of a
+    ``namespace`` tool (``namespaced``) is named by its own name, with ``namespace`` set."""
+    item = _call_item(item_id, call_id, name, arguments, custom=custom, status=status)
+    if namespaced and name in namespaced:
+        item["namespace"], item["name"] = namespaced[name]
+    return item
+
+
+def _call_item(
+    item_id: str, call_id: str, name: str, arguments: str, *, custom: bool, status: str
+) -> dict[str, Any]:
     if custom:
         return {
             "id": item_id,
@@ -189,6 +206,7 @@ def response_from_chat(
     response_id: str | None = None,
     created_at: int | None = None,
     custom_tools: frozenset[str] = frozenset(),
+    namespaced: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The ``Response`` for a whole chat completion (its first choice: a Response has one)."""
     choices = chat.get("choices")
@@ -222,6 +240,7 @@ def response_from_chat(
                 str(function.get("arguments") or ""),
                 custom=custom,
                 status=item_status,
+                namespaced=namespaced,
             )
         )
     if output and item_status != "completed":

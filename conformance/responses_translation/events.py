@@ -54,6 +54,8 @@ class _Item:
     call_id: str = ""
     name: str = ""
     custom: bool = False
+    namespaced: Mapping[str, tuple[str, str]] | None = None
+    """The translation's namespaced tools, which name this call (see ``function_call_item``)."""
 
     @property
     def text(self) -> str:
@@ -65,7 +67,13 @@ class _Item:
         if self.kind == "reasoning":
             return reasoning_item(self.item_id, text, status)
         return function_call_item(
-            self.item_id, self.call_id, self.name, text, custom=self.custom, status=status
+            self.item_id,
+            self.call_id,
+            self.name,
+            text,
+            custom=self.custom,
+            status=status,
+            namespaced=self.namespaced,
         )
 
     def started(self) -> dict[str, Any]:
@@ -74,7 +82,13 @@ class _Item:
         if self.kind == "reasoning":
             return reasoning_item(self.item_id, "", "in_progress")
         return function_call_item(
-            self.item_id, self.call_id, self.name, "", custom=self.custom, status="in_progress"
+            self.item_id,
+            self.call_id,
+            self.name,
+            "",
+            custom=self.custom,
+            status="in_progress",
+            namespaced=self.namespaced,
         )
 
 
@@ -90,12 +104,14 @@ class ResponseEvents:
         response_id: str | None = None,
         created_at: int | None = None,
         custom_tools: frozenset[str] = frozenset(),
+        namespaced: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         self.echo = echo
         self.model = model
         self.response_id = response_id or new_response_id()
         self.created_at = created_at if created_at is not None else int(time.time())
         self.custom_tools = custom_tools
+        self.namespaced = namespaced
         self.output: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
         self.finish_reason: Any = None
@@ -223,6 +239,7 @@ class ResponseEvents:
             custom = name in self.custom_tools
             item = _Item("call", len(self.output), new_item_id("ctc" if custom else "fc"), call_index=index)
             item.call_id, item.name, item.custom = str(call_id), str(name), custom
+            item.namespaced = self.namespaced
             out += self._open_item(item)
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
@@ -264,7 +281,7 @@ class ResponseEvents:
                     "response.function_call_arguments.done",
                     item_id=item.item_id,
                     output_index=item.output_index,
-                    name=item.name,
+                    name=done["name"],
                     arguments=text,
                 )
             )

@@ -13,7 +13,10 @@ error words). What is translated and what is refused, and why, is in docs/respon
 - ``tools``: ``function`` tools as they are; ``custom`` (freeform) tools, which Codex CLI sends for
   ``apply_patch``, as a function with one string parameter ``input`` (the answer's call is a
   ``custom_tool_call`` again); ``web_search`` (Codex CLI's default since 2026-01) as a function
-  ``web_search`` with one text argument ``query``. Other hosted tools (``file_search``,
+  ``web_search`` with one text argument ``query``; ``namespace`` tools (Codex CLI 0.171 groups its
+  multi-agent tools in one by default) as one function per inner tool, named
+  ``<namespace>__<name>`` (see NAMESPACE_SEPARATOR), whose calls come back with ``name`` and
+  ``namespace`` apart. Other hosted tools (``file_search``,
   ``code_interpreter``, ``computer_use_preview``, ``image_generation``, ``mcp``, ``local_shell``,
   ``shell``, ``apply_patch``...) are refused with a 400 that names the type: they need OpenAI's
   servers or an agreed action format that a chat-completions model has no way to follow.
@@ -124,6 +127,9 @@ class ChatTranslation:
     """The request's settings as the Response object repeats them (defaults filled in)."""
     custom_tools: frozenset[str] = field(default_factory=frozenset)
     """Names of ``custom`` tools: their calls are answered as ``custom_tool_call`` items."""
+    namespaced: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Chat function name -> (namespace, name) for the tools of ``namespace`` tools: their calls are
+    answered with the inner ``name`` and ``namespace`` set."""
 
     @property
     def stream(self) -> bool:
@@ -278,7 +284,7 @@ def _add_item(out: _Messages, item: Any, param: str) -> None:
         call = {
             "id": _call_id(item, param),
             "type": "function",
-            "function": {"name": name, "arguments": arguments},
+            "function": {"name": _chat_name(name, item.get("namespace")), "arguments": arguments},
         }
         out.add_call(call)
     elif kind in ("function_call_output", "custom_tool_call_output"):
@@ -335,19 +341,93 @@ def _messages(body: Mapping[str, Any], previous: Sequence[Any]) -> list[dict[str
     return out.messages
 
 
-def _tools(tools: Any) -> tuple[list[dict[str, Any]], frozenset[str]]:
+NAMESPACE_SEPARATOR = "__"
+"""Joins a ``namespace`` tool's name and an inner tool's name into the one chat function name the
+model sees (``multi_agent_v1__spawn_agent``). Chat has no namespaces, and a function name must match
+``^[a-zA-Z0-9_-]{1,64}$`` (OpenAI's rule, which strict upstreams repeat), so ``.`` or ``/`` would be
+refused; ``__`` is what Codex CLI itself uses to join an MCP server's name and its tool's
+(``mcp__server__tool``). A joined name equal to another tool's is refused (400), never guessed."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tools:
+    chat: list[dict[str, Any]] = field(default_factory=list)
+    custom: set[str] = field(default_factory=set)
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def add(self, tool: Mapping[str, Any], param: str, namespace: str | None = None) -> None:
+        """A ``function`` or ``custom`` tool as a chat function (in ``namespace`` when given)."""
+        kind = tool.get("type")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise TranslationError(
+                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
+            )
+        chat_name = name if namespace is None else f"{namespace}{NAMESPACE_SEPARATOR}{name}"
+        if any(t["function"]["name"] == chat_name for t in self.chat):
+            raise TranslationError(
+                f"Invalid '{param}.name': a tool named {chat_name!r} is given twice (a namespace's tool is "
+                f"offered to the model as '<namespace>{NAMESPACE_SEPARATOR}<name>').",
+                f"{param}.name",
+            )
+        function: dict[str, Any] = {"name": chat_name}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        if kind == "custom":
+            self.custom.add(chat_name)
+            function["parameters"] = CUSTOM_TOOL_PARAMETERS
+        else:
+            parameters = tool.get("parameters")
+            function["parameters"] = (
+                parameters if isinstance(parameters, Mapping) else {"type": "object", "properties": {}}
+            )
+            if isinstance(tool.get("strict"), bool):
+                function["strict"] = tool["strict"]
+        if namespace is not None:
+            self.namespaced[chat_name] = (namespace, name)
+        self.chat.append({"type": "function", "function": function})
+
+    def add_namespace(self, tool: Mapping[str, Any], param: str) -> None:
+        """A ``namespace`` tool: each of its function and custom tools, under the joined name."""
+        namespace = tool.get("name")
+        if not isinstance(namespace, str) or not namespace:
+            raise TranslationError(
+                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
+            )
+        inner = tool.get("tools")
+        if not isinstance(inner, list):
+            raise TranslationError(
+                f"Invalid type for '{param}.tools': expected an array.", f"{param}.tools", "invalid_type"
+            )
+        for index, each in enumerate(inner):
+            kind = each.get("type") if isinstance(each, Mapping) else None
+            if kind not in ("function", "custom"):
+                raise TranslationError(
+                    f"Invalid '{param}.tools[{index}].type': a namespace holds 'function' and 'custom' "
+                    f"tools, not {kind!r}.",
+                    f"{param}.tools[{index}].type",
+                    "unsupported_value",
+                )
+            assert isinstance(each, Mapping)
+            self.add(each, f"{param}.tools[{index}]", namespace)
+
+
+def _tools(tools: Any) -> _Tools:
+    out = _Tools()
     if tools is None:
-        return [], frozenset()
+        return out
     if not isinstance(tools, list):
         raise TranslationError("Invalid type for 'tools': expected an array.", "tools", "invalid_type")
-    chat: list[dict[str, Any]] = []
-    custom: set[str] = set()
     for index, tool in enumerate(tools):
         param = f"tools[{index}]"
         kind = tool.get("type") if isinstance(tool, Mapping) else None
         if kind in WEB_SEARCH_TOOLS:
-            if not any(t["function"]["name"] == "web_search" for t in chat):
-                chat.append({"type": "function", "function": WEB_SEARCH_FUNCTION})
+            if not any(t["function"]["name"] == "web_search" for t in out.chat):
+                out.chat.append({"type": "function", "function": WEB_SEARCH_FUNCTION})
+            continue
+        if kind == "namespace":
+            assert isinstance(tool, Mapping)
+            out.add_namespace(tool, param)
             continue
         if kind not in ("function", "custom"):
             why = (
@@ -357,31 +437,18 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], frozenset[str]]:
             )
             raise TranslationError(
                 f"Invalid '{param}.type': tools of type {kind!r} are not supported by this server ({why}); "
-                "only 'function', 'custom' and 'web_search' tools are.",
+                "only 'function', 'custom', 'namespace' and 'web_search' tools are.",
                 f"{param}.type",
                 "unsupported_value",
             )
         assert isinstance(tool, Mapping)
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise TranslationError(
-                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
-            )
-        function: dict[str, Any] = {"name": name}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        if kind == "custom":
-            custom.add(name)
-            function["parameters"] = CUSTOM_TOOL_PARAMETERS
-        else:
-            parameters = tool.get("parameters")
-            function["parameters"] = (
-                parameters if isinstance(parameters, Mapping) else {"type": "object", "properties": {}}
-            )
-            if isinstance(tool.get("strict"), bool):
-                function["strict"] = tool["strict"]
-        chat.append({"type": "function", "function": function})
-    return chat, frozenset(custom)
+        out.add(tool, param)
+    return out
+
+
+def _chat_name(name: str, namespace: Any) -> str:
+    """The chat function name of a call named ``name`` in ``namespace`` (see NAMESPACE_SEPARATOR)."""
+    return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if isinstance(namespace, str) and namespace else name
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -389,7 +456,7 @@ def _tool_choice(choice: Any) -> Any:
         return choice
     kind = choice.get("type") if isinstance(choice, Mapping) else None
     if kind in ("function", "custom") and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
+        return {"type": "function", "function": {"name": _chat_name(choice["name"], choice.get("namespace"))}}
     raise TranslationError(
         f"Invalid value for 'tool_choice': {kind or choice!r} is not supported by this server; use 'auto', "
         "'none', 'required' or a named function.",
@@ -495,9 +562,9 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = 
     chat: dict[str, Any] = {"messages": _messages(body, previous or ())}
     if model is not None:
         chat["model"] = model
-    tools, custom = _tools(body.get("tools"))
-    if tools:
-        chat["tools"] = tools
+    tools = _tools(body.get("tools"))
+    if tools.chat:
+        chat["tools"] = tools.chat
         choice = _tool_choice(body.get("tool_choice"))
         if choice is not None:
             chat["tool_choice"] = choice
@@ -537,4 +604,4 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = 
     chat["stream"] = bool(stream)
     if stream:
         chat["stream_options"] = {"include_usage": True}
-    return ChatTranslation(chat, _echo(body), custom)
+    return ChatTranslation(chat, _echo(body), frozenset(tools.custom), dict(tools.namespaced))

@@ -55,7 +55,12 @@ class ResponsesOutput(Output):
         self._store = store
         self._items = items or []
         """The whole input the Response is generated from, stored with it (conformance/responses_state/)."""
-        self._events = ResponseEvents(translation.echo, model=model, custom_tools=translation.custom_tools)
+        self._events = ResponseEvents(
+            translation.echo,
+            model=model,
+            custom_tools=translation.custom_tools,
+            namespaced=translation.namespaced,
+        )
 
     @property
     def response(self) -> dict[str, Any] | None:
@@ -84,6 +89,7 @@ class ResponsesOutput(Output):
             {**body, "model": self._model or body.get("model")},
             translation.echo,
             custom_tools=translation.custom_tools,
+            namespaced=translation.namespaced,
         )
         if self._store is not None:
             response = await remember(self._store, response, self._items)

@@ -13,7 +13,8 @@ from conformance.responses_translation import (
     response_from_chat,
     translate_request,
 )
-from tests.support.responses_checks import check_events, check_response
+from proxy.responses.output import encode_events
+from tests.support.responses_checks import check_events, check_response, judged
 
 
 def _chat(body: dict[str, Any]) -> dict[str, Any]:
@@ -179,6 +180,27 @@ def test_settings_become_chat_parameters() -> None:
         ({"input": "x", "top_p": 2}, "top_p", "invalid_value"),
         ({"input": "x", "max_output_tokens": 1.5}, "max_output_tokens", "invalid_type"),
         ({"instructions": "only this"}, "input", "missing_required_parameter"),
+        (
+            {"input": "x", "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}]},
+            "tools[0].tools[0].type",
+            "unsupported_value",
+        ),
+        (
+            {"input": "x", "tools": [{"type": "namespace", "tools": []}]},
+            "tools[0].name",
+            "missing_required_parameter",
+        ),
+        (
+            {
+                "input": "x",
+                "tools": [
+                    {"type": "function", "name": "ns__f"},
+                    {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "f"}]},
+                ],
+            },
+            "tools[1].tools[0].name",
+            "invalid_value",
+        ),
     ],
 )
 def test_refusals_name_the_parameter(body: dict[str, Any], param: str, code: str) -> None:
@@ -358,3 +380,131 @@ def test_an_empty_answer_completes_without_items() -> None:
     check_events(events)
     assert events[-1]["type"] == "response.completed"
     assert events[-1]["response"]["output"] == []
+
+
+NAMESPACE_TOOL = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Sub-agents.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "spawn_agent",
+            "description": "Start a sub-agent.",
+            "parameters": {"type": "object", "properties": {"task": {"type": "string"}}},
+            "strict": False,
+        },
+        {"type": "custom", "name": "note", "description": "Free text."},
+    ],
+}
+"""As Codex CLI 0.171.0 sends its multi-agent tools (openai-python's NamespaceTool), trimmed."""
+
+
+def test_a_namespace_tool_becomes_one_chat_function_per_tool() -> None:
+    translation = translate_request(
+        {
+            "model": "m",
+            "input": [
+                {"role": "user", "content": "go"},
+                {
+                    "type": "function_call",
+                    "call_id": "call_1",
+                    "name": "spawn_agent",
+                    "namespace": "multi_agent_v1",
+                    "arguments": "{}",
+                },
+                {"type": "function_call_output", "call_id": "call_1", "output": "started"},
+            ],
+            "tools": [{"type": "function", "name": "spawn_agent"}, NAMESPACE_TOOL],
+            "tool_choice": {"type": "function", "name": "spawn_agent", "namespace": "multi_agent_v1"},
+        }
+    )
+    chat = translation.chat
+    names = [tool["function"]["name"] for tool in chat["tools"]]
+    assert names == ["spawn_agent", "multi_agent_v1__spawn_agent", "multi_agent_v1__note"]
+    assert chat["tools"][1]["function"]["parameters"] == NAMESPACE_TOOL["tools"][0]["parameters"]  # type: ignore[index]
+    assert chat["tools"][1]["function"]["description"] == "Start a sub-agent."
+    assert chat["messages"][1]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__spawn_agent"
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "multi_agent_v1__spawn_agent"}}
+    assert translation.custom_tools == frozenset({"multi_agent_v1__note"})
+    assert translation.echo["tools"][1] == NAMESPACE_TOOL
+
+
+def test_a_call_to_a_namespace_tool_names_its_namespace() -> None:
+    request = {"model": "m", "input": "hi", "tools": [NAMESPACE_TOOL]}
+    translation = translate_request(request)
+    message = {
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "multi_agent_v1__spawn_agent", "arguments": '{"task": "x"}'},
+            },
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {"name": "multi_agent_v1__note", "arguments": '{"input": "remember"}'},
+            },
+        ],
+    }
+    response = response_from_chat(
+        _completion(message, "tool_calls"),
+        translation.echo,
+        custom_tools=translation.custom_tools,
+        namespaced=translation.namespaced,
+    )
+    check_response(response)
+    judged(json.dumps(response).encode(), request, 200, {"content-type": "application/json"})
+    call, custom = response["output"]
+    assert (call["type"], call["name"], call["namespace"]) == (
+        "function_call",
+        "spawn_agent",
+        "multi_agent_v1",
+    )
+    assert (custom["type"], custom["name"], custom["namespace"]) == (
+        "custom_tool_call",
+        "note",
+        "multi_agent_v1",
+    )
+    assert custom["input"] == "remember"
+
+
+def test_a_streamed_call_to_a_namespace_tool_names_its_namespace() -> None:
+    request = {"model": "m", "input": "hi", "stream": True, "tools": [NAMESPACE_TOOL]}
+    translation = translate_request(request)
+    stream = ResponseEvents(
+        translation.echo,
+        model="gemma",
+        custom_tools=translation.custom_tools,
+        namespaced=translation.namespaced,
+    )
+    events = stream.start()
+    call = {"index": 0, "id": "call_1", "type": "function"}
+    for chunk in [
+        _chunk(
+            {
+                "tool_calls": [
+                    {**call, "function": {"name": "multi_agent_v1__spawn_agent", "arguments": '{"t'}}
+                ]
+            }
+        ),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'ask": "x"}'}}]}),
+        _chunk({}, "tool_calls"),
+        {
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 9},
+        },
+    ]:
+        events += stream.feed(chunk)
+    events += stream.finish()
+    check_events(events)
+    judged(encode_events(events), request, 200, {"content-type": "text/event-stream"})
+    items = [
+        e["item"] for e in events if e["type"] in ("response.output_item.added", "response.output_item.done")
+    ]
+    assert [(i["name"], i["namespace"]) for i in items] == [("spawn_agent", "multi_agent_v1")] * 2
+    done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
+    assert done["name"] == "spawn_agent"
+    assert json.loads(events[-1]["response"]["output"][0]["arguments"]) == {"task": "x"}
