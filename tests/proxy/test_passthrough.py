@@ -100,7 +100,7 @@ def test_the_upstream_key_split_across_reads_is_cut_out_of_a_streamed_body() -> 
     head = _head("200 OK", "text/event-stream")
     handler = _replying(head, *(http_chunk(part) for part in parts), b"0\r\n\r\n")
     with _proxy(handler, upstream_api_key=KEY) as (url, app, _):
-        response = httpx.get(url + "/v1/responses/stream", timeout=10)
+        response = httpx.get(url + "/v1/threads/thread_1/runs/run_1/stream", timeout=10)
         assert response.status_code == 200
         assert response.text == b"".join(parts).decode().replace(KEY, "<redacted>")
         assert response.text.count("<redacted>") == 2
