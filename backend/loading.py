@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from types import ModuleType, SimpleNamespace, TracebackType
@@ -58,6 +58,12 @@ def _shares(value: str) -> list[float]:
         return [float(part) for part in value.replace("/", ",").split(",")]
     except ValueError:
         raise ValueError("is not comma-separated numbers, e.g. 3,1") from None
+
+
+def _rpc_servers(value: str) -> tuple[str, ...]:
+    from backend.rpc import parse_servers
+
+    return parse_servers(value)
 
 
 def _rules(value: str) -> tuple[str, ...]:
@@ -122,8 +128,18 @@ NO_REPACK = Setting(
     "keep CPU weights as stored, without repacking them for AMX/SIMD",
     kind="switch",
 )
+RPC = Setting[tuple[str, ...]](
+    "rpc",
+    _rpc_servers,
+    (),
+    "ggml RPC servers (`conformant rpc-worker`, llama.cpp's rpc-server) to place layers on, "
+    "comma-separated; the layers --n-gpu-layers offloads go to them, every layer when it is 0",
+    metavar="HOST:PORT,...",
+    shown="none",
+)
 LOAD_SETTINGS: tuple[Setting[Any], ...] = (
     N_GPU_LAYERS,
+    RPC,
     SPLIT_MODE,
     TENSOR_SPLIT,
     MAIN_GPU,
@@ -145,6 +161,7 @@ class LoadOptions:
     """How to load the weights. Field names and meanings follow llama.cpp's command-line flags."""
 
     n_gpu_layers: int = N_GPU_LAYERS.default  # negative = all
+    rpc: tuple[str, ...] = RPC.default
     split_mode: SplitMode = SPLIT_MODE.default
     tensor_split: list[float] | None = TENSOR_SPLIT.default
     main_gpu: int = MAIN_GPU.default
@@ -192,6 +209,7 @@ def options_from_args(args: argparse.Namespace) -> LoadOptions:
     """LoadOptions from flags added by add_load_arguments; raises ModelLoadError on an invalid combination."""
     opts = LoadOptions(
         n_gpu_layers=args.n_gpu_layers,
+        rpc=tuple(args.rpc),
         split_mode=args.split_mode,
         tensor_split=args.tensor_split,
         main_gpu=args.main_gpu,
@@ -248,6 +266,8 @@ def load_model(path: str, opts: LoadOptions | None = None) -> LoadedModel:
     _check_gguf_file(path)
     llama = _llama()
     llama.llama_backend_init()
+    if opts.rpc:
+        opts = _with_rpc_servers(opts)
     registry = BufferTypes.from_registry()
     gpus = registry.gpu_count
     if opts.n_gpu_layers != 0 and gpus == 0:
@@ -276,6 +296,18 @@ def load_model(path: str, opts: LoadOptions | None = None) -> LoadedModel:
     return LoadedModel(path, model, opts, placement, keepalive)
 
 
+def _with_rpc_servers(opts: LoadOptions) -> LoadOptions:
+    """The RPC servers' devices registered before the registry is read: llama.cpp then offloads layers to
+    them as to GPUs (llama-server --rpc). ``--n-gpu-layers 0`` would leave them idle: it means all here."""
+    from backend.rpc import RpcError, register_servers
+
+    try:
+        register_servers(opts.rpc)
+    except RpcError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return replace(opts, n_gpu_layers=-1) if opts.n_gpu_layers == 0 else opts
+
+
 def _model_params(
     llama: ModuleType, opts: LoadOptions, registry: BufferTypes, resolved: list[tuple[TensorOverride, int]]
 ) -> tuple[Any, tuple[object, ...]]:
@@ -288,6 +320,13 @@ def _model_params(
     # AND, not assignment: a process-wide policy may already have turned repacking off in the defaults.
     params.use_extra_bufts = params.use_extra_bufts and opts.repack and not _amx_faults(registry)
     keepalive: list[object] = []
+    if opts.rpc:
+        from backend.rpc import offload_devices
+
+        devices = offload_devices()
+        listed = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)  # NULL-terminated
+        params.devices = ctypes.cast(listed, ctypes.c_void_p)
+        keepalive.append(listed)
     if opts.tensor_split is not None:
         n_max = llama.llama_max_devices()
         if len(opts.tensor_split) > n_max:
