@@ -12,7 +12,9 @@ from conformance.cli import main
 from tests.live.conftest import OVERFLOW_WORDS
 from tests.support.servers import free_port, run_process
 
-pytestmark = pytest.mark.backend
+# Every probe of the battery (tools and JSON included, issue 20) against a CPU model: minutes, not the
+# 300 s a single test usually gets.
+pytestmark = [pytest.mark.backend, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
