@@ -182,9 +182,8 @@ THINKING_CHATML = (
 
 @pytest.fixture(scope="module")
 def thinking_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(synthetic, "CHATML_TEMPLATE", THINKING_CHATML)
-        path = synthetic.write_synthetic(tmp_path_factory.mktemp("models") / "thinking.gguf")
+    spec = synthetic.SyntheticSpec(chat_template=THINKING_CHATML)
+    path = synthetic.write_synthetic(tmp_path_factory.mktemp("models") / "thinking.gguf", spec)
     backend = Backend.open(str(path), context=ContextOptions(ctx_size=512, parallel=1, threads=2))
     try:
         with run_asgi(create_app(backend)) as url:
