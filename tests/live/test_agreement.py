@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.live.probes import PROBES
 from tests.live.agreement import check_then_validate, disagreements
 from tests.live.conftest import OVERFLOW_WORDS
 
@@ -47,4 +48,4 @@ def test_llama_cpp_python_server(llama_cpp_python_url: str, tmp_path: Path) -> N
 def test_bundled_backend(backend_url: str, tmp_path: Path) -> None:
     checked, validated = check_then_validate(backend_url, tmp_path)
     assert disagreements(checked, validated) == []
-    assert len(checked) == 28
+    assert len(checked) == len(PROBES)
