@@ -12,12 +12,25 @@ from typing import Any
 from backend.requests import RequestError
 from backend.schema_support import unsupported
 
-__all__ = ["grammar_for_schema", "json_grammar"]
+__all__ = ["grammar_for_schema", "json_grammar", "schema_gbnf"]
+
+# llama-cpp-python's converter writes a JSON string's character as ``[^"\\]``, which lets a raw control
+# character (a newline, a tab) into the string: invalid JSON that Python's json.loads refuses ("Invalid
+# control character", measured on the bundled Gemma through /v1/responses). llama.cpp's own converter
+# excludes them; so does this project's grammar.
+_LOOSE_CHAR = 'char ::= [^"\\\\] |'
+_STRICT_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+
+
+def schema_gbnf(schema: dict[str, Any]) -> str:
+    """``schema`` as GBNF by llama-cpp-python's converter, strings held to JSON's characters. Raises what
+    the converter raises on a schema it cannot map."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    return str(json_schema_to_gbnf(json.dumps(schema))).replace(_LOOSE_CHAR, _STRICT_CHAR)
 
 
 def grammar_for_schema(schema: dict[str, Any], param: str) -> str:
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
     problem = unsupported(schema)
     if problem is not None:
         raise RequestError(
@@ -26,7 +39,7 @@ def grammar_for_schema(schema: dict[str, Any], param: str) -> str:
             code="unsupported_schema",
         )
     try:
-        return str(json_schema_to_gbnf(json.dumps(schema)))
+        return schema_gbnf(schema)
     except Exception as exc:  # the converter raises bare Exceptions/KeyErrors on schemas it cannot map
         raise RequestError(
             f"'{param}' holds a JSON Schema this server cannot turn into a grammar: {exc}", param

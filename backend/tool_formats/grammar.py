@@ -57,12 +57,10 @@ def one_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
 
 def schema_rules(schema: dict[str, Any], rule: str = CALL_RULE) -> str:
     """The converter's rules for ``schema`` with its ``root`` renamed to ``rule`` (to be wrapped)."""
-    import json
-
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
+    from backend.grammars import schema_gbnf
 
     try:
-        gbnf = str(json_schema_to_gbnf(json.dumps(schema)))
+        gbnf = schema_gbnf(schema)
     except Exception as exc:  # the converter raises bare Exceptions/AssertionErrors on what it cannot map
         raise RequestError(
             f"'tools' holds a parameters schema this server cannot turn into a grammar: {exc}", "tools"
