@@ -207,6 +207,25 @@ class Result:
 _TERMINATOR = b"\r\n0\r\n\r\n"
 
 
+async def read_stream(reader: asyncio.StreamReader) -> tuple[float, int]:
+    """One chunked SSE body read to its last chunk: when its first event arrived, and its JSON events."""
+    first: float | None = None
+    events = 0
+    tail = b""
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            raise RuntimeError("connection closed mid-stream")
+        if first is None and b"data:" in data:
+            first = time.perf_counter()
+        events += data.count(b"data: {")
+        tail = (tail + data)[-16:]
+        if tail.endswith(_TERMINATOR):
+            break
+    assert first is not None
+    return first, events
+
+
 def stream_body(model: str, chunks: int) -> bytes:
     """A streamed chat request for ``chunks`` content chunks (the bench upstream sends ``max_tokens``)."""
     body = {
@@ -245,20 +264,7 @@ class Connection:
             return
         if b"chunked" not in head.lower():
             raise RuntimeError(f"expected a chunked stream, got {head[:200]!r}")
-        first: float | None = None
-        events = 0
-        tail = b""
-        while True:
-            data = await self.reader.read(65536)
-            if not data:
-                raise RuntimeError("connection closed mid-stream")
-            if first is None and b"data:" in data:
-                first = time.perf_counter()
-            events += data.count(b"data: {")
-            tail = (tail + data)[-16:]
-            if tail.endswith(_TERMINATOR):
-                break
-        assert first is not None
+        first, events = await read_stream(self.reader)
         result.ttft.append(first - started)
         result.chunks += events
 

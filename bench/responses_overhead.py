@@ -26,12 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from proxy_overhead import MODEL, cpu_seconds, machine, percentile  # noqa: E402
+from proxy_overhead import MODEL, cpu_seconds, machine, percentile, read_stream  # noqa: E402
 
 from tests.support.servers import free_port, run_process  # noqa: E402
 
 GOAL = 1.5
-_TERMINATOR = b"\r\n0\r\n\r\n"
 
 
 def chat_body(chunks: int) -> bytes:
@@ -65,20 +64,7 @@ async def _measure(url: str, path: str, body: bytes, requests: int) -> tuple[lis
             response = await reader.readuntil(b"\r\n\r\n")
             if not response.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(f"{path}: {response[:200]!r}")
-            first = None
-            tail = b""
-            events = 0
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    raise RuntimeError("connection closed mid-stream")
-                if first is None and b"data:" in data:
-                    first = time.perf_counter()
-                events += data.count(b"data: {")
-                tail = (tail + data)[-16:]
-                if tail.endswith(_TERMINATOR):
-                    break
-            assert first is not None
+            first, events = await read_stream(reader)
             ttft.append(first - started)
     finally:
         writer.close()
