@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 
 from proxy.adapters import OpenAIAdapter
 from proxy.transport import UpstreamTransport
-from proxy.upstream_traits import UpstreamTraits
+from proxy.upstream_traits import NO_TOKENIZER, UpstreamTraits
 from tests.support.servers import free_port, wait_for
 
 from .conftest import judge, upstream_answer
@@ -734,8 +734,11 @@ def test_a_tokenizer_that_does_not_answer_holds_up_no_answer() -> None:
         raw_server(_answers_but_its_tokenizer_hangs) as (upstream, record),
         proxy(upstream, idle_timeout=0.8, upstream_kind="openai") as (url, app),
     ):
+        traits = app.state.context.upstream.traits
         asked = {**CHAT, "stream_options": {"include_usage": True}}
-        for _ in range(2):
+        # Both endpoints share one budget per answer, so a loaded machine may probe the second on the
+        # next answer: at most one answer per endpoint before the upstream counts as having none.
+        for _ in range(3):
             started = time.monotonic()
             response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
             took = time.monotonic() - started
@@ -743,8 +746,14 @@ def test_a_tokenizer_that_does_not_answer_holds_up_no_answer() -> None:
             assert response.text.endswith("data: [DONE]\n\n")
             usage = json.loads(response.text.split("\n\n")[-3].removeprefix("data: "))["usage"]
             assert usage["completion_tokens"] == 2  # estimated: the tokens streamed
-            assert took < 1.0  # each tokenizer call bounded by a quarter of the idle timeout
-        assert record.requests == 2  # both tokenizer endpoints tried once, then counted as absent
+            assert took < 1.5  # the tokenizer calls bounded by a quarter of the idle timeout
+            if traits.tokenizer == NO_TOKENIZER:
+                break
+        assert traits.tokenizer == NO_TOKENIZER
+        asked_before = record.requests
+        response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+        assert response.status_code == 200
+        assert record.requests == asked_before <= 2  # counted as absent: never asked again
         assert_idle(app)
 
 
