@@ -6,12 +6,13 @@ ejected:
 
 - least outstanding requests (in flight and waiting, per unit of ``weight``), as Envoy's and
   nginx's ``least_conn`` do: a replica slowed by long prompts gets fewer new ones;
-- with prefix affinity: the replica rendezvous hashing picks for the prompt's first ``prefix_chars``
-  characters takes the request while it has at most ``affinity_slack`` more outstanding than the least
-  busy one. llama.cpp (``--cache-reuse``, its slots' prompt cache), vLLM and SGLang (prefix caching)
-  skip the prompt processing of a prefix they hold; sent elsewhere, a shared system prompt is processed
-  again on each replica. Rendezvous hashing needs no shared state: every worker, and every proxy
-  behind a load balancer, picks the same replica for a prefix (bench/prefix_affinity.py measures it);
+- with prefix affinity: the replica that holds the prompt's first ``prefix_chars`` characters (a new
+  prefix: placed by rendezvous hashing with bounded loads, proxy/routing/prefixes.py) takes the request
+  while it has at most ``affinity_slack`` more outstanding than the least busy one. llama.cpp
+  (``--cache-reuse``, its slots' prompt cache), vLLM and SGLang (prefix caching) skip the prompt
+  processing of a prefix they hold; sent elsewhere, a shared system prompt is processed again on each
+  replica. Rendezvous order needs no shared state, so workers and proxies behind a load
+  balancer mostly pick the same replica for a prefix (bench/prefix_affinity.py measures it);
 - ``max_concurrency`` per replica, with a queue of at most ``max_queue`` requests; a request that finds
   every queue full gets a 429 with ``Retry-After`` (openai-python retries it).
 
@@ -41,6 +42,7 @@ from ..normalizer import clean_model_name
 from ..served_names import ServedNames, served_name
 from ..upstream import Upstream
 from .config_file import RoutingFile, UpstreamEntry
+from .prefixes import PrefixTable
 from .replica import Replica
 
 __all__ = ["Router", "RouterMetrics", "retryable", "upstream_fault"]
@@ -144,6 +146,7 @@ class Router:
         self._checker: asyncio.Task[None] | None = None
         self._detect: Detect | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self.prefixes = PrefixTable()
         self._take(routing)
 
     # Building and reloading
@@ -173,6 +176,7 @@ class Router:
         for identity, replica in self.replicas.items():
             if identity not in kept:
                 replica.retired = True
+                self.prefixes.forget(replica)
                 if replica.in_flight == 0:
                     self._close_later(replica)
         self.replicas = kept
@@ -257,12 +261,17 @@ class Router:
         if key is None or len(candidates) == 1:
             return least
         digest = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
-        preferred = max(candidates, key=lambda r: _rendezvous(digest, r))
+        preferred = self.prefixes.owner(digest)
+        if preferred is None or preferred not in candidates:
+            ordered = sorted(candidates, key=lambda r: _rendezvous(digest, r), reverse=True)
+            preferred = self.prefixes.place(digest, ordered)
+        chosen = least
         if preferred.load - least.load <= self.routing.options.affinity_slack and (
             preferred.has_room or not least.has_room
         ):
-            return preferred
-        return least
+            chosen = preferred
+        self.prefixes.assign(digest, chosen)  # where its prompt is cached from now on
+        return chosen
 
     async def acquire(
         self, model: str, replicas: Iterable[Replica], key: bytes | None, tried: set[Replica]

@@ -433,6 +433,38 @@ def test_a_prefix_goes_to_one_replica_in_every_router_while_it_is_not_much_busie
     assert first.pick(replicas, keys[0]) is not preferred
 
 
+def test_few_prefixes_are_spread_evenly_and_each_stays_on_its_replica() -> None:
+    # Run 34 of bench/prefix_affinity.py: rendezvous hashing alone put three of four documents on one of
+    # two replicas, whose two cache slots then thrashed while the other idled.
+    for trial in range(40):
+        router = _router(2)
+        replicas = list(router.replicas.values())
+        keys = [f"trial {trial} document {i}".encode() for i in range(4)]
+        first = [router.pick(replicas, key) for key in keys]
+        assert sorted(first.count(r) for r in replicas) == [2, 2]
+        assert [router.pick(replicas, key) for key in reversed(keys)] == list(reversed(first))
+
+
+def test_the_prefix_memory_is_bounded_and_forgets_a_dropped_replica() -> None:
+    from proxy.routing.prefixes import PrefixTable
+
+    router = _router(3)
+    one, two, three = router.replicas.values()
+    table = PrefixTable(capacity=4)
+    for digest in range(6):
+        table.assign(digest, (one, two, three)[digest % 3])
+    assert len(table) == 4
+    assert table.owner(0) is None
+    assert table.owner(5) is three
+    assert [table.held(r) for r in (one, two, three)] == [1, 1, 2]
+    table.assign(5, one)  # sent elsewhere (its replica was busy): it moves
+    assert [table.held(r) for r in (one, two, three)] == [2, 1, 1]
+    table.forget(one)
+    assert table.owner(5) is None
+    assert len(table) == 2
+    assert table.held(one) == 0
+
+
 def test_no_prefix_goes_to_the_least_outstanding_replica_by_weight() -> None:
     router = _router(2)
     one, two = router.replicas.values()
