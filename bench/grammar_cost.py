@@ -76,7 +76,8 @@ def _grammar_on_every_candidate(self: Sampler, ctx: Any, index: int) -> int:
     import numpy as np
 
     logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,))
-    token = self._draw(logits, constrained=True)
+    self.kept = None  # no shortlist: the grammar over the whole vocabulary
+    token = self._redraw(logits)
     ll.llama_sampler_accept(self.grammar, token)
     ll.llama_sampler_accept(self.chain, token)
     return token
