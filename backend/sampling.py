@@ -122,7 +122,7 @@ class Sampler:
         """The chain's pick among the tokens the grammar allows: from a shortlist of the best-scoring
         tokens when that gives the same pick, else from the whole vocabulary."""
         if self.kept is not None:
-            for size in _SHORTLISTS:
+            for size in (n for n in _SHORTLISTS if n < self.n_vocab):  # (a small vocabulary: all)
                 shortlist = np.argpartition(logits, -size)[-size:].astype(np.int32)
                 data = _token_data(np.empty(size, dtype=_TOKEN_DATA), shortlist, logits[shortlist])
                 array = _token_array(data)
