@@ -11,6 +11,13 @@ The tokenizer is a small SentencePiece-style ("llama") vocabulary with byte fall
 plus ChatML control tokens, FIM tokens and a ChatML chat template. The text it generates is noise, but it is
 deterministic for a given seed.
 
+With ``reply`` (``--reply``), the model is scripted instead: its blocks add nothing to the residual stream,
+so the last position's state is the current token's embedding, and embeddings and output rows are set so
+that each reply token follows the one before it, the first follows any other token, and ``<|im_end|>``
+follows the last, with a margin of 64 in the logits (any temperature draws them). It answers every prompt
+with ``reply`` and ends its turn: for clients that need an answer that ends (Codex CLI fails a turn a
+token limit cuts), where a random or base model would write to the limit.
+
     python -m backend.synthetic --kind moe --quant q4_0 moe-q4_0.gguf
 """
 
@@ -20,7 +27,7 @@ import argparse
 import os
 import string
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -78,6 +85,8 @@ HERMES_TOOLS_TEMPLATE = (
 )
 """A tool-capable template (Hermes/Qwen ``<tool_call>`` format) for end-to-end tests of tool calling."""
 
+TEMPLATES = {"chatml": CHATML_TEMPLATE, "hermes-tools": HERMES_TOOLS_TEMPLATE}
+
 # Token ids of the special tokens: fixed so tests and users can rely on them.
 UNK, BOS, EOS, IM_START, IM_END, FIM_PRE, FIM_SUF, FIM_MID = range(8)
 _SPECIAL_TOKENS = (
@@ -119,6 +128,8 @@ class SyntheticSpec:
     n_ctx_train: int = 2048
     seed: int = 0
     chat_template: str = CHATML_TEMPLATE
+    reply: str | None = None
+    """A scripted model's answer to every prompt (its tokens all different); None: random weights."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -135,6 +146,8 @@ class SyntheticSpec:
             raise ValueError("the head size (n_embd / n_head) must be a multiple of 32")
         if self.kind == "moe" and not 0 < self.n_expert_used <= self.n_expert:
             raise ValueError("n_expert_used must be between 1 and n_expert")
+        if self.reply is not None:
+            reply_tokens(self.reply, self.n_embd)  # raises for a reply it cannot script
 
     @property
     def head_dim(self) -> int:
@@ -168,6 +181,44 @@ def _normal_pieces() -> Iterator[str]:
     yield from pieces[:wanted]
 
 
+def reply_tokens(reply: str, n_embd: int) -> list[int]:
+    """Token ids that spell ``reply``, longest vocabulary piece first (bytes where none fits), each used
+    once: a scripted model knows where it is in its reply only by the current token."""
+    tokens, _, types = vocabulary()
+    pieces = {p: i for i, (p, t) in enumerate(zip(tokens, types, strict=True)) if t == TokenType.NORMAL}
+    ids: list[int] = []
+    rest = reply.replace(" ", "\u2581")
+    while rest:
+        piece = next((rest[:n] for n in range(len(rest), 0, -1) if rest[:n] in pieces), None)
+        if piece is None:
+            ids += [len(_SPECIAL_TOKENS) + b for b in rest[0].encode()]
+            rest = rest[1:]
+        else:
+            ids.append(pieces[piece])
+            rest = rest[len(piece) :]
+    if not ids or len(set(ids)) != len(ids):
+        raise ValueError(f"a scripted reply needs tokens that are all different; {reply!r} repeats one")
+    if len(ids) >= n_embd:
+        raise ValueError(f"a scripted reply may have at most {n_embd - 1} tokens (n_embd - 1)")
+    return ids
+
+
+def _scripted(spec: SyntheticSpec, reply: str) -> dict[str, npt.NDArray[np.float32]]:
+    """The embeddings and output rows of a model that answers ``reply`` (see the module's docstring):
+    token t's embedding is the unit vector of its place in the reply (0: not in it), and the row of the
+    token that comes next reads that place. RMS normalization scales a unit vector by sqrt(n_embd)."""
+    ids = reply_tokens(reply, spec.n_embd)
+    embeddings = np.zeros((VOCAB_SIZE, spec.n_embd), dtype=np.float32)
+    embeddings[:, 0] = 1.0
+    for place, token in enumerate(ids, start=1):
+        embeddings[token] = 0.0
+        embeddings[token, place] = 1.0
+    output = np.zeros((VOCAB_SIZE, spec.n_embd), dtype=np.float32)
+    for place, token in enumerate([*ids, IM_END]):
+        output[token, place] = 64.0 / np.sqrt(spec.n_embd)
+    return {"token_embd.weight": embeddings, "output.weight": output}
+
+
 def expert_tensor_names(spec: SyntheticSpec) -> list[str]:
     """Names of the expert weight tensors, in file order (empty for a dense model)."""
     if spec.kind != "moe":
@@ -189,6 +240,20 @@ def _tensors(
     def norm(n: int) -> npt.NDArray[np.float32]:
         return np.ones(n, dtype=np.float32)
 
+    scripted = _scripted(spec, spec.reply) if spec.reply is not None else {}
+    for name, values, quantized in _random_tensors(spec, weight, norm):
+        if spec.reply is not None and not name.endswith("norm.weight"):
+            # A scripted model's blocks write zeros: each position's residual stream stays its token's
+            # embedding.
+            values = scripted.get(name, np.zeros_like(values))
+        yield name, values, quantized
+
+
+def _random_tensors(
+    spec: SyntheticSpec,
+    weight: Callable[..., npt.NDArray[np.float32]],
+    norm: Callable[[int], npt.NDArray[np.float32]],
+) -> Iterator[tuple[str, npt.NDArray[np.float32], bool]]:
     e, kv = spec.n_embd, spec.n_head_kv * spec.head_dim
     yield "token_embd.weight", weight(VOCAB_SIZE, e), True
     for i in range(spec.n_layer):
@@ -282,6 +347,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--experts-used", type=int, default=SyntheticSpec.n_expert_used, help="experts per token (moe)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument(
+        "--reply", help="a scripted model instead: it answers every prompt with this text, then ends its turn"
+    )
+    parser.add_argument(
+        "--chat-template",
+        choices=sorted(TEMPLATES),
+        default="chatml",
+        help="chatml, or hermes-tools (ChatML with tool calls in <tool_call> tags, lazily constrained)",
+    )
+    parser.add_argument("--ctx-train", type=int, default=SyntheticSpec.n_ctx_train, help="trained context")
     parser.add_argument("out", help="path of the .gguf file to write")
     args = parser.parse_args(argv)
     if args.layers < 1:
@@ -294,6 +369,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             n_expert=args.experts,
             n_expert_used=args.experts_used,
             seed=args.seed,
+            reply=args.reply,
+            chat_template=TEMPLATES[args.chat_template],
+            n_ctx_train=args.ctx_train,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -143,3 +143,39 @@ def test_expert_tensor_names_follow_llama_cpp_names() -> None:
     names = expert_tensor_names(SyntheticSpec(kind="moe", n_layer=2))
     assert len(names) == 2 * len(EXPERT_TENSORS)
     assert "blk.1.ffn_down_exps.weight" in names
+
+
+def test_a_scripted_model_answers_its_reply_and_ends_at_any_temperature(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    import httpx
+
+    from backend.app import create_app
+    from backend.context import ContextOptions
+    from backend.service import Backend
+    from backend.synthetic import HERMES_TOOLS_TEMPLATE
+    from tests.support.servers import run_asgi
+
+    spec = SyntheticSpec(reply="Hi there.", chat_template=HERMES_TOOLS_TEMPLATE, n_ctx_train=8192)
+    path = write_synthetic(tmp_path / "scripted.gguf", spec)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    backend = Backend.open(str(path), context=ContextOptions(ctx_size=8192, parallel=1, threads=2))
+    try:
+        with run_asgi(create_app(backend)) as url:
+            for temperature in (0, 0.8, 1.5):
+                body = {
+                    "model": "scripted",
+                    "messages": [{"role": "user", "content": "Write at length about anything. " * 300}],
+                    "tools": [tool],
+                    "temperature": temperature,
+                }
+                answer = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
+                assert answer["choices"][0]["message"]["content"] == "Hi there."
+                assert answer["choices"][0]["finish_reason"] == "stop"
+                assert answer["usage"]["prompt_tokens"] > 2000  # a long prompt, answered all the same
+    finally:
+        backend.close()
+
+
+def test_a_scripted_reply_must_not_repeat_a_token() -> None:
+    with pytest.raises(ValueError, match="all different"):
+        SyntheticSpec(reply="Hello")  # "l" twice: the model would not know which "l" it is at

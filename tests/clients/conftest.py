@@ -73,6 +73,32 @@ def proxy_url(node_clients: NodeClients) -> Iterator[str]:
         yield url
 
 
+SCRIPTED_REPLY = "Hi there."
+SCRIPTED_CONTEXT = 65536
+"""Codex CLI's ~40 KB prompt in the synthetic model's small vocabulary (single letters and short words)
+takes several times Gemma's ~8,700 tokens."""
+
+
+@pytest.fixture(scope="session")
+def scripted_proxy_url(node_clients: NodeClients, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``conformant serve`` with the bundled backend serving a scripted synthetic model
+    (backend/synthetic.py, ``reply``): it answers every prompt with ``SCRIPTED_REPLY`` and ends its turn,
+    with the Hermes tool template, so a client's whole exchange runs through the real backend and proxy
+    to its end, whatever the client's prompt."""
+    from backend.synthetic import HERMES_TOOLS_TEMPLATE, SyntheticSpec, write_synthetic
+
+    spec = SyntheticSpec(
+        reply=SCRIPTED_REPLY, chat_template=HERMES_TOOLS_TEMPLATE, n_ctx_train=SCRIPTED_CONTEXT
+    )
+    path = write_synthetic(tmp_path_factory.mktemp("scripted") / "scripted.gguf", spec)
+    port = free_port()
+    args = ["python", "-m", "conformance", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    args += ["--model", str(path), "--default-max-tokens", str(DEFAULT_MAX_TOKENS)]
+    env = {"CONFORMANT_CTX_SIZE": str(SCRIPTED_CONTEXT), "CONFORMANT_PARALLEL": "1"}
+    with run_process(args, health_path="/health", port=port, timeout=300, env=env) as (url, _):
+        yield url
+
+
 @pytest.fixture(scope="session")
 def model(proxy_url: str) -> str:
     """The model the proxy lists first."""

@@ -7,13 +7,16 @@ custom model provider with ``wire_api = "responses"`` and an ``env_key`` naming 
 proxy does not check, in a ``CODEX_HOME`` of its own (no login, no user config).
 
 One turn of ``codex exec`` (0.171.0) sends a request of about 40 KB: a system prompt of about 4,500
-tokens (6,256 prompt tokens with the backend's tool prompt; 16,384 of context here), seven function tools,
-one ``namespace`` tool (multi_agent_v1, grouping function tools) and one ``web_search`` tool,
-``reasoning``, ``include`` and ``client_metadata``, and no output limit (the proxy's --default-max-tokens
-caps it). Codex fails the turn on a 400 for any of it, and on a ``response.incomplete``. Once every tool is
-accepted (the namespace tool since its translation), whether the turn ends is the base model's draw: it
-must end its reply (``<end_of_turn>`` or a whole tool call) before the cap; docs/clients.md has what was
-measured.
+tokens, seven function tools, one ``namespace`` tool (multi_agent_v1, grouping function tools) and one
+``web_search`` tool, ``reasoning``, ``include`` and ``client_metadata``, and no output limit (the proxy's
+--default-max-tokens caps it). Codex fails the turn on a 400 for any of it, and on a
+``response.incomplete``. Two runs:
+
+- the backend serving a scripted synthetic model that answers every prompt and ends its turn: the whole
+  path is real and the turn must complete with the model's answer;
+- the backend's default model, Gemma 3 270M (a base model): whether its reply ends before the cap is the
+  draw's; cut by the cap, the test is marked as the expected failure it is (docs/clients.md has what was
+  measured).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.clients.conftest import DEFAULT_MAX_TOKENS
+from tests.clients.conftest import DEFAULT_MAX_TOKENS, SCRIPTED_REPLY
 from tests.clients.node import NodeClients
 
 PROVIDER = "conformant"
@@ -46,9 +49,8 @@ def _events(stdout: str) -> list[dict[str, Any]]:
     return events
 
 
-def test_codex_exec_runs_one_turn(
-    node_clients: NodeClients, proxy_url: str, model: str, tmp_path: Path
-) -> None:
+def _codex_exec(node_clients: NodeClients, proxy_url: str, model: str, tmp_path: Path) -> tuple[Any, str]:
+    """``codex exec --json "Say hello."`` through the proxy: the finished process and what to show of it."""
     # Said first and plainly: Codex itself would only retry five times and print the last 404.
     probe = httpx.post(
         proxy_url + "/v1/responses", json={"model": model, "input": "Hi", "max_output_tokens": 4}, timeout=300
@@ -74,9 +76,32 @@ def test_codex_exec_runs_one_turn(
     )
     shown = f"codex exec exited {run.returncode}\n--- stdout ---\n{run.stdout[-4000:]}"
     shown += f"\n--- stderr ---\n{run.stderr[-4000:]}"
+    return run, shown
+
+
+def test_codex_exec_runs_one_turn_to_its_answer(
+    node_clients: NodeClients, scripted_proxy_url: str, tmp_path: Path
+) -> None:
+    # The bundled backend serving a scripted synthetic model, which ends every reply: Codex's whole turn
+    # (its ~40 KB request, tools, the event stream it reads) goes through the real proxy and backend.
+    model = httpx.get(scripted_proxy_url + "/v1/models", timeout=30).json()["data"][0]["id"]
+    run, shown = _codex_exec(node_clients, scripted_proxy_url, model, tmp_path)
+    assert run.returncode == 0, shown
+    events = _events(run.stdout)
+    kinds = [event.get("type") for event in events]
+    assert "turn.completed" in kinds, shown
+    assert "turn.failed" not in kinds, shown
+    said = [e["item"].get("text") for e in events if e.get("type") == "item.completed" and "item" in e]
+    assert SCRIPTED_REPLY in said, shown  # the model's answer, as Codex shows it
+
+
+def test_codex_exec_runs_one_turn_on_the_default_model(
+    node_clients: NodeClients, proxy_url: str, model: str, tmp_path: Path
+) -> None:
+    run, shown = _codex_exec(node_clients, proxy_url, model, tmp_path)
     if run.returncode != 0 and "reason: max_output_tokens" in run.stdout:
         # Not the wiring: every request and event was accepted, and the model wrote until the cap. Marked
-        # as the known failure it is (issue 21's acceptance 3 stays open on it); any other failure fails.
+        # as the known failure it is; any other failure fails.
         pytest.xfail(
             f"the model did not end its reply within --default-max-tokens {DEFAULT_MAX_TOKENS}: the proxy "
             "answered response.incomplete (max_output_tokens), and Codex fails such a turn. The bundled "
