@@ -260,11 +260,11 @@ class Router:
         least = min(candidates, key=_load)
         if key is None or len(candidates) == 1:
             return least
-        digest = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+        digest = _digest(key)
         preferred = self.prefixes.owner(digest)
         if preferred is None or preferred not in candidates:
             ordered = sorted(candidates, key=lambda r: _rendezvous(digest, r), reverse=True)
-            preferred = self.prefixes.place(digest, ordered)
+            preferred = self.prefixes.place(ordered)
         chosen = least
         if preferred.load - least.load <= self.routing.options.affinity_slack and (
             preferred.has_room or not least.has_room
@@ -286,11 +286,14 @@ class Router:
             roomy = [r for r in candidates if r.has_room]
             if roomy:
                 chosen = min(roomy, key=_load)
+            else:
+                chosen = min(candidates, key=lambda r: len(r.waiting) / r.entry.weight)
+            if key is not None:  # the prompt is cached where it goes, not where pick meant it to
+                self.prefixes.assign(_digest(key), chosen)
         if chosen.has_room:
             chosen.in_flight += 1
             self.metrics.publish(chosen)
             return chosen, 0.0
-        chosen = min(candidates, key=lambda r: len(r.waiting) / r.entry.weight)
         if len(chosen.waiting) >= chosen.entry.max_queue:
             raise _queue_full(model)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -340,6 +343,11 @@ class Router:
 
 def _load(replica: Replica) -> float:
     return replica.load
+
+
+def _digest(key: bytes) -> int:
+    """A prompt prefix's 64-bit digest: what the prefix table and rendezvous hashing read."""
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
 
 
 def upstream_fault(error: ProxyError, status: int | None) -> bool:

@@ -45,7 +45,7 @@ class PrefixTable:
     def held(self, replica: Replica) -> int:
         return self._held.get(replica, 0)
 
-    def place(self, digest: int, ordered: list[Replica]) -> Replica:
+    def place(self, ordered: list[Replica]) -> Replica:
         """The replica for a prefix no candidate holds: the first of ``ordered`` (its rendezvous order)
         holding at most its share, the prefixes held among them with this one, split evenly (rounded
         up, so that one always qualifies)."""

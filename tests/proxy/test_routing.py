@@ -445,6 +445,24 @@ def test_few_prefixes_are_spread_evenly_and_each_stays_on_its_replica() -> None:
         assert [router.pick(replicas, key) for key in reversed(keys)] == list(reversed(first))
 
 
+def test_a_prefix_sent_past_its_full_replica_is_remembered_where_it_went() -> None:
+    import asyncio
+    import dataclasses
+    import hashlib
+
+    router = _router(2)
+    full, other = router.replicas.values()
+    full.entry = dataclasses.replace(full.entry, max_concurrency=1)
+    full.in_flight, other.in_flight = 1, 2  # the least loaded replica is the full one
+    key = b"a long shared system prompt"
+    digest = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+    router.prefixes.assign(digest, full)  # its replica so far
+    taken, waited = asyncio.run(router.acquire("m", [full, other], key, set()))
+    assert taken is other
+    assert waited == 0.0
+    assert router.pick([full, other], key) is other  # its prompt is cached there now
+
+
 def test_the_prefix_memory_is_bounded_and_forgets_a_dropped_replica() -> None:
     from proxy.routing.prefixes import PrefixTable
 
