@@ -240,28 +240,35 @@ def stream_body(model: str, chunks: int) -> bytes:
 
 
 class Connection:
-    """One keep-alive HTTP/1.1 connection that sends chat requests and reads streamed replies."""
+    """One keep-alive HTTP/1.1 connection that sends streamed requests and reads their replies."""
 
-    def __init__(self, host: str, port: int, path: str) -> None:
+    def __init__(self, host: str, port: int, path: str, key: str | None = KEY) -> None:
         self.host, self.port, self.path = host, port, path
+        self.authorization = f"authorization: Bearer {key}\r\n" if key else ""
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.refused = b""
+        """The head of the last answer other than 200 (counted in ``Result.failures``)."""
 
     async def request(self, chunks: int, result: Result, model: str = MODEL) -> None:
+        await self.post(stream_body(model, chunks), result)
+
+    async def post(self, body: bytes, result: Result) -> None:
+        """Send ``body`` (a streamed request) and read the stream: its TTFT and events into ``result``."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
-        body = stream_body(model, chunks)
         started = time.perf_counter()
         self.writer.write(
             f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
-            "content-type: application/json\r\n"
-            f"authorization: Bearer {KEY}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+            f"content-type: application/json\r\n{self.authorization}"
+            f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
         head = await self.reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):
             result.failures += 1
+            self.refused = head[:200]
             await self.close()
             return
         if b"chunked" not in head.lower():

@@ -20,27 +20,24 @@ import asyncio
 import contextlib
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from proxy_overhead import MODEL, cpu_seconds, machine, percentile, read_stream  # noqa: E402
+from proxy_overhead import (  # noqa: E402
+    MODEL,
+    Connection,
+    Result,
+    cpu_seconds,
+    machine,
+    percentile,
+    stream_body,
+)
 
 from tests.support.servers import free_port, run_process  # noqa: E402
 
 GOAL = 1.5
-
-
-def chat_body(chunks: int) -> bytes:
-    body = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": "hi"}],
-        "stream": True,
-        "max_tokens": chunks,
-    }
-    return json.dumps(body).encode()
 
 
 def responses_body(chunks: int) -> bytes:
@@ -50,27 +47,18 @@ def responses_body(chunks: int) -> bytes:
 
 async def _measure(url: str, path: str, body: bytes, requests: int) -> tuple[list[float], int]:
     """TTFT of ``requests`` streamed requests, one after another on one connection; and the events of
-    the last."""
+    each."""
     host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    head = f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-    message = (head + f"content-length: {len(body)}\r\n\r\n").encode() + body
-    ttft: list[float] = []
-    events = 0
+    connection = Connection(host, int(port), path, key=None)
+    result = Result()
     try:
         for _ in range(requests):
-            started = time.perf_counter()
-            writer.write(message)
-            response = await reader.readuntil(b"\r\n\r\n")
-            if not response.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(f"{path}: {response[:200]!r}")
-            first, events = await read_stream(reader)
-            ttft.append(first - started)
+            await connection.post(body, result)
+            if result.failures:
+                raise RuntimeError(f"{path}: {connection.refused!r}")
     finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    return ttft, events
+        await connection.close()
+    return result.ttft, result.chunks // requests
 
 
 def main() -> int:
@@ -92,8 +80,8 @@ def main() -> int:
             run_process([*serve, "--upstream-kind", "openai"], health_path="/health", port=port)
         )
         routes = {
-            "direct chat": (upstream, "/v1/chat/completions", chat_body(chunks)),
-            "proxy chat": (proxy, "/v1/chat/completions", chat_body(chunks)),
+            "direct chat": (upstream, "/v1/chat/completions", stream_body(MODEL, chunks)),
+            "proxy chat": (proxy, "/v1/chat/completions", stream_body(MODEL, chunks)),
             "proxy responses": (proxy, "/v1/responses", responses_body(chunks)),
         }
         ttft: dict[str, list[float]] = {name: [] for name in routes}
@@ -106,7 +94,7 @@ def main() -> int:
                 ttft[name] += times
         cpu: dict[str, list[float]] = {"proxy chat": [], "proxy responses": []}
         long_bodies = {
-            "proxy chat": chat_body(args.long_chunks),
+            "proxy chat": stream_body(MODEL, args.long_chunks),
             "proxy responses": responses_body(args.long_chunks),
         }
         for _ in range(args.rounds):
