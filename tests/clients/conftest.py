@@ -8,6 +8,7 @@ llama.cpp, so the core env never runs them); the backend env leaves them to the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,17 +60,21 @@ def proxy_url(node_clients: NodeClients) -> Iterator[str]:
     """``conformant serve`` on a free port, in front of the bundled backend it starts (one sequence slot of
     ``CONTEXT`` tokens), or of ``CONFORMANT_CLIENTS_UPSTREAM``. Asks for the clients first, so that a
     machine without Node.js skips before it loads a model."""
-    port = free_port()
-    args = ["python", "-m", "conformance", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--default-max-tokens", str(DEFAULT_MAX_TOKENS)]
     upstream = os.environ.get(UPSTREAM_VARIABLE)
-    env = {}
-    if upstream:
-        args += ["--upstream", upstream]
-    else:
-        # Read by the backend that serve starts, as its --ctx-size and --parallel.
-        env = {"CONFORMANT_CTX_SIZE": str(CONTEXT), "CONFORMANT_PARALLEL": "1"}
-    with run_process(args, health_path="/health", port=port, timeout=300, env=env) as (url, _):
+    with _serve(["--upstream", upstream] if upstream else [], None if upstream else CONTEXT) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serve(args: list[str], context: int | None) -> Iterator[str]:
+    """``conformant serve`` on a free port with ``args``; with ``context``, its bundled backend gets one
+    sequence slot of that many tokens."""
+    port = free_port()
+    command = ["python", "-m", "conformance", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--default-max-tokens", str(DEFAULT_MAX_TOKENS), *args]
+    # Read by the backend that serve starts, as its --ctx-size and --parallel.
+    env = {"CONFORMANT_CTX_SIZE": str(context), "CONFORMANT_PARALLEL": "1"} if context else {}
+    with run_process(command, health_path="/health", port=port, timeout=300, env=env) as (url, _):
         yield url
 
 
@@ -91,11 +96,7 @@ def scripted_proxy_url(node_clients: NodeClients, tmp_path_factory: pytest.TempP
         reply=SCRIPTED_REPLY, chat_template=HERMES_TOOLS_TEMPLATE, n_ctx_train=SCRIPTED_CONTEXT
     )
     path = write_synthetic(tmp_path_factory.mktemp("scripted") / "scripted.gguf", spec)
-    port = free_port()
-    args = ["python", "-m", "conformance", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--model", str(path), "--default-max-tokens", str(DEFAULT_MAX_TOKENS)]
-    env = {"CONFORMANT_CTX_SIZE": str(SCRIPTED_CONTEXT), "CONFORMANT_PARALLEL": "1"}
-    with run_process(args, health_path="/health", port=port, timeout=300, env=env) as (url, _):
+    with _serve(["--model", str(path)], SCRIPTED_CONTEXT) as url:
         yield url
 
 
