@@ -317,30 +317,42 @@ def load(url: str, concurrency: int, requests: int, chunks: int, pace: float = 0
     return _run(_load(url, concurrency, requests, chunks, pace))
 
 
-async def _interleaved(urls: list[str], requests: int, chunks: int) -> list[Result]:
+@dataclass(frozen=True)
+class Post:
+    """One kind of streamed request: where it goes, what it sends and with which key."""
+
+    url: str
+    path: str
+    body: bytes
+    key: str | None = KEY
+
+
+async def _interleaved(posts: list[Post], requests: int) -> list[Result]:
     connections = []
-    for url in urls:
-        host, port = url.removeprefix("http://").split(":")
-        connections.append(Connection(host, int(port), "/v1/chat/completions"))
-    results = [Result() for _ in urls]
-    order = list(range(len(urls)))
+    for post in posts:
+        host, port = post.url.removeprefix("http://").split(":")
+        connections.append(Connection(host, int(port), post.path, key=post.key))
+    results = [Result() for _ in posts]
+    order = list(range(len(posts)))
     shuffle = random.Random(0).shuffle
     try:
         for _ in range(requests):
             shuffle(order)
             for i in order:
-                await connections[i].request(chunks, results[i])
+                await connections[i].post(posts[i].body, results[i])
+                if results[i].failures:
+                    raise RuntimeError(f"{posts[i].path}: {connections[i].refused!r}")
     finally:
         for connection in connections:
             await connection.close()
     return results
 
 
-def interleaved(urls: list[str], requests: int, chunks: int) -> list[Result]:
-    """One closed-loop stream whose requests go to each of ``urls`` in turn, in a shuffled order each
+def interleaved(posts: list[Post], requests: int) -> list[Result]:
+    """One closed-loop stream whose requests are each of ``posts`` in turn, in a shuffled order each
     time: every target meets the machine in the same state, request by request. Alternating rounds leave
     a difference of under 100 us in a round-to-round spread of several hundred on a shared 2-core VM."""
-    return _run(_interleaved(urls, requests, chunks))
+    return _run(_interleaved(posts, requests))
 
 
 def p50_difference(a: list[float], b: list[float], draws: int = 1000) -> tuple[float, float, float]:
@@ -609,7 +621,9 @@ def main() -> int:
         if args.routed:
             single, routed = (next(t for t in targets if t.name == n) for n in (_conformant(1), ROUTED))
             settle(targets)
-            results = interleaved([single.url, routed.url], args.interleaved_requests, args.chunks)
+            body = stream_body(MODEL, args.chunks)
+            posts = [Post(url, "/v1/chat/completions", body) for url in (single.url, routed.url)]
+            results = interleaved(posts, args.interleaved_requests)
             difference = p50_difference(results[0].ttft, results[1].ttft)
             _print_routing_goal(args.routed, added, levels, cpu_per_request, difference)
     print(f"\nafter: load average {os.getloadavg()[0]:.2f}")
