@@ -304,7 +304,7 @@ async def _responses(ctx: _Context, request: Request) -> Response:
             send, source, info, exchange, config.first_byte_timeout, config.upstream_api_key, output
         )
 
-    return HeldResponse(run, exchange)
+    return HeldResponse(run, exchange, output.cut)
 
 
 async def _models(ctx: _Context, request: Request) -> Response:
@@ -475,7 +475,7 @@ async def _native_responses(ctx: _Context, request: Request, raw: bytes) -> Resp
         stored = StoredAs(store, items)
         await serve_native(send, upstream, raw, asked, headers, exchange, shown, secret, stored)
 
-    return HeldResponse(run, exchange)
+    return HeldResponse(run, exchange, cut=None)  # its events' numbers are inside
 
 
 def _routed_passthrough(router: Router, raw: bytes, exchange: Exchange) -> Replica | Response:

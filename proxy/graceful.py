@@ -5,8 +5,10 @@ open, SIGINT printed nothing for 30 s, then a ``CancelledError`` traceback; the 
 reset and the access log said 200 with no error. Here the shutdown's start (uvicorn asks each
 connection to shut down, ``LimitedClientProtocol.shutdown``) starts a timer of ``--shutdown-timeout``
 seconds; when it fires, each response still open on the event loop is ended by its own task
-(``HeldResponse``): a stream gets an error event (``server_shutting_down``), a request not yet answered
-a 503, and its access-log line the error. uvicorn's own timeout is set a few seconds later, as a last
+(``HeldResponse``): a stream gets its route's end for a failure, with what it had already made sent
+first (the chat route's error event, ``server_shutting_down``; the Responses route's
+``response.failed``, so that its ``sequence_number`` has no gap), a request not yet answered a 503, and
+its access-log line the error. uvicorn's own timeout is set a few seconds later, as a last
 resort for a response whose client does not read.
 """
 
@@ -14,19 +16,35 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .errors import ProxyError
 
-__all__ = ["SHUTDOWN_GRACE", "begin_shutdown", "shutting_down_error", "track"]
+if TYPE_CHECKING:
+    from .observability import Exchange
+
+__all__ = [
+    "LAST_WORDS_TIMEOUT",
+    "SHUTDOWN_GRACE",
+    "begin_shutdown",
+    "shutdown_failure",
+    "shutting_down_error",
+    "track",
+]
 
 SHUTDOWN_GRACE = 5.0
 """Seconds after ``--shutdown-timeout`` that uvicorn waits before it cancels what is still running."""
+LAST_WORDS_TIMEOUT = 1.0
+"""Seconds a response ended at the deadline may take to send its end: a client that does not read gets
+nothing more."""
 _MESSAGE = "the server is shutting down; retry the request"
 
 # The responses open on each event loop (one per worker; tests run servers on loops of their own).
 _open: dict[asyncio.AbstractEventLoop, set[Callable[[], None]]] = {}
 _deadlines: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
+_passed: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
 def shutting_down_error() -> ProxyError:
@@ -54,8 +72,22 @@ def begin_shutdown(loop: asyncio.AbstractEventLoop, timeout: float) -> None:
         _deadlines[loop] = loop.call_later(timeout, _end_open_responses, loop)
 
 
+def shutdown_failure(exchange: Exchange) -> ProxyError | None:
+    """Called where a response's task caught ``CancelledError``: the error to end its stream with when
+    the cancellation is the shutdown deadline's (the task is un-cancelled and ``exchange`` notes the
+    error, for the access log); None when it is anything else (a client that went away), to re-raise."""
+    task = asyncio.current_task()
+    if exchange.disconnected or task is None or asyncio.get_running_loop() not in _passed:
+        return None
+    task.uncancel()
+    error = shutting_down_error()
+    exchange.take_error(error)
+    return error
+
+
 def _end_open_responses(loop: asyncio.AbstractEventLoop) -> None:
     del _deadlines[loop]
+    _passed.add(loop)
     responses = _open.pop(loop, set())
     for end in responses:
         end()

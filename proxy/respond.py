@@ -62,6 +62,11 @@ class Output:
         # openai-python raises APIError on an event with an "error" key; no [DONE] after a failure.
         return DONE_EVENT if failure is None else encode_data(_dumps(failure))
 
+    def cut(self, error: dict[str, Any]) -> bytes:
+        """The last event of a stream cut where it stands (the shutdown deadline came outside the wait
+        for the upstream, where ``tail`` would not be in order): ``error``, an OpenAI error body."""
+        return encode_data(_dumps(error))
+
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:
         """The JSON body for a whole answer. ``tail`` and ``body`` may wait (a Response is stored
         before the client gets its end: proxy/responses/output.py); the per-chunk methods do not."""
@@ -82,9 +87,16 @@ class HeldResponse(Response):
     """An ASGI response that runs ``run(send)`` and cancels it when the client disconnects, or ends it
     when the server's shutdown deadline comes (proxy/graceful.py)."""
 
-    def __init__(self, run: Callable[[Send], Awaitable[None]], exchange: Exchange) -> None:
+    def __init__(
+        self,
+        run: Callable[[Send], Awaitable[None]],
+        exchange: Exchange,
+        cut: Callable[[dict[str, Any]], bytes] | None = CHAT_OUTPUT.cut,
+    ) -> None:
         self._run = run
         self._exchange = exchange
+        self._cut = cut
+        """A stream's last event when the deadline cuts it (``Output.cut``); None: it cannot say why."""
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -141,11 +153,11 @@ class HeldResponse(Response):
         self._exchange.take_error(error)  # the log line's error_code too, as for every other error
         body = error.body
         with contextlib.suppress(TimeoutError, OSError):
-            async with asyncio.timeout(1.0):  # a client that does not read gets nothing more
+            async with asyncio.timeout(graceful.LAST_WORDS_TIMEOUT):
                 if not state["started"]:
                     await send_json(send, 503, body)
-                elif state["stream"] and not state["complete"]:
-                    await send({"type": "http.response.body", "body": encode_data(_dumps(body))})
+                elif state["stream"] and not state["complete"] and self._cut is not None:
+                    await send({"type": "http.response.body", "body": self._cut(body)})
                 # Any other body cut short cannot say why: uvicorn closes its connection.
 
 
@@ -321,9 +333,17 @@ async def _stream(
     writer = _CoalescingWriter(send)
     events = output.events
     try:
-        while (batch := await source.next_batch()) is not None:
-            if batch:
-                await writer.write(events(batch))
+        try:
+            while (batch := await source.next_batch()) is not None:
+                if batch:
+                    await writer.write(events(batch))
+        except asyncio.CancelledError:
+            if (error := graceful.shutdown_failure(exchange)) is None:
+                raise
+            with contextlib.suppress(TimeoutError, OSError):
+                async with asyncio.timeout(graceful.LAST_WORDS_TIMEOUT):
+                    await writer.close(await output.tail(error.body, None))
+            return
         failure = source.failure
         if failure is not None:
             failure = failure.redacted(secret)

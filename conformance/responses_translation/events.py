@@ -303,6 +303,20 @@ class ResponseEvents:
         out.append(self._event(kind, response=self.response))
         return out
 
+    def error(self, error: Mapping[str, Any]) -> dict[str, Any]:
+        """An ``error`` event (OpenAI's for a stream that stops where it stands, without a Response)
+        made from an OpenAI error body: what ends a stream when ``fail``'s events cannot be sent in
+        order (the proxy's shutdown deadline during its last event)."""
+        inner = error.get("error", error)
+        inner = inner if isinstance(inner, Mapping) else {}
+        message = inner.get("message")
+        return self._event(
+            "error",
+            code=inner.get("code") if isinstance(inner.get("code"), str) else None,
+            message=message if isinstance(message, str) and message else "the response failed",
+            param=inner.get("param") if isinstance(inner.get("param"), str) else None,
+        )
+
     def fail(self, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         """The events that end a stream the upstream broke off: the open item ended as incomplete, then
         ``response.failed`` with ``error`` (an OpenAI error body) as the Response's ``error``."""

@@ -13,6 +13,7 @@ stream that breaks off ends with ``response.failed`` instead of being cut.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from conformance.responses_translation import new_response_id
 from conformance.responses_translation.body import failed_error, new_item_id
 from conformance.sse import SSEParser
 
-from .. import jsoncodec
+from .. import graceful, jsoncodec
 from ..errors import ProxyError
 from ..normalizer import clean_model_name
 from ..observability import Exchange
@@ -398,6 +399,21 @@ async def _relay_events(
         failure = redacted.body
     except ValueError:
         failure = ProxyError.make("the upstream server sent an event that is not valid JSON", 502).body
+    except asyncio.CancelledError:
+        if (error := graceful.shutdown_failure(exchange)) is None:
+            raise
+        with contextlib.suppress(TimeoutError, OSError):
+            async with asyncio.timeout(graceful.LAST_WORDS_TIMEOUT):
+                await _end(send, events, error.body, stored)
+        return
+    await _end(send, events, failure, stored)
+
+
+async def _end(
+    send: Send, events: NativeEvents, failure: dict[str, Any] | None, stored: StoredAs | None
+) -> None:
+    """The stream's last body message: empty after the upstream's own terminal event; else the open
+    items ended and ``response.failed`` with ``failure`` (or the upstream's early end)."""
     tail = b""
     if not events.ended:
         if failure is None:

@@ -83,6 +83,9 @@ class ResponsesOutput(Output):
             events = await remember_terminal(self._store, events, self._items)
         return encode_events(events)
 
+    def cut(self, error: dict[str, Any]) -> bytes:
+        return encode_events([self._events.error(error)])
+
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:
         translation = self._translation
         response = response_from_chat(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import signal
@@ -21,10 +22,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.responses_checks import judged, sse_events
 from tests.support.servers import free_port, run_process, wait_for, wait_http
 
 from .conftest import judge, metric
-from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
+from .rawserver import Handler, Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
 
 pytestmark = pytest.mark.slow
 
@@ -338,24 +340,86 @@ def test_sigterm_ends_a_stream_still_open_after_the_shutdown_timeout(workers: in
         wait_for(lambda: record.peer_closed_at)  # the upstream request was closed too
 
 
+def test_sigterm_ends_a_responses_stream_with_response_failed() -> None:
+    """The Responses route's end at the deadline is its own: the text made, then ``response.failed``
+    numbered after it, as the suite's judge wants; never the chat route's error event."""
+    request = {"model": "gemma", "input": "Say hello.", "stream": True, "store": False}
+    serving = _serving_an_endless_stream(1, "--shutdown-timeout", "1", path="/v1/responses", body=request)
+    with serving as (_, proc, lines, _):
+        proc.terminate()
+        body = "\n".join(lines) + "\n"
+        proc.wait(timeout=30)
+    judged(body.encode(), request, 200, {"content-type": "text/event-stream"})
+    events = sse_events(body.encode())
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["message"] == "the server is shutting down; retry the request"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello"
+
+
+def test_sigterm_ends_a_native_responses_stream_with_response_failed() -> None:
+    """``--responses native``: the upstream's own events, then the proxy's ``response.failed``."""
+    request = {"model": "gemma", "input": "Say hello.", "stream": True, "store": False}
+    options = ("--shutdown-timeout", "1", "--responses", "native")
+    serving = _serving_an_endless_stream(
+        1, *options, path="/v1/responses", body=request, upstream=_endless_responses
+    )
+    with serving as (_, proc, lines, _):
+        proc.terminate()
+        body = "\n".join(lines) + "\n"
+        proc.wait(timeout=30)
+    judged(body.encode(), request, 200, {"content-type": "text/event-stream"})
+    events = sse_events(body.encode())
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["message"] == "the server is shutting down; retry the request"
+
+
+async def _endless_responses(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    """An upstream's own Responses stream that never ends: its first text, then nothing."""
+    await read_request(reader)
+    item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    response = {"id": "resp_1", "object": "response", "created_at": 1, "model": "gemma", "output": []}
+    events = [
+        {"type": "response.created", "response": {**response, "status": "in_progress"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", "item_id": "msg_1", "output_index": 0, "part": part},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "delta": "Hello"},
+    ]
+    data = b"".join(b"data: " + json.dumps(event).encode() + b"\n\n" for event in events)
+    writer.write(sse_head() + http_chunk(data))
+    await writer.drain()
+    await wait_peer_close(reader, record)
+
+
 @contextlib.contextmanager
 def _serving_an_endless_stream(
-    workers: int, *options: str
+    workers: int,
+    *options: str,
+    path: str = "/v1/chat/completions",
+    body: dict[str, object] | None = None,
+    upstream: Handler | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes], Iterator[str], Record]]:
     """``serve`` with ``workers`` in front of an upstream whose stream never ends, and one such stream
-    open through it: the proxy's URL and process, the stream's lines after its first chunk, and what
-    the upstream saw."""
+    open through it (``body`` to ``path``; a chat request by default): the proxy's URL and process, the
+    stream's lines, the first chunk's among them, and what the upstream saw."""
     port = free_port()
-    with raw_server(_endless) as (upstream, record):
-        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
+    with raw_server(upstream or _endless) as (upstream_url, record):
+        args = [*SERVE, "--upstream", upstream_url, "--port", str(port), "--upstream-kind", "openai"]
         args += ["--workers", str(workers), *options]
         with (
             run_process(args, health_path="/health", port=port, timeout=60) as (url, proc),
-            httpx.stream("POST", url + "/v1/chat/completions", json={**CHAT, "stream": True}) as response,
+            httpx.stream("POST", url + path, json=body or {**CHAT, "stream": True}) as response,
         ):
             lines = response.iter_lines()  # held: a collected iterator closes the stream
-            assert any("Hello" in line for line in lines)
-            yield url, proc, lines, record
+            read = []
+            for line in lines:
+                read.append(line)
+                if "Hello" in line:
+                    break
+            assert "Hello" in read[-1]
+            yield url, proc, itertools.chain(read, lines), record
 
 
 async def _endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:

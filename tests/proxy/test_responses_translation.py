@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from openai.types.responses import ResponseErrorEvent
 
 from conformance.responses_translation import (
     ResponseEvents,
@@ -371,6 +372,25 @@ def test_a_failure_after_some_output_is_response_failed() -> None:
     assert failed["status"] == "failed"
     assert failed["error"] == {"code": "server_error", "message": "the upstream went away"}
     assert failed["output"][0]["status"] == "incomplete"
+
+
+def test_a_stream_cut_where_it_stands_ends_with_an_error_event_numbered_after_the_last() -> None:
+    """``error`` (what the proxy sends when the shutdown deadline comes during a stream's last event) is
+    an event openai-python reads, and the suite's judge takes it as the stream's terminal event."""
+    request = {"model": "gemma", "input": "hi", "stream": True}
+    stream = ResponseEvents(translate_request(request).echo, model="gemma")
+    events = stream.start() + stream.feed(_chunk({"content": "Hel"}))
+    body = {"error": {"message": "shutting down", "type": "server_error", "param": None, "code": "x_y"}}
+    events.append(stream.error(body))
+    ResponseErrorEvent.model_validate(events[-1])
+    assert events[-1] == {
+        "type": "error",
+        "sequence_number": len(events) - 1,
+        "code": "x_y",
+        "message": "shutting down",
+        "param": None,
+    }
+    judged(encode_events(events), request, 200, {"content-type": "text/event-stream"})
 
 
 def test_an_empty_answer_completes_without_items() -> None:
