@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from backend.engine import Event, Job, QueueFull
+from backend.handoff import LoopInbox
 from backend.reasoning import markers_in_template, reasoning_effort
 from backend.requests import GenerationRequest, RequestError, parse_chat_request, parse_completion_request
 from backend.responses import ResponseBuilder
@@ -118,12 +119,8 @@ def create_app(
 
     def _start(body: Any, parse: Callable[[Any], GenerationRequest]) -> _Generation | Response:
         """The request checked, tokenized and its jobs submitted; or the error to answer."""
-        loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event] = asyncio.Queue()
-
-        def emit(event: Event) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
-
+        emit = LoopInbox.of(asyncio.get_running_loop()).sender(queue)
         try:
             req = parse(body)
             reasoning_effort(body)

@@ -190,6 +190,9 @@ class Engine:
         self._stop = False
         self._prefill_turn = False
         """Whether the last step prefilled: while prompts wait, prefill and decode steps alternate."""
+        self._outbox: list[tuple[Job, Event]] = []
+        """The events of a decode call's rows, handed over together once it is done (backend/handoff.py
+        says why)."""
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
         self._thread.start()
 
@@ -257,6 +260,16 @@ class Engine:
                     for slot in self._slots:
                         if slot.job is not None:
                             self._finish(slot, error=f"generation failed: {exc}")
+                self._hand_over()  # what a failed step made
+
+    def _emit(self, job: Job, event: Event) -> None:
+        self._outbox.append((job, event))
+
+    def _hand_over(self) -> None:
+        """The events made since the last hand-over to their requests, in the order they were made."""
+        outbox, self._outbox = self._outbox, []
+        for job, event in outbox:
+            job.emit(event)
 
     def _admit(self) -> None:
         """Move waiting jobs into free slots, each to the slot whose cache shares the longest prefix."""
@@ -385,12 +398,13 @@ class Engine:
                 slot.prompt_logprobs.append(self._logprob(n, following, job.logprobs or 0))
                 continue
             if kind == "last" and job.prompt_logprobs:
-                job.emit(Event(job.index, prompt_logprobs=slot.prompt_logprobs))
+                self._emit(job, Event(job.index, prompt_logprobs=slot.prompt_logprobs))
                 slot.prompt_logprobs = []
             if job.max_tokens == 0:  # the prompt only (echo scoring): nothing is sampled
                 self._finish(slot, "length")
                 continue
             self._sample(slot, n)
+        self._hand_over()  # before the next llama_decode, which the loop's work on them then overlaps
 
     def _sample(self, slot: _Slot, row: int) -> None:
         job = slot.job
@@ -403,7 +417,7 @@ class Engine:
             return
         text, infos, stopped = slot.text.add(self.vocab.piece(token), info)
         if text or infos:  # (the count so far: a thinking model's reasoning tokens are counted by it)
-            job.emit(Event(job.index, text=text, logprobs=infos, completion_tokens=slot.generated))
+            self._emit(job, Event(job.index, text=text, logprobs=infos, completion_tokens=slot.generated))
         if stopped:
             self._finish(slot, "stop", flush=False)
         elif (job.max_tokens is not None and slot.generated >= job.max_tokens) or len(
@@ -422,8 +436,8 @@ class Engine:
         if flush and error is None:
             text, infos = slot.text.flush()
             if text or infos:
-                job.emit(Event(job.index, text=text, logprobs=infos, completion_tokens=slot.generated))
-        job.emit(Event(job.index, finish_reason=reason, completion_tokens=slot.generated, error=error))
+                self._emit(job, Event(job.index, text=text, logprobs=infos, completion_tokens=slot.generated))
+        self._emit(job, Event(job.index, finish_reason=reason, completion_tokens=slot.generated, error=error))
         self._release(slot)
 
     def _logprob(self, row: int, token: int, top: int) -> TokenLogprob:
