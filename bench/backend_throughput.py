@@ -7,6 +7,7 @@ given with ``--llama-server``), with the same slots, context per slot and batch.
 
     python bench/backend_throughput.py [--model PATH] [--threads 2] [--tokens 64] [--rounds 3]
                                        [--streams 1,4,8,16] [--llama-server PATH]
+                                       [--only-llama-server]
 
 Fair by construction:
 - Every request must produce exactly ``--tokens`` tokens. llama-cpp-python's server ignores
@@ -17,8 +18,14 @@ Fair by construction:
   both (its server defaults to ``logits_all``), and the same weight-repacking decision (llama.cpp's extra
   buffer types: off on both where this CPU's AMX kernels crash, on on both elsewhere).
 - TTFT probes use a prompt neither server has seen, so no prefix cache shortens them.
-- Both servers stay up and the rounds alternate between them, so a neighbour's load on a shared machine
-  hits both alike; each figure is the median over rounds.
+- Every server stays up, and in each round each figure is taken from every server back to back, in an
+  order that turns from round to round, so that a neighbour's load on a shared machine hits all alike
+  (in rounds of one server's whole set after another's, a figure moved by up to 2x between rounds for
+  every server, bench/RESULTS.md issue 23). Each figure is the median over rounds; against llama-server
+  also the median of the rounds' own ratios.
+
+``--only-llama-server`` leaves out llama-cpp-python's server and ``--batch-invariant``: a shorter run
+of the comparison the goals are about.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,13 +197,25 @@ def prefill_mix(target: Target, tokens: int, long_prompts: int = 4) -> tuple[flo
     return decoded / (time.perf_counter() - start), statistics.median(ttfts)
 
 
-def measure(target: Target, tokens: int, probes: int, streams: list[int]) -> dict[str, float]:
-    out = {f"tps{n}": tokens_per_second(target, n, tokens) for n in streams}
-    out["ttft_idle"] = statistics.median(time_to_first_token(target) for _ in range(probes))
-    if target.ttft_under_load:
-        out["ttft_load"] = ttft_under_load(target, probes)
-        out["mix_tps"], out["mix_ttft"] = prefill_mix(target, tokens * 4)
-    return out
+Measure = Callable[[Target], dict[str, float]]
+
+
+def measurements(tokens: int, probes: int, streams: list[int]) -> list[Measure]:
+    """Each figure of a round, as a call on one target: every target takes one before the next begins."""
+
+    def rate(n: int) -> Measure:
+        return lambda target: {f"tps{n}": tokens_per_second(target, n, tokens)}
+
+    def idle(target: Target) -> dict[str, float]:
+        return {"ttft_idle": statistics.median(time_to_first_token(target) for _ in range(probes))}
+
+    def loaded(target: Target) -> dict[str, float]:
+        if not target.ttft_under_load:
+            return {}
+        mix_tps, mix_ttft = prefill_mix(target, tokens * 4)
+        return {"ttft_load": ttft_under_load(target, probes), "mix_tps": mix_tps, "mix_ttft": mix_ttft}
+
+    return [*(rate(n) for n in streams), idle, loaded]
 
 
 def _medians(rounds: list[dict[str, float]]) -> dict[str, float]:
@@ -247,6 +266,9 @@ def main() -> int:
         "--streams", default="1,4,8,16", help="concurrent streams to measure, comma-separated (at most 16)"
     )
     parser.add_argument("--llama-server", help="llama.cpp's llama-server binary (default: on PATH)")
+    parser.add_argument(
+        "--only-llama-server", action="store_true", help="compare with llama-server only (a shorter run)"
+    )
     a = parser.parse_args()
     streams = sorted({int(n) for n in a.streams.split(",")})
     if not 1 <= streams[0] <= streams[-1] <= len(PROMPTS):
@@ -301,19 +323,22 @@ def main() -> int:
         ours_url, _ = stack.enter_context(
             run_process(ours_args, health_path="/v1/models", port=ours_port, timeout=180, env=same)
         )
-        invariant_args = [*ours_args, "--batch-invariant"]
-        invariant_args[invariant_args.index(str(ours_port))] = str(invariant_port)
-        invariant_url, _ = stack.enter_context(
-            run_process(invariant_args, health_path="/v1/models", port=invariant_port, timeout=180, env=same)
-        )
-        peer_url, _ = stack.enter_context(
-            run_process(peer_args, health_path="/v1/models", port=peer_port, timeout=180, env=peer_env)
-        )
-        targets = [
-            Target("conformant backend", ours_url, ban, ttft_under_load=True),
-            Target("llama-cpp-python server", peer_url, ban, ttft_under_load=False),
-            Target("ours --batch-invariant", invariant_url, ban, ttft_under_load=True),
-        ]
+        targets = [Target("conformant backend", ours_url, ban, ttft_under_load=True)]
+        if not a.only_llama_server:
+            invariant_args = [*ours_args, "--batch-invariant"]
+            invariant_args[invariant_args.index(str(ours_port))] = str(invariant_port)
+            invariant_url, _ = stack.enter_context(
+                run_process(
+                    invariant_args, health_path="/v1/models", port=invariant_port, timeout=180, env=same
+                )
+            )
+            peer_url, _ = stack.enter_context(
+                run_process(peer_args, health_path="/v1/models", port=peer_port, timeout=180, env=peer_env)
+            )
+            targets += [
+                Target("llama-cpp-python server", peer_url, ban, ttft_under_load=False),
+                Target("ours --batch-invariant", invariant_url, ban, ttft_under_load=True),
+            ]
         if llama_server:
             port = free_port()
             native_args = [
@@ -330,38 +355,52 @@ def main() -> int:
         for target in targets:
             target.complete(PROMPTS[0], 4)  # warm up
         for round_ in range(1, a.rounds + 1):
+            taken: dict[str, dict[str, float]] = {target.name: {} for target in targets}
+            for take in measurements(a.tokens, a.probes, streams):
+                # Back to back, in an order that turns each round: the machine's drift (2x between
+                # rounds on a shared VM) then falls on every target's figure alike.
+                for target in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
+                    taken[target.name].update(take(target))
             for target in targets:
-                out = measure(target, a.tokens, a.probes, streams)
-                results.setdefault(target.name, []).append(out)
-                line = "  ".join(f"{k}={v:.3f}" for k, v in out.items())
+                results.setdefault(target.name, []).append(taken[target.name])
+                line = "  ".join(f"{k}={v:.3f}" for k, v in taken[target.name].items())
                 print(f"round {round_}  {target.name:24s} {line}", flush=True)
 
     med = {name: _medians(rounds) for name, rounds in results.items()}
-    ours, peer = med["conformant backend"], med["llama-cpp-python server"]
-    native = med.get("llama-server")
+    ours, native = med["conformant backend"], med.get("llama-server")
     print()
     for name, figures in med.items():
         print(f"median  {name:24s} " + "  ".join(f"{k}={v:.3f}" for k, v in figures.items()))
-    print("(llama-cpp-python's server runs one request at a time: no TTFT under load)")
+    if not a.only_llama_server:
+        print("(llama-cpp-python's server runs one request at a time: no TTFT under load)")
     print()
     if native:
+        print("against llama-server: the median of the rounds' own ratios (each round's figures taken back")
+        print("to back), then the ratio of the medians")
+
+        def paired(key: str, label: str, goal: str) -> None:
+            rounds = zip(results["conformant backend"], results["llama-server"], strict=True)
+            each = statistics.median(o[key] / n[key] for o, n in rounds)
+            print(
+                f"{label + ':':52s}{each:.2f}x  ({ours[key] / native[key]:.2f}x)"
+                + (f"  goal {goal}" if goal else "")
+            )
+
         for n in streams:
-            goal = ">= 0.97" if n == 1 else ">= 1.0"
-            _ratio(f"{n}-stream aggregate vs llama-server", ours[f"tps{n}"] / native[f"tps{n}"], goal)
-        _ratio("TTFT under 3 streams vs llama-server's", ours["ttft_load"] / native["ttft_load"], "<= 1.0")
-        _ratio(
-            "prefill mix: decoding tokens/s vs llama-server", ours["mix_tps"] / native["mix_tps"], ">= 1.0"
-        )
-        _ratio("prefill mix: long prompts' TTFT vs llama-server", ours["mix_ttft"] / native["mix_ttft"], "")
-    _ratio(
-        "single stream vs llama-cpp-python", ours["tps1"] / peer["tps1"], ">= 0.95"
-    ) if 1 in streams else None
-    for n in streams[1:]:
-        _ratio(f"{n}-stream aggregate vs llama-cpp-python", ours[f"tps{n}"] / peer[f"tps{n}"], "")
-    invariant = med["ours --batch-invariant"]
-    for n in streams:
-        _ratio(f"--batch-invariant: {n} streams vs ours", invariant[f"tps{n}"] / ours[f"tps{n}"], "")
-    _ratio("idle TTFT vs llama-cpp-python", ours["ttft_idle"] / peer["ttft_idle"], "")
+            paired(f"tps{n}", f"{n}-stream aggregate vs llama-server", ">= 0.97" if n == 1 else ">= 1.0")
+        paired("ttft_load", "TTFT under 3 streams vs llama-server's", "<= 1.0")
+        paired("mix_tps", "prefill mix: decoding tokens/s vs llama-server", ">= 1.0")
+        paired("mix_ttft", "prefill mix: long prompts' TTFT vs llama-server", "")
+        print()
+    if not a.only_llama_server:
+        peer, invariant = med["llama-cpp-python server"], med["ours --batch-invariant"]
+        if 1 in streams:
+            _ratio("single stream vs llama-cpp-python", ours["tps1"] / peer["tps1"], ">= 0.95")
+        for n in streams[1:]:
+            _ratio(f"{n}-stream aggregate vs llama-cpp-python", ours[f"tps{n}"] / peer[f"tps{n}"], "")
+        for n in streams:
+            _ratio(f"--batch-invariant: {n} streams vs ours", invariant[f"tps{n}"] / ours[f"tps{n}"], "")
+        _ratio("idle TTFT vs llama-cpp-python", ours["ttft_idle"] / peer["ttft_idle"], "")
     _ratio("TTFT under 3 streams vs idle (ours)", ours["ttft_load"] / ours["ttft_idle"], "<= 2")
     print(f"bench time {time.perf_counter() - start:.0f}s")
     return 0
