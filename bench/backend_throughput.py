@@ -7,7 +7,7 @@ given with ``--llama-server``), with the same slots, context per slot and batch.
 
     python bench/backend_throughput.py [--model PATH] [--threads 2] [--tokens 64] [--rounds 3]
                                        [--streams 1,4,8,16] [--llama-server PATH]
-                                       [--only-llama-server]
+                                       [--only-llama-server] [--rates-only]
 
 Fair by construction:
 - Every request must produce exactly ``--tokens`` tokens. llama-cpp-python's server ignores
@@ -200,7 +200,7 @@ def prefill_mix(target: Target, tokens: int, long_prompts: int = 4) -> tuple[flo
 Measure = Callable[[Target], dict[str, float]]
 
 
-def measurements(tokens: int, probes: int, streams: list[int]) -> list[Measure]:
+def measurements(tokens: int, probes: int, streams: list[int], *, rates_only: bool = False) -> list[Measure]:
     """Each figure of a round, as a call on one target: every target takes one before the next begins."""
 
     def rate(n: int) -> Measure:
@@ -215,7 +215,7 @@ def measurements(tokens: int, probes: int, streams: list[int]) -> list[Measure]:
         mix_tps, mix_ttft = prefill_mix(target, tokens * 4)
         return {"ttft_load": ttft_under_load(target, probes), "mix_tps": mix_tps, "mix_ttft": mix_ttft}
 
-    return [*(rate(n) for n in streams), idle, loaded]
+    return [rate(n) for n in streams] + ([] if rates_only else [idle, loaded])
 
 
 def _medians(rounds: list[dict[str, float]]) -> dict[str, float]:
@@ -269,6 +269,7 @@ def main() -> int:
     parser.add_argument(
         "--only-llama-server", action="store_true", help="compare with llama-server only (a shorter run)"
     )
+    parser.add_argument("--rates-only", action="store_true", help="only the tokens/s figures, no TTFT")
     a = parser.parse_args()
     streams = sorted({int(n) for n in a.streams.split(",")})
     if not 1 <= streams[0] <= streams[-1] <= len(PROMPTS):
@@ -356,7 +357,7 @@ def main() -> int:
             target.complete(PROMPTS[0], 4)  # warm up
         for round_ in range(1, a.rounds + 1):
             taken: dict[str, dict[str, float]] = {target.name: {} for target in targets}
-            for take in measurements(a.tokens, a.probes, streams):
+            for take in measurements(a.tokens, a.probes, streams, rates_only=a.rates_only):
                 # Back to back, in an order that turns each round: the machine's drift (2x between
                 # rounds on a shared VM) then falls on every target's figure alike.
                 for target in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
@@ -388,9 +389,10 @@ def main() -> int:
 
         for n in streams:
             paired(f"tps{n}", f"{n}-stream aggregate vs llama-server", ">= 0.97" if n == 1 else ">= 1.0")
-        paired("ttft_load", "TTFT under 3 streams vs llama-server's", "<= 1.0")
-        paired("mix_tps", "prefill mix: decoding tokens/s vs llama-server", ">= 1.0")
-        paired("mix_ttft", "prefill mix: long prompts' TTFT vs llama-server", "")
+        if not a.rates_only:
+            paired("ttft_load", "TTFT under 3 streams vs llama-server's", "<= 1.0")
+            paired("mix_tps", "prefill mix: decoding tokens/s vs llama-server", ">= 1.0")
+            paired("mix_ttft", "prefill mix: long prompts' TTFT vs llama-server", "")
         print()
     if not a.only_llama_server:
         peer, invariant = med["llama-cpp-python server"], med["ours --batch-invariant"]
@@ -400,8 +402,10 @@ def main() -> int:
             _ratio(f"{n}-stream aggregate vs llama-cpp-python", ours[f"tps{n}"] / peer[f"tps{n}"], "")
         for n in streams:
             _ratio(f"--batch-invariant: {n} streams vs ours", invariant[f"tps{n}"] / ours[f"tps{n}"], "")
-        _ratio("idle TTFT vs llama-cpp-python", ours["ttft_idle"] / peer["ttft_idle"], "")
-    _ratio("TTFT under 3 streams vs idle (ours)", ours["ttft_load"] / ours["ttft_idle"], "<= 2")
+        if not a.rates_only:
+            _ratio("idle TTFT vs llama-cpp-python", ours["ttft_idle"] / peer["ttft_idle"], "")
+    if not a.rates_only:
+        _ratio("TTFT under 3 streams vs idle (ours)", ours["ttft_load"] / ours["ttft_idle"], "<= 2")
     print(f"bench time {time.perf_counter() - start:.0f}s")
     return 0
 
