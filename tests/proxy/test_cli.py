@@ -340,11 +340,15 @@ def test_sigterm_ends_a_stream_still_open_after_the_shutdown_timeout(workers: in
         wait_for(lambda: record.peer_closed_at)  # the upstream request was closed too
 
 
-def test_sigterm_ends_a_responses_stream_with_response_failed() -> None:
+@pytest.mark.parametrize("mode", ["translate", "native"])
+def test_sigterm_ends_a_responses_stream_with_response_failed(mode: str) -> None:
     """The Responses route's end at the deadline is its own: the text made, then ``response.failed``
-    numbered after it, as the suite's judge wants; never the chat route's error event."""
+    numbered after it, as the suite's judge wants; never the chat route's error event. ``native``: the
+    upstream's own events (``--responses native``), then the proxy's ``response.failed``."""
     request = {"model": "gemma", "input": "Say hello.", "stream": True, "store": False}
-    serving = _serving_an_endless_stream(1, "--shutdown-timeout", "1", path="/v1/responses", body=request)
+    options = ("--shutdown-timeout", "1", "--responses", mode)
+    upstream = _endless_responses if mode == "native" else _endless
+    serving = _serving_an_endless_stream(1, *options, path="/v1/responses", body=request, upstream=upstream)
     with serving as (_, proc, lines, _):
         proc.terminate()
         body = "\n".join(lines) + "\n"
@@ -354,23 +358,6 @@ def test_sigterm_ends_a_responses_stream_with_response_failed() -> None:
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["message"] == "the server is shutting down; retry the request"
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello"
-
-
-def test_sigterm_ends_a_native_responses_stream_with_response_failed() -> None:
-    """``--responses native``: the upstream's own events, then the proxy's ``response.failed``."""
-    request = {"model": "gemma", "input": "Say hello.", "stream": True, "store": False}
-    options = ("--shutdown-timeout", "1", "--responses", "native")
-    serving = _serving_an_endless_stream(
-        1, *options, path="/v1/responses", body=request, upstream=_endless_responses
-    )
-    with serving as (_, proc, lines, _):
-        proc.terminate()
-        body = "\n".join(lines) + "\n"
-        proc.wait(timeout=30)
-    judged(body.encode(), request, 200, {"content-type": "text/event-stream"})
-    events = sse_events(body.encode())
-    assert events[-1]["type"] == "response.failed"
-    assert events[-1]["response"]["error"]["message"] == "the server is shutting down; retry the request"
 
 
 async def _endless_responses(
