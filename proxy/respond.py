@@ -211,6 +211,8 @@ async def _serve(
         await source.aclose()
         raise
     exchange.upstream_status = source.upstream_status
+    if source.secret is not None and source.secret != secret:
+        send = redacting(send, source.secret)  # a routed replica's own key
     try:
         if source.body is not None:
             await _send_body(send, source.body, request, exchange, output)

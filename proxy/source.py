@@ -56,6 +56,10 @@ class Source:
 
     body: dict[str, Any] | None = None
     upstream_status: int | None = None
+    secret: str | None = None
+    """The key of the upstream this source read from where it is not the proxy's own
+    ``--upstream-api-key`` (a routed replica's, from the file), known once ``start()`` returned: cut
+    out of the bodies sent too."""
     _failure: ProxyError | None = None
     _usage: dict[str, Any] | None = None
 

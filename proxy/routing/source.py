@@ -57,6 +57,10 @@ class RoutedSource(Source):
         return None if self._current is None else self._current.upstream_status
 
     @property
+    def secret(self) -> str | None:  # type: ignore[override]
+        return self._secret
+
+    @property
     def failure(self) -> ProxyError | None:
         failure = None if self._current is None else self._current.failure
         return None if failure is None else failure.redacted(self._secret)

@@ -24,6 +24,7 @@ import openai
 import pytest
 
 from conformance.replay import TRANSCRIPT_HEADER
+from proxy.errors import REDACTED
 from proxy.normalizer import clean_model_name
 from proxy.routing import ConfigFileError, load_routing_file
 from tests.live.conftest import LLAMA_CPP_PYTHON
@@ -225,6 +226,27 @@ def test_requests_go_to_the_upstreams_that_serve_their_model(
         assert {m.id for m in client.models.list()} >= {"model-a", "gpt-4o-mini"}
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+
+
+def test_a_replicas_key_from_the_file_is_cut_out_of_its_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upstream that repeats its key in an answer does not pass it on, whole or streamed, as with a
+    single ``--upstream-api-key``; the key here is a replica's own, read from the file."""
+    key = "sk-replica-" + "7" * 24
+    monkeypatch.setenv("CONFORMANT_TEST_REPLICA_KEY", key)
+    with model_server(f"my key is {key}", "model-k") as (upstream, _):
+        entry = {"url": upstream, "models": ["model-k"], "api_key_env": "CONFORMANT_TEST_REPLICA_KEY"}
+        with serve_proxy(upstream, config_file=write_config(tmp_path, [entry], FAST)) as (url, _):
+            for stream in (False, True):
+                answer = chat(url, "model-k", stream=stream)
+                assert answer.status_code == 200, answer.text
+                assert key not in answer.text
+                assert REDACTED in answer.text
+            body = {"model": "model-k", "input": "hi", "store": False}
+            answer = httpx.post(url + "/v1/responses", json=body, timeout=30)
+            assert key not in answer.text
+            assert REDACTED in answer.json()["output"][-1]["content"][0]["text"]
 
 
 def test_a_replica_that_is_loading_gets_no_traffic(tmp_path: Path, three_upstreams: dict[str, str]) -> None:
