@@ -380,19 +380,22 @@ async def _relay_events(
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
     failure: dict[str, Any] | None = None
+    # Events numbered but not sent yet: whatever breaks the loop off (a later block that is not JSON, the
+    # shutdown deadline during the store's write or a slow client's send), they go out first at the end.
+    unsent: list[dict[str, Any]] = []
     try:
         while not events.ended and (data := await stream.read()) is not None:
-            out: list[dict[str, Any]] = []
             for block in parser.feed(data):
                 if block.data is None or block.data.strip() in ("", "[DONE]"):
                     continue
                 event = jsoncodec.loads(block.data)
                 if isinstance(event, dict):
-                    out += events.feed(event)
-            if out and events.ended and stored is not None:  # kept before the client has the end
-                out = await stored.keep_terminal(out)
-            if out:
-                await send({"type": "http.response.body", "body": encode_events(out), "more_body": True})
+                    unsent += events.feed(event)
+            if unsent and events.ended and stored is not None:  # kept before the client has the end
+                unsent = await stored.keep_terminal(unsent)
+            if unsent:
+                await send({"type": "http.response.body", "body": encode_events(unsent), "more_body": True})
+                unsent = []
     except ProxyError as raised:
         redacted = raised.redacted(secret)
         exchange.take_error(redacted)
@@ -404,22 +407,27 @@ async def _relay_events(
             raise
         with contextlib.suppress(TimeoutError, OSError):
             async with asyncio.timeout(graceful.LAST_WORDS_TIMEOUT):
-                await _end(send, events, error.body, stored)
+                await _end(send, events, error.body, stored, unsent)
         return
-    await _end(send, events, failure, stored)
+    await _end(send, events, failure, stored, unsent)
 
 
 async def _end(
-    send: Send, events: NativeEvents, failure: dict[str, Any] | None, stored: StoredAs | None
+    send: Send,
+    events: NativeEvents,
+    failure: dict[str, Any] | None,
+    stored: StoredAs | None,
+    unsent: list[dict[str, Any]],
 ) -> None:
-    """The stream's last body message: empty after the upstream's own terminal event; else the open
-    items ended and ``response.failed`` with ``failure`` (or the upstream's early end)."""
-    tail = b""
+    """The stream's last body message: the events not sent yet, then, unless the upstream's own terminal
+    event was among what was made, the open items ended and ``response.failed`` with ``failure`` (or
+    the upstream's early end)."""
+    tail = encode_events(unsent) if unsent else b""
     if not events.ended:
         if failure is None:
             failure = ProxyError.make(
                 "the upstream server ended the stream without a terminal event", 502
             ).body
         ending = events.fail(failure)
-        tail = encode_events(ending if stored is None else await stored.keep_terminal(ending))
+        tail += encode_events(ending if stored is None else await stored.keep_terminal(ending))
     await send({"type": "http.response.body", "body": tail})

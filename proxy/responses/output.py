@@ -55,6 +55,8 @@ class ResponsesOutput(Output):
         self._store = store
         self._items = items or []
         """The whole input the Response is generated from, stored with it (conformance/responses_state/)."""
+        self._ending: list[dict[str, Any]] | None = None
+        """The stream's last events, once made (``tail``)."""
         self._events = ResponseEvents(
             translation.echo,
             model=model,
@@ -79,11 +81,15 @@ class ResponsesOutput(Output):
 
     async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
         events = self._events.fail(failure) if failure is not None else self._events.finish(usage)
+        self._ending = events
         if self._store is not None:  # before the client has the end: its next request may name it
             events = await remember_terminal(self._store, events, self._items)
         return encode_events(events)
 
     def cut(self, error: dict[str, Any]) -> bytes:
+        # Cut while its end was being stored: that end, numbered already, is the stream's last words.
+        if self._ending is not None:
+            return encode_events(self._ending)
         return encode_events([self._events.error(error)])
 
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -191,3 +191,29 @@ def test_a_native_stream_cut_short_ends_with_response_failed() -> None:
         assert failed["error"]["code"] == "server_error"
         assert failed["output"][0]["status"] == "incomplete"
         assert failed["output"][0]["content"][0]["text"] == "Hi"
+
+
+async def _events_then_not_json(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    """The first events and a block that is not JSON, in one write: one read of the proxy's."""
+    await read_request(reader)
+    data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in _upstream_events()[:4])
+    writer.write(sse_head() + http_chunk(data + b"data: {not json\n\n") + b"0\r\n\r\n")
+    await writer.drain()
+
+
+def test_events_read_with_a_block_that_is_not_json_are_sent_before_response_failed() -> None:
+    """The events made from the same read as the bad block are numbered already: sent, not lost (a
+    gap in ``sequence_number``, and ``response.failed`` ending a message the client never saw begin)."""
+    with raw_server(_events_then_not_json) as (upstream, _), run_proxy(upstream, responses="native") as url:
+        request = {"input": "hi", "stream": True, "store": False}
+        response = httpx.post(url + "/v1/responses", json=request, timeout=10)
+        judged(response.content, request, response.status_code, response.headers)
+        events = sse_events(response.content)
+        check_events(events)
+        assert (
+            events[-1]["response"]["error"]["message"]
+            == "the upstream server sent an event that is not valid JSON"
+        )
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hi"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -14,8 +15,8 @@ from conformance.responses_translation import (
     response_from_chat,
     translate_request,
 )
-from proxy.responses.output import encode_events
-from tests.support.responses_checks import check_events, check_response, judged
+from proxy.responses.output import ResponsesOutput, encode_events
+from tests.support.responses_checks import check_events, check_response, judged, sse_events
 
 
 def _chat(body: dict[str, Any]) -> dict[str, Any]:
@@ -528,3 +529,16 @@ def test_a_streamed_call_to_a_namespace_tool_names_its_namespace() -> None:
     done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
     assert done["name"] == "spawn_agent"
     assert json.loads(events[-1]["response"]["output"][0]["arguments"]) == {"task": "x"}
+
+
+def test_a_stream_cut_while_its_end_is_stored_ends_with_that_end() -> None:
+    """The shutdown deadline during the store's write of a stream's end: the end made (numbered, the
+    Response completed) is the stream's last words, not an ``error`` event numbered past it."""
+    request = {"model": "gemma", "input": "hi", "stream": True}
+    output = ResponsesOutput(translate_request(request), "gemma")
+    body = output.opening([_chunk({"role": "assistant", "content": "Hi"}, "stop")])
+    asyncio.run(output.tail(None, {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}))
+    body += output.cut({"error": {"message": "shutting down", "type": "server_error"}})
+    check_events(sse_events(body))
+    judged(body, request, 200, {"content-type": "text/event-stream"})
+    assert sse_events(body)[-1]["type"] == "response.completed"
