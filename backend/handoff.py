@@ -25,7 +25,7 @@ class LoopInbox:
     _inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopInbox] = weakref.WeakKeyDictionary()
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self._loop = weakref.ref(loop)  # (the registry's values must not keep its keys alive)
         self._items: list[tuple[asyncio.Queue[Any], Any]] = []
         self._lock = threading.Lock()
         self._scheduled = False
@@ -47,7 +47,15 @@ class LoopInbox:
                 if self._scheduled:
                     return
                 self._scheduled = True
-            self._loop.call_soon_threadsafe(self._deliver)
+            loop = self._loop()
+            try:
+                if loop is None:
+                    raise RuntimeError("the event loop is gone")
+                loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # closed: its requests are gone, and so is whatever was for them
+                with self._lock:
+                    self._items.clear()
+                    self._scheduled = False
 
         return send
 

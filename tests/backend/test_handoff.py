@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from typing import Any
 
@@ -44,3 +45,22 @@ def test_a_threads_events_arrive_in_order_with_one_wake_up_per_batch() -> None:
     assert got_first == [(step, row) for step in range(3) for row in range(1, 16, 2)]
     assert got_second == [(step, row) for step in range(3) for row in range(0, 16, 2)]
     assert wake_ups == 3
+
+
+def test_a_closed_loop_keeps_nothing_and_holds_up_no_other() -> None:
+    """Events for a loop that closed are dropped, not kept; a loop that is gone leaves the registry."""
+    closed = asyncio.new_event_loop()
+    send = LoopInbox.of(closed).sender(asyncio.Queue())
+    closed.close()
+    send("late")  # the engine's thread must not fail on it
+    send("later")
+
+    async def main() -> Any:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        LoopInbox.of(asyncio.get_running_loop()).sender(queue)("on time")
+        return await asyncio.wait_for(queue.get(), 5)
+
+    assert asyncio.run(main()) == "on time"
+    del send, closed
+    gc.collect()
+    assert len(LoopInbox._inboxes) == 0
