@@ -399,6 +399,20 @@ def _failed(raised: ProxyError, exchange: Exchange, secret: str | None) -> Respo
     return response
 
 
+def _without_keys(ctx: _Context, text: str) -> str:
+    """``text`` (a stored Response or its input, read back as JSON) with every upstream key the proxy
+    holds cut out: the command line's and, routed, each replica's from the file. (A key is letters,
+    digits, dashes: written the same inside JSON.)"""
+    keys = {ctx.config.upstream_api_key}
+    if ctx.router is not None:
+        keys.update(replica.config.upstream_api_key for replica in ctx.router.replicas.values())
+    for key in keys:
+        if secret_in_bodies(key) is not None:
+            assert key is not None
+            text = text.replace(key, REDACTED)
+    return text
+
+
 def _redacted_json(body: Any, secret: str | None) -> Response:
     """A JSON answer made of what the upstream said, with its key cut out (as from every body)."""
     content = jsoncodec.dumps(body)
@@ -672,6 +686,7 @@ def create_app(config: ProxyConfig) -> Starlette:
     ctx = _Context(config, upstream, adapter, metrics, names, NativeResponses(config.responses), store)
     if config.config_file is not None:
         ctx.router = Router(config, load_routing_file(config.config_file), metrics.registry)
+    store.redact = partial(_without_keys, ctx)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

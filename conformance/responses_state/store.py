@@ -100,6 +100,11 @@ class ResponseStore:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.max_age = max_age
+        self.redact: Callable[[str], str] = str
+        """What is read passes through it: the proxy cuts its upstream keys out (proxy/app.py). A stored
+        answer holds what an upstream wrote, a key it repeated too, and reaches a client again through
+        ``GET /v1/responses/{id}`` and, as conversation, another upstream through
+        ``previous_response_id``."""
         self._connection: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="responses-store")
 
@@ -128,7 +133,7 @@ class ResponseStore:
         row = await self._run(lambda connection: self._select(connection, response_id))
         if row is None:
             return None
-        return StoredResponse(json.loads(row[0]), json.loads(row[1]))
+        return StoredResponse(json.loads(self.redact(row[0])), json.loads(self.redact(row[1])))
 
     async def delete(self, response_id: str) -> bool:
         """Forget a response; False if there was none to forget."""

@@ -231,8 +231,8 @@ def test_requests_go_to_the_upstreams_that_serve_their_model(
 def test_a_replicas_key_from_the_file_is_cut_out_of_its_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An upstream that repeats its key in an answer does not pass it on, whole or streamed, as with a
-    single ``--upstream-api-key``; the key here is a replica's own, read from the file."""
+    """An upstream that repeats its key in an answer does not pass it on, whole, streamed or stored, as
+    with a single ``--upstream-api-key``; the key here is a replica's own, read from the file."""
     key = "sk-replica-" + "7" * 24
     monkeypatch.setenv("CONFORMANT_TEST_REPLICA_KEY", key)
     with model_server(f"my key is {key}", "model-k") as (upstream, _):
@@ -243,10 +243,15 @@ def test_a_replicas_key_from_the_file_is_cut_out_of_its_answers(
                 assert answer.status_code == 200, answer.text
                 assert key not in answer.text
                 assert REDACTED in answer.text
-            body = {"model": "model-k", "input": "hi", "store": False}
-            answer = httpx.post(url + "/v1/responses", json=body, timeout=30)
+            answer = httpx.post(url + "/v1/responses", json={"model": "model-k", "input": "hi"}, timeout=30)
             assert key not in answer.text
             assert REDACTED in answer.json()["output"][-1]["content"][0]["text"]
+            # Stored as the upstream wrote it; read back (by a client, or as the conversation another
+            # replica is sent) without the key.
+            stored = httpx.get(url + "/v1/responses/" + answer.json()["id"], timeout=30)
+            assert stored.status_code == 200
+            assert key not in stored.text
+            assert REDACTED in stored.json()["output"][-1]["content"][0]["text"]
 
 
 def test_a_replica_that_is_loading_gets_no_traffic(tmp_path: Path, three_upstreams: dict[str, str]) -> None:
