@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -58,8 +59,9 @@ def thread_cpu(pid: int) -> dict[str, int]:
     """Nanoseconds of CPU per thread (its name and id)."""
     out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
-        name = (task / "comm").read_text().strip()
-        out[f"{name} {task.name}"] = int((task / "schedstat").read_text().split()[0])
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            name = (task / "comm").read_text().strip()
+            out[f"{name} {task.name}"] = int((task / "schedstat").read_text().split()[0])
     return out
 
 
