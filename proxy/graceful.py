@@ -15,9 +15,10 @@ resort for a response whose client does not read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .errors import ProxyError
@@ -26,9 +27,9 @@ if TYPE_CHECKING:
     from .observability import Exchange
 
 __all__ = [
-    "LAST_WORDS_TIMEOUT",
     "SHUTDOWN_GRACE",
     "begin_shutdown",
+    "last_words",
     "shutdown_failure",
     "shutting_down_error",
     "track",
@@ -83,6 +84,14 @@ def shutdown_failure(exchange: Exchange) -> ProxyError | None:
     error = shutting_down_error()
     exchange.take_error(error)
     return error
+
+
+async def last_words(end: Awaitable[None]) -> None:
+    """Await ``end``, what a response ended at the deadline still sends, for at most
+    ``LAST_WORDS_TIMEOUT``: a client that does not read, or has gone, gets nothing more."""
+    with contextlib.suppress(TimeoutError, OSError):
+        async with asyncio.timeout(LAST_WORDS_TIMEOUT):
+            await end
 
 
 def _end_open_responses(loop: asyncio.AbstractEventLoop) -> None:

@@ -8,7 +8,6 @@ does not watch while the upstream's first byte is awaited), so the upstream is c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -152,13 +151,11 @@ class HeldResponse(Response):
         error = graceful.shutting_down_error()
         self._exchange.take_error(error)  # the log line's error_code too, as for every other error
         body = error.body
-        with contextlib.suppress(TimeoutError, OSError):
-            async with asyncio.timeout(graceful.LAST_WORDS_TIMEOUT):
-                if not state["started"]:
-                    await send_json(send, 503, body)
-                elif state["stream"] and not state["complete"] and self._cut is not None:
-                    await send({"type": "http.response.body", "body": self._cut(body)})
-                # Any other body cut short cannot say why: uvicorn closes its connection.
+        if not state["started"]:
+            await graceful.last_words(send_json(send, 503, body))
+        elif state["stream"] and not state["complete"] and self._cut is not None:
+            await graceful.last_words(send({"type": "http.response.body", "body": self._cut(body)}))
+        # Any other body cut short cannot say why: uvicorn closes its connection.
 
 
 async def serve_source(
@@ -342,9 +339,7 @@ async def _stream(
         except asyncio.CancelledError:
             if (error := graceful.shutdown_failure(exchange)) is None:
                 raise
-            with contextlib.suppress(TimeoutError, OSError):
-                async with asyncio.timeout(graceful.LAST_WORDS_TIMEOUT):
-                    await writer.close(await output.tail(error.body, None))
+            await graceful.last_words(_close(writer, output, error.body))
             return
         failure = source.failure
         if failure is not None:
@@ -355,6 +350,11 @@ async def _stream(
         await writer.close(await output.tail(None if failure is None else failure.body, usage))
     finally:
         writer.cancel()
+
+
+async def _close(writer: _CoalescingWriter, output: Output, failure: dict[str, Any]) -> None:
+    """What waits in ``writer``, then the stream's end for ``failure``."""
+    await writer.close(await output.tail(failure, None))
 
 
 async def _aggregate(

@@ -13,7 +13,6 @@ stream that breaks off ends with ``response.failed`` instead of being cut.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -405,9 +404,7 @@ async def _relay_events(
     except asyncio.CancelledError:
         if (error := graceful.shutdown_failure(exchange)) is None:
             raise
-        with contextlib.suppress(TimeoutError, OSError):
-            async with asyncio.timeout(graceful.LAST_WORDS_TIMEOUT):
-                await _end(send, events, error.body, stored, unsent)
+        await graceful.last_words(_end(send, events, error.body, stored, unsent))
         return
     await _end(send, events, failure, stored, unsent)
 
