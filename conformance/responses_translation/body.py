@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "error_object",
     "failed_error",
     "function_call_item",
     "message_item",
@@ -74,17 +75,21 @@ def response_status(finish_reason: Any) -> tuple[str, dict[str, Any] | None]:
     return "completed", None
 
 
-def failed_error(error: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A failed Response's ``error`` (``{code, message}``, ``code`` from ``ResponseErrorCode``) made from
-    an OpenAI error body or its inner object."""
+def error_object(error: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], str]:
+    """The inner object of an OpenAI error body (or the body, where it is that object), and its message
+    (a placeholder where it has none)."""
     inner = error.get("error", error) if isinstance(error, Mapping) else {}
     inner = inner if isinstance(inner, Mapping) else {}
     message = inner.get("message")
+    return inner, message if isinstance(message, str) and message else "the response failed"
+
+
+def failed_error(error: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A failed Response's ``error`` (``{code, message}``, ``code`` from ``ResponseErrorCode``) made from
+    an OpenAI error body or its inner object."""
+    inner, message = error_object(error)
     code = "rate_limit_exceeded" if inner.get("code") == "rate_limit_exceeded" else "server_error"
-    return {
-        "code": code,
-        "message": message if isinstance(message, str) and message else "the response failed",
-    }
+    return {"code": code, "message": message}
 
 
 def response_object(

@@ -27,6 +27,7 @@ from typing import Any
 
 from .body import (
     custom_input,
+    error_object,
     failed_error,
     function_call_item,
     message_item,
@@ -307,13 +308,11 @@ class ResponseEvents:
         """An ``error`` event (OpenAI's for a stream that stops where it stands, without a Response)
         made from an OpenAI error body: what ends a stream when ``fail``'s events cannot be sent in
         order (the proxy's shutdown deadline during its last event)."""
-        inner = error.get("error", error)
-        inner = inner if isinstance(inner, Mapping) else {}
-        message = inner.get("message")
+        inner, message = error_object(error)
         return self._event(
             "error",
             code=inner.get("code") if isinstance(inner.get("code"), str) else None,
-            message=message if isinstance(message, str) and message else "the response failed",
+            message=message,
             param=inner.get("param") if isinstance(inner.get("param"), str) else None,
         )
 
