@@ -407,9 +407,8 @@ def _without_keys(ctx: _Context, text: str) -> str:
     if ctx.router is not None:
         keys.update(replica.config.upstream_api_key for replica in ctx.router.replicas.values())
     for key in keys:
-        if secret_in_bodies(key) is not None:
-            assert key is not None
-            text = text.replace(key, REDACTED)
+        if (cut := secret_in_bodies(key)) is not None:
+            text = text.replace(cut.decode(), REDACTED)
     return text
 
 
