@@ -49,7 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -355,15 +355,21 @@ def interleaved(posts: list[Post], requests: int) -> list[Result]:
     return _run(_interleaved(posts, requests))
 
 
-def p50_difference(a: list[float], b: list[float], draws: int = 1000) -> tuple[float, float, float]:
-    """The median of ``b`` minus the median of ``a``, and its 95% bootstrap interval."""
+def bootstrap_interval(
+    samples: list[list[float]], statistic: Callable[..., float], draws: int = 1000
+) -> tuple[float, float]:
+    """The 95% bootstrap interval of ``statistic`` of the medians of ``samples``, each resampled in turn."""
     rng = random.Random(1)
     spread = sorted(
-        statistics.median(rng.choices(b, k=len(b))) - statistics.median(rng.choices(a, k=len(a)))
-        for _ in range(draws)
+        statistic(*(statistics.median(rng.choices(s, k=len(s))) for s in samples)) for _ in range(draws)
     )
-    point = statistics.median(b) - statistics.median(a)
-    return point, spread[int(draws * 0.025)], spread[int(draws * 0.975) - 1]
+    return spread[int(draws * 0.025)], spread[int(draws * 0.975) - 1]
+
+
+def p50_difference(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """The median of ``b`` minus the median of ``a``, and its 95% bootstrap interval."""
+    low, high = bootstrap_interval([b, a], lambda median_b, median_a: median_b - median_a)
+    return statistics.median(b) - statistics.median(a), low, high
 
 
 # -- processes -----------------------------------------------------------------------------------

@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import random
-import statistics
 import sys
 from pathlib import Path
 
@@ -41,6 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from proxy_overhead import (  # noqa: E402
     MODEL,
     Post,
+    bootstrap_interval,
     cpu_seconds,
     interleaved,
     machine,
@@ -63,15 +62,9 @@ def measure(url: str, path: str, body: bytes, requests: int) -> None:
     interleaved([Post(url, path, body, key=None)], requests)
 
 
-def ratio_interval(direct: list[float], chat: list[float], responses: list[float]) -> tuple[float, float]:
-    """The 95% bootstrap interval of (median responses - median direct) / (median chat - median direct)."""
-    rng = random.Random(1)
-    draws = []
-    for _ in range(1000):
-        d, c, r = (statistics.median(rng.choices(x, k=len(x))) for x in (direct, chat, responses))
-        draws.append((r - d) / (c - d) if c > d else float("inf"))
-    draws.sort()
-    return draws[25], draws[974]
+def added_ratio(direct: float, chat: float, responses: float) -> float:
+    """(responses - direct) / (chat - direct): the Responses route's added time over the chat route's."""
+    return (responses - direct) / (chat - direct) if chat > direct else float("inf")
 
 
 def main() -> int:
@@ -135,7 +128,7 @@ def main() -> int:
     for name in [name for name in routes if name.endswith("responses")]:
         responses = median[name] - median["direct chat"]
         ratio = responses / chat if chat > 0 else float("inf")
-        low, high = ratio_interval(ttft["direct chat"], ttft["proxy chat"], ttft[name])
+        low, high = bootstrap_interval([ttft["direct chat"], ttft["proxy chat"], ttft[name]], added_ratio)
         print(
             f"added TTFT: chat {chat:.0f} us, {name} {responses:.0f} us, ratio {ratio:.2f}x "
             f"(95% interval {low:.2f}-{high:.2f}x; goal <= {GOAL}x)"
