@@ -140,17 +140,22 @@ async def _read_body(request: Request, limit: int) -> bytes | Response:
 
 
 def _fan_out_refused(
-    endpoint: Endpoint, body: dict[str, Any], info: RequestInfo, limit: int
+    endpoint: Endpoint, body: dict[str, Any], info: RequestInfo, config: ProxyConfig
 ) -> Response | None:
-    """A 400 for a request that would fan out to more than ``limit`` upstream requests (prompts x n):
-    a 1 KB request of 200 prompts and n 128 opened 25,600 at once and ran the proxy out of files."""
+    """A 400 for a request that would fan out to more upstream requests (prompts x n) than
+    ``--max-fan-out`` allows (a 1 KB request of 200 prompts and n 128 opened 25,600 at once and ran
+    the proxy out of files), or than the upstream connections it may hold at once: a fan-out's
+    requests are in flight together (proxy/admission.py)."""
     prompts = len(fan_out_prompts(endpoint, body))
+    limit, flag = min(
+        (config.max_fan_out, "--max-fan-out"), (config.max_upstream_connections, "--max-upstream-connections")
+    )
     if prompts * info.n <= limit:
         return None
     param = "prompt" if prompts > 1 else "n"
     return _error(
         f"Invalid '{param}': {prompts} prompt(s) x n={info.n} is {prompts * info.n} upstream requests; "
-        f"this server sends at most {limit} for one request (--max-fan-out).",
+        f"this server sends at most {limit} for one request ({flag}).",
         400,
         "fan_out_too_large",
         param,
@@ -190,7 +195,7 @@ async def _prepared(
     info = RequestInfo.from_body(
         endpoint, body, alias=ctx.config.model_alias, reasoning_field=ctx.config.reasoning_field
     )
-    if ctx.config.fan_out and (refused := _fan_out_refused(endpoint, body, info, ctx.config.max_fan_out)):
+    if ctx.config.fan_out and (refused := _fan_out_refused(endpoint, body, info, ctx.config)):
         return refused
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     if ctx.router is not None:

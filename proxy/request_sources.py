@@ -97,7 +97,7 @@ class SourceBuilder:
             sources.append(self._single(part, info.echoing(part), prompt_text(part), first, index))
         if serial:
             return SerialFanOut(sources, info, first_byte_timeout=self.first_byte_timeout)
-        return ConcurrentFanOut(sources, info)
+        return ConcurrentFanOut(sources, info, self.upstream)
 
     def _single(
         self,

@@ -19,6 +19,7 @@ from conformance.sse import SSELineTooLong, SSEParser
 from . import jsoncodec
 from .adapters import Adapter, UpstreamCall
 from .adapters.base import without_streaming
+from .admission import Reservation
 from .emulation import synthesize_chunks
 from .errors import ProxyError, UpstreamTimeout
 from .normalizer import (
@@ -127,6 +128,8 @@ class UpstreamSource(Source):
         self._received = 0
         self._counted: int | None = 0  # completion tokens counted as the stream came; None: not countable
         self._failure: ProxyError | None = None  # the transport's, or the stream's framing
+        self.reservation: Reservation | None = None
+        """The places of the fan-out this request is part of, once it took them (``ConcurrentFanOut``)."""
 
     @property
     def repairs(self) -> Repairs:
@@ -171,7 +174,9 @@ class UpstreamSource(Source):
     async def _open(self, body: dict[str, Any]) -> UpstreamStream:
         """The upstream's answer to ``body``, its head read; an error (or a redirect the proxy does not
         follow) raised as the client's error."""
-        stream = self._stream = await self._upstream.open(self._call.path, body, headers=self._headers)
+        stream = self._stream = await self._upstream.open(
+            self._call.path, body, headers=self._headers, reservation=self.reservation
+        )
         self.upstream_status = stream.status
         if stream.status >= 300:
             raise await stream.error()
@@ -405,19 +410,28 @@ class _FanOut(Source):
 class ConcurrentFanOut(_FanOut):
     """The requests sent at once, their chunks sent on as they come."""
 
-    def __init__(self, sources: list[UpstreamSource], request: RequestInfo) -> None:
+    def __init__(self, sources: list[UpstreamSource], request: RequestInfo, upstream: Upstream) -> None:
+        """``upstream``: the one every request of ``sources`` goes to."""
         super().__init__(sources, request)
+        self._upstream = upstream
         self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | None]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._live = 0
 
     async def start(self) -> list[dict[str, Any]]:
+        # The places of all the requests, taken together: each waits for the others' first chunks,
+        # and fan-outs that each held some of theirs would wait on each other (proxy/admission.py).
+        reservation = await self._upstream.reserve(len(self._sources))
+        for source in self._sources:
+            source.reservation = reservation
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(source.start()) for source in self._sources]
         except* ProxyError as errors:
             await self.aclose()
             raise errors.exceptions[0] from None
+        finally:
+            reservation.close()
         self.upstream_status = max(s.upstream_status or 0 for s in self._sources)
         bodies = [s.body for s in self._sources]
         if all(body is not None for body in bodies):

@@ -28,7 +28,9 @@ proxy's error classes):
 Every concurrent stream holds its own connection, as a client of a streaming server must; the pool
 holds at most ``max_connections`` open at once (``--max-upstream-connections``), and a request past
 that waits, first come first served, for one to close or come back idle (a 1 KB request fanned out to
-25,600 upstream requests at once had run the proxy out of files). An idle connection is closed
+25,600 upstream requests at once had run the proxy out of files). The wait is for a place in
+``admission`` (proxy/admission.py: a fan-out's places are taken together), then, rarely, for an idle
+connection to another origin to close. An idle connection is closed
 ``keepalive_expiry`` seconds after its last use by a timer, not only when the next request looks at the
 pool (10,000 idle sockets were still open a minute after that fan-out).
 """
@@ -44,6 +46,8 @@ from typing import cast
 
 import httptools
 import httpx
+
+from .admission import Admission, Reservation
 
 __all__ = ["MAX_HEAD", "Origin", "ResponseBody", "UpstreamTransport", "origin_of", "request_bytes"]
 
@@ -320,12 +324,16 @@ class ResponseBody(httpx.AsyncByteStream):
         if self._connection is not None:
             connection, self._connection = self._connection, None
             self._pool.release(connection)
+            self._pool.admission.give()  # the request's place, taken in ``send``
 
 
 class UpstreamTransport(httpx.AsyncBaseTransport):
     def __init__(self, keepalive_expiry: float, max_connections: int = 1000) -> None:
         self._keepalive_expiry = keepalive_expiry
         self._max_connections = max_connections
+        # Requests in flight, at most one per connection the cap allows: with them bounded so, a
+        # request admitted finds a connection, or one to close for it, and a fan-out is admitted whole.
+        self.admission = Admission(max_connections)
         self._idle: dict[Origin, list[_Connection]] = {}
         self._in_use: set[_Connection] = set()
         self._open: set[_Connection] = set()  # connected or connecting, until the connection is lost
@@ -361,12 +369,38 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         connect_timeout: float | None,
         read_timeout: float | None,
         first_read_timeout: float | None = None,
+        reservation: Reservation | None = None,
     ) -> httpx.Response:
         """Send ``message`` (``request_bytes``) to ``origin``; return once the response head arrived.
 
+        The request waits its turn for a place in ``admission`` (a fan-out's requests use the places
+        of its ``reservation``); the place is given back when its response body is closed.
         The proxy's completion requests come here directly with bytes built once, without an
         ``httpx.Request``: building one and its headers costs more CPU than the rest of the way out.
         """
+        if reservation is None or not reservation.use():
+            await self.admission.take()
+        try:
+            connection = await self._sent(origin, message, connect_timeout, read_timeout, first_read_timeout)
+        except BaseException:
+            self.admission.give()
+            raise
+        return httpx.Response(
+            connection.status,
+            headers=connection.headers,
+            stream=ResponseBody(self, connection),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": connection.reason.strip()},
+        )
+
+    async def _sent(
+        self,
+        origin: Origin,
+        message: bytes,
+        connect_timeout: float | None,
+        read_timeout: float | None,
+        first_read_timeout: float | None,
+    ) -> _Connection:
+        """The connection ``message`` went out on, its response head read."""
         for attempt in (1, 2):
             connection = await self._acquire(origin, connect_timeout, fresh=attempt == 2)
             try:
@@ -390,12 +424,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             except BaseException:
                 self.release(connection)
                 raise
-        return httpx.Response(
-            connection.status,
-            headers=connection.headers,
-            stream=ResponseBody(self, connection),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": connection.reason.strip()},
-        )
+        return connection
 
     async def _acquire(self, key: Origin, connect_timeout: float | None, *, fresh: bool) -> _Connection:
         granted = False  # a slot handed over by a connection that closed while this request waited

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from . import jsoncodec
+from .admission import Reservation
 from .config import ProxyConfig
 from .errors import ProxyError, UpstreamInvalidData, UpstreamRedirect, error_from_http
 from .transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
@@ -205,15 +206,25 @@ class Upstream:
         return request_bytes(method, target, defaults + given, body)
 
     async def open(
-        self, path: str, json_body: Any, *, headers: list[tuple[bytes, bytes]] | None = None
+        self,
+        path: str,
+        json_body: Any,
+        *,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        reservation: Reservation | None = None,
     ) -> UpstreamStream:
         """POST ``json_body`` and return once response headers arrive; faults become ProxyError.
 
-        ``headers`` replace the upstream client's own headers of the same names.
+        ``headers`` replace the upstream client's own headers of the same names; ``reservation``: the
+        places of a fan-out this request is part of (``reserve``).
         """
         given = [(b"content-type", b"application/json"), *(headers or ())]
         message = self._message("POST", self._target(path), jsoncodec.dumps(json_body), given)
-        return await self._send(message)
+        return await self._send(message, reservation)
+
+    async def reserve(self, count: int) -> Reservation:
+        """Places for ``count`` requests in flight at once, taken together in turn (a fan-out's)."""
+        return await self._transport.admission.reserve(count)
 
     async def forward(
         self,
@@ -253,7 +264,7 @@ class Upstream:
             path = path[len(self._base_path) :]
         return path
 
-    async def _send(self, message: bytes) -> UpstreamStream:
+    async def _send(self, message: bytes, reservation: Reservation | None = None) -> UpstreamStream:
         with mapped(REQUEST):
             response = await self._transport.send(
                 self._origin,
@@ -263,6 +274,7 @@ class Upstream:
                 # Until its first body byte an upstream may be processing the prompt (it may send its
                 # head before it runs the model): the first-byte timeout bounds that wait too.
                 first_read_timeout=self.config.first_byte_timeout,
+                reservation=reservation,
             )
         return UpstreamStream(response)
 

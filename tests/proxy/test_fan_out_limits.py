@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.support.servers import wait_for
 
 from .conftest import run_proxy, upstream_answer
 from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head
@@ -100,6 +104,18 @@ async def _stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, re
         await writer.drain()
 
 
+def _choice_texts(lines: list[str]) -> dict[int, str]:
+    """Each choice's text in a chat stream's lines."""
+    texts: dict[int, str] = {}
+    for line in lines:
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:])["choices"]:
+                texts[choice["index"]] = texts.get(choice["index"], "") + (
+                    choice["delta"].get("content") or ""
+                )
+    return texts
+
+
 def test_fanned_out_streams_past_the_connection_cap_wait_their_turn_and_all_finish() -> None:
     """Four streams of n 3 at once through 4 upstream connections: those that do not fit wait, first
     come first served, instead of each holding part of what it needs until the first-byte timeout."""
@@ -118,12 +134,60 @@ def test_fanned_out_streams_past_the_connection_cap_wait_their_turn_and_all_fini
             answers = list(pool.map(lambda _: one(), range(4)))
         for lines in answers:
             assert lines[-2] == "data: [DONE]"
-            texts: dict[int, str] = {}
-            for line in lines:
-                if line.startswith("data: {"):
-                    for choice in json.loads(line[6:])["choices"]:
-                        texts[choice["index"]] = texts.get(choice["index"], "") + (
-                            choice["delta"].get("content") or ""
-                        )
-            assert texts == {0: "one two three", 1: "one two three", 2: "one two three"}
+            assert _choice_texts(lines) == {0: "one two three", 1: "one two three", 2: "one two three"}
         assert record.requests == 12
+
+
+def test_a_fan_out_sends_none_of_its_requests_until_the_cap_has_room_for_all_of_them() -> None:
+    """Two connections, one held by a stream: a request of n 2 sends nothing until both are free,
+    instead of holding the free one while it waits for the other (fan-outs that each held part of
+    what they needed waited on each other until the first-byte timeout: 504s)."""
+    gate = threading.Event()
+
+    async def held_then_streamed(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+    ) -> None:
+        while (request := await read_request(reader)) is not None:
+            if not request.startswith(b"POST /v1/chat/completions "):
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                continue
+            record.requests += 1
+            if b'"held"' in request:
+                await asyncio.to_thread(gate.wait, 20)  # (set by the test's thread)
+            writer.write(sse_head() + http_chunk(chunk("done", "stop") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+
+    def texts(url: str, content: str, n: int) -> dict[int, str]:
+        body = {"model": "m", "messages": [{"role": "user", "content": content}], "n": n, "stream": True}
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as response:
+            assert response.status_code == 200
+            return _choice_texts(list(response.iter_lines()))
+
+    with (
+        raw_server(held_then_streamed) as (upstream, record),
+        run_proxy(upstream, upstream_kind="openai", max_upstream_connections=2) as url,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        held = pool.submit(texts, url, "held", 1)
+        wait_for(lambda: record.requests == 1, timeout=10)
+        fanned = pool.submit(texts, url, "fanned", 2)
+        time.sleep(0.5)
+        assert record.requests == 1  # not one of the two sent while only one could be
+        gate.set()
+        assert held.result(timeout=20) == {0: "done"}
+        assert fanned.result(timeout=20) == {0: "done", 1: "done"}
+        assert record.requests == 3
+
+
+def test_a_fan_out_larger_than_the_connection_cap_is_a_400_that_names_it() -> None:
+    """Its requests could never all be in flight at once."""
+    with (
+        raw_server(_answer) as (upstream, record),
+        run_proxy(upstream, upstream_kind="openai", max_upstream_connections=4) as url,
+    ):
+        response = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": "x", "n": 5}, timeout=10)
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert (error["code"], error["param"]) == ("fan_out_too_large", "n")
+        assert "at most 4 for one request (--max-upstream-connections)" in error["message"]
+        assert record.requests == 0

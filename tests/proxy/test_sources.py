@@ -72,6 +72,11 @@ class _Scripted(Source):
         self.closed = True
 
 
+def _nowhere() -> Upstream:
+    """An upstream never asked (the fan-out only takes its places in its pool)."""
+    return Upstream(ProxyConfig(upstream="http://127.0.0.1:9/v1"))
+
+
 async def _drain(source: Source) -> list[dict[str, Any]]:
     chunks = await source.start()
     while (batch := await source.next_batch()) is not None:
@@ -89,7 +94,7 @@ def test_concurrent_fan_out_ends_with_the_summed_usage_in_the_first_requests_ide
         first._batches = [[_chunk(ident, 0, "Paris")], [_chunk(ident, 0, "", "stop"), _chunk(ident, 0, "")]]
         first._batches[1][1]["choices"] = []  # its own usage chunk: held for the sum
         second = _Scripted(info, [[_chunk(ident, 1, "Rome", "stop")]], usage=usage)
-        fan_out = ConcurrentFanOut([first, second], info)  # type: ignore[list-item]
+        fan_out = ConcurrentFanOut([first, second], info, _nowhere())  # type: ignore[list-item]
         return await _drain(fan_out), [first, second], fan_out.repairs
 
     chunks, sources, repairs = asyncio.run(scenario())
@@ -109,7 +114,7 @@ def test_concurrent_fan_out_ends_at_a_requests_failure_and_closes_every_request(
         first = _Scripted(info, [])
         first._batches = [[_chunk(first.identity, 0, "Paris")]]
         second = _Scripted(info, [], fails=broken)
-        fan_out = ConcurrentFanOut([first, second], info)  # type: ignore[list-item]
+        fan_out = ConcurrentFanOut([first, second], info, _nowhere())  # type: ignore[list-item]
         await _drain(fan_out)
         return fan_out, [first, second]
 
@@ -158,7 +163,7 @@ def test_serial_fan_out_gives_each_later_request_its_own_first_byte_timeout() ->
 
 def _builder(info: RequestInfo, *, serial: bool | None = None, upstream: Any = None) -> SourceBuilder:
     if upstream is None:
-        upstream = Upstream(ProxyConfig(upstream="http://127.0.0.1:9/v1"))  # never asked: nothing is sent
+        upstream = _nowhere()
         upstream.traits.serial = serial
     return SourceBuilder(
         upstream,
@@ -234,7 +239,7 @@ class _Upstream:
         self.sent: list[dict[str, Any]] = []
         self._answers = answers
 
-    async def open(self, path: str, body: Any, *, headers: Any = None) -> _Answer:
+    async def open(self, path: str, body: Any, *, headers: Any = None, reservation: Any = None) -> _Answer:
         self.sent.append(body)
         return self._answers.pop(0)
 
@@ -246,8 +251,14 @@ def _source(upstream: _Upstream, body: dict[str, Any], repairs: Repairs) -> Upst
     info = RequestInfo.from_body("completions", body)
     call = OpenAIAdapter().call("completions", body)
     return UpstreamSource(
-        upstream, OpenAIAdapter(), info, call, prompt="The capital", max_line_bytes=1024, repairs=repairs
-    )  # type: ignore[arg-type]
+        upstream,  # type: ignore[arg-type]
+        OpenAIAdapter(),
+        info,
+        call,
+        prompt="The capital",
+        max_line_bytes=1024,
+        repairs=repairs,
+    )
 
 
 def test_a_stream_ended_before_its_first_byte_is_asked_again_whole() -> None:

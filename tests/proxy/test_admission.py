@@ -1,0 +1,91 @@
+"""The upstream requests' admission (proxy/admission.py): first come first served, a fan-out's places
+taken all at once, and places given back by requests that leave the line or use fewer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from proxy.admission import Admission
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_a_request_for_several_places_waits_for_all_and_none_behind_it_jumps_ahead() -> None:
+    async def main() -> list[str]:
+        admission = Admission(3)
+        order: list[str] = []
+
+        async def take(name: str, count: int) -> None:
+            await admission.take(count)
+            order.append(name)
+
+        await admission.take(2)  # two held
+        fan_out = asyncio.create_task(take("fan-out of 3", 3))
+        await _settle()
+        single = asyncio.create_task(take("single", 1))  # one place is free, but the fan-out came first
+        await _settle()
+        assert order == []
+        admission.give(2)
+        await _settle()
+        assert order == ["fan-out of 3"]
+        admission.give(3)
+        await asyncio.gather(fan_out, single)
+        assert admission.taken == 1
+        return order
+
+    assert asyncio.run(main()) == ["fan-out of 3", "single"]
+
+
+def test_a_request_that_leaves_the_line_lets_those_behind_it_in() -> None:
+    async def main() -> int:
+        admission = Admission(2)
+        await admission.take(1)
+        big = asyncio.create_task(admission.take(2))
+        small = asyncio.create_task(admission.take(1))
+        await _settle()
+        assert not small.done()  # behind the request for two
+        big.cancel()
+        await asyncio.wait_for(small, 1)
+        return admission.taken
+
+    assert asyncio.run(main()) == 2
+
+
+def test_places_given_as_the_request_is_cancelled_go_on_to_the_next() -> None:
+    async def main() -> int:
+        admission = Admission(1)
+        await admission.take(1)
+        first = asyncio.create_task(admission.take(1))
+        second = asyncio.create_task(admission.take(1))
+        await _settle()
+        admission.give(1)  # the place is first's, but first is cancelled before it resumes
+        first.cancel()
+        await asyncio.wait_for(second, 1)
+        return admission.taken
+
+    assert asyncio.run(main()) == 1
+
+
+def test_a_reservations_unused_places_go_back_when_it_closes() -> None:
+    async def main() -> tuple[bool, bool, bool, int]:
+        admission = Admission(4)
+        reservation = await admission.reserve(3)
+        used = reservation.use(), reservation.use()
+        reservation.close()
+        after_close = reservation.use()
+        return used[0], used[1], after_close, admission.taken
+
+    assert asyncio.run(main()) == (True, True, False, 2)
+
+
+def test_more_places_than_there_are_is_an_error_not_a_wait_forever() -> None:
+    async def main() -> None:
+        await Admission(2).take(3)
+
+    with pytest.raises(ValueError, match="3 places"):
+        asyncio.run(main())
