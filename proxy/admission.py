@@ -72,11 +72,17 @@ class Admission:
 
 
 class Reservation:
-    """Places a fan-out took together: each of its requests uses one instead of waiting in turn."""
+    """Places a fan-out took together: each of its requests uses one instead of waiting in turn.
+
+    Until it is closed, a place given back comes back here: a request of the fan-out asked again
+    (a stream that ended empty, asked again whole: Q52) must not wait behind the fan-outs that came
+    after its own, which wait for the places its siblings hold.
+    """
 
     def __init__(self, admission: Admission, count: int) -> None:
         self._admission = admission
         self._left = count
+        self._closed = False
 
     def use(self) -> bool:
         """One place for a request, from those left (False when none is left)."""
@@ -85,8 +91,18 @@ class Reservation:
         self._left -= 1
         return True
 
+    def give(self, count: int = 1) -> None:
+        """Give back ``count`` places used: to this reservation while it is open, else to the
+        admission."""
+        if self._closed:
+            self._admission.give(count)
+        else:
+            self._left += count
+
     def close(self) -> None:
-        """The places no request used (one whose start failed first) go back."""
+        """The places no request uses now (one whose start failed first) go back; those in use go
+        back to the admission when their requests end."""
+        self._closed = True
         left, self._left = self._left, 0
         if left:
             self._admission.give(left)

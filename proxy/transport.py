@@ -302,9 +302,13 @@ class ResponseBody(httpx.AsyncByteStream):
     streams read through it, one call per upstream read.
     """
 
-    def __init__(self, pool: UpstreamTransport, connection: _Connection) -> None:
+    def __init__(
+        self, pool: UpstreamTransport, connection: _Connection, place: Admission | Reservation
+    ) -> None:
+        """``place``: where the request's place goes back at the end."""
         self._pool = pool
         self._connection: _Connection | None = connection
+        self._place = place
 
     async def read(self) -> bytes | None:
         """Every byte received since the last read (waiting for some), None at the end."""
@@ -324,7 +328,7 @@ class ResponseBody(httpx.AsyncByteStream):
         if self._connection is not None:
             connection, self._connection = self._connection, None
             self._pool.release(connection)
-            self._pool.admission.give()  # the request's place, taken in ``send``
+            self._place.give()
 
 
 class UpstreamTransport(httpx.AsyncBaseTransport):
@@ -374,21 +378,26 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         """Send ``message`` (``request_bytes``) to ``origin``; return once the response head arrived.
 
         The request waits its turn for a place in ``admission`` (a fan-out's requests use the places
-        of its ``reservation``); the place is given back when its response body is closed.
+        of its ``reservation``); the place is given back where it came from when its response body is
+        closed.
         The proxy's completion requests come here directly with bytes built once, without an
         ``httpx.Request``: building one and its headers costs more CPU than the rest of the way out.
         """
-        if reservation is None or not reservation.use():
-            await self.admission.take()
+        place: Admission | Reservation
+        if reservation is not None and reservation.use():
+            place = reservation
+        else:
+            place = self.admission
+            await place.take()
         try:
             connection = await self._sent(origin, message, connect_timeout, read_timeout, first_read_timeout)
         except BaseException:
-            self.admission.give()
+            place.give()
             raise
         return httpx.Response(
             connection.status,
             headers=connection.headers,
-            stream=ResponseBody(self, connection),
+            stream=ResponseBody(self, connection, place),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": connection.reason.strip()},
         )
 

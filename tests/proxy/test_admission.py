@@ -89,3 +89,26 @@ def test_more_places_than_there_are_is_an_error_not_a_wait_forever() -> None:
 
     with pytest.raises(ValueError, match="3 places"):
         asyncio.run(main())
+
+
+def test_a_place_given_back_while_the_reservation_is_open_is_its_own_again() -> None:
+    """A fan-out's request asked again (an empty stream asked again whole, Q52) uses its own place
+    again instead of waiting behind the fan-out that came next, which waits for its siblings'."""
+
+    async def main() -> tuple[bool, bool, int, int]:
+        admission = Admission(4)
+        reservation = await admission.reserve(3)
+        assert all(reservation.use() for _ in range(3))
+        behind = asyncio.create_task(admission.take(3))  # the next fan-out: 1 place is free
+        await _settle()
+        reservation.give()  # the empty stream's end
+        again = reservation.use()  # its request asked again
+        reservation.close()
+        still_waiting = not behind.done()
+        taken = admission.taken
+        for _ in range(3):  # the three requests end
+            reservation.give()
+        await asyncio.wait_for(behind, 1)
+        return again, still_waiting, taken, admission.taken
+
+    assert asyncio.run(main()) == (True, True, 3, 3)

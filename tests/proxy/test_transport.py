@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from proxy.transport import UpstreamTransport
-from tests.support.servers import wait_for
+from tests.support.servers import free_port, wait_for
 
 from .rawserver import Record, http_chunk, raw_server, read_request, wait_peer_close
 
@@ -25,6 +25,7 @@ def _run(upstream: str, body: Callable[[httpx.AsyncClient], Awaitable[Any]]) -> 
         async with httpx.AsyncClient(base_url=upstream, transport=transport) as client:
             result = await body(client)
             assert transport.connections_in_use() == 0
+            assert transport.admission.taken == 0  # every request's place given back
             return result
 
     return asyncio.run(main())
@@ -255,3 +256,17 @@ def test_a_closed_connections_place_goes_to_the_first_waiter_not_to_a_newcomer()
         assert asyncio.run(main(upstream)) == 0
         assert record.connections == 4
     assert order == ["first", "second", "third", "newcomer"]
+
+
+def test_a_request_that_cannot_connect_gives_its_place_back() -> None:
+    async def main() -> int:
+        transport = UpstreamTransport(keepalive_expiry=5, max_connections=1)
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{free_port()}", transport=transport
+        ) as client:
+            for _ in range(3):  # with the place kept, the second would wait for ever
+                with pytest.raises(httpx.ConnectError):
+                    await asyncio.wait_for(client.get("/"), 5)
+        return transport.admission.taken
+
+    assert asyncio.run(main()) == 0
