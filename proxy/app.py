@@ -140,25 +140,23 @@ async def _read_body(request: Request, limit: int) -> bytes | Response:
 
 
 def _fan_out_refused(
-    endpoint: Endpoint, body: dict[str, Any], info: RequestInfo, config: ProxyConfig
-) -> Response | None:
-    """A 400 for a request that would fan out to more upstream requests (prompts x n) than
-    ``--max-fan-out`` allows (a 1 KB request of 200 prompts and n 128 opened 25,600 at once and ran
-    the proxy out of files), or than the upstream connections it may hold at once: a fan-out's
-    requests are in flight together (proxy/admission.py)."""
+    endpoint: Endpoint, body: dict[str, Any], info: RequestInfo, limit: int, flag: str
+) -> ProxyError | None:
+    """A 400 for a request that would fan out to more than ``limit`` upstream requests (prompts x n).
+
+    The limits: ``--max-fan-out`` (a 1 KB request of 200 prompts and n 128 opened 25,600 at once and
+    ran the proxy out of files), and for requests sent at once, ``--max-upstream-connections``: they
+    are in flight together (proxy/admission.py)."""
     prompts = len(fan_out_prompts(endpoint, body))
-    limit, flag = min(
-        (config.max_fan_out, "--max-fan-out"), (config.max_upstream_connections, "--max-upstream-connections")
-    )
     if prompts * info.n <= limit:
         return None
     param = "prompt" if prompts > 1 else "n"
-    return _error(
+    return ProxyError.make(
         f"Invalid '{param}': {prompts} prompt(s) x n={info.n} is {prompts * info.n} upstream requests; "
         f"this server sends at most {limit} for one request ({flag}).",
         400,
-        "fan_out_too_large",
-        param,
+        code="fan_out_too_large",
+        param=param,
     )
 
 
@@ -195,8 +193,10 @@ async def _prepared(
     info = RequestInfo.from_body(
         endpoint, body, alias=ctx.config.model_alias, reasoning_field=ctx.config.reasoning_field
     )
-    if ctx.config.fan_out and (refused := _fan_out_refused(endpoint, body, info, ctx.config)):
-        return refused
+    if ctx.config.fan_out and (
+        refused := _fan_out_refused(endpoint, body, info, ctx.config.max_fan_out, "--max-fan-out")
+    ):
+        return JSONResponse(refused.body, status_code=refused.status)
     headers = _forward_headers(request.scope, _NOT_FORWARDED_TO_COMPLETIONS)
     if ctx.router is not None:
         return _routed(ctx, ctx.router, endpoint, body, info, headers, exchange)
@@ -236,9 +236,16 @@ async def _upstream_source(
         first_byte_timeout=config.first_byte_timeout,
         fan_out=config.fan_out,
     )
-    if upstream.traits.serial is None and builder.fans_out(body):
-        # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each other off.
-        await names.learn_serial()
+    if builder.fans_out(body):
+        if upstream.traits.serial is None:
+            # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each other off.
+            await names.learn_serial()
+        if not upstream.traits.serial and (
+            refused := _fan_out_refused(
+                endpoint, body, info, config.max_upstream_connections, "--max-upstream-connections"
+            )
+        ):
+            return refused
     return builder.source(body)
 
 

@@ -136,7 +136,8 @@ MAX_FAN_OUT = Setting(
     "max_fan_out",
     positive_integer,
     256,
-    "upstream requests one request may become (prompts x n, at most --max-upstream-connections; a 400 above)",
+    "upstream requests one request may become (prompts x n; sent at once, at most"
+    " --max-upstream-connections; a 400 above)",
 )
 MAX_UPSTREAM_CONNECTIONS = Setting(
     "max_upstream_connections",

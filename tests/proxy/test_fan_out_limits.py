@@ -22,18 +22,23 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, re
     """One completion per completion request, as JSON, on a keep-alive connection; 404 to anything else
     (the proxy's look at the model listing)."""
     while (request := await read_request(reader)) is not None:
-        if not request.startswith(b"POST /v1/completions "):
-            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-            continue
-        record.requests += 1
-        prompt = json.loads(request.split(b"\r\n\r\n", 1)[1])["prompt"]
-        choice = {"index": 0, "text": f"<{prompt}>", "finish_reason": "stop"}
-        body = json.dumps(upstream_answer(False, [choice])).encode()
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
-        )
-        writer.write(body)
-        await writer.drain()
+        await _answer_one(request, writer, record)
+
+
+async def _answer_one(request: bytes, writer: asyncio.StreamWriter, record: Record) -> None:
+    """A completion request's answer, as JSON; 404 to anything else."""
+    if not request.startswith(b"POST /v1/completions "):
+        writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+        return
+    record.requests += 1
+    prompt = json.loads(request.split(b"\r\n\r\n", 1)[1])["prompt"]
+    choice = {"index": 0, "text": f"<{prompt}>", "finish_reason": "stop"}
+    body = json.dumps(upstream_answer(False, [choice])).encode()
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    )
+    writer.write(body)
+    await writer.drain()
 
 
 @pytest.mark.parametrize(
@@ -171,7 +176,7 @@ def test_a_fan_out_sends_none_of_its_requests_until_the_cap_has_room_for_all_of_
         held = pool.submit(texts, url, "held", 1)
         wait_for(lambda: record.requests == 1, timeout=10)
         fanned = pool.submit(texts, url, "fanned", 2)
-        time.sleep(0.5)
+        time.sleep(1.0)  # (the code before sent one of the two at once)
         assert record.requests == 1  # not one of the two sent while only one could be
         gate.set()
         assert held.result(timeout=20) == {0: "done"}
@@ -191,3 +196,31 @@ def test_a_fan_out_larger_than_the_connection_cap_is_a_400_that_names_it() -> No
         assert (error["code"], error["param"]) == ("fan_out_too_large", "n")
         assert "at most 4 for one request (--max-upstream-connections)" in error["message"]
         assert record.requests == 0
+
+
+async def _one_at_a_time(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """llama-cpp-python's listing (it serves one request at a time), then a completion per request."""
+    while (request := await read_request(reader)) is not None:
+        if request.startswith(b"GET /v1/models "):
+            entry = {"id": "m", "object": "model", "owned_by": "me", "permissions": []}
+            listing = json.dumps({"object": "list", "data": [entry]}).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                % len(listing)
+            )
+            writer.write(listing)
+            await writer.drain()
+            continue
+        await _answer_one(request, writer, record)
+
+
+def test_a_fan_out_to_an_upstream_that_serves_one_at_a_time_is_not_held_to_the_connection_cap() -> None:
+    """Its requests go one after another: none waits for another's place."""
+    with (
+        raw_server(_one_at_a_time) as (upstream, record),
+        run_proxy(upstream, upstream_kind="openai", max_upstream_connections=2) as url,
+    ):
+        response = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": "x", "n": 5}, timeout=10)
+        assert response.status_code == 200, response.text
+        assert [c["text"] for c in response.json()["choices"]] == ["<x>"] * 5
+        assert record.requests == 5
