@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
 from tests.live.conftest import OVERFLOW_WORDS
+from tests.support.check_report import check_results, errors_by_probe
 from tests.support.servers import free_port, run_process
 
 # Every probe of the battery (tools and JSON included, issue 20) against a CPU model: minutes, not the
@@ -27,12 +26,7 @@ def proxy_url(llama_cpp_python_url: str) -> Iterator[str]:
 
 
 def _errors(url: str, tmp_path: Path, *extra: str) -> dict[str, list[str]]:
-    report = tmp_path / "report.json"
-    main(["check", url, "--format", "json", "-o", str(report), "--record", str(tmp_path / "rec"), *extra])
-    results = json.loads(report.read_text())["results"]
-    return {
-        r["source"]: [f"{e['rule']}: {e['message']}" for e in r["errors"]] for r in results if r["errors"]
-    }
+    return errors_by_probe(check_results(url, tmp_path, *extra))
 
 
 def test_bundled_backend_has_no_errors(backend_url: str, tmp_path: Path) -> None:

