@@ -41,34 +41,24 @@ def test_a_request_for_several_places_waits_for_all_and_none_behind_it_jumps_ahe
     assert asyncio.run(main()) == ["fan-out of 3", "single"]
 
 
-def test_a_request_that_leaves_the_line_lets_those_behind_it_in() -> None:
+@pytest.mark.parametrize("admitted", [False, True], ids=["while-it-waits", "once-admitted"])
+def test_a_request_cancelled_in_line_lets_the_one_behind_it_in(admitted: bool) -> None:
+    """Cancelled while it waits for two places, or once given its place but before it resumed."""
+
     async def main() -> int:
         admission = Admission(2)
-        await admission.take(1)
-        big = asyncio.create_task(admission.take(2))
-        small = asyncio.create_task(admission.take(1))
+        await admission.take(2 if admitted else 1)
+        gone = asyncio.create_task(admission.take(1 if admitted else 2))
+        behind = asyncio.create_task(admission.take(1))
         await _settle()
-        assert not small.done()  # behind the request for two
-        big.cancel()
-        await asyncio.wait_for(small, 1)
+        assert not behind.done()
+        if admitted:
+            admission.give(1)  # the place is the first's: cancelled now, it never resumes to use it
+        gone.cancel()
+        await asyncio.wait_for(behind, 1)
         return admission.taken
 
     assert asyncio.run(main()) == 2
-
-
-def test_places_given_as_the_request_is_cancelled_go_on_to_the_next() -> None:
-    async def main() -> int:
-        admission = Admission(1)
-        await admission.take(1)
-        first = asyncio.create_task(admission.take(1))
-        second = asyncio.create_task(admission.take(1))
-        await _settle()
-        admission.give(1)  # the place is first's, but first is cancelled before it resumes
-        first.cancel()
-        await asyncio.wait_for(second, 1)
-        return admission.taken
-
-    assert asyncio.run(main()) == 1
 
 
 def test_a_reservations_unused_places_go_back_when_it_closes() -> None:
