@@ -153,9 +153,11 @@ class ResponseBuilder:
             )
         if choice.tool_stream is not None:
             return out + self._tool_chunks(choice, event)
-        if event.text or event.logprobs:
+        split = choice.reasoning
+        # A thinking choice sees every event, one without text too: its tokens still count (the last
+        # token's text may be held back, a partial character, when the limit stops it).
+        if event.text or event.logprobs or split is not None:
             lp = {"content": [self._chat_token(t) for t in event.logprobs], "refusal": None} if want else None
-            split = choice.reasoning
             delta = (
                 {"content": event.text} if split is None else split.delta(event.text, event.completion_tokens)
             )

@@ -141,6 +141,27 @@ def _builder(stream: bool) -> ResponseBuilder:
     return ResponseBuilder(req, [prompt], "m", lambda token: b"", THINK)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_last_token_without_text_while_thinking_is_a_reasoning_token(stream: bool) -> None:
+    """Stopped by the limit in the middle of a character, the last token's text is held back: its
+    event has no text, and its token counts all the same (the stream once counted it as no reasoning)."""
+    builder = _builder(stream=stream)
+    events = [
+        Event(0, text=piece, completion_tokens=n) for n, piece in enumerate(["<think>", "\nHm", "m"], 1)
+    ]
+    events.append(Event(0, finish_reason="length", completion_tokens=4))
+    if stream:
+        for event in events:
+            builder.chunks(event)
+        usage = builder.usage_chunk()["usage"]
+    else:
+        for event in events:
+            builder.add(event)
+        usage = builder.body()["usage"]
+    assert usage["completion_tokens"] == 4
+    assert usage["completion_tokens_details"] == {"reasoning_tokens": 3}  # all but the opening marker
+
+
 def _events() -> list[Event]:
     pieces = ["<think>", "\nHm", ".</", "think>", "\n\nHello", "!"]
     events = [Event(0, text=piece, completion_tokens=n) for n, piece in enumerate(pieces, 1)]
