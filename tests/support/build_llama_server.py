@@ -28,6 +28,7 @@ _OFF = [
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_BUILD_MTMD=OFF",
     "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # (else the build tries to download the web UI's files)
     "-DGGML_CCACHE=OFF",
 ]
 
