@@ -66,6 +66,14 @@ def sse_head() -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
+def json_answer(payload: object) -> bytes:
+    """A whole 200 response with ``payload`` as its JSON body."""
+    body = json.dumps(payload).encode()
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+    )
+
+
 def http_chunk(data: bytes) -> bytes:
     return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 

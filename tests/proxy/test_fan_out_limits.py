@@ -15,7 +15,7 @@ import pytest
 from tests.support.servers import wait_for
 
 from .conftest import run_proxy, upstream_answer
-from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head
+from .rawserver import Record, chunk, http_chunk, json_answer, raw_server, read_request, sse_head
 
 
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
@@ -33,11 +33,7 @@ async def _answer_one(request: bytes, writer: asyncio.StreamWriter, record: Reco
     record.requests += 1
     prompt = json.loads(request.split(b"\r\n\r\n", 1)[1])["prompt"]
     choice = {"index": 0, "text": f"<{prompt}>", "finish_reason": "stop"}
-    body = json.dumps(upstream_answer(False, [choice])).encode()
-    writer.write(
-        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
-    )
-    writer.write(body)
+    writer.write(json_answer(upstream_answer(False, [choice])))
     await writer.drain()
 
 
@@ -203,12 +199,7 @@ async def _one_at_a_time(reader: asyncio.StreamReader, writer: asyncio.StreamWri
     while (request := await read_request(reader)) is not None:
         if request.startswith(b"GET /v1/models "):
             entry = {"id": "m", "object": "model", "owned_by": "me", "permissions": []}
-            listing = json.dumps({"object": "list", "data": [entry]}).encode()
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-                % len(listing)
-            )
-            writer.write(listing)
+            writer.write(json_answer({"object": "list", "data": [entry]}))
             await writer.drain()
             continue
         await _answer_one(request, writer, record)

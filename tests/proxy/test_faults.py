@@ -26,7 +26,16 @@ from tests.support.servers import free_port, wait_for
 
 from .conftest import judge, upstream_answer
 from .conftest import serve_proxy as proxy
-from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
+from .rawserver import (
+    Record,
+    chunk,
+    http_chunk,
+    json_answer,
+    raw_server,
+    read_request,
+    sse_head,
+    wait_peer_close,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -834,9 +843,7 @@ class _OneAtATime:
                     if self.listing
                     else []
                 )
-                payload = json.dumps({"object": "list", "data": entries}).encode()
-                head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-                writer.write(head % len(payload) + payload)
+                writer.write(json_answer({"object": "list", "data": entries}))
                 await writer.drain()
                 continue
             body = json.loads(request.split(b"\r\n\r\n", 1)[1])
@@ -848,9 +855,7 @@ class _OneAtATime:
                     await asyncio.sleep(self.delay)
                     usage = {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}
                     answer = upstream_answer(False, [_text("".join(self.WORDS), "length")], usage=usage)
-                    payload = json.dumps(answer).encode()
-                    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-                    writer.write(head % len(payload) + payload)
+                    writer.write(json_answer(answer))
                     await writer.drain()
                     continue
                 writer.write(sse_head())
