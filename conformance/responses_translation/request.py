@@ -4,9 +4,10 @@ Pure: a dict in, a dict out, or a :class:`TranslationError` (a 400 naming the pa
 error words). What is translated and what is refused, and why, is in docs/responses.md; in short:
 
 - ``input`` (a string, or items: ``message`` with ``input_text``/``output_text``/``refusal``/
-  ``input_image`` parts, ``function_call``, ``function_call_output``, ``custom_tool_call`` and its
-  output, ``reasoning``) and ``instructions`` become chat messages. A ``developer`` message is sent as
-  ``system``: local chat templates (llama.cpp's Jinja ones, llama-cpp-python's formats) know no
+  ``input_image`` parts, ``function_call``, ``function_call_output``, ``custom_tool_call`` and its output,
+  ``reasoning``) and ``instructions`` become chat messages; a ``function_call_output`` without ``call_id``
+  that names its tool (Codex CLI's goal) as a call of that tool and its answer. A ``developer`` message is
+  sent as ``system``: local chat templates (llama.cpp's Jinja ones, llama-cpp-python's formats) know no
   ``developer`` role; consecutive ``system`` (or ``user``) text messages are joined, for templates that
   want roles to alternate. ``reasoning`` items are left out: chat templates drop earlier turns' reasoning
   anyway, and their ``encrypted_content`` is OpenAI's.
@@ -287,6 +288,8 @@ def _add_item(out: _Messages, item: Any, param: str) -> None:
             "function": {"name": _chat_name(name, item.get("namespace")), "arguments": arguments},
         }
         out.add_call(call)
+    elif kind == "function_call_output" and item.get("call_id") is None and _named(item):
+        _add_unasked_output(out, item, param)
     elif kind in ("function_call_output", "custom_tool_call_output"):
         out.add(
             {
@@ -309,6 +312,33 @@ def _add_item(out: _Messages, item: Any, param: str) -> None:
             f"{param}.type",
             "unsupported_value",
         )
+
+
+def _named(item: Mapping[str, Any]) -> bool:
+    return isinstance(item.get("name"), str) and bool(item["name"])
+
+
+def _add_unasked_output(out: _Messages, item: Mapping[str, Any], param: str) -> None:
+    """A ``function_call_output`` without ``call_id`` that names its tool: an output the client adds on
+    its own, not the answer to a call of the model's (the spec makes ``call_id`` optional and gives the
+    item ``name`` and ``namespace``; Codex CLI 0.171 sends its goal this way, as the output of
+    ``agent.goal_objective``, after a ``create_goal`` call). Chat has no tool message without the call
+    it answers, and chat templates render a tool message against the call before it (some refuse an
+    unanswered one), so it is sent as a call of that tool with no arguments and its tool message. The
+    call's id is made from the item's ``id`` (else its place), the same in every request that repeats
+    it, so that a prefix cache keeps matching."""
+    given = item.get("id")
+    source = given if isinstance(given, str) and given else param
+    call_id = ("call_" + "".join(c if c.isalnum() else "_" for c in source).strip("_"))[:64]
+    name = _chat_name(item["name"], item.get("namespace"))
+    out.add_call({"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}})
+    out.add(
+        {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": _text_of_parts(item.get("output"), f"{param}.output"),
+        }
+    )
 
 
 def _json(value: Any) -> str:

@@ -61,12 +61,12 @@ def proxy_url(node_clients: NodeClients) -> Iterator[str]:
     ``CONTEXT`` tokens), or of ``CONFORMANT_CLIENTS_UPSTREAM``. Asks for the clients first, so that a
     machine without Node.js skips before it loads a model."""
     upstream = os.environ.get(UPSTREAM_VARIABLE)
-    with _serve(["--upstream", upstream] if upstream else [], None if upstream else CONTEXT) as url:
+    with serve(["--upstream", upstream] if upstream else [], None if upstream else CONTEXT) as url:
         yield url
 
 
 @contextlib.contextmanager
-def _serve(args: list[str], context: int | None) -> Iterator[str]:
+def serve(args: list[str], context: int | None) -> Iterator[str]:
     """``conformant serve`` on a free port with ``args``; with ``context``, its bundled backend gets one
     sequence slot of that many tokens."""
     port = free_port()
@@ -96,7 +96,7 @@ def scripted_proxy_url(node_clients: NodeClients, tmp_path_factory: pytest.TempP
         reply=SCRIPTED_REPLY, chat_template=HERMES_TOOLS_TEMPLATE, n_ctx_train=SCRIPTED_CONTEXT
     )
     path = write_synthetic(tmp_path_factory.mktemp("scripted") / "scripted.gguf", spec)
-    with _serve(["--model", str(path)], SCRIPTED_CONTEXT) as url:
+    with serve(["--model", str(path)], SCRIPTED_CONTEXT) as url:
         yield url
 
 

@@ -17,6 +17,11 @@ tokens, seven function tools, one ``namespace`` tool (multi_agent_v1, grouping f
 - the backend's default model, Gemma 3 270M (a base model): whether its reply ends before the cap is the
   draw's; cut by the cap, the test is marked as the expected failure it is (docs/clients.md has what was
   measured).
+
+And one turn against a scripted chat upstream, for what the model's draw reaches only now and then: its
+first answer calls ``create_goal``, after which Codex sends its goal back as a ``function_call_output``
+without ``call_id`` (``name`` and ``namespace`` instead). CI's run on the Gemma model drew such a turn and
+the proxy refused it with a 400; the scripted upstream makes the path certain.
 """
 
 from __future__ import annotations
@@ -29,9 +34,13 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
 
-from tests.clients.conftest import DEFAULT_MAX_TOKENS, SCRIPTED_REPLY
+from tests.clients.conftest import DEFAULT_MAX_TOKENS, SCRIPTED_REPLY, serve
 from tests.clients.node import NodeClients
+from tests.support.servers import RecordingUpstream, run_asgi
 
 PROVIDER = "conformant"
 KEY_VARIABLE = "CONFORMANT_CODEX_TEST_KEY"
@@ -112,3 +121,59 @@ def test_codex_exec_runs_one_turn_on_the_default_model(
     kinds = [event.get("type") for event in _events(run.stdout)]
     assert "turn.completed" in kinds, shown
     assert "turn.failed" not in kinds, shown
+
+
+def _goal_then_answer_upstream() -> RecordingUpstream:
+    """A chat upstream that streams a ``create_goal`` call first, and ``SCRIPTED_REPLY`` once the
+    conversation has a tool message."""
+    upstream = RecordingUpstream([])
+
+    def events(body: dict[str, Any]) -> list[dict[str, Any]]:
+        answered = any(message.get("role") == "tool" for message in body.get("messages", []))
+        if answered:
+            delta: dict[str, Any] = {"role": "assistant", "content": SCRIPTED_REPLY}
+            finish = "stop"
+        else:
+            call = {"name": "create_goal", "arguments": json.dumps({"objective": "Say hello."})}
+            delta = {
+                "role": "assistant",
+                "tool_calls": [{"index": 0, "id": "call_g1", "type": "function", "function": call}],
+            }
+            finish = "tool_calls"
+        head = {"id": "chatcmpl-goal", "object": "chat.completion.chunk", "created": 1, "model": "scripted"}
+        return [
+            {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+            {
+                **head,
+                "choices": [],
+                "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+            },
+        ]
+
+    async def chat(request: Request) -> StreamingResponse:
+        body = await request.json()
+        upstream.seen.append(("/v1/chat/completions", body))
+        lines = [f"data: {json.dumps(event)}\n\n" for event in events(body)] + ["data: [DONE]\n\n"]
+        return StreamingResponse(iter(lines), media_type="text/event-stream")
+
+    upstream.app.router.routes.append(Route("/v1/chat/completions", chat, methods=["POST"]))
+    return upstream
+
+
+def test_codex_sends_its_goal_back_without_a_call_id_and_the_turn_completes(
+    node_clients: NodeClients, tmp_path: Path
+) -> None:
+    upstream = _goal_then_answer_upstream()
+    with run_asgi(upstream.app) as upstream_url, serve(["--upstream", upstream_url], None) as proxy_url:
+        run, shown = _codex_exec(node_clients, proxy_url, "scripted", tmp_path)
+    assert run.returncode == 0, shown
+    kinds = [event.get("type") for event in _events(run.stdout)]
+    assert "turn.completed" in kinds, shown
+    # What Codex sent after the call, as the upstream got it: the goal as the answer of a call of its own.
+    last = upstream.bodies("/v1/chat/completions")[-1]["messages"]
+    calls = {c["id"]: c["function"]["name"] for m in last for c in m.get("tool_calls", [])}
+    answers = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
+    assert calls.get("call_g1") == "create_goal", last
+    goal = [answers[i] for i, name in calls.items() if name == "agent__goal_objective"]
+    assert goal == ["Say hello."], last

@@ -503,6 +503,15 @@ def test_invalid_requests_are_refused(body: dict[str, Any]) -> None:
     assert judged(refusal.encode(), req, status=400, headers=JSON) == (set(), set())
 
 
+def test_an_output_that_names_its_tool_needs_no_call_id() -> None:
+    """The spec makes ``call_id`` optional; Codex CLI sends outputs of its own (its goal) with ``name`` and
+    ``namespace`` instead, and OpenAI answers them. Without either, the output belongs to nothing."""
+    output = {"type": "function_call_output", "name": "goal_objective", "namespace": "agent", "output": "hi"}
+    req = {"method": "POST", "path": "/v1/responses", "body": {"model": "m", "input": [output]}}
+    ok = json.dumps(response(output=[message("Hi")])).encode()
+    assert "invalid-request-accepted" not in judged(ok, req, headers=JSON)[0]
+
+
 def test_refusal_and_reasoning_streams() -> None:
     refusal = {"type": "refusal", "refusal": "I can't."}
     item = {"id": MSG, "type": "message", "role": "assistant", "status": "completed", "content": [refusal]}

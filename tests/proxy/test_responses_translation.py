@@ -86,6 +86,45 @@ def test_a_call_alone_is_an_assistant_message_with_empty_content() -> None:
     }
 
 
+def test_an_output_without_a_call_that_names_its_tool_is_a_call_of_that_tool_and_its_answer() -> None:
+    """As Codex CLI 0.171 sends its goal after a ``create_goal`` call: a ``function_call_output`` with
+    ``name`` and ``namespace`` and no ``call_id`` (optional in the spec). Chat has no tool message without
+    its call, so one is made, with an id from the item's that the next request repeats."""
+    items = [
+        {"role": "user", "content": "Say hello."},
+        {"type": "function_call", "call_id": "c1", "name": "create_goal", "arguments": '{"objective":"hi"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": '{"goal":{}}'},
+        {
+            "type": "function_call_output",
+            "id": "fco_01a2-1e1a",
+            "name": "goal_objective",
+            "namespace": "agent",
+            "output": "say hello",
+        },
+        {"type": "function_call_output", "name": "note", "output": [{"type": "input_text", "text": "n"}]},
+    ]
+    messages = _chat({"input": items})["messages"]
+    made = {
+        "id": "call_fco_01a2_1e1a",
+        "type": "function",
+        "function": {"name": "agent__goal_objective", "arguments": "{}"},
+    }
+    assert messages[2:] == [
+        {"role": "tool", "tool_call_id": "c1", "content": '{"goal":{}}'},
+        {"role": "assistant", "content": "", "tool_calls": [made]},
+        {"role": "tool", "tool_call_id": "call_fco_01a2_1e1a", "content": "say hello"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "call_input_4", "type": "function", "function": {"name": "note", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_input_4", "content": "n"},
+    ]
+    assert _chat({"input": items})["messages"] == messages  # the same ids again
+
+
 def test_consecutive_messages_of_one_role_are_joined() -> None:
     """As Codex CLI sends a turn: instructions, then developer and user messages of its own before the
     prompt; a template that wants roles to alternate gets one system and one user message."""
