@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .logprobs import response_logprobs
+
 __all__ = [
     "error_object",
     "failed_error",
@@ -121,18 +123,20 @@ def response_object(
     return response
 
 
-def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+def message_item(
+    item_id: str, text: str, status: str = "completed", logprobs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "id": item_id,
         "type": "message",
         "status": status,
         "role": "assistant",
-        "content": [] if status == "in_progress" else [output_text_part(text)],
+        "content": [] if status == "in_progress" else [output_text_part(text, logprobs)],
     }
 
 
-def output_text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def output_text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
@@ -228,7 +232,8 @@ def response_from_chat(
     if not isinstance(text, str) or not text:
         text = message.get("refusal") if isinstance(message.get("refusal"), str) else None
     if text:
-        output.append(message_item(new_item_id("msg"), text, item_status))
+        logprobs = response_logprobs(choice.get("logprobs"))
+        output.append(message_item(new_item_id("msg"), text, item_status, logprobs))
     for call in _calls(message.get("tool_calls")):
         function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
         assert isinstance(function, Mapping)

@@ -39,6 +39,7 @@ from .body import (
     response_status,
     response_usage,
 )
+from .logprobs import response_logprobs
 
 __all__ = ["ResponseEvents"]
 
@@ -57,6 +58,8 @@ class _Item:
     custom: bool = False
     namespaced: Mapping[str, tuple[str, str]] | None = None
     """The translation's namespaced tools, which name this call (see ``function_call_item``)."""
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    """A message's token logprobs so far (logprobs.py), when the request asked for them."""
 
     @property
     def text(self) -> str:
@@ -64,7 +67,7 @@ class _Item:
 
     def finished(self, text: str, status: str) -> dict[str, Any]:
         if self.kind == "message":
-            return message_item(self.item_id, text, status)
+            return message_item(self.item_id, text, status, self.logprobs)
         if self.kind == "reasoning":
             return reasoning_item(self.item_id, text, status)
         return function_call_item(
@@ -121,6 +124,7 @@ class ResponseEvents:
         self._sequence = 0
         self._open: _Item | None = None
         self._calls_seen: set[int] = set()
+        self._held_logprobs: list[dict[str, Any]] = []
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -166,8 +170,12 @@ class ResponseEvents:
                 if reasoning and type(reasoning) is str:
                     out += self._text("reasoning", reasoning)
                 text = delta.get("content")
+                logprobs = choice.get("logprobs")
                 if text and type(text) is str:
-                    out += self._text("message", text)
+                    out += self._text("message", text, logprobs)
+                elif logprobs:
+                    # Tokens whose text the server holds back (a character cut in two) come before it.
+                    self._held_logprobs += response_logprobs(logprobs)
                 text = delta.get("refusal")
                 if text and type(text) is str:
                     out += self._text("message", text)
@@ -202,7 +210,7 @@ class ResponseEvents:
             kind, item_id=item.item_id, output_index=item.output_index, content_index=0, **fields
         )
 
-    def _text(self, kind: str, text: str) -> list[dict[str, Any]]:
+    def _text(self, kind: str, text: str, logprobs: Any = None) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         item = self._open
         if item is None or item.kind != kind:
@@ -218,7 +226,11 @@ class ResponseEvents:
             "delta": text,
         }
         if kind == "message":
-            event["logprobs"] = []
+            entries = response_logprobs(logprobs) if logprobs else []
+            if self._held_logprobs:
+                entries, self._held_logprobs = self._held_logprobs + entries, []
+            item.logprobs += entries
+            event["logprobs"] = entries
         self._sequence += 1
         out.append(event)
         return out
@@ -262,11 +274,16 @@ class ResponseEvents:
         if item is None:
             return []
         out: list[dict[str, Any]] = []
+        if item.kind == "message" and self._held_logprobs:
+            item.logprobs += self._held_logprobs
+            self._held_logprobs = []
         text = item.text
         done = item.finished(text, status)
         if item.kind == "message":
-            out.append(self._content_event("response.output_text.done", item, text=text, logprobs=[]))
-            out.append(self._content_event("response.content_part.done", item, part=output_text_part(text)))
+            logprobs = item.logprobs
+            out.append(self._content_event("response.output_text.done", item, text=text, logprobs=logprobs))
+            part = output_text_part(text, logprobs)
+            out.append(self._content_event("response.content_part.done", item, part=part))
         elif item.kind == "reasoning":
             out.append(self._content_event("response.reasoning_text.done", item, text=text))
             part = {"type": "reasoning_text", "text": text}

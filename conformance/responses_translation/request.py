@@ -23,7 +23,8 @@ error words). What is translated and what is refused, and why, is in docs/respon
   servers or an agreed action format that a chat-completions model has no way to follow.
 - ``text.format`` becomes ``response_format``; ``reasoning.effort`` ``reasoning_effort``;
   ``max_output_tokens`` ``max_tokens`` (the name every local server reads); ``temperature``,
-  ``top_p``, ``parallel_tool_calls``, ``tool_choice``, ``user`` as they are; ``stream`` with
+  ``top_p``, ``parallel_tool_calls``, ``tool_choice``, ``user`` as they are; ``include`` with
+  ``message.output_text.logprobs`` ``logprobs`` and ``top_logprobs`` (see logprobs.py); ``stream`` with
   ``stream_options.include_usage`` (a Response carries its usage on completion).
 - ``metadata``, ``store``, ``instructions`` and the other settings are echoed on the Response
   (:attr:`ChatTranslation.echo`), not sent upstream.
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.request import integer
+
+from .logprobs import chat_logprobs
 
 __all__ = ["ChatTranslation", "TranslationError", "translate_request"]
 
@@ -628,6 +631,7 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = 
             chat[name] = value
     if isinstance(body.get("user"), str):
         chat["user"] = body["user"]
+    chat.update(chat_logprobs(body))
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise TranslationError("Invalid type for 'stream': expected a boolean.", "stream", "invalid_type")

@@ -79,6 +79,25 @@ def test_create_whole_and_streamed_and_the_stream_helper(client: Any, recorder: 
     assert_conformant(recorder)
 
 
+def test_logprobs_when_included(client: Any, recorder: RecordingTransport) -> None:
+    asked = {"include": ["message.output_text.logprobs"], "top_logprobs": 2, "max_output_tokens": 16}
+    whole = client.responses.create(model="gemma", input=PROMPT, **asked)
+    part = whole.output[-1].content[0]
+    assert len(part.logprobs) == whole.usage.output_tokens  # one entry a token
+    for entry in part.logprobs:
+        assert entry.logprob <= 0
+        assert 1 <= len(entry.top_logprobs) <= 2
+        assert entry.top_logprobs[0].logprob >= entry.logprob
+    events = list(client.responses.create(model="gemma", input=PROMPT, stream=True, **asked))
+    streamed = [entry for e in events if e.type == "response.output_text.delta" for entry in e.logprobs]
+    final = events[-1].response.output[-1].content[0].logprobs
+    assert [e.token for e in streamed] == [e.token for e in final]
+    assert len(final) == events[-1].response.usage.output_tokens
+    plain = client.responses.create(model="gemma", input=PROMPT, max_output_tokens=16)
+    assert plain.output[-1].content[0].logprobs == []
+    assert_conformant(recorder)
+
+
 def test_max_output_tokens_reached_is_incomplete(client: Any, recorder: RecordingTransport) -> None:
     response = client.responses.create(
         model="gemma", input="Count from one to one hundred in words.", max_output_tokens=16

@@ -401,6 +401,73 @@ def test_reasoning_under_either_name() -> None:
         assert body["output"][0]["type"] == "reasoning"
 
 
+def _token(token: str, logprob: float, tops: tuple[tuple[str, float], ...] = ()) -> dict[str, Any]:
+    """A chat token logprob entry, its ``bytes`` left null as a chat server may leave them."""
+    top = [{"token": t, "logprob": p, "bytes": None} for t, p in tops]
+    return {"token": token, "logprob": logprob, "bytes": None, "top_logprobs": top}
+
+
+def test_logprobs_are_asked_only_with_include() -> None:
+    asked = _chat({"input": "hi", "include": ["message.output_text.logprobs"], "top_logprobs": 2})
+    assert (asked["logprobs"], asked["top_logprobs"]) == (True, 2)
+    assert _chat({"input": "hi", "include": ["message.output_text.logprobs"]})["top_logprobs"] == 0
+    for body in (
+        {"input": "hi", "top_logprobs": 2},
+        {"input": "hi", "include": ["reasoning.encrypted_content"]},
+    ):
+        assert "logprobs" not in _chat(body)
+        assert "top_logprobs" not in _chat(body)
+
+
+def test_logprobs_of_a_whole_answer_and_of_a_stream() -> None:
+    chat_logprobs = {"content": [_token("Hé", -0.5, (("Hé", -0.5), ("Ho", -1.5))), _token("!", -0.25)]}
+    response_logprobs = [
+        {
+            "token": "Hé",
+            "logprob": -0.5,
+            "bytes": [72, 195, 169],
+            "top_logprobs": [
+                {"token": "Hé", "logprob": -0.5, "bytes": [72, 195, 169]},
+                {"token": "Ho", "logprob": -1.5, "bytes": [72, 111]},
+            ],
+        },
+        {"token": "!", "logprob": -0.25, "bytes": [33], "top_logprobs": []},
+    ]
+    completion = _completion({"content": "Hé!"}, "stop")
+    completion["choices"][0]["logprobs"] = chat_logprobs
+    body = response_from_chat(completion, translate_request({"input": "hi"}).echo)
+    check_response(body)
+    assert body["output"][0]["content"][0]["logprobs"] == response_logprobs
+
+    stream = ResponseEvents(translate_request({"input": "hi"}).echo, model="gemma")
+    events = stream.start()
+    first, second = _chunk({"role": "assistant", "content": "Hé"}), _chunk({"content": "!"}, "stop")
+    first["choices"][0]["logprobs"] = {"content": chat_logprobs["content"][:1]}
+    second["choices"][0]["logprobs"] = {"content": chat_logprobs["content"][1:]}
+    held = _chunk({"content": ""})  # a token whose text is held back: its logprob goes with the next text
+    held["choices"][0]["logprobs"] = {"content": [_token("", -2.0)]}
+    for chunk in (first, held, second):
+        events += stream.feed(chunk)
+    events += stream.finish({"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4})
+    check_events(events)
+    deltas = [e["logprobs"] for e in events if e["type"] == "response.output_text.delta"]
+    assert [[t["token"] for t in d] for d in deltas] == [["Hé"], ["", "!"]]
+    whole = [response_logprobs[0], {"token": "", "logprob": -2.0, "bytes": [], "top_logprobs": []}]
+    whole.append(response_logprobs[1])
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    assert done["logprobs"] == whole
+    assert events[-1]["response"]["output"][0]["content"][0]["logprobs"] == whole
+
+
+def test_malformed_logprobs_from_a_server_are_left_out() -> None:
+    completion = _completion({"content": "A"}, "stop")
+    completion["choices"][0]["logprobs"] = {"content": [{"token": 1}, "x", _token("A", -0.1, (("B", True),))]}
+    body = response_from_chat(completion, translate_request({"input": "hi"}).echo)
+    assert body["output"][0]["content"][0]["logprobs"] == [
+        {"token": "A", "logprob": -0.1, "bytes": [65], "top_logprobs": []}
+    ]
+
+
 def test_a_failure_after_some_output_is_response_failed() -> None:
     stream = ResponseEvents(translate_request({"input": "hi"}).echo, model="gemma")
     events = stream.start() + stream.feed(_chunk({"content": "Hel"}))
