@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "INCLUDE_LOGPROBS",
     "Endpoint",
     "Request",
     "endpoint_for_path",
@@ -125,6 +126,11 @@ def message_texts(messages: Any) -> tuple[str, ...]:
             parts = (p.get("text") for p in content if isinstance(p, Mapping))
             texts.extend(t for t in parts if isinstance(t, str))
     return tuple(texts)
+
+
+INCLUDE_LOGPROBS = "message.output_text.logprobs"
+"""The ``include`` value that asks a Response for its text's token logprobs (with ``top_logprobs``
+alternatives each); without it OpenAI gives none, whatever ``top_logprobs`` says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +233,9 @@ class Request:
     def _from_responses_body(cls, body: Mapping[str, Any]) -> Request:
         model, tools, text = body.get("model"), body.get("tools"), body.get("text")
         given, parallel = body.get("input"), body.get("parallel_tool_calls")
+        include = body.get("include")
+        logprobs = isinstance(include, list) and INCLUDE_LOGPROBS in include
+        top = integer(body.get("top_logprobs"))
         return cls(
             known=True,
             endpoint="responses",
@@ -236,6 +245,8 @@ class Request:
             messages=len(given) if isinstance(given, list) else int(isinstance(given, str)),
             message_texts=input_texts(body),
             max_tokens=integer(body.get("max_output_tokens")),
+            logprobs=logprobs,
+            top_logprobs=(top if top is not None else 0) if logprobs else None,
             tools=len(tools) if isinstance(tools, list) else 0,
             tool_choice=body.get("tool_choice"),
             response_format=text.get("format") if isinstance(text, Mapping) else None,

@@ -449,6 +449,12 @@ PROBES: tuple[Probe, ...] = (
         "finish-length",
     ),
     Probe(
+        "responses-logprobs",
+        "Responses API text with its token logprobs (include message.output_text.logprobs)",
+        lambda c: _responses(c, include=["message.output_text.logprobs"], top_logprobs=2),
+        "success",
+    ),
+    Probe(
         "responses-invalid",
         "a Responses request with max_output_tokens of the wrong type",
         lambda c: _responses(c, max_output_tokens="eight"),

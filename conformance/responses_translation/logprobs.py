@@ -13,12 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from conformance.request import integer
+from conformance.request import INCLUDE_LOGPROBS, integer
 
-__all__ = ["INCLUDE_LOGPROBS", "chat_logprobs", "response_logprobs"]
-
-INCLUDE_LOGPROBS = "message.output_text.logprobs"
-"""The ``include`` value that asks a Response for its text's logprobs."""
+__all__ = ["chat_logprobs", "response_logprobs"]
 
 
 def response_logprobs(choice_logprobs: Any) -> list[dict[str, Any]]:
@@ -55,8 +52,7 @@ def _token(entry: Any) -> dict[str, Any] | None:
 
 def chat_logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
     """The chat parameters that ask for what a Responses request's ``include`` and ``top_logprobs``
-    ask: ``logprobs`` and ``top_logprobs`` when ``include`` names the text's logprobs, else nothing
-    (OpenAI gives a Response's logprobs only then, whatever ``top_logprobs`` says)."""
+    ask: ``logprobs`` and ``top_logprobs`` when ``include`` names the text's logprobs, else nothing."""
     include = body.get("include")
     if not isinstance(include, list) or INCLUDE_LOGPROBS not in include:
         return {}

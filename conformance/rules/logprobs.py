@@ -7,7 +7,7 @@ from typing import Any
 
 from conformance.rules.context import ChoiceState, Context, choice_text
 
-__all__ = ["chat_top_count", "legacy_logprobs_shape", "logprob_sentinel", "logprobs_present"]
+__all__ = ["chat_top_count", "legacy_logprobs_shape", "logprob_sentinel", "logprobs_present", "top_count"]
 
 _LEGACY_ARRAYS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
 # llama.cpp writes minus infinity as the float minimum (-3.4e38, Q67); OpenAI's floor is -9999.0.
@@ -98,14 +98,20 @@ def chat_top_count(
         return
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    for j, entry in enumerate(content if isinstance(content, list) else ()):
+    top_count(ctx, event, content, top, f"/choices/{pos}/logprobs/content")
+
+
+def top_count(ctx: Context, event: int | None, entries: Any, top: int, where: str) -> None:
+    """At most ``top`` alternatives on each token entry of ``entries`` (found at ``where``): a chat
+    choice's ``logprobs.content``, or a Response text's ``logprobs``, which have the same entries."""
+    for j, entry in enumerate(entries if isinstance(entries, list) else ()):
         alternatives = entry.get("top_logprobs") if isinstance(entry, dict) else None
         if isinstance(alternatives, list) and len(alternatives) > top:
             ctx.error(
                 "logprobs-top-count",
                 f"a token carries {len(alternatives)} alternatives; the request asked for {top}",
                 event=event,
-                pointer=f"/choices/{pos}/logprobs/content/{j}/top_logprobs",
+                pointer=f"{where}/{j}/top_logprobs",
                 quirk="spec",
             )
             return

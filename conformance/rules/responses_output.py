@@ -15,7 +15,10 @@ Spec facts (openapi.yaml ``Response``, ``ResponseUsage``; openai-python ``types/
 - a function call's ``arguments`` is "a JSON string of the arguments to pass to the function": a JSON
   object valid against the tool's ``parameters``, naming a function the request offered;
 - ``text.format`` ``json_schema``: the output text is JSON valid against the schema (once completed);
-- ``model`` names the served model, never a file path (Q09; llama-server named it by its path).
+- ``model`` names the served model, never a file path (Q09; llama-server named it by its path);
+- ``include: ["message.output_text.logprobs"]`` asks for the text's token logprobs, each token with at
+  most ``top_logprobs`` alternatives: an ``output_text`` part with text and no logprobs lost them (the
+  proxy's translation gave ``[]`` until it passed them on).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from conformance.request import integer
 from conformance.rules.context import Context
 from conformance.rules.leaks import model_path
+from conformance.rules.logprobs import top_count
 from conformance.schemas import schema_error
 
 __all__ = [
@@ -39,6 +43,7 @@ __all__ = [
     "output_text",
     "response_id",
     "status_details",
+    "text_logprobs",
     "usage_limit",
     "usage_present",
 ]
@@ -60,6 +65,7 @@ def judge_response(ctx: Context, event: int | None, response: Mapping[str, Any],
     for index, item in enumerate(items):
         item_id_prefix(ctx, event, item, f"{where}/output/{index}")
         function_call_arguments(ctx, event, item, f"{where}/output/{index}")
+        text_logprobs(ctx, event, item, f"{where}/output/{index}")
     output_schema_valid(ctx, event, response, where)
 
 
@@ -118,6 +124,28 @@ def item_id_prefix(ctx: Context, event: int | None, item: Mapping[str, Any], whe
             pointer=f"{where}/call_id",
             quirk="spec",
         )
+
+
+def text_logprobs(ctx: Context, event: int | None, item: Mapping[str, Any], where: str) -> None:
+    """Asked-for logprobs are on every ``output_text`` part with text, with at most ``top_logprobs``
+    alternatives a token."""
+    if not (ctx.request.known and ctx.request.logprobs) or item.get("type") != "message":
+        return
+    content = item.get("content")
+    for index, part in enumerate(content if isinstance(content, list) else ()):
+        if not isinstance(part, Mapping) or part.get("type") != "output_text" or not part.get("text"):
+            continue
+        logprobs, at = part.get("logprobs"), f"{where}/content/{index}/logprobs"
+        if not logprobs:
+            ctx.error(
+                "responses-logprobs-missing",
+                "the request included message.output_text.logprobs but this text carries none",
+                event=event,
+                pointer=at,
+                quirk="spec",
+            )
+            continue
+        top_count(ctx, event, logprobs, ctx.request.top_logprobs or 0, at)
 
 
 def status_details(ctx: Context, event: int | None, response: Mapping[str, Any], where: str) -> None:

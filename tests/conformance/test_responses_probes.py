@@ -75,6 +75,12 @@ def openai_like(body: dict[str, Any]) -> tuple[int, bytes, str]:
     else:
         final = response(output=[message("Hello")])
         events = events_for(text_events(["Hel", "lo"]), final)
+    if "message.output_text.logprobs" in body.get("include", ()):
+        tokens = [
+            {"token": t, "logprob": -0.5, "bytes": list(t.encode()), "top_logprobs": []}
+            for t in ("Hel", "lo")
+        ]
+        final["output"][0]["content"][0]["logprobs"] = tokens
     if body.get("stream"):
         return 200, encode(events), "text/event-stream"
     return 200, json.dumps(final).encode(), "application/json"
@@ -89,6 +95,7 @@ def test_the_battery_has_every_responses_probe() -> None:
         "responses-tool-result",
         "responses-json-schema",
         "responses-max-output-tokens",
+        "responses-logprobs",
         "responses-invalid",
     }
 
@@ -142,6 +149,15 @@ def test_arguments_outside_the_tool_schema_fail_the_tool_call_probe() -> None:
 
     result, _ = run("responses-tool-call", wrong)
     assert {f.rule for f in result.verdict.errors} == {"responses-function-arguments"}
+
+
+def test_text_without_the_logprobs_asked_fails_the_logprobs_probe() -> None:
+    result, sent = run(
+        "responses-logprobs",
+        lambda body: (200, json.dumps(response(output=[message("Hi")])).encode(), "application/json"),
+    )
+    assert (sent["body"]["include"], sent["body"]["top_logprobs"]) == (["message.output_text.logprobs"], 2)
+    assert {f.rule for f in result.verdict.errors} == {"responses-logprobs-missing"}
 
 
 def test_an_invalid_request_served_fails() -> None:

@@ -503,6 +503,25 @@ def test_invalid_requests_are_refused(body: dict[str, Any]) -> None:
     assert judged(refusal.encode(), req, status=400, headers=JSON) == (set(), set())
 
 
+def test_asked_logprobs_are_on_the_text_with_at_most_the_alternatives_asked() -> None:
+    req = request(include=["message.output_text.logprobs"], top_logprobs=1)
+    entry = {"token": "Hi", "logprob": -0.1, "bytes": [72, 105], "top_logprobs": []}
+    top = {"token": "Hi", "logprob": -0.1, "bytes": [72, 105]}
+
+    def answer(logprobs: list[dict[str, Any]]) -> bytes:
+        item = message("Hi")
+        item["content"][0]["logprobs"] = logprobs
+        return json.dumps(response(output=[item])).encode()
+
+    assert judged(answer([{**entry, "top_logprobs": [top]}]), req, headers=JSON) == (set(), set())
+    assert judged(answer([]), req, headers=JSON)[0] == {"responses-logprobs-missing"}
+    assert judged(answer([{**entry, "top_logprobs": [top, top]}]), req, headers=JSON)[0] == {
+        "logprobs-top-count"
+    }
+    # Not asked (top_logprobs alone does not ask): none is right.
+    assert judged(answer([]), request(top_logprobs=1), headers=JSON) == (set(), set())
+
+
 def test_an_output_that_names_its_tool_needs_no_call_id() -> None:
     """The spec makes ``call_id`` optional; Codex CLI sends outputs of its own (its goal) with ``name`` and
     ``namespace`` instead, and OpenAI answers them. Without either, the output belongs to nothing."""

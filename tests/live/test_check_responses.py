@@ -4,8 +4,8 @@ chat-completions upstream gives no error (issue 21, acceptance 4), and a server 
 
 The first test needs no model: its upstream is a scripted chat server that answers as OpenAI's chat API
 does (the text, a forced tool call, JSON for a ``json_schema`` format, ``finish_reason: "length"`` at the
-token limit), so the proxy's translation is what is judged. The others run llama-cpp-python's server
-(``backend``)."""
+token limit, the text's logprobs when asked), so the proxy's translation is what is judged. The others run
+llama-cpp-python's server (``backend``)."""
 
 from __future__ import annotations
 
@@ -48,8 +48,19 @@ def _answer(body: dict[str, Any]) -> tuple[dict[str, Any], str, int]:
     return {"role": "assistant", "content": "Hello!"}, "stop", 3
 
 
-def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+def _logprobs(body: dict[str, Any], text: Any) -> dict[str, Any] | None:
+    """Chat logprobs of ``text`` (one entry a piece), with ``top_logprobs`` alternatives, when asked."""
+    if not body.get("logprobs") or not isinstance(text, str) or not text:
+        return None
+    top = [{"token": "x", "logprob": -3.0, "bytes": [120]}] * int(body.get("top_logprobs") or 0)
+    entry = {"token": text, "logprob": -0.5, "bytes": list(text.encode()), "top_logprobs": top}
+    return {"content": [entry], "refusal": None}
+
+
+def _chunk(
+    delta: dict[str, Any], finish: str | None = None, logprobs: dict[str, Any] | None = None, **extra: Any
+) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
     payload = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m", **extra}
     payload["choices"] = [choice] if delta or finish else []
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
@@ -60,7 +71,8 @@ async def _chat(request: Request) -> Response:
     message, finish, tokens = _answer(body)
     usage = {"prompt_tokens": 20, "completion_tokens": tokens, "total_tokens": 20 + tokens}
     if not body.get("stream"):
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+        logprobs = _logprobs(body, message.get("content"))
+        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
         return JSONResponse(
             {
                 "id": "chatcmpl-1",
@@ -82,11 +94,8 @@ async def _chat(request: Request) -> Response:
                 yield _chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
         else:
             for word in str(message["content"]).split(" "):
-                yield _chunk(
-                    {"content": word + " "}
-                    if word != message["content"].split(" ")[-1]
-                    else {"content": word}
-                )
+                piece = word + " " if word != message["content"].split(" ")[-1] else word
+                yield _chunk({"content": piece}, logprobs=_logprobs(body, piece))
         yield _chunk({}, finish)
         if (body.get("stream_options") or {}).get("include_usage"):
             yield _chunk({}, usage=usage)
