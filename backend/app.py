@@ -123,7 +123,7 @@ def create_app(
         emit = LoopInbox.of(asyncio.get_running_loop()).sender(queue)
         try:
             req = parse(body)
-            reasoning_effort(body)
+            req.reasoning_effort = reasoning_effort(body)
             prompts = backend.prompts(req)
             jobs = backend.jobs(req, prompts, emit)
         except RequestError as exc:

@@ -1,8 +1,9 @@
 """Chat messages -> prompt text, with the GGUF's own Jinja chat template.
 
 The template is rendered with jinja2 in a sandbox, as Hugging Face's ``apply_chat_template`` does
-(``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``raise_exception``, and ``tools``
-as the request's OpenAI tool entries). Messages are passed as HF's templates read them: an assistant turn
+(``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``raise_exception``, ``tools``
+as the request's OpenAI tool entries, and ``reasoning_effort`` when the request sets it, which
+gpt-oss's template reads). Messages are passed as HF's templates read them: an assistant turn
 with ``tool_calls`` (``arguments`` as an object), a ``tool`` turn with ``tool_call_id``. A template that
 knows no tool calls (no ``tool_calls`` in its source, like both fallbacks below) gets them as text the
 way llama.cpp's minja polyfills do: an assistant's calls as the generic format's
@@ -109,9 +110,12 @@ class ChatTemplate:
         *,
         tools: list[dict[str, Any]] | None = None,
         system: str | None = None,
+        reasoning_effort: str | None = None,
     ) -> str:
         """The prompt; ``tools`` as the template's ``tools`` variable, ``system`` added to the system
-        message (or as one in front), as llama.cpp adds its generic format's instruction."""
+        message (or as one in front), as llama.cpp adds its generic format's instruction;
+        ``reasoning_effort``, when given, as that variable (left undefined otherwise, so that a
+        template's own default holds)."""
         payload = [self._message(m) for m in messages]
         if system:
             if payload and payload[0]["role"] == "system":
@@ -119,6 +123,8 @@ class ChatTemplate:
             else:
                 payload.insert(0, {"role": "system", "content": system})
         extra: dict[str, Any] = {"tools": tools} if tools else {}
+        if reasoning_effort is not None:
+            extra["reasoning_effort"] = reasoning_effort
         try:
             return self._template.render(
                 messages=payload,

@@ -68,7 +68,8 @@ def markers_in_template(source: str | None) -> ThinkingMarkers | None:
 
 def reasoning_effort(body: dict[str, Any]) -> str | None:
     """The request's ``reasoning_effort``, one of OpenAI's values (a 400 naming it otherwise). It is
-    accepted from every client; the model thinks as its template makes it either way."""
+    accepted from every client and given to the chat template as that variable; a template that reads
+    it (gpt-oss's) sets the model's effort with it, the others make the model think as they do."""
     value = body.get("reasoning_effort")
     if value is None:
         return None

@@ -139,6 +139,9 @@ class GenerationRequest:
     tool_format: Any = None
     """The :class:`backend.tool_formats.ToolFormat` the service picked from the chat template, when the
     request has tools and ``tool_choice`` is not ``none``: responses parse the output with it."""
+    reasoning_effort: str | None = None
+    """The request's ``reasoning_effort``, given to the chat template as that variable (gpt-oss's reads
+    it; a template that does not ignores it)."""
 
 
 def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:

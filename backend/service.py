@@ -93,7 +93,8 @@ class Backend:
     def _chat_prompt(self, req: GenerationRequest) -> str:
         """The prompt, and for a request with tools the format that reads the answer and its grammar."""
         if not req.tools or req.tool_choice.mode == "none":
-            return self.template.render(req.messages)  # 'none': the model is not shown the tools at all
+            # 'none': the model is not shown the tools at all
+            return self.template.render(req.messages, reasoning_effort=req.reasoning_effort)
         fmt = self.tool_format
         if req.sampling.grammar is not None and not (isinstance(fmt, Generic) and req.response_schema):
             raise RequestError(
@@ -115,7 +116,10 @@ class Backend:
                 req.response_schema,
                 template_knows_tools=self.template.knows_tools,
             )
-        return self.template.render(req.messages, tools=[t.to_openai() for t in req.tools], system=system)
+        tools = [t.to_openai() for t in req.tools]
+        return self.template.render(
+            req.messages, tools=tools, system=system, reasoning_effort=req.reasoning_effort
+        )
 
     def _completion_prompt(self, parts: list[PromptPart], suffix: str | None) -> Prompt:
         tokens: list[int] = []

@@ -194,6 +194,9 @@ def test_a_whole_chat_answer_carries_reasoning_content_and_reasoning_tokens() ->
 # ChatML whose generation prompt opens the thinking, as DeepSeek R1 0528's does: the synthetic model's
 # random output then is all reasoning (it never writes the closing marker).
 THINKING_CHATML = (
+    # As gpt-oss's template reads the request's reasoning_effort: into the system turn.
+    "{% if reasoning_effort is defined %}"
+    "{{ '<|im_start|>system\\nReasoning: ' + reasoning_effort + '<|im_end|>\\n' }}{% endif %}"
     "{% for m in messages %}"
     "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'].split('</think>')[-1] + '<|im_end|>\\n' }}"
     "{% endfor %}"
@@ -245,6 +248,22 @@ def test_a_synthetic_thinking_model_answers_in_reasoning_content(thinking_url: s
     headers = {"content-type": response.headers["content-type"]}
     verdict = judge_response(response.content, request=request, status=200, headers=headers)
     assert [f.message for f in verdict.errors] == []
+
+
+def test_the_reasoning_effort_reaches_the_chat_template(thinking_url: str) -> None:
+    def prompt_tokens(**extra: Any) -> int:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, **extra}
+        response = httpx.post(thinking_url + "/v1/chat/completions", json=body, timeout=60)
+        assert response.status_code == 200, response.text
+        return int(response.json()["usage"]["prompt_tokens"])
+
+    plain = prompt_tokens()
+    # The template's system turn, "Reasoning: high", is in the prompt only when the request says so.
+    assert prompt_tokens(reasoning_effort="high") > plain
+    assert prompt_tokens(reasoning_effort="high", tools=[_TOOL]) > prompt_tokens(tools=[_TOOL])
+
+
+_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
 
 
 def test_an_unknown_reasoning_effort_is_answered_400(thinking_url: str) -> None:
