@@ -42,9 +42,7 @@ from conformance.responses_state import (
 )
 from conformance.responses_translation import (
     ChatTranslation,
-    ResponseEvents,
     TranslationError,
-    response_from_chat,
     translate_request,
 )
 from conformance.sse import DONE_EVENT, encode_data
@@ -218,15 +216,13 @@ def create_app(
         whole = await _whole(request, started)
         if isinstance(whole, Response):
             return whole
-        answer = response_from_chat(whole, translation.echo, custom_tools=translation.custom_tools)
+        answer = translation.response(whole)
         return JSONResponse(await remember(store, answer, items))
 
     async def _response_stream(
         started: _Generation, translation: ChatTranslation, items: list[Any]
     ) -> AsyncIterator[bytes]:
-        events = ResponseEvents(
-            translation.echo, model=backend.model_id, custom_tools=translation.custom_tools
-        )
+        events = translation.events(backend.model_id)
         yield _response_events(events.start())
         async with contextlib.aclosing(_chunks(started)) as stream:
             async for chunks in stream:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .logprobs import response_logprobs
+from .logprobs import text_logprobs
 
 __all__ = [
     "error_object",
@@ -216,8 +216,10 @@ def response_from_chat(
     created_at: int | None = None,
     custom_tools: frozenset[str] = frozenset(),
     namespaced: Mapping[str, tuple[str, str]] | None = None,
+    logprobs: bool = False,
 ) -> dict[str, Any]:
-    """The ``Response`` for a whole chat completion (its first choice: a Response has one)."""
+    """The ``Response`` for a whole chat completion (its first choice: a Response has one); with
+    ``logprobs`` (the request asked for them), the text's token logprobs (logprobs.py)."""
     choices = chat.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
     message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
@@ -229,11 +231,16 @@ def response_from_chat(
     if isinstance(reasoning, str) and reasoning:
         output.append(reasoning_item(new_item_id("rs"), reasoning, item_status))
     text = message.get("content")
-    if not isinstance(text, str) or not text:
+    refusal = not isinstance(text, str) or not text
+    if refusal:
         text = message.get("refusal") if isinstance(message.get("refusal"), str) else None
     if text:
-        logprobs = response_logprobs(choice.get("logprobs"))
-        output.append(message_item(new_item_id("msg"), text, item_status, logprobs))
+        entries = None
+        if logprobs:
+            thought = len(reasoning) if isinstance(reasoning, str) else 0
+            alone = not thought and not _calls(message.get("tool_calls"))
+            entries = text_logprobs(choice.get("logprobs"), text, refusal=refusal, after=thought, alone=alone)
+        output.append(message_item(new_item_id("msg"), text, item_status, entries))
     for call in _calls(message.get("tool_calls")):
         function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
         assert isinstance(function, Mapping)

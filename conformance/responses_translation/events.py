@@ -109,6 +109,7 @@ class ResponseEvents:
         created_at: int | None = None,
         custom_tools: frozenset[str] = frozenset(),
         namespaced: Mapping[str, tuple[str, str]] | None = None,
+        logprobs: bool = False,
     ) -> None:
         self.echo = echo
         self.model = model
@@ -116,6 +117,8 @@ class ResponseEvents:
         self.created_at = created_at if created_at is not None else int(time.time())
         self.custom_tools = custom_tools
         self.namespaced = namespaced
+        self.logprobs = logprobs
+        """Whether the request asked for the text's logprobs: not asked, none is passed on."""
         self.output: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
         self.finish_reason: Any = None
@@ -170,15 +173,16 @@ class ResponseEvents:
                 if reasoning and type(reasoning) is str:
                     out += self._text("reasoning", reasoning)
                 text = delta.get("content")
-                logprobs = choice.get("logprobs")
+                logprobs = choice.get("logprobs") if self.logprobs else None
                 if text and type(text) is str:
-                    out += self._text("message", text, logprobs)
-                elif logprobs:
+                    out += self._text("message", text, response_logprobs(logprobs) if logprobs else None)
+                elif logprobs and not (reasoning or delta.get("refusal") or delta.get("tool_calls")):
                     # Tokens whose text the server holds back (a character cut in two) come before it.
                     self._held_logprobs += response_logprobs(logprobs)
                 text = delta.get("refusal")
                 if text and type(text) is str:
-                    out += self._text("message", text)
+                    entries = response_logprobs(logprobs, "refusal") if logprobs else None
+                    out += self._text("message", text, entries)
                 calls = delta.get("tool_calls")
                 if calls and type(calls) is list:
                     for fragment in calls:
@@ -191,6 +195,8 @@ class ResponseEvents:
 
     def _open_item(self, item: _Item) -> list[dict[str, Any]]:
         out = self._close("completed")
+        if item.kind != "message":
+            self._held_logprobs = []  # held for a text that did not come
         item.output_index = len(self.output)  # after the item it follows is done and counted
         self._open = item
         out.append(
@@ -210,7 +216,9 @@ class ResponseEvents:
             kind, item_id=item.item_id, output_index=item.output_index, content_index=0, **fields
         )
 
-    def _text(self, kind: str, text: str, logprobs: Any = None) -> list[dict[str, Any]]:
+    def _text(
+        self, kind: str, text: str, entries: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         item = self._open
         if item is None or item.kind != kind:
@@ -226,7 +234,7 @@ class ResponseEvents:
             "delta": text,
         }
         if kind == "message":
-            entries = response_logprobs(logprobs) if logprobs else []
+            entries = entries or []
             if self._held_logprobs:
                 entries, self._held_logprobs = self._held_logprobs + entries, []
             item.logprobs += entries

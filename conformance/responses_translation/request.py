@@ -32,6 +32,7 @@ error words). What is translated and what is refused, and why, is in docs/respon
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from typing import Any
 
 from conformance.request import integer
 
+from .body import response_from_chat
+from .events import ResponseEvents
 from .logprobs import chat_logprobs
 
 __all__ = ["ChatTranslation", "TranslationError", "translate_request"]
@@ -139,6 +142,31 @@ class ChatTranslation:
     def stream(self) -> bool:
         return self.chat.get("stream") is True
 
+    @property
+    def logprobs(self) -> bool:
+        """Whether the answer's text carries its token logprobs (the request's ``include`` asked)."""
+        return self.chat.get("logprobs") is True
+
+    def events(self, model: str | None = None) -> ResponseEvents:
+        """The Response events of the chat stream that answers this request."""
+        return ResponseEvents(
+            self.echo,
+            model=model,
+            custom_tools=self.custom_tools,
+            namespaced=self.namespaced,
+            logprobs=self.logprobs,
+        )
+
+    def response(self, chat: Mapping[str, Any]) -> dict[str, Any]:
+        """The Response of the whole chat completion that answers this request."""
+        return response_from_chat(
+            chat,
+            self.echo,
+            custom_tools=self.custom_tools,
+            namespaced=self.namespaced,
+            logprobs=self.logprobs,
+        )
+
 
 def _text_of_parts(parts: Any, param: str) -> str:
     """The text of an output's parts (a tool output given as ``input_text`` parts)."""
@@ -226,6 +254,8 @@ class _Messages:
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
+        self.call_ids: set[str] = set()
+        """Every tool call's id so far: a made one must not take the id of another call."""
 
     def add(self, message: dict[str, Any]) -> None:
         last = self.messages[-1] if self.messages else None
@@ -242,6 +272,7 @@ class _Messages:
         self.messages.append(message)
 
     def add_call(self, call: dict[str, Any]) -> None:
+        self.call_ids.add(call["id"])
         last = self.messages[-1] if self.messages else None
         if last is not None and last["role"] == "assistant" and isinstance(last.get("content") or "", str):
             last.setdefault("tool_calls", []).append(call)
@@ -328,11 +359,13 @@ def _add_unasked_output(out: _Messages, item: Mapping[str, Any], param: str) -> 
     ``agent.goal_objective``, after a ``create_goal`` call). Chat has no tool message without the call
     it answers, and chat templates render a tool message against the call before it (some refuse an
     unanswered one), so it is sent as a call of that tool with no arguments and its tool message. The
-    call's id is made from the item's ``id`` (else its place), the same in every request that repeats
-    it, so that a prefix cache keeps matching."""
+    call's id is a digest of the item's ``id`` (else of its place), the same in every request that
+    repeats it, so that a prefix cache keeps matching; of its place too where that id is taken."""
     given = item.get("id")
     source = given if isinstance(given, str) and given else param
-    call_id = ("call_" + "".join(c if c.isalnum() else "_" for c in source).strip("_"))[:64]
+    call_id = _made_id(source)
+    if call_id in out.call_ids:  # the same item sent twice, or an id a call of the model's has
+        call_id = _made_id(f"{source}\0{param}")
     name = _chat_name(item["name"], item.get("namespace"))
     out.add_call({"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}})
     out.add(
@@ -342,6 +375,10 @@ def _add_unasked_output(out: _Messages, item: Mapping[str, Any], param: str) -> 
             "content": _text_of_parts(item.get("output"), f"{param}.output"),
         }
     )
+
+
+def _made_id(source: str) -> str:
+    return "call_" + hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def _json(value: Any) -> str:

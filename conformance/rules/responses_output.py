@@ -65,7 +65,8 @@ def judge_response(ctx: Context, event: int | None, response: Mapping[str, Any],
     for index, item in enumerate(items):
         item_id_prefix(ctx, event, item, f"{where}/output/{index}")
         function_call_arguments(ctx, event, item, f"{where}/output/{index}")
-        text_logprobs(ctx, event, item, f"{where}/output/{index}")
+        if response.get("status") != "failed":  # a broken-off answer's text may lack its last tokens'
+            text_logprobs(ctx, event, item, f"{where}/output/{index}")
     output_schema_valid(ctx, event, response, where)
 
 

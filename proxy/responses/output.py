@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.responses_state import ResponseStore, remember, remember_terminal
-from conformance.responses_translation import ChatTranslation, ResponseEvents, response_from_chat
+from conformance.responses_translation import ChatTranslation
 
 from .. import jsoncodec
 from ..respond import Output
@@ -57,12 +57,7 @@ class ResponsesOutput(Output):
         """The whole input the Response is generated from, stored with it (conformance/responses_state/)."""
         self._ending: list[dict[str, Any]] | None = None
         """The stream's last events, once made (``tail``)."""
-        self._events = ResponseEvents(
-            translation.echo,
-            model=model,
-            custom_tools=translation.custom_tools,
-            namespaced=translation.namespaced,
-        )
+        self._events = translation.events(model)
 
     @property
     def response(self) -> dict[str, Any] | None:
@@ -93,13 +88,7 @@ class ResponsesOutput(Output):
         return encode_events([self._events.error(error)])
 
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:
-        translation = self._translation
-        response = response_from_chat(
-            {**body, "model": self._model or body.get("model")},
-            translation.echo,
-            custom_tools=translation.custom_tools,
-            namespaced=translation.namespaced,
-        )
+        response = self._translation.response({**body, "model": self._model or body.get("model")})
         if self._store is not None:
             response = await remember(self._store, response, self._items)
         return response

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import pytest
@@ -104,25 +105,30 @@ def test_an_output_without_a_call_that_names_its_tool_is_a_call_of_that_tool_and
         {"type": "function_call_output", "name": "note", "output": [{"type": "input_text", "text": "n"}]},
     ]
     messages = _chat({"input": items})["messages"]
-    made = {
-        "id": "call_fco_01a2_1e1a",
-        "type": "function",
-        "function": {"name": "agent__goal_objective", "arguments": "{}"},
-    }
-    assert messages[2:] == [
-        {"role": "tool", "tool_call_id": "c1", "content": '{"goal":{}}'},
-        {"role": "assistant", "content": "", "tool_calls": [made]},
-        {"role": "tool", "tool_call_id": "call_fco_01a2_1e1a", "content": "say hello"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {"id": "call_input_4", "type": "function", "function": {"name": "note", "arguments": "{}"}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_input_4", "content": "n"},
+    assert [m["role"] for m in messages[2:]] == ["tool", "assistant", "tool", "assistant", "tool"]
+    goal, note = messages[3]["tool_calls"], messages[5]["tool_calls"]
+    assert [c["function"] for c in goal + note] == [
+        {"name": "agent__goal_objective", "arguments": "{}"},
+        {"name": "note", "arguments": "{}"},
     ]
-    assert _chat({"input": items})["messages"] == messages  # the same ids again
+    assert (messages[4], messages[6]) == (
+        {"role": "tool", "tool_call_id": goal[0]["id"], "content": "say hello"},
+        {"role": "tool", "tool_call_id": note[0]["id"], "content": "n"},
+    )
+    assert len({"c1", goal[0]["id"], note[0]["id"]}) == 3
+    assert all(re.fullmatch(r"call_[0-9a-f]{24}", c["id"]) for c in goal + note)
+    assert _chat({"input": items})["messages"] == messages  # the same ids in the next request
+    # The same item twice, or an item whose id digests to a call's: each made call has an id of its own.
+    twice = _chat({"input": [*items, items[3]]})["messages"]
+    made = [c["id"] for m in twice for c in m.get("tool_calls", ())]
+    assert len(made) == len(set(made)) == 4
+
+
+def test_an_output_with_neither_call_id_nor_name_is_refused() -> None:
+    for output in ({"call_id": None}, {"name": ""}, {"name": None, "call_id": None}):
+        with pytest.raises(TranslationError) as refused:
+            _chat({"input": [{"type": "function_call_output", "output": "x", **output}]})
+        assert refused.value.param == "input[0].call_id"
 
 
 def test_consecutive_messages_of_one_role_are_joined() -> None:
@@ -419,6 +425,14 @@ def test_logprobs_are_asked_only_with_include() -> None:
         assert "top_logprobs" not in _chat(body)
 
 
+ASKED = translate_request({"input": "hi", "include": ["message.output_text.logprobs"], "top_logprobs": 2})
+
+
+def _entry(token: str, logprob: float) -> dict[str, Any]:
+    """A Response's entry for a token ``_token`` made without alternatives."""
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": []}
+
+
 def test_logprobs_of_a_whole_answer_and_of_a_stream() -> None:
     chat_logprobs = {"content": [_token("Hé", -0.5, (("Hé", -0.5), ("Ho", -1.5))), _token("!", -0.25)]}
     response_logprobs = [
@@ -431,15 +445,19 @@ def test_logprobs_of_a_whole_answer_and_of_a_stream() -> None:
                 {"token": "Ho", "logprob": -1.5, "bytes": [72, 111]},
             ],
         },
-        {"token": "!", "logprob": -0.25, "bytes": [33], "top_logprobs": []},
+        _entry("!", -0.25),
     ]
     completion = _completion({"content": "Hé!"}, "stop")
     completion["choices"][0]["logprobs"] = chat_logprobs
-    body = response_from_chat(completion, translate_request({"input": "hi"}).echo)
+    body = ASKED.response(completion)
     check_response(body)
     assert body["output"][0]["content"][0]["logprobs"] == response_logprobs
+    # Not asked, none is passed on, whatever the upstream sent.
+    assert (
+        translate_request({"input": "hi"}).response(completion)["output"][0]["content"][0]["logprobs"] == []
+    )
 
-    stream = ResponseEvents(translate_request({"input": "hi"}).echo, model="gemma")
+    stream = ASKED.events("gemma")
     events = stream.start()
     first, second = _chunk({"role": "assistant", "content": "Hé"}), _chunk({"content": "!"}, "stop")
     first["choices"][0]["logprobs"] = {"content": chat_logprobs["content"][:1]}
@@ -452,20 +470,63 @@ def test_logprobs_of_a_whole_answer_and_of_a_stream() -> None:
     check_events(events)
     deltas = [e["logprobs"] for e in events if e["type"] == "response.output_text.delta"]
     assert [[t["token"] for t in d] for d in deltas] == [["Hé"], ["", "!"]]
-    whole = [response_logprobs[0], {"token": "", "logprob": -2.0, "bytes": [], "top_logprobs": []}]
-    whole.append(response_logprobs[1])
+    whole = [response_logprobs[0], _entry("", -2.0), response_logprobs[1]]
     done = next(e for e in events if e["type"] == "response.output_text.done")
     assert done["logprobs"] == whole
     assert events[-1]["response"]["output"][0]["content"][0]["logprobs"] == whole
 
 
+def test_only_the_texts_tokens_are_its_logprobs_beside_reasoning_and_calls() -> None:
+    """The bundled backend's logprobs cover its reasoning and calls too: one generation."""
+    tokens = ["<think>", "Hm", "</think>", "Hi", " there", '{"name"', ":1}"]
+    chat_logprobs = {"content": [_token(t, -1.0) for t in tokens]}
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    completion = _completion({"content": "Hi there", "reasoning_content": "Hm", "tool_calls": [call]}, "stop")
+    completion["choices"][0]["logprobs"] = chat_logprobs
+    message = next(item for item in ASKED.response(completion)["output"] if item["type"] == "message")
+    assert message["content"][0]["logprobs"] == [_entry("Hi", -1.0), _entry(" there", -1.0)]
+
+    stream = ASKED.events("gemma")
+    events = stream.start()
+    deltas: list[dict[str, Any]] = [
+        {"role": "assistant", "reasoning_content": "Hm"},
+        {"content": ""},  # the closing marker's token: no text of the answer's
+        {"content": "Hi"},
+        {"content": " there"},
+        {"tool_calls": [{"index": 0, **call}]},
+    ]
+    for delta, token in zip(
+        deltas, [["<think>", "Hm"], ["</think>"], ["Hi"], [" there"], tokens[5:]], strict=True
+    ):
+        chunk = _chunk(delta)
+        chunk["choices"][0]["logprobs"] = {"content": [_token(t, -1.0) for t in token]}
+        events += stream.feed(chunk)
+    events += stream.feed(_chunk({}, "tool_calls"))
+    events += stream.finish({"prompt_tokens": 1, "completion_tokens": 7, "total_tokens": 8})
+    check_events(events)
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    # The marker's token, on a chunk with no text, goes with the next text: it is the text's neighbour.
+    assert [t["token"] for t in done["logprobs"]] == ["</think>", "Hi", " there"]
+
+
+def test_a_refusals_logprobs_are_chats_refusal_logprobs() -> None:
+    completion = _completion({"content": None, "refusal": "No."}, "stop")
+    completion["choices"][0]["logprobs"] = {"content": None, "refusal": [_token("No.", -0.1)]}
+    assert ASKED.response(completion)["output"][0]["content"][0]["logprobs"] == [_entry("No.", -0.1)]
+    stream = ASKED.events("gemma")
+    chunk = _chunk({"role": "assistant", "refusal": "No."}, "stop")
+    chunk["choices"][0]["logprobs"] = {"content": None, "refusal": [_token("No.", -0.1)]}
+    events = stream.start() + stream.feed(chunk) + stream.finish()
+    assert next(e for e in events if e["type"] == "response.output_text.delta")["logprobs"] == [
+        _entry("No.", -0.1)
+    ]
+
+
 def test_malformed_logprobs_from_a_server_are_left_out() -> None:
     completion = _completion({"content": "A"}, "stop")
     completion["choices"][0]["logprobs"] = {"content": [{"token": 1}, "x", _token("A", -0.1, (("B", True),))]}
-    body = response_from_chat(completion, translate_request({"input": "hi"}).echo)
-    assert body["output"][0]["content"][0]["logprobs"] == [
-        {"token": "A", "logprob": -0.1, "bytes": [65], "top_logprobs": []}
-    ]
+    body = ASKED.response(completion)
+    assert body["output"][0]["content"][0]["logprobs"] == [_entry("A", -0.1)]
 
 
 def test_a_failure_after_some_output_is_response_failed() -> None:
