@@ -35,6 +35,7 @@ __all__ = [
     "input_texts",
     "integer",
     "message_texts",
+    "responses_top_logprobs",
 ]
 
 Endpoint = Literal["completions", "chat", "responses"]
@@ -131,6 +132,16 @@ def message_texts(messages: Any) -> tuple[str, ...]:
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
 """The ``include`` value that asks a Response for its text's token logprobs (with ``top_logprobs``
 alternatives each); without it OpenAI gives none, whatever ``top_logprobs`` says."""
+
+
+def responses_top_logprobs(body: Mapping[str, Any]) -> int | None:
+    """The alternatives per token a Responses request asks for its text's logprobs (``top_logprobs``,
+    0 when not given), or None when its ``include`` does not ask for logprobs at all."""
+    include = body.get("include")
+    if not isinstance(include, list) or INCLUDE_LOGPROBS not in include:
+        return None
+    top = integer(body.get("top_logprobs"))
+    return top if top is not None else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,9 +244,7 @@ class Request:
     def _from_responses_body(cls, body: Mapping[str, Any]) -> Request:
         model, tools, text = body.get("model"), body.get("tools"), body.get("text")
         given, parallel = body.get("input"), body.get("parallel_tool_calls")
-        include = body.get("include")
-        logprobs = isinstance(include, list) and INCLUDE_LOGPROBS in include
-        top = integer(body.get("top_logprobs"))
+        top = responses_top_logprobs(body)
         return cls(
             known=True,
             endpoint="responses",
@@ -245,8 +254,8 @@ class Request:
             messages=len(given) if isinstance(given, list) else int(isinstance(given, str)),
             message_texts=input_texts(body),
             max_tokens=integer(body.get("max_output_tokens")),
-            logprobs=logprobs,
-            top_logprobs=(top if top is not None else 0) if logprobs else None,
+            logprobs=top is not None,
+            top_logprobs=top,
             tools=len(tools) if isinstance(tools, list) else 0,
             tool_choice=body.get("tool_choice"),
             response_format=text.get("format") if isinstance(text, Mapping) else None,

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from itertools import accumulate
 from typing import Any
 
-from conformance.request import INCLUDE_LOGPROBS, integer
+from conformance.request import responses_top_logprobs
 
 __all__ = ["chat_logprobs", "response_logprobs", "text_logprobs"]
 
@@ -79,8 +79,5 @@ def _token(entry: Any) -> dict[str, Any] | None:
 def chat_logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
     """The chat parameters that ask for what a Responses request's ``include`` and ``top_logprobs``
     ask: ``logprobs`` and ``top_logprobs`` when ``include`` names the text's logprobs, else nothing."""
-    include = body.get("include")
-    if not isinstance(include, list) or INCLUDE_LOGPROBS not in include:
-        return {}
-    top = integer(body.get("top_logprobs"))
-    return {"logprobs": True, "top_logprobs": top if top is not None else 0}
+    top = responses_top_logprobs(body)
+    return {} if top is None else {"logprobs": True, "top_logprobs": top}

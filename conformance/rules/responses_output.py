@@ -39,11 +39,11 @@ __all__ = [
     "function_call_arguments",
     "item_id_prefix",
     "judge_response",
+    "logprobs_on_text",
     "output_schema_valid",
     "output_text",
     "response_id",
     "status_details",
-    "text_logprobs",
     "usage_limit",
     "usage_present",
 ]
@@ -66,7 +66,7 @@ def judge_response(ctx: Context, event: int | None, response: Mapping[str, Any],
         item_id_prefix(ctx, event, item, f"{where}/output/{index}")
         function_call_arguments(ctx, event, item, f"{where}/output/{index}")
         if response.get("status") != "failed":  # a broken-off answer's text may lack its last tokens'
-            text_logprobs(ctx, event, item, f"{where}/output/{index}")
+            logprobs_on_text(ctx, event, item, f"{where}/output/{index}")
     output_schema_valid(ctx, event, response, where)
 
 
@@ -127,7 +127,7 @@ def item_id_prefix(ctx: Context, event: int | None, item: Mapping[str, Any], whe
         )
 
 
-def text_logprobs(ctx: Context, event: int | None, item: Mapping[str, Any], where: str) -> None:
+def logprobs_on_text(ctx: Context, event: int | None, item: Mapping[str, Any], where: str) -> None:
     """Asked-for logprobs are on every ``output_text`` part with text, with at most ``top_logprobs``
     alternatives a token."""
     if not (ctx.request.known and ctx.request.logprobs) or item.get("type") != "message":
