@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from backend.engine import Event, Job, QueueFull
 from backend.handoff import LoopInbox
-from backend.reasoning import markers_in_template, reasoning_effort
+from backend.reasoning import markers_in_template
 from backend.requests import GenerationRequest, RequestError, parse_chat_request, parse_completion_request
 from backend.responses import ResponseBuilder
 from backend.service import Backend
@@ -121,7 +121,6 @@ def create_app(
         emit = LoopInbox.of(asyncio.get_running_loop()).sender(queue)
         try:
             req = parse(body)
-            req.reasoning_effort = reasoning_effort(body)
             prompts = backend.prompts(req)
             jobs = backend.jobs(req, prompts, emit)
         except RequestError as exc:

@@ -20,9 +20,6 @@ non-thinking mode": ``<think>...</think>`` before the answer, token 151668 closi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from backend.requests import RequestError
 
 __all__ = [
     "MARKERS",
@@ -30,7 +27,6 @@ __all__ = [
     "ReasoningSplitter",
     "ThinkingMarkers",
     "markers_in_template",
-    "reasoning_effort",
 ]
 
 
@@ -55,30 +51,12 @@ MARKERS = (
 """Pairs in the order they are looked for: ``<seed:think>`` and ``<thinking>`` do not contain
 ``</think>``, so the first pair whose closing marker a template writes is the model's."""
 
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
-"""OpenAI's values for ``reasoning_effort`` (openai-openapi ``ReasoningEffort``)."""
-
 
 def markers_in_template(source: str | None) -> ThinkingMarkers | None:
     """The thinking markers a chat template writes, if it is a thinking model's."""
     if not source:
         return None
     return next((m for m in MARKERS if m.close in source), None)
-
-
-def reasoning_effort(body: dict[str, Any]) -> str | None:
-    """The request's ``reasoning_effort``, one of OpenAI's values (a 400 naming it otherwise). It is
-    accepted from every client and given to the chat template as that variable; a template that reads
-    it (gpt-oss's) sets the model's effort with it, the others make the model think as they do."""
-    value = body.get("reasoning_effort")
-    if value is None:
-        return None
-    if value not in REASONING_EFFORTS:
-        raise RequestError(
-            f"Invalid value for 'reasoning_effort': expected one of {', '.join(REASONING_EFFORTS)}.",
-            "reasoning_effort",
-        )
-    return str(value)
 
 
 def _partial_end(text: str, marker: str) -> int:

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from conformance.schemas import load_schema
+
 __all__ = [
     "ChatMessage",
     "GenerationRequest",
@@ -544,6 +546,34 @@ def parse_completion_request(body: Any) -> GenerationRequest:
     )
 
 
+def _reasoning_effort_values() -> tuple[str, ...]:
+    """OpenAI's values for ``reasoning_effort``, as the judge's request schema names them."""
+    (values,) = [
+        tuple(branch["enum"])
+        for branch in load_schema("chat_completion_request")["properties"]["reasoning_effort"]["anyOf"]
+        if "enum" in branch
+    ]
+    return values
+
+
+REASONING_EFFORTS = _reasoning_effort_values()
+
+
+def _reasoning_effort(body: dict[str, Any]) -> str | None:
+    """The request's ``reasoning_effort``, one of OpenAI's values (a 400 naming it otherwise). It is
+    accepted from every client and given to the chat template as that variable; a template that reads
+    it (gpt-oss's) sets the model's effort with it, the others make the model think as they do."""
+    value = body.get("reasoning_effort")
+    if value is None:
+        return None
+    if value not in REASONING_EFFORTS:
+        raise RequestError(
+            f"Invalid value for 'reasoning_effort': expected one of {', '.join(REASONING_EFFORTS)}.",
+            "reasoning_effort",
+        )
+    return str(value)
+
+
 def parse_chat_request(body: Any) -> GenerationRequest:
     common = _common(body, "chat")
     messages = _messages(body.get("messages"))
@@ -564,5 +594,6 @@ def parse_chat_request(body: Any) -> GenerationRequest:
         tool_choice=tool_choice,
         parallel_tool_calls=_boolean(body, "parallel_tool_calls", False),
         response_schema=_response_schema(body),
+        reasoning_effort=_reasoning_effort(body),
         **common,
     )

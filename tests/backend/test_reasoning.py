@@ -27,9 +27,8 @@ from backend.reasoning import (
     ReasoningSplitter,
     ThinkingMarkers,
     markers_in_template,
-    reasoning_effort,
 )
-from backend.requests import GenerationRequest, RequestError, SamplingParams
+from backend.requests import GenerationRequest, RequestError, SamplingParams, parse_chat_request
 from backend.responses import ResponseBuilder
 from backend.service import Backend, Prompt
 from conformance.judge import judge_response
@@ -113,14 +112,17 @@ def test_reasoning_tokens_are_the_tokens_generated_while_thinking() -> None:
     assert ("".join(choice.reasoning), "".join(choice.content)) == ("Hm, two.", "2")
 
 
-@pytest.mark.parametrize("effort", ["none", "minimal", "low", "medium", "high", "xhigh", None])
+ASK = {"messages": [{"role": "user", "content": "1+1?"}]}
+
+
+@pytest.mark.parametrize("effort", ["none", "minimal", "low", "medium", "high", "xhigh", "max", None])
 def test_reasoning_effort_is_accepted(effort: str | None) -> None:
-    assert reasoning_effort({"reasoning_effort": effort}) == effort
+    assert parse_chat_request({**ASK, "reasoning_effort": effort}).reasoning_effort == effort
 
 
 def test_an_unknown_reasoning_effort_is_a_400_naming_it() -> None:
     with pytest.raises(RequestError) as refused:
-        reasoning_effort({"reasoning_effort": "extreme"})
+        parse_chat_request({**ASK, "reasoning_effort": "extreme"})
     assert refused.value.param == "reasoning_effort"
     assert refused.value.status == 400
 
@@ -267,7 +269,7 @@ _TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "o
 
 
 def test_an_unknown_reasoning_effort_is_answered_400(thinking_url: str) -> None:
-    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "reasoning_effort": "max"}
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "reasoning_effort": "extreme"}
     response = httpx.post(thinking_url + "/v1/chat/completions", json=body, timeout=60)
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "reasoning_effort"
