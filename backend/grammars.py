@@ -10,9 +10,9 @@ import json
 from typing import Any
 
 from backend.requests import RequestError
-from backend.schema_support import unsupported
+from backend.schema_support import normalized, unsupported
 
-__all__ = ["grammar_for_schema", "json_grammar", "schema_gbnf"]
+__all__ = ["converted", "grammar_for_schema", "json_grammar", "schema_gbnf"]
 
 # llama-cpp-python's converter writes a JSON string's character as ``[^"\\]``, which lets a raw control
 # character (a newline, a tab) into the string: invalid JSON that Python's json.loads refuses ("Invalid
@@ -31,6 +31,7 @@ def schema_gbnf(schema: dict[str, Any]) -> str:
 
 
 def grammar_for_schema(schema: dict[str, Any], param: str) -> str:
+    schema = normalized(schema)
     problem = unsupported(schema)
     if problem is not None:
         raise RequestError(
@@ -38,11 +39,21 @@ def grammar_for_schema(schema: dict[str, Any], param: str) -> str:
             param,
             code="unsupported_schema",
         )
+    return converted(schema, param)
+
+
+def converted(schema: dict[str, Any], param: str) -> str:
+    """:func:`schema_gbnf`, or a 400 naming ``param`` where the converter fails. Its exceptions are bare
+    (a KeyError, an Exception quoting the whole schema): the message keeps their first words only."""
     try:
         return schema_gbnf(schema)
-    except Exception as exc:  # the converter raises bare Exceptions/KeyErrors on schemas it cannot map
+    except Exception as exc:
+        reason = " ".join(str(exc).split())
+        reason = reason if len(reason) <= 120 else reason[:117] + "..."
         raise RequestError(
-            f"'{param}' holds a JSON Schema this server cannot turn into a grammar: {exc}", param
+            f"'{param}' holds a JSON Schema this server cannot turn into a grammar ({reason}).",
+            param,
+            code="unsupported_schema",
         ) from None
 
 

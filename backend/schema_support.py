@@ -10,13 +10,21 @@ such a schema would let through values the schema forbids: a ``response_format``
 enforced, the failure issue 20 names. :func:`unsupported` finds the first such construct so the request
 is refused with a 400 that names it; :func:`enforceable` drops them instead, for non-strict tool
 parameters, whose schemas agents fill with bounds the model is only asked to respect.
+
+Two shapes clients send often reach the converter changed: :func:`normalized` writes ``true``
+subschemas as ``{}`` and drops an ``items`` that allows anything (pydantic's ``list[Any]``, zod's
+``z.array(z.any())``), on which the converter failed with a bare ``'prefixItems'``; and
+:func:`localized` / :func:`hoisted` move a schema's ``$defs`` to the root of the grammar's schema, which
+wraps a tool's parameters (and a reply's schema) in a call object: a ``#/$defs/...`` reference is read
+from that root, so pydantic's nested models and enums (openai-python's ``pydantic_function_tool``, MCP
+tools) were all refused.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["enforceable", "unsupported"]
+__all__ = ["enforceable", "hoisted", "localized", "normalized", "unsupported"]
 
 _ANNOTATIONS = frozenset(
     {
@@ -144,4 +152,87 @@ def enforceable(schema: Any) -> Any:
     if ("minLength" in out or "maxLength" in out) and out.get("type") != "string":
         out.pop("minLength", None)
         out.pop("maxLength", None)
+    return out
+
+
+def _with_children(schema: dict[str, Any], change: Any) -> dict[str, Any]:
+    """A copy of ``schema`` with ``change`` applied to each of its direct subschemas (other values,
+    ``enum`` and ``const`` data among them, are kept as they are)."""
+    out = dict(schema)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: change(sub) for name, sub in out[key].items()}
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [change(sub) for sub in out[key]]
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), (dict, bool)):
+            out[key] = change(out[key])
+    return out
+
+
+def normalized(schema: Any) -> Any:
+    """``schema`` with ``true`` subschemas as ``{}`` and an ``items`` that allows anything dropped (an
+    array of any values is what the converter writes for an array without ``items``)."""
+    if schema is True:
+        return {}
+    if not isinstance(schema, dict):
+        return schema
+    out = _with_children(schema, normalized)
+    if out.get("items") == {}:
+        del out["items"]
+    if out.get("additionalProperties") == {}:
+        out["additionalProperties"] = True
+    return out
+
+
+_DEFS_KEYS = ("$defs", "definitions")
+
+
+def localized(schema: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``schema`` (a document of its own: a tool's parameters) with its definitions renamed
+    ``<prefix><name>`` under ``$defs`` and its ``#/$defs/<name>`` (``#/definitions/<name>``) references
+    rewritten to match, so that :func:`hoisted` can move them to the root of a schema that embeds it."""
+    names = {
+        f"#/{key}/{name}": f"#/$defs/{prefix}{name}"
+        for key in _DEFS_KEYS
+        if isinstance(schema.get(key), dict)
+        for name in schema[key]
+    }
+    if not names:
+        return schema
+
+    def rewrite(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        out = _with_children(node, rewrite)
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref in names:
+            out["$ref"] = names[ref]
+        return out
+
+    out: dict[str, Any] = dict(rewrite(schema))
+    defs: dict[str, Any] = {}
+    for key in _DEFS_KEYS:
+        for name, sub in (out.pop(key, None) or {}).items():
+            defs[f"{prefix}{name}"] = sub
+    out["$defs"] = defs
+    return out
+
+
+def hoisted(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every nested ``$defs`` (made unique by :func:`localized`) moved to its root."""
+    found: dict[str, Any] = {}
+
+    def lift(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        out = _with_children(node, lift)
+        if isinstance(out.get("$defs"), dict):
+            found.update(out.pop("$defs"))
+        return out
+
+    out: dict[str, Any] = dict(lift(schema))
+    if found:
+        out["$defs"] = found
     return out

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from backend.requests import Tool, ToolChoice
+from backend.schema_support import localized, normalized
 from backend.tool_formats.base import (
     GrammarPlan,
     ParsedCall,
@@ -130,7 +131,9 @@ class Generic(ToolFormat):
             return wrapper
         response = {
             "type": "object",
-            "properties": {"response": reply if reply is not None else _REPLY},
+            "properties": {
+                "response": localized(normalized(reply), "reply-") if reply is not None else _REPLY
+            },
             "required": ["response"],
         }
         return {"anyOf": [wrapper, response]}

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from backend.requests import RequestError, Tool, ToolChoice
-from backend.schema_support import enforceable, unsupported
+from backend.schema_support import enforceable, hoisted, localized, normalized, unsupported
 
 __all__ = ["allowed_tools", "call_schema", "one_of", "schema_rules"]
 
@@ -25,8 +25,14 @@ def allowed_tools(tools: list[Tool], choice: ToolChoice) -> list[Tool]:
 
 
 def _parameters(tool: Tool) -> dict[str, Any]:
+    """The tool's parameters as the call schema embeds them: their definitions made the tool's own
+    (schema_support.localized), cut to what a grammar enforces unless the tool is strict."""
+    return localized(_checked(tool, normalized(tool.parameters)), f"{tool.name}-")
+
+
+def _checked(tool: Tool, parameters: Any) -> dict[str, Any]:
     if tool.strict:
-        problem = unsupported(tool.parameters)
+        problem = unsupported(parameters)
         if problem is not None:
             raise RequestError(
                 f"'tools': the strict function {tool.name!r} has a parameters schema this server cannot "
@@ -34,8 +40,8 @@ def _parameters(tool: Tool) -> dict[str, Any]:
                 "tools",
                 code="unsupported_schema",
             )
-        return tool.parameters
-    cleaned = enforceable(tool.parameters)
+        return dict(parameters)
+    cleaned = enforceable(parameters)
     return cleaned if isinstance(cleaned, dict) else {"type": "object"}
 
 
@@ -57,14 +63,9 @@ def one_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
 
 def schema_rules(schema: dict[str, Any], rule: str = CALL_RULE) -> str:
     """The converter's rules for ``schema`` with its ``root`` renamed to ``rule`` (to be wrapped)."""
-    from backend.grammars import schema_gbnf
+    from backend.grammars import converted
 
-    try:
-        gbnf = schema_gbnf(schema)
-    except Exception as exc:  # the converter raises bare Exceptions/AssertionErrors on what it cannot map
-        raise RequestError(
-            f"'tools' holds a parameters schema this server cannot turn into a grammar: {exc}", "tools"
-        ) from None
+    gbnf = converted(hoisted(schema), "tools")
     return re.sub(r"^root ::=", f"{rule} ::=", gbnf, flags=re.MULTILINE)
 
 

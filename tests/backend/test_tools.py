@@ -413,3 +413,40 @@ def test_gemma_parse_returns_the_pydantic_object(client: Any, recorder: Recordin
     parsed = completion.choices[0].message.parsed
     assert isinstance(parsed, Day)
     assert_conformant(recorder)
+
+
+def test_gemma_pydantic_tool_with_nested_models(client: Any, recorder: RecordingTransport) -> None:
+    """openai-python's ``pydantic_function_tool``: a strict tool whose parameters hold a nested model and
+    an enum under ``$defs`` (referenced with ``$ref``) and a ``list[Any]`` (``items: {}``). All three were
+    refused with a 400 (the converter read the references from the call object that wraps the
+    parameters, and failed on the empty ``items`` with a bare ``'prefixItems'``)."""
+    from enum import StrEnum
+
+    import openai
+    from pydantic import BaseModel, Field
+
+    class Unit(StrEnum):
+        celsius = "celsius"
+        fahrenheit = "fahrenheit"
+
+    class Place(BaseModel):
+        city: str = Field(max_length=12)
+        unit: Unit
+
+    class GetWeather(BaseModel):
+        place: Place
+        notes: list[Any]
+
+    tool = openai.pydantic_function_tool(GetWeather, name="get_weather")
+    assert "$defs" in tool["function"]["parameters"]
+    completion = client.chat.completions.parse(
+        model="m",
+        messages=ASK,
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0,
+        max_tokens=120,
+    )
+    (call,) = completion.choices[0].message.tool_calls
+    assert isinstance(call.function.parsed_arguments, GetWeather)
+    assert_conformant(recorder)

@@ -1,0 +1,97 @@
+"""Schemas as clients build them reach the grammar converter: definitions of a tool's parameters (or of
+a reply's schema) referenced with ``$ref``, ``items: {}`` and ``true`` subschemas. Each was a 400
+before (backend/schema_support.py says why); here the grammar is built and the schema it was built from
+still means what the client's schema means (checked with jsonschema on answers it must take and refuse).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+
+from backend.requests import parse_chat_request
+from backend.schema_support import hoisted, localized, normalized
+from backend.tool_formats.generic import Generic
+from backend.tool_formats.hermes import Hermes
+
+PLACE = {
+    "$defs": {
+        "Place": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"$ref": "#/$defs/Unit"}},
+            "required": ["city", "unit"],
+        },
+        "Unit": {"enum": ["celsius", "fahrenheit"]},
+    },
+    "type": "object",
+    "properties": {"place": {"$ref": "#/$defs/Place"}, "notes": {"type": "array", "items": {}}, "any": True},
+    "required": ["place"],
+}
+OLD_STYLE = {
+    "definitions": {"Unit": {"enum": ["celsius"]}},
+    "type": "object",
+    "properties": {"unit": {"$ref": "#/definitions/Unit"}},
+    "required": ["unit"],
+    "additionalProperties": False,
+}
+
+
+def _tool(name: str, parameters: dict[str, Any], strict: bool) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": parameters, "strict": strict}}
+
+
+def _request(strict: bool, reply: dict[str, Any] | None = None) -> Any:
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [_tool("get_weather", PLACE, strict), _tool("get_unit", OLD_STYLE, strict)],
+    }
+    if reply is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "r", "schema": reply}}
+    return parse_chat_request(body)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["loose", "strict"])
+@pytest.mark.parametrize("fmt", [Generic(), Hermes()], ids=["generic", "hermes"])
+def test_tools_with_definitions_get_a_grammar(fmt: Any, strict: bool) -> None:
+    req = _request(strict, reply=PLACE if isinstance(fmt, Generic) else None)
+    plan = fmt.grammar(req.tools, req.tool_choice, True, req.response_schema)
+    assert plan is not None
+    assert '"\\"celsius\\"" | "\\"fahrenheit\\""' in plan.gbnf  # the referenced enum became a rule
+
+
+def test_the_wrapped_schema_means_what_the_tools_said() -> None:
+    req = _request(True, reply=PLACE)
+    schema = hoisted(Generic().schema(req.tools, req.tool_choice, True, req.response_schema))
+    names = ["get_unit-Unit", "get_weather-Place", "get_weather-Unit", "reply-Place", "reply-Unit"]
+    assert sorted(schema["$defs"]) == names
+    place = {"place": {"city": "Paris", "unit": "celsius"}, "notes": [1, "x"], "any": None}
+    jsonschema.validate({"tool_calls": [{"name": "get_weather", "arguments": place}]}, schema)
+    jsonschema.validate({"tool_calls": [{"name": "get_unit", "arguments": {"unit": "celsius"}}]}, schema)
+    jsonschema.validate({"response": place}, schema)
+    wrong = {"place": {"city": "Paris", "unit": "kelvin"}}
+    for answer in ({"tool_calls": [{"name": "get_weather", "arguments": wrong}]}, {"response": wrong}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(answer, schema)
+
+
+def test_normalized_keeps_data_that_looks_like_schemas() -> None:
+    schema = {"type": "array", "items": True, "properties": {"x": {"const": True, "enum": [True, {}]}}}
+    assert normalized(schema) == {"type": "array", "properties": {"x": {"const": True, "enum": [True, {}]}}}
+
+
+def test_localized_leaves_a_schema_without_definitions_alone() -> None:
+    assert localized(OLD_STYLE["properties"], "t-") is OLD_STYLE["properties"]
+    assert localized(OLD_STYLE, "t-")["properties"]["unit"] == {"$ref": "#/$defs/t-Unit"}
+
+
+def test_a_response_format_with_an_empty_items_gets_a_grammar() -> None:
+    body = {
+        "messages": [{"role": "user", "content": "List."}],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "l", "schema": {"type": "object", "properties": {"l": {"items": {}}}}},
+        },
+    }
+    assert parse_chat_request(body).sampling.grammar
