@@ -29,6 +29,7 @@ from backend.requests import GenerationRequest, RequestError, parse_chat_request
 from backend.responses import ResponseBuilder
 from backend.service import Backend
 from conformance.openai_errors import error_body
+from conformance.request import Endpoint
 from conformance.responses_state import (
     ResponseStore,
     default_store,
@@ -46,6 +47,8 @@ from conformance.responses_translation import (
     translate_request,
 )
 from conformance.sse import DONE_EVENT, encode_data
+from proxy.errors import InvalidRequest
+from proxy.request_validation import validate_request
 
 __all__ = ["create_app"]
 
@@ -65,6 +68,21 @@ def _error(
     )
 
 
+def _invalid(endpoint: Endpoint, body: Any) -> Response | None:
+    """The 400 the proxy gives a request its schema refuses (the judge's request schemas, read by
+    proxy/request_validation.py), or None: one reading of a request for the backend and the proxy, so
+    that the backend neither refuses what the judge calls valid nor takes what it calls invalid."""
+    if not isinstance(body, dict):
+        return _error("The request body must be a JSON object.", 400, code="invalid_request")
+    try:
+        validate_request(endpoint, body)
+    except InvalidRequest as exc:
+        return JSONResponse(exc.body, status_code=exc.status)
+    except RecursionError:
+        return _error("The request body is nested too deeply.", 400, code="invalid_request")
+    return None
+
+
 def create_app(
     backend: Backend, *, on_shutdown: Callable[[], None] | None = None, store: ResponseStore | None = None
 ) -> Starlette:
@@ -74,10 +92,10 @@ def create_app(
     thinking = markers_in_template(backend.template.source)  # a thinking model's markers, if any
 
     async def completions(request: Request) -> Response:
-        return await _generate(request, parse_completion_request)
+        return await _generate(request, "completions", parse_completion_request)
 
     async def chat(request: Request) -> Response:
-        return await _generate(request, parse_chat_request)
+        return await _generate(request, "chat", parse_chat_request)
 
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [_model_card()]})
@@ -103,10 +121,15 @@ def create_app(
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok", **backend.engine.health()})
 
-    async def _generate(request: Request, parse: Callable[[Any], GenerationRequest]) -> Response:
+    async def _generate(
+        request: Request, endpoint: Endpoint, parse: Callable[[Any], GenerationRequest]
+    ) -> Response:
         body = await _json_body(request)
         if isinstance(body, Response):
             return body
+        refused = _invalid(endpoint, body)
+        if refused is not None:
+            return refused
         started = _start(body, parse)
         if isinstance(started, Response):
             return started
@@ -197,8 +220,9 @@ def create_app(
         body = await _json_body(request)
         if isinstance(body, Response):
             return body
-        if not isinstance(body, dict):
-            return _error("The request body must be a JSON object.", 400)
+        refused = _invalid("responses", body)
+        if refused is not None:
+            return refused
         previous = await previous_items(store, body)
         if isinstance(previous, Response):
             return previous

@@ -471,17 +471,17 @@ def _content(content: Any, i: int) -> str:
         return content or ""
     if isinstance(content, list):
         texts = []
-        for part in content:
-            if (
-                not isinstance(part, dict)
-                or part.get("type") != "text"
-                or not isinstance(part.get("text"), str)
-            ):
+        for j, part in enumerate(content):
+            # An assistant turn's refusal part is what the model said (as the Responses translation
+            # reads a refusal): the template shows it as the turn's text.
+            key = part.get("type") if isinstance(part, dict) else None
+            if key not in ("text", "refusal") or not isinstance(part.get(key), str):
                 raise RequestError(
-                    f"'messages[{i}].content' parts must be text parts; this model reads text only",
-                    "messages",
+                    f"'messages[{i}].content[{j}]' is not a text part; this model reads text only",
+                    f"messages[{i}].content[{j}]",
+                    code="unsupported_content",
                 )
-            texts.append(part["text"])
+            texts.append(part[key])
         return "".join(texts)
     raise RequestError(f"'messages[{i}].content' must be a string or an array of text parts", "messages")
 

@@ -291,7 +291,9 @@ async def _responses(ctx: _Context, request: Request) -> Response:
     if ctx.router is None and await ctx.responses.native(ctx.upstream):
         return await _native_responses(ctx, request, raw)
     try:
-        asked = parse_json_object(raw)
+        # The Responses request as the judge reads it first: the translation echoes settings into the
+        # Response, and an invalid one (``truncation: "middle"``) made a Response its schema refuses.
+        asked = parse_request("responses", raw)
     except ProxyError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
     previous = await previous_items(ctx.store, asked)  # the conversation previous_response_id names

@@ -5,7 +5,7 @@ Shapes from OpenAI's OpenAPI spec (``Response``, ``OutputMessage``, ``FunctionTo
 the order a model produces them (reasoning, then the message, then the calls); ``finish_reason:
 "length"`` is ``status: "incomplete"`` with ``incomplete_details.reason: "max_output_tokens"`` and
 ``content_filter`` is the same with ``"content_filter"`` (a Response cut short is not ``completed``:
-llama-server's own /v1/responses said ``completed`` there, see /work/shared/clients.md); usage is
+llama-server's own /v1/responses said ``completed`` there, see docs/responses.md, `native`); usage is
 renamed (``prompt_tokens`` -> ``input_tokens``...) with both detail objects always present.
 """
 

@@ -2,7 +2,7 @@
 
 llama-server's /v1/responses served a Codex CLI turn through the proxy's plain pass-through, but its
 events lacked ``sequence_number``, ``output_index`` and ``content_index``, named the model by its file
-path, and said ``completed`` when ``max_output_tokens`` cut the answer (/work/shared/clients.md). The
+path, and said ``completed`` when ``max_output_tokens`` cut the answer (docs/responses.md, `native`). The
 same rules as the chat route's apply here as far as they can: one ``resp_`` id on every Response, the
 model as the client may name it (Q09: no local path, or ``--model-alias``), ``sequence_number`` from 0
 without a gap, every item's ``output_index`` and every part's ``content_index``, ``incomplete`` with

@@ -194,3 +194,15 @@ def test_a_bad_request_is_a_400_that_names_the_parameter(client: Any) -> None:
     with pytest.raises(openai.BadRequestError) as raised:
         client.responses.create(model="gemma", input=PROMPT, max_output_tokens=16, temperature=5)
     assert raised.value.body["param"] == "temperature"
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [({"truncation": "middle"}, "truncation"), ({"metadata": [1]}, "metadata"), ({"store": "no"}, "store")],
+)
+def test_what_the_judge_refuses_is_refused_by_both(client: Any, extra: dict[str, Any], param: str) -> None:
+    """The backend served these and echoed them into a Response the judge's Response schema refuses; it
+    now reads a request as the proxy does (the judge's request schema), on both routes."""
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="gemma", input=PROMPT, max_output_tokens=16, extra_body=extra)
+    assert raised.value.body["param"] == param

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from backend.requests import parse_chat_request
+from backend.requests import RequestError, parse_chat_request
 from backend.schema_support import hoisted, localized, normalized
 from backend.tool_formats.generic import Generic
 from backend.tool_formats.hermes import Hermes
@@ -95,3 +95,19 @@ def test_a_response_format_with_an_empty_items_gets_a_grammar() -> None:
         },
     }
     assert parse_chat_request(body).sampling.grammar
+
+
+def test_an_assistant_refusal_part_is_read_as_its_text() -> None:
+    """openai-python sends back an assistant turn that refused as a ``refusal`` content part (the spec's
+    ``ChatCompletionRequestAssistantMessageContentPart``); it was a 400 "parts must be text parts"."""
+    refusal = {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that."}]}
+    body = {"messages": [{"role": "user", "content": "Hi"}, refusal, {"role": "user", "content": "OK."}]}
+    assert parse_chat_request(body).messages[1].content == "I can't help with that."
+
+
+def test_an_image_part_is_refused_naming_the_part() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is it?"}, image]}]}
+    with pytest.raises(RequestError) as refused:
+        parse_chat_request(body)
+    assert (refused.value.param, refused.value.code) == ("messages[0].content[1]", "unsupported_content")

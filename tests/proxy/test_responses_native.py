@@ -1,6 +1,6 @@
 """``--responses native|auto``: an upstream's own /v1/responses, normalized as llama-server's needed
 (events without ``sequence_number``/``output_index``/``content_index``, the model named by its path,
-``completed`` where ``max_output_tokens`` cut the answer: /work/shared/clients.md)."""
+``completed`` where ``max_output_tokens`` cut the answer: docs/responses.md, `native`)."""
 
 from __future__ import annotations
 
