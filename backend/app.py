@@ -44,6 +44,7 @@ from conformance.responses_state import (
 from conformance.responses_translation import (
     ChatTranslation,
     TranslationError,
+    responses_error,
     translate_request,
 )
 from conformance.sse import DONE_EVENT, encode_data
@@ -138,8 +139,13 @@ def create_app(
         whole = await _whole(request, started)
         return whole if isinstance(whole, Response) else JSONResponse(whole)
 
-    def _start(body: Any, parse: Callable[[Any], GenerationRequest]) -> _Generation | Response:
-        """The request checked, tokenized and its jobs submitted; or the error to answer."""
+    def _start(
+        body: Any,
+        parse: Callable[[Any], GenerationRequest],
+        worded: Callable[[dict[str, Any]], dict[str, Any]] = lambda error: error,
+    ) -> _Generation | Response:
+        """The request checked, tokenized and its jobs submitted; or the error to answer (``worded``:
+        in the names of the request the client sent, for a translated one)."""
         queue: asyncio.Queue[Event] = asyncio.Queue()
         emit = LoopInbox.of(asyncio.get_running_loop()).sender(queue)
         try:
@@ -147,7 +153,8 @@ def create_app(
             prompts = backend.prompts(req)
             jobs = backend.jobs(req, prompts, emit)
         except RequestError as exc:
-            return _error(exc.message, exc.status, param=exc.param, code=exc.code)
+            error = worded(error_body(exc.message, exc.status, param=exc.param, code=exc.code))
+            return JSONResponse(error, status_code=exc.status)
         try:
             backend.engine.submit(jobs)
         except QueueFull as exc:
@@ -230,7 +237,7 @@ def create_app(
             translation = translate_request(body, previous)
         except TranslationError as exc:
             return _error(exc.message, exc.status, param=exc.param, code=exc.code)
-        started = _start(translation.chat, parse_chat_request)
+        started = _start(translation.chat, parse_chat_request, responses_error)
         if isinstance(started, Response):
             return started
         items = [*previous, *input_items(body)]

@@ -34,7 +34,7 @@ from conformance.responses_state import (
     retrieve_response,
     store_of,
 )
-from conformance.responses_translation import TranslationError, translate_request
+from conformance.responses_translation import TranslationError, responses_error, translate_request
 
 from . import jsoncodec
 from .adapters import Adapter, LlamaCppAdapter, OpenAIAdapter, is_llamacpp_props
@@ -305,7 +305,7 @@ async def _responses(ctx: _Context, request: Request) -> Response:
     except TranslationError as refused:
         return _error(refused.message, refused.status, refused.code, refused.param)
     except ProxyError as exc:
-        return JSONResponse(exc.body, status_code=exc.status)
+        return JSONResponse(responses_error(exc.body), status_code=exc.status)
     prepared = await _prepared(ctx, "chat", translation.chat, request)
     if isinstance(prepared, Response):
         return prepared

@@ -66,6 +66,10 @@ class Output:
         for the upstream, where ``tail`` would not be in order): ``error``, an OpenAI error body."""
         return encode_data(_dumps(error))
 
+    def refusal(self, error: dict[str, Any]) -> dict[str, Any]:
+        """The error body to answer with when the upstream refused the request (before any output)."""
+        return error
+
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:
         """The JSON body for a whole answer. ``tail`` and ``body`` may wait (a Response is stored
         before the client gets its end: proxy/responses/output.py); the per-chunk methods do not."""
@@ -200,7 +204,7 @@ async def _serve(
         await source.aclose()
         exchange.upstream_status = source.upstream_status
         exchange.take_error(exc)
-        await send_json(send, exc.status, exc.body, exc.headers)
+        await send_json(send, exc.status, output.refusal(exc.body), exc.headers)
         return
     except BaseException:
         # Cancelled (the client went away) after an upstream answered its head but before the first

@@ -8,7 +8,7 @@ into the Responses stream events. What is translated and what is refused: docs/r
 
 from .body import new_response_id, response_from_chat, response_object, response_usage
 from .events import ResponseEvents
-from .request import ChatTranslation, TranslationError, translate_request
+from .request import ChatTranslation, TranslationError, responses_error, translate_request
 
 __all__ = [
     "ChatTranslation",
@@ -18,5 +18,6 @@ __all__ = [
     "response_from_chat",
     "response_object",
     "response_usage",
+    "responses_error",
     "translate_request",
 ]

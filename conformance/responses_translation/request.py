@@ -44,7 +44,7 @@ from .body import response_from_chat
 from .events import ResponseEvents
 from .logprobs import chat_logprobs
 
-__all__ = ["ChatTranslation", "TranslationError", "translate_request"]
+__all__ = ["ChatTranslation", "TranslationError", "responses_error", "translate_request"]
 
 WEB_SEARCH_TOOLS = frozenset(
     {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26"}
@@ -676,3 +676,37 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = 
     if stream:
         chat["stream_options"] = {"include_usage": True}
     return ChatTranslation(chat, _echo(body), frozenset(tools.custom), dict(tools.namespaced))
+
+
+_RESPONSES_PARAMS = {
+    "messages": "input",
+    "max_tokens": "max_output_tokens",
+    "max_completion_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "reasoning_effort": "reasoning.effort",
+    "logprobs": "include",
+    "stream_options": "stream",
+    "tools": "tools",
+}
+"""The chat parameter a translated request's error names -> the Responses parameter the client sent.
+Indexes do not carry over (``instructions`` adds a message, a namespace tool several functions): a
+nested chat parameter names the Responses parameter it came from."""
+
+
+def responses_error(body: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI error body about the chat request a Responses request was translated to, as an error
+    about the Responses request: ``param`` (and its quotation in the message) in the client's names.
+    A chat reading (the judge's schema, a backend's parse) refused ``max_tokens`` where the client sent
+    ``max_output_tokens``, or ``messages[1].content`` where it sent ``input``."""
+    error = body.get("error")
+    param = error.get("param") if isinstance(error, dict) else None
+    if not isinstance(error, dict) or not isinstance(param, str):
+        return body
+    root = param.split(".", 1)[0].split("[", 1)[0]
+    renamed = _RESPONSES_PARAMS.get(root)
+    if renamed is None or renamed == param:
+        return body
+    message = error.get("message")
+    if isinstance(message, str):
+        message = message.replace(f"'{param}'", f"'{renamed}'")
+    return {**body, "error": {**error, "param": renamed, "message": message}}

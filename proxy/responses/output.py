@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.responses_state import ResponseStore, remember, remember_terminal
-from conformance.responses_translation import ChatTranslation
+from conformance.responses_translation import ChatTranslation, responses_error
 
 from .. import jsoncodec
 from ..respond import Output
@@ -86,6 +86,10 @@ class ResponsesOutput(Output):
         if self._ending is not None:
             return encode_events(self._ending)
         return encode_events([self._events.error(error)])
+
+    def refusal(self, error: dict[str, Any]) -> dict[str, Any]:
+        # The upstream refused the chat request: its error is put in the names the client sent.
+        return responses_error(error)
 
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:
         response = self._translation.response({**body, "model": self._model or body.get("model")})

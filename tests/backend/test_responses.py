@@ -206,3 +206,12 @@ def test_what_the_judge_refuses_is_refused_by_both(client: Any, extra: dict[str,
     with pytest.raises(openai.BadRequestError) as raised:
         client.responses.create(model="gemma", input=PROMPT, max_output_tokens=16, extra_body=extra)
     assert raised.value.body["param"] == param
+
+
+def test_a_refusal_names_the_responses_parameter(client: Any) -> None:
+    """The limit is refused by the chat reading of the translated request (the backend's own, or the
+    upstream's behind the proxy), which named ``max_tokens``; the client sent ``max_output_tokens``."""
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="gemma", input=PROMPT, max_output_tokens=100_000)
+    assert raised.value.body["param"] == "max_output_tokens"
+    assert "max_tokens" not in raised.value.body["message"].replace("max_output_tokens", "")

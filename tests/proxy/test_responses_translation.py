@@ -14,6 +14,7 @@ from conformance.responses_translation import (
     ResponseEvents,
     TranslationError,
     response_from_chat,
+    responses_error,
     translate_request,
 )
 from proxy.responses.output import ResponsesOutput, encode_events
@@ -709,3 +710,27 @@ def test_a_stream_cut_while_its_end_is_stored_ends_with_that_end() -> None:
     check_events(sse_events(body))
     judged(body, request, 200, {"content-type": "text/event-stream"})
     assert sse_events(body)[-1]["type"] == "response.completed"
+
+
+@pytest.mark.parametrize(
+    ("param", "renamed"),
+    [
+        ("max_tokens", "max_output_tokens"),
+        ("messages[1].content", "input"),
+        ("response_format.json_schema.schema", "text.format"),
+        ("tools[3].function.name", "tools"),
+        ("temperature", "temperature"),
+        (None, None),
+    ],
+)
+def test_an_error_about_the_chat_request_names_what_the_client_sent(
+    param: str | None, renamed: str | None
+) -> None:
+    """A chat reading's 400 (the judge's schema, a backend's parse, the upstream) about the translated
+    request named ``max_tokens`` where the client sent ``max_output_tokens``."""
+    message = f"Invalid '{param}': integer above maximum value."
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": "x"}}
+    error = responses_error(body)["error"]
+    assert error["param"] == renamed
+    assert error["message"] == f"Invalid '{renamed}': integer above maximum value."
+    assert (error["type"], error["code"]) == ("invalid_request_error", "x")
