@@ -282,6 +282,8 @@ def _is_text_format(fmt: Any) -> bool:
 
 def _sampling(body: dict[str, Any], *, chat: bool) -> SamplingParams:
     seed = body.get("seed")
+    if isinstance(seed, float) and seed.is_integer():  # 1.0 is an integer to JSON Schema, as to _integer
+        seed = int(seed)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise RequestError("'seed' must be an integer", "seed")
     mirostat = _integer(body, "mirostat", 0, 0, 2)
@@ -574,8 +576,21 @@ def _reasoning_effort(body: dict[str, Any]) -> str | None:
     return str(value)
 
 
+def _text_output(body: dict[str, Any]) -> None:
+    """A 400 for a request that asks for audio: answering with text only would drop what was asked."""
+    modalities = body.get("modalities")
+    if body.get("audio") is not None or (isinstance(modalities, list) and "audio" in modalities):
+        param = "audio" if body.get("audio") is not None else "modalities"
+        raise RequestError(
+            "Audio output is not supported by this server: this model writes text only.",
+            param,
+            code="unsupported_value",
+        )
+
+
 def parse_chat_request(body: Any) -> GenerationRequest:
     common = _common(body, "chat")
+    _text_output(body)
     messages = _messages(body.get("messages"))
     tools = _tools(body)
     tool_choice = _tool_choice(body, tools)

@@ -111,3 +111,22 @@ def test_an_image_part_is_refused_naming_the_part() -> None:
     with pytest.raises(RequestError) as refused:
         parse_chat_request(body)
     assert (refused.value.param, refused.value.code) == ("messages[0].content[1]", "unsupported_content")
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+        ({"modalities": ["text", "audio"]}, "modalities"),
+    ],
+)
+def test_audio_output_is_refused_not_dropped(extra: dict[str, Any], param: str) -> None:
+    """Answered with text only and a 200, the client that asked for audio got none and no word why."""
+    with pytest.raises(RequestError) as refused:
+        parse_chat_request({"messages": [{"role": "user", "content": "Hi"}], **extra})
+    assert (refused.value.param, refused.value.code) == (param, "unsupported_value")
+
+
+def test_text_modalities_and_a_whole_float_seed_are_taken() -> None:
+    body = {"messages": [{"role": "user", "content": "Hi"}], "modalities": ["text"], "seed": 7.0}
+    assert parse_chat_request(body).sampling.seed == 7
