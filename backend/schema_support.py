@@ -11,9 +11,9 @@ enforced, the failure issue 20 names. :func:`unsupported` finds the first such c
 is refused with a 400 that names it; :func:`enforceable` drops them instead, for non-strict tool
 parameters, whose schemas agents fill with bounds the model is only asked to respect.
 
-Two shapes clients send often reach the converter changed: :func:`normalized` writes ``true``
-subschemas as ``{}`` and drops an ``items`` that allows anything (pydantic's ``list[Any]``, zod's
-``z.array(z.any())``), on which the converter failed with a bare ``'prefixItems'``; and
+Two shapes clients send often reach the converter changed: :func:`normalized` writes ``true`` and ``{}``
+subschemas as a union of every JSON type (an ``items: {}`` from pydantic's ``list[Any]`` or zod's
+``z.array(z.any())`` failed the converter with a bare ``'prefixItems'``); and
 :func:`localized` / :func:`hoisted` move a schema's ``$defs`` to the root of the grammar's schema, which
 wraps a tool's parameters (and a reply's schema) in a call object: a ``#/$defs/...`` reference is read
 from that root, so pydantic's nested models and enums (openai-python's ``pydantic_function_tool``, MCP
@@ -171,17 +171,20 @@ def _with_children(schema: dict[str, Any], change: Any) -> dict[str, Any]:
     return out
 
 
+ANY_VALUE: dict[str, Any] = {"type": ["string", "number", "boolean", "object", "array", "null"]}
+"""A schema any JSON value holds to, as the converter reads it (it writes ``{}`` and ``true`` as an
+object only)."""
+
+
 def normalized(schema: Any) -> Any:
-    """``schema`` with ``true`` subschemas as ``{}`` and an ``items`` that allows anything dropped (an
-    array of any values is what the converter writes for an array without ``items``)."""
-    if schema is True:
-        return {}
+    """``schema`` with ``true`` and ``{}`` subschemas written as :data:`ANY_VALUE` (an ``items: {}``
+    failed the converter with a bare ``'prefixItems'``, and ``{}`` elsewhere allowed objects only)."""
+    if schema is True or schema == {}:
+        return dict(ANY_VALUE)
     if not isinstance(schema, dict):
         return schema
     out = _with_children(schema, normalized)
-    if out.get("items") == {}:
-        del out["items"]
-    if out.get("additionalProperties") == {}:
+    if out.get("additionalProperties") == ANY_VALUE:
         out["additionalProperties"] = True
     return out
 
@@ -191,31 +194,39 @@ _DEFS_KEYS = ("$defs", "definitions")
 
 def localized(schema: dict[str, Any], prefix: str) -> dict[str, Any]:
     """``schema`` (a document of its own: a tool's parameters) with its definitions renamed
-    ``<prefix><name>`` under ``$defs`` and its ``#/$defs/<name>`` (``#/definitions/<name>``) references
-    rewritten to match, so that :func:`hoisted` can move them to the root of a schema that embeds it."""
-    names = {
-        f"#/{key}/{name}": f"#/$defs/{prefix}{name}"
+    ``<prefix><name>`` (``<prefix>definitions-<name>`` for ``definitions``) under ``$defs`` and its
+    references into them (``#/$defs/<name>``, ``#/$defs/<name>/properties/...``) rewritten to match,
+    so that :func:`hoisted` can move them to the root of a schema that embeds it. ``prefix`` must be
+    unique in that schema and made of letters, digits and ``-`` (the converter names rules after it)."""
+    renames = {
+        f"#/{key}/{name}": f"#/$defs/{prefix}{'' if key == '$defs' else key + '-'}{name}"
         for key in _DEFS_KEYS
         if isinstance(schema.get(key), dict)
         for name in schema[key]
     }
-    if not names:
+    if not renames:
         return schema
+
+    def renamed(ref: str) -> str:
+        for old, new in renames.items():
+            if ref == old or ref.startswith(old + "/"):
+                return new + ref[len(old) :]
+        return ref
 
     def rewrite(node: Any) -> Any:
         if not isinstance(node, dict):
             return node
         out = _with_children(node, rewrite)
         ref = out.get("$ref")
-        if isinstance(ref, str) and ref in names:
-            out["$ref"] = names[ref]
+        if isinstance(ref, str):
+            out["$ref"] = renamed(ref)
         return out
 
     out: dict[str, Any] = dict(rewrite(schema))
     defs: dict[str, Any] = {}
     for key in _DEFS_KEYS:
         for name, sub in (out.pop(key, None) or {}).items():
-            defs[f"{prefix}{name}"] = sub
+            defs[renamed(f"#/{key}/{name}").removeprefix("#/$defs/")] = sub
     out["$defs"] = defs
     return out
 

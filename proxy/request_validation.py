@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 
-from conformance.schemas import REQUEST_SCHEMA, request_validator
+from conformance.schemas import REQUEST_SCHEMA, load_schema, request_validator
 
 from . import jsoncodec
 from .emulation.stop import MAX_STOP_LENGTH
@@ -143,6 +143,56 @@ _valid_shapes: dict[tuple[Endpoint, Any], int] = {}
 _held_bytes = 0
 
 
+_STRING_CONSTRAINTS = frozenset({"enum", "const", "pattern", "minLength", "maxLength", "format"})
+
+
+def _constrains_strings(schema: Any, document: dict[str, Any], seen: frozenset[str] = frozenset()) -> bool:
+    """Whether a string's text (not only its type) decides if ``schema`` takes it: an enum, a const, a
+    pattern, a length or a format, here or in a branch or a local ``$ref`` it names."""
+    if not isinstance(schema, dict):
+        return False
+    if _STRING_CONSTRAINTS & schema.keys():
+        return True
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/") and ref not in seen:
+        target: Any = document
+        for part in ref[2:].split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        if _constrains_strings(target, document, seen | {ref}):
+            return True
+    branches = [b for key in ("anyOf", "oneOf", "allOf") for b in schema.get(key) or ()]
+    branches += [schema["items"]] if isinstance(schema.get("items"), dict) else []
+    return any(_constrains_strings(b, document, seen) for b in branches)
+
+
+def _exact_keys() -> frozenset[str]:
+    """The object keys whose string values the request schemas constrain by their text (``role``,
+    ``type``, ``truncation``, ``reasoning_effort``, a function's ``name``...): the shape keeps those
+    strings as they are. Read off the schemas, so that a key a schema constrains later is kept too (the
+    shape kept only ``role``, and a body with ``truncation: "middle"`` passed once one with ``"auto"``
+    had been seen)."""
+    keys: set[str] = set()
+
+    def walk(node: Any, document: dict[str, Any]) -> None:
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                keys.update(k for k, sub in properties.items() if _constrains_strings(sub, document))
+            for value in node.values():
+                walk(value, document)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, document)
+
+    for name in REQUEST_SCHEMA.values():
+        document = load_schema(name)
+        walk(document, document)
+    return frozenset(keys)
+
+
+_EXACT_KEYS = _exact_keys()
+
+
 def _is_token_array(items: list[Any]) -> bool:
     return bool(items) and all(type(t) is int for t in items) and min(items) >= 0
 
@@ -151,11 +201,11 @@ def _shape(value: Any, *, in_array: bool = False, exact: bool = False) -> Any:
     """What of ``value`` its validity depends on (see above), as a hashable value."""
     kind = type(value)
     if kind is dict:
-        return ("{", *[(key, _shape(item, exact=key == "role")) for key, item in value.items()])
+        return ("{", *[(key, _shape(item, exact=key in _EXACT_KEYS)) for key, item in value.items()])
     if kind is list:
         if _is_token_array(value):  # the common token prompt, without a walk
             return ("[", min(len(value), _LENGTH_BOUND), ("int", True))
-        shapes = frozenset([_shape(item, in_array=True) for item in value])
+        shapes = frozenset([_shape(item, in_array=True, exact=exact) for item in value])
         return ("[", max(len(shapes), min(len(value), _LENGTH_BOUND)), shapes)
     if kind is str:
         return value if exact else "s"
@@ -187,12 +237,12 @@ def _remember(key: tuple[Endpoint, Any]) -> None:
     _held_bytes += size
 
 
-def _reduce(value: Any, origins: dict[int, list[int]]) -> Any:
+def _reduce(value: Any, origins: dict[int, list[int]], exact: bool = False) -> Any:
     """``value`` with each array cut to its first item of each shape, padded to the length its shape
     counts; ``origins`` maps each cut array to the indexes its items had."""
     kind = type(value)
     if kind is dict:
-        return {key: _reduce(item, origins) for key, item in value.items()}
+        return {key: _reduce(item, origins, key in _EXACT_KEYS) for key, item in value.items()}
     if kind is not list:
         return value
     if _is_token_array(value):
@@ -202,10 +252,10 @@ def _reduce(value: Any, origins: dict[int, list[int]]) -> Any:
     first: set[Any] = set()
     reduced: list[tuple[int, Any]] = []
     for index, item in enumerate(value):
-        item_shape = _shape(item, in_array=True)
+        item_shape = _shape(item, in_array=True, exact=exact)
         if item_shape not in first:
             first.add(item_shape)
-            reduced.append((index, _reduce(item, origins)))
+            reduced.append((index, _reduce(item, origins, exact)))
     while len(reduced) < min(len(value), _LENGTH_BOUND):
         reduced.append(reduced[0])  # lengths count only up to the bound
     out = [item for _, item in reduced]

@@ -27,7 +27,7 @@ from backend.tool_formats.base import (
     call_from_object,
     decode_json_at,
 )
-from backend.tool_formats.grammar import allowed_tools, call_schema, one_of, schema_rules
+from backend.tool_formats.grammar import allowed_tools, call_schema, definitions_prefix, one_of, schema_rules
 
 __all__ = ["Generic"]
 
@@ -132,7 +132,9 @@ class Generic(ToolFormat):
         response = {
             "type": "object",
             "properties": {
-                "response": localized(normalized(reply), "reply-") if reply is not None else _REPLY
+                "response": localized(normalized(reply), definitions_prefix(""))
+                if reply is not None
+                else _REPLY
             },
             "required": ["response"],
         }

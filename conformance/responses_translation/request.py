@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -707,6 +708,6 @@ def responses_error(body: dict[str, Any]) -> dict[str, Any]:
     if renamed is None or renamed == param:
         return body
     message = error.get("message")
-    if isinstance(message, str):
-        message = message.replace(f"'{param}'", f"'{renamed}'")
+    if isinstance(message, str):  # the quoted chat parameter, nested or not: 'messages[1].content'
+        message = re.sub(rf"'{re.escape(root)}(?:[.\[][^']*)?'", f"'{renamed}'", message)
     return {**body, "error": {**error, "param": renamed, "message": message}}

@@ -12,8 +12,9 @@ import jsonschema
 import pytest
 
 from backend.requests import RequestError, parse_chat_request
-from backend.schema_support import hoisted, localized, normalized
+from backend.schema_support import ANY_VALUE, hoisted, localized, normalized
 from backend.tool_formats.generic import Generic
+from backend.tool_formats.grammar import definitions_prefix
 from backend.tool_formats.hermes import Hermes
 
 PLACE = {
@@ -64,8 +65,9 @@ def test_tools_with_definitions_get_a_grammar(fmt: Any, strict: bool) -> None:
 def test_the_wrapped_schema_means_what_the_tools_said() -> None:
     req = _request(True, reply=PLACE)
     schema = hoisted(Generic().schema(req.tools, req.tool_choice, True, req.response_schema))
-    names = ["get_unit-Unit", "get_weather-Place", "get_weather-Unit", "reply-Place", "reply-Unit"]
-    assert sorted(schema["$defs"]) == names
+    weather, unit, reply = (definitions_prefix(owner) for owner in ("get_weather", "get_unit", ""))
+    names = [f"{weather}Place", f"{weather}Unit", f"{unit}definitions-Unit", f"{reply}Place", f"{reply}Unit"]
+    assert sorted(schema["$defs"]) == sorted(names)
     place = {"place": {"city": "Paris", "unit": "celsius"}, "notes": [1, "x"], "any": None}
     jsonschema.validate({"tool_calls": [{"name": "get_weather", "arguments": place}]}, schema)
     jsonschema.validate({"tool_calls": [{"name": "get_unit", "arguments": {"unit": "celsius"}}]}, schema)
@@ -78,12 +80,30 @@ def test_the_wrapped_schema_means_what_the_tools_said() -> None:
 
 def test_normalized_keeps_data_that_looks_like_schemas() -> None:
     schema = {"type": "array", "items": True, "properties": {"x": {"const": True, "enum": [True, {}]}}}
-    assert normalized(schema) == {"type": "array", "properties": {"x": {"const": True, "enum": [True, {}]}}}
+    assert normalized(schema) == {
+        "type": "array",
+        "items": ANY_VALUE,
+        "properties": {"x": {"const": True, "enum": [True, {}]}},
+    }
 
 
 def test_localized_leaves_a_schema_without_definitions_alone() -> None:
     assert localized(OLD_STYLE["properties"], "t-") is OLD_STYLE["properties"]
-    assert localized(OLD_STYLE, "t-")["properties"]["unit"] == {"$ref": "#/$defs/t-Unit"}
+    assert localized(OLD_STYLE, "t-")["properties"]["unit"] == {"$ref": "#/$defs/t-definitions-Unit"}
+
+
+def test_localized_keeps_refs_into_a_definition_and_same_names_apart() -> None:
+    schema = {
+        "$defs": {"X": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+        "definitions": {"X": {"type": "string"}},
+        "properties": {"a": {"$ref": "#/$defs/X/properties/n"}, "b": {"$ref": "#/definitions/X"}},
+    }
+    out = localized(schema, "t-")
+    assert out["properties"] == {
+        "a": {"$ref": "#/$defs/t-X/properties/n"},
+        "b": {"$ref": "#/$defs/t-definitions-X"},
+    }
+    assert sorted(out["$defs"]) == ["t-X", "t-definitions-X"]
 
 
 def test_a_response_format_with_an_empty_items_gets_a_grammar() -> None:
@@ -130,3 +150,42 @@ def test_audio_output_is_refused_not_dropped(extra: dict[str, Any], param: str) 
 def test_text_modalities_and_a_whole_float_seed_are_taken() -> None:
     body = {"messages": [{"role": "user", "content": "Hi"}], "modalities": ["text"], "seed": 7.0}
     assert parse_chat_request(body).sampling.seed == 7
+
+
+def test_an_any_items_array_keeps_its_bounds() -> None:
+    """``items: {}`` dropped would have left ``minItems`` unenforced (the converter writes a plain array)."""
+    schema = {"type": "object", "properties": {"xs": {"type": "array", "items": {}, "minItems": 2}}}
+    gbnf = parse_chat_request(
+        {
+            "messages": [{"role": "user", "content": "List."}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "l", "schema": schema}},
+        }
+    ).sampling.grammar
+    assert gbnf is not None
+    assert 'xs ::= "[" space xs-item "," space xs-item' in gbnf
+
+
+def test_recursive_definitions_of_a_tool_named_with_underscores_parse(gemma_backend: Any) -> None:
+    """The converter names a recursive reference's rule after the raw reference: a tool name's ``_`` in
+    it made a grammar llama.cpp could not parse (a 400 about a 'grammar' the client never sent)."""
+    import llama_cpp as ll
+
+    tree = {
+        "type": "object",
+        "properties": {"root": {"$ref": "#/$defs/Node"}},
+        "required": ["root"],
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+            }
+        },
+    }
+    req = parse_chat_request(
+        {"messages": [{"role": "user", "content": "A tree."}], "tools": [_tool("get_tree", tree, True)]}
+    )
+    plan = Hermes().grammar(req.tools, req.tool_choice, False, None)
+    assert plan is not None
+    sampler = ll.llama_sampler_init_grammar(gemma_backend.vocab.ptr, plan.gbnf.encode(), b"root")
+    assert sampler, plan.gbnf
+    ll.llama_sampler_free(sampler)

@@ -435,7 +435,7 @@ def test_gemma_pydantic_tool_with_nested_models(client: Any, recorder: Recording
 
     class GetWeather(BaseModel):
         place: Place
-        notes: list[Any]
+        notes: list[Any] = Field(max_length=2)  # items: {}, bounded so the model ends
 
     tool = openai.pydantic_function_tool(GetWeather, name="get_weather")
     assert "$defs" in tool["function"]["parameters"]
@@ -445,7 +445,7 @@ def test_gemma_pydantic_tool_with_nested_models(client: Any, recorder: Recording
         tools=[tool],
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
         temperature=0,
-        max_tokens=120,
+        max_tokens=200,
     )
     (call,) = completion.choices[0].message.tool_calls
     assert isinstance(call.function.parsed_arguments, GetWeather)

@@ -375,3 +375,34 @@ def test_the_proxy_checks_requests_with_the_suites_request_schemas() -> None:
     for endpoint, body in invalid:
         assert _outcome(endpoint, body) is not None
         assert refusal(Request.from_body(endpoint, body)) is not None
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "valid", "invalid", "param"),
+    [
+        ("responses", {"truncation": "auto"}, {"truncation": "middle"}, "truncation"),
+        (
+            "responses",
+            {"reasoning": {"effort": "low"}},
+            {"reasoning": {"effort": "extreme"}},
+            "reasoning.effort",
+        ),
+        ("chat", {"reasoning_effort": "low"}, {"reasoning_effort": "extreme"}, "reasoning_effort"),
+        (
+            "chat",
+            {"tools": [{"type": "function", "function": {"name": "get_weather"}}]},
+            {"tools": [{"type": "function", "function": {"name": "get weather"}}]},
+            "tools[0].function.name",
+        ),
+    ],
+)
+def test_a_valid_body_seen_first_does_not_let_an_invalid_value_of_its_shape_pass(
+    endpoint: Endpoint, valid: dict[str, Any], invalid: dict[str, Any], param: str
+) -> None:
+    """The shape cache kept only ``role``'s text: once a body with ``truncation: "auto"`` had passed,
+    the same body with ``"middle"`` passed too, and was echoed into a Response the judge refuses."""
+    main = {"input": "hi"} if endpoint == "responses" else {"messages": [{"role": "user", "content": "hi"}]}
+    assert _outcome(endpoint, {"model": "m", **main, **valid}) is None
+    error = _outcome(endpoint, {"model": "m", **main, **invalid})
+    assert error is not None
+    assert error["param"] == param

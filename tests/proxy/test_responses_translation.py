@@ -717,6 +717,7 @@ def test_a_stream_cut_while_its_end_is_stored_ends_with_that_end() -> None:
     [
         ("max_tokens", "max_output_tokens"),
         ("messages[1].content", "input"),
+        ("messages", "input"),
         ("response_format.json_schema.schema", "text.format"),
         ("tools[3].function.name", "tools"),
         ("temperature", "temperature"),
@@ -729,6 +730,8 @@ def test_an_error_about_the_chat_request_names_what_the_client_sent(
     """A chat reading's 400 (the judge's schema, a backend's parse, the upstream) about the translated
     request named ``max_tokens`` where the client sent ``max_output_tokens``."""
     message = f"Invalid '{param}': integer above maximum value."
+    if param == "messages":  # a message that quotes the nested parameter its param names the root of
+        message = "Invalid 'messages[1].content': integer above maximum value."
     body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": "x"}}
     error = responses_error(body)["error"]
     assert error["param"] == renamed
