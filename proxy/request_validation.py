@@ -124,12 +124,13 @@ def _reject(error: ValidationError, path: list[Any], instance: Any) -> NoReturn:
     raise InvalidRequest.make(message, 400, code=code, param=param)
 
 
-# Validity depends on a body's shape, not on its text: strings are checked for their type only (but
-# ``role``, an enum), numbers in objects by value, numbers in arrays only for sign (token ids), and array
-# lengths only up to the schema's largest bound. ``_shape`` keeps exactly that, so bodies of one shape
-# are alike valid: jsonschema (tens of microseconds per request, seconds for a 100k-token prompt) runs
-# once per shape, on a body ``_reduce`` cut down to one item per distinct item shape, and a seen shape
-# costs one walk of the body.
+# Validity depends on a body's shape, not on its text: strings are checked for their type only (but those
+# under a key the schemas constrain by text, ``_EXACT_KEYS``: ``role``, ``type``, enums, a function's
+# ``name`` pattern), numbers in objects by value, numbers in arrays only for sign (token ids), and array
+# lengths only up to the schema's largest bound. ``_shape`` keeps exactly that, so bodies of one shape are
+# alike valid: jsonschema (tens of microseconds per request, seconds for a 100k-token prompt) runs once per
+# shape, on a body ``_reduce`` cut down to one item per distinct item shape, and a seen shape costs one walk
+# of the body.
 # A shape keeps an object's keys verbatim, so a free-form object (``metadata``, ``logit_bias``, unknown
 # fields) puts the client's key strings in the cache: 40 requests, each with a 15,000-key object, held
 # 200 MiB. The cache is bounded in bytes: a shape over ``_SHAPE_BYTES`` (some 1,500 keys; a usual body
