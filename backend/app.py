@@ -49,7 +49,7 @@ from conformance.responses_translation import (
 )
 from conformance.sse import DONE_EVENT, encode_data
 from proxy.errors import InvalidRequest
-from proxy.request_validation import validate_request
+from proxy.request_validation import parse_request
 
 __all__ = ["create_app"]
 
@@ -69,19 +69,15 @@ def _error(
     )
 
 
-def _invalid(endpoint: Endpoint, body: Any) -> Response | None:
-    """The 400 the proxy gives a request its schema refuses (the judge's request schemas, read by
-    proxy/request_validation.py), or None: one reading of a request for the backend and the proxy, so
-    that the backend neither refuses what the judge calls valid nor takes what it calls invalid."""
-    if not isinstance(body, dict):
-        return _error("The request body must be a JSON object.", 400, code="invalid_request")
+async def _request_body(request: Request, endpoint: Endpoint) -> dict[str, Any] | Response:
+    """The request's body as the proxy reads it (proxy/request_validation.py: a JSON object, checked
+    against the judge's request schema), or the 400 to answer: one reading of a request for the backend
+    and the proxy, so that the backend neither refuses what the judge calls valid nor serves what it
+    calls invalid."""
     try:
-        validate_request(endpoint, body)
+        return parse_request(endpoint, await request.body())
     except InvalidRequest as exc:
         return JSONResponse(exc.body, status_code=exc.status)
-    except RecursionError:
-        return _error("The request body is nested too deeply.", 400, code="invalid_request")
-    return None
 
 
 def create_app(
@@ -125,12 +121,9 @@ def create_app(
     async def _generate(
         request: Request, endpoint: Endpoint, parse: Callable[[Any], GenerationRequest]
     ) -> Response:
-        body = await _json_body(request)
+        body = await _request_body(request, endpoint)
         if isinstance(body, Response):
             return body
-        refused = _invalid(endpoint, body)
-        if refused is not None:
-            return refused
         started = _start(body, parse)
         if isinstance(started, Response):
             return started
@@ -224,12 +217,9 @@ def create_app(
         """``POST /v1/responses``: translated to a chat request (conformance/responses_translation/, the
         proxy's translation), generated as one, its chunks or body translated back; stored as the
         request asks (conformance/responses_state/)."""
-        body = await _json_body(request)
+        body = await _request_body(request, "responses")
         if isinstance(body, Response):
             return body
-        refused = _invalid("responses", body)
-        if refused is not None:
-            return refused
         previous = await previous_items(store, body)
         if isinstance(previous, Response):
             return previous
@@ -351,14 +341,6 @@ def _event_stream(body: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(
         body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
-
-
-async def _json_body(request: Request) -> Any:
-    """The request's JSON body, or the 400 to answer."""
-    try:
-        return json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError):
-        return _error("the request body is not valid JSON", 400)
 
 
 async def _disconnected(request: Request) -> None:
