@@ -130,19 +130,12 @@ def enforceable(schema: Any) -> Any:
     """A copy of ``schema`` without the keywords the converter would drop anyway (stated, not implied)."""
     if not isinstance(schema, dict):
         return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key not in _ENFORCED and key not in _ANNOTATIONS:
-            continue
-        if key == "format" and value not in _FORMATS:
-            continue
-        if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
-            value = {name: enforceable(sub) for name, sub in value.items()}
-        elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
-            value = [enforceable(sub) for sub in value]
-        elif key in ("items", "additionalProperties") and isinstance(value, dict):
-            value = enforceable(value)
-        out[key] = value
+    kept = {
+        key: value
+        for key, value in schema.items()
+        if (key in _ENFORCED or key in _ANNOTATIONS) and not (key == "format" and value not in _FORMATS)
+    }
+    out = _with_children(kept, enforceable)
     if "pattern" in out and isinstance(out["pattern"], str):
         if not (out["pattern"].startswith("^") and out["pattern"].endswith("$")):
             del out["pattern"]
