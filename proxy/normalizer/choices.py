@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import jsoncodec
 from ..emulation.stop import StopScanner
+from .control_characters import ArgumentStrings
 from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
 from .repairs import Repairs
 from .tool_text import Call, ToolTextScanner
@@ -55,8 +56,11 @@ def generated_text(choice: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def fix_tool_call(call: dict[str, Any], repairs: Repairs) -> dict[str, Any]:
-    """A whole tool call with an id (TGI's "0", Q65), ``type`` and string arguments."""
+def fix_tool_call(
+    call: dict[str, Any], repairs: Repairs, strings: ArgumentStrings | None = None
+) -> dict[str, Any]:
+    """A whole tool call with an id (TGI's "0", Q65), ``type`` and string arguments whose strings hold
+    no raw control character (Q82); ``strings`` carries a stream's call on to its next fragments."""
     fn = as_dict(call.get("function"))
     call_id = call.get("id")
     if not isinstance(call_id, str) or not call_id or call_id == "0":
@@ -70,8 +74,19 @@ def fix_tool_call(call: dict[str, Any], repairs: Repairs) -> dict[str, Any]:
     return {
         "id": call_id,
         "type": "function",
-        "function": {"name": str(fn.get("name") or ""), "arguments": _arguments(arguments)},
+        "function": {
+            "name": str(fn.get("name") or ""),
+            "arguments": escaped_arguments(strings or ArgumentStrings(), _arguments(arguments), repairs),
+        },
     }
+
+
+def escaped_arguments(strings: ArgumentStrings, arguments: str, repairs: Repairs) -> str:
+    """An arguments fragment with the control characters inside its strings escaped (Q82)."""
+    escaped = strings.escape(arguments)
+    if escaped is not arguments:
+        repairs.add("Q82")
+    return escaped
 
 
 class ChoiceState:
@@ -95,6 +110,7 @@ class ChoiceState:
         "sent_chars",
         "shown",
         "stopped",
+        "strings",
         "text_offset",
         "tokens",
         "tool_ids",
@@ -117,6 +133,7 @@ class ChoiceState:
         self.scanner = StopScanner(stops, echoed) if stops else None
         self.stopped = False
         self.tool_ids: dict[int, str] = {}
+        self.strings: dict[int, ArgumentStrings] = {}  # each call's place in its arguments' JSON (Q82)
         self.next_tool = 0
         # The latest call opened: its index, its id and name as the upstream sent them and its arguments
         # so far, which tell where a fragment without index belongs (Q64). Earlier calls' are not kept.
@@ -212,7 +229,7 @@ class ChoiceState:
                 repairs.add("Q64")
                 index = self.next_tool if self._starts_call(call, fn) else self.last_call[0]
             if index not in self.tool_ids:
-                first = fix_tool_call(call, repairs)
+                first = fix_tool_call(call, repairs, self.strings.setdefault(index, ArgumentStrings()))
                 self.tool_ids[index] = first["id"]
                 self.next_tool = max(self.next_tool, index + 1)
                 self.last_call = (index, call.get("id"), fn.get("name"), [first["function"]["arguments"]])
@@ -223,6 +240,8 @@ class ChoiceState:
                 repairs.add("Q63")  # repeated id/name: the SDK accumulator would join them
             arguments = _arguments(fn.get("arguments"))
             if arguments:
+                strings = self.strings.setdefault(index, ArgumentStrings())
+                arguments = escaped_arguments(strings, arguments, repairs)
                 if index == self.last_call[0]:
                     self.last_call[3].append(arguments)
                 self.count_output(arguments)

@@ -42,6 +42,11 @@ TRANSCRIPTS: dict[str, tuple[set[str], set[str]]] = {
         {"tool-call-name-repeated", "tool-call-id-repeated", "schema"},
         {"delta-null-field"},
     ),
+    "llama-cpp-python-control-character.sse": ({"tool-arguments-json", "required-key"}, set()),
+    "llama-cpp-python-control-character-stream.sse": (
+        {"tool-arguments-json", "tool-call-name-repeated", "tool-call-id-repeated", "schema"},
+        {"delta-null-field"},
+    ),
 }
 
 
