@@ -331,7 +331,40 @@ class Request:
             return "auto"
         if choice in ("none", "auto", "required"):
             return str(choice)
+        allowed = self._allowed_tools
+        if allowed is not None:
+            return allowed[0]
         return "function" if self.tool_choice_function is not None else None
+
+    @property
+    def tool_choice_allowed(self) -> tuple[str, ...] | None:
+        """The functions an ``allowed_tools`` choice lets the model call, its mode (``auto`` or
+        ``required`` among them) being ``tool_choice_mode``."""
+        allowed = self._allowed_tools
+        return None if allowed is None else allowed[1]
+
+    @property
+    def _allowed_tools(self) -> tuple[str, tuple[str, ...]] | None:
+        """(mode, names) of chat's ``{"type": "allowed_tools", "allowed_tools": {"mode", "tools":
+        [{"type": "function", "function": {"name"}}]}}`` or the Responses API's flat ``{"type":
+        "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}``; None for any other choice,
+        or one without a mode and a list of names."""
+        choice = self.tool_choice
+        if not isinstance(choice, Mapping) or choice.get("type") != "allowed_tools":
+            return None
+        nested = choice.get("allowed_tools")
+        allowed = nested if isinstance(nested, Mapping) else choice
+        mode, tools = allowed.get("mode"), allowed.get("tools")
+        if mode not in ("auto", "required") or not isinstance(tools, list):
+            return None
+        names = []
+        for tool in tools:
+            function = tool.get("function", tool) if isinstance(tool, Mapping) else None
+            name = function.get("name") if isinstance(function, Mapping) else None
+            if not isinstance(name, str):
+                return None
+            names.append(name)
+        return str(mode), tuple(names)
 
     @property
     def tool_choice_function(self) -> str | None:

@@ -12,8 +12,10 @@ judge what the calls say once whole, the same for a stream (fragments joined) an
 - ``tool-choice-none-called``, ``tool-choice-required-ignored``, ``tool-choice-named-ignored``: OpenAI's
   ``tool_choice``: ``none`` "the model will not call any tool", ``required`` "the model must call one or
   more tools", a named function "forces the model to call that tool" (llama-cpp-python honours only the
-  named form; ``required`` gets text). ``parallel-tool-calls-off``: more than one call although
-  ``parallel_tool_calls`` was ``false``.
+  named form; ``required`` gets text). ``tool-choice-allowed-ignored``: an ``allowed_tools`` choice
+  ("constrains the tools available to the model to a pre-defined set") and a call outside that set; its
+  ``mode`` is judged as ``auto`` or ``required`` above. ``parallel-tool-calls-off``: more than one call
+  although ``parallel_tool_calls`` was ``false``.
 - ``finish-tool-calls-without-calls``: ``finish_reason: "tool_calls"`` on a choice that called nothing:
   agent loops that dispatch on it find no call to run. (Calls finished otherwise:
   ``tool-calls-finish-reason``, Q64.)
@@ -166,6 +168,7 @@ def tool_choice_honoured(ctx: Context) -> None:
             )
         elif mode == "function":
             _named_choice(ctx, state, names, pointer)
+        _allowed_choice(ctx, state, names, pointer)
 
 
 def _named_choice(ctx: Context, state: ChoiceState, names: list[str | None], pointer: str) -> None:
@@ -180,6 +183,20 @@ def _named_choice(ctx: Context, state: ChoiceState, names: list[str | None], poi
         pointer=pointer,
         quirk="spec",
     )
+
+
+def _allowed_choice(ctx: Context, state: ChoiceState, names: list[str | None], pointer: str) -> None:
+    allowed = ctx.request.tool_choice_allowed
+    others = [name for name in names if allowed is not None and name not in allowed]
+    if others:
+        assert allowed is not None
+        ctx.error(
+            "tool-choice-allowed-ignored",
+            f"tool_choice allows only {_names(list(allowed))}; choice {state.index} called {_names(others)}",
+            event=state.finished_event,
+            pointer=pointer,
+            quirk="spec",
+        )
 
 
 def _names(names: list[str | None]) -> str:

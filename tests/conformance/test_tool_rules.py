@@ -117,6 +117,31 @@ def test_tool_choice_as_the_request_set_it() -> None:
     assert both(weather, tool_choice="auto") == [(set(), set())] * 2
 
 
+def _allowed(mode: str, *names: str) -> dict[str, Any]:
+    tools = [{"type": "function", "function": {"name": name}} for name in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}
+
+
+def test_an_allowed_tools_choice_is_judged_by_its_list_and_its_mode() -> None:
+    weather = ['{"city": "Paris", "unit": "celsius"}']
+    assert both(weather, tool_choice=_allowed("auto", "get_weather")) == [(set(), set())] * 2
+    outside = both(weather, tool_choice=_allowed("required", "get_time"))
+    assert outside == [({"tool-choice-allowed-ignored"}, set())] * 2
+    required = _request(stream=True, tool_choice=_allowed("required", "get_time"))
+    text = stream(chat_chunk([delta(role="assistant", content="Sunny.")]), chat_chunk([delta(finish="stop")]))
+    assert judged(text, required) == ({"tool-choice-required-ignored"}, set())
+
+
+def test_request_reads_an_allowed_tools_choice_in_either_api() -> None:
+    chat = Request.from_recorded(_request(tool_choice=_allowed("required", "get_time")))
+    assert (chat.tool_choice_mode, chat.tool_choice_allowed) == ("required", ("get_time",))
+    flat = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_time"}]}
+    responses = Request.from_recorded(_request(tool_choice=flat))
+    assert (responses.tool_choice_mode, responses.tool_choice_allowed) == ("auto", ("get_time",))
+    odd = Request.from_recorded(_request(tool_choice={"type": "allowed_tools", "mode": "sometimes"}))
+    assert (odd.tool_choice_mode, odd.tool_choice_allowed) == (None, None)
+
+
 def test_tool_call_rules_quiet_without_a_request_except_for_whole_arguments() -> None:
     assert judged(_call_stream(['{"a": 1}'])) == (set(), set())
     assert judged(_call_stream(['{"a": 1}{'])) == ({"tool-arguments-json"}, set())
