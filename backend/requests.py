@@ -108,6 +108,9 @@ class ToolChoice:
     mode: ToolChoiceMode = "auto"
     name: str | None = None
     """The function a named choice forces."""
+    allowed: tuple[str, ...] | None = None
+    """The functions an ``allowed_tools`` choice lets the model call (``auto`` or ``required`` among
+    them); the prompt still shows every tool, as OpenAI's does."""
 
 
 @dataclass(slots=True)
@@ -252,6 +255,8 @@ def _grammar(body: dict[str, Any], *, chat: bool) -> str | None:
     if fmt["type"] == "json_schema":
         spec = fmt.get("json_schema")
         inner = spec.get("schema") if isinstance(spec, dict) else None
+        if inner is None and isinstance(spec, dict):
+            return json_grammar()  # ``schema`` is optional in OpenAI's spec: then any JSON object
         if not isinstance(inner, dict):
             raise RequestError(
                 "'response_format.json_schema.schema' must be a JSON Schema object", "response_format"
@@ -268,12 +273,11 @@ def _response_schema(body: dict[str, Any]) -> dict[str, Any] | None:
     fmt = body.get("response_format")
     if not isinstance(fmt, dict):
         return None
-    if fmt.get("type") == "json_object":
-        return {"type": "object"}
     spec = fmt.get("json_schema")
-    if fmt.get("type") == "json_schema" and isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
-        return dict(spec["schema"])
-    return None
+    inner = spec.get("schema") if fmt.get("type") == "json_schema" and isinstance(spec, dict) else False
+    if fmt.get("type") == "json_object" or inner is None:  # json_schema without a schema: any object
+        return {"type": "object"}
+    return dict(inner) if isinstance(inner, dict) else None
 
 
 def _is_text_format(fmt: Any) -> bool:
@@ -312,6 +316,8 @@ def _prompts(value: Any) -> list[list[PromptPart]]:
         "'prompt' must be a string, an array of token ids, an array of strings or an array of those",
         "prompt",
     )
+    if value is None:
+        return [[""]]  # OpenAI's default, its end-of-text token: a document from its start
     if isinstance(value, str):
         return [[value]]
     if not isinstance(value, list) or not value:
@@ -332,18 +338,24 @@ def _one_prompt(items: list[Any], bad: RequestError) -> list[PromptPart]:
     return list(items)
 
 
+# What a chat template calls a role: OpenAI's ``developer`` is the system turn, and the deprecated
+# ``function`` message (an answer to a ``function_call``) is a tool result.
+_TEMPLATE_ROLES = {"developer": "system", "function": "tool"}
+
+
 def _messages(value: Any) -> list[ChatMessage]:
     if not isinstance(value, list) or not value:
         raise RequestError("'messages' must be a non-empty array", "messages")
     out = []
     call_ids: set[str] = set()
+    legacy_calls: dict[str, str] = {}  # a legacy ``function_call``'s name -> the id it was given
     for i, msg in enumerate(value):
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
             raise RequestError(f"'messages[{i}]' must be an object with a 'role'", "messages")
-        role = msg["role"]
-        if role not in ("system", "developer", "user", "assistant", "tool"):
+        role: str = msg["role"]
+        if role not in ("system", "developer", "user", "assistant", "tool", "function"):
             raise RequestError(f"'messages[{i}].role' {role!r} is not a known role", "messages")
-        message = ChatMessage("system" if role == "developer" else role, _content(msg.get("content"), i))
+        message = ChatMessage(_TEMPLATE_ROLES.get(role, role), _content(msg.get("content"), i))
         name = msg.get("name")
         if name is not None:
             if not isinstance(name, str):
@@ -352,6 +364,14 @@ def _messages(value: Any) -> list[ChatMessage]:
         if role == "assistant" and msg.get("tool_calls") is not None:
             message.tool_calls = _message_tool_calls(msg["tool_calls"], i)
             call_ids.update(call["id"] for call in message.tool_calls)
+        elif role == "assistant" and isinstance(msg.get("function_call"), dict):
+            # The deprecated single call (LangChain's AIMessage from a function-calling turn): the
+            # template knows only ``tool_calls``, so it is one, with an id its answer is matched to.
+            call = {"id": f"call_{i}", "type": "function", "function": msg["function_call"]}
+            message.tool_calls = _message_tool_calls([call], i)
+            legacy_calls[message.tool_calls[0]["function"]["name"]] = call["id"]
+        if role == "function":  # the deprecated answer to a function_call, named by the function
+            message.tool_call_id = legacy_calls.get(str(name))
         if role == "tool":
             call_id = msg.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -462,10 +482,40 @@ def _tool_choice(body: dict[str, Any], tools: list[Tool]) -> ToolChoice:
                 "tool_choice",
             )
         return ToolChoice("named", str(name))
+    allowed = value.get("allowed_tools") if isinstance(value, dict) else None
+    if isinstance(value, dict) and value.get("type") == "allowed_tools" and isinstance(allowed, dict):
+        return _allowed_tools(allowed, tools)
     raise RequestError(
-        "'tool_choice' must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}",
+        "'tool_choice' must be 'none', 'auto', 'required', {'type': 'function', 'function': {'name': ...}} "
+        "or {'type': 'allowed_tools', ...}",
         "tool_choice",
     )
+
+
+def _allowed_tools(allowed: dict[str, Any], tools: list[Tool]) -> ToolChoice:
+    """``{"mode": "auto" | "required", "tools": [{"type": "function", "function": {"name"}}]}``, each
+    listed function one of ``tools``."""
+    mode = allowed.get("mode")
+    listed = allowed.get("tools")
+    names: list[str] = []
+    for k, entry in enumerate(listed if isinstance(listed, list) else ()):
+        function = entry.get("function") if isinstance(entry, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not any(t.name == name for t in tools):
+            raise RequestError(
+                f"Invalid value for 'tool_choice.allowed_tools.tools[{k}]': no function named {name!r} was "
+                "specified in 'tools'.",
+                "tool_choice",
+                code="invalid_value",
+            )
+        names.append(str(name))
+    if mode not in ("auto", "required") or not names:
+        raise RequestError(
+            "'tool_choice.allowed_tools' must have 'mode' 'auto' or 'required' and a non-empty 'tools' list",
+            "tool_choice",
+            code="invalid_value",
+        )
+    return ToolChoice(mode, allowed=tuple(names))
 
 
 def _content(content: Any, i: int) -> str:

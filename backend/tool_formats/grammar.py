@@ -22,7 +22,10 @@ CALL_RULE = "tool-call"
 
 
 def allowed_tools(tools: list[Tool], choice: ToolChoice) -> list[Tool]:
-    return [t for t in tools if t.name == choice.name] if choice.mode == "named" else list(tools)
+    """The tools the grammar lets the model call: the named one, those ``allowed_tools`` lists, or all."""
+    if choice.mode == "named":
+        return [t for t in tools if t.name == choice.name]
+    return [t for t in tools if choice.allowed is None or t.name in choice.allowed]
 
 
 def _parameters(tool: Tool) -> dict[str, Any]:

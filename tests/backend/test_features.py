@@ -97,6 +97,10 @@ def test_prompt_shapes(client: Any, recorder: RecordingTransport, stream: bool) 
     assert batch[0] == by_text[0]
     assert len(finish) == 2
     assert usage.prompt_tokens == 6 + 5
+    # ``prompt: null``: OpenAI's default, its end-of-text token, a document from its start (BOS alone).
+    from_start, _, usage = _complete(client, stream, prompt=None, temperature=0)
+    assert usage.prompt_tokens == 1
+    assert from_start == _complete(client, stream, prompt=[2], temperature=0)[0]
     assert_conformant(recorder)
 
 

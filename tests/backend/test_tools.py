@@ -180,6 +180,49 @@ def test_synthetic_hermes_prompt_shows_tools_calls_and_answers(hermes: tuple[str
     assert req.sampling.grammar_triggers == ("<tool_call>",)
 
 
+def test_synthetic_hermes_prompt_shows_a_legacy_function_call_and_its_answer(
+    hermes: tuple[str, Backend],
+) -> None:
+    # The deprecated pair LangChain still sends for a function-calling turn: an assistant message with
+    # ``function_call`` and a ``function`` message answering it by name.
+    call = {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}
+    answer = {"role": "function", "name": "get_weather", "content": "21 degrees"}
+    req = parse_chat_request(
+        {
+            "messages": [*ASK, {"role": "assistant", "content": None, "function_call": call}, answer],
+            "tools": TOOLS,
+        }
+    )
+    assert [(m.role, m.tool_call_id) for m in req.messages] == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "call_1"),
+    ]
+    assert req.messages[1].tool_calls == [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.loads(call["arguments"])},
+        }
+    ]
+    text = hermes[1].prompts(req)[0].text
+    shown = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+    assert f"<tool_call>\n{shown}\n</tool_call>" in text
+    assert "<tool_response>\n21 degrees\n</tool_response>" in text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_synthetic_hermes_allowed_tools_choice_calls_only_those(
+    hermes_client: Any, recorder: RecordingTransport, stream: bool
+) -> None:
+    allowed = {"mode": "required", "tools": [{"type": "function", "function": {"name": "get_time"}}]}
+    for seed in (1, 2, 3):
+        choice = {"type": "allowed_tools", "allowed_tools": allowed}
+        calls, finish, _ = _ask(hermes_client, stream, tool_choice=choice, seed=seed)
+        assert (set(_valid_calls(calls)), finish) == ({"get_time"}, "tool_calls")
+    assert_conformant(recorder)
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_synthetic_hermes_auto_and_none_answer_with_text(
     hermes_client: Any, recorder: RecordingTransport, stream: bool
@@ -204,6 +247,24 @@ def test_synthetic_hermes_auto_and_none_answer_with_text(
         ),
         ({"tools": None, "tool_choice": "required"}, "tool_choice", "only allowed when 'tools'"),
         ({"tool_choice": "sometimes"}, "tool_choice", "tool_choice"),
+        (
+            {
+                "tool_choice": {
+                    "type": "allowed_tools",
+                    "allowed_tools": {
+                        "mode": "auto",
+                        "tools": [{"type": "function", "function": {"name": "nope"}}],
+                    },
+                }
+            },
+            "tool_choice",
+            "no function named 'nope'",
+        ),
+        (
+            {"tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}},
+            "tool_choice",
+            "non-empty 'tools' list",
+        ),
         (
             {"messages": [*ASK, {"role": "tool", "tool_call_id": "x", "content": "1"}]},
             "messages",
@@ -301,6 +362,35 @@ def test_gemma_required_and_named_calls_validate(
     named = {"type": "function", "function": {"name": "get_weather"}}
     calls, finish, content = _ask(client, stream, tool_choice=named, temperature=0)
     assert (_valid_calls(calls), finish, content) == (["get_weather"], "tool_calls", None)
+    assert_conformant(recorder)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_gemma_allowed_tools_choice_calls_only_those(
+    client: Any, recorder: RecordingTransport, stream: bool
+) -> None:
+    # Asked for the weather, allowed only the clock: through the proxy too (which sends the allowed
+    # tools and the mode to any upstream, proxy/adapters/tool_requests.py).
+    allowed = {"mode": "required", "tools": [{"type": "function", "function": {"name": "get_time"}}]}
+    choice = {"type": "allowed_tools", "allowed_tools": allowed}
+    calls, finish, content = _ask(client, stream, tool_choice=choice, temperature=0)
+    assert (set(_valid_calls(calls)), finish, content) == ({"get_time"}, "tool_calls", None)
+    assert_conformant(recorder)
+
+
+def test_gemma_json_schema_format_without_a_schema_is_a_json_object(
+    client: Any, recorder: RecordingTransport
+) -> None:
+    # ``json_schema.schema`` is optional in OpenAI's spec: then the answer is any JSON object.
+    answer = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "Describe Paris as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "city"}},
+        temperature=0,
+        max_tokens=60,
+    ).choices[0]
+    if answer.finish_reason == "stop":
+        assert isinstance(json.loads(answer.message.content), dict)
     assert_conformant(recorder)
 
 
