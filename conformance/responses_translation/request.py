@@ -528,9 +528,18 @@ def _tool_choice(choice: Any) -> Any:
     kind = choice.get("type") if isinstance(choice, Mapping) else None
     if kind in ("function", "custom") and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": _chat_name(choice["name"], choice.get("namespace"))}}
+    if kind == "allowed_tools" and isinstance(choice.get("tools"), list):
+        # The flat Responses form of chat's: {"type": "allowed_tools", "mode", "tools": [{"type", "name"}]}.
+        tools = [
+            {"type": "function", "function": {"name": _chat_name(tool["name"], tool.get("namespace"))}}
+            for tool in choice["tools"]
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str)
+        ]
+        allowed = {"mode": choice.get("mode"), "tools": tools}
+        return {"type": "allowed_tools", "allowed_tools": allowed}
     raise TranslationError(
         f"Invalid value for 'tool_choice': {kind or choice!r} is not supported by this server; use 'auto', "
-        "'none', 'required' or a named function.",
+        "'none', 'required', a named function or 'allowed_tools'.",
         "tool_choice",
         "unsupported_value",
     )

@@ -31,6 +31,7 @@ from ..upstream import Upstream
 from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
 from .context_window import ContextWindow, context_of_props
 from .structured_output import native_json_schema
+from .tool_requests import allowed_tools_as_tools
 
 __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "translate_native_event"]
 
@@ -247,7 +248,7 @@ class LlamaCppAdapter:
             return UpstreamCall("/completion", native, translate)
         if endpoint == "chat":
             # llama-server reads reasoning_content (common_chat_msgs_parse_oaicompat).
-            body = messages_with_reasoning_as(body, "reasoning_content")
+            body = allowed_tools_as_tools(messages_with_reasoning_as(body, "reasoning_content"))
         return UpstreamCall(OPENAI_PATHS[endpoint], with_limit(body, self._default_max_tokens))
 
     async def refusal(

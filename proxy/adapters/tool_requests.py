@@ -20,7 +20,14 @@ conformance/corpus/llama-cpp-python/, made by ``conformant check --record``):
   text beside the call) and is sent instead.
 
 Both apply only where the upstream is known to be llama-cpp-python (``UpstreamTraits``, from its model
-listing); any other upstream gets the request as the client sent it.
+listing); any other upstream gets the request as the client sent it, but for one thing:
+
+- ``tool_choice: {"type": "allowed_tools", ...}`` (OpenAI: "constrains the tools available to the model to
+  a pre-defined set", ``mode`` ``auto`` or ``required``) is sent as ``tools`` cut to that set and
+  ``tool_choice`` its mode, to every upstream: llama-server reads ``tool_choice`` only as a string (an
+  object is taken as ``auto``, every tool callable), llama-cpp-python refuses it. The model then sees only
+  the allowed tools, which changes no answer OpenAI's could give. A list naming a function ``tools``
+  does not offer is sent as it is, for the upstream to refuse.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 from ..errors import ProxyError
 from ..upstream_traits import UpstreamTraits
 
-__all__ = ["asks_tools", "tool_request_for", "unforceable_tool_choice"]
+__all__ = ["allowed_tools_as_tools", "asks_tools", "tool_request_for", "unforceable_tool_choice"]
 
 
 def _function_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -96,3 +103,25 @@ def tool_request_for(traits: UpstreamTraits, body: dict[str, Any]) -> dict[str, 
     if traits.assistant_content_string and isinstance(messages, list) and _null_content_calls(messages):
         body = {**body, "messages": [{**m, "content": ""} if _null_content(m) else m for m in messages]}
     return body
+
+
+def allowed_tools_as_tools(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with an ``allowed_tools`` choice sent as the tools it allows and its mode."""
+    choice = body.get("tool_choice")
+    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+        return body
+    allowed = choice.get("allowed_tools")
+    tools = _function_tools(body)
+    if not isinstance(allowed, dict) or tools is None:
+        return body
+    listed = allowed.get("tools")
+    names = {
+        entry["function"].get("name")
+        for entry in (listed if isinstance(listed, list) else ())
+        if isinstance(entry, dict) and isinstance(entry.get("function"), dict)
+    }
+    offered = {tool["function"]["name"] for tool in tools}
+    if allowed.get("mode") not in ("auto", "required") or not names or not names <= offered:
+        return body
+    kept = [tool for tool in tools if tool["function"]["name"] in names]
+    return {**body, "tools": kept, "tool_choice": allowed["mode"]}

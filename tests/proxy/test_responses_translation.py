@@ -155,6 +155,14 @@ def test_consecutive_messages_of_one_role_are_joined() -> None:
     ]
 
 
+def test_an_allowed_tools_choice_is_chats() -> None:
+    tools = [{"type": "function", "name": name, "parameters": {"type": "object"}} for name in ("f", "g")]
+    choice = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "g"}]}
+    chat = _chat({"input": "hi", "tools": tools, "tool_choice": choice})
+    allowed = {"mode": "required", "tools": [{"type": "function", "function": {"name": "g"}}]}
+    assert chat["tool_choice"] == {"type": "allowed_tools", "allowed_tools": allowed}
+
+
 def test_settings_become_chat_parameters() -> None:
     tool = {"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": True}
     chat = _chat(

@@ -107,3 +107,44 @@ def test_other_upstreams_get_tool_requests_as_the_client_sent_them(listing: list
     sent = upstream.bodies(CHAT)
     assert [s["tool_choice"] for s in sent[:2]] == ["required", "required"]
     assert sent[2]["messages"][1]["content"] is None
+
+
+def _allowed(mode: str, *names: str) -> dict[str, Any]:
+    tools = [{"type": "function", "function": {"name": name}} for name in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}
+
+
+@pytest.mark.parametrize(
+    "listing", [[VLLM_MODEL], [LLAMA_CPP_PYTHON_MODEL]], ids=["vllm", "llama-cpp-python"]
+)
+def test_an_allowed_tools_choice_is_sent_as_the_tools_it_allows_and_its_mode(
+    listing: list[dict[str, Any]],
+) -> None:
+    # llama-server takes an object tool_choice as "auto" (every tool callable), llama-cpp-python
+    # refuses it: every upstream gets the allowed tools alone and the mode.
+    auto = {"messages": ASK, "tools": [WEATHER, TIME], "tool_choice": _allowed("auto", "get_time")}
+    required = {**auto, "tool_choice": _allowed("required", "get_time")}
+    unknown = {**auto, "tool_choice": _allowed("auto", "get_date")}  # for the upstream to refuse
+    answers, upstream = _post(listing, auto, required, unknown)
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    sent = upstream.bodies(CHAT)
+    assert [[t["function"]["name"] for t in s["tools"]] for s in sent] == [
+        ["get_time"],
+        ["get_time"],
+        ["get_weather", "get_time"],
+    ]
+    named = {"type": "function", "function": {"name": "get_time"}}  # "required" with one tool (Q80)
+    required_sent = named if listing == [LLAMA_CPP_PYTHON_MODEL] else "required"
+    assert [s["tool_choice"] for s in sent] == ["auto", required_sent, unknown["tool_choice"]]
+
+
+def test_an_allowed_tools_choice_of_several_is_refused_for_llama_cpp_python() -> None:
+    body = {
+        "messages": ASK,
+        "tools": [WEATHER, TIME],
+        "tool_choice": _allowed("required", "get_weather", "get_time"),
+    }
+    answers, upstream = _post([LLAMA_CPP_PYTHON_MODEL], body)
+    assert answers[0].status_code == 400
+    assert answers[0].json()["error"]["param"] == "tool_choice"
+    assert upstream.bodies(CHAT) == []
