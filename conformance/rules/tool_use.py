@@ -143,13 +143,19 @@ def _arguments_valid(ctx: Context, state: ChoiceState, index: int, tool: ToolCal
 
 def tool_choice_honoured(ctx: Context) -> None:
     """``tool_choice`` as OpenAI reads it: ``none`` no call, ``required`` at least one, a named function
-    that function (a choice cut off by its token limit may not have finished its call)."""
+    that function. A choice cut off by its token limit is judged too, once it shows anything: a call's
+    name comes first, and under ``required`` or a named function OpenAI's answer is the call from its
+    first token, so text there means the choice was not honoured (llama-server ignoring a named choice
+    answers text until its limit, Q83); only a choice cut off before any output is not judged."""
     mode = ctx.request.tool_choice_mode
     if mode in (None, "auto"):
         return
-    for state in _judged(ctx):
+    for state in ctx.choices.values():
         names = [tool.name for tool in state.tool_calls.values()]
         pointer = f"/choices/{state.index}"
+        cut = state.finish_reason == "length" and not names and not "".join(state.content).strip()
+        if state.finish_reason is None or cut:
+            continue
         if mode == "none" and names:
             ctx.error(
                 "tool-choice-none-called",

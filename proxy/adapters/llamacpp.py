@@ -30,8 +30,9 @@ from ..normalizer.request import Endpoint
 from ..upstream import Upstream
 from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
 from .context_window import ContextWindow, context_of_props
+from .llamacpp_tools import TemplateTools
 from .structured_output import native_json_schema
-from .tool_requests import allowed_tools_as_tools
+from .tool_requests import choice_as_tools
 
 __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "translate_native_event"]
 
@@ -209,6 +210,7 @@ class LlamaCppAdapter:
         self._default_max_tokens = default_max_tokens
         # A prompt's length against the context counts the start token the server adds to it.
         self._window = ContextWindow(partial(self.count_tokens, add_special=True), context_of_props(props))
+        self._tools = TemplateTools(props)
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         # The native stream is read for its text and logprobs; what it cannot answer (echo, several
@@ -248,14 +250,19 @@ class LlamaCppAdapter:
             return UpstreamCall("/completion", native, translate)
         if endpoint == "chat":
             # llama-server reads reasoning_content (common_chat_msgs_parse_oaicompat).
-            body = allowed_tools_as_tools(messages_with_reasoning_as(body, "reasoning_content"))
+            # tool_choice is read as a string only (llamacpp_tools.py, Q83).
+            body = choice_as_tools(messages_with_reasoning_as(body, "reasoning_content"), named=True)
         return UpstreamCall(OPENAI_PATHS[endpoint], with_limit(body, self._default_max_tokens))
 
     async def refusal(
         self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
     ) -> ProxyError | None:
-        """A 400 for a request the server would cut or fail (a prompt past its context) or an echo it
-        cannot give, before it is sent."""
+        """A 400 for a request the server would cut or fail (a prompt past its context), an echo it
+        cannot give, or a tool call its template cannot make, before it is sent."""
+        if endpoint == "chat" and (
+            refused := await self._tools.refusal(upstream, choice_as_tools(body, named=True))
+        ):
+            return refused
         return echo_refusal(endpoint, body) or await self._window.overflow(upstream, endpoint, body)
 
     async def count_tokens(

@@ -11,7 +11,7 @@ from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
 from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
 from .structured_output import for_llama_cpp_python, unenforced_schema
-from .tool_requests import allowed_tools_as_tools, asks_tools, tool_request_for, unforceable_tool_choice
+from .tool_requests import asks_tools, choice_as_tools, tool_request_for, unforceable_tool_choice
 
 __all__ = ["OpenAIAdapter"]
 
@@ -34,7 +34,7 @@ class OpenAIAdapter:
             body = messages_with_reasoning_as(body, traits.reasoning_field)
             if traits.schema_format == "json_object_schema":
                 body = for_llama_cpp_python(body)
-            body = tool_request_for(traits, allowed_tools_as_tools(body))
+            body = tool_request_for(traits, choice_as_tools(body))
         wants_logprobs = endpoint == "chat" and body.get("logprobs") is True
         if wants_logprobs and "top_logprobs" not in body and self._traits.chat_logprobs_need_top:
             # 0 is within the spec for every upstream, and the alternatives it brings are taken out
@@ -54,7 +54,7 @@ class OpenAIAdapter:
             entries = answer.get("data") if isinstance(answer, dict) else None
             if isinstance(entries, list):
                 traits.learn_listing(entries)
-        if endpoint == "chat" and (refused := unforceable_tool_choice(traits, allowed_tools_as_tools(body))):
+        if endpoint == "chat" and (refused := unforceable_tool_choice(traits, choice_as_tools(body))):
             return refused
         return unenforced_schema(traits, endpoint, body)
 

@@ -37,7 +37,7 @@ from typing import Any
 from ..errors import ProxyError
 from ..upstream_traits import UpstreamTraits
 
-__all__ = ["allowed_tools_as_tools", "asks_tools", "tool_request_for", "unforceable_tool_choice"]
+__all__ = ["asks_tools", "choice_as_tools", "tool_request_for", "unforceable_tool_choice"]
 
 
 def _function_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -105,23 +105,35 @@ def tool_request_for(traits: UpstreamTraits, body: dict[str, Any]) -> dict[str, 
     return body
 
 
-def allowed_tools_as_tools(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` with an ``allowed_tools`` choice sent as the tools it allows and its mode."""
-    choice = body.get("tool_choice")
-    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
-        return body
-    allowed = choice.get("allowed_tools")
+def choice_as_tools(body: dict[str, Any], *, named: bool = False) -> dict[str, Any]:
+    """``body`` with an ``allowed_tools`` choice (and, when ``named``, a named function's) sent as the
+    tools it allows and its mode (``required`` for a named function)."""
+    chosen = _chosen(body.get("tool_choice"), named)
     tools = _function_tools(body)
-    if not isinstance(allowed, dict) or tools is None:
+    if chosen is None or tools is None:
         return body
+    mode, names = chosen
+    if not names or not names <= {tool["function"]["name"] for tool in tools}:
+        return body
+    kept = [tool for tool in tools if tool["function"]["name"] in names]
+    return {**body, "tools": kept, "tool_choice": mode}
+
+
+def _chosen(choice: Any, named: bool) -> tuple[str, set[str]] | None:
+    """(mode, function names) of an ``allowed_tools`` choice, or of a named one when ``named``."""
+    if not isinstance(choice, dict):
+        return None
+    function = choice.get("function")
+    if named and choice.get("type") == "function" and isinstance(function, dict):
+        return "required", {str(function.get("name"))}
+    allowed = choice.get("allowed_tools")
+    if choice.get("type") != "allowed_tools" or not isinstance(allowed, dict):
+        return None
     listed = allowed.get("tools")
     names = {
         entry["function"].get("name")
         for entry in (listed if isinstance(listed, list) else ())
         if isinstance(entry, dict) and isinstance(entry.get("function"), dict)
     }
-    offered = {tool["function"]["name"] for tool in tools}
-    if allowed.get("mode") not in ("auto", "required") or not names or not names <= offered:
-        return body
-    kept = [tool for tool in tools if tool["function"]["name"] in names]
-    return {**body, "tools": kept, "tool_choice": allowed["mode"]}
+    mode = allowed.get("mode")
+    return (mode, names) if mode in ("auto", "required") else None

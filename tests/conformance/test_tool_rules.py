@@ -42,6 +42,14 @@ TRANSCRIPTS: dict[str, tuple[set[str], set[str]]] = {
         {"tool-call-name-repeated", "tool-call-id-repeated", "schema"},
         {"delta-null-field"},
     ),
+    "llama-server-tool-choice-named.sse": (
+        {"tool-choice-named-ignored", "model-is-local-path", "required-key"},
+        {"unknown-field"},
+    ),
+    "llama-server-tool-choice-named-stream.sse": (
+        {"tool-choice-named-ignored", "model-is-local-path", "created-changed"},
+        {"content-null-then-text", "unknown-field"},
+    ),
     "llama-cpp-python-control-character.sse": ({"tool-arguments-json", "required-key"}, set()),
     "llama-cpp-python-control-character-stream.sse": (
         {"tool-arguments-json", "tool-call-name-repeated", "tool-call-id-repeated", "schema"},
@@ -106,6 +114,22 @@ def test_arguments_joined_over_a_stream_are_judged_as_the_body_is() -> None:
 def test_arguments_cut_by_the_token_limit_are_not_judged() -> None:
     cut = both(['{"city": "Pa'], finish="length")
     assert cut == [(set(), {"tool-calls-finish-reason"})] * 2  # the finish itself is Q64's warning
+
+
+def test_a_choice_cut_off_by_its_limit_is_judged_once_it_shows_text() -> None:
+    named = {"type": "function", "function": {"name": "get_time"}}
+    text = _request(stream=True, tool_choice=named)
+    answer = [
+        chat_chunk([delta(role="assistant", content="What is the weather")]),
+        chat_chunk([delta(finish="length")]),
+    ]
+    assert judged(stream(*answer), text) == ({"tool-choice-named-ignored"}, set())
+    required = _request(stream=True, tool_choice="required")
+    assert judged(stream(*answer), required) == ({"tool-choice-required-ignored"}, set())
+    nothing = [chat_chunk([delta(role="assistant", content="")]), chat_chunk([delta(finish="length")])]
+    assert judged(stream(*nothing), required) == ({"text-lost"}, set())  # no output: only Q14's rule
+    cut_call = both(['{"city": "Pa'], finish="length", tool_choice=named)  # the name came first
+    assert cut_call == [({"tool-choice-named-ignored"}, {"tool-calls-finish-reason"})] * 2
 
 
 def test_tool_choice_as_the_request_set_it() -> None:

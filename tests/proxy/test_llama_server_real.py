@@ -73,6 +73,17 @@ def test_chat_logprobs_have_openais_keys(proxy: str, stream: bool) -> None:
     _judged(proxy, "/v1/chat/completions", body | {"top_logprobs": 2, "stream": stream})
 
 
+def test_a_tool_choice_its_template_cannot_call_is_declined(proxy: str) -> None:
+    # Gemma 3 270M ships no chat template: llama-server's ChatML has no tool-call format and builds no
+    # grammar, so a forced call would be text until the limit (Q83); auto still goes through.
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    body = {"messages": [{"role": "user", "content": "Time?"}], "tools": tools, "max_tokens": 8}
+    for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+        refused = _judged(proxy, "/v1/chat/completions", body | {"tool_choice": choice}, status=400)
+        assert refused.json()["error"]["param"] == "tool_choice"
+    _judged(proxy, "/v1/chat/completions", body | {"tool_choice": "auto"})
+
+
 @pytest.mark.timeout(900)
 def test_check_through_the_proxy_finds_no_error(proxy: str, tmp_path: Path) -> None:
     """Every probe of the battery (tools, structured outputs, the Responses API), judged."""

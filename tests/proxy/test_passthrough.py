@@ -372,7 +372,9 @@ def test_a_failed_model_listing_says_why_with_the_upstreams_status(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="conformant.access")
-    with _proxy(handler, first_byte_timeout=0.5) as (url, app, _):
+    # The listing's whole bound: long enough that a loaded host reads the head before it (0.5 s once
+    # was not, and the head's status went unlogged), short enough for the stalled cases.
+    with _proxy(handler, first_byte_timeout=1.5) as (url, app, _):
         error = assert_error(httpx.get(url + "/v1/models", timeout=10), status)
         assert message in error["message"]
         assert_idle(app)

