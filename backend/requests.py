@@ -364,14 +364,14 @@ def _messages(value: Any) -> list[ChatMessage]:
         if role == "assistant" and msg.get("tool_calls") is not None:
             message.tool_calls = _message_tool_calls(msg["tool_calls"], i)
             call_ids.update(call["id"] for call in message.tool_calls)
-        elif role == "assistant" and isinstance(msg.get("function_call"), dict):
-            # The deprecated single call (LangChain's AIMessage from a function-calling turn): the
-            # template knows only ``tool_calls``, so it is one, with an id its answer is matched to.
-            call = {"id": f"call_{i}", "type": "function", "function": msg["function_call"]}
-            message.tool_calls = _message_tool_calls([call], i)
-            legacy_calls[message.tool_calls[0]["function"]["name"]] = call["id"]
+        elif role == "assistant" and msg.get("function_call") is not None:
+            message.tool_calls = [_legacy_call(msg["function_call"], i, call_ids)]
+            call_ids.add(message.tool_calls[0]["id"])
+            legacy_calls[message.tool_calls[0]["function"]["name"]] = message.tool_calls[0]["id"]
         if role == "function":  # the deprecated answer to a function_call, named by the function
-            message.tool_call_id = legacy_calls.get(str(name))
+            if not isinstance(name, str) or not name:
+                raise RequestError(f"'messages[{i}].name' is required for a 'function' message", "messages")
+            message.tool_call_id = legacy_calls.get(name)  # (the spec does not ask for a preceding call)
         if role == "tool":
             call_id = msg.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -386,6 +386,23 @@ def _messages(value: Any) -> list[ChatMessage]:
             message.tool_call_id = call_id
         out.append(message)
     return out
+
+
+def _legacy_call(function_call: Any, i: int, taken: set[str]) -> dict[str, Any]:
+    """The deprecated single ``function_call`` of an assistant turn (LangChain's from a function-calling
+    turn) as the one ``tool_calls`` entry templates know, with an id no other call has."""
+    if (
+        not isinstance(function_call, dict)
+        or not isinstance(function_call.get("name"), str)
+        or not isinstance(function_call.get("arguments"), str)
+    ):
+        raise RequestError(
+            f"'messages[{i}].function_call' must be {{'name': string, 'arguments': JSON string}}", "messages"
+        )
+    call_id = f"call_{i}"
+    while call_id in taken:
+        call_id += "_"
+    return _message_tool_calls([{"id": call_id, "function": function_call}], i)[0]
 
 
 def _message_tool_calls(value: Any, i: int) -> list[dict[str, Any]]:

@@ -528,21 +528,44 @@ def _tool_choice(choice: Any) -> Any:
     kind = choice.get("type") if isinstance(choice, Mapping) else None
     if kind in ("function", "custom") and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": _chat_name(choice["name"], choice.get("namespace"))}}
-    if kind == "allowed_tools" and isinstance(choice.get("tools"), list):
-        # The flat Responses form of chat's: {"type": "allowed_tools", "mode", "tools": [{"type", "name"}]}.
-        tools = [
-            {"type": "function", "function": {"name": _chat_name(tool["name"], tool.get("namespace"))}}
-            for tool in choice["tools"]
-            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str)
-        ]
-        allowed = {"mode": choice.get("mode"), "tools": tools}
-        return {"type": "allowed_tools", "allowed_tools": allowed}
+    if kind == "allowed_tools":
+        return _allowed_tools(choice)
     raise TranslationError(
         f"Invalid value for 'tool_choice': {kind or choice!r} is not supported by this server; use 'auto', "
         "'none', 'required', a named function or 'allowed_tools'.",
         "tool_choice",
         "unsupported_value",
     )
+
+
+def _allowed_tools(choice: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat Responses form ``{"type": "allowed_tools", "mode", "tools": [{"type", "name"}]}`` as chat's
+    nested one, each tool under the chat function name it is sent as (a namespace's joined, a web search
+    tool's ``web_search``)."""
+    listed = choice.get("tools")
+    if choice.get("mode") not in ("auto", "required") or not isinstance(listed, list) or not listed:
+        raise TranslationError(
+            "Invalid value for 'tool_choice': an 'allowed_tools' choice needs 'mode' 'auto' or 'required' "
+            "and a non-empty 'tools' list.",
+            "tool_choice",
+            "invalid_value",
+        )
+    names = []
+    for index, tool in enumerate(listed):
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if kind in WEB_SEARCH_TOOLS:
+            names.append("web_search")
+        elif kind in ("function", "custom") and isinstance(tool.get("name"), str):
+            names.append(_chat_name(tool["name"], tool.get("namespace")))
+        else:
+            raise TranslationError(
+                f"Invalid value for 'tool_choice.tools[{index}]': expected a function, custom or web search "
+                "tool by 'name'.",
+                "tool_choice",
+                "invalid_value",
+            )
+    tools = [{"type": "function", "function": {"name": name}} for name in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": choice["mode"], "tools": tools}}
 
 
 def _response_format(text: Any) -> dict[str, Any] | None:

@@ -143,17 +143,19 @@ def _arguments_valid(ctx: Context, state: ChoiceState, index: int, tool: ToolCal
 
 def tool_choice_honoured(ctx: Context) -> None:
     """``tool_choice`` as OpenAI reads it: ``none`` no call, ``required`` at least one, a named function
-    that function. A choice cut off by its token limit is judged too, once it shows anything: a call's
-    name comes first, and under ``required`` or a named function OpenAI's answer is the call from its
-    first token, so text there means the choice was not honoured (llama-server ignoring a named choice
-    answers text until its limit, Q83); only a choice cut off before any output is not judged."""
+    that function; an ``allowed_tools`` choice no call outside its list. A choice cut off by its token
+    limit is judged too: a call's name comes first, and under ``required`` or a named function OpenAI's
+    answer is the call from its first token, so prose there means the choice was not honoured
+    (llama-server ignoring a named choice answers text until its limit, Q83). Not judged: a choice cut
+    off with no call and no output, or with text that may open a call the server had not yet parsed
+    (``{``, ``[``, a format's marker or a piece of one)."""
     mode = ctx.request.tool_choice_mode
-    if mode in (None, "auto"):
+    if mode is None or (mode == "auto" and ctx.request.tool_choice_allowed is None):
         return
     for state in ctx.choices.values():
         names = [tool.name for tool in state.tool_calls.values()]
         pointer = f"/choices/{state.index}"
-        cut = state.finish_reason == "length" and not names and not "".join(state.content).strip()
+        cut = state.finish_reason == "length" and not names and _may_open_a_call("".join(state.content))
         if state.finish_reason is None or cut:
             continue
         if mode == "none" and names:
@@ -189,6 +191,13 @@ def _named_choice(ctx: Context, state: ChoiceState, names: list[str | None], poi
         pointer=pointer,
         quirk="spec",
     )
+
+
+def _may_open_a_call(content: str) -> bool:
+    """Whether text a choice was cut off in may be the start of a call a server had not yet parsed: none
+    at all, or the opening of a call written out (a JSON object or array, a format's marker)."""
+    text = content.lstrip()
+    return not text or text[0] in "{[" or any(m.startswith(text[: len(m)]) for m in TOOL_CALL_MARKERS)
 
 
 def _allowed_choice(ctx: Context, state: ChoiceState, names: list[str | None], pointer: str) -> None:

@@ -32,7 +32,7 @@ from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasonin
 from .context_window import ContextWindow, context_of_props
 from .llamacpp_tools import TemplateTools
 from .structured_output import native_json_schema
-from .tool_requests import choice_as_tools
+from .tool_requests import choice_as_tools, unknown_tool_choice
 
 __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "translate_native_event"]
 
@@ -260,7 +260,8 @@ class LlamaCppAdapter:
         """A 400 for a request the server would cut or fail (a prompt past its context), an echo it
         cannot give, or a tool call its template cannot make, before it is sent."""
         if endpoint == "chat" and (
-            refused := await self._tools.refusal(upstream, choice_as_tools(body, named=True))
+            refused := unknown_tool_choice(body)
+            or await self._tools.refusal(upstream, choice_as_tools(body, named=True))
         ):
             return refused
         return echo_refusal(endpoint, body) or await self._window.overflow(upstream, endpoint, body)

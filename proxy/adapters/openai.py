@@ -11,7 +11,13 @@ from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
 from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
 from .structured_output import for_llama_cpp_python, unenforced_schema
-from .tool_requests import asks_tools, choice_as_tools, tool_request_for, unforceable_tool_choice
+from .tool_requests import (
+    asks_tools,
+    choice_as_tools,
+    tool_request_for,
+    unforceable_tool_choice,
+    unknown_tool_choice,
+)
 
 __all__ = ["OpenAIAdapter"]
 
@@ -54,7 +60,9 @@ class OpenAIAdapter:
             entries = answer.get("data") if isinstance(answer, dict) else None
             if isinstance(entries, list):
                 traits.learn_listing(entries)
-        if endpoint == "chat" and (refused := unforceable_tool_choice(traits, choice_as_tools(body))):
+        if endpoint == "chat" and (
+            refused := unknown_tool_choice(body) or unforceable_tool_choice(traits, choice_as_tools(body))
+        ):
             return refused
         return unenforced_schema(traits, endpoint, body)
 

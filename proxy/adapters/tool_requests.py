@@ -26,18 +26,27 @@ listing); any other upstream gets the request as the client sent it, but for one
   a pre-defined set", ``mode`` ``auto`` or ``required``) is sent as ``tools`` cut to that set and
   ``tool_choice`` its mode, to every upstream: llama-server reads ``tool_choice`` only as a string (an
   object is taken as ``auto``, every tool callable), llama-cpp-python refuses it. The model then sees only
-  the allowed tools, which changes no answer OpenAI's could give. A list naming a function ``tools``
-  does not offer is sent as it is, for the upstream to refuse.
+  the allowed tools, which changes no answer OpenAI's could give. A named or allowed choice naming a
+  function ``tools`` does not offer is OpenAI's 400, given by the proxy (``unknown_tool_choice``): sent,
+  llama-server would serve it as ``auto``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from conformance.request import Request
+
 from ..errors import ProxyError
 from ..upstream_traits import UpstreamTraits
 
-__all__ = ["asks_tools", "choice_as_tools", "tool_request_for", "unforceable_tool_choice"]
+__all__ = [
+    "asks_tools",
+    "choice_as_tools",
+    "tool_request_for",
+    "unforceable_tool_choice",
+    "unknown_tool_choice",
+]
 
 
 def _function_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -108,32 +117,44 @@ def tool_request_for(traits: UpstreamTraits, body: dict[str, Any]) -> dict[str, 
 def choice_as_tools(body: dict[str, Any], *, named: bool = False) -> dict[str, Any]:
     """``body`` with an ``allowed_tools`` choice (and, when ``named``, a named function's) sent as the
     tools it allows and its mode (``required`` for a named function)."""
-    chosen = _chosen(body.get("tool_choice"), named)
+    chosen = _chosen(body)
     tools = _function_tools(body)
-    if chosen is None or tools is None:
+    if chosen is None or tools is None or (chosen[0] == "function" and not named):
         return body
     mode, names = chosen
-    if not names or not names <= {tool["function"]["name"] for tool in tools}:
-        return body
+    if not set(names) <= {tool["function"]["name"] for tool in tools}:
+        return body  # refused by unknown_tool_choice
     kept = [tool for tool in tools if tool["function"]["name"] in names]
-    return {**body, "tools": kept, "tool_choice": mode}
+    return {**body, "tools": kept, "tool_choice": "required" if mode == "function" else mode}
 
 
-def _chosen(choice: Any, named: bool) -> tuple[str, set[str]] | None:
-    """(mode, function names) of an ``allowed_tools`` choice, or of a named one when ``named``."""
-    if not isinstance(choice, dict):
+def unknown_tool_choice(body: dict[str, Any]) -> ProxyError | None:
+    """OpenAI's 400 for a named or ``allowed_tools`` choice naming a function ``tools`` does not offer:
+    checked here because llama-server would serve it as ``auto`` (Q83), every tool callable."""
+    chosen = _chosen(body)
+    offered = {tool["function"]["name"] for tool in _function_tools(body) or ()}
+    unknown = [name for name in chosen[1] if name not in offered] if chosen else []
+    if not unknown:
         return None
-    function = choice.get("function")
-    if named and choice.get("type") == "function" and isinstance(function, dict):
-        return "required", {str(function.get("name"))}
-    allowed = choice.get("allowed_tools")
-    if choice.get("type") != "allowed_tools" or not isinstance(allowed, dict):
+    return ProxyError.make(
+        f"Invalid value for 'tool_choice': no function named {unknown[0]!r} was specified in 'tools'.",
+        400,
+        code="invalid_value",
+        param="tool_choice",
+    )
+
+
+def _chosen(body: dict[str, Any]) -> tuple[str, tuple[str, ...]] | None:
+    """("function", (name,)) for a named choice, (mode, names) for an ``allowed_tools`` one, as the
+    judge reads them (conformance.request); None for any other."""
+    if not isinstance(body.get("tool_choice"), dict):
         return None
-    listed = allowed.get("tools")
-    names = {
-        entry["function"].get("name")
-        for entry in (listed if isinstance(listed, list) else ())
-        if isinstance(entry, dict) and isinstance(entry.get("function"), dict)
-    }
-    mode = allowed.get("mode")
-    return (mode, names) if mode in ("auto", "required") else None
+    request = Request.from_body("chat", body)
+    mode, allowed, function = (
+        request.tool_choice_mode,
+        request.tool_choice_allowed,
+        request.tool_choice_function,
+    )
+    if allowed is not None and mode is not None:
+        return mode, allowed
+    return ("function", (function,)) if mode == "function" and function is not None else None

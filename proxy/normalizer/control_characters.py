@@ -42,14 +42,23 @@ class ArgumentStrings:
         """``fragment`` with the raw control characters inside strings escaped; the same object when
         there were none (the caller counts a repair when the result is not ``fragment``)."""
         out: list[str] = []
-        # A backslash that ended the last fragment escapes this one's first character.
-        start = 1 if self.escaped and fragment else 0
-        self.escaped = self.escaped and not fragment
         copied = 0
+        start = 0
+        if self.escaped and fragment:  # the last fragment's backslash escapes this one's first character
+            self.escaped = False
+            start = 1
+            if fragment[0] < " ":  # (that backslash is sent: it becomes an escaped one, see below)
+                out.append("\\" + _escape(fragment[0]))
+                copied = 1
         for mark in _MARKS.finditer(fragment, start):
             char = mark.group()
             if char[0] == "\\":
-                self.escaped = len(char) == 1
+                self.escaped = len(char) == 1 and self.in_string
+                if len(char) == 2 and char[1] < " " and self.in_string:
+                    # A backslash before a raw control character (a shell line's continuation): the
+                    # backslash itself, escaped, then the character's escape.
+                    out += (fragment[copied : mark.start()], "\\\\" + _escape(char[1]))
+                    copied = mark.end()
             elif char == '"':
                 self.in_string = not self.in_string
             elif self.in_string:

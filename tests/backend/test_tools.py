@@ -17,7 +17,7 @@ import pytest
 
 from backend.app import create_app
 from backend.context import ContextOptions
-from backend.requests import parse_chat_request
+from backend.requests import RequestError, parse_chat_request
 from backend.service import Backend
 from backend.synthetic import HERMES_TOOLS_TEMPLATE, SyntheticSpec, write_synthetic
 from tests.backend.fixtures import Exchange, RecordingTransport, assert_conformant, sdk_client
@@ -209,6 +209,27 @@ def test_synthetic_hermes_prompt_shows_a_legacy_function_call_and_its_answer(
     shown = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
     assert f"<tool_call>\n{shown}\n</tool_call>" in text
     assert "<tool_response>\n21 degrees\n</tool_response>" in text
+
+
+def test_a_legacy_function_call_gets_an_id_no_other_call_has_and_is_checked() -> None:
+    earlier = {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+    legacy = {"name": "get_weather", "arguments": "{}"}
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [earlier]},
+        {"role": "assistant", "content": None, "function_call": legacy},
+        {"role": "function", "name": "get_weather", "content": "21 degrees"},
+    ]
+    req = parse_chat_request({"messages": messages, "tools": TOOLS})
+    assert req.messages[2].tool_calls is not None
+    assert req.messages[2].tool_calls[0]["id"] != "call_2"
+    assert req.messages[3].tool_call_id == req.messages[2].tool_calls[0]["id"]
+    nameless = [*messages[:3], {"role": "function", "content": "21 degrees"}]
+    with pytest.raises(RequestError, match=r"'messages\[3\].name' is required"):
+        parse_chat_request({"messages": nameless, "tools": TOOLS})
+    broken = [*ASK, {"role": "assistant", "content": None, "function_call": {"name": None}}]
+    with pytest.raises(RequestError, match=r"'messages\[1\].function_call' must be"):
+        parse_chat_request({"messages": broken, "tools": TOOLS})
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])

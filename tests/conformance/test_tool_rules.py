@@ -128,6 +128,13 @@ def test_a_choice_cut_off_by_its_limit_is_judged_once_it_shows_text() -> None:
     assert judged(stream(*answer), required) == ({"tool-choice-required-ignored"}, set())
     nothing = [chat_chunk([delta(role="assistant", content="")]), chat_chunk([delta(finish="length")])]
     assert judged(stream(*nothing), required) == ({"text-lost"}, set())  # no output: only Q14's rule
+    for opening in ("<tool_", '{"tool_call": {"name": "get_ti', "[TOOL_CALLS][", "  <tool_call>\n{"):
+        # A call written out and cut off before the server parsed it (the bundled backend's formats).
+        cut_open = [
+            chat_chunk([delta(role="assistant", content=opening)]),
+            chat_chunk([delta(finish="length")]),
+        ]
+        assert judged(stream(*cut_open), required) == (set(), set())
     cut_call = both(['{"city": "Pa'], finish="length", tool_choice=named)  # the name came first
     assert cut_call == [({"tool-choice-named-ignored"}, {"tool-calls-finish-reason"})] * 2
 
@@ -149,6 +156,8 @@ def _allowed(mode: str, *names: str) -> dict[str, Any]:
 def test_an_allowed_tools_choice_is_judged_by_its_list_and_its_mode() -> None:
     weather = ['{"city": "Paris", "unit": "celsius"}']
     assert both(weather, tool_choice=_allowed("auto", "get_weather")) == [(set(), set())] * 2
+    outside_auto = both(weather, tool_choice=_allowed("auto", "get_time"))
+    assert outside_auto == [({"tool-choice-allowed-ignored"}, set())] * 2
     outside = both(weather, tool_choice=_allowed("required", "get_time"))
     assert outside == [({"tool-choice-allowed-ignored"}, set())] * 2
     required = _request(stream=True, tool_choice=_allowed("required", "get_time"))

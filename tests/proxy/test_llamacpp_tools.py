@@ -78,3 +78,14 @@ def test_a_named_or_allowed_choice_is_sent_as_a_string_with_the_chosen_tools(
         ("required", ["get_weather", "get_time"]),
         auto[1],
     ]
+
+
+def test_a_named_choice_of_a_function_not_offered_is_openais_400(
+    llama_server: tuple[RecordingUpstream, str, bool | None],
+) -> None:
+    upstream, proxy, _ = llama_server
+    named = {"type": "function", "function": {"name": "get_date"}}  # served as auto, were it sent
+    answer = httpx.post(proxy + CHAT, json={**ASK, "tool_choice": named}, timeout=30)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"].startswith("Invalid value for 'tool_choice': no function named")
+    assert upstream.bodies(CHAT) == []

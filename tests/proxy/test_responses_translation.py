@@ -161,6 +161,18 @@ def test_an_allowed_tools_choice_is_chats() -> None:
     chat = _chat({"input": "hi", "tools": tools, "tool_choice": choice})
     allowed = {"mode": "required", "tools": [{"type": "function", "function": {"name": "g"}}]}
     assert chat["tool_choice"] == {"type": "allowed_tools", "allowed_tools": allowed}
+    search = {**choice, "tools": [{"type": "web_search"}, {"type": "custom", "name": "apply_patch"}]}
+    chat = _chat({"input": "hi", "tools": [*tools, {"type": "web_search"}], "tool_choice": search})
+    names = [t["function"]["name"] for t in chat["tool_choice"]["allowed_tools"]["tools"]]
+    assert names == ["web_search", "apply_patch"]
+    for odd in (
+        {**choice, "mode": None},
+        {**choice, "tools": []},
+        {**choice, "tools": [{"type": "file_search"}]},
+    ):
+        with pytest.raises(TranslationError) as refused:
+            _chat({"input": "hi", "tools": tools, "tool_choice": odd})
+        assert refused.value.param == "tool_choice"
 
 
 def test_settings_become_chat_parameters() -> None:

@@ -124,18 +124,20 @@ def test_an_allowed_tools_choice_is_sent_as_the_tools_it_allows_and_its_mode(
     # refuses it: every upstream gets the allowed tools alone and the mode.
     auto = {"messages": ASK, "tools": [WEATHER, TIME], "tool_choice": _allowed("auto", "get_time")}
     required = {**auto, "tool_choice": _allowed("required", "get_time")}
-    unknown = {**auto, "tool_choice": _allowed("auto", "get_date")}  # for the upstream to refuse
-    answers, upstream = _post(listing, auto, required, unknown)
-    assert [a.status_code for a in answers] == [200, 200, 200]
+    unknown = {**auto, "tool_choice": _allowed("auto", "get_date")}  # OpenAI's 400, never sent
+    malformed = {**auto, "tool_choice": _allowed("auto", ["get_time"])}  # type: ignore[arg-type]
+    answers, upstream = _post(listing, auto, required, unknown, malformed)
+    assert [a.status_code for a in answers] == [200, 200, 400, 200]
+    assert "no function named 'get_date'" in answers[2].json()["error"]["message"]
     sent = upstream.bodies(CHAT)
     assert [[t["function"]["name"] for t in s["tools"]] for s in sent] == [
         ["get_time"],
         ["get_time"],
-        ["get_weather", "get_time"],
+        ["get_weather", "get_time"],  # not a list of names: sent as the client wrote it
     ]
     named = {"type": "function", "function": {"name": "get_time"}}  # "required" with one tool (Q80)
     required_sent = named if listing == [LLAMA_CPP_PYTHON_MODEL] else "required"
-    assert [s["tool_choice"] for s in sent] == ["auto", required_sent, unknown["tool_choice"]]
+    assert [s["tool_choice"] for s in sent] == ["auto", required_sent, malformed["tool_choice"]]
 
 
 def test_an_allowed_tools_choice_of_several_is_refused_for_llama_cpp_python() -> None:
