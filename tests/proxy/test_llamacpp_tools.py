@@ -1,7 +1,8 @@
 """Tool choices as llama-server serves them (proxy/adapters/llamacpp_tools.py, Q83): a named function or an
-``allowed_tools`` choice is sent as the string it reads and the chosen tools; ``required`` where the
-template has no tool-call format is a 400. A small upstream answering ``/props`` as llama-server does
-records what it was sent (tests/proxy/test_llama_server_real.py runs the real one)."""
+``allowed_tools`` choice is sent as the string it reads and the chosen tools; a forced call where the
+template has no tool-call format goes as JSON output (proxy/adapters/tool_emulation.py). A small upstream
+answering ``/props`` as llama-server does records what it was sent (tests/proxy/test_llama_server_real.py
+runs the real one)."""
 
 from __future__ import annotations
 
@@ -63,21 +64,30 @@ def test_a_named_or_allowed_choice_is_sent_as_a_string_with_the_chosen_tools(
     allowed = {"mode": "auto", "tools": [{"type": "function", "function": {"name": "get_time"}}]}
     choices = [named, {"type": "allowed_tools", "allowed_tools": allowed}, "required", "auto"]
     answers = [httpx.post(proxy + CHAT, json={**ASK, "tool_choice": c}, timeout=30) for c in choices]
-    sent = [(s["tool_choice"], [t["function"]["name"] for t in s["tools"]]) for s in upstream.bodies(CHAT)]
-    auto = [("auto", ["get_time"]), ("auto", ["get_weather", "get_time"])]
-    if calls_tools is False:
-        # No grammar would hold the model to a call: refused, never sent; auto goes through.
-        assert [a.status_code for a in answers] == [400, 200, 400, 200]
-        assert {a.json()["error"]["param"] for a in answers if a.status_code == 400} == {"tool_choice"}
-        assert sent == auto
-        return
     assert [a.status_code for a in answers] == [200] * 4
-    assert sent == [
-        ("required", ["get_time"]),
-        auto[0],
-        ("required", ["get_weather", "get_time"]),
-        auto[1],
-    ]
+    sent = upstream.bodies(CHAT)
+    asked = [(s.get("tool_choice"), [t["function"]["name"] for t in s.get("tools", ())]) for s in sent]
+    auto = [("auto", ["get_time"]), ("auto", ["get_weather", "get_time"])]
+    if calls_tools is not False:
+        assert asked == [
+            ("required", ["get_time"]),
+            auto[0],
+            ("required", ["get_weather", "get_time"]),
+            auto[1],
+        ]
+        return
+    # No grammar would hold the model to a call: the forced ones go as JSON output (tool_emulation.py),
+    # without tools; auto as it is.
+    assert [asked[1], asked[3]] == auto
+    assert [asked[0], asked[2]] == [(None, [])] * 2
+    one, both = (sent[k]["response_format"]["json_schema"]["schema"] for k in (0, 2))
+    assert one["properties"]["name"] == {"const": "get_time"}
+    assert [branch["properties"]["name"]["const"] for branch in both["anyOf"]] == ["get_weather", "get_time"]
+    custom = {"type": "custom", "custom": {"name": "patch"}}
+    refused = httpx.post(
+        proxy + CHAT, json={**ASK, "tools": [WEATHER, custom], "tool_choice": "required"}, timeout=30
+    )
+    assert (refused.status_code, refused.json()["error"]["param"]) == (400, "tool_choice")
 
 
 def test_a_named_choice_of_a_function_not_offered_is_openais_400(
