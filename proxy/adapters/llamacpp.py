@@ -254,7 +254,8 @@ class LlamaCppAdapter:
             # tool_choice is read as a string only (llamacpp_tools.py, Q83).
             body = choice_as_tools(messages_with_reasoning_as(body, "reasoning_content"), named=True)
             if (tools := self._tools.emulated(body)) is not None:
-                sent = with_limit(emulated_request(body, tools), self._default_max_tokens)
+                required = body.get("tool_choice") == "required"
+                sent = with_limit(emulated_request(body, tools, required=required), self._default_max_tokens)
                 return UpstreamCall(OPENAI_PATHS[endpoint], sent, EmulatedCalls())
         return UpstreamCall(OPENAI_PATHS[endpoint], with_limit(body, self._default_max_tokens))
 

@@ -15,10 +15,10 @@ Where the chat template has none (``/props``: ``chat_template_caps.supports_tool
 270M, whose GGUF ships no template, gets ChatML), llama-server builds no tool grammar at all: the tools
 are not shown to the model and ``required`` is answered with text until the token limit (measured: the
 probe ``tool-choice-required`` answered "What is the weather in Paris?" repeated, ``finish_reason:
-"length"``). A forced call of function tools is then served through JSON output instead
-(tool_emulation.py); one among other kinds of tools is refused with a 400 naming ``tool_choice``, never
-a text answer passed off as served. ``auto`` and ``none`` go through as they are: the model sees no
-tools, and a text answer honours both.
+"length"``), and under ``auto`` the model never learns of the tools. Function tools are then served
+through JSON output instead (tool_emulation.py), forced or ``auto`` (``auto`` with a ``response_format``
+of the client's goes as it is: that format wins); a forced call among other kinds of tools is refused
+with a 400 naming ``tool_choice``, never a text answer passed off as served. ``none`` goes as it is.
 """
 
 from __future__ import annotations
@@ -53,9 +53,13 @@ class TemplateTools:
         self._asked = -_PROPS_RETRY if self.calls_tools is None else time.monotonic()
 
     def emulated(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """The function tools of ``body`` (as it will be sent) when it forces a call the template cannot
-        make and JSON output can (tool_emulation.py), else None."""
-        if self.calls_tools is not False or body.get("tool_choice") != "required":
+        """The function tools of ``body`` (as it will be sent) when they are to go as JSON output
+        (tool_emulation.py): the template cannot show them, the choice is ``required`` or ``auto`` (without
+        a ``response_format`` of the client's, which then wins), and every tool is a function."""
+        choice = body.get("tool_choice", "auto")
+        if self.calls_tools is not False or choice not in ("required", "auto"):
+            return None
+        if choice == "auto" and body.get("response_format") is not None:
             return None
         return function_tools(body) or None
 

@@ -76,13 +76,14 @@ def test_a_named_or_allowed_choice_is_sent_as_a_string_with_the_chosen_tools(
             auto[1],
         ]
         return
-    # No grammar would hold the model to a call: the forced ones go as JSON output (tool_emulation.py),
-    # without tools; auto as it is.
-    assert [asked[1], asked[3]] == auto
-    assert [asked[0], asked[2]] == [(None, [])] * 2
-    one, both = (sent[k]["response_format"]["json_schema"]["schema"] for k in (0, 2))
-    assert one["properties"]["name"] == {"const": "get_time"}
-    assert [branch["properties"]["name"]["const"] for branch in both["anyOf"]] == ["get_weather", "get_time"]
+    # No grammar would hold the model to a call: every choice goes as JSON output (tool_emulation.py),
+    # without tools, the forced ones asking for a call only.
+    assert asked == [(None, [])] * 4
+    schemas = [body["response_format"]["json_schema"]["schema"] for body in sent]
+    assert schemas[0]["properties"]["tool_call"]["properties"]["name"] == {"const": "get_time"}
+    both = schemas[2]["properties"]["tool_call"]["anyOf"]
+    assert [branch["properties"]["name"]["const"] for branch in both] == ["get_weather", "get_time"]
+    assert [len(schema.get("anyOf", ())) for schema in schemas] == [0, 2, 0, 2]  # auto: a call or a response
     custom = {"type": "custom", "custom": {"name": "patch"}}
     refused = httpx.post(
         proxy + CHAT, json={**ASK, "tools": [WEATHER, custom], "tool_choice": "required"}, timeout=30

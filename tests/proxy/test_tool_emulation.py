@@ -1,5 +1,5 @@
-"""A forced tool call through JSON output (proxy/adapters/tool_emulation.py): the request as the server
-is sent it, and its answers, whole and streamed, as tool calls (tests/proxy/test_llama_server_real.py
+"""Tool calls through JSON output (proxy/adapters/tool_emulation.py): the request as the server is sent
+it, and its answers, whole and streamed, as tool calls or text (tests/proxy/test_llama_server_real.py
 runs it against llama-server itself)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from conformance.live.probes import TIME, WEATHER
-from proxy.adapters.tool_emulation import INSTRUCTION, EmulatedCalls, emulated_request
+from proxy.adapters.tool_emulation import INSTRUCTION, REQUIRED_INSTRUCTION, EmulatedCalls, emulated_request
 
 CALL = {
     "id": "call_1",
@@ -23,27 +23,31 @@ ROUND_TRIP = [
 ]
 
 
-def test_the_request_lists_the_functions_and_asks_for_one_call_object() -> None:
+def test_a_forced_call_lists_the_functions_and_asks_for_one_call_object() -> None:
     body = {"model": "m", "messages": ROUND_TRIP, "tools": [WEATHER, TIME], "tool_choice": "required"}
-    sent = emulated_request(body, [WEATHER, TIME])
+    sent = emulated_request(body, [WEATHER, TIME], required=True)
     assert not {"tools", "tool_choice"} & set(sent)
     system, user, assistant, answer = sent["messages"]
-    assert system["content"].startswith("Be brief.\n\n" + INSTRUCTION)
+    assert system["content"].startswith(f"Be brief.\n\n{REQUIRED_INSTRUCTION}.")
     assert json.dumps(WEATHER["function"]) in system["content"]
     assert user == ROUND_TRIP[1]
-    assert json.loads(assistant["content"]) == {"name": "get_weather", "arguments": {"city": "Paris"}}
+    assert json.loads(assistant["content"]) == {
+        "tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}
+    }
     assert answer == {"role": "user", "content": "The result of get_weather: 21C"}
     schema = sent["response_format"]["json_schema"]["schema"]
-    names = [branch["properties"]["name"]["const"] for branch in schema["anyOf"]]
-    assert names == ["get_weather", "get_time"]
-    assert schema["anyOf"][0]["properties"]["arguments"] == WEATHER["function"]["parameters"]
+    branches = schema["properties"]["tool_call"]["anyOf"]
+    assert [branch["properties"]["name"]["const"] for branch in branches] == ["get_weather", "get_time"]
+    assert branches[0]["properties"]["arguments"] == WEATHER["function"]["parameters"]
 
 
-def test_without_a_system_turn_one_is_added() -> None:
-    body = {"messages": ROUND_TRIP[1:2], "tools": [TIME], "tool_choice": "required"}
-    sent = emulated_request(body, [TIME])
-    assert sent["messages"][0]["role"] == "system"
-    assert sent["response_format"]["json_schema"]["schema"]["properties"]["name"] == {"const": "get_time"}
+def test_auto_asks_for_a_call_or_a_response_and_adds_a_system_turn_where_there_is_none() -> None:
+    body = {"messages": ROUND_TRIP[1:2], "tools": [TIME]}
+    sent = emulated_request(body, [TIME], required=False)
+    assert sent["messages"][0]["content"].startswith(f"{INSTRUCTION}.")
+    call, response = sent["response_format"]["json_schema"]["schema"]["anyOf"]
+    assert call["properties"]["tool_call"]["properties"]["name"] == {"const": "get_time"}
+    assert response["properties"]["response"] == {"type": "string", "minLength": 1}
 
 
 def _body(content: str, finish: str = "stop") -> dict[str, Any]:
@@ -51,16 +55,18 @@ def _body(content: str, finish: str = "stop") -> dict[str, Any]:
     return {"object": "chat.completion", "choices": [choice]}
 
 
-def test_a_whole_answer_is_a_call_unless_it_is_not_one() -> None:
-    answer = EmulatedCalls()(_body('{"name": "get_time", "arguments": {"city": "Oslo"}}'))["choices"][0]
+def test_a_whole_answer_is_a_call_or_a_response_or_the_text_it_was() -> None:
+    called = '{"tool_call": {"name": "get_time", "arguments": {"city": "Oslo"}}}'
+    answer = EmulatedCalls()(_body(called))["choices"][0]
     call = answer["message"]["tool_calls"][0]
     assert (answer["finish_reason"], answer["message"]["content"]) == ("tool_calls", None)
     assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == (
         "get_time",
         {"city": "Oslo"},
     )
-    for text, finish in (('{"name": "get_time", "argu', "length"), ("Sunny.", "stop"), ("[1]", "stop")):
-        assert EmulatedCalls()(_body(text, finish)) == _body(text, finish)  # cut off, or no call
+    assert EmulatedCalls()(_body('{"response": "Sunny."}')) == _body("Sunny.")
+    for text, finish in (('{"tool_call": {"name": "get_ti', "length"), ("Sunny.", "stop"), ("[1]", "stop")):
+        assert EmulatedCalls()(_body(text, finish)) == _body(text, finish)  # cut off, or neither shape
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -70,9 +76,9 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     }
 
 
-def test_a_streamed_answer_is_held_and_goes_out_as_one_call_at_its_end() -> None:
+def test_a_streamed_answer_is_held_and_goes_out_at_its_end() -> None:
     emulation = EmulatedCalls()
-    pieces = ['{"name": "get_', 'time", "arguments": {"ci', 'ty": "Oslo"}}']
+    pieces = ['{"tool_call": {"name": "get_', 'time", "arguments": {"ci', 'ty": "Oslo"}}}']
     out = [emulation(_chunk({"role": "assistant", "content": None}))]
     out += [emulation(_chunk({"content": piece})) for piece in pieces]
     out.append(emulation(_chunk({}, "stop")))
@@ -81,6 +87,15 @@ def test_a_streamed_answer_is_held_and_goes_out_as_one_call_at_its_end() -> None
     assert last["finish_reason"] == "tool_calls"
     (call,) = last["delta"]["tool_calls"]
     assert (call["index"], call["function"]["name"]) == (0, "get_time")
+    replied = EmulatedCalls()
+    replied(_chunk({"content": '{"response": "Sun'}))
+    assert replied(_chunk({"content": 'ny."}'}, "stop"))["choices"][0] == {
+        "index": 0,
+        "delta": {"content": "Sunny."},
+        "finish_reason": "stop",
+    }
     cut = EmulatedCalls()
-    cut(_chunk({"content": '{"name": "get_'}))
-    assert cut(_chunk({"content": "ti"}, "length"))["choices"][0]["delta"] == {"content": '{"name": "get_ti'}
+    cut(_chunk({"content": '{"response": "Sun'}))
+    assert cut(_chunk({"content": "ny"}, "length"))["choices"][0]["delta"] == {
+        "content": '{"response": "Sunny'
+    }
