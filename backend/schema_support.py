@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from conformance.schema_refs import SUBSCHEMA_LISTS, SUBSCHEMA_MAPS, hoisted, localized, with_children
+
 __all__ = ["enforceable", "hoisted", "localized", "normalized", "unsupported"]
 
 _ANNOTATIONS = frozenset(
@@ -68,8 +70,6 @@ _ENFORCED = frozenset(
     }
 )
 _FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 
 
 def _problem(schema: dict[str, Any]) -> str | None:
@@ -96,11 +96,11 @@ def _problem(schema: dict[str, Any]) -> str | None:
 
 def _children(schema: dict[str, Any]) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
-    for key in _SUBSCHEMA_MAPS:
+    for key in SUBSCHEMA_MAPS:
         value = schema.get(key)
         if isinstance(value, dict):
             out += [(f"{key}/{name}", sub) for name, sub in value.items()]
-    for key in _SUBSCHEMA_LISTS:
+    for key in SUBSCHEMA_LISTS:
         value = schema.get(key)
         if isinstance(value, list):
             out += [(f"{key}/{i}", sub) for i, sub in enumerate(value)]
@@ -135,7 +135,7 @@ def enforceable(schema: Any) -> Any:
         for key, value in schema.items()
         if (key in _ENFORCED or key in _ANNOTATIONS) and not (key == "format" and value not in _FORMATS)
     }
-    out = _with_children(kept, enforceable)
+    out = with_children(kept, enforceable)
     if "pattern" in out and isinstance(out["pattern"], str):
         if not (out["pattern"].startswith("^") and out["pattern"].endswith("$")):
             del out["pattern"]
@@ -145,22 +145,6 @@ def enforceable(schema: Any) -> Any:
     if ("minLength" in out or "maxLength" in out) and out.get("type") != "string":
         out.pop("minLength", None)
         out.pop("maxLength", None)
-    return out
-
-
-def _with_children(schema: dict[str, Any], change: Any) -> dict[str, Any]:
-    """A copy of ``schema`` with ``change`` applied to each of its direct subschemas (other values,
-    ``enum`` and ``const`` data among them, are kept as they are)."""
-    out = dict(schema)
-    for key in _SUBSCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: change(sub) for name, sub in out[key].items()}
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [change(sub) for sub in out[key]]
-    for key in ("items", "additionalProperties"):
-        if isinstance(out.get(key), (dict, bool)):
-            out[key] = change(out[key])
     return out
 
 
@@ -176,67 +160,7 @@ def normalized(schema: Any) -> Any:
         return dict(ANY_VALUE)
     if not isinstance(schema, dict):
         return schema
-    out = _with_children(schema, normalized)
+    out = with_children(schema, normalized)
     if out.get("additionalProperties") == ANY_VALUE:
         out["additionalProperties"] = True
-    return out
-
-
-_DEFS_KEYS = ("$defs", "definitions")
-
-
-def localized(schema: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """``schema`` (a document of its own: a tool's parameters) with its definitions renamed
-    ``<prefix><name>`` (``<prefix>definitions-<name>`` for ``definitions``) under ``$defs`` and its
-    references into them (``#/$defs/<name>``, ``#/$defs/<name>/properties/...``) rewritten to match,
-    so that :func:`hoisted` can move them to the root of a schema that embeds it. ``prefix`` must be
-    unique in that schema and made of letters, digits and ``-`` (the converter names rules after it)."""
-    renames = {
-        f"#/{key}/{name}": f"#/$defs/{prefix}{'' if key == '$defs' else key + '-'}{name}"
-        for key in _DEFS_KEYS
-        if isinstance(schema.get(key), dict)
-        for name in schema[key]
-    }
-    if not renames:
-        return schema
-
-    def renamed(ref: str) -> str:
-        for old, new in renames.items():
-            if ref == old or ref.startswith(old + "/"):
-                return new + ref[len(old) :]
-        return ref
-
-    def rewrite(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        out = _with_children(node, rewrite)
-        ref = out.get("$ref")
-        if isinstance(ref, str):
-            out["$ref"] = renamed(ref)
-        return out
-
-    out: dict[str, Any] = dict(rewrite(schema))
-    defs: dict[str, Any] = {}
-    for key in _DEFS_KEYS:
-        for name, sub in (out.pop(key, None) or {}).items():
-            defs[renamed(f"#/{key}/{name}").removeprefix("#/$defs/")] = sub
-    out["$defs"] = defs
-    return out
-
-
-def hoisted(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with every nested ``$defs`` (made unique by :func:`localized`) moved to its root."""
-    found: dict[str, Any] = {}
-
-    def lift(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        out = _with_children(node, lift)
-        if isinstance(out.get("$defs"), dict):
-            found.update(out.pop("$defs"))
-        return out
-
-    out: dict[str, Any] = dict(lift(schema))
-    if found:
-        out["$defs"] = found
     return out

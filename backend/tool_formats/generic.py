@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from backend.requests import Tool, ToolChoice
-from backend.schema_support import localized, normalized
+from backend.schema_support import normalized
 from backend.tool_formats.base import (
     GrammarPlan,
     ParsedCall,
@@ -27,7 +27,8 @@ from backend.tool_formats.base import (
     call_from_object,
     decode_json_at,
 )
-from backend.tool_formats.grammar import allowed_tools, call_schema, definitions_prefix, one_of, schema_rules
+from backend.tool_formats.grammar import allowed_tools, call_schema, one_of, schema_rules
+from conformance.schema_refs import definitions_prefix, localized
 
 __all__ = ["Generic"]
 

@@ -9,14 +9,14 @@ other tools' parameters lose the keywords the converter would ignore anyway.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
 from backend.requests import RequestError, Tool, ToolChoice
-from backend.schema_support import enforceable, hoisted, localized, normalized, unsupported
+from backend.schema_support import enforceable, normalized, unsupported
+from conformance.schema_refs import definitions_prefix, hoisted, localized
 
-__all__ = ["allowed_tools", "call_schema", "definitions_prefix", "one_of", "schema_rules"]
+__all__ = ["allowed_tools", "call_schema", "one_of", "schema_rules"]
 
 CALL_RULE = "tool-call"
 
@@ -32,13 +32,6 @@ def _parameters(tool: Tool) -> dict[str, Any]:
     """The tool's parameters as the call schema embeds them: their definitions made the tool's own
     (schema_support.localized), cut to what a grammar enforces unless the tool is strict."""
     return localized(_checked(tool, normalized(tool.parameters)), definitions_prefix(tool.name))
-
-
-def definitions_prefix(owner: str) -> str:
-    """A prefix for the definitions of one tool's parameters (or of the reply's schema): unique per
-    owner, and letters, digits and ``-`` only, which the converter's rule names take (a tool name's
-    ``_`` or ``.`` made a recursive reference a rule name llama.cpp could not parse)."""
-    return "d" + hashlib.sha256(owner.encode()).hexdigest()[:10] + "-"
 
 
 def _checked(tool: Tool, parameters: Any) -> dict[str, Any]:

@@ -55,24 +55,36 @@ class TemplateTools:
     def emulated(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The function tools of ``body`` (as it will be sent) when they are to go as JSON output
         (tool_emulation.py): the template cannot show them, the choice is ``required`` or ``auto`` (without
-        a ``response_format`` of the client's, which then wins), and every tool is a function."""
+        a JSON ``response_format`` of the client's, which then wins), and every tool is a function."""
         choice = body.get("tool_choice", "auto")
         if self.calls_tools is not False or choice not in ("required", "auto"):
             return None
-        if choice == "auto" and body.get("response_format") is not None:
+        fmt = body.get("response_format")
+        if choice == "auto" and isinstance(fmt, dict) and fmt.get("type") != "text":
             return None
         return function_tools(body) or None
 
     async def refusal(self, upstream: Upstream, body: dict[str, Any]) -> ProxyError | None:
         """The 400 for ``body`` (as it will be sent) when it forces a call that neither the template nor
-        JSON output can make (another kind of tool is offered); None otherwise, or when the template's
-        ability is unknown."""
-        if body.get("tool_choice") != "required" or not body.get("tools"):
+        JSON output can make (another kind of tool is offered), or asks logprobs of an answer that goes
+        as JSON output (they would be the JSON's tokens); None otherwise, or when the template's ability
+        is unknown. The template's ability is read from ``/props`` on the first request with tools."""
+        if not body.get("tools"):
             return None
         if self.calls_tools is None and time.monotonic() - self._asked >= _PROPS_RETRY:
             self._asked = time.monotonic()
             self.calls_tools = template_calls_tools(await upstream.json("GET", "/props", timeout=_TIMEOUT))
-        if self.calls_tools is not False or self.emulated(body) is not None:
+        if self.calls_tools is not False:
+            return None
+        if self.emulated(body) is not None and body.get("logprobs"):
+            return ProxyError.make(
+                "logprobs with tools cannot be given by this server: its model's chat template has no "
+                "tool-call format, so its answer is written as JSON that the proxy reads whole",
+                400,
+                code="unsupported_parameter",
+                param="logprobs",
+            )
+        if body.get("tool_choice") != "required" or self.emulated(body) is not None:
             return None
         return ProxyError.make(
             "tool_choice 'required' or a named function cannot be served by this server with tools other "

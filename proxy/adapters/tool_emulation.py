@@ -13,14 +13,20 @@ not). Earlier turns are written the same way: an assistant's calls as those obje
 a user turn that names its function.
 
 A streamed answer goes out when it ends, a call as one fragment, a response as one piece of text (the
-JSON is read whole); an answer cut off by its token limit, or one in neither shape, goes out as the
-text it was.
+JSON is read whole). An answer cut off by its token limit gives what it holds: the response's text so
+far, or the call with its arguments so far (as OpenAI's cut-off call), never the envelope. The client's
+``stop`` is not sent (it would cut the JSON): the proxy cuts the response's text at it, as it does for
+upstreams that ignore it (Q76). Each function's ``$defs`` are renamed and moved to the root of the
+answer's schema (conformance/schema_refs.py), where its ``$ref``s then point.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+from conformance.schema_refs import definitions_prefix, hoisted, localized
 
 from ..normalizer.choices import new_tool_call_id
 
@@ -50,7 +56,9 @@ def emulated_request(body: dict[str, Any], tools: list[dict[str, Any]], *, requi
             "type": "object",
             "properties": {
                 "name": {"const": function["name"]},
-                "arguments": function.get("parameters") or {"type": "object"},
+                "arguments": localized(
+                    function.get("parameters") or {"type": "object"}, definitions_prefix(function["name"])
+                ),
             },
             "required": ["name", "arguments"],
             "additionalProperties": False,
@@ -63,10 +71,10 @@ def emulated_request(body: dict[str, Any], tools: list[dict[str, Any]], *, requi
         "required": ["tool_call"],
         "additionalProperties": False,
     }
-    schema = call if required else {"anyOf": [call, _RESPONSE]}
+    schema = hoisted(call if required else {"anyOf": [call, _RESPONSE]})
     listing = "\n".join(json.dumps(function, ensure_ascii=False) for function in functions)
     instruction = f"{REQUIRED_INSTRUCTION if required else INSTRUCTION}.\n\nFunctions:\n{listing}"
-    sent = {k: v for k, v in body.items() if k not in ("tools", "tool_choice", "parallel_tool_calls")}
+    sent = {k: v for k, v in body.items() if k not in ("tools", "tool_choice", "parallel_tool_calls", "stop")}
     sent["messages"] = _with_instruction(_without_tool_turns(body.get("messages")), instruction)
     sent["response_format"] = {
         "type": "json_schema",
@@ -140,11 +148,11 @@ class EmulatedCalls:
         finish = choice.get("finish_reason")
         message = choice.get("message")
         if isinstance(message, dict):  # a body
-            text, call = _read(_text(message.get("content")), finish)
+            text, call, finish = _read(_text(message.get("content")), finish)
             if call is None:
                 return {**choice, "message": {**message, "content": text}}
             message = {**message, "content": None, "tool_calls": [call]}
-            return {**choice, "message": message, "finish_reason": "tool_calls"}
+            return {**choice, "message": message, "finish_reason": finish}
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             return choice
@@ -153,32 +161,54 @@ class EmulatedCalls:
         delta = {k: v for k, v in delta.items() if k != "content"}
         if finish is None:
             return {**choice, "delta": delta}
-        text, call = _read("".join(held), finish)
+        text, call, finish = _read("".join(held), finish)
         held.clear()
         if call is None:
             return {**choice, "delta": {**delta, "content": text}}
         return {
             **choice,
             "delta": {**delta, "tool_calls": [{"index": 0, **call}]},
-            "finish_reason": "tool_calls",
+            "finish_reason": finish,
         }
 
 
-def _read(text: str, finish: Any) -> tuple[str, dict[str, Any] | None]:
-    """(the text to show, the call) of a whole answer: ``{"tool_call": ...}`` a call, ``{"response":
-    ...}`` its text; an answer cut off by its limit, or in neither shape, the text it was."""
+_CUT_RESPONSE = re.compile(r'\s*\{\s*"response"\s*:\s*"((?:[^"\\]|\\.)*)', re.DOTALL)
+_CUT_CALL = re.compile(
+    r'\s*\{\s*"tool_call"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"arguments"\s*:\s*(.*)', re.DOTALL
+)
+
+
+def _read(text: str, finish: Any) -> tuple[str, dict[str, Any] | None, Any]:
+    """(the text to show, the call, the finish) of an answer: ``{"tool_call": ...}`` a call (finished
+    ``tool_calls``, also where the limit fell on the whitespace the grammar allows after it),
+    ``{"response": ...}`` its text; one cut off by its limit, what it holds so far (a call cut off
+    finishes ``length``, as OpenAI's); one in neither shape, the text it was."""
     try:
-        value = json.loads(text) if finish != "length" else None
+        value = json.loads(text)
     except ValueError:
-        value = None
+        return (*_read_cut(text), finish) if finish == "length" else (text, None, finish)
     if not isinstance(value, dict):
-        return text, None
+        return text, None, finish
     if isinstance(value.get("response"), str):
-        return value["response"], None
+        return value["response"], None, finish
     call = value.get("tool_call")
     name = call.get("name") if isinstance(call, dict) else None
     arguments = call.get("arguments", {}) if isinstance(call, dict) else None
     if not isinstance(name, str) or not isinstance(arguments, dict):
-        return text, None
-    function = {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}
-    return "", {"id": new_tool_call_id(), "type": "function", "function": function}
+        return text, None, finish
+    return "", _tool_call(name, json.dumps(arguments, ensure_ascii=False)), "tool_calls"
+
+
+def _read_cut(text: str) -> tuple[str, dict[str, Any] | None]:
+    """What an answer cut off by its limit holds: the response's text so far (its escapes read), or the
+    call with its name and its arguments' text so far; ``""`` before either began."""
+    if (response := _CUT_RESPONSE.match(text)) is not None:
+        whole_escapes = re.sub(r"\\u[0-9a-fA-F]{0,3}$", "", response.group(1))  # a \uXXXX cut short
+        return json.loads(f'"{whole_escapes}"'), None
+    if (call := _CUT_CALL.match(text)) is not None:
+        return "", _tool_call(call.group(1), call.group(2).rstrip())
+    return text, None  # cut before a name: what the model wrote (never an empty success, Q14)
+
+
+def _tool_call(name: str, arguments: str) -> dict[str, Any]:
+    return {"id": new_tool_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}

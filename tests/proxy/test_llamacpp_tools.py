@@ -100,3 +100,37 @@ def test_a_named_choice_of_a_function_not_offered_is_openais_400(
     assert answer.status_code == 400
     assert answer.json()["error"]["message"].startswith("Invalid value for 'tool_choice': no function named")
     assert upstream.bodies(CHAT) == []
+
+
+def test_logprobs_of_an_answer_written_as_json_are_declined_and_a_text_format_changes_nothing(
+    llama_server: tuple[RecordingUpstream, str, bool | None],
+) -> None:
+    upstream, proxy, calls_tools = llama_server
+    asked = httpx.post(proxy + CHAT, json={**ASK, "logprobs": True}, timeout=30)
+    text_format = {**ASK, "response_format": {"type": "text"}}
+    assert httpx.post(proxy + CHAT, json=text_format, timeout=30).status_code == 200
+    sent = upstream.bodies(CHAT)
+    if calls_tools is False:
+        assert (asked.status_code, asked.json()["error"]["param"]) == (400, "logprobs")
+        assert [("tools" in body) for body in sent] == [False]  # the text format: still JSON output
+    else:
+        assert asked.status_code == 200
+        assert [("tools" in body) for body in sent] == [True, True]
+
+
+def test_an_explicit_llamacpp_kind_reads_the_template_on_the_first_request_with_tools() -> None:
+    async def chat(req: Request) -> Response:
+        upstream.seen.append((req.url.path, await req.json()))
+        message = {"role": "assistant", "content": '{"response": "Sunny."}'}
+        return JSONResponse(
+            upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
+        )
+
+    async def props(_: Request) -> Response:
+        return JSONResponse(_props(False))
+
+    upstream = RecordingUpstream([Route(CHAT, chat, methods=["POST"]), Route("/props", props)])
+    with run_asgi(upstream.app) as url, run_proxy(url, upstream_kind="llamacpp") as proxy:
+        answer = httpx.post(proxy + CHAT, json=ASK, timeout=30)  # auto, the default with tools
+    assert answer.json()["choices"][0]["message"]["content"] == "Sunny."
+    assert "tools" not in upstream.bodies(CHAT)[0]

@@ -41,6 +41,20 @@ def test_a_forced_call_lists_the_functions_and_asks_for_one_call_object() -> Non
     assert branches[0]["properties"]["arguments"] == WEATHER["function"]["parameters"]
 
 
+def test_parameters_with_definitions_keep_their_refs_and_stop_is_left_to_the_proxy() -> None:
+    city = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    parameters = {"type": "object", "$defs": {"City": city}, "properties": {"city": {"$ref": "#/$defs/City"}}}
+    tool = {"type": "function", "function": {"name": "get_time", "parameters": parameters}}
+    body = {"messages": ROUND_TRIP[1:2], "tools": [tool], "tool_choice": "required", "stop": ["Paris"]}
+    sent = emulated_request(body, [tool], required=True)
+    assert "stop" not in sent  # it would cut the JSON; the proxy cuts the response's text (Q76)
+    schema = sent["response_format"]["json_schema"]["schema"]
+    (name,) = schema["$defs"]
+    ref = schema["properties"]["tool_call"]["properties"]["arguments"]["properties"]["city"]["$ref"]
+    assert ref == f"#/$defs/{name}"
+    assert schema["$defs"][name] == city
+
+
 def test_auto_asks_for_a_call_or_a_response_and_adds_a_system_turn_where_there_is_none() -> None:
     body = {"messages": ROUND_TRIP[1:2], "tools": [TIME]}
     sent = emulated_request(body, [TIME], required=False)
@@ -96,6 +110,19 @@ def test_a_streamed_answer_is_held_and_goes_out_at_its_end() -> None:
     }
     cut = EmulatedCalls()
     cut(_chunk({"content": '{"response": "Sun'}))
-    assert cut(_chunk({"content": "ny"}, "length"))["choices"][0]["delta"] == {
-        "content": '{"response": "Sunny'
+    assert cut(_chunk({"content": "ny \\u00e9\\u00"}, "length"))["choices"][0]["delta"] == {
+        "content": "Sunny é"
     }
+
+
+def test_an_answer_cut_off_by_its_limit_gives_what_it_holds_never_the_envelope() -> None:
+    cut_call = EmulatedCalls()(
+        _body('{"tool_call": {"name": "get_time", "arguments": {"city": "Os', "length")
+    )
+    answer = cut_call["choices"][0]
+    assert answer["finish_reason"] == "length"  # OpenAI's cut-off call
+    assert answer["message"]["tool_calls"][0]["function"] == {"name": "get_time", "arguments": '{"city": "Os'}
+    # A whole object, the limit falling on the whitespace the grammar allows after it: a whole call.
+    whole = EmulatedCalls()(_body('{"tool_call": {"name": "get_time", "arguments": {}}}\n  ', "length"))
+    assert whole["choices"][0]["finish_reason"] == "tool_calls"
+    assert EmulatedCalls()(_body('{"response": "It is', "length")) == _body("It is", "length")
