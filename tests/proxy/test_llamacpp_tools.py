@@ -31,19 +31,26 @@ def _props(calls_tools: bool | None) -> dict[str, Any]:
     return props
 
 
-@pytest.fixture(params=[True, False, None], ids=["tool-template", "no-tool-template", "unsaid"])
-def llama_server(request: pytest.FixtureRequest) -> Iterator[tuple[RecordingUpstream, str, bool | None]]:
+def _upstream(calls_tools: bool | None, content: str = "Sunny.") -> RecordingUpstream:
+    """llama-server as far as these requests go: its ``/props`` and a chat answer of ``content``."""
+
     async def chat(req: Request) -> Response:
         upstream.seen.append((req.url.path, await req.json()))
-        message = {"role": "assistant", "content": "Sunny."}
+        message = {"role": "assistant", "content": content}
         return JSONResponse(
             upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
         )
 
     async def props(_: Request) -> Response:
-        return JSONResponse(_props(request.param))
+        return JSONResponse(_props(calls_tools))
 
     upstream = RecordingUpstream([Route(CHAT, chat, methods=["POST"]), Route("/props", props)])
+    return upstream
+
+
+@pytest.fixture(params=[True, False, None], ids=["tool-template", "no-tool-template", "unsaid"])
+def llama_server(request: pytest.FixtureRequest) -> Iterator[tuple[RecordingUpstream, str, bool | None]]:
+    upstream = _upstream(request.param)
     with run_asgi(upstream.app) as url, run_proxy(url) as proxy:
         yield upstream, proxy, request.param
 
@@ -119,17 +126,7 @@ def test_logprobs_of_an_answer_written_as_json_are_declined_and_a_text_format_ch
 
 
 def test_an_explicit_llamacpp_kind_reads_the_template_on_the_first_request_with_tools() -> None:
-    async def chat(req: Request) -> Response:
-        upstream.seen.append((req.url.path, await req.json()))
-        message = {"role": "assistant", "content": '{"response": "Sunny."}'}
-        return JSONResponse(
-            upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
-        )
-
-    async def props(_: Request) -> Response:
-        return JSONResponse(_props(False))
-
-    upstream = RecordingUpstream([Route(CHAT, chat, methods=["POST"]), Route("/props", props)])
+    upstream = _upstream(False, '{"response": "Sunny."}')
     with run_asgi(upstream.app) as url, run_proxy(url, upstream_kind="llamacpp") as proxy:
         answer = httpx.post(proxy + CHAT, json=ASK, timeout=30)  # auto, the default with tools
     assert answer.json()["choices"][0]["message"]["content"] == "Sunny."
