@@ -30,11 +30,14 @@ __all__ = [
     "INCLUDE_LOGPROBS",
     "Endpoint",
     "Request",
+    "allowed_tools_choice",
+    "content_texts",
     "endpoint_for_path",
     "function_schemas",
     "input_texts",
     "integer",
     "message_texts",
+    "named_function",
     "responses_top_logprobs",
 ]
 
@@ -113,6 +116,45 @@ def function_schemas(tools: Any) -> Mapping[str, Any]:
     return schemas
 
 
+def named_function(choice: Any) -> str | None:
+    """The function a named ``tool_choice`` forces: chat's ``{"type": "function", "function": {"name"}}``
+    or the Responses API's flat ``{"type": "function", "name"}``."""
+    nested = choice.get("function") if isinstance(choice, Mapping) else None
+    function = nested if isinstance(nested, Mapping) else choice
+    name = function.get("name") if isinstance(function, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def allowed_tools_choice(choice: Any) -> tuple[str, tuple[str, ...]] | None:
+    """(mode, names) of chat's ``{"type": "allowed_tools", "allowed_tools": {"mode", "tools":
+    [{"type": "function", "function": {"name"}}]}}`` or the Responses API's flat ``{"type":
+    "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}``; None for any other choice,
+    or one without a mode and a list of names."""
+    if not isinstance(choice, Mapping) or choice.get("type") != "allowed_tools":
+        return None
+    nested = choice.get("allowed_tools")
+    allowed = nested if isinstance(nested, Mapping) else choice
+    mode, tools = allowed.get("mode"), allowed.get("tools")
+    if mode not in ("auto", "required") or not isinstance(tools, list):
+        return None
+    names = []
+    for tool in tools:
+        function = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if not isinstance(name, str):
+            return None
+        names.append(name)
+    return str(mode), tuple(names)
+
+
+def content_texts(content: Any) -> list[str]:
+    """The texts of one message's ``content``: the string, or the ``text`` of each text part."""
+    if isinstance(content, str):
+        return [content]
+    parts = (p.get("text") for p in content if isinstance(p, Mapping)) if isinstance(content, list) else ()
+    return [t for t in parts if isinstance(t, str)]
+
+
 def message_texts(messages: Any) -> tuple[str, ...]:
     """The text of each chat message: a string ``content``, or the ``text`` of its text parts (the proxy
     counts and checks a chat prompt by these too)."""
@@ -120,12 +162,7 @@ def message_texts(messages: Any) -> tuple[str, ...]:
         return ()
     texts: list[str] = []
     for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            parts = (p.get("text") for p in content if isinstance(p, Mapping))
-            texts.extend(t for t in parts if isinstance(t, str))
+        texts += content_texts(message.get("content") if isinstance(message, Mapping) else None)
     return tuple(texts)
 
 
@@ -331,7 +368,7 @@ class Request:
             return "auto"
         if choice in ("none", "auto", "required"):
             return str(choice)
-        allowed = self._allowed_tools
+        allowed = allowed_tools_choice(choice)
         if allowed is not None:
             return allowed[0]
         return "function" if self.tool_choice_function is not None else None
@@ -340,41 +377,13 @@ class Request:
     def tool_choice_allowed(self) -> tuple[str, ...] | None:
         """The functions an ``allowed_tools`` choice lets the model call, its mode (``auto`` or
         ``required`` among them) being ``tool_choice_mode``."""
-        allowed = self._allowed_tools
+        allowed = allowed_tools_choice(self.tool_choice)
         return None if allowed is None else allowed[1]
 
     @property
-    def _allowed_tools(self) -> tuple[str, tuple[str, ...]] | None:
-        """(mode, names) of chat's ``{"type": "allowed_tools", "allowed_tools": {"mode", "tools":
-        [{"type": "function", "function": {"name"}}]}}`` or the Responses API's flat ``{"type":
-        "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}``; None for any other choice,
-        or one without a mode and a list of names."""
-        choice = self.tool_choice
-        if not isinstance(choice, Mapping) or choice.get("type") != "allowed_tools":
-            return None
-        nested = choice.get("allowed_tools")
-        allowed = nested if isinstance(nested, Mapping) else choice
-        mode, tools = allowed.get("mode"), allowed.get("tools")
-        if mode not in ("auto", "required") or not isinstance(tools, list):
-            return None
-        names = []
-        for tool in tools:
-            function = tool.get("function", tool) if isinstance(tool, Mapping) else None
-            name = function.get("name") if isinstance(function, Mapping) else None
-            if not isinstance(name, str):
-                return None
-            names.append(name)
-        return str(mode), tuple(names)
-
-    @property
     def tool_choice_function(self) -> str | None:
-        """The function a named ``tool_choice`` forces: chat's ``{"type": "function", "function": {"name"}}``
-        or the Responses API's flat ``{"type": "function", "name"}``."""
-        choice = self.tool_choice
-        nested = choice.get("function") if isinstance(choice, Mapping) else None
-        function = nested if isinstance(nested, Mapping) else choice
-        name = function.get("name") if isinstance(function, Mapping) else None
-        return name if isinstance(name, str) else None
+        """The function a named ``tool_choice`` forces (:func:`named_function`)."""
+        return named_function(self.tool_choice)
 
     @property
     def response_format_type(self) -> str | None:

@@ -26,6 +26,7 @@ import json
 import re
 from typing import Any
 
+from conformance.request import content_texts
 from conformance.schema_refs import definitions_prefix, hoisted, localized
 
 from ..normalizer.choices import new_tool_call_id
@@ -84,11 +85,7 @@ def emulated_request(body: dict[str, Any], tools: list[dict[str, Any]], *, requi
 
 
 def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(
-            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-        )
-    return content if isinstance(content, str) else ""
+    return "".join(content_texts(content))
 
 
 def _without_tool_turns(messages: Any) -> list[Any]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.request import Request
+from conformance.request import allowed_tools_choice, named_function
 
 from ..errors import ProxyError
 from ..upstream_traits import UpstreamTraits
@@ -146,15 +146,13 @@ def unknown_tool_choice(body: dict[str, Any]) -> ProxyError | None:
 
 def _chosen(body: dict[str, Any]) -> tuple[str, tuple[str, ...]] | None:
     """("function", (name,)) for a named choice, (mode, names) for an ``allowed_tools`` one, as the
-    judge reads them (conformance.request); None for any other."""
-    if not isinstance(body.get("tool_choice"), dict):
+    judge reads them (conformance.request); None for any other, or without ``tools``."""
+    choice = body.get("tool_choice")
+    tools = body.get("tools")
+    if not isinstance(choice, dict) or not isinstance(tools, list) or not tools:
         return None
-    request = Request.from_body("chat", body)
-    mode, allowed, function = (
-        request.tool_choice_mode,
-        request.tool_choice_allowed,
-        request.tool_choice_function,
-    )
-    if allowed is not None and mode is not None:
-        return mode, allowed
-    return ("function", (function,)) if mode == "function" and function is not None else None
+    allowed = allowed_tools_choice(choice)
+    if allowed is not None:
+        return allowed
+    function = named_function(choice)
+    return ("function", (function,)) if function is not None else None
