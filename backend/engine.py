@@ -6,7 +6,8 @@ would wait for the running streams' rows before its first token. While prompts w
 decode steps alternate, so a new request's first token comes after at most one decode step and a long
 prompt, prefilled in chunks, never stalls running streams. Sequences join and leave between steps.
 A slot keeps its KV cache after its sequence ends, and the next sequence whose prompt shares the
-longest prefix with it reuses that prefix.
+longest prefix with it reuses that prefix. Running sequences are kept on the lowest sequence ids, with
+no gap (see ``_pack``): llama.cpp runs its whole graph once per run of consecutive ids.
 
 Only the worker thread touches the context. The HTTP side submits :class:`Job` objects and gets
 :class:`Event` objects back through a callback (``loop.call_soon_threadsafe`` into an asyncio queue).
@@ -84,6 +85,8 @@ class EngineStats:
     cancel_latency_steps: list[int] = field(default_factory=list)
     """Per cancelled running sequence: decode steps between ``cancel()`` and its slot being free."""
     reused_prompt_tokens: int = 0
+    packing_moves: int = 0
+    """Running sequences moved down to a lower sequence id, to close a gap (``Engine._pack``)."""
 
 
 class _Text:
@@ -141,6 +144,16 @@ class _Text:
 _GEMM_ROWS = 4
 _VECTOR_ROWS = _GEMM_ROWS - 1
 
+# Packing. Each slot has a KV stream of its own (kv_unified off), and llama.cpp then splits a batch into
+# one ubatch per run of consecutive, increasing sequence ids (llama_batch_allocr::split_equal, sequential)
+# and runs the whole graph once per ubatch. Measured with llama_decode alone (Gemma 3 270M, 2 threads,
+# 16 slots): 4 rows on ids 0-3 took 62 ms a step, on 0, 2, 4, 6 109 ms and on 3, 2, 1, 0 119 ms; 8 rows on
+# 0-3 and 8-11 135 ms against 99 ms on 0-7. So a new sequence takes the lowest free slot unless another
+# free slot's cache saves it at least _MOVE_GAIN prompt tokens, and a running sequence above a gap is
+# moved down: llama_memory_seq_cp across streams copies the stream's buffers (6 ms for 1,024 cells,
+# 15 ms for 4,096, about one decode step), once, where a gap costs a graph run at every step.
+_MOVE_GAIN = 32
+
 _Row = tuple["_Slot", int, str]
 """(slot, token, kind): "gen" and "last" rows are sampled, "prompt" rows give echo logprobs, "cache"
 rows only fill the KV cache."""
@@ -160,6 +173,18 @@ class _Slot:
         self.text = _Text([])
         self.prompt_logprobs: list[TokenLogprob] = []
         self.last_used = 0
+
+    def take_over(self, other: _Slot) -> None:
+        """Go on with ``other``'s sequence, whose KV cells were copied here; ``other`` keeps its cache."""
+        self.cached = list(other.cached)
+        self.reusable = other.reusable
+        self.job, other.job = other.job, None
+        self.prefilled = other.prefilled
+        self.next_token, other.next_token = other.next_token, None
+        self.generated = other.generated
+        self.text = other.text
+        self.prompt_logprobs, other.prompt_logprobs = other.prompt_logprobs, []
+        self.last_used = other.last_used
 
 
 class Engine:
@@ -185,6 +210,8 @@ class Engine:
         self.stats = EngineStats()
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
         self._slots = [_Slot(i) for i in range(self.n_parallel)]
+        # Recurrent and hybrid memories keep a state per sequence that a copy shares rather than moves.
+        self._packs = not (ll.llama_model_is_recurrent(model) or ll.llama_model_is_hybrid(model))
         self._waiting: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._stop = False
@@ -252,6 +279,7 @@ class Engine:
                     return
                 self._admit()
             self._release_cancelled()
+            self._pack()
             if any(s.job is not None for s in self._slots):
                 try:
                     self._step()
@@ -272,7 +300,9 @@ class Engine:
             job.emit(event)
 
     def _admit(self) -> None:
-        """Move waiting jobs into free slots, each to the slot whose cache shares the longest prefix."""
+        """Move waiting jobs into free slots: the lowest one, unless another one's cache shares a prefix
+        with the prompt that is longer by at least ``_MOVE_GAIN`` tokens (then the longest, and the least
+        recently used among equals); ``_pack`` then moves it down."""
         while self._waiting:
             job = self._waiting[0]
             if job.cancelled:
@@ -283,14 +313,28 @@ class Engine:
             if not free:
                 return
             self._waiting.popleft()
-            slot = max(
-                free,
-                key=lambda s: (
-                    _common_prefix(self._reusable(s), job.prompt) if job.cache_prompt else 0,
-                    -s.last_used,
-                ),
-            )
-            self._assign(slot, job)
+            self._assign(self._slot_for(job, free), job)
+
+    def _slot_for(self, job: Job, free: list[_Slot]) -> _Slot:
+        def shared(slot: _Slot) -> int:
+            return _common_prefix(self._reusable(slot), job.prompt) if job.cache_prompt else 0
+
+        best = max(free, key=lambda s: (shared(s), -s.last_used))
+        if self._packs and shared(best) - shared(free[0]) < _MOVE_GAIN:
+            return free[0]
+        return best
+
+    def _pack(self) -> None:
+        """Move the running sequences above a gap down into it, so that they hold the lowest ids."""
+        if not self._packs:
+            return
+        busy = [s for s in self._slots if s.job is not None]
+        gaps = [s for s in self._slots[: len(busy)] if s.job is None]
+        above = [s for s in busy if s.seq_id >= len(busy)]
+        for gap, slot in zip(gaps, above, strict=True):
+            ll.llama_memory_seq_cp(self.mem, slot.seq_id, gap.seq_id, -1, -1)
+            gap.take_over(slot)
+            self.stats.packing_moves += 1
 
     def _assign(self, slot: _Slot, job: Job) -> None:
         keep = 0

@@ -4,6 +4,7 @@ one decode step; invalid parameters, over-long prompts and a full queue get the 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from typing import Any
 
@@ -11,6 +12,9 @@ import httpx
 import openai
 import pytest
 
+from backend.engine import Event, Job
+from backend.requests import SamplingParams
+from backend.sampling import Sampler
 from backend.service import Backend
 from tests.backend.conftest import CTX_PER_SLOT, RecordingTransport, assert_conformant
 
@@ -149,3 +153,42 @@ def test_full_queue_is_429_with_retry_after(gemma_url: str, gemma_backend: Backe
         assert int(refused.headers["retry-after"]) >= 1
         assert refused.json()["error"]["type"] == "rate_limit_exceeded"
     _wait_idle(gemma_backend)
+
+
+def _generate(backend: Backend, prompts: list[str], max_tokens: list[int]) -> list[str]:
+    """Greedy texts of jobs submitted together (so admitted in this order), through the engine itself."""
+    done = threading.Semaphore(0)
+    texts = [""] * len(prompts)
+
+    def emit(event: Event) -> None:  # (on the engine's thread: the test asserts on what it keeps)
+        texts[event.index] += event.text if event.error is None else f"<error: {event.error}>"
+        if event.finish_reason is not None or event.error is not None:
+            done.release()
+
+    jobs = [
+        Job(
+            index=i,
+            prompt=backend.vocab.tokenize(prompt, add_special=True),
+            sampler=Sampler(backend.vocab.ptr, SamplingParams(temperature=0), eog_tokens=[]),
+            emit=emit,
+            max_tokens=limit,
+            cache_prompt=False,
+        )
+        for i, (prompt, limit) in enumerate(zip(prompts, max_tokens, strict=True))
+    ]
+    backend.engine.submit(jobs)
+    for _ in jobs:
+        assert done.acquire(timeout=60)
+    return texts
+
+
+def test_a_sequence_moved_down_to_close_a_gap_goes_on_unchanged(gemma_backend: Backend) -> None:
+    """When the middle of three running sequences ends, the third moves down to its slot (one run of
+    consecutive ids, one graph run a step) and its text is the one it has alone."""
+    _wait_idle(gemma_backend)
+    prompts, limits = ["Once upon a time", "The capital of France is", "def fibonacci(n):"], [24, 2, 24]
+    alone = [_generate(gemma_backend, [p], [n])[0] for p, n in zip(prompts, limits, strict=True)]
+    before = gemma_backend.engine.stats.packing_moves
+    together = _generate(gemma_backend, prompts, limits)
+    assert together == alone
+    assert gemma_backend.engine.stats.packing_moves == before + 1
