@@ -7,7 +7,8 @@ given with ``--llama-server``), with the same slots, context per slot and batch.
 
     python bench/backend_throughput.py [--model PATH] [--threads 2] [--tokens 64] [--rounds 3]
                                        [--streams 1,4,8,16] [--llama-server PATH]
-                                       [--only-llama-server] [--rates-only]
+                                       [--llama-server-args FLAGS] [--only-llama-server]
+                                       [--rates-only]
 
 Fair by construction:
 - Every request must produce exactly ``--tokens`` tokens. llama-cpp-python's server ignores
@@ -35,6 +36,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import json
+import shlex
 import shutil
 import statistics
 import sys
@@ -287,6 +289,11 @@ def main() -> int:
     )
     parser.add_argument("--llama-server", help="llama.cpp's llama-server binary (default: on PATH)")
     parser.add_argument(
+        "--llama-server-args",
+        default="",
+        help="more flags for llama-server, as one string (e.g. --llama-server-args=--kv-unified)",
+    )
+    parser.add_argument(
         "--only-llama-server", action="store_true", help="compare with llama-server only (a shorter run)"
     )
     parser.add_argument("--rates-only", action="store_true", help="only the tokens/s figures, no TTFT")
@@ -357,6 +364,7 @@ def main() -> int:
                 *(llama_server, "-m", a.model, "--port", str(port), "-t", t, "-np", str(slots)),
                 *("-c", str(CTX_PER_SEQUENCE * slots), "-b", str(BATCH), "-fa", "off"),
                 *([] if repack else ["--no-repack"]),
+                *shlex.split(a.llama_server_args),
             ]
             url, _ = stack.enter_context(
                 run_process(native_args, health_path="/health", port=port, timeout=180)
