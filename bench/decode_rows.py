@@ -90,7 +90,9 @@ class Decoder:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", help="GGUF file (default: Gemma 3 270M)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=40, help="decode steps timed per layout")
