@@ -19,7 +19,6 @@ certain, and one that the template alone pushes past the context goes through as
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,12 +28,12 @@ from ..errors import ContextOverflow, ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
 from .base import requested_limit
+from .server_props import ServerProps
 
 __all__ = ["ContextWindow", "TokenCounter", "context_of_props"]
 
 _TIMEOUT = 5.0  # seconds for each call to the upstream; past it the prompt goes through unchecked
 _CONCURRENT_COUNTS = 4  # /tokenize calls at once for one request: a prompt array may hold hundreds
-_PROPS_RETRY = 60.0  # seconds before /props is asked again after it gave no size (not on every request)
 # No tokenizer makes more tokens of a text than its UTF-8 bytes, plus a start token and the space some
 # prepend: a prompt this short needs no call to the upstream at all.
 _ADDED_TOKENS = 2
@@ -56,12 +55,11 @@ TokenCounter = Callable[[Upstream, str, float], Awaitable[int | None]]
 
 
 class ContextWindow:
-    """The upstream's context size (read once), and the check of each request against it."""
+    """The check of each request against the upstream's context size (from its ``/props``)."""
 
-    def __init__(self, count: TokenCounter, size: int | None = None) -> None:
-        self.size = size
+    def __init__(self, count: TokenCounter, props: ServerProps) -> None:
+        self._props = props
         self._count = count
-        self._props_asked = -_PROPS_RETRY  # monotonic time /props was last asked
         self._templates: bool | None = None  # whether /apply-template answers; None until asked
 
     async def overflow(
@@ -80,15 +78,11 @@ class ContextWindow:
     async def _overflow(
         self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
     ) -> ProxyError | None:
-        if self.size is None:
-            if time.monotonic() - self._props_asked < _PROPS_RETRY:
-                return None
-            self._props_asked = time.monotonic()
-            self.size = context_of_props(await upstream.json("GET", "/props", timeout=_TIMEOUT))
-            if self.size is None:
-                return None
+        size = await self._props.read(upstream, context_of_props)
+        if size is None:
+            return None
         completion = _completion_tokens(body)
-        room = self.size - max(completion, 1)  # the most prompt tokens that leave room to generate
+        room = size - max(completion, 1)  # the most prompt tokens that leave room to generate
         counts: list[int | None] = []
         texts: list[str] = []
         for prompt in await self._prompts(upstream, endpoint, body, room):
@@ -104,7 +98,7 @@ class ContextWindow:
 
         counts += await asyncio.gather(*(count(text) for text in texts))
         longest = max((c for c in counts if c is not None), default=0)
-        return _refusal(endpoint, self.size, longest, completion) if longest > room else None
+        return _refusal(endpoint, size, longest, completion) if longest > room else None
 
     async def _prompts(
         self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any], room: int

@@ -29,8 +29,9 @@ from ..errors import ProxyError
 from ..normalizer.request import Endpoint
 from ..upstream import Upstream
 from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
-from .context_window import ContextWindow, context_of_props
+from .context_window import ContextWindow
 from .llamacpp_tools import TemplateTools
+from .server_props import ServerProps
 from .structured_output import native_json_schema
 from .tool_emulation import EmulatedCalls, emulated_request
 from .tool_requests import choice_as_tools, unknown_tool_choice
@@ -210,8 +211,9 @@ class LlamaCppAdapter:
     def __init__(self, props: Any = None, default_max_tokens: int | None = None) -> None:
         self._default_max_tokens = default_max_tokens
         # A prompt's length against the context counts the start token the server adds to it.
-        self._window = ContextWindow(partial(self.count_tokens, add_special=True), context_of_props(props))
-        self._tools = TemplateTools(props)
+        self._props = ServerProps(props)  # read by both: the context size, the template's tool format
+        self._window = ContextWindow(partial(self.count_tokens, add_special=True), self._props)
+        self._tools = TemplateTools(self._props)
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         # The native stream is read for its text and logprobs; what it cannot answer (echo, several

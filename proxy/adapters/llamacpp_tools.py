@@ -23,17 +23,14 @@ with a 400 naming ``tool_choice``, never a text answer passed off as served. ``n
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ..errors import ProxyError
 from ..upstream import Upstream
+from .server_props import ServerProps
 from .tool_requests import function_tools
 
 __all__ = ["TemplateTools", "template_calls_tools"]
-
-_TIMEOUT = 5.0  # seconds for /props; past it the request goes through unchecked
-_PROPS_RETRY = 60.0  # seconds before /props is asked again after it said nothing about the template
 
 
 def template_calls_tools(props: Any) -> bool | None:
@@ -45,12 +42,12 @@ def template_calls_tools(props: Any) -> bool | None:
 
 
 class TemplateTools:
-    """Whether the upstream's chat template can call tools (read from ``/props`` once), and the 400 for
+    """Whether the upstream's chat template can call tools (from its ``/props``), and the 400 for
     a call it cannot be made to give."""
 
-    def __init__(self, props: Any = None) -> None:
-        self.calls_tools = template_calls_tools(props)
-        self._asked = -_PROPS_RETRY if self.calls_tools is None else time.monotonic()
+    def __init__(self, props: ServerProps) -> None:
+        self._props = props
+        self.calls_tools = template_calls_tools(props.answer)
 
     def emulated(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The function tools of ``body`` (as it will be sent) when they are to go as JSON output
@@ -71,9 +68,8 @@ class TemplateTools:
         is unknown. The template's ability is read from ``/props`` on the first request with tools."""
         if not body.get("tools"):
             return None
-        if self.calls_tools is None and time.monotonic() - self._asked >= _PROPS_RETRY:
-            self._asked = time.monotonic()
-            self.calls_tools = template_calls_tools(await upstream.json("GET", "/props", timeout=_TIMEOUT))
+        if self.calls_tools is None:
+            self.calls_tools = await self._props.read(upstream, template_calls_tools)
         if self.calls_tools is not False:
             return None
         if self.emulated(body) is not None and body.get("logprobs"):

@@ -41,7 +41,8 @@ def _upstream(calls_tools: bool | None, content: str = "Sunny.") -> RecordingUps
             upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
         )
 
-    async def props(_: Request) -> Response:
+    async def props(req: Request) -> Response:
+        upstream.seen.append((req.url.path, {}))
         return JSONResponse(_props(calls_tools))
 
     upstream = RecordingUpstream([Route(CHAT, chat, methods=["POST"]), Route("/props", props)])
@@ -131,3 +132,13 @@ def test_an_explicit_llamacpp_kind_reads_the_template_on_the_first_request_with_
         answer = httpx.post(proxy + CHAT, json=ASK, timeout=30)  # auto, the default with tools
     assert answer.json()["choices"][0]["message"]["content"] == "Sunny."
     assert "tools" not in upstream.bodies(CHAT)[0]
+
+
+def test_props_are_asked_once_for_the_context_check_and_the_template() -> None:
+    """Both read one answer (proxy/adapters/server_props.py): an explicit kind asks on the first request,
+    and neither check asks again."""
+    upstream = _upstream(False, '{"response": "Sunny."}')
+    with run_asgi(upstream.app) as url, run_proxy(url, upstream_kind="llamacpp") as proxy:
+        for _ in range(2):
+            assert httpx.post(proxy + CHAT, json=ASK, timeout=30).status_code == 200
+    assert len(upstream.bodies("/props")) == 1
