@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.requests import Tool, ToolChoice
+from conformance.generic_tools import decode_json_at
 
 __all__ = ["GrammarPlan", "ParsedCall", "ParsedOutput", "ToolFormat", "arguments_text", "decode_json_at"]
-
-_DECODER = json.JSONDecoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +48,6 @@ class GrammarPlan:
     @property
     def lazy(self) -> bool:
         return bool(self.triggers)
-
-
-def decode_json_at(text: str, start: int) -> tuple[Any, int] | None:
-    """The JSON value starting at ``text[start:]`` (after whitespace) and the index after it, or None."""
-    while start < len(text) and text[start] in " \t\r\n":
-        start += 1
-    try:
-        return _DECODER.raw_decode(text, start)
-    except ValueError:
-        return None
 
 
 def arguments_text(value: Any) -> str | None:

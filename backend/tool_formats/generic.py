@@ -14,7 +14,6 @@ has been read.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from backend.requests import Tool, ToolChoice
@@ -28,55 +27,13 @@ from backend.tool_formats.base import (
     decode_json_at,
 )
 from backend.tool_formats.grammar import allowed_tools, call_schema, one_of, schema_rules
+from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_response, whole_calls
 from conformance.schema_refs import definitions_prefix, localized
 
 __all__ = ["Generic"]
 
-INSTRUCTION = (
-    "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` reply to "
-    "the user's request"
-)
-REQUIRED_INSTRUCTION = "Respond in JSON format with `tool_call` (a request to call tools)"
-
-
 _REPLY = {"type": "string", "minLength": 1}
 """A reply with no ``response_format``: some text, never the empty answer."""
-
-_RESPONSE_OPEN = re.compile(r'\s*\{\s*"response"\s*:\s*"')
-_CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
-
-
-def _whole_calls(text: str) -> list[ParsedCall]:
-    """The whole call objects at the start of a ``{"tool_calls": [`` that has not closed: a stream hands
-    each call out as soon as it is whole, and an answer cut off by ``max_tokens`` keeps them."""
-    opened = _CALLS_OPEN.match(text)
-    if opened is None:
-        return []
-    calls: list[ParsedCall] = []
-    pos = opened.end()
-    while True:
-        found = decode_json_at(text, pos)
-        call = call_from_object(found[0]) if found is not None else None
-        if found is None or call is None:
-            return calls
-        calls.append(call)
-        comma = re.compile(r"\s*,").match(text, found[1])
-        if comma is None:
-            return calls
-        pos = comma.end()
-
-
-def _string_so_far(text: str, start: int) -> str:
-    """The JSON string opened before ``text[start]``, decoded up to its last whole character."""
-    body = text[start:]
-    end = re.compile(r'(?:[^"\\]|\\.)*').match(body)
-    body = body[: end.end()] if end is not None else body
-    for cut in range(len(body), max(len(body) - 6, -1), -1):  # an escape (\uXXXX) may be cut
-        try:
-            return str(json.loads(f'"{body[:cut]}"'))
-        except ValueError:
-            continue
-    return ""
 
 
 class Generic(ToolFormat):
@@ -89,11 +46,11 @@ class Generic(ToolFormat):
         found = decode_json_at(text, 0)
         if found is None or not isinstance(found[0], dict) or text[found[1] :].strip():
             # Not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are.
-            whole = _whole_calls(text)
+            whole, _ = whole_calls(text, call_from_object)
             if whole:
                 return ParsedOutput("", whole)
-            if final and _RESPONSE_OPEN.match(text):  # a reply cut off by max_tokens
-                return ParsedOutput(self.partial_content(text) or "")
+            if final and (reply := partial_response(text)) is not None:  # a reply cut off by max_tokens
+                return ParsedOutput(reply)
             return ParsedOutput(text if final else "")
         obj = found[0]
         calls: list[ParsedCall] = []
@@ -113,8 +70,7 @@ class Generic(ToolFormat):
         return ParsedOutput(text if final else "")
 
     def partial_content(self, text: str) -> str | None:
-        opened = _RESPONSE_OPEN.match(text)
-        return _string_so_far(text, opened.end()) if opened is not None else None
+        return partial_response(text)
 
     def schema(
         self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None

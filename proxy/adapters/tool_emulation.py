@@ -10,7 +10,8 @@ backend/tool_formats/generic.py): a system instruction lists the functions, and 
 function), or under ``auto`` that or ``{"response": <text>}``. The answer comes back as ``tool_calls``
 with ``finish_reason: "tool_calls"``, or as the response's text (:class:`EmulatedCalls`, streamed or
 not). Earlier turns are written the same way: an assistant's calls as those objects, a tool's answer as
-a user turn that names its function.
+a user turn that names its function. The format's words and the reading of a reply cut off are the
+bundled backend's (conformance/generic_tools.py).
 
 A streamed answer goes out when it ends, a call as one fragment, a response as one piece of text (the
 JSON is read whole). An answer cut off by its token limit gives what it holds: the response's text so
@@ -26,19 +27,13 @@ import json
 import re
 from typing import Any
 
+from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_response
 from conformance.request import content_texts
 from conformance.schema_refs import definitions_prefix, hoisted, localized
 
 from ..normalizer.choices import new_tool_call_id
 
 __all__ = ["EmulatedCalls", "emulated_request"]
-
-INSTRUCTION = (
-    "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` reply to "
-    "the user's request"
-)
-REQUIRED_INSTRUCTION = "Respond in JSON format with `tool_call` (a request to call tools)"
-"""llama.cpp's generic tool format's words (common/chat.cpp), as the bundled backend's."""
 
 _RESPONSE = {
     "type": "object",
@@ -169,7 +164,6 @@ class EmulatedCalls:
         }
 
 
-_CUT_RESPONSE = re.compile(r'\s*\{\s*"response"\s*:\s*"((?:[^"\\]|\\.)*)', re.DOTALL)
 _CUT_CALL = re.compile(
     r'\s*\{\s*"tool_call"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"arguments"\s*:\s*(.*)', re.DOTALL
 )
@@ -199,9 +193,8 @@ def _read(text: str, finish: Any) -> tuple[str, dict[str, Any] | None, Any]:
 def _read_cut(text: str) -> tuple[str, dict[str, Any] | None]:
     """What an answer cut off by its limit holds: the response's text so far (its escapes read), or the
     call with its name and its arguments' text so far; ``""`` before either began."""
-    if (response := _CUT_RESPONSE.match(text)) is not None:
-        whole_escapes = re.sub(r"\\u[0-9a-fA-F]{0,3}$", "", response.group(1))  # a \uXXXX cut short
-        return json.loads(f'"{whole_escapes}"'), None
+    if (reply := partial_response(text)) is not None:
+        return reply, None
     if (call := _CUT_CALL.match(text)) is not None:
         return "", _tool_call(call.group(1), call.group(2).rstrip())
     return text, None  # cut before a name: what the model wrote (never an empty success, Q14)

@@ -1,0 +1,92 @@
+"""llama.cpp's generic tool format (common/chat.cpp), for chat templates with no tool-call syntax: what the
+model is told, and how its JSON answer is read, also while it is still open (a stream, or an answer cut
+off by its token limit).
+
+The model answers ``{"tool_call": {"name": ..., "arguments": {...}}}`` (one call), ``{"tool_calls":
+[...]}`` (parallel calls) or ``{"response": ...}`` (a reply), held to that shape by a JSON Schema. Two
+places write it: the bundled backend, for a model whose template shows no tools
+(backend/tool_formats/generic.py), and the proxy, for a llama-server whose template has no tool-call
+format (proxy/adapters/tool_emulation.py, Q83). The format's words and its reading of open answers live here,
+one copy for both. (The proxy asks for one call per answer: with the ``tool_calls`` array, Gemma 3
+270M behind llama-server went on adding calls until its token limit, measured through ``conformant
+check``, so it reads no open array.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = [
+    "INSTRUCTION",
+    "REQUIRED_INSTRUCTION",
+    "decode_json_at",
+    "partial_response",
+    "whole_calls",
+]
+
+T = TypeVar("T")
+
+INSTRUCTION = (
+    "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` reply to "
+    "the user's request"
+)
+REQUIRED_INSTRUCTION = "Respond in JSON format with `tool_call` (a request to call tools)"
+"""llama.cpp's own words (``tool_call`` also where the answer's schema asks for ``tool_calls``)."""
+
+_DECODER = json.JSONDecoder()
+_RESPONSE_OPEN = re.compile(r'\s*\{\s*"response"\s*:\s*"')
+_CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
+_COMMA = re.compile(r"\s*,")
+
+
+def decode_json_at(text: str, start: int) -> tuple[Any, int] | None:
+    """The JSON value starting at ``text[start:]`` (after whitespace) and the index after it, or None."""
+    while start < len(text) and text[start] in " \t\r\n":
+        start += 1
+    try:
+        return _DECODER.raw_decode(text, start)
+    except ValueError:
+        return None
+
+
+def whole_calls(text: str, read: Callable[[Any], T | None]) -> tuple[list[T], int]:
+    """The calls ``read`` makes of the whole objects at the start of a ``{"tool_calls": [`` that has not
+    closed (up to the first object it does not take), and the index where the rest begins (0 where
+    ``text`` does not open that array). A stream hands out each call once it is whole, and an answer cut
+    off by its limit keeps them."""
+    opened = _CALLS_OPEN.match(text)
+    if opened is None:
+        return [], 0
+    calls: list[T] = []
+    pos = opened.end()
+    while True:
+        found = decode_json_at(text, pos)
+        call = read(found[0]) if found is not None else None
+        if found is None or call is None:
+            return calls, pos
+        calls.append(call)
+        pos = found[1]
+        comma = _COMMA.match(text, pos)
+        if comma is None:
+            return calls, pos
+        pos = comma.end()
+
+
+def partial_response(text: str) -> str | None:
+    """The reply so far of an answer that opens ``{"response": "``, decoded up to its last whole
+    character (an escape such as ``\\uXXXX`` may be cut); None for any other answer."""
+    opened = _RESPONSE_OPEN.match(text)
+    if opened is None:
+        return None
+    body = text[opened.end() :]
+    end = re.compile(r'(?:[^"\\]|\\.)*').match(body)
+    body = body[: end.end()] if end is not None else body
+    for cut in range(len(body), max(len(body) - 6, -1), -1):
+        try:
+            return str(json.loads(f'"{body[:cut]}"'))
+        except ValueError:
+            continue
+    return ""
