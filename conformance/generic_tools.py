@@ -7,9 +7,9 @@ The model answers ``{"tool_call": {"name": ..., "arguments": {...}}}`` (one call
 places write it: the bundled backend, for a model whose template shows no tools
 (backend/tool_formats/generic.py), and the proxy, for a llama-server whose template has no tool-call
 format (proxy/adapters/tool_emulation.py, Q83). The format's words and its reading of open answers live here,
-one copy for both. (The proxy asks for one call per answer: with the ``tool_calls`` array, Gemma 3
-270M behind llama-server went on adding calls until its token limit, measured through ``conformant
-check``, so it reads no open array.)
+one copy for both. (The proxy asks for one call per answer. Asked for the ``tool_calls`` array, Gemma 3
+270M behind llama-server answered the forced and ``auto`` probes of ``conformant check`` with calls cut
+off at the token limit, and three probes timed out.)
 """
 
 from __future__ import annotations
