@@ -6,8 +6,8 @@ would wait for the running streams' rows before its first token. While prompts w
 decode steps alternate, so a new request's first token comes after at most one decode step and a long
 prompt, prefilled in chunks, never stalls running streams. Sequences join and leave between steps.
 A slot keeps its KV cache after its sequence ends, and the next sequence whose prompt shares the
-longest prefix with it reuses that prefix. Running sequences are kept on the lowest sequence ids, with
-no gap (see ``_pack``): llama.cpp runs its whole graph once per run of consecutive ids.
+longest prefix with it reuses that prefix. Running sequences are kept on consecutive sequence ids (see
+``_pack``): llama.cpp runs its whole graph once per run of consecutive ids.
 
 Only the worker thread touches the context. The HTTP side submits :class:`Job` objects and gets
 :class:`Event` objects back through a callback (``loop.call_soon_threadsafe`` into an asyncio queue).
@@ -148,10 +148,14 @@ _VECTOR_ROWS = _GEMM_ROWS - 1
 # one ubatch per run of consecutive, increasing sequence ids (llama_batch_allocr::split_equal, sequential)
 # and runs the whole graph once per ubatch. Measured with llama_decode alone (Gemma 3 270M, 2 threads,
 # 16 slots): 4 rows on ids 0-3 took 62 ms a step, on 0, 2, 4, 6 109 ms and on 3, 2, 1, 0 119 ms; 8 rows on
-# 0-3 and 8-11 135 ms against 99 ms on 0-7. So a new sequence takes the lowest free slot unless another
-# free slot's cache saves it at least _MOVE_GAIN prompt tokens, and a running sequence above a gap is
-# moved down: llama_memory_seq_cp across streams copies the stream's buffers (6 ms for 1,024 cells,
-# 15 ms for 4,096, about one decode step), once, where a gap costs a graph run at every step.
+# 0-3 and 8-11 135 ms against 99 ms on 0-7 (bench/decode_rows.py). So a new sequence takes a free slot
+# next to the running ones unless another free slot's cache saves it at least _MOVE_GAIN prompt tokens,
+# and where the running ids still make more than one run, the fewest of them are moved into one window:
+# llama_memory_seq_cp across streams copies a whole stream's buffers (6-8 ms for 1,024 cells, 15 ms for
+# 4,096 on Gemma 3 270M; it grows with the slot's context and the model's KV size, not the sequence's
+# length), once, where a gap costs a graph run at every step. A move overwrites the cache of the free
+# slot it lands on (a cross-stream copy resets it), so the window chosen is the one whose free slots'
+# caches are the least recently used.
 _MOVE_GAIN = 32
 
 _Row = tuple["_Slot", int, str]
@@ -300,9 +304,7 @@ class Engine:
             job.emit(event)
 
     def _admit(self) -> None:
-        """Move waiting jobs into free slots: the lowest one, unless another one's cache shares a prefix
-        with the prompt that is longer by at least ``_MOVE_GAIN`` tokens (then the longest, and the least
-        recently used among equals); ``_pack`` then moves it down."""
+        """Move waiting jobs into free slots (``_slot_for`` says which); ``_pack`` then closes any gap."""
         while self._waiting:
             job = self._waiting[0]
             if job.cancelled:
@@ -316,22 +318,44 @@ class Engine:
             self._assign(self._slot_for(job, free), job)
 
     def _slot_for(self, job: Job, free: list[_Slot]) -> _Slot:
-        def shared(slot: _Slot) -> int:
-            return _common_prefix(self._reusable(slot), job.prompt) if job.cache_prompt else 0
+        """The free slot whose cache shares the longest prefix with the prompt (the least recently used
+        among equals), unless it would split the running ids into two runs: then the best slot next to
+        them, where it saves less than ``_MOVE_GAIN`` tokens."""
 
-        best = max(free, key=lambda s: (shared(s), -s.last_used))
-        if self._packs and shared(best) - shared(free[0]) < _MOVE_GAIN:
-            return free[0]
-        return best
+        def key(slot: _Slot) -> tuple[int, int]:
+            shared = _common_prefix(self._reusable(slot), job.prompt) if job.cache_prompt else 0
+            return shared, -slot.last_used
+
+        best = max(free, key=key)
+        busy = {s.seq_id for s in self._slots if s.job is not None}
+        if not self._packs or not busy:
+            return best
+        beside = [s for s in free if s.seq_id - 1 in busy or s.seq_id + 1 in busy]
+        if not beside or best in beside:
+            return best
+        near = max(beside, key=key)
+        return best if key(best)[0] - key(near)[0] >= _MOVE_GAIN else near
 
     def _pack(self) -> None:
-        """Move the running sequences above a gap down into it, so that they hold the lowest ids."""
+        """Where the running ids make more than one run, move the fewest sequences into one window of
+        consecutive ids: among the windows that hold the most of them already, the one whose free slots'
+        caches (overwritten by the moves) were used least recently."""
         if not self._packs:
             return
         busy = [s for s in self._slots if s.job is not None]
-        gaps = [s for s in self._slots[: len(busy)] if s.job is None]
-        above = [s for s in busy if s.seq_id >= len(busy)]
-        for gap, slot in zip(gaps, above, strict=True):
+        if not busy or busy[-1].seq_id - busy[0].seq_id + 1 == len(busy):
+            return  # one run (or none): one ubatch already
+
+        def cost(start: int) -> tuple[int, int]:
+            window = self._slots[start : start + len(busy)]
+            overwritten = [s.last_used for s in window if s.job is None and s.cached]
+            return -sum(s.job is not None for s in window), max(overwritten, default=-1)
+
+        start = min(range(len(self._slots) - len(busy) + 1), key=cost)
+        window = self._slots[start : start + len(busy)]
+        gaps = [s for s in window if s.job is None]
+        outside = [s for s in busy if s not in window]
+        for gap, slot in zip(gaps, outside, strict=True):
             ll.llama_memory_seq_cp(self.mem, slot.seq_id, gap.seq_id, -1, -1)
             gap.take_over(slot)
             self.stats.packing_moves += 1

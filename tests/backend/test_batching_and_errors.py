@@ -155,7 +155,9 @@ def test_full_queue_is_429_with_retry_after(gemma_url: str, gemma_backend: Backe
     _wait_idle(gemma_backend)
 
 
-def _generate(backend: Backend, prompts: list[str], max_tokens: list[int]) -> list[str]:
+def _generate(
+    backend: Backend, prompts: list[str], max_tokens: list[int], *, cache_prompt: bool = False
+) -> list[str]:
     """Greedy texts of jobs submitted together (so admitted in this order), through the engine itself."""
     done = threading.Semaphore(0)
     texts = [""] * len(prompts)
@@ -172,19 +174,19 @@ def _generate(backend: Backend, prompts: list[str], max_tokens: list[int]) -> li
             sampler=Sampler(backend.vocab.ptr, SamplingParams(temperature=0), eog_tokens=[]),
             emit=emit,
             max_tokens=limit,
-            cache_prompt=False,
+            cache_prompt=cache_prompt,
         )
         for i, (prompt, limit) in enumerate(zip(prompts, max_tokens, strict=True))
     ]
     backend.engine.submit(jobs)
     for _ in jobs:
-        assert done.acquire(timeout=60)
+        assert done.acquire(timeout=300)
     return texts
 
 
-def test_a_sequence_moved_down_to_close_a_gap_goes_on_unchanged(gemma_backend: Backend) -> None:
-    """When the middle of three running sequences ends, the third moves down to its slot (one run of
-    consecutive ids, one graph run a step) and its text is the one it has alone."""
+def test_a_sequence_moved_to_close_a_gap_goes_on_unchanged(gemma_backend: Backend) -> None:
+    """When the middle of three running sequences ends, one of the others moves next to the third (one
+    run of consecutive ids, one graph run a step) and its text is the one it has alone."""
     _wait_idle(gemma_backend)
     prompts, limits = ["Once upon a time", "The capital of France is", "def fibonacci(n):"], [24, 2, 24]
     alone = [_generate(gemma_backend, [p], [n])[0] for p, n in zip(prompts, limits, strict=True)]
@@ -192,3 +194,22 @@ def test_a_sequence_moved_down_to_close_a_gap_goes_on_unchanged(gemma_backend: B
     together = _generate(gemma_backend, prompts, limits)
     assert together == alone
     assert gemma_backend.engine.stats.packing_moves == before + 1
+
+
+def test_a_conversation_keeps_its_cache_when_another_runs_beside_it(gemma_backend: Backend) -> None:
+    """Two conversations, each turn reusing its own cached prefix: one running alone on a slot above 0 is
+    one run already and is not moved (a move would overwrite the other's cache)."""
+    _wait_idle(gemma_backend)
+    engine = gemma_backend.engine
+    first = "A story about a lighthouse keeper who counts the ships that pass at night, " * 3
+    second = "A recipe for bread that needs only flour, water, salt and a long patient wait, " * 3
+    _generate(gemma_backend, [first, second], [2, 2], cache_prompt=True)
+    moves = engine.stats.packing_moves
+    for prompt in (second, first):  # each on its own slot, alone
+        reused = engine.stats.reused_prompt_tokens
+        _generate(gemma_backend, [prompt + " And then?"], [2], cache_prompt=True)
+        assert (
+            engine.stats.reused_prompt_tokens - reused
+            >= len(gemma_backend.vocab.tokenize(prompt, add_special=True)) - 8
+        )
+    assert engine.stats.packing_moves == moves
