@@ -9,7 +9,7 @@ places write it: the bundled backend, for a model whose template shows no tools
 format (proxy/adapters/tool_emulation.py, Q83). The format's words and its reading of open answers live here,
 one copy for both. (The proxy asks for one call per answer. Asked for the ``tool_calls`` array, Gemma 3
 270M behind llama-server answered the forced and ``auto`` probes of ``conformant check`` with calls cut
-off at the token limit, and three probes timed out.)
+off at the token limit.)
 """
 
 from __future__ import annotations
