@@ -40,6 +40,7 @@ _DECODER = json.JSONDecoder()
 _RESPONSE_OPEN = re.compile(r'\s*\{\s*"response"\s*:\s*"')
 _CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
 _COMMA = re.compile(r"\s*,")
+_STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')  # a JSON string's text up to its closing quote
 
 
 def decode_json_at(text: str, start: int) -> tuple[Any, int] | None:
@@ -52,26 +53,24 @@ def decode_json_at(text: str, start: int) -> tuple[Any, int] | None:
         return None
 
 
-def whole_calls(text: str, read: Callable[[Any], T | None]) -> tuple[list[T], int]:
+def whole_calls(text: str, read: Callable[[Any], T | None]) -> list[T]:
     """The calls ``read`` makes of the whole objects at the start of a ``{"tool_calls": [`` that has not
-    closed (up to the first object it does not take), and the index where the rest begins (0 where
-    ``text`` does not open that array). A stream hands out each call once it is whole, and an answer cut
-    off by its limit keeps them."""
+    closed, up to the first object it does not take: a stream hands out each call once it is whole, and
+    an answer cut off by its limit keeps them."""
     opened = _CALLS_OPEN.match(text)
     if opened is None:
-        return [], 0
+        return []
     calls: list[T] = []
     pos = opened.end()
     while True:
         found = decode_json_at(text, pos)
         call = read(found[0]) if found is not None else None
         if found is None or call is None:
-            return calls, pos
+            return calls
         calls.append(call)
-        pos = found[1]
-        comma = _COMMA.match(text, pos)
+        comma = _COMMA.match(text, found[1])
         if comma is None:
-            return calls, pos
+            return calls
         pos = comma.end()
 
 
@@ -82,7 +81,7 @@ def partial_response(text: str) -> str | None:
     if opened is None:
         return None
     body = text[opened.end() :]
-    end = re.compile(r'(?:[^"\\]|\\.)*').match(body)
+    end = _STRING_BODY.match(body)
     body = body[: end.end()] if end is not None else body
     for cut in range(len(body), max(len(body) - 6, -1), -1):
         try:

@@ -46,7 +46,7 @@ class Generic(ToolFormat):
         found = decode_json_at(text, 0)
         if found is None or not isinstance(found[0], dict) or text[found[1] :].strip():
             # Not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are.
-            whole, _ = whole_calls(text, call_from_object)
+            whole = whole_calls(text, call_from_object)
             if whole:
                 return ParsedOutput("", whole)
             if final and (reply := partial_response(text)) is not None:  # a reply cut off by max_tokens

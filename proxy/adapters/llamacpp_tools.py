@@ -47,7 +47,11 @@ class TemplateTools:
 
     def __init__(self, props: ServerProps) -> None:
         self._props = props
-        self.calls_tools = template_calls_tools(props.answer)
+
+    @property
+    def calls_tools(self) -> bool | None:
+        """What the server's last ``/props`` answer says (None: it has not said)."""
+        return template_calls_tools(self._props.answer)
 
     def emulated(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The function tools of ``body`` (as it will be sent) when they are to go as JSON output
@@ -68,9 +72,7 @@ class TemplateTools:
         is unknown. The template's ability is read from ``/props`` on the first request with tools."""
         if not body.get("tools"):
             return None
-        if self.calls_tools is None:
-            self.calls_tools = await self._props.read(upstream, template_calls_tools)
-        if self.calls_tools is not False:
+        if await self._props.read(upstream, template_calls_tools) is not False:
             return None
         if self.emulated(body) is not None and body.get("logprobs"):
             return ProxyError.make(
