@@ -25,7 +25,8 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from backend.requests import ChatMessage, RequestError
+from backend.request_errors import RequestError
+from backend.requests import ChatMessage
 
 __all__ = ["CHATML_TEMPLATE", "GEMMA_TEMPLATE", "ChatTemplate"]
 

@@ -7,7 +7,7 @@ import importlib
 import logging
 import sys
 
-from conformance.cli import CommandError
+from conformance.settings import CommandError
 
 __all__ = ["register", "require_llama_cpp", "run"]
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from backend.context import ContextOptionError, context_options_from_args
     from backend.loading import ModelLoadError, options_from_args
     from backend.service import Backend
-    from conformance.responses_state import opened_store
+    from conformance.protocols.responses.store_settings import opened_store
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr

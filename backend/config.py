@@ -12,7 +12,7 @@ from typing import Any
 
 from backend.context import CONTEXT_SETTINGS
 from backend.loading import LOAD_SETTINGS
-from conformance.responses_state import RESPONSES_STORE_SETTINGS
+from conformance.protocols.responses.store_settings import RESPONSES_STORE_SETTINGS
 from conformance.settings import Setting, non_negative_integer, one_of, port, text
 
 __all__ = ["BACKEND_SETTINGS", "CONTEXT_SETTINGS", "LOAD_SETTINGS", "QUEUE_SIZE", "SERVER_SETTINGS"]

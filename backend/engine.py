@@ -407,15 +407,24 @@ class Engine:
         if not decoding and not prefilling:
             return
         self.stats.steps += 1
-        if not self._prefill_turn:
-            for start in range(0, len(decoding), self._rows_per_call):
-                rows: list[_Row] = []
-                for slot in decoding[start : start + self._rows_per_call]:
-                    assert slot.next_token is not None
-                    rows.append((slot, slot.next_token, "gen"))
-                    slot.next_token = None
-                self._decode(rows)
-            return
+        if self._prefill_turn:
+            self._prefill(prefilling)
+        else:
+            self._generate(decoding)
+
+    def _generate(self, decoding: list[_Slot]) -> None:
+        """One token of each decoding slot, ``_rows_per_call`` rows a call."""
+        for start in range(0, len(decoding), self._rows_per_call):
+            rows: list[_Row] = []
+            for slot in decoding[start : start + self._rows_per_call]:
+                assert slot.next_token is not None
+                rows.append((slot, slot.next_token, "gen"))
+                slot.next_token = None
+            self._decode(rows)
+
+    def _prefill(self, prefilling: list[_Slot]) -> None:
+        """The next chunk of each prompt still to prefill, least recently used slot first, within one
+        batch of ``n_batch`` tokens."""
         budget = self.n_batch
         for slot in sorted(prefilling, key=lambda s: s.last_used):
             job = slot.job
@@ -428,7 +437,7 @@ class Engine:
                     break  # the rest waits for the next prefill turn
                 chunk = aligned or chunk
             budget -= chunk
-            rows = []
+            rows: list[_Row] = []
             for i in range(slot.prefilled, slot.prefilled + chunk):
                 last = i == len(job.prompt) - 1
                 kind = "last" if last else "prompt" if job.prompt_logprobs else "cache"

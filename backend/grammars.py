@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from backend.requests import RequestError
+from backend.request_errors import RequestError
 from backend.schema_support import normalized, unsupported
 
 __all__ = ["converted", "grammar_for_schema", "json_grammar", "schema_gbnf"]

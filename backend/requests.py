@@ -1,7 +1,8 @@
 """OpenAI request bodies -> validated generation requests.
 
-Every check raises :class:`RequestError` naming the offending parameter, so the app can answer with
-a 400 ``invalid_request_error`` whose ``param`` points at it (the SDKs show that field to users).
+Every check raises :class:`backend.request_errors.RequestError` naming the offending parameter, so the
+app can answer with a 400 ``invalid_request_error`` whose ``param`` points at it (the SDKs show that
+field to users).
 Nothing here touches llama.cpp: tokenizing and grammar parsing happen in the engine's front half.
 """
 
@@ -13,13 +14,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from backend.grammars import grammar_for_schema, json_grammar
+from backend.request_errors import RequestError
+from conformance.request import allowed_tools_choice, limit_parameter, named_function
 from conformance.schemas import load_schema
 
 __all__ = [
     "ChatMessage",
     "GenerationRequest",
     "PromptPart",
-    "RequestError",
     "SamplingParams",
     "Tool",
     "ToolChoice",
@@ -35,17 +38,6 @@ MAX_N = 128
 MAX_COMPLETION_LOGPROBS = 5
 MAX_CHAT_TOP_LOGPROBS = 20
 MAX_STOP = 4
-
-
-class RequestError(ValueError):
-    """A request the server refuses: becomes an OpenAI error body with this status and ``param``."""
-
-    def __init__(self, message: str, param: str | None, *, status: int = 400, code: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status
-        self.code = code
 
 
 @dataclass(slots=True)
@@ -230,8 +222,6 @@ def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
 
 def _grammar(body: dict[str, Any], *, chat: bool) -> str | None:
     """One of ``grammar`` (GBNF), ``json_schema`` (llama.cpp) or ``response_format`` (OpenAI)."""
-    from backend.grammars import grammar_for_schema, json_grammar
-
     given = [name for name in ("grammar", "json_schema", "response_format") if body.get(name) is not None]
     if len(given) > 1 and not (given == ["response_format"] or _is_text_format(body.get("response_format"))):
         raise RequestError(f"use only one of {', '.join(repr(g) for g in given)}", given[1])
@@ -245,27 +235,31 @@ def _grammar(body: dict[str, Any], *, chat: bool) -> str | None:
         if not isinstance(schema, dict):
             raise RequestError("'json_schema' must be a JSON Schema object", "json_schema")
         return grammar_for_schema(schema, "json_schema")
-    fmt = body.get("response_format")
+    return _format_grammar(body.get("response_format"))
+
+
+def _format_grammar(fmt: Any) -> str | None:
+    """The grammar of OpenAI's ``response_format``: none for text, any JSON object, or its schema's."""
     if fmt is None or _is_text_format(fmt):
         return None
     if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
         raise RequestError("'response_format' must be an object with a 'type'", "response_format")
     if fmt["type"] == "json_object":
         return json_grammar()
-    if fmt["type"] == "json_schema":
-        spec = fmt.get("json_schema")
-        inner = spec.get("schema") if isinstance(spec, dict) else None
-        if inner is None and isinstance(spec, dict):
-            return json_grammar()  # ``schema`` is optional in OpenAI's spec: then any JSON object
-        if not isinstance(inner, dict):
-            raise RequestError(
-                "'response_format.json_schema.schema' must be a JSON Schema object", "response_format"
-            )
-        return grammar_for_schema(inner, "response_format")
-    raise RequestError(
-        f"'response_format.type' must be 'text', 'json_object' or 'json_schema', got {fmt['type']!r}",
-        "response_format",
-    )
+    if fmt["type"] != "json_schema":
+        raise RequestError(
+            f"'response_format.type' must be 'text', 'json_object' or 'json_schema', got {fmt['type']!r}",
+            "response_format",
+        )
+    spec = fmt.get("json_schema")
+    inner = spec.get("schema") if isinstance(spec, dict) else None
+    if inner is None and isinstance(spec, dict):
+        return json_grammar()  # ``schema`` is optional in OpenAI's spec: then any JSON object
+    if not isinstance(inner, dict):
+        raise RequestError(
+            "'response_format.json_schema.schema' must be a JSON Schema object", "response_format"
+        )
+    return grammar_for_schema(inner, "response_format")
 
 
 def _response_schema(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -346,46 +340,66 @@ _TEMPLATE_ROLES = {"developer": "system", "function": "tool"}
 def _messages(value: Any) -> list[ChatMessage]:
     if not isinstance(value, list) or not value:
         raise RequestError("'messages' must be a non-empty array", "messages")
-    out = []
-    call_ids: set[str] = set()
-    legacy_calls: dict[str, str] = {}  # a legacy ``function_call``'s name -> the id it was given
-    for i, msg in enumerate(value):
-        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-            raise RequestError(f"'messages[{i}]' must be an object with a 'role'", "messages")
-        role: str = msg["role"]
-        if role not in ("system", "developer", "user", "assistant", "tool", "function"):
-            raise RequestError(f"'messages[{i}].role' {role!r} is not a known role", "messages")
-        message = ChatMessage(_TEMPLATE_ROLES.get(role, role), _content(msg.get("content"), i))
-        name = msg.get("name")
-        if name is not None:
-            if not isinstance(name, str):
-                raise RequestError(f"'messages[{i}].name' must be a string", "messages")
-            message.name = name
-        if role == "assistant" and msg.get("tool_calls") is not None:
-            message.tool_calls = _message_tool_calls(msg["tool_calls"], i)
-            call_ids.update(call["id"] for call in message.tool_calls)
-        elif role == "assistant" and msg.get("function_call") is not None:
-            message.tool_calls = [_legacy_call(msg["function_call"], i, call_ids)]
-            call_ids.add(message.tool_calls[0]["id"])
-            legacy_calls[message.tool_calls[0]["function"]["name"]] = message.tool_calls[0]["id"]
-        if role == "function":  # the deprecated answer to a function_call, named by the function
-            if not isinstance(name, str) or not name:
-                raise RequestError(f"'messages[{i}].name' is required for a 'function' message", "messages")
-            message.tool_call_id = legacy_calls.get(name)  # (the spec does not ask for a preceding call)
-        if role == "tool":
-            call_id = msg.get("tool_call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise RequestError(f"'messages[{i}].tool_call_id' must be a non-empty string", "messages")
-            if call_id not in call_ids:
-                # OpenAI's rule: a tool message answers a call an earlier assistant message made.
-                raise RequestError(
-                    f"'messages[{i}]': messages with role 'tool' must be a response to a preceding message "
-                    f"with 'tool_calls' (no call has id {call_id!r})",
-                    "messages",
-                )
-            message.tool_call_id = call_id
-        out.append(message)
-    return out
+    calls = _Calls()
+    return [_message(msg, i, calls) for i, msg in enumerate(value)]
+
+
+@dataclass(slots=True)
+class _Calls:
+    """The tool calls the conversation's assistant turns made so far, which its tool messages answer."""
+
+    ids: set[str] = field(default_factory=set)
+    legacy: dict[str, str] = field(default_factory=dict)
+    """A legacy ``function_call``'s name -> the id it was given."""
+
+
+def _message(msg: Any, i: int, calls: _Calls) -> ChatMessage:
+    if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+        raise RequestError(f"'messages[{i}]' must be an object with a 'role'", "messages")
+    role: str = msg["role"]
+    if role not in ("system", "developer", "user", "assistant", "tool", "function"):
+        raise RequestError(f"'messages[{i}].role' {role!r} is not a known role", "messages")
+    message = ChatMessage(_TEMPLATE_ROLES.get(role, role), _content(msg.get("content"), i))
+    name = msg.get("name")
+    if name is not None:
+        if not isinstance(name, str):
+            raise RequestError(f"'messages[{i}].name' must be a string", "messages")
+        message.name = name
+    if role == "assistant":
+        _assistant_calls(message, msg, i, calls)
+    elif role == "function":  # the deprecated answer to a function_call, named by the function
+        if not isinstance(name, str) or not name:
+            raise RequestError(f"'messages[{i}].name' is required for a 'function' message", "messages")
+        message.tool_call_id = calls.legacy.get(name)  # (the spec does not ask for a preceding call)
+    elif role == "tool":
+        message.tool_call_id = _answered_call(msg, i, calls)
+    return message
+
+
+def _assistant_calls(message: ChatMessage, msg: dict[str, Any], i: int, calls: _Calls) -> None:
+    """An assistant turn's ``tool_calls``, or its deprecated single ``function_call``."""
+    if msg.get("tool_calls") is not None:
+        message.tool_calls = _message_tool_calls(msg["tool_calls"], i)
+        calls.ids.update(call["id"] for call in message.tool_calls)
+    elif msg.get("function_call") is not None:
+        call = _legacy_call(msg["function_call"], i, calls.ids)
+        message.tool_calls = [call]
+        calls.ids.add(call["id"])
+        calls.legacy[call["function"]["name"]] = call["id"]
+
+
+def _answered_call(msg: dict[str, Any], i: int, calls: _Calls) -> str:
+    """The id of the call a tool message answers: one an earlier assistant message made (OpenAI's rule)."""
+    call_id = msg.get("tool_call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise RequestError(f"'messages[{i}].tool_call_id' must be a non-empty string", "messages")
+    if call_id not in calls.ids:
+        raise RequestError(
+            f"'messages[{i}]': messages with role 'tool' must be a response to a preceding message "
+            f"with 'tool_calls' (no call has id {call_id!r})",
+            "messages",
+        )
+    return call_id
 
 
 def _legacy_call(function_call: Any, i: int, taken: set[str]) -> dict[str, Any]:
@@ -480,6 +494,8 @@ def _tools(body: dict[str, Any]) -> list[Tool]:
 
 
 def _tool_choice(body: dict[str, Any], tools: list[Tool]) -> ToolChoice:
+    """``tool_choice``, read by the core's readers of it (conformance/request.py, the judge's and the
+    proxy's too), each function it names one of ``tools``."""
     value = body.get("tool_choice")
     if value is None:
         return ToolChoice("auto" if tools else "none")
@@ -490,18 +506,17 @@ def _tool_choice(body: dict[str, Any], tools: list[Tool]) -> ToolChoice:
         )
     if value in ("none", "auto", "required"):
         return ToolChoice(value)
-    function = value.get("function") if isinstance(value, dict) else None
-    if isinstance(value, dict) and value.get("type") == "function" and isinstance(function, dict):
-        name = function.get("name")
+    kind = value.get("type") if isinstance(value, dict) else None
+    name = named_function(value) if kind == "function" else None
+    if name is not None:
         if not any(t.name == name for t in tools):
             raise RequestError(
                 f"Invalid value for 'tool_choice': no function named {name!r} was specified in 'tools'.",
                 "tool_choice",
             )
-        return ToolChoice("named", str(name))
-    allowed = value.get("allowed_tools") if isinstance(value, dict) else None
-    if isinstance(value, dict) and value.get("type") == "allowed_tools" and isinstance(allowed, dict):
-        return _allowed_tools(allowed, tools)
+        return ToolChoice("named", name)
+    if kind == "allowed_tools":
+        return _allowed_tools(value, tools)
     raise RequestError(
         "'tool_choice' must be 'none', 'auto', 'required', {'type': 'function', 'function': {'name': ...}} "
         "or {'type': 'allowed_tools', ...}",
@@ -509,15 +524,18 @@ def _tool_choice(body: dict[str, Any], tools: list[Tool]) -> ToolChoice:
     )
 
 
-def _allowed_tools(allowed: dict[str, Any], tools: list[Tool]) -> ToolChoice:
-    """``{"mode": "auto" | "required", "tools": [{"type": "function", "function": {"name"}}]}``, each
+def _allowed_tools(value: dict[str, Any], tools: list[Tool]) -> ToolChoice:
+    """``{"type": "allowed_tools", "allowed_tools": {"mode": "auto" | "required", "tools": [...]}}``, each
     listed function one of ``tools``."""
-    mode = allowed.get("mode")
-    listed = allowed.get("tools")
-    names: list[str] = []
-    for k, entry in enumerate(listed if isinstance(listed, list) else ()):
-        function = entry.get("function") if isinstance(entry, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
+    allowed = allowed_tools_choice(value)
+    if allowed is None or not allowed[1]:
+        raise RequestError(
+            "'tool_choice.allowed_tools' must have 'mode' 'auto' or 'required' and a non-empty 'tools' list",
+            "tool_choice",
+            code="invalid_value",
+        )
+    mode, names = allowed
+    for k, name in enumerate(names):
         if not any(t.name == name for t in tools):
             raise RequestError(
                 f"Invalid value for 'tool_choice.allowed_tools.tools[{k}]': no function named {name!r} was "
@@ -525,14 +543,7 @@ def _allowed_tools(allowed: dict[str, Any], tools: list[Tool]) -> ToolChoice:
                 "tool_choice",
                 code="invalid_value",
             )
-        names.append(str(name))
-    if mode not in ("auto", "required") or not names:
-        raise RequestError(
-            "'tool_choice.allowed_tools' must have 'mode' 'auto' or 'required' and a non-empty 'tools' list",
-            "tool_choice",
-            code="invalid_value",
-        )
-    return ToolChoice(mode, allowed=tuple(names))
+    return ToolChoice("required" if mode == "required" else "auto", allowed=names)
 
 
 def _content(content: Any, i: int) -> str:
@@ -585,14 +596,11 @@ def _common(body: Any, endpoint: Endpoint) -> dict[str, Any]:
     }
 
 
-def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | None) -> int | None:
-    """The first of ``names`` given; 0 is allowed (echo with logprobs scores a prompt), -1 is not (OpenAI
-    has no "unlimited": leave the parameter out)."""
-    for name in names:
-        value = _integer(body, name, None, 0, 1 << 30)
-        if value is not None:
-            return value
-    return default
+def _max_tokens(body: dict[str, Any], default: int | None) -> int | None:
+    """The token limit, from the parameter OpenAI reads it from (``limit_parameter``); 0 is allowed (echo
+    with logprobs scores a prompt), -1 is not (OpenAI has no "unlimited": leave the parameter out)."""
+    name = limit_parameter(body)
+    return default if name is None else _integer(body, name, default, 0, 1 << 30)
 
 
 def parse_completion_request(body: Any) -> GenerationRequest:
@@ -607,7 +615,7 @@ def parse_completion_request(body: Any) -> GenerationRequest:
         prompts=_prompts(body["prompt"]),
         messages=[],
         sampling=_sampling(body, chat=False),
-        max_tokens=_max_tokens(body, ("max_tokens",), 16),
+        max_tokens=_max_tokens(body, 16),
         logprobs=_integer(body, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS),
         echo=_boolean(body, "echo"),
         suffix=suffix or None,
@@ -670,7 +678,7 @@ def parse_chat_request(body: Any) -> GenerationRequest:
         prompts=[],
         messages=messages,
         sampling=_sampling(body, chat=True),
-        max_tokens=_max_tokens(body, ("max_completion_tokens", "max_tokens"), None),
+        max_tokens=_max_tokens(body, None),
         logprobs=(top or 0) if want else None,
         tools=tools,
         tool_choice=tool_choice,

@@ -13,8 +13,7 @@ import sys
 import threading
 from typing import Any
 
-from conformance.cli import CommandError
-from conformance.settings import Setting, add_settings, port, positive_integer, text
+from conformance.settings import CommandError, Setting, add_settings, port, positive_integer, text
 
 __all__ = ["RPC_WORKER_SETTINGS", "register", "run"]
 

@@ -26,7 +26,8 @@ from typing import Any
 import llama_cpp as ll
 import numpy as np
 
-from backend.requests import RequestError, SamplingParams
+from backend.request_errors import RequestError
+from backend.requests import SamplingParams
 
 __all__ = ["Sampler"]
 

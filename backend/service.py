@@ -21,7 +21,8 @@ from backend.config import QUEUE_SIZE
 from backend.context import ContextOptions
 from backend.engine import Engine, Event, Job
 from backend.loading import LoadedModel, LoadOptions, load_model
-from backend.requests import GenerationRequest, PromptPart, RequestError
+from backend.request_errors import RequestError
+from backend.requests import GenerationRequest, PromptPart
 from backend.sampling import Sampler
 from backend.tool_formats import Generic, ToolFormat, detect_format
 

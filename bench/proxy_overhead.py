@@ -5,7 +5,8 @@ A fast local upstream (raw asyncio HTTP/1.1 in its own process) streams chat chu
 as it can, for ``bench-paced`` one content chunk every ``--pace-ms`` (a token rate a real server keeps
 up per stream). The same raw asyncio client (keep-alive, one connection per concurrent stream) measures
 its targets in alternating rounds: the upstream directly; ``conformant serve`` in front of it, with one
-worker (the default) and with ``--workers 2`` ("conformant x2", one event loop per core); the "floor"
+worker (the default) and with ``--workers 2`` ("conformant x2", one event loop per core); with
+``--baseline DIR``, the same proxy run from another checkout (a change's cost, as ratios); the "floor"
 (the same uvicorn server and upstream transport relaying bytes, with no parsing, normalizing or
 validation: what the stack costs before the proxy does any work); and LiteLLM's proxy in front of it.
 "routed" is ``conformant serve --config`` over
@@ -59,6 +60,8 @@ sys.path.insert(0, str(ROOT))
 from tests.support.servers import free_port, run_process  # noqa: E402
 
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
+BASELINE = "baseline"
+"""The target of ``--baseline``: the proxy of another checkout, measured beside this one."""
 MODEL = "bench-model"
 PACED_MODEL = "bench-paced"
 # Both proxies check this key (LiteLLM refuses to start without one); the upstream ignores it.
@@ -515,6 +518,12 @@ def main() -> int:
     )
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also measure `conformant serve` (one worker) run from another checkout of the project, e.g. "
+        "a `git worktree` of the commit before a change: the change's cost, side by side in one run",
+    )
+    parser.add_argument(
         "--routed",
         type=int,
         default=4,
@@ -551,6 +560,8 @@ def main() -> int:
             serve += ["--api-key", KEY, "--upstream-kind", "openai", "--workers", str(workers)]
             url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
             targets.append(Target(_conformant(workers), url, proc.pid))
+        if args.baseline:
+            targets.append(_baseline_target(stack, args.baseline, upstream))
         if args.routed:
             targets.append(_routed_target(stack, args, directory, upstream))
         port = free_port()
@@ -622,8 +633,10 @@ def main() -> int:
         f50, f99 = added["floor", levels[1].label]
         print(f"\nthe stack floor adds {f50 * 1e3:.3f} ms p50, {f99 * 1e3:.3f} ms p99 at {levels[1].label}")
         for target in targets:
-            if target.name.startswith("conformant") and target.name != ROUTED:
+            if (target.name.startswith("conformant") and target.name != ROUTED) or target.name == BASELINE:
                 _print_goals(target.name, added, rates, levels)
+        if args.baseline:
+            _print_baseline(added, rates, levels)
         if args.routed:
             single, routed = (next(t for t in targets if t.name == n) for n in (_conformant(1), ROUTED))
             settle(targets)
@@ -748,6 +761,33 @@ def _print_routing_goal(
         f"  routing's added TTFT p50 at 1 stream, requests interleaved <= 50 us: {extra * 1e6:.1f} us "
         f"(95% interval {low * 1e6:.0f} to {high * 1e6:.0f} us)  {_verdict(extra <= 50e-6)}"
     )
+
+
+def _print_baseline(
+    added: dict[tuple[str, str], tuple[float, float]], rates: dict[str, float], levels: list[Level]
+) -> None:
+    """This checkout's proxy against the baseline's, measured in the same rounds: ratios, this / baseline."""
+    now, before = _conformant(1), BASELINE
+    print(f"\nthis checkout against --baseline ({now} / {before}; 1.00 is the same)")
+    for level in levels:
+        for which, label in ((0, "p50"), (1, "p99")):
+            mine, theirs = added[now, level.label][which], added[before, level.label][which]
+            ratio = mine / theirs if theirs > 0 else float("nan")
+            shown = f"{mine * 1e3:.3f} / {theirs * 1e3:.3f} ms = {ratio:.2f}x"
+            print(f"  added TTFT {label} at {level.label}: {shown}")
+    ratio = rates[now] / rates[before]
+    print(f"  chunks per CPU-second: {rates[now]:,.0f} / {rates[before]:,.0f} = {ratio:.2f}x")
+
+
+def _baseline_target(stack: contextlib.ExitStack, checkout: str, upstream: str) -> Target:
+    """``conformant serve`` with one worker, its code imported from ``checkout`` (its packages first on
+    the path; the same installed dependencies)."""
+    port = free_port()
+    serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+    serve += ["--api-key", KEY, "--upstream-kind", "openai", "--workers", "1"]
+    env = {"PYTHONPATH": str(Path(checkout).resolve())}
+    url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port, env=env))
+    return Target(BASELINE, url, proc.pid)
 
 
 def _conformant(workers: int) -> str:

@@ -1,4 +1,7 @@
-"""The conformance suite: the wire model (SSE codec, transcripts), schemas, stream rules and reports."""
+"""The shared core of conformant, imported by the proxy and the backend alike (never the reverse): the wire
+model (SSE, JSON, transcripts, schemas, errors, the request model), the wire protocols as front-ends over
+the one core (protocols/), and the conformance suite: the judge, its rules, reports, live probes and
+replays (docs/architecture.md)."""
 
 from conformance.findings import ERROR, WARNING, Finding, Severity
 from conformance.openai_errors import error_body, error_bytes

@@ -12,15 +12,12 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from conformance.settings import CommandError
 from conformance.version import installed_version
 
-__all__ = ["CommandError", "http_url", "main", "output_folder", "write_report"]
+__all__ = ["http_url", "main", "output_folder", "write_report"]
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
-
-
-class CommandError(Exception):
-    """A failure to report as one line on stderr with exit status 2 (bad invocation, unreadable input)."""
 
 
 def http_url(url: str) -> str:

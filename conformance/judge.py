@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.findings import ERROR, WARNING, Finding
-from conformance.request import Request
+from conformance.protocols import PROTOCOLS, protocol_for_path, recorded_request
 from conformance.rules import (
     BLOCK_RULES,
     CHUNK_RULES,
@@ -26,11 +26,10 @@ from conformance.rules import (
     errors,
     framing,
     intents,
-    responses,
 )
 from conformance.rules.schema_checks import schema_findings
 from conformance.sse import SSEBlock, SSELineTooLong, SSEParser
-from conformance.transcript import Endpoint, Transcript
+from conformance.transcript import Transcript
 
 __all__ = [
     "EXCERPT_QUIET_RULES",
@@ -63,7 +62,8 @@ class Verdict:
     """The judgement of one response: where it came from, what it was, and what is wrong with it."""
 
     source: str
-    endpoint: Endpoint | None
+    endpoint: str | None
+    """The protocol the response answers (``chat``, ``completions``, ``responses``...)."""
     stream: bool
     findings: list[Finding] = field(default_factory=list)
     server: str | None = None
@@ -96,13 +96,15 @@ class Verdict:
         }
 
 
-def infer_endpoint(payload: Any) -> Endpoint | None:
-    """Chat or completions from a payload's ``object``, else from the shape of its first choice; the
-    Responses API from an event's ``type`` (``response.*``) or a Response's ``object: "response"``."""
+def infer_endpoint(payload: Any) -> str | None:
+    """The protocol of a payload: one that owns it (the Responses API: an event's ``type``
+    ``response.*``, a Response's ``object: "response"``), else chat or completions from its
+    ``object``, else from the shape of its first choice."""
     if not isinstance(payload, dict):
         return None
-    if responses.is_responses_payload(payload):
-        return "responses"
+    for protocol in PROTOCOLS:
+        if protocol.rules is not None and protocol.rules.owns(payload):
+            return protocol.name
     obj = payload.get("object")
     if isinstance(obj, str):
         if obj.startswith("chat.completion"):
@@ -114,7 +116,7 @@ def infer_endpoint(payload: Any) -> Endpoint | None:
     return _endpoint_by_shape(payload)
 
 
-def _endpoint_by_shape(payload: dict[str, Any]) -> Endpoint | None:
+def _endpoint_by_shape(payload: dict[str, Any]) -> str | None:
     choices = payload.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         if "delta" in choices[0] or "message" in choices[0]:
@@ -126,8 +128,11 @@ def _endpoint_by_shape(payload: dict[str, Any]) -> Endpoint | None:
 
 def judge_transcript(t: Transcript) -> Verdict:
     """Judge a recorded (or live-captured) response. Raises TranscriptError for unreadable bodies."""
-    request = Request.from_recorded(t.request)
-    ctx = Context(t.endpoint, t.stream, request, t.status, t.headers, intent=t.intent)
+    protocol = protocol_for_path((t.request or {}).get("path"))
+    request = recorded_request(t.request)
+    ctx = Context(None, t.stream, request, t.status, t.headers, intent=t.intent)
+    if protocol is not None:
+        _take_protocol(ctx, protocol.name)
     ctx.choice_rules = choice_rules(request)
     errors.http_status(ctx)
     acceptance.request_acceptance(ctx)
@@ -199,7 +204,7 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes], *, excerpt: bool = Fals
     if ctx.data_events == 0 and not ctx.in_band_errors:  # an `error:` line (Q42) is its own cause
         framing.stream_empty(ctx)
         return
-    for rule in responses.END_RULES if ctx.endpoint == "responses" else END_RULES:
+    for rule in ctx.protocol.end if ctx.protocol is not None else END_RULES:
         rule(ctx)
 
 
@@ -215,7 +220,20 @@ def _cut_mid_json(tail: SSEBlock) -> bool:
     return False
 
 
+def _take_protocol(ctx: Context, name: str | None) -> None:
+    """Judge the answer as one of protocol ``name``'s (found from the request's path, an event's name
+    or the first payload), by its own rules where it has them."""
+    ctx.endpoint = name
+    ctx.protocol = next((p.rules for p in PROTOCOLS if p.name == name), None)
+
+
 def _block(ctx: Context, block: SSEBlock) -> None:
+    if ctx.endpoint is None and block.event is not None:
+        named = next(
+            (p for p in PROTOCOLS if p.rules is not None and p.rules.names_events(block.event)), None
+        )
+        if named is not None:
+            _take_protocol(ctx, named.name)
     for block_rule in BLOCK_RULES:
         block_rule(ctx, block)
     data = block.data
@@ -260,12 +278,12 @@ def _chunk(ctx: Context, event: int, chunk: dict[str, Any], block: SSEBlock) -> 
     if ctx.first_chunk_event is None:
         ctx.first_chunk_event = event
         if ctx.endpoint is None:
-            ctx.endpoint = infer_endpoint(chunk)
+            _take_protocol(ctx, infer_endpoint(chunk))
     ctx.chunks += 1
-    if ctx.endpoint == "responses":
-        responses.judge_event(ctx, event, chunk, block)
+    if ctx.protocol is not None:
+        ctx.protocol.event(ctx, event, chunk, block)
         return
-    if ctx.endpoint is not None:
+    if ctx.endpoint in _CHUNK_SCHEMA:
         schema_findings(ctx, event, chunk, _CHUNK_SCHEMA[ctx.endpoint])
     for chunk_rule in CHUNK_RULES:
         chunk_rule(ctx, event, chunk)
@@ -320,10 +338,10 @@ def _judge_body(ctx: Context, raw: bytes) -> None:
             quirk="Q57",
         )
     if ctx.endpoint is None:
-        ctx.endpoint = infer_endpoint(body)
+        _take_protocol(ctx, infer_endpoint(body))
     try:
-        if ctx.endpoint == "responses":
-            responses.judge_body(ctx, body)
+        if ctx.protocol is not None:
+            ctx.protocol.body(ctx, body)
         else:
             bodies.judge_body_object(ctx, body)
     except RecursionError:

@@ -15,7 +15,7 @@ import pytest
 if TYPE_CHECKING:
     import httpx
 
-    from conformance.live.probes import Probe, ProbeContext
+    from conformance.probe import Probe, ProbeContext
 
 __all__ = ["ProbeItem"]
 
@@ -46,8 +46,8 @@ class _Session:
         return self.config.getoption(f"--conformant-{name}")
 
     def client_and_context(self) -> tuple[httpx.Client, ProbeContext]:
-        from conformance.live.probes import ProbeContext
         from conformance.live.runner import ServerUnreachable, client_for, default_model
+        from conformance.probe import ProbeContext
 
         if self._client is None or self._ctx is None:
             self._client = client_for(

@@ -13,11 +13,9 @@ function's ``parameters`` schema by name, the ``tool_choice`` mode (OpenAI's def
 ``auto``) and the ``json_schema`` schema, which the tool-use and structured-output rules hold a response
 to, in ``check``, in ``validate`` and in the proxy alike.
 
-A Responses request (``POST /v1/responses``, openapi.yaml ``CreateResponse``) is read into the same model:
-its limit is ``max_output_tokens``, its prompt ``instructions`` and the text of its ``input`` (a string, or
-items whose ``content`` is a string or ``input_text``/``output_text`` parts), its structured output
-``text.format`` (``schema`` at the top of the format, where chat nests it in ``json_schema``), its
-function tools ``{"type": "function", "name", "parameters"}`` (chat nests them in ``function``).
+A request of another protocol is read into the same model by that protocol's package
+(``read_request`` in conformance/protocols/responses/request.py for the Responses API), so that every
+rule that reads a request (the token limit, tools, structured output) judges every protocol alike.
 """
 
 from __future__ import annotations
@@ -27,41 +25,35 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
-    "INCLUDE_LOGPROBS",
     "Endpoint",
     "Request",
     "allowed_tools_choice",
     "content_texts",
-    "endpoint_for_path",
     "function_schemas",
-    "input_texts",
     "integer",
+    "limit_parameter",
     "message_texts",
     "named_function",
-    "responses_top_logprobs",
+    "prompt_text",
 ]
 
-Endpoint = Literal["completions", "chat", "responses"]
-
-
-def endpoint_for_path(path: str | None) -> Endpoint | None:
-    """Chat, completions or responses from a request path (a query string and a trailing slash are
-    ignored; ``/v1/responses/{id}`` is a stored response's, not a create request's)."""
-    if not path:
-        return None
-    path = path.split("?", 1)[0].rstrip("/")
-    if path.endswith("/chat/completions"):
-        return "chat"
-    if path.endswith("/completions"):
-        return "completions"
-    if path.endswith("/responses"):
-        return "responses"
-    return None
+Endpoint = Literal["completions", "chat"]
+"""The core's own wire: the two OpenAI streams that the proxy's normalizer repairs and the backend
+writes. Every other protocol is served as a translation to one of them (conformance/protocols/)."""
 
 
 def integer(value: Any) -> int | None:
     """``value`` when it is a JSON integer (``true`` is not one, though Python counts it an int)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def limit_parameter(body: Mapping[str, Any]) -> str | None:
+    """The parameter that holds a chat or completions request's token limit, as OpenAI resolves it:
+    ``max_completion_tokens`` when given, else ``max_tokens``; None when neither is. The one reading of
+    the limit: the judge's (``Request.max_tokens``), the proxy's and the backend's."""
+    if body.get("max_completion_tokens") is not None:
+        return "max_completion_tokens"
+    return "max_tokens" if body.get("max_tokens") is not None else None
 
 
 def _stop_sequences(stop: Any) -> tuple[str, ...]:
@@ -85,18 +77,6 @@ def _prompts(prompt: Any) -> tuple[int, tuple[str, ...], int]:
         texts = tuple(prompt) if all(isinstance(p, str) for p in prompt) else ()
         return len(prompt), texts, 0
     return 1, (), 0
-
-
-def input_texts(body: Mapping[str, Any]) -> tuple[str, ...]:
-    """The text a Responses request gives the model: ``instructions``, then ``input`` (a string, or its
-    items' string ``content`` and text parts, and the output of function calls)."""
-    texts = [body["instructions"]] if isinstance(body.get("instructions"), str) else []
-    given = body.get("input")
-    if isinstance(given, str):
-        return (*texts, given)
-    items = [item for item in given if isinstance(item, Mapping)] if isinstance(given, list) else []
-    outputs = (item.get("output") for item in items if item.get("type") == "function_call_output")
-    return (*texts, *message_texts(items), *(o for o in outputs if isinstance(o, str)))
 
 
 def function_schemas(tools: Any) -> Mapping[str, Any]:
@@ -166,28 +146,28 @@ def message_texts(messages: Any) -> tuple[str, ...]:
     return tuple(texts)
 
 
-INCLUDE_LOGPROBS = "message.output_text.logprobs"
-"""The ``include`` value that asks a Response for its text's token logprobs (with ``top_logprobs``
-alternatives each); without it OpenAI gives none, whatever ``top_logprobs`` says."""
+def prompt_text(body: Mapping[str, Any]) -> str:
+    """A chat or completions request's text, for counting its prompt tokens and naming its prefix (chat:
+    the message texts, without the template)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(message_texts(body.get("messages")))
 
 
-def responses_top_logprobs(body: Mapping[str, Any]) -> int | None:
-    """The alternatives per token a Responses request asks for its text's logprobs (``top_logprobs``,
-    0 when not given), or None when its ``include`` does not ask for logprobs at all."""
-    include = body.get("include")
-    if not isinstance(include, list) or INCLUDE_LOGPROBS not in include:
-        return None
-    top = integer(body.get("top_logprobs"))
-    return top if top is not None else 0
+_SCHEMAS: dict[Endpoint, str] = {"chat": "chat_completion_request", "completions": "completion_request"}
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """What one chat or completions request asks for; ``known`` is False when no request was recorded."""
+    """What one request asks for, in any protocol; ``known`` is False when no request was recorded."""
 
     known: bool = False
     """False for a bare transcript: the request-driven rules stay quiet."""
-    endpoint: Endpoint | None = None
+    endpoint: str | None = None
+    """The protocol it was sent in: ``chat``, ``completions``, or another protocol's name."""
+    schema: str | None = None
+    """The request schema (schemas/) that says whether OpenAI, or the protocol's owner, accepts it."""
     body: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     """The body as sent when it was a JSON object; None when unknown or not JSON (see :attr:`raw`)."""
     raw: str | None = field(default=None, compare=False, repr=False)
@@ -231,9 +211,9 @@ class Request:
 
     @classmethod
     def from_body(cls, endpoint: Endpoint | None, body: Mapping[str, Any]) -> Request:
-        """The request ``body`` (a JSON object) sent to ``endpoint``."""
-        if endpoint == "responses":
-            return cls._from_responses_body(body)
+        """The chat or completions request ``body`` (a JSON object; ``endpoint`` None: read as these
+        are, from a recording that names no path). Other protocols read theirs into this model
+        themselves (``read_request`` of each package of conformance/protocols/)."""
         options = body.get("stream_options")
         stream = body.get("stream") is True
         logprobs = body.get("logprobs")
@@ -241,8 +221,7 @@ class Request:
         top = legacy if legacy is not None else integer(body.get("top_logprobs"))
         if top is None and logprobs is True and endpoint == "chat":
             top = 0
-        completion_limit = integer(body.get("max_completion_tokens"))
-        max_tokens = integer(body.get("max_tokens"))
+        limit = limit_parameter(body)
         prompts, texts, token_ids = _prompts(body.get("prompt"))
         messages = body.get("messages")
         tools = body.get("tools")
@@ -251,6 +230,7 @@ class Request:
         return cls(
             known=True,
             endpoint=endpoint,
+            schema=_SCHEMAS.get(endpoint) if endpoint is not None else None,
             body=body,
             model=model if isinstance(model, str) else None,
             stream=stream,
@@ -264,7 +244,7 @@ class Request:
             stop=_stop_sequences(body.get("stop")),
             echo=body.get("echo") is True,
             suffix=bool(body.get("suffix")),
-            max_tokens=completion_limit if completion_limit is not None else max_tokens,
+            max_tokens=integer(body.get(limit)) if limit is not None else None,
             limit_conflict=body.get("max_tokens") is not None
             and body.get("max_completion_tokens") is not None,
             logprobs=logprobs is True or (legacy is not None and legacy >= 0),
@@ -277,42 +257,6 @@ class Request:
             parallel_tool_calls=parallel if isinstance(parallel, bool) else None,
         )
 
-    @classmethod
-    def _from_responses_body(cls, body: Mapping[str, Any]) -> Request:
-        model, tools, text = body.get("model"), body.get("tools"), body.get("text")
-        given, parallel = body.get("input"), body.get("parallel_tool_calls")
-        top = responses_top_logprobs(body)
-        return cls(
-            known=True,
-            endpoint="responses",
-            body=body,
-            model=model if isinstance(model, str) else None,
-            stream=body.get("stream") is True,
-            messages=len(given) if isinstance(given, list) else int(isinstance(given, str)),
-            message_texts=input_texts(body),
-            max_tokens=integer(body.get("max_output_tokens")),
-            logprobs=top is not None,
-            top_logprobs=top,
-            tools=len(tools) if isinstance(tools, list) else 0,
-            tool_choice=body.get("tool_choice"),
-            response_format=text.get("format") if isinstance(text, Mapping) else None,
-            tool_schemas=function_schemas(tools),
-            parallel_tool_calls=parallel if isinstance(parallel, bool) else None,
-        )
-
-    @classmethod
-    def from_recorded(cls, request: Mapping[str, Any] | None, endpoint: Endpoint | None = None) -> Request:
-        """A transcript's recorded ``request`` (``{method, path, body}``); unknown when there is none."""
-        if not request:
-            return cls()
-        endpoint = endpoint_for_path(request.get("path")) or endpoint
-        body = request.get("body")
-        if isinstance(body, Mapping):
-            return cls.from_body(endpoint, body)
-        if isinstance(body, str):
-            return cls(known=True, endpoint=endpoint, raw=body)
-        return cls()
-
     @property
     def output_schema(self) -> Mapping[str, Any] | None:
         """The JSON Schema structured output must match: ``response_format.json_schema.schema`` (chat) or
@@ -320,7 +264,8 @@ class Request:
         fmt = self.response_format
         if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
             return None
-        holder = fmt if self.endpoint == "responses" else fmt.get("json_schema")
+        nested = fmt.get("json_schema")
+        holder = nested if isinstance(nested, Mapping) else fmt  # chat nests it; the Responses API does not
         schema = holder.get("schema") if isinstance(holder, Mapping) else None
         return schema if isinstance(schema, Mapping) else None
 

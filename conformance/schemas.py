@@ -22,10 +22,7 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from conformance.request import Endpoint
-
 __all__ = [
-    "REQUEST_SCHEMA",
     "SCHEMA_NAMES",
     "SchemaCheck",
     "check",
@@ -118,14 +115,6 @@ def request_schema(name: str) -> dict[str, Any]:
     schema = dict(load_schema(name))
     schema["required"] = [key for key in schema["required"] if key != "model"]
     return schema
-
-
-REQUEST_SCHEMA: dict[Endpoint, str] = {
-    "chat": "chat_completion_request",
-    "completions": "completion_request",
-    "responses": "response_request",
-}
-"""The request schema of each endpoint: what the proxy refuses and what the judge calls invalid."""
 
 
 @cache

@@ -19,6 +19,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 __all__ = [
     "PREFIX",
+    "CommandError",
     "Setting",
     "add_settings",
     "boolean",
@@ -34,6 +35,12 @@ __all__ = [
     "text",
     "variable",
 ]
+
+
+class CommandError(Exception):
+    """A failure to report as one line on stderr with exit status 2 (bad invocation, a bad setting,
+    unreadable input): what every ``conformant`` command raises for its user's mistakes."""
+
 
 T = TypeVar("T")
 PREFIX = "CONFORMANT_"

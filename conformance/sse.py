@@ -80,12 +80,10 @@ class SSEParser:
         self._block_bytes = 0
         self.bom = False
         """True when the stream began with a UTF-8 BOM (stripped, as WHATWG says; openai-python chokes)."""
-        self.bytes_seen = 0
 
     def feed(self, chunk: bytes) -> list[SSEBlock]:
         if not chunk:
             return []
-        self.bytes_seen += len(chunk)
         buf = self._buffer + chunk if self._buffer else chunk
         if self._first:
             if len(buf) < len(_BOM) and _BOM.startswith(buf):

@@ -13,15 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.request import Endpoint, endpoint_for_path
-
 __all__ = [
     "SCRUBBED_HEADERS",
-    "Endpoint",
     "Transcript",
     "TranscriptError",
     "discover",
-    "endpoint_for_path",
     "load_transcript",
     "save_transcript",
     "scrub_headers",
@@ -60,11 +56,6 @@ class Transcript:
     intent: str | None = None
     """The sidecar's ``expect``: what the exchange was meant to show (a probe's intent, see
     :mod:`conformance.rules.intents`); None for an ordinary recording."""
-
-    @property
-    def endpoint(self) -> Endpoint | None:
-        """From the recorded request path; None when unknown (then the rules infer it from ``object``)."""
-        return endpoint_for_path((self.request or {}).get("path"))
 
     @property
     def request_body(self) -> dict[str, Any]:
@@ -138,44 +129,58 @@ def _looks_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
+def _files(path: Path) -> tuple[Path | None, Path, str]:
+    """The body file, the sidecar and the transcript's name that ``path`` (either file) stands for."""
+    if path.suffix not in {".sse", ".json"}:
+        return path, path.with_name(path.name + ".json"), str(path)
+    base = path.parent / path.stem
+    return _sibling(base, ".sse"), _sibling(base, ".json"), str(base)
+
+
 def load_transcript(path: str | Path) -> Transcript:
     """Load a transcript named by either of its files (``x.sse`` finds ``x.json`` and the reverse)."""
     path = Path(path)
-    if path.suffix not in {".sse", ".json"}:
-        body_path: Path | None = path
-        side_path = path.with_name(path.name + ".json")
-        name = str(path)
-    else:
-        base = path.parent / path.stem
-        body_path, side_path, name = _sibling(base, ".sse"), _sibling(base, ".json"), str(base)
+    body_path, side_path, name = _files(path)
     if not path.exists():
         raise TranscriptError(f"{path}: no such file")
     if path.is_dir():
         raise TranscriptError(f"{path}: is a directory")
-    sidecar: dict[str, Any] = {}
     transcript = Transcript(name=name, body_path=None)
+    has_body = body_path is not None and body_path.exists()
+    sidecar: dict[str, Any] = {}
     if side_path.exists():
         loaded = _read_json(side_path)
         sidecar = loaded if isinstance(loaded, dict) else {}
         if "request" not in sidecar and "response" not in sidecar:
             # A response body as pasted from docs or a report (an array too: llama.cpp's reply to a
-            # prompt array, Q73, which the body rules judge).
-            if body_path is not None and body_path.exists():
-                # Both a body and a bare JSON next to it: the .json is not a sidecar; judge the .sse.
-                sidecar = {}
-            else:
+            # prompt array, Q73, which the body rules judge). Both a body and a bare JSON next to it:
+            # the .json is not a sidecar; the .sse is judged.
+            if not has_body:
                 transcript.body = side_path.read_bytes()
                 transcript.headers = {"content-type": "application/json"}
                 return transcript
-    if body_path is not None and body_path.exists():
-        try:
-            with body_path.open("rb") as fh:
-                head = fh.read(_SNIFF)
-        except OSError as exc:
-            raise TranscriptError(f"{body_path}: cannot read ({exc.strerror})") from None
-        if _looks_binary(head):
-            raise TranscriptError(f"{body_path}: binary data, not an SSE or JSON transcript")
-        transcript.body_path = body_path
+            sidecar = {}
+    if has_body:
+        assert body_path is not None
+        transcript.body_path = _readable_body(body_path)
+    _take_sidecar(transcript, sidecar, side_path)
+    return transcript
+
+
+def _readable_body(body_path: Path) -> Path:
+    """``body_path``, once its start says it is text (an SSE stream or a JSON body), not binary data."""
+    try:
+        with body_path.open("rb") as fh:
+            head = fh.read(_SNIFF)
+    except OSError as exc:
+        raise TranscriptError(f"{body_path}: cannot read ({exc.strerror})") from None
+    if _looks_binary(head):
+        raise TranscriptError(f"{body_path}: binary data, not an SSE or JSON transcript")
+    return body_path
+
+
+def _take_sidecar(transcript: Transcript, sidecar: dict[str, Any], side_path: Path) -> None:
+    """What the sidecar says of the exchange, each field checked for its type."""
     request = sidecar.get("request")
     response = sidecar.get("response") or {}
     if request is not None and not isinstance(request, dict):
@@ -198,15 +203,16 @@ def load_transcript(path: str | Path) -> Transcript:
         raise TranscriptError(f"{side_path}: 'chunk_timing' must be a list of [seconds, bytes]") from None
     server = sidecar.get("server")
     transcript.server = server if isinstance(server, str) else None
-    intent = sidecar.get("expect")
-    if intent is not None and not isinstance(intent, str):
-        raise TranscriptError(f"{side_path}: 'expect' must be a string")
-    transcript.intent = intent
-    excerpt = sidecar.get("excerpt", False)
-    if not isinstance(excerpt, bool):
-        raise TranscriptError(f"{side_path}: 'excerpt' must be true or false")
-    transcript.excerpt = excerpt
-    return transcript
+    transcript.intent = _typed(sidecar, "expect", str, side_path, "a string")
+    transcript.excerpt = bool(_typed(sidecar, "excerpt", bool, side_path, "true or false"))
+
+
+def _typed(sidecar: dict[str, Any], key: str, kind: type, side_path: Path, words: str) -> Any:
+    """The sidecar's ``key`` (None when absent), or a ``TranscriptError`` when it is not a ``kind``."""
+    value = sidecar.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise TranscriptError(f"{side_path}: '{key}' must be {words}")
+    return value
 
 
 def discover(paths: Iterable[str | Path]) -> list[Transcript]:

@@ -14,9 +14,8 @@ from collections.abc import Iterator
 
 import httpx
 
-from conformance.cli import CommandError
-from conformance.responses_state import opened_store
-from conformance.settings import add_settings
+from conformance.protocols.responses.store_settings import opened_store
+from conformance.settings import CommandError, add_settings
 
 from .config import SERVE_SETTINGS, UpstreamKind, proxy_config
 

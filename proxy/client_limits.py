@@ -33,9 +33,10 @@ import httptools
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
+from conformance import jsoncodec
 from conformance.openai_errors import error_body
 
-from . import graceful, jsoncodec
+from . import graceful
 from .config import ProxyConfig
 from .http_protocol import HeadWithBodyProtocol
 
@@ -107,9 +108,9 @@ def proxy_config_of(app: Any) -> ProxyConfig | None:
     """The ProxyConfig of the proxy app inside uvicorn's wrappers (None for another app)."""
     for _ in range(8):  # uvicorn wraps the app in at most a few middlewares, each holding ``.app``
         state = getattr(app, "state", None)
-        context = getattr(state, "context", None) if state is not None else None
-        if context is not None:
-            config = getattr(context, "config", None)
+        serving = getattr(state, "serving", None) if state is not None else None
+        if serving is not None:
+            config = getattr(serving, "config", None)
             return config if isinstance(config, ProxyConfig) else None
         app = getattr(app, "app", None)
         if app is None:

@@ -11,7 +11,7 @@ import argparse
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from conformance.responses_state.settings import (
+from conformance.protocols.responses.store_settings import (
     RESPONSES_STORE,
     RESPONSES_STORE_MAX_AGE,
     RESPONSES_STORE_MAX_BYTES,
@@ -33,16 +33,18 @@ from conformance.settings import (
 __all__ = [
     "KEY_VARIABLES",
     "SERVE_SETTINGS",
+    "NativeMode",
     "ProxyConfig",
-    "ResponsesMode",
     "UpstreamKind",
     "proxy_config",
     "variable",
 ]
 
 UpstreamKind = Literal["auto", "openai", "llamacpp"]
-ResponsesMode = Literal["translate", "native", "auto"]
-RESPONSES_MODES: tuple[ResponsesMode, ...] = ("translate", "native", "auto")
+NativeMode = Literal["translate", "native", "auto"]
+"""How a protocol an upstream may speak itself is sent to it: translated to chat, to its own endpoint, or
+auto (its own where the upstream answers it)."""
+NATIVE_MODES: tuple[NativeMode, ...] = ("translate", "native", "auto")
 UPSTREAM_KINDS: tuple[UpstreamKind, ...] = ("auto", "openai", "llamacpp")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 REASONING_FIELDS = ("reasoning_content", "reasoning")
@@ -72,13 +74,13 @@ UPSTREAM_KIND = Setting[UpstreamKind](
     "the upstream's API family; auto probes GET /props",
     choices=UPSTREAM_KINDS,
 )
-RESPONSES = Setting[ResponsesMode](
+RESPONSES = Setting[NativeMode](
     "responses",
-    one_of(RESPONSES_MODES),  # type: ignore[arg-type]  # one_of returns one of them
+    one_of(NATIVE_MODES),  # type: ignore[arg-type]  # one_of returns one of them
     "translate",
     "how POST /v1/responses is served: translated to chat completions, passed to the upstream's own "
     "/v1/responses (normalized), or auto (native when the upstream answers it)",
-    choices=RESPONSES_MODES,
+    choices=NATIVE_MODES,
 )
 CONNECT_TIMEOUT = Setting(
     "connect_timeout",
@@ -247,7 +249,7 @@ class ProxyConfig:
     """Never logged or echoed."""
     model_alias: str | None = MODEL_ALIAS.default
     upstream_kind: UpstreamKind = UPSTREAM_KIND.default
-    responses: ResponsesMode = RESPONSES.default
+    responses: NativeMode = RESPONSES.default
     connect_timeout: float = CONNECT_TIMEOUT.default
     first_byte_timeout: float = FIRST_BYTE_TIMEOUT.default
     idle_timeout: float = IDLE_TIMEOUT.default
@@ -269,6 +271,12 @@ class ProxyConfig:
     responses_store_max_age: float = RESPONSES_STORE_MAX_AGE.default
     config_file: str | None = CONFIG_FILE.default
     """``--config``: the upstreams to route to (proxy/routing/); ``upstream`` is then the first's."""
+
+    def native_mode(self, protocol: str) -> NativeMode:
+        """How the command line says ``protocol`` goes to an upstream that may speak it itself: the
+        Responses API as ``--responses`` says; another protocol translated (a file may say otherwise
+        per upstream: proxy/routing/config_file.py)."""
+        return self.responses if protocol == "responses" else "translate"
 
     @property
     def upstream_base(self) -> str:

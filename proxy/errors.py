@@ -1,14 +1,10 @@
-"""The proxy's errors, one hierarchy, and upstream error shapes (quirks section E, note N2) turned into them.
+"""The proxy's upstream errors, and upstream error shapes (quirks section E, note N2) turned into them.
 
-Every error a client gets is a :class:`ProxyError`: an OpenAI body ``{"error": {"message", "type",
-"param", "code"}}`` and its HTTP status (an error event once a stream started). Its subclasses say what
-failed, so callers tell failures apart with ``except`` / ``isinstance`` rather than by status and code
-strings; the body and status a client sees are the same whatever the class::
+Every error a client gets is a :class:`conformance.api_errors.APIError` (the hierarchy's root and the
+client's own errors live in the core, shared with the backend). What failed at the upstream is one of
+these subclasses::
 
-    ProxyError                     any error sent to a client
-    ├── InvalidRequest             400: the client's request is not one the proxy or upstream takes
-    │   ├── ContextOverflow        400 context_length_exceeded (Q43/Q44/Q47/Q48, seed 003)
-    │   └── UnsupportedParameter   400 unsupported_parameter (an upstream's 500 for a parameter, Q43)
+    APIError                       any error sent to a client (conformance/api_errors.py)
     └── UpstreamError              the upstream failed the request
         ├── UpstreamRefused        502: no connection could be made
         ├── UpstreamTimeout        504 upstream_timeout: too slow to connect, answer or go on (Q25)
@@ -19,30 +15,24 @@ strings; the body and status a client sees are the same whatever the class::
 
 Lower errors on the way to and from the upstream (httpx's from proxy/transport.py, asyncio's
 ``TimeoutError``, ``OSError``, zlib's) become these classes in one table, proxy/upstream_faults.py; a
-client body past jsoncodec's depth (``TooDeep``) is an ``InvalidRequest`` (proxy/request_validation.py).
-Upstream error bodies in any N2 shape become them here: an ``error:`` SSE line (Q42), a string error (Q45), an
-odd error object (Q45/Q47-Q49/Q51), a top-level ``{"object": "error"}`` (Q46), an HTML or plain-text
-error page (``error_from_payload``, ``error_from_http``).
+client body past jsoncodec's depth (``TooDeep``) is an ``InvalidRequest``
+(conformance/request_validation.py). Upstream error bodies in any N2 shape become them here: an
+``error:`` SSE line (Q42), a string error (Q45), an odd error object (Q45/Q47-Q49/Q51), a top-level
+``{"object": "error"}`` (Q46), an HTML or plain-text error page (``error_from_payload``,
+``error_from_http``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any
 
-from conformance.openai_errors import CONTEXT_OVERFLOW, STATUS_INSTEAD, UNSUPPORTED_PARAMETER, error_body
-
-from . import jsoncodec
+from conformance import jsoncodec
+from conformance.api_errors import MAX_MESSAGE, APIError, ContextOverflow, UnsupportedParameter
+from conformance.openai_errors import CONTEXT_OVERFLOW, STATUS_INSTEAD, UNSUPPORTED_PARAMETER
 
 __all__ = [
-    "MIN_SECRET_IN_BODY",
-    "REDACTED",
-    "ContextOverflow",
-    "InvalidRequest",
-    "ProxyError",
-    "UnsupportedParameter",
     "UpstreamBroke",
     "UpstreamError",
     "UpstreamInvalidData",
@@ -52,10 +42,10 @@ __all__ = [
     "UpstreamTimeout",
     "error_from_http",
     "error_from_payload",
+    "first_byte_timeout_error",
     "is_error_payload",
-    "redact_text",
     "scrub_message",
-    "secret_in_bodies",
+    "upstream_timeout",
 ]
 
 # Local paths and tracebacks must not reach clients (DESIGN: never a stack trace or a local path). A
@@ -81,12 +71,6 @@ _PATH = re.compile(
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|\nTraceback|\n\s+at |\n\s*File \"")
 _TAGS = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
-_MAX_MESSAGE = 500
-REDACTED = "<redacted>"
-"""What stands in for the upstream key wherever an upstream repeats it."""
-MIN_SECRET_IN_BODY = 8
-"""A shorter upstream key is a placeholder, not looked for in bodies or errors: "EMPTY", vLLM's usual one,
-or "none" would take words out of answers and messages and could break their JSON or SSE framing."""
 _TIMEOUT_CODE = "upstream_timeout"
 _OPENAI_TYPES = frozenset(
     {
@@ -110,101 +94,7 @@ _OPENAI_TYPES = frozenset(
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.\[\]-]{1,64}")
 
 
-def secret_in_bodies(secret: str | None) -> bytes | None:
-    """The upstream key as it is cut out of the bodies the proxy sends (replaced by ``REDACTED``), or
-    None for no key or a placeholder shorter than ``MIN_SECRET_IN_BODY``."""
-    return secret.encode() if secret and len(secret) >= MIN_SECRET_IN_BODY else None
-
-
-@dataclass(slots=True)
-class ProxyError(Exception):
-    """An error to send the client: HTTP status before the stream started, an error event after."""
-
-    status: int
-    body: dict[str, Any]
-    quirk: str | None = None
-    """The quirk the upstream showed by sending it this way, for the repair counters."""
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    """Headers of the upstream's error response the client needs with it (when to retry)."""
-
-    STATUS: ClassVar[int] = 500
-    """The status ``of`` gives this class's errors."""
-    CODE: ClassVar[str | None] = None
-    """The ``code`` ``of`` gives this class's errors."""
-    TYPE: ClassVar[str | None] = None
-    """The ``type`` ``of`` gives this class's errors (None: the one its status has)."""
-
-    @classmethod
-    def make(
-        cls,
-        message: str,
-        status: int,
-        *,
-        code: str | None = None,
-        type: str | None = None,
-        param: str | None = None,
-        quirk: str | None = None,
-    ) -> Self:
-        return cls(status, error_body(message, status, type=type, param=param, code=code), quirk)
-
-    @classmethod
-    def of(cls, message: str, *, param: str | None = None, quirk: str | None = None) -> Self:
-        """An error of this class with its own status, code and type (``STATUS``, ``CODE``, ``TYPE``)."""
-        return cls.make(message, cls.STATUS, code=cls.CODE, type=cls.TYPE, param=param, quirk=quirk)
-
-    @staticmethod
-    def timeout(message: str) -> UpstreamTimeout:
-        """A 504 for an upstream too slow to connect, to answer or to go on."""
-        return UpstreamTimeout.of(message)
-
-    @staticmethod
-    def first_byte_timeout() -> UpstreamTimeout:
-        return UpstreamTimeout.of("the upstream server sent nothing before the first-byte timeout")
-
-    @property
-    def message(self) -> str:
-        return str(self.body["error"]["message"])
-
-    def redacted(self, secret: str | None) -> Self:
-        """This error with ``secret`` (the upstream key an upstream may echo) cut out of every field,
-        and the upstream's headers it carries that hold it (whatever the key's length, as in every
-        relayed header) left out: they are a retry's advice, which a key in them makes none."""
-        if not secret:
-            return self
-        key = secret.encode()
-        headers = [(name, value) for name, value in self.headers if key not in value]
-        fields = self.body["error"]
-        error = fields
-        if len(secret) >= MIN_SECRET_IN_BODY:  # a placeholder: cutting it would garble the message
-            error = {k: redact_text(v, secret) if isinstance(v, str) else v for k, v in fields.items()}
-        if error == fields and headers == self.headers:
-            return self
-        return type(self)(self.status, {"error": error}, self.quirk, headers)
-
-
-class InvalidRequest(ProxyError):
-    """The client's request is not one the proxy or its upstream takes (a 400, or the 4xx it gets)."""
-
-    __slots__ = ()
-    STATUS = 400
-    TYPE = "invalid_request_error"
-
-
-class ContextOverflow(InvalidRequest):
-    """Prompt and completion do not fit the model's context: the client's error, as OpenAI says it."""
-
-    __slots__ = ()
-    CODE = "context_length_exceeded"
-
-
-class UnsupportedParameter(InvalidRequest):
-    """A parameter the upstream does not support (it said so with a 500, Q43)."""
-
-    __slots__ = ()
-    CODE = "unsupported_parameter"
-
-
-class UpstreamError(ProxyError):
+class UpstreamError(APIError):
     """The upstream failed the request: the proxy answers 502, or 504 when it was too slow."""
 
     __slots__ = ()
@@ -250,19 +140,13 @@ class UpstreamReported(UpstreamError):
     __slots__ = ()
 
 
-_MIN_KEY_PART = 4  # a message bound cut the key short: a tail this long that begins the key is cut too
+def upstream_timeout(message: str) -> UpstreamTimeout:
+    """A 504 for an upstream too slow to connect, to answer or to go on."""
+    return UpstreamTimeout.of(message)
 
 
-def redact_text(text: str, secret: str) -> str:
-    """``text`` with ``secret`` replaced, also at its end where ``scrub_message`` cut the key short."""
-    cut_short = len(text) == _MAX_MESSAGE + 3 and text.endswith("...")
-    text = text.replace(secret, REDACTED)
-    if cut_short:
-        head = text[:-3]
-        for size in range(min(len(secret) - 1, len(head)), _MIN_KEY_PART - 1, -1):
-            if head.endswith(secret[:size]):
-                return head[:-size] + REDACTED + "..."
-    return text
+def first_byte_timeout_error() -> UpstreamTimeout:
+    return UpstreamTimeout.of("the upstream server sent nothing before the first-byte timeout")
 
 
 def scrub_message(text: str) -> str:
@@ -270,9 +154,9 @@ def scrub_message(text: str) -> str:
     text = _TRACEBACK.split(text, 1)[0]
     # Cut to a few times the bound before the paths are looked for: what is past it is not sent, and
     # the path search over a whole 64 KiB error body costs a quarter of a second at worst.
-    text = _SPACE.sub(" ", text)[: _MAX_MESSAGE * 4]
+    text = _SPACE.sub(" ", text)[: MAX_MESSAGE * 4]
     text = _SPACE.sub(" ", _PATH.sub("<path>", text)).strip()
-    return text[:_MAX_MESSAGE] + ("..." if len(text) > _MAX_MESSAGE else "")
+    return text[:MAX_MESSAGE] + ("..." if len(text) > MAX_MESSAGE else "")
 
 
 def is_error_payload(obj: Any) -> bool:
@@ -298,7 +182,7 @@ def _int_status(value: Any) -> int | None:
     return None
 
 
-def error_from_payload(obj: Any, status: int | None = None, *, quirk: str | None = None) -> ProxyError:
+def error_from_payload(obj: Any, status: int | None = None, *, quirk: str | None = None) -> APIError:
     """An OpenAI error from a decoded upstream error payload (any N2 shape) and the HTTP status seen."""
     outer: dict[str, Any] = obj if isinstance(obj, dict) else {}
     inner: Any = outer.get("error", obj)
@@ -341,7 +225,7 @@ def _words(value: Any) -> str:
 
 def _build(
     message: str, status: int | None, code: Any, etype: Any, param: Any, quirk: str | None
-) -> ProxyError:
+) -> APIError:
     # A message that was all traceback says nothing once scrubbed: the status must speak for it.
     message = scrub_message(message) or f"the upstream server reported an error (HTTP {status or 500})"
     str_param = _identifier(param)
@@ -374,7 +258,7 @@ def _reported_type(etype: Any, status: int) -> str | None:
     return None if given == "server_error" else given
 
 
-def error_from_http(status: int, content_type: str, body: bytes) -> ProxyError:
+def error_from_http(status: int, content_type: str, body: bytes) -> APIError:
     """An OpenAI error from an upstream non-2xx response of any content type (JSON, HTML, plain text)."""
     text = body.decode("utf-8", "replace")
     stripped = text.strip()

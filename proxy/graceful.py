@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from .errors import ProxyError
+from conformance.api_errors import APIError
 
 if TYPE_CHECKING:
     from .observability import Exchange
@@ -48,9 +48,9 @@ _deadlines: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
 _passed: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
-def shutting_down_error() -> ProxyError:
+def shutting_down_error() -> APIError:
     """The error an ended response carries: its body, and the access log's message and code."""
-    return ProxyError.make(_MESSAGE, 503, code="server_shutting_down")
+    return APIError.make(_MESSAGE, 503, code="server_shutting_down")
 
 
 def track(end: Callable[[], None]) -> Callable[[], None]:
@@ -73,7 +73,7 @@ def begin_shutdown(loop: asyncio.AbstractEventLoop, timeout: float) -> None:
         _deadlines[loop] = loop.call_later(timeout, _end_open_responses, loop)
 
 
-def shutdown_failure(exchange: Exchange) -> ProxyError | None:
+def shutdown_failure(exchange: Exchange) -> APIError | None:
     """Called where a response's task caught ``CancelledError``: the error to end its stream with when
     the cancellation is the shutdown deadline's (the task is un-cancelled and ``exchange`` notes the
     error, for the access log); None when it is anything else (a client that went away), to re-raise."""

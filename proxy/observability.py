@@ -15,8 +15,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import jsoncodec
-from .errors import ProxyError
+from conformance import jsoncodec
+from conformance.api_errors import APIError
+
 from .normalizer import Repairs
 from .normalizer.text_lost import TEXT_LOST_CODE
 
@@ -52,7 +53,7 @@ class Exchange:
     queued_ms: float | None = None
     """Time the request waited for a slot of an upstream at its ``max_concurrency``."""
 
-    def take_error(self, error: ProxyError) -> None:
+    def take_error(self, error: APIError) -> None:
         """The error the client got (an HTTP error or the stream's error event), for the log line."""
         self.error = error.message
         code = error.body["error"].get("code")

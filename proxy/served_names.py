@@ -17,10 +17,18 @@ import math
 from time import monotonic
 from typing import Any
 
-from .normalizer import clean_model_name
+from conformance import jsoncodec
+from conformance.api_errors import APIError
+from conformance.model_names import clean_model_name
+
+from .errors import upstream_timeout
+from .observability import Exchange
 from .upstream import Upstream
 
 __all__ = ["ServedNames", "served_name"]
+
+_LISTING_TIMEOUT = 10.0  # seconds for the upstream's /v1/models, within the first-byte timeout
+_MAX_LISTING = 8 * 1024 * 1024
 
 _MAX_NAMES = 1024  # bounds what an upstream listing many models can make the proxy remember
 _STALE_AFTER = 60.0  # seconds
@@ -78,6 +86,35 @@ class ServedNames:
             elif before in served:
                 mapping[alias] = before  # a model added beside it (ollama pull) changes nothing
         self._names = mapping
+
+    async def models(self, exchange: Exchange) -> list[Any]:
+        """The entries a client's ``/v1/models`` shows of this upstream: the alias alone (no upstream
+        asked), or the upstream's own listing, learned from (its status in ``exchange``). Raises the
+        ``APIError`` to answer when the upstream cannot list them."""
+        if self._alias:
+            return [{"id": self._alias}]
+        upstream = self._upstream
+        try:
+            async with asyncio.timeout(min(_LISTING_TIMEOUT, upstream.config.first_byte_timeout)):
+                stream = await upstream.forward("GET", b"/v1/models", b"", [])
+                try:
+                    exchange.upstream_status = stream.status
+                    if stream.status >= 400:
+                        raise await stream.error()
+                    raw = await stream.read_all(_MAX_LISTING)
+                finally:
+                    await stream.aclose()
+        except TimeoutError:
+            raise upstream_timeout("the upstream server did not list its models in time") from None
+        try:
+            answer = jsoncodec.loads(raw)
+        except ValueError:
+            answer = None
+        entries = answer.get("data") if isinstance(answer, dict) else None
+        self.learn(entries)
+        if not isinstance(entries, list):
+            raise APIError.make("the upstream server did not list its models", 502)
+        return entries
 
     async def learn_serial(self) -> None:
         """Learn whether the upstream serves one request at a time (``UpstreamTraits.serial``) from its

@@ -11,10 +11,12 @@ from typing import Any
 
 import httpx
 
-from . import jsoncodec
+from conformance import jsoncodec
+from conformance.api_errors import APIError
+
 from .admission import Reservation
 from .config import ProxyConfig
-from .errors import ProxyError, UpstreamInvalidData, UpstreamRedirect, error_from_http
+from .errors import UpstreamInvalidData, UpstreamRedirect, error_from_http, first_byte_timeout_error
 from .transport import ResponseBody, UpstreamTransport, origin_of, request_bytes
 from .upstream_faults import BODY, REQUEST, mapped
 from .upstream_traits import UpstreamTraits
@@ -133,11 +135,11 @@ class UpstreamStream:
                 return b"".join(parts), False
         return b"".join(parts), True
 
-    async def error(self) -> ProxyError:
+    async def error(self) -> APIError:
         body = await self.read_all(MAX_ERROR_BODY) if self.status >= 400 else b""
         return self.error_from(body)
 
-    def error_from(self, body: bytes) -> ProxyError:
+    def error_from(self, body: bytes) -> APIError:
         """The OpenAI error of this error response, whose body (or its first ``MAX_ERROR_BODY`` bytes)
         is ``body``: decompressed first if an upstream sent it compressed though asked not to. A
         redirect (the proxy follows none) is reported as one."""
@@ -213,7 +215,7 @@ class Upstream:
         headers: list[tuple[bytes, bytes]] | None = None,
         reservation: Reservation | None = None,
     ) -> UpstreamStream:
-        """POST ``json_body`` and return once response headers arrive; faults become ProxyError.
+        """POST ``json_body`` and return once response headers arrive; faults become APIError.
 
         ``headers`` replace the upstream client's own headers of the same names; ``reservation``: the
         places of a fan-out this request is part of (``reserve``).
@@ -236,7 +238,7 @@ class Upstream:
     ) -> UpstreamStream:
         """A client's request for another path (``target``: its path and query) sent on as it came.
 
-        Faults become ProxyError as in ``open``, and so does a response head that takes longer than the
+        Faults become APIError as in ``open``, and so does a response head that takes longer than the
         first-byte timeout (or ``timeout``, when shorter). ``target`` is not cached like ``open``'s
         paths: clients choose it.
         """
@@ -245,7 +247,7 @@ class Upstream:
             async with asyncio.timeout(min(self.config.first_byte_timeout, timeout or math.inf)):
                 return await self._send(message)
         except TimeoutError:
-            raise ProxyError.first_byte_timeout() from None
+            raise first_byte_timeout_error() from None
 
     def client_location(self, location: bytes) -> bytes:
         """A ``Location`` the upstream sent, as the client must follow it: one that points into the
@@ -304,7 +306,7 @@ class Upstream:
                     raw = await stream.read_all(MAX_JSON_BODY)
                 finally:
                     await stream.aclose()
-        except (ProxyError, TimeoutError):
+        except (APIError, TimeoutError):
             return None, None
         try:
             return 200, jsoncodec.loads(raw)

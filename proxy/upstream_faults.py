@@ -23,14 +23,9 @@ from typing import Literal
 
 import httpx
 
-from .errors import (
-    ProxyError,
-    UpstreamBroke,
-    UpstreamError,
-    UpstreamInvalidData,
-    UpstreamRefused,
-    UpstreamTimeout,
-)
+from conformance.api_errors import APIError
+
+from .errors import UpstreamBroke, UpstreamError, UpstreamInvalidData, UpstreamRefused, UpstreamTimeout
 
 __all__ = ["BODY", "REQUEST", "Phase", "mapped", "upstream_fault"]
 
@@ -40,7 +35,7 @@ BODY: Phase = "body"
 
 _OWN_WORDS = None
 """A rule's words when the transport's own are sent (``str(exc)``)."""
-_Rule = tuple[type[BaseException], type[ProxyError], str | None]
+_Rule = tuple[type[BaseException], type[APIError], str | None]
 _CONNECT = "could not connect to the upstream server"
 _TIMED_OUT = "the upstream server timed out"
 _IDLE = "the upstream server stopped sending data (idle timeout)"
@@ -75,7 +70,7 @@ _RULES: dict[Phase, tuple[_Rule, ...]] = {
 }
 
 
-def upstream_fault(exc: BaseException, phase: Phase) -> ProxyError | None:
+def upstream_fault(exc: BaseException, phase: Phase) -> APIError | None:
     """The proxy's error for ``exc`` met in ``phase``, or None for one that is not an upstream fault
     (a cancellation, a bug: those go on as they are)."""
     for lower, error, words in _RULES[phase]:

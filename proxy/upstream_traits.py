@@ -30,6 +30,8 @@ knows of a server is in one place rather than in module caches and flags set fro
   ``tool_choice`` ("required" is served as ``auto``, Q80) and refuses an assistant message's
   ``content: null`` with a 500 (Q81): proxy/adapters/tool_requests.py. Known from the model listing.
 - ``listing_read``: whether a model listing was read and learned from (the traits above then known).
+- ``native_paths``: the paths of protocols the upstream serves itself (llama-server's ``/v1/responses``),
+  as a probe found them where ``--responses auto`` (or the file's key) asked (proxy/routing/replica.py).
 
 ``None`` is "not known yet" throughout: asked again when next needed.
 """
@@ -78,6 +80,7 @@ class UpstreamTraits:
     named_tool_choice_only: bool = False
     assistant_content_string: bool = False
     listing_read: bool = False
+    native_paths: dict[str, bool] = field(default_factory=dict)
 
     def learn_listing(self, entries: Any) -> None:
         """What a ``/v1/models`` listing read now tells: llama-cpp-python's serves one request at a time,

@@ -29,7 +29,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from conformance.cli import CommandError
+from conformance.settings import CommandError
 
 from .config import KEY_VARIABLES, ProxyConfig
 from .observability import MULTIPROCESS_DIRECTORY

@@ -30,7 +30,7 @@ def test_either_file_names_the_pair_once(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.b.json", "a.b.sse"]
     found = discover([tmp_path / "a.b.sse", tmp_path / "a.b.json", tmp_path])
     assert len(found) == 1
-    assert found[0].endpoint == "completions"
+    assert found[0].request == {"method": "POST", "path": "/v1/completions", "body": {"stream": True}}
     assert found[0].stream is True
     assert found[0].chunk_timing == [(0.01, 14)]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from backend.requests import RequestError, Tool, ToolChoice
+from backend.request_errors import RequestError
+from backend.requests import Tool, ToolChoice
 from backend.schema_support import enforceable, normalized, unsupported
 from conformance.schema_refs import definitions_prefix, hoisted, localized
 

@@ -29,7 +29,6 @@ from backend.tool_formats.grammar import CALL_RULE, allowed_tools, call_schema, 
 __all__ = ["Mistral"]
 
 MARKER = "[TOOL_CALLS]"
-ARGS = "[ARGS]"
 _NAMED = re.compile(r"\s*([A-Za-z0-9_.-]+)(?:\[CALL_ID\]([A-Za-z0-9]+))?\[ARGS\]")
 
 
@@ -47,24 +46,11 @@ class Mistral(ToolFormat):
         calls: list[ParsedCall] = []
         pos = start
         while text.startswith(MARKER, pos):
-            pos += len(MARKER)
-            named = _NAMED.match(text, pos)
-            if named is not None:
-                found = decode_json_at(text, named.end())
-                arguments = arguments_text(found[0]) if found is not None else None
-                if found is None or arguments is None:
-                    break
-                calls.append(ParsedCall(named.group(1), arguments, named.group(2)))
-                pos = found[1]
-            else:
-                found = decode_json_at(text, pos)
-                items = found[0] if found is not None else None
-                items = [items] if isinstance(items, dict) else items
-                parsed = [call_from_object(item) for item in items] if isinstance(items, list) else [None]
-                if found is None or not parsed or any(c is None for c in parsed):
-                    break
-                calls += [c for c in parsed if c is not None]
-                pos = found[1]
+            found = _calls_at(text, pos + len(MARKER))
+            if found is None:
+                break
+            more, pos = found
+            calls += more
             while pos < len(text) and text[pos] in " \t\r\n":
                 pos += 1
         rest = text[pos:].replace("</s>", "").strip()
@@ -86,3 +72,23 @@ class Mistral(ToolFormat):
         gbnf = f'root ::= {literal(MARKER)} " "? "[" {items} "]"\nspace-sep ::= " "?\n' + schema_rules(schema)
         lazy = choice.mode == "auto"
         return GrammarPlan(gbnf, (re.escape(MARKER),) if lazy else ())
+
+
+def _calls_at(text: str, pos: int) -> tuple[list[ParsedCall], int] | None:
+    """The calls written after one marker at ``pos`` and where they end: the v11 tokenizer's
+    ``name[ARGS]{...}`` (a ``[CALL_ID]`` between), or earlier ones' JSON array (or object) of calls;
+    None where none is whole."""
+    named = _NAMED.match(text, pos)
+    if named is not None:
+        found = decode_json_at(text, named.end())
+        arguments = arguments_text(found[0]) if found is not None else None
+        if found is None or arguments is None:
+            return None
+        return [ParsedCall(named.group(1), arguments, named.group(2))], found[1]
+    found = decode_json_at(text, pos)
+    items = found[0] if found is not None else None
+    items = [items] if isinstance(items, dict) else items
+    parsed = [call_from_object(item) for item in items] if isinstance(items, list) else [None]
+    if found is None or not parsed or any(c is None for c in parsed):
+        return None
+    return [c for c in parsed if c is not None], found[1]

@@ -10,10 +10,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from conformance.cli import CommandError, http_url, output_folder, write_report
-from conformance.live.probes import PROBES, ProbeContext, select_probes
+from conformance.cli import http_url, output_folder, write_report
+from conformance.live.probes import PROBES, select_probes
 from conformance.live.runner import ProbeResult, ServerUnreachable, client_for, default_model, run_probes
+from conformance.probe import ProbeContext
 from conformance.report import FORMATS, render
+from conformance.settings import CommandError
 
 __all__ = ["register", "run"]
 

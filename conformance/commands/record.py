@@ -8,10 +8,12 @@ from pathlib import Path
 
 import httpx
 
-from conformance.cli import CommandError, http_url, output_folder
-from conformance.live.recorder import RequestSpec, record, save_recording
+from conformance.cli import http_url, output_folder
+from conformance.live.recorder import record, save_recording
 from conformance.live.requests_file import NamedRequest, load_requests, parse_body, safe_name
 from conformance.live.runner import client_for
+from conformance.probe import RequestSpec
+from conformance.settings import CommandError
 
 __all__ = ["register", "run"]
 

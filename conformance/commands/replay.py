@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from conformance.cli import CommandError
 from conformance.replay import create_replay_app, load_corpus
+from conformance.settings import CommandError
 from conformance.transcript import Transcript, TranscriptError, discover
 
 __all__ = ["parse_pace", "register", "run"]

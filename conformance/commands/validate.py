@@ -10,9 +10,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance.cli import CommandError, write_report
+from conformance.cli import write_report
 from conformance.judge import Verdict, judge_transcript
 from conformance.report import FORMATS, exit_status, render
+from conformance.settings import CommandError
 from conformance.transcript import Transcript, TranscriptError, discover
 
 __all__ = ["register", "run", "validate_paths"]

@@ -8,44 +8,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from conformance.probe import RequestSpec
 from conformance.transcript import Transcript, save_transcript
 
-__all__ = ["Recording", "RequestSpec", "record", "save_recording"]
-
-
-@dataclass(frozen=True)
-class RequestSpec:
-    """What to send: a JSON body, or raw bytes when the body must be malformed on purpose."""
-
-    path: str
-    body: Any = None
-    raw: bytes | None = None
-    method: str = "POST"
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def content(self) -> bytes:
-        if self.raw is not None:
-            return self.raw
-        return json.dumps(self.body).encode()
-
-    def as_request(self) -> dict[str, Any]:
-        """The transcript's ``request`` object; a malformed body is kept as its text.
-
-        Headers are included when given; ``save_transcript`` drops credentials and cookies from them.
-        """
-        body: Any = self.body if self.raw is None else self.raw.decode("utf-8", "replace")
-        request: dict[str, Any] = {"method": self.method, "path": self.path, "body": body}
-        if self.headers:
-            request["headers"] = dict(self.headers)
-        return request
+__all__ = ["Recording", "record", "save_recording"]
 
 
 @dataclass

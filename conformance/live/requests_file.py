@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from conformance.live.recorder import RequestSpec
+from conformance.probe import RequestSpec
 
 __all__ = ["NamedRequest", "load_requests", "parse_body", "safe_name"]
 

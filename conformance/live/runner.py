@@ -17,8 +17,8 @@ import httpx
 
 from conformance.findings import ERROR, Finding
 from conformance.judge import Verdict, judge_response
-from conformance.live.probes import Probe, ProbeContext
-from conformance.live.recorder import Recording, RequestSpec, record, save_recording
+from conformance.live.recorder import Recording, record, save_recording
+from conformance.probe import Probe, ProbeContext, RequestSpec
 from conformance.rules.intents import HANG_UP
 
 __all__ = [

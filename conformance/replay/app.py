@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from conformance.openai_errors import error_body
+from conformance.api_errors import error_response
 from conformance.replay.matching import TRANSCRIPT_HEADER, TranscriptIndex
 from conformance.replay.pacing import paced_body
 from conformance.transcript import Transcript
@@ -27,10 +27,6 @@ _HOW_TO_RECORD = (
     "--output DIR --name NAME` and serve DIR, or name a transcript with the `x-conformant-transcript: NAME` "
     "header"
 )
-
-
-def _error(message: str, status: int, code: str) -> JSONResponse:
-    return JSONResponse(error_body(message, status, code=code), status_code=status)
 
 
 def _replay(transcript: Transcript, pace: float | None) -> Response:
@@ -55,11 +51,11 @@ def create_replay_app(transcripts: Sequence[Transcript], pace: float | None = 1.
         if named is not None:
             chosen = index.by_name(named)
             if chosen is None:
-                return _error(
+                return error_response(
                     f"no transcript named {named!r}; this server has {len(index.names)}: "
                     f"{', '.join(index.names[:20])}" + (" ..." if len(index.names) > 20 else ""),
                     404,
-                    "transcript_not_found",
+                    code="transcript_not_found",
                 )
             return _replay(chosen, pace)
         raw = await request.body()
@@ -70,19 +66,19 @@ def create_replay_app(transcripts: Sequence[Transcript], pace: float | None = 1.
             chosen = index.by_request(path, raw.decode("utf-8", "replace"))
             if chosen is not None:
                 return _replay(chosen, pace)
-            return _error(
+            return error_response(
                 "the request body is not valid JSON, so no recorded request can match it; "
                 + _HOW_TO_RECORD.format(path=path),
                 400,
-                "invalid_json",
+                code="invalid_json",
             )
         chosen = index.by_request(path, body)
         if chosen is None:
-            return _error(
+            return error_response(
                 f"no recorded transcript matches {request.method} {path} with this JSON body; "
                 + _HOW_TO_RECORD.format(path=path),
                 404,
-                "transcript_not_found",
+                code="transcript_not_found",
             )
         return _replay(chosen, pace)
 

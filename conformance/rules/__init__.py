@@ -1,6 +1,10 @@
 """The conformance rules, one small function each, grouped by concern; the judge runs them in these orders.
 
-Every rule cites a quirk id (``Q14``) from the catalogue or the OpenAI spec fact it enforces.
+These are the core's rules: they judge chat completions and completions, the core's own wire, and what
+every protocol shares (the request's acceptance, errors, intents, leaks). A protocol the core serves by
+translation brings its own rules in its package (conformance/protocols/responses/stream_rules.py), run
+through ``ProtocolRules`` (context.py). Every rule cites a quirk id (``Q14``) from the catalogue or the
+OpenAI spec fact it enforces.
 """
 
 from __future__ import annotations

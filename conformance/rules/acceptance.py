@@ -7,9 +7,9 @@ Judged from the request and the status alone, in ``validate`` as in ``check``:
   :func:`conformance.schemas.request_schema`) must get a 4xx; a 2xx is ``invalid-request-accepted``
   (llama-cpp-python answers a completion without ``prompt`` or ``temperature: 7`` with 200 and text);
   any other status is ``invalid-request-status`` (its 500 for ``max_tokens: "eight"``, Q43);
-- a server without ``/v1/responses`` (404, 405 or 501 there: most local servers, issue 21) does not
-  support the Responses API: ``feature-unsupported``, and its 404 body (FastAPI's ``{"detail": ...}``) is
-  not judged as an OpenAI error;
+- a server without ``/v1/responses`` (404, 405 or 501 there: most local servers, issue 21), or the
+  route of another protocol served by translation, does not support it: ``feature-unsupported``, and
+  its 404 body (FastAPI's ``{"detail": ...}``) is not judged as an OpenAI error;
 - a request OpenAI accepts that uses an optional feature (``n`` > 1, a prompt array, token ids,
   logprobs, echo, tools, ...) must never get a 5xx (``feature-server-error``: llama-cpp-python's 500 for a
   prompt array, Q73); a server that declines the feature with a clean 4xx is reported as
@@ -52,13 +52,11 @@ FEATURE_QUIRK = {
 
 def refusal(request: Request) -> str | None:
     """Why OpenAI refuses ``request`` with a 400, or None when it accepts it (or cannot be told)."""
-    if not request.known or request.endpoint is None:
+    if not request.known or request.schema is None:
         return None
     if request.body is None:
         return "the body is not a JSON object" if request.raw is not None else None
-    error = best_match(
-        schemas.request_validator(schemas.REQUEST_SCHEMA[request.endpoint]).iter_errors(request.body)
-    )
+    error = best_match(schemas.request_validator(request.schema).iter_errors(request.body))
     if error is not None:
         where = schemas.pointer(error.absolute_path)
         return f"{where or 'the body'}: {error.message[:160]}"
@@ -72,8 +70,9 @@ def _clean_client_error(ctx: Context) -> bool:
 
 
 def route_missing(ctx: Context) -> bool:
-    """A Responses request answered as a path the server has no route for."""
-    return ctx.request.endpoint == "responses" and ctx.status in ROUTE_MISSING
+    """A request of a protocol served by translation (the Responses API) answered as a path the server
+    has no route for: a server need not speak it."""
+    return ctx.protocol is not None and ctx.request.known and ctx.status in ROUTE_MISSING
 
 
 def declined_feature(ctx: Context) -> bool:
@@ -89,7 +88,8 @@ def request_acceptance(ctx: Context) -> None:
     if not request.known or status is None:
         return
     if route_missing(ctx):
-        ctx.warn("feature-unsupported", f"the server has no /v1/responses (HTTP {status})")
+        assert ctx.protocol is not None
+        ctx.warn("feature-unsupported", f"the server has no {ctx.protocol.route} (HTTP {status})")
         return
     why = refusal(request)
     if why is not None:

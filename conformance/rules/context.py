@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conformance.findings import ERROR, WARNING, Finding, FindingSink, Severity
 from conformance.request import Request, integer
-from conformance.transcript import Endpoint
-
-if TYPE_CHECKING:
-    from conformance.rules.responses import ResponsesState
+from conformance.sse import SSEBlock
 
 __all__ = [
     "ChoiceState",
     "Context",
     "FindingSink",
     "LegacyLogprobsExtent",
+    "ProtocolRules",
     "Request",
     "ToolCallState",
     "choice_text",
@@ -97,12 +95,34 @@ def choice_text(choice: Mapping[str, Any]) -> Any:
     return choice.get("text")
 
 
+@dataclass(frozen=True)
+class ProtocolRules:
+    """How the judge reads the answers of a protocol that the core serves by translation (the Responses
+    API): its own rules, which run instead of the core's chat and completions ones. Each protocol's
+    package makes one (conformance/protocols/); the judge takes it from the registry."""
+
+    route: str
+    """The path a server may not have at all: a 404 there is the protocol unsupported, not an error."""
+    owns: Callable[[Any], bool]
+    """Whether a payload (an event, a body) is one of this protocol's: how a bare transcript is read."""
+    names_events: Callable[[str], bool]
+    """Whether an ``event:`` line's name is one of this protocol's (its streams name their events)."""
+    event: Callable[[Context, int, dict[str, Any], SSEBlock | None], None]
+    """Every rule on one event of a stream."""
+    body: Callable[[Context, dict[str, Any]], None]
+    """Every rule on a whole (non-streamed) answer."""
+    end: tuple[Callable[[Context], None], ...]
+    """The rules on a whole stream, run at its end."""
+    limit_reached: Callable[[Context], None]
+    """The ``finish-length`` intent: how this protocol says the token limit was reached."""
+
+
 class Context:
     """Everything one judgement shares: endpoint, request, stream state and the finding sink."""
 
     def __init__(
         self,
-        endpoint: Endpoint | None,
+        endpoint: str | None,
         stream: bool,
         request: Request,
         status: int | None,
@@ -144,8 +164,11 @@ class Context:
         """The ``error`` object of an error body."""
         self.reasoning_keys: set[str] = set()
         """The keys reasoning text came under (``reasoning_content``, ``reasoning``; Q39)."""
-        self.responses: ResponsesState | None = None
-        """A Responses API answer's state (events, items, the final Response), once one was seen."""
+        self.protocol: ProtocolRules | None = None
+        """The rules of a protocol served by translation, when the answer is one of its (the judge sets
+        it); None: a chat or completions answer, judged by the core's rules."""
+        self.protocol_state: Any = None
+        """What that protocol's rules keep of the answer so far (their own type)."""
 
     @property
     def completion_tokens(self) -> int | None:

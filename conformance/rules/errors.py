@@ -99,18 +99,7 @@ def http_status(ctx: Context) -> None:
 
 def error_body(ctx: Context, body: Any) -> None:
     """An error response: ``{"error": {message, type, param, code}}`` with a fitting status (Q43-Q46)."""
-    if isinstance(body, dict) and body.get("object") == "error" and "error" not in body:
-        ctx.error("error-body-shape", "top-level error object without the 'error' wrapper", quirk="Q46")
-    else:
-        result = schemas.check("error", body)
-        for error in result.errors:
-            where = schemas.pointer(error.absolute_path)
-            ctx.error(
-                "error-body-shape",
-                f"{where or '/'}: {error.message[:160]}",
-                pointer=where,
-                quirk="Q45" if isinstance(body, dict) and isinstance(body.get("error"), str) else "spec",
-            )
+    error_shape(ctx, body)
     error_leaks(ctx, None, body)
     status = ctx.status
     err = body.get("error") if isinstance(body, dict) else None
@@ -120,20 +109,46 @@ def error_body(ctx: Context, body: Any) -> None:
     if status < 400:
         ctx.error("error-with-200", f"error body sent with HTTP {status}", quirk="Q43")
         return
-    code, kind, message = err.get("code"), err.get("type"), err.get("message")
+    message = err.get("message")
     text = message if isinstance(message, str) else ""
     overflow = CONTEXT_OVERFLOW.search(text) is not None
-    refused = UNSUPPORTED_PARAMETER.search(text) is not None
-    named = next((v for v in (code, kind) if isinstance(v, str) and v in _CLIENT_ERROR_CODES), None)
     overflow_code(ctx, status, err, overflow or ctx.intent == CONTEXT_OVERFLOW_INTENT)
-    if status >= 500 and (named or overflow or refused):
-        if named:
-            what = f"client error ({named})"
-        else:
-            what = "a prompt longer than the context" if overflow else "a refused parameter"
-        # llama.cpp's 500 for a parameter it refuses (echo, best_of, suffix...) is Q72; the rest Q43.
-        quirk = "Q72" if refused and not overflow else "Q43"
-        ctx.error("error-status", f"{what} answered with HTTP {status}; OpenAI uses 400", quirk=quirk)
+    client_error_status(ctx, status, err, text, overflow)
+
+
+def error_shape(ctx: Context, body: Any) -> None:
+    """The body is OpenAI's error object, wrapped in ``error`` (Q45, Q46)."""
+    if isinstance(body, dict) and body.get("object") == "error" and "error" not in body:
+        ctx.error("error-body-shape", "top-level error object without the 'error' wrapper", quirk="Q46")
+        return
+    result = schemas.check("error", body)
+    for error in result.errors:
+        where = schemas.pointer(error.absolute_path)
+        ctx.error(
+            "error-body-shape",
+            f"{where or '/'}: {error.message[:160]}",
+            pointer=where,
+            quirk="Q45" if isinstance(body, dict) and isinstance(body.get("error"), str) else "spec",
+        )
+
+
+def client_error_status(ctx: Context, status: int, err: dict[str, Any], text: str, overflow: bool) -> None:
+    """A client's error (by its code or type, a context overflow, a refused parameter) answered with a
+    5xx, where OpenAI answers 400."""
+    refused = UNSUPPORTED_PARAMETER.search(text) is not None
+    named = next(
+        (v for v in (err.get("code"), err.get("type")) if isinstance(v, str) and v in _CLIENT_ERROR_CODES),
+        None,
+    )
+    if status < 500 or not (named or overflow or refused):
+        return
+    if named:
+        what = f"client error ({named})"
+    else:
+        what = "a prompt longer than the context" if overflow else "a refused parameter"
+    # llama.cpp's 500 for a parameter it refuses (echo, best_of, suffix...) is Q72; the rest Q43.
+    quirk = "Q72" if refused and not overflow else "Q43"
+    ctx.error("error-status", f"{what} answered with HTTP {status}; OpenAI uses 400", quirk=quirk)
 
 
 def error_text(ctx: Context, raw: bytes) -> None:

@@ -40,7 +40,7 @@ def bom(ctx: Context, had_bom: bool) -> None:
 def event_field(ctx: Context, block: SSEBlock) -> None:
     """``event:`` lines: OpenAI's chat and completions streams send none; openai-python <= 1.97.1 wraps such
     payloads (spec §4). Its Responses streams send one per event, named as the data's type."""
-    if block.event is not None and not _responses_event(ctx, block.event):
+    if block.event is not None and not _named_events(ctx):
         ctx.error(
             "sse-event-field",
             f"'event: {block.event[:40]}' line; OpenAI streams carry only data lines",
@@ -49,10 +49,11 @@ def event_field(ctx: Context, block: SSEBlock) -> None:
         )
 
 
-def _responses_event(ctx: Context, name: str) -> bool:
-    """A Responses stream names each event on an ``event:`` line, as OpenAI's do (rules.responses judges
-    that the name is the data's type); before its first event is read, a ``response.*`` name says so."""
-    return ctx.endpoint == "responses" or (ctx.endpoint is None and name.startswith("response."))
+def _named_events(ctx: Context) -> bool:
+    """A stream of a protocol whose streams name each event on an ``event:`` line, as OpenAI's Responses
+    streams do (its rules judge that the name is the data's type; the judge knows the protocol before
+    these rules run, from the request's path or the first event's name)."""
+    return ctx.protocol is not None
 
 
 def id_field(ctx: Context, block: SSEBlock) -> None:

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from conformance.rules.acceptance import declined_feature
 from conformance.rules.context import Context
 from conformance.rules.reasoning import reasoning_shown
-from conformance.rules.responses import limit_reached
 
 __all__ = ["CONTEXT_OVERFLOW_INTENT", "HANG_UP", "INTENTS", "intent_findings"]
 
@@ -56,8 +55,8 @@ def finish_length(ctx: Context) -> None:
     if ctx.status != 200:
         success(ctx)
         return
-    if ctx.endpoint == "responses":  # no finish_reason: status incomplete, for max_output_tokens
-        limit_reached(ctx)
+    if ctx.protocol is not None:  # a Response has no finish_reason: its protocol says how it ends
+        ctx.protocol.limit_reached(ctx)
         return
     reasons = {state.finish_reason for state in ctx.choices.values()} - {None}
     used, limit = ctx.completion_tokens, ctx.request.max_tokens

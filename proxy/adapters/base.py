@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from conformance.request import integer
+from conformance.api_errors import APIError
+from conformance.request import Endpoint, integer
+from conformance.request_info import RequestInfo
 
-from ..errors import ProxyError
-from ..normalizer.request import Endpoint, RequestInfo
 from ..upstream import Upstream
 from ..upstream_traits import UpstreamTraits
 
@@ -112,9 +112,7 @@ class Adapter(Protocol):
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall: ...
 
-    async def refusal(
-        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
-    ) -> ProxyError | None:
+    async def refusal(self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]) -> APIError | None:
         """The error to answer before sending a request the upstream would mishandle, else None."""
         ...
 

@@ -22,10 +22,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from conformance.request import message_texts
+from conformance.api_errors import APIError, ContextOverflow
+from conformance.request import Endpoint, message_texts
 
-from ..errors import ContextOverflow, ProxyError
-from ..normalizer.request import Endpoint
 from ..upstream import Upstream
 from .base import requested_limit
 from .server_props import ServerProps
@@ -62,9 +61,7 @@ class ContextWindow:
         self._count = count
         self._templates: bool | None = None  # whether /apply-template answers; None until asked
 
-    async def overflow(
-        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
-    ) -> ProxyError | None:
+    async def overflow(self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]) -> APIError | None:
         """The 400 for a request whose prompt and requested completion do not fit, else None (also when
         the size or the count cannot be had: the upstream then answers as it would)."""
         # The check runs before the request is sent, where no first-byte or client timeout bounds the
@@ -77,7 +74,7 @@ class ContextWindow:
 
     async def _overflow(
         self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
-    ) -> ProxyError | None:
+    ) -> APIError | None:
         size = await self._props.read(upstream, context_of_props)
         if size is None:
             return None

@@ -25,8 +25,9 @@ import math
 from functools import partial
 from typing import Any
 
-from ..errors import ProxyError
-from ..normalizer.request import Endpoint
+from conformance.api_errors import APIError
+from conformance.request import Endpoint
+
 from ..upstream import Upstream
 from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
 from .context_window import ContextWindow
@@ -161,20 +162,20 @@ def _alternative(token: str, prob: Any) -> dict[str, Any]:
     }
 
 
-def echo_refusal(endpoint: Endpoint, body: dict[str, Any]) -> ProxyError | None:
+def echo_refusal(endpoint: Endpoint, body: dict[str, Any]) -> APIError | None:
     """A 400 for an echo the adapter cannot give: with the prompt's logprobs, or of token ids."""
     if endpoint != "completions" or body.get("echo") is not True:
         return None
     logprobs = body.get("logprobs")
     if isinstance(logprobs, int) and not isinstance(logprobs, bool):
-        return ProxyError.make(
+        return APIError.make(
             "echo with logprobs is not supported by this server: it does not score the prompt's tokens",
             400,
             code="unsupported_parameter",
             param="echo",
         )
     if not isinstance(body.get("prompt"), str) and not _text_prompts(body.get("prompt")):
-        return ProxyError.make(
+        return APIError.make(
             "echo is supported only with a text prompt (or an array of them) by this server",
             400,
             code="unsupported_parameter",
@@ -205,6 +206,21 @@ def echoed_answer(prompts: list[str], answer: Any) -> Any:
     return {**answer, "choices": choices}
 
 
+def _native_completion(body: dict[str, Any]) -> bool:
+    """Whether llama.cpp's native ``/completion`` answers ``body`` as asked: one text prompt, one choice,
+    none of what it lacks (echo, suffix, best_of) or the client's own native ask (``n_probs``: its
+    answer is the OpenAI endpoint's)."""
+    return (
+        isinstance(body.get("prompt"), str)
+        and not body.get("echo")
+        and not body.get("n_probs")
+        and body.get("suffix") is None
+        and body.get("best_of") in (None, 1)
+        and body.get("n") in (None, 1)
+        and body.get("n_cmpl") in (None, 1)
+    )
+
+
 class LlamaCppAdapter:
     name = "llamacpp"
 
@@ -216,54 +232,45 @@ class LlamaCppAdapter:
         self._tools = TemplateTools(self._props)
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
+        if endpoint == "chat":
+            return self._chat_call(body)
+        return self._completion_call(body)
+
+    def _chat_call(self, body: dict[str, Any]) -> UpstreamCall:
+        # llama-server reads reasoning_content (common_chat_msgs_parse_oaicompat).
+        # tool_choice is read as a string only (llamacpp_tools.py, Q83).
+        body = choice_as_tools(messages_with_reasoning_as(body, "reasoning_content"), named=True)
+        if (tools := self._tools.emulated(body)) is not None:
+            required = body.get("tool_choice") == "required"
+            sent = with_limit(emulated_request(body, tools, required=required), self._default_max_tokens)
+            return UpstreamCall(OPENAI_PATHS["chat"], sent, EmulatedCalls())
+        return UpstreamCall(OPENAI_PATHS["chat"], with_limit(body, self._default_max_tokens))
+
+    def _completion_call(self, body: dict[str, Any]) -> UpstreamCall:
         # The native stream is read for its text and logprobs; what it cannot answer (echo, several
         # choices) or would silently ignore (suffix, best_of) goes to the OpenAI endpoint, which honours
         # it or refuses it.
-        if endpoint == "completions" and "response_format" in body:
+        if "response_format" in body:
             body = native_json_schema(dict(body))  # what its completions read, on either route
         logprobs = body.get("logprobs")
-        native_ok = (
-            isinstance(body.get("prompt"), str)
-            and not body.get("echo")
-            and not body.get("n_probs")  # the client's own native ask: its answer is the OpenAI endpoint's
-            and body.get("suffix") is None
-            and body.get("best_of") in (None, 1)
-            and body.get("n") in (None, 1)
-            and body.get("n_cmpl") in (None, 1)
-        )
         wants_logprobs = isinstance(logprobs, int) and not isinstance(logprobs, bool)
         prompts = _text_prompts(body.get("prompt"))
-        if (
-            endpoint == "completions"
-            and body.get("echo") is True
-            and prompts
-            and body.get("stream") is not True
-        ):
+        if body.get("echo") is True and prompts and body.get("stream") is not True:
             # (echo_refusal declined the rest; the proxy asks for an echo unstreamed.) Sent without
             # echo, so that a build that does echo cannot put the prompt there twice.
             unechoed = {k: v for k, v in body.items() if k != "echo"}
             return UpstreamCall(
-                OPENAI_PATHS[endpoint],
+                OPENAI_PATHS["completions"],
                 with_limit(unechoed, self._default_max_tokens),
                 partial(echoed_answer, prompts),
             )
-        if endpoint == "completions" and native_ok and (body.get("stream") is True or wants_logprobs):
+        if _native_completion(body) and (body.get("stream") is True or wants_logprobs):
             native = native_completion_body(body, self._default_max_tokens)
             translate = partial(translate_native_event, top=logprobs if wants_logprobs else None)
             return UpstreamCall("/completion", native, translate)
-        if endpoint == "chat":
-            # llama-server reads reasoning_content (common_chat_msgs_parse_oaicompat).
-            # tool_choice is read as a string only (llamacpp_tools.py, Q83).
-            body = choice_as_tools(messages_with_reasoning_as(body, "reasoning_content"), named=True)
-            if (tools := self._tools.emulated(body)) is not None:
-                required = body.get("tool_choice") == "required"
-                sent = with_limit(emulated_request(body, tools, required=required), self._default_max_tokens)
-                return UpstreamCall(OPENAI_PATHS[endpoint], sent, EmulatedCalls())
-        return UpstreamCall(OPENAI_PATHS[endpoint], with_limit(body, self._default_max_tokens))
+        return UpstreamCall(OPENAI_PATHS["completions"], with_limit(body, self._default_max_tokens))
 
-    async def refusal(
-        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
-    ) -> ProxyError | None:
+    async def refusal(self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]) -> APIError | None:
         """A 400 for a request the server would cut or fail (a prompt past its context), an echo it
         cannot give, or a tool call its template cannot make, before it is sent."""
         if endpoint == "chat" and (

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ProxyError
+from conformance.api_errors import APIError
+
 from ..upstream import Upstream
 from .server_props import ServerProps
 from .tool_requests import function_tools
@@ -65,7 +66,7 @@ class TemplateTools:
             return None
         return function_tools(body) or None
 
-    async def refusal(self, upstream: Upstream, body: dict[str, Any]) -> ProxyError | None:
+    async def refusal(self, upstream: Upstream, body: dict[str, Any]) -> APIError | None:
         """The 400 for ``body`` (as it will be sent) when it forces a call that neither the template nor
         JSON output can make (another kind of tool is offered), or asks logprobs of an answer that goes
         as JSON output (they would be the JSON's tokens); None otherwise, or when the template's ability
@@ -75,7 +76,7 @@ class TemplateTools:
         if await self._props.read(upstream, template_calls_tools) is not False:
             return None
         if self.emulated(body) is not None and body.get("logprobs"):
-            return ProxyError.make(
+            return APIError.make(
                 "logprobs with tools cannot be given by this server: its model's chat template has no "
                 "tool-call format, so its answer is written as JSON that the proxy reads whole",
                 400,
@@ -84,7 +85,7 @@ class TemplateTools:
             )
         if body.get("tool_choice") != "required" or self.emulated(body) is not None:
             return None
-        return ProxyError.make(
+        return APIError.make(
             "tool_choice 'required' or a named function cannot be served by this server with tools other "
             "than functions: its model's chat template has no tool-call format, so it would answer with "
             "text (offer function tools only, or use a model whose template calls tools)",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..errors import ProxyError
-from ..normalizer.request import Endpoint
+from conformance.api_errors import APIError
+from conformance.request import Endpoint
+
 from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
 from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
@@ -48,9 +49,7 @@ class OpenAIAdapter:
             body = {**body, "top_logprobs": 0}
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
 
-    async def refusal(
-        self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]
-    ) -> ProxyError | None:
+    async def refusal(self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]) -> APIError | None:
         # (An OpenAI-compatible server's context is unknown: it refuses a prompt it cannot serve.)
         traits = upstream.traits
         if not traits.listing_read and (isinstance(body.get("response_format"), dict) or asks_tools(body)):

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ProxyError
-from ..normalizer.request import Endpoint
+from conformance.api_errors import APIError
+from conformance.request import Endpoint
+
 from ..upstream_traits import UpstreamTraits
 
 __all__ = ["for_llama_cpp_python", "native_json_schema", "requested_schema", "unenforced_schema"]
@@ -73,13 +74,13 @@ def native_json_schema(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def unenforced_schema(traits: UpstreamTraits, endpoint: Endpoint, body: dict[str, Any]) -> ProxyError | None:
+def unenforced_schema(traits: UpstreamTraits, endpoint: Endpoint, body: dict[str, Any]) -> APIError | None:
     """A 400 for a response format the upstream would answer without enforcing (never its 500)."""
     response_format = _format(body)
     if response_format is None or response_format.get("type") in (None, "text"):
         return None
     if endpoint == "completions" and traits.schema_format == "json_object_schema":
-        return ProxyError.make(
+        return APIError.make(
             "response_format is not supported on /v1/completions by this server: it would not be enforced",
             400,
             code="unsupported_parameter",

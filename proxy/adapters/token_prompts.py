@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ContextOverflow, ProxyError
+from conformance.api_errors import APIError, ContextOverflow
+
 from ..upstream import Upstream
 
 __all__ = ["detokenize", "is_token_prompt", "refused_token_prompt"]
@@ -69,7 +70,7 @@ async def _text(upstream: Upstream, where: tuple[str, str], tokens: list[int], b
     that fails alone becomes U+FFFD, as llama.cpp's own ``/detokenize`` writes it.
     """
     if budget.calls <= 0:
-        raise ProxyError.make(
+        raise APIError.make(
             "The upstream server could not turn these token ids into text.", 400, param="prompt"
         )
     budget.calls -= 1
@@ -92,11 +93,9 @@ async def detokenize(
     where = await _detokenizer(upstream, llamacpp_first)
     if where is None and not upstream.traits.detokenizer_probed:
         # No answer yet: a client may ask again (openai-python retries a 503), unlike the 400 below.
-        raise ProxyError.make(
-            "The upstream server did not answer on its detokenize endpoint; try again.", 503
-        )
+        raise APIError.make("The upstream server did not answer on its detokenize endpoint; try again.", 503)
     if where is None:
-        raise ProxyError.make(
+        raise APIError.make(
             "The upstream server does not accept a prompt of token ids and has no detokenize endpoint "
             "to turn them into text; send the prompt as text.",
             400,
@@ -109,6 +108,6 @@ async def detokenize(
     return [await _text(upstream, where, tokens, budget) for tokens in prompt]
 
 
-def refused_token_prompt(error: ProxyError) -> bool:
+def refused_token_prompt(error: APIError) -> bool:
     """Whether ``error`` is how an upstream refuses a prompt of token ids, which text may pass."""
     return error.status in _REFUSALS and not isinstance(error, ContextOverflow)

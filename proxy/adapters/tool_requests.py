@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from conformance.api_errors import APIError
 from conformance.request import allowed_tools_choice, named_function
 
-from ..errors import ProxyError
 from ..upstream_traits import UpstreamTraits
 
 __all__ = [
@@ -82,7 +82,7 @@ def asks_tools(body: dict[str, Any]) -> bool:
     return "tools" in body or _null_content_calls(body.get("messages"))
 
 
-def unforceable_tool_choice(traits: UpstreamTraits, body: dict[str, Any]) -> ProxyError | None:
+def unforceable_tool_choice(traits: UpstreamTraits, body: dict[str, Any]) -> APIError | None:
     """A 400 for ``tool_choice: "required"`` on an upstream that would ignore it, unless exactly one function
     tool is offered (then sent as that function named)."""
     if not traits.named_tool_choice_only or body.get("tool_choice") != "required":
@@ -90,7 +90,7 @@ def unforceable_tool_choice(traits: UpstreamTraits, body: dict[str, Any]) -> Pro
     tools = function_tools(body)
     if tools is not None and len(tools) == 1:
         return None  # sent as the named choice
-    return ProxyError.make(
+    return APIError.make(
         "tool_choice 'required' is supported by this server only with exactly one function tool: it enforces "
         'a call only of a named function (tool_choice {"type": "function", "function": {"name": ...}})',
         400,
@@ -128,7 +128,7 @@ def choice_as_tools(body: dict[str, Any], *, named: bool = False) -> dict[str, A
     return {**body, "tools": kept, "tool_choice": "required" if mode == "function" else mode}
 
 
-def unknown_tool_choice(body: dict[str, Any]) -> ProxyError | None:
+def unknown_tool_choice(body: dict[str, Any]) -> APIError | None:
     """OpenAI's 400 for a named or ``allowed_tools`` choice naming a function ``tools`` does not offer:
     checked here because llama-server would serve it as ``auto`` (Q83), every tool callable."""
     chosen = _chosen(body)
@@ -136,7 +136,7 @@ def unknown_tool_choice(body: dict[str, Any]) -> ProxyError | None:
     unknown = [name for name in chosen[1] if name not in offered] if chosen else []
     if not unknown:
         return None
-    return ProxyError.make(
+    return APIError.make(
         f"Invalid value for 'tool_choice': no function named {unknown[0]!r} was specified in 'tools'.",
         400,
         code="invalid_value",

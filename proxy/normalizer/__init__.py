@@ -5,17 +5,13 @@ from .choices import generated_text
 from .finish import map_finish_reason
 from .identity import Identity, new_id
 from .repairs import Repairs
-from .request import Endpoint, RequestInfo, clean_model_name
 from .stream import StreamNormalizer
 from .usage import clean_usage, sum_usage
 
 __all__ = [
-    "Endpoint",
     "Identity",
     "Repairs",
-    "RequestInfo",
     "StreamNormalizer",
-    "clean_model_name",
     "clean_usage",
     "generated_text",
     "map_finish_reason",

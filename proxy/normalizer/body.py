@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ProxyError, error_from_payload, is_error_payload
+from conformance.api_errors import APIError
+from conformance.request_info import RequestInfo
+
+from ..errors import error_from_payload, is_error_payload
 from .choices import as_dict
 from .field_repairs import CHAT_MESSAGE_REPAIRS, TEXT_MESSAGE_REPAIRS, Message, choice_index
 from .identity import Identity
 from .repairs import Repairs
-from .request import RequestInfo
 from .text_lost import text_lost
 from .usage import counted_usage, nothing_generated, sum_usage
 
@@ -30,7 +32,7 @@ def normalize_body(
     identity: Identity | None = None,
     status: int = 200,
 ) -> dict[str, Any]:
-    """One OpenAI response object; raises :class:`ProxyError` for an error in any upstream shape."""
+    """One OpenAI response object; raises :class:`APIError` for an error in any upstream shape."""
     identity = identity or Identity(request.endpoint, request.model)
     if isinstance(obj, list) and obj and all(isinstance(item, dict) for item in obj):
         repairs.add("Q73")
@@ -76,12 +78,12 @@ def merge_bodies(bodies: Sequence[dict[str, Any]], samples_per_prompt: int = 1) 
 def _upstream_choices(obj: Any, status: int) -> list[Any]:
     """The upstream's choices; raises the error its body is, or one for a body that is not a response."""
     if not isinstance(obj, dict):
-        raise ProxyError.make("the upstream server sent a response that is not a JSON object", 502)
+        raise APIError.make("the upstream server sent a response that is not a JSON object", 502)
     if is_error_payload(obj):
         raise error_from_payload(obj, status if status >= 400 else 500, quirk="N2")
     raw_choices = obj.get("choices")
     if not isinstance(raw_choices, list):
-        raise ProxyError.make("the upstream server sent a response without choices", 502)
+        raise APIError.make("the upstream server sent a response without choices", 502)
     return raw_choices
 
 

@@ -6,11 +6,12 @@ import json
 import os
 from typing import Any
 
-from .. import jsoncodec
-from ..emulation.stop import StopScanner
+from conformance import jsoncodec
+
 from .control_characters import ArgumentStrings
 from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
 from .repairs import Repairs
+from .stop import StopScanner
 from .tool_text import Call, ToolTextScanner
 
 __all__ = ["ChoiceState", "as_dict", "fix_tool_call", "generated_text", "new_tool_call_id"]

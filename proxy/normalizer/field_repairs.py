@@ -9,7 +9,7 @@ one function serves both (``tool_call_list``, ``upstream_finish``, ``chat_choice
 ``text_choice_logprobs``, ``choice_index`` and the finish repairs).
 
 A delta or message repair returns False when the choice is to be dropped (nothing in it to send, or a
-finish reason that is a failure: ``upstream_finish`` then raises the :class:`ProxyError`).
+finish reason that is a failure: ``upstream_finish`` then raises the :class:`APIError`).
 
 Why the orders are what they are:
 
@@ -38,13 +38,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..emulation.stop import truncate_at_stop
-from ..errors import ProxyError
+from conformance.api_errors import APIError
+from conformance.request_info import RequestInfo
+
 from .choices import ChoiceState, as_dict, fix_tool_call, new_tool_call_id
 from .finish import FAILURE_REASONS, map_finish_reason
 from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
 from .repairs import Repairs
-from .request import RequestInfo
+from .stop import truncate_at_stop
 from .tool_text import calls_in_text
 
 __all__ = [
@@ -91,9 +92,9 @@ def tool_call_list(calls: Any, repairs: Repairs) -> Any:
     return calls
 
 
-def failure_for_reason(reason: str, quirk: str | None) -> ProxyError:
+def failure_for_reason(reason: str, quirk: str | None) -> APIError:
     status = 500 if reason == "error" else 503
-    return ProxyError.make(
+    return APIError.make(
         f"the upstream server ended the generation with finish_reason '{reason}'", status, quirk=quirk
     )
 
@@ -185,11 +186,9 @@ def missing_finish(f: Finish) -> None:
     if f.reason is not None:
         return
     if f.interrupted:
-        raise ProxyError.make(INTERRUPTED, 502)
+        raise APIError.make(INTERRUPTED, 502)
     if not f.upstream_done:
-        raise ProxyError.make(
-            "the upstream server closed the stream before its final chunk", 502, quirk="Q56"
-        )
+        raise APIError.make("the upstream server closed the stream before its final chunk", 502, quirk="Q56")
     f.repairs.add("Q16")
     f.reason = "stop"
 
@@ -220,7 +219,7 @@ FINISH_REPAIRS: tuple[Callable[[Finish], None], ...] = (
 
 
 def final_reason(f: Finish) -> str:
-    """The finish reason sent: ``FINISH_REPAIRS`` run in order; raises :class:`ProxyError` for a
+    """The finish reason sent: ``FINISH_REPAIRS`` run in order; raises :class:`APIError` for a
     stream that broke before its finish reason."""
     for repair in FINISH_REPAIRS:
         repair(f)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .request import Endpoint
+from conformance.request import Endpoint
 
 __all__ = ["FAILURE_REASONS", "map_finish_reason"]
 

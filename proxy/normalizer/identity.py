@@ -9,8 +9,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.model_names import clean_model_name
+from conformance.request import Endpoint
+
 from .repairs import Repairs
-from .request import Endpoint, clean_model_name
 
 __all__ = ["Identity", "new_id"]
 

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from conformance import jsoncodec
+from conformance.api_errors import APIError
+from conformance.request_info import RequestInfo
 from conformance.sse import SSEBlock
 
-from .. import jsoncodec
-from ..errors import ProxyError, error_from_payload, is_error_payload
+from ..errors import error_from_payload, is_error_payload
 from .choices import ChoiceState
 from .field_repairs import CHAT_DELTA_REPAIRS, TEXT_DELTA_REPAIRS, Delta, Finish, choice_index, final_reason
 from .identity import Identity
 from .repairs import Repairs
-from .request import RequestInfo
 from .text_lost import text_lost
 from .usage import counted_usage, nothing_generated
 
@@ -56,7 +57,7 @@ class StreamNormalizer:
         self.index_base = index_base
         self.emit_usage = request.include_usage if emit_usage is None else emit_usage
         self.usage: dict[str, Any] | None = None
-        self.failure: ProxyError | None = None
+        self.failure: APIError | None = None
         self.upstream_done = False
         self.interrupted = False  # [DONE], then a broken connection (connection_broke)
         self.closed = False
@@ -97,7 +98,7 @@ class StreamNormalizer:
         except ValueError:
             if not block.complete:
                 return []  # cut off mid-payload at the end of the stream: nothing to recover
-            self.fail(ProxyError.make("the upstream server sent an event that is not valid JSON", 502))
+            self.fail(APIError.make("the upstream server sent an event that is not valid JSON", 502))
             return []
         # An event cut off before its blank line (the stream's last) is one a WHATWG client would drop,
         # but a whole JSON payload still says what the upstream meant: an upstream whose only event is
@@ -108,7 +109,7 @@ class StreamNormalizer:
         if self.failure is not None or self.closed:
             return []
         if not isinstance(obj, dict):
-            self.fail(ProxyError.make("the upstream server sent an event that is not a JSON object", 502))
+            self.fail(APIError.make("the upstream server sent an event that is not a JSON object", 502))
             return []
         if is_error_payload(obj):
             self.fail(error_from_payload(obj, 500, quirk="N2"))
@@ -190,7 +191,7 @@ class StreamNormalizer:
         if not self._choices:
             # An empty 200 stream (Q48), or only [DONE] after an error the parser could not see.
             self.fail(
-                ProxyError.make("the upstream server ended the stream without a completion", 502, quirk="Q48")
+                APIError.make("the upstream server ended the stream without a completion", 502, quirk="Q48")
             )
             return []
         out: list[dict[str, Any]] = []
@@ -249,7 +250,7 @@ class StreamNormalizer:
         )
         try:
             return final_reason(finish)
-        except ProxyError as error:  # no finish reason, and no [DONE] either
+        except APIError as error:  # no finish reason, and no [DONE] either
             self.fail(error)
             return None
 
@@ -274,7 +275,7 @@ class StreamNormalizer:
                 # to 1 GB (600,000 indexes for n=1). Indexes are counted, not compared: a server may
                 # number its choices differently (Q06), but never sends more than were asked for.
                 self.fail(
-                    ProxyError.make(
+                    APIError.make(
                         f"the upstream server sent choice index {index}, more choices than the "
                         f"{self.request.choices} asked for",
                         502,
@@ -298,7 +299,7 @@ class StreamNormalizer:
             for repair in self._repairs:
                 if not repair(delta):
                     return None
-        except ProxyError as error:
+        except APIError as error:
             self.fail(error)
             return None
         if self._chat:
@@ -361,7 +362,7 @@ class StreamNormalizer:
         if obj.get("object") != self._object:
             self.repairs.add("Q12")
 
-    def fail(self, error: ProxyError) -> None:
+    def fail(self, error: APIError) -> None:
         self.failure = error
         if error.quirk:
             self.repairs.add(error.quirk)
@@ -377,7 +378,7 @@ class StreamNormalizer:
         try:
             payload = jsoncodec.loads(line)
         except ValueError:
-            self.fail(ProxyError.make("the upstream server sent a line that is not SSE", 502))
+            self.fail(APIError.make("the upstream server sent a line that is not SSE", 502))
             return []
         self.repairs.add("Q50")
         return self.feed_payload(payload)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ProxyError
+from conformance.api_errors import APIError
 
 __all__ = ["TEXT_LOST_CODE", "text_lost"]
 
@@ -33,7 +33,7 @@ TEXT_LOST_CODE = "upstream_text_lost"
 
 def text_lost(
     choices: Sequence[tuple[int, bool, str | None]], usage: dict[str, Any] | None
-) -> ProxyError | None:
+) -> APIError | None:
     """The failure for a response whose choices, ``(index, shows output, finish reason)``, lost their
     text, judged with the upstream's own ``usage`` (None when it sent none); None when nothing was lost."""
     tokens = int(usage.get("completion_tokens") or 0) if usage is not None else 0
@@ -45,9 +45,9 @@ def text_lost(
     return None
 
 
-def _failure(what: str, tokens: int) -> ProxyError:
+def _failure(what: str, tokens: int) -> APIError:
     counted = f" after counting {tokens} completion tokens" if tokens else ""
-    return ProxyError.make(
+    return APIError.make(
         f"the upstream server {what}{counted} but sent no text: its answer was lost on the way (Q14, as "
         "in ik_llama.cpp #767), and an empty answer in its place would pass for a real one",
         502,

@@ -1,6 +1,7 @@
-"""Several upstreams behind one proxy (``conformant serve --config FILE``): the file
-(config_file.py), one upstream's state (replica.py), the choice of replica and health (pool.py), and
-a request's retry on another replica before its first byte (source.py)."""
+"""The proxy's upstreams as one pool: the file of ``conformant serve --config FILE`` (config_file.py; one
+``--upstream`` is a pool of one), one upstream's state (replica.py), and the choice of replica and its
+health (pool.py). A request's retry on another replica before its first byte is its source's
+(proxy/sources/failover.py)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,20 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from ..source import prompt_text
-from .config_file import ConfigFileError, RoutingFile, load_routing_file
+from conformance.request import prompt_text
+
+from .config_file import ConfigFileError, RoutingFile, load_routing_file, one_upstream, routing_of
 from .pool import Router
-from .source import RoutedSource
 
 __all__ = [
     "ConfigFileError",
-    "RoutedSource",
     "Router",
     "RoutingFile",
     "load_routing_file",
+    "one_upstream",
     "prefix_key",
     "reload_on_sighup",
+    "routing_of",
 ]
 
 log = logging.getLogger("conformant.routing")

@@ -17,6 +17,7 @@ it. A file that does not hold together stops ``serve`` with one line naming the 
     [[upstream]]
     url = "http://10.0.0.5:8080/v1"
     kind = "auto"                # auto | openai | llamacpp (as --upstream-kind)
+    responses = "translate"      # translate | native | auto (as --responses, whose value is the default)
     api_key_env = "GPU1_KEY"     # the variable holding the key sent to this upstream
     models = ["gemma-3-270m"]    # left out: the models its /v1/models lists
     weight = 1.0                 # share of the load against the group's other replicas
@@ -29,15 +30,26 @@ from __future__ import annotations
 import math
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ..config import UPSTREAM_KINDS, UpstreamKind
+from conformance.protocols import PROTOCOLS
 
-__all__ = ["ConfigFileError", "RoutingFile", "RoutingOptions", "UpstreamEntry", "load_routing_file"]
+from ..config import NATIVE_MODES, UPSTREAM_KINDS, NativeMode, ProxyConfig, UpstreamKind
+
+__all__ = [
+    "ConfigFileError",
+    "RoutingFile",
+    "RoutingOptions",
+    "UpstreamEntry",
+    "load_routing_file",
+    "one_upstream",
+    "routing_of",
+]
 
 
 class ConfigFileError(ValueError):
@@ -58,6 +70,9 @@ class UpstreamEntry:
     weight: float = 1.0
     max_concurrency: int | None = None
     max_queue: int = 64
+    native: Mapping[str, NativeMode] = field(default_factory=dict)
+    """How each protocol an upstream may speak itself goes to it (``responses = "native"``), where the
+    file says; else as the command line says (``--responses``)."""
 
     @property
     def identity(self) -> tuple[str, str | None]:
@@ -78,9 +93,35 @@ class RoutingFile:
     upstreams: tuple[UpstreamEntry, ...]
     aliases: dict[str, str]
     options: RoutingOptions
+    catch_all: bool = False
+    """The pool of one that ``--upstream`` makes: every model goes to it, and it is never checked nor
+    left out (a refusal or a fault of the only upstream is the client's answer)."""
 
 
-_UPSTREAM_KEYS = {"url", "kind", "api_key_env", "models", "weight", "max_concurrency", "max_queue"}
+def one_upstream(config: ProxyConfig) -> RoutingFile:
+    """``--upstream``: a pool of one, served by the same router as a file's upstreams."""
+    entry = UpstreamEntry(
+        url=config.upstream, kind=config.upstream_kind, api_key=config.upstream_api_key, models=None
+    )
+    return RoutingFile((entry,), {}, RoutingOptions(prefix_chars=0), catch_all=True)
+
+
+def routing_of(config: ProxyConfig) -> RoutingFile:
+    """The upstreams the proxy serves: ``--config``'s file, or ``--upstream``'s pool of one."""
+    return one_upstream(config) if config.config_file is None else load_routing_file(config.config_file)
+
+
+_NATIVE_KEYS = frozenset(protocol.name for protocol in PROTOCOLS if protocol.native)
+_UPSTREAM_KEYS = {
+    "url",
+    "kind",
+    "api_key_env",
+    "models",
+    "weight",
+    "max_concurrency",
+    "max_queue",
+    *_NATIVE_KEYS,
+}
 _ROUTING_KEYS = {"health_interval", "eject_cooldown", "prefix_chars", "affinity_slack"}
 
 
@@ -150,7 +191,18 @@ def _upstream(table: Any, where: str, environ: dict[str, str]) -> UpstreamEntry:
         values["max_concurrency"] = _number(limit, f"{where}.max_concurrency", integer=True, minimum=1)
     if "max_queue" in table:
         values["max_queue"] = _number(table["max_queue"], f"{where}.max_queue", integer=True)
+    values["native"] = _native(table, where)
     return UpstreamEntry(**values)
+
+
+def _native(table: dict[str, Any], where: str) -> dict[str, NativeMode]:
+    modes: dict[str, NativeMode] = {}
+    for name in sorted(_NATIVE_KEYS & set(table)):
+        mode = table[name]
+        if mode not in NATIVE_MODES:
+            raise _fail(f"{where}.{name}", f"must be one of {', '.join(NATIVE_MODES)}, not {mode!r}")
+        modes[name] = mode
+    return modes
 
 
 def _options(table: Any) -> RoutingOptions:

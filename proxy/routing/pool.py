@@ -1,5 +1,7 @@
-"""The routed proxy's upstreams: which serve each model, which replica takes each request, and when
-a replica is ready, busy or left out.
+"""The proxy's upstreams: which serve each model, which replica takes each request, and when a replica
+is ready, busy or left out. ``--config`` gives the upstreams of a file; ``--upstream`` a pool of one
+(``RoutingFile.catch_all``: every model goes to it, nothing checks it or leaves it out), so that every
+request takes one path whatever the configuration.
 
 Choosing a replica (``Router.acquire``), for the replicas of the asked model that are ready and not
 ejected:
@@ -30,15 +32,19 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ..adapters import Adapter, OpenAIAdapter
+from conformance.api_errors import APIError
+from conformance.model_names import clean_model_name
+
+from ..adapters import OpenAIAdapter
+from ..adapters.detection import detect_adapter
 from ..config import ProxyConfig
-from ..errors import ProxyError, UpstreamBroke, UpstreamRefused
-from ..normalizer import clean_model_name
+from ..errors import UpstreamBroke, UpstreamRefused
+from ..observability import Exchange
 from ..served_names import ServedNames, served_name
 from ..upstream import Upstream
 from .config_file import RoutingFile, UpstreamEntry
@@ -51,8 +57,6 @@ log = logging.getLogger("conformant.routing")
 
 _HEALTH_TIMEOUT = 5.0
 _LATENCY_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-
-Detect = Callable[[ProxyConfig, Upstream], Awaitable[Adapter]]
 
 
 class RouterMetrics:
@@ -144,12 +148,17 @@ class Router:
         self.replicas: dict[tuple[str, str | None], Replica] = {}
         self.routes: dict[str, tuple[str, list[Replica]]] = {}
         self._checker: asyncio.Task[None] | None = None
-        self._detect: Detect | None = None
+        self._started = False
         self._closing: set[asyncio.Task[None]] = set()
         self.prefixes = PrefixTable()
         self._take(routing)
 
     # Building and reloading
+
+    @property
+    def catch_all(self) -> bool:
+        """Whether this is ``--upstream``'s pool of one (see the module's docstring)."""
+        return self.routing.catch_all
 
     def _replica(self, entry: UpstreamEntry) -> Replica:
         config = dataclasses.replace(
@@ -158,7 +167,9 @@ class Router:
         upstream = Upstream(config)
         adapter = OpenAIAdapter(config.default_max_tokens, upstream.traits)
         label = str(upstream.client.base_url).rstrip("/")
-        return Replica(entry, config, upstream, adapter, ServedNames(upstream, None), label)
+        # A file's aliases name its models for the router; one upstream's alias is its names' own.
+        alias = config.model_alias if self.catch_all else None
+        return Replica(entry, config, upstream, adapter, ServedNames(upstream, alias), label)
 
     def _take(self, routing: RoutingFile) -> list[Replica]:
         """Serve ``routing`` from now on; the replicas it adds (the caller detects their adapters).
@@ -196,9 +207,15 @@ class Router:
                 routes[alias] = routes[model]
         self.routes = routes
 
-    async def start(self, detect: Detect) -> None:
-        """At start-up: each replica's API family, and its first health check (before any request)."""
-        self._detect = detect
+    async def start(self) -> None:
+        """At start-up: each replica's API family, and its first health check (before any request);
+        the pool of one is not checked, its family is probed at once."""
+        self._started = True
+        if self.catch_all:
+            for replica in self.replicas.values():
+                replica.adapter = await detect_adapter(replica.config, replica.upstream)
+                replica.detected = True
+            return
         await self._prepare(list(self.replicas.values()))
         self._checker = asyncio.create_task(self._check_forever())
 
@@ -234,9 +251,9 @@ class Router:
         status, _ = await replica.upstream.answer("GET", "/health", timeout=timeout)
         was = replica.ready
         replica.ready = status is not None and (status < 300 or status == 404)
-        if replica.ready and not replica.detected and self._detect is not None:
+        if replica.ready and not replica.detected and self._started:
             # Its API family, probed once it answers (a replica loading at start-up, when it is ready).
-            replica.adapter = await self._detect(replica.config, replica.upstream)
+            replica.adapter = await detect_adapter(replica.config, replica.upstream)
             replica.detected = True
         if replica.ready and replica.entry.models is None:
             entries = await replica.names.listing(timeout)
@@ -248,13 +265,26 @@ class Router:
 
     # Choosing
 
-    def route(self, model: Any) -> tuple[str, list[Replica]] | None:
-        """The name the upstreams serve ``model`` by, and its replicas; None for a model none serves."""
+    def route(self, model: Any) -> tuple[Any, list[Replica]] | None:
+        """The name the upstreams serve ``model`` by, and its replicas; None for a model none serves
+        (the pool of one serves every model, by the name asked: its replica's names map it)."""
+        if self.catch_all:
+            return model, list(self.replicas.values())
         return self.routes.get(model) if isinstance(model, str) else None
 
     def listing(self) -> list[str]:
         """The names clients may ask for: each model without its local path (Q09), and the aliases."""
         return list(dict.fromkeys(clean_model_name(name) for name in self.routes))
+
+    async def models(self, exchange: Exchange) -> list[Any]:
+        """The ``/v1/models`` entries of the models this pool serves: the names of the file's routes
+        (no upstream asked), or the pool of one's own listing (its alias, or what its upstream lists:
+        its status in ``exchange``). Raises the ``APIError`` to answer when that upstream cannot list
+        them."""
+        if not self.catch_all:
+            return [{"id": name} for name in self.listing()]
+        (replica,) = self.replicas.values()
+        return await replica.names.models(exchange)
 
     def pick(self, candidates: list[Replica], key: bytes | None) -> Replica:
         least = min(candidates, key=_load)
@@ -313,7 +343,7 @@ class Router:
         return chosen, time.monotonic() - began
 
     def done(
-        self, replica: Replica, started: float | None, fault: ProxyError | None, status: int | None = None
+        self, replica: Replica, started: float | None, fault: APIError | None, status: int | None = None
     ) -> None:
         """A request on ``replica`` ended (``fault``: the upstream's failure, if it failed)."""
         replica.release()
@@ -321,7 +351,7 @@ class Router:
         metrics.publish(replica)
         if started is not None:
             metrics.of(replica)[2].observe(time.monotonic() - started)
-        if fault is not None and upstream_fault(fault, status):
+        if fault is not None and upstream_fault(fault, status) and not self.catch_all:
             metrics.errors.labels(replica.label).inc()
             if replica.available:
                 metrics.ejections.labels(replica.label).inc()
@@ -350,7 +380,7 @@ def _digest(key: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
 
 
-def upstream_fault(error: ProxyError, status: int | None) -> bool:
+def upstream_fault(error: APIError, status: int | None) -> bool:
     """Whether ``error`` says the replica failed (no connection, a connection cut, a 5xx), not the
     request (a 4xx) or its length (a timeout: a long prompt is no fault of the replica's)."""
     if isinstance(error, UpstreamRefused | UpstreamBroke):
@@ -358,14 +388,14 @@ def upstream_fault(error: ProxyError, status: int | None) -> bool:
     return status is not None and status >= 500 and status != 504
 
 
-def retryable(error: ProxyError, status: int | None) -> bool:
+def retryable(error: APIError, status: int | None) -> bool:
     """Whether another replica may take a request that failed with ``error`` before its first byte:
     connection refused or cut, or a 502 or 503 (a replica loading or overloaded)."""
     return isinstance(error, UpstreamRefused | UpstreamBroke) or status in (502, 503)
 
 
-def _unavailable(model: str) -> ProxyError:
-    error = ProxyError.make(
+def _unavailable(model: str) -> APIError:
+    error = APIError.make(
         f"no upstream serving the model '{model}' is ready; try again shortly",
         503,
         code="upstream_unavailable",
@@ -374,8 +404,8 @@ def _unavailable(model: str) -> ProxyError:
     return error
 
 
-def _queue_full(model: str) -> ProxyError:
-    error = ProxyError.make(
+def _queue_full(model: str) -> APIError:
+    error = APIError.make(
         f"every upstream serving the model '{model}' is at its limit and its queue is full; try again "
         "shortly",
         429,

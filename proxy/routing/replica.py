@@ -1,4 +1,4 @@
-"""One upstream of a routed proxy: its client, adapter and names, and what the router knows of it now.
+"""One upstream of the proxy's pool: its client, adapter and names, and what the router knows of it now.
 
 Its state is this worker's own (proxy/routing/README in docs/proxy.md, "Several proxies"): requests in
 flight and waiting, whether its ``/health`` says it is ready, and until when it is left out after a
@@ -21,6 +21,10 @@ from ..upstream import Upstream
 from .config_file import UpstreamEntry
 
 __all__ = ["Replica"]
+
+_PROBE_TIMEOUT = 5.0
+_NO_ROUTE = frozenset({404, 405, 501})
+"""What a server answers on a path it has no route for."""
 
 
 @dataclass(eq=False, slots=True)
@@ -48,6 +52,8 @@ class Replica:
     """Its rendezvous-hash seed, from its label: the same in every worker and every proxy."""
     gauges: tuple[Any, Any, Any] | None = None
     """Its labelled metrics (RouterMetrics.of), looked up once: ``labels()`` costs on every call."""
+    probing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while its own endpoint of a protocol is probed (``auto``): one probe, however many ask."""
 
     def __post_init__(self) -> None:
         self.seed = int.from_bytes(hashlib.blake2b(self.label.encode(), digest_size=8).digest(), "big")
@@ -69,6 +75,23 @@ class Replica:
     def load(self) -> float:
         """Requests in flight and waiting, per unit of weight: the least loaded replica gets the next."""
         return (self.in_flight + len(self.waiting)) / self.entry.weight
+
+    async def speaks(self, protocol: str, path: str) -> bool:
+        """Whether ``protocol``'s requests go to this upstream's own ``path`` (normalized there), not
+        translated to chat: as its table in the file says (``responses = "native"``), else as the
+        command line does (``--responses``); for ``auto``, once a probe (an empty request: a server with
+        the route refuses it, one without has no route) found it there, remembered in its traits."""
+        mode = self.entry.native.get(protocol) or self.config.native_mode(protocol)
+        if mode != "auto":
+            return mode == "native"
+        known = self.upstream.traits.native_paths
+        if path not in known:
+            async with self.probing:
+                if path not in known:
+                    status, _ = await self.upstream.answer("POST", path, {}, _PROBE_TIMEOUT)
+                    if status is not None:  # no answer at all says nothing: asked again next time
+                        known[path] = status not in _NO_ROUTE
+        return known.get(path, False)
 
     def eject(self, cooldown: float) -> None:
         self.ejected_until = time.monotonic() + cooldown

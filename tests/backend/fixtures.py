@@ -17,7 +17,7 @@ from backend.app import create_app
 from backend.context import ContextOptions
 from backend.service import Backend
 from conformance.judge import judge_response
-from conformance.responses_state import ResponseStore
+from conformance.protocols.responses.store import ResponseStore
 from tests.support.servers import run_asgi
 
 PARALLEL = 4

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from backend import synthetic
+from backend.answers import AnswerBuilder
 from backend.app import create_app
 from backend.context import ContextOptions
 from backend.engine import Event
@@ -28,8 +29,8 @@ from backend.reasoning import (
     ThinkingMarkers,
     markers_in_template,
 )
-from backend.requests import GenerationRequest, RequestError, SamplingParams, parse_chat_request
-from backend.responses import ResponseBuilder
+from backend.request_errors import RequestError
+from backend.requests import GenerationRequest, SamplingParams, parse_chat_request
 from backend.service import Backend, Prompt
 from conformance.judge import judge_response
 from tests.support.servers import run_asgi
@@ -127,7 +128,7 @@ def test_an_unknown_reasoning_effort_is_a_400_naming_it() -> None:
     assert refused.value.status == 400
 
 
-def _builder(stream: bool) -> ResponseBuilder:
+def _builder(stream: bool) -> AnswerBuilder:
     req = GenerationRequest(
         endpoint="chat",
         model="m",
@@ -140,7 +141,7 @@ def _builder(stream: bool) -> ResponseBuilder:
         include_usage=stream,
     )
     prompt = Prompt([1, 2, 3], "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
-    return ResponseBuilder(req, [prompt], "m", lambda token: b"", THINK)
+    return AnswerBuilder(req, [prompt], "m", lambda token: b"", THINK)
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -11,7 +11,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from backend.requests import RequestError, parse_chat_request
+from backend.request_errors import RequestError
+from backend.requests import parse_chat_request
 from backend.schema_support import ANY_VALUE, hoisted, localized, normalized
 from backend.tool_formats.generic import Generic
 from backend.tool_formats.grammar import definitions_prefix

@@ -17,7 +17,8 @@ import pytest
 
 from backend.app import create_app
 from backend.context import ContextOptions
-from backend.requests import RequestError, parse_chat_request
+from backend.request_errors import RequestError
+from backend.requests import parse_chat_request
 from backend.service import Backend
 from backend.synthetic import HERMES_TOOLS_TEMPLATE, SyntheticSpec, write_synthetic
 from tests.backend.fixtures import Exchange, RecordingTransport, assert_conformant, sdk_client

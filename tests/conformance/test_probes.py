@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from conformance.live.probes import PROBES, Probe, ProbeContext
+from conformance.live.probes import PROBES
 from conformance.live.runner import ProbeResult, run_probe
+from conformance.probe import Probe, ProbeContext
 
 Answer = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
 

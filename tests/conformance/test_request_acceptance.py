@@ -12,11 +12,12 @@ import pytest
 from conformance.judge import judge_response, judge_transcript
 from conformance.live.probes import PROBES
 from conformance.openai_errors import error_bytes
+from conformance.protocols import recorded_request
 from conformance.request import Request
+from conformance.request_info import RequestInfo
 from conformance.rules.acceptance import refusal
 from conformance.rules.intents import INTENTS
 from conformance.transcript import load_transcript, save_transcript
-from proxy.normalizer.request import RequestInfo
 from tests.conformance.test_rules import JSON, SSE, chat_chunk, delta, stream
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
@@ -85,7 +86,7 @@ def test_token_limit_is_read_the_way_openai_reads_it() -> None:
     # refuses the pair.
     assert (both.max_tokens, both.limit_conflict) == (3, True)
     assert RequestInfo.from_body("chat", {"max_tokens": 9, "max_completion_tokens": 3}).max_tokens == 3
-    assert refusal(Request.from_recorded(chat(max_tokens=9, max_completion_tokens=3))) is not None
+    assert refusal(recorded_request(chat(max_tokens=9, max_completion_tokens=3))) is not None
     zero = Request.from_body("completions", {"max_tokens": 0, "echo": True, "prompt": "x"})
     assert (zero.generates, RequestInfo.from_body("completions", {"max_tokens": 0}).generates) == (
         False,
@@ -108,13 +109,13 @@ def test_one_reading_of_stream_prompts_and_features() -> None:
     chat_logprobs = Request.from_body("chat", {"logprobs": True})
     assert (chat_logprobs.top_logprobs, chat_logprobs.features) == (0, ("logprobs",))
     assert Request.from_body("completions", {"logprobs": 2}).top_logprobs == 2
-    malformed = Request.from_recorded({"path": "/v1/chat/completions", "body": '{"model": '})
+    malformed = recorded_request({"path": "/v1/chat/completions", "body": '{"model": '})
     assert (malformed.known, malformed.body, refusal(malformed)) == (
         True,
         None,
         "the body is not a JSON object",
     )
-    assert not Request.from_recorded(None).known
+    assert not recorded_request(None).known
 
 
 # --- acceptance ---

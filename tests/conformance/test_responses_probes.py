@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from conformance.live.probes import PROBES, RESPONSES, ProbeContext
+from conformance.live.probes import PROBES
 from conformance.live.runner import ProbeResult, run_probe
+from conformance.probe import ProbeContext
+from conformance.protocols.responses.probes import PATH as RESPONSES
 from conformance.schemas import request_validator
 from tests.conformance.test_responses_rules import (
     call_events,

@@ -1,5 +1,6 @@
 """The Responses API rules, each on a stream or body built for one condition: a well-formed one passes,
-and each deviation is reported by its rule (spec facts: rules/responses.py, responses_output.py)."""
+and each deviation is reported by its rule (spec facts: conformance/protocols/responses/stream_rules.py,
+response_rules.py)."""
 
 from __future__ import annotations
 
@@ -592,7 +593,8 @@ def test_error_bodies_are_openai_shaped() -> None:
 def test_every_responses_rule_is_documented() -> None:
     root = Path(__file__).resolve().parents[2]
     source = "".join(
-        (root / "conformance" / "rules" / f).read_text() for f in ("responses.py", "responses_output.py")
+        (root / "conformance" / "protocols" / "responses" / f).read_text()
+        for f in ("stream_rules.py", "response_rules.py")
     )
     rules = set(re.findall(r'"(responses-[a-z-]+)"', source))
     documented = (root / "docs" / "validate.md").read_text()

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from conformance.judge import judge_transcript
-from conformance.live.probes import PROBES, ProbeContext
+from conformance.live.probes import PROBES
+from conformance.probe import ProbeContext
+from conformance.protocols import recorded_request
 from conformance.request import Request
 from conformance.transcript import load_transcript
 from tests.conformance.test_rules import JSON, chat_chunk, delta, judged, stream
@@ -166,12 +168,12 @@ def test_an_allowed_tools_choice_is_judged_by_its_list_and_its_mode() -> None:
 
 
 def test_request_reads_an_allowed_tools_choice_in_either_api() -> None:
-    chat = Request.from_recorded(_request(tool_choice=_allowed("required", "get_time")))
+    chat = recorded_request(_request(tool_choice=_allowed("required", "get_time")))
     assert (chat.tool_choice_mode, chat.tool_choice_allowed) == ("required", ("get_time",))
     flat = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_time"}]}
-    responses = Request.from_recorded(_request(tool_choice=flat))
+    responses = recorded_request(_request(tool_choice=flat))
     assert (responses.tool_choice_mode, responses.tool_choice_allowed) == ("auto", ("get_time",))
-    odd = Request.from_recorded(_request(tool_choice={"type": "allowed_tools", "mode": "sometimes"}))
+    odd = recorded_request(_request(tool_choice={"type": "allowed_tools", "mode": "sometimes"}))
     assert (odd.tool_choice_mode, odd.tool_choice_allowed) == (None, None)
 
 
@@ -181,13 +183,11 @@ def test_tool_call_rules_quiet_without_a_request_except_for_whole_arguments() ->
 
 
 def test_request_reads_tools_choice_and_formats() -> None:
-    request = Request.from_recorded(
-        _request(tool_choice={"type": "function", "function": {"name": "get_time"}})
-    )
+    request = recorded_request(_request(tool_choice={"type": "function", "function": {"name": "get_time"}}))
     assert (request.tool_choice_mode, request.tool_choice_function) == ("function", "get_time")
     assert set(request.tool_schemas) == {"get_time", "get_weather"}
     assert Request.from_body("chat", {"messages": []}).tool_choice_mode is None
-    assert Request.from_recorded(_request(tool_choice=None)).tool_choice_mode == "auto"
+    assert recorded_request(_request(tool_choice=None)).tool_choice_mode == "auto"
     schema = {"type": "object"}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     request = Request.from_body("chat", {"response_format": fmt, "parallel_tool_calls": False})

@@ -19,6 +19,7 @@ from conformance.transcript import Transcript
 from proxy.app import create_app
 from proxy.client_limits import LimitedClientProtocol
 from proxy.config import ProxyConfig
+from proxy.upstream import Upstream
 from tests.live import llama_cpp_server
 from tests.support.servers import free_port, run_asgi, run_process
 
@@ -33,6 +34,13 @@ def serve_proxy(upstream: str, **config: Any) -> Iterator[tuple[str, Starlette]]
         app = create_app(ProxyConfig(upstream=upstream, **config))
         with run_asgi(app, http=LimitedClientProtocol) as url:
             yield url, app
+
+
+def only_upstream(app: Starlette) -> Upstream:
+    """The upstream of a proxy served in front of one ``--upstream`` (its pool of one)."""
+    (replica,) = app.state.serving.pool.replicas.values()
+    upstream: Upstream = replica.upstream
+    return upstream
 
 
 @contextlib.contextmanager

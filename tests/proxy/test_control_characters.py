@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from conformance.request_info import RequestInfo
 from conformance.transcript import load_transcript
-from proxy.normalizer import RequestInfo, normalize_body
+from proxy.normalizer import normalize_body
 from proxy.normalizer.control_characters import ArgumentStrings
 from proxy.normalizer.repairs import Repairs
 from tests.proxy.test_normalizer import events, judged, normalize_stream

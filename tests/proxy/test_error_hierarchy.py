@@ -1,20 +1,23 @@
-"""The proxy's error hierarchy: the tree errors.py documents is the one the classes form, each class
-gives its own status and code, and upstream error bodies come back as the class they describe."""
+"""The error hierarchy: the trees conformance/api_errors.py and proxy/errors.py document are the ones
+the classes form, each class gives its own status and code, and upstream error bodies come back as the
+class they describe."""
 
 from __future__ import annotations
 
 import re
+from types import ModuleType
 
 import pytest
 
+from conformance import api_errors
 from proxy import errors
 
 _TREE_LINE = re.compile(r"^(?P<indent>[│ ]*)(?:[├└]── )?(?P<name>[A-Z]\w+)\s{2,}")
 
 
-def _documented_tree() -> dict[str, str | None]:
+def _documented_tree(module: ModuleType) -> dict[str, str | None]:
     """Each class named in the module docstring's tree, with the class it hangs from."""
-    doc = errors.__doc__ or ""
+    doc = module.__doc__ or ""
     block = doc.split("::", 1)[1].split("\n\n", 2)[1]
     parents: dict[str, str | None] = {}
     stack: list[tuple[int, str]] = []
@@ -29,30 +32,31 @@ def _documented_tree() -> dict[str, str | None]:
     return parents
 
 
-def _subclasses(cls: type[errors.ProxyError]) -> list[type[errors.ProxyError]]:
+def _subclasses(cls: type[api_errors.APIError]) -> list[type[api_errors.APIError]]:
     found = [cls]
     for sub in cls.__subclasses__():
         found.extend(_subclasses(sub))
     return found
 
 
-def test_the_documented_tree_is_the_class_tree() -> None:
-    documented = _documented_tree()
+@pytest.mark.parametrize("module", [api_errors, errors], ids=lambda m: m.__name__)
+def test_the_documented_tree_is_the_class_tree(module: ModuleType) -> None:
     actual = {
-        cls.__name__: None if cls is errors.ProxyError else cls.__bases__[0].__name__
-        for cls in _subclasses(errors.ProxyError)
-        if cls.__module__ == errors.__name__
+        cls.__name__: None if cls is api_errors.APIError else cls.__bases__[0].__name__
+        for cls in _subclasses(api_errors.APIError)
+        if cls.__module__ == module.__name__
     }
+    documented = {name: parent for name, parent in _documented_tree(module).items() if name in actual}
     assert documented == actual
-    assert set(actual) <= set(errors.__all__)
+    assert set(actual) <= set(module.__all__)
 
 
 @pytest.mark.parametrize(
     ("cls", "status", "etype", "code"),
     [
-        (errors.InvalidRequest, 400, "invalid_request_error", None),
-        (errors.ContextOverflow, 400, "invalid_request_error", "context_length_exceeded"),
-        (errors.UnsupportedParameter, 400, "invalid_request_error", "unsupported_parameter"),
+        (api_errors.InvalidRequest, 400, "invalid_request_error", None),
+        (api_errors.ContextOverflow, 400, "invalid_request_error", "context_length_exceeded"),
+        (api_errors.UnsupportedParameter, 400, "invalid_request_error", "unsupported_parameter"),
         (errors.UpstreamError, 502, "server_error", None),
         (errors.UpstreamRefused, 502, "server_error", None),
         (errors.UpstreamTimeout, 504, "server_error", "upstream_timeout"),
@@ -62,7 +66,7 @@ def test_the_documented_tree_is_the_class_tree() -> None:
     ],
 )
 def test_each_class_gives_its_status_type_and_code(
-    cls: type[errors.ProxyError], status: int, etype: str, code: str | None
+    cls: type[api_errors.APIError], status: int, etype: str, code: str | None
 ) -> None:
     error = cls.of("words", param="messages")
     assert type(error) is cls
@@ -71,7 +75,7 @@ def test_each_class_gives_its_status_type_and_code(
 
 
 def test_the_timeouts_are_upstream_timeouts() -> None:
-    for error in (errors.ProxyError.timeout("slow"), errors.ProxyError.first_byte_timeout()):
+    for error in (errors.upstream_timeout("slow"), errors.first_byte_timeout_error()):
         assert type(error) is errors.UpstreamTimeout
         assert (error.status, error.body["error"]["code"]) == (504, "upstream_timeout")
 
@@ -88,21 +92,21 @@ def test_the_timeouts_are_upstream_timeouts() -> None:
                 }
             },
             400,
-            errors.ContextOverflow,
+            api_errors.ContextOverflow,
             400,
             "context_length_exceeded",
         ),
         (  # an overflow reported as a 500 is still the client's (seed 003)
             {"error": "Requested tokens (900) exceed context window of 512"},
             500,
-            errors.ContextOverflow,
+            api_errors.ContextOverflow,
             400,
             "context_length_exceeded",
         ),
         (  # a 500 for a parameter the upstream lacks (Q43)
             {"detail": "Unsupported param: logit_bias"},
             500,
-            errors.UnsupportedParameter,
+            api_errors.UnsupportedParameter,
             400,
             "unsupported_parameter",
         ),
@@ -115,7 +119,7 @@ def test_the_timeouts_are_upstream_timeouts() -> None:
                 }
             },
             500,
-            errors.UnsupportedParameter,
+            api_errors.UnsupportedParameter,
             400,
             "unsupported_parameter",
         ),
@@ -136,7 +140,7 @@ def test_the_timeouts_are_upstream_timeouts() -> None:
     ],
 )
 def test_an_upstream_error_payload_is_the_class_it_describes(
-    payload: dict[str, object], status: int, cls: type[errors.ProxyError], final: int, code: str | None
+    payload: dict[str, object], status: int, cls: type[api_errors.APIError], final: int, code: str | None
 ) -> None:
     error = errors.error_from_payload(payload, status)
     assert type(error) is cls
@@ -153,7 +157,7 @@ def test_an_upstream_error_page_is_reported_at_its_status() -> None:
 
 def test_an_overflow_in_an_error_page_is_a_context_overflow() -> None:
     error = errors.error_from_http(500, "text/plain", b"prompt is too long for this model\n")
-    assert type(error) is errors.ContextOverflow
+    assert type(error) is api_errors.ContextOverflow
     assert error.status == 400
 
 
@@ -163,5 +167,5 @@ def test_redacting_keeps_the_class() -> None:
     error.headers = [(b"retry-after", b"1")]
     redacted = error.redacted(key)
     assert type(redacted) is errors.UpstreamTimeout
-    assert redacted.message == f"slow with key {errors.REDACTED}"
+    assert redacted.message == f"slow with key {api_errors.REDACTED}"
     assert (redacted.status, redacted.headers) == (504, [(b"retry-after", b"1")])

@@ -24,7 +24,7 @@ from proxy.transport import UpstreamTransport
 from proxy.upstream_traits import NO_TOKENIZER, UpstreamTraits
 from tests.support.servers import free_port, wait_for
 
-from .conftest import judge, upstream_answer
+from .conftest import judge, only_upstream, upstream_answer
 from .conftest import serve_proxy as proxy
 from .rawserver import (
     Record,
@@ -44,11 +44,11 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream":
 
 def assert_idle(app: Starlette) -> None:
     """No request in flight and no upstream connection still busy (nothing leaked)."""
-    ctx = app.state.context
+    serving = app.state.serving
     deadline = time.monotonic() + 3
     while True:
-        in_flight = ctx.metrics.in_flight._value.get()
-        busy = ctx.upstream.connections_in_use()
+        in_flight = serving.metrics.in_flight._value.get()
+        busy = only_upstream(app).connections_in_use()
         if in_flight == 0 and not busy:
             return
         if time.monotonic() > deadline:
@@ -743,7 +743,7 @@ def test_a_tokenizer_that_does_not_answer_holds_up_no_answer() -> None:
         raw_server(_answers_but_its_tokenizer_hangs) as (upstream, record),
         proxy(upstream, idle_timeout=0.8, upstream_kind="openai") as (url, app),
     ):
-        traits = app.state.context.upstream.traits
+        traits = only_upstream(app).traits
         asked = {**CHAT, "stream_options": {"include_usage": True}}
         # Both endpoints share one budget per answer, so a loaded machine may probe the second on the
         # next answer: at most one answer per endpoint before the upstream counts as having none.
@@ -915,7 +915,7 @@ def test_one_at_a_time_each_request_gets_its_own_first_byte_timeout() -> None:
         raw_server(upstream.handle) as (url, _),
         proxy(url, upstream_kind="openai", first_byte_timeout=1) as (base, app),
     ):
-        app.state.context.upstream.traits.serial = True  # as learned from an interrupted stream
+        only_upstream(app).traits.serial = True  # as learned from an interrupted stream
         response = httpx.post(base + "/v1/completions", json=body, timeout=20)
         assert judge(response, "/v1/completions", body).errors == []
         assert upstream.streamed == [False] * 4
@@ -928,7 +928,7 @@ def test_a_whole_stream_cut_after_its_end_does_not_make_the_upstream_one_at_a_ti
     with raw_server(upstream.handle) as (url, _), proxy(url, upstream_kind="openai") as (base, app):
         response = httpx.post(base + "/v1/completions", json=body, timeout=10)
         assert judge(response, "/v1/completions", body).errors == []
-        assert not app.state.context.upstream.traits.serial
+        assert not only_upstream(app).traits.serial
 
 
 def test_the_count_of_an_empty_text_is_asked_again_when_it_was_not_answered() -> None:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import ProxyError
+from conformance.api_errors import APIError
+from conformance.request_info import RequestInfo
 from proxy.normalizer.choices import ChoiceState
 from proxy.normalizer.field_repairs import (
     CHAT_DELTA_REPAIRS,
@@ -54,7 +55,6 @@ from proxy.normalizer.field_repairs import (
     zero_limit_finish,
 )
 from proxy.normalizer.repairs import Repairs
-from proxy.normalizer.request import RequestInfo
 
 CHAT = RequestInfo(endpoint="chat", stream=True)
 TEXT = RequestInfo(endpoint="completions", stream=True)
@@ -129,7 +129,7 @@ def test_upstream_finish_maps_counts_and_raises_failures() -> None:
     assert upstream_finish("eos_token", CHAT, repairs) == "stop"
     assert upstream_finish(None, CHAT, repairs) is None
     assert repairs == {"Q18": 1}
-    with pytest.raises(ProxyError) as caught:
+    with pytest.raises(APIError) as caught:
         upstream_finish("abort", CHAT, repairs)
     assert caught.value.status == 503
     assert caught.value.quirk == "Q20"
@@ -178,14 +178,14 @@ def test_a_missing_reason_after_done_is_stop_q16() -> None:
 
 def test_a_missing_reason_before_done_is_a_broken_stream_q56() -> None:
     f, _ = _finish(None, upstream_done=False)
-    with pytest.raises(ProxyError) as caught:
+    with pytest.raises(APIError) as caught:
         missing_finish(f)
     assert (caught.value.status, caught.value.quirk) == (502, "Q56")
 
 
 def test_a_missing_reason_on_an_interrupted_stream_says_so() -> None:
     f, _ = _finish(None, interrupted=True)
-    with pytest.raises(ProxyError) as caught:
+    with pytest.raises(APIError) as caught:
         missing_finish(f)
     assert "interrupted" in caught.value.body["error"]["message"]
 
@@ -320,7 +320,7 @@ def test_the_finish_reason_is_held_and_counted_q23_q22_q17() -> None:
 
 def test_a_failure_finish_reason_raises() -> None:
     d = _run_delta({"delta": {}, "finish_reason": "error"})
-    with pytest.raises(ProxyError) as caught:
+    with pytest.raises(APIError) as caught:
         delta_finish(d)
     assert caught.value.status == 500
 

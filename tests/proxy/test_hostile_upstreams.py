@@ -449,7 +449,7 @@ def _long_stream(megabytes: int, word: str = "lorem ") -> tuple[bytes, int]:
 def test_stream_false_past_the_cap_is_a_502_and_streaming_still_serves_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from proxy.emulation import Aggregator
+    from proxy.reshape import Aggregator
 
     monkeypatch.setattr(Aggregator, "limit", 1 << 20, raising=False)  # the 64 MiB cap, made 1 MiB
     reply, _ = _long_stream(2)
@@ -513,9 +513,9 @@ def test_choice_indexes_past_those_asked_for_are_a_failure_not_held(stream: bool
 
 def test_each_choice_held_counts_against_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """A choice costs its state, not only its text: 300,000 short choices held 887 MB uncounted."""
-    from proxy.emulation import Aggregator
-    from proxy.errors import ProxyError
-    from proxy.normalizer import RequestInfo
+    from conformance.api_errors import APIError
+    from conformance.request_info import RequestInfo
+    from proxy.reshape import Aggregator
 
     monkeypatch.setattr(Aggregator, "limit", 1 << 20, raising=False)
     aggregator = Aggregator(RequestInfo(endpoint="chat", n=1000, choices=1000))
@@ -528,5 +528,5 @@ def test_each_choice_held_counts_against_the_cap(monkeypatch: pytest.MonkeyPatch
         for one in chunks:
             aggregator.add(one)
 
-    with pytest.raises(ProxyError, match="over the 1 MiB"):
+    with pytest.raises(APIError, match="over the 1 MiB"):
         fold_all()

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from conformance.live.probes import TIME, WEATHER
+from conformance.probe import TIME, WEATHER
 from proxy.adapters.llamacpp_tools import template_calls_tools
 from tests.proxy.conftest import run_proxy, upstream_answer
 from tests.support.servers import RecordingUpstream, run_asgi

@@ -11,17 +11,14 @@ from typing import Any
 
 import pytest
 
+from conformance.api_errors import APIError
 from conformance.judge import Verdict, judge_response
+from conformance.request import Endpoint
+from conformance.request_info import RequestInfo
 from conformance.sse import DONE_EVENT, SSEParser, encode_data
 from conformance.transcript import Transcript, discover
-from proxy.errors import ProxyError, error_from_http
-from proxy.normalizer import (
-    Endpoint,
-    RequestInfo,
-    StreamNormalizer,
-    map_finish_reason,
-    normalize_body,
-)
+from proxy.errors import error_from_http
+from proxy.normalizer import StreamNormalizer, map_finish_reason, normalize_body
 from proxy.normalizer.repairs import Repairs
 from tests.proxy.conftest import upstream_answer
 
@@ -462,7 +459,7 @@ def test_an_error_payload_as_the_first_event_is_an_http_error() -> None:
     assert status == 400
     assert json.loads(out)["error"]["code"] == "context_length_exceeded"
     assert repairs["Q42"] == 1
-    with pytest.raises(ProxyError) as caught:
+    with pytest.raises(APIError) as caught:
         normalize_body(
             {"object": "error", "message": "boom", "code": 503},
             RequestInfo.from_body("chat", {**CHAT_REQUEST, "stream": False}),

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from proxy.passthrough import Redactor
+from proxy.relay import Redactor
 from tests.support.servers import wait_for
 
 from .conftest import serve_proxy

@@ -14,11 +14,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from conformance.request_info import RequestInfo
 from proxy.adapters import LlamaCppAdapter, OpenAIAdapter
 from proxy.adapters.base import messages_with_reasoning_as
-from proxy.emulation.aggregate import Aggregator
-from proxy.normalizer import RequestInfo, StreamNormalizer, normalize_body
+from proxy.normalizer import StreamNormalizer, normalize_body
 from proxy.normalizer.repairs import Repairs
+from proxy.reshape.aggregate import Aggregator
 from proxy.upstream_traits import UpstreamTraits
 from tests.proxy.conftest import run_proxy, upstream_answer
 from tests.support.servers import run_asgi

@@ -17,23 +17,25 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from conformance.api_errors import APIError
 from conformance.judge import judge_response
-from conformance.schemas import REQUEST_SCHEMA, request_schema
-from proxy.errors import ProxyError
-from proxy.normalizer import Endpoint
-from proxy.request_validation import parse_request, validate_request
+from conformance.protocols import PROTOCOLS, protocol_named
+from conformance.request import Endpoint
+from conformance.request_validation import parse_request, validate_request
+from conformance.schemas import request_schema
 from tests.support.servers import run_asgi
 
 from .conftest import run_proxy
 
-_SCHEMAS = {endpoint: request_schema(name) for endpoint, name in REQUEST_SCHEMA.items()}
+_SCHEMA_NAMES = {protocol.name: protocol.request_schema for protocol in PROTOCOLS}
+_SCHEMAS = {endpoint: request_schema(name) for endpoint, name in _SCHEMA_NAMES.items()}
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
-def _rejection(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
-    with pytest.raises(ProxyError) as caught:
-        validate_request(endpoint, body)
+def _rejection(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+    with pytest.raises(APIError) as caught:
+        validate_request(_SCHEMA_NAMES[endpoint], body)
     assert caught.value.status == 400
     error: dict[str, Any] = caught.value.body["error"]
     assert error["type"] == "invalid_request_error"
@@ -98,7 +100,7 @@ def _rejection(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
         ("chat", {"messages": MESSAGES, "model": 5}, "model", "invalid_type"),
     ],
 )
-def test_a_bad_parameter_is_named(endpoint: Endpoint, body: dict[str, Any], param: str, code: str) -> None:
+def test_a_bad_parameter_is_named(endpoint: str, body: dict[str, Any], param: str, code: str) -> None:
     for _ in range(2):  # the second time a seen shape is looked up, never passed
         error = _rejection(endpoint, body)
         assert (error["param"], error["code"]) == (param, code)
@@ -158,8 +160,8 @@ def test_stream_options_without_stream_is_refused_as_openai_does(stream: bool | 
         ("completions", {"prompt": "x", "top_k": 40, "min_p": "0.1", "grammar": 5, "mirostat": [1]}),
     ],
 )
-def test_good_requests_and_extensions_pass(endpoint: Endpoint, body: dict[str, Any]) -> None:
-    assert parse_request(endpoint, json.dumps(body).encode()) == body
+def test_good_requests_and_extensions_pass(endpoint: str, body: dict[str, Any]) -> None:
+    assert parse_request(_SCHEMA_NAMES[endpoint], json.dumps(body).encode()) == body
 
 
 @pytest.mark.parametrize(
@@ -177,8 +179,8 @@ def test_good_requests_and_extensions_pass(endpoint: Endpoint, body: dict[str, A
     ],
 )
 def test_a_body_that_is_not_a_json_object_is_400(raw: bytes, message: str) -> None:
-    with pytest.raises(ProxyError) as caught:
-        parse_request("chat", raw)
+    with pytest.raises(APIError) as caught:
+        parse_request("chat_completion_request", raw)
     assert caught.value.status == 400
     assert message in caught.value.message
     assert caught.value.body["error"]["param"] is None
@@ -186,7 +188,7 @@ def test_a_body_that_is_not_a_json_object_is_400(raw: bytes, message: str) -> No
 
 def test_a_long_token_prompt_is_checked_without_walking_every_id_through_jsonschema() -> None:
     body = {"prompt": list(range(200_000))}
-    validate_request("completions", body)
+    validate_request("completion_request", body)
     bad = {"prompt": [*range(200_000), -5]}
     assert _rejection("completions", bad)["param"] == "prompt[200000]"
 
@@ -194,16 +196,16 @@ def test_a_long_token_prompt_is_checked_without_walking_every_id_through_jsonsch
 def test_the_shape_cache_is_bounded_in_bytes_not_only_in_entries() -> None:
     """A free-form object's keys are kept in its shape: 40 bodies with a 15,000-key object each once
     held 200 MiB of cache. Such shapes are validated uncached; usual bodies are still cached."""
-    from proxy import request_validation
+    from conformance import request_validation
 
     request_validation._valid_shapes.clear()
     request_validation._held_bytes = 0
     usual = {"messages": [{"role": "user", "content": "hi"}], "metadata": {"user": "u", "team": "t"}}
-    validate_request("chat", usual)
+    validate_request("chat_completion_request", usual)
     assert len(request_validation._valid_shapes) == 1
     for i in range(40):
         extra = {f"field-{i}-{k}-" + "x" * 40: k for k in range(15_000)}
-        validate_request("chat", {**usual, "extra": extra})
+        validate_request("chat_completion_request", {**usual, "extra": extra})
     assert len(request_validation._valid_shapes) == 1  # the usual body only
     assert request_validation._held_bytes < 4096
     assert _rejection("chat", {**usual, "extra": extra, "n": -1})["param"] == "n"  # still validated
@@ -265,7 +267,7 @@ _PARAMS = st.dictionaries(
     drop=st.booleans(),
 )
 def test_the_shape_cache_agrees_with_jsonschema_on_the_whole_body(
-    endpoint: Endpoint, params: dict[str, Any], main: Any, drop: bool
+    endpoint: str, params: dict[str, Any], main: Any, drop: bool
 ) -> None:
     body = dict(params)
     if not drop:
@@ -279,10 +281,10 @@ def test_the_shape_cache_agrees_with_jsonschema_on_the_whole_body(
         assert error is None or error["param"].split(".")[0].split("[")[0] in known
 
 
-def _outcome(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any] | None:
+def _outcome(endpoint: str, body: dict[str, Any]) -> dict[str, Any] | None:
     try:
-        validate_request(endpoint, body)
-    except ProxyError as exc:
+        validate_request(_SCHEMA_NAMES[endpoint], body)
+    except APIError as exc:
         error: dict[str, Any] = exc.body["error"]
         return error
     return None
@@ -362,7 +364,6 @@ def test_malformed_json_through_the_proxy_is_400(proxy_before_counter: str) -> N
 
 def test_the_proxy_checks_requests_with_the_suites_request_schemas() -> None:
     """One statement of OpenAI's request facts: what the proxy refuses, the judge calls invalid."""
-    from conformance.request import Request
     from conformance.rules.acceptance import refusal
 
     assert _SCHEMAS["chat"]["$id"].endswith("/chat_completion_request.json")
@@ -374,7 +375,9 @@ def test_the_proxy_checks_requests_with_the_suites_request_schemas() -> None:
     ]
     for endpoint, body in invalid:
         assert _outcome(endpoint, body) is not None
-        assert refusal(Request.from_body(endpoint, body)) is not None
+        protocol = protocol_named(endpoint)
+        assert protocol is not None
+        assert refusal(protocol.read_request(body)) is not None
 
 
 @pytest.mark.parametrize(
@@ -397,7 +400,7 @@ def test_the_proxy_checks_requests_with_the_suites_request_schemas() -> None:
     ],
 )
 def test_a_valid_body_seen_first_does_not_let_an_invalid_value_of_its_shape_pass(
-    endpoint: Endpoint, valid: dict[str, Any], invalid: dict[str, Any], param: str
+    endpoint: str, valid: dict[str, Any], invalid: dict[str, Any], param: str
 ) -> None:
     """The shape cache kept only ``role``'s text: once a body with ``truncation: "auto"`` had passed,
     the same body with ``"middle"`` passed too, and was echoed into a Response the judge refuses."""

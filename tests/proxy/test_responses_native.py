@@ -18,7 +18,7 @@ from tests.support.responses_checks import check_events, check_response, judged,
 from tests.support.servers import run_asgi
 
 from .conftest import run_proxy
-from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
+from .rawserver import Record, http_chunk, json_answer, raw_server, read_request, sse_head
 
 _RESPONSE = {
     "id": "resp_x",
@@ -217,3 +217,45 @@ def test_events_read_with_a_block_that_is_not_json_are_sent_before_response_fail
             == "the upstream server sent an event that is not valid JSON"
         )
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hi"
+
+
+async def _chat_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """An upstream without /v1/responses: a whole chat completion for every chat request."""
+    while (raw := await read_request(reader)) is not None:
+        if not raw.startswith(b"POST /v1/chat/completions"):
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            continue
+        record.requests += 1
+        message = {"role": "assistant", "content": "Hi from chat"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        usage = {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+        answer = {"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]}
+        writer.write(json_answer({**answer, "usage": usage}))
+        await writer.drain()
+
+
+def test_with_config_each_upstream_serves_the_route_as_its_table_says(tmp_path: Path) -> None:
+    """One request path whatever the configuration: with ``--config``, an upstream whose table says
+    ``responses = "native"`` gets the Responses API on its own endpoint, normalized, and one that says
+    nothing (``--responses translate``) gets it as chat."""
+    with raw_server(_handler) as (native, native_record), raw_server(_chat_only) as (chat, chat_record):
+        path = tmp_path / "upstreams.toml"
+        path.write_text(
+            f'[[upstream]]\nurl = "{native}"\nmodels = ["native-model"]\nresponses = "native"\n\n'
+            f'[[upstream]]\nurl = "{chat}"\nmodels = ["chat-model"]\n'
+        )
+        with run_proxy(native, config_file=str(path)) as url:
+            streamed = {"model": "native-model", "input": "hi", "stream": True, "max_output_tokens": 16}
+            response = httpx.post(url + "/v1/responses", json=streamed, timeout=10)
+            assert response.status_code == 200, response.text
+            events = sse_events(response.content)
+            check_events(events)
+            assert events[-1]["type"] == "response.incomplete"  # normalized: the limit was used up
+            assert native_record.requests == 1
+            translated = {"model": "chat-model", "input": "hi"}
+            response = httpx.post(url + "/v1/responses", json=translated, timeout=10)
+            assert response.status_code == 200, response.text
+            check_response(response.json())
+            assert response.json()["output"][0]["content"][0]["text"] == "Hi from chat"
+            assert chat_record.requests == 1
+            assert native_record.requests == 1

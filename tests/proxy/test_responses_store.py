@@ -1,4 +1,4 @@
-"""The response store (conformance/responses_state/store.py): kept, continued, deleted, bounded, shared
+"""The response store (conformance/protocols/responses/store.py): kept, continued, deleted, bounded, shared
 by processes, and never in the event loop's way."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from conformance.responses_state import ResponseStore, StoreUnavailable
-from conformance.responses_state import store as store_module
+from conformance.protocols.responses import store as store_module
+from conformance.protocols.responses.store import ResponseStore, StoreUnavailable
 
 MiB = 1024 * 1024
 DAY = 24 * 3600.0
@@ -122,7 +122,7 @@ def test_two_processes_writing_at_once_take_turns_and_see_each_others_entries(tm
     writer = textwrap.dedent(
         """
         import asyncio, sys
-        from conformance.responses_state import ResponseStore
+        from conformance.protocols.responses.store import ResponseStore
 
         async def main(name):
             store = ResponseStore(sys.argv[1], max_bytes=64 * 1024 * 1024, max_age=86400.0)

@@ -12,7 +12,9 @@ import httpx
 import openai
 import pytest
 
-from conformance.responses_state import ResponseStore, previous_items, remember
+from conformance.api_errors import APIError
+from conformance.protocols.responses.store import ResponseStore
+from conformance.protocols.responses.stored import previous_items, remember
 from tests.proxy.conftest import run_proxy
 
 NOWHERE = "http://127.0.0.1:9"  # no upstream is asked: these routes answer from the store
@@ -147,7 +149,10 @@ def test_previous_response_id_resolves_to_the_conversation_or_openais_400(tmp_pa
     async def main() -> tuple[Any, Any, Any]:
         await store.save(STORED, INPUT)
         found = await previous_items(store, {"previous_response_id": "resp_stored1", "input": "And Italy?"})
-        missing = await previous_items(store, {"previous_response_id": "resp_gone"})
+        try:
+            await previous_items(store, {"previous_response_id": "resp_gone"})
+        except APIError as refused:
+            missing = refused
         none = await previous_items(store, {"input": "hi"})
         await store.aclose()
         return found, missing, none
@@ -155,11 +160,15 @@ def test_previous_response_id_resolves_to_the_conversation_or_openais_400(tmp_pa
     found, missing, none = asyncio.run(main())
     assert found == [*INPUT, STORED["output"][0]]
     assert none == []
-    assert missing.status_code == 400
-    assert missing.body == (
-        b'{"error":{"message":"Previous response with id \'resp_gone\' not found.",'
-        b'"type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found"}}'
-    )
+    assert missing.status == 400
+    assert missing.body == {
+        "error": {
+            "message": "Previous response with id 'resp_gone' not found.",
+            "type": "invalid_request_error",
+            "param": "previous_response_id",
+            "code": "previous_response_not_found",
+        }
+    }
 
 
 def test_a_response_too_large_to_store_is_answered_with_store_false(tmp_path: Path) -> None:

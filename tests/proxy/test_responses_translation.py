@@ -1,4 +1,4 @@
-"""The Responses <-> chat translation (conformance/responses_translation/), without sockets."""
+"""The Responses <-> chat translation (conformance/protocols/responses/), without sockets."""
 
 from __future__ import annotations
 
@@ -10,14 +10,10 @@ from typing import Any
 import pytest
 from openai.types.responses import ResponseErrorEvent
 
-from conformance.responses_translation import (
-    ResponseEvents,
-    TranslationError,
-    response_from_chat,
-    responses_error,
-    translate_request,
-)
-from proxy.responses.output import ResponsesOutput, encode_events
+from conformance.protocols.responses.events import ResponseEvents
+from conformance.protocols.responses.output import ResponsesOutput, encode_events
+from conformance.protocols.responses.response import response_from_chat
+from conformance.protocols.responses.translation import TranslationError, responses_error, translate_request
 from tests.support.responses_checks import check_events, check_response, judged, sse_events
 
 

@@ -23,9 +23,9 @@ import httpx
 import openai
 import pytest
 
+from conformance.api_errors import REDACTED
+from conformance.model_names import clean_model_name
 from conformance.replay import TRANSCRIPT_HEADER
-from proxy.errors import REDACTED
-from proxy.normalizer import clean_model_name
 from proxy.routing import ConfigFileError, load_routing_file
 from tests.live.conftest import LLAMA_CPP_PYTHON
 from tests.proxy.conftest import serve_proxy
@@ -128,6 +128,10 @@ def test_the_smallest_file_is_urls_and_models(tmp_path: Path) -> None:
         ),
         ('[aliases]\na = "z"\n[[upstream]]\nurl = "http://x"\nmodels = ["m"]\n', "aliases.a: names 'z'"),
         ("[[upstream]\n", "not TOML"),
+        (
+            '[[upstream]]\nurl = "http://x"\nmodels = ["m"]\nresponses = "always"\n',
+            "upstream[0].responses: must be one of translate, native, auto, not 'always'",
+        ),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, words: str) -> None:

@@ -22,7 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.errors import redact_text, scrub_message
+from conformance.api_errors import redact_text
+from proxy.errors import scrub_message
 from tests.support.servers import run_asgi, wait_for
 
 from .conftest import judge, metric, run_proxy
@@ -585,8 +586,8 @@ def test_a_proxy_bug_is_an_openai_500_without_the_traceback(
         raise RuntimeError("bug seen at /srv/conformant/secret.py")
 
     url, _ = upstream
-    monkeypatch.setattr("proxy.app.parse_request", broken)  # the completion routes
-    monkeypatch.setattr("proxy.app.clean_model_name", broken)  # /v1/models, through Starlette's router
+    monkeypatch.setattr("proxy.generation.RequestInfo.from_body", broken)  # the generating routes
+    monkeypatch.setattr("proxy.listing.clean_model_name", broken)  # /v1/models, through Starlette's router
     with run_proxy(url, upstream_kind="openai") as proxy:
         completion = httpx.post(proxy + "/v1/chat/completions", json=CHAT, timeout=10)
         models = httpx.get(proxy + "/v1/models", timeout=10)

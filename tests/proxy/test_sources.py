@@ -9,13 +9,18 @@ import asyncio
 import json
 from typing import Any
 
+from conformance.api_errors import APIError
+from conformance.request_info import RequestInfo
 from proxy.adapters import OpenAIAdapter
 from proxy.adapters.base import without_streaming
 from proxy.config import ProxyConfig
-from proxy.errors import ProxyError, UpstreamTimeout, error_from_http
-from proxy.normalizer import Identity, Repairs, RequestInfo, StreamNormalizer
-from proxy.request_sources import SourceBuilder, TextPromptFallback
-from proxy.source import ConcurrentFanOut, SerialFanOut, Source, UpstreamSource
+from proxy.errors import UpstreamTimeout, error_from_http
+from proxy.normalizer import Identity, Repairs, StreamNormalizer
+from proxy.sources.base import Source
+from proxy.sources.builder import SourceBuilder
+from proxy.sources.fan_out import ConcurrentFanOut, SerialFanOut
+from proxy.sources.token_prompt import TextPromptFallback, source_for
+from proxy.sources.upstream import UpstreamSource
 from proxy.upstream import Upstream
 from proxy.upstream_traits import UpstreamTraits
 
@@ -40,7 +45,7 @@ class _Scripted(Source):
         batches: list[list[dict[str, Any]]],
         *,
         usage: dict[str, Any] | None = None,
-        fails: ProxyError | None = None,
+        fails: APIError | None = None,
         delay: float = 0.0,
         log: list[str] | None = None,
         name: str = "",
@@ -50,7 +55,7 @@ class _Scripted(Source):
         self._batches = batches
         self._usage = usage
         self._fails = fails
-        self._failure: ProxyError | None = None
+        self._failure: APIError | None = None
         self._delay = delay
         self._log = log if log is not None else []
         self._name = name
@@ -108,7 +113,7 @@ def test_concurrent_fan_out_ends_with_the_summed_usage_in_the_first_requests_ide
 
 def test_concurrent_fan_out_ends_at_a_requests_failure_and_closes_every_request() -> None:
     info = _info()
-    broken = ProxyError.make("the upstream server closed the stream before its final chunk", 502)
+    broken = APIError.make("the upstream server closed the stream before its final chunk", 502)
 
     async def scenario() -> tuple[ConcurrentFanOut, list[_Scripted]]:
         first = _Scripted(info, [])
@@ -200,14 +205,14 @@ def test_builder_sends_one_request_as_it_is_and_wraps_a_token_prompt_in_its_text
     assert isinstance(_builder(_info(single)).build(single), UpstreamSource)
     assert _builder(_info(single)).fans_out(single) is False
     tokens = single | {"prompt": [1, 2, 3]}
-    assert isinstance(_builder(_info(tokens)).source(tokens), TextPromptFallback)
-    assert isinstance(_builder(_info(single)).source(single), UpstreamSource)
+    assert isinstance(source_for(_builder(_info(tokens)), tokens), TextPromptFallback)
+    assert isinstance(source_for(_builder(_info(single)), single), UpstreamSource)
 
 
 class _Answer:
     """An upstream response held in memory: its status, content type and the reads it gives."""
 
-    def __init__(self, content_type: str, reads: list[bytes | ProxyError], status: int = 200) -> None:
+    def __init__(self, content_type: str, reads: list[bytes | APIError], status: int = 200) -> None:
         self.status = status
         self.content_type = content_type
         self._reads = reads
@@ -216,14 +221,14 @@ class _Answer:
         if not self._reads:
             return None
         read = self._reads.pop(0)
-        if isinstance(read, ProxyError):
+        if isinstance(read, APIError):
             raise read
         return read
 
     async def read_all(self, limit: int) -> bytes:
         return b"".join(r for r in self._reads if isinstance(r, bytes))
 
-    async def error(self) -> ProxyError:
+    async def error(self) -> APIError:
         return error_from_http(self.status, self.content_type, await self.read_all(1 << 16))
 
     async def aclose(self) -> None:
@@ -287,14 +292,14 @@ def test_a_stream_ended_before_its_first_byte_is_asked_again_whole() -> None:
 
 def test_a_stream_that_failed_after_its_first_byte_is_not_asked_again() -> None:
     body = {"model": "m", "prompt": "The capital", "max_tokens": 4, "stream": True}
-    cut = ProxyError.make("the upstream connection failed: ReadError", 502)
+    cut = APIError.make("the upstream connection failed: ReadError", 502)
     upstream = _Upstream([_Answer("text/event-stream", [b": ping\n\n", cut])])
     source = _source(upstream, body, Repairs())
 
-    async def scenario() -> ProxyError:
+    async def scenario() -> APIError:
         try:
             await source.start()
-        except ProxyError as raised:
+        except APIError as raised:
             return raised
         raise AssertionError("no failure")
 
@@ -307,14 +312,14 @@ def test_a_stream_broken_off_after_done_fails_and_teaches_that_the_upstream_serv
     event = {"id": "x", "object": "text_completion", "created": 1, "model": "m",
              "choices": [{"text": " is", "index": 0, "logprobs": None, "finish_reason": None}]}  # fmt: skip
     sse = b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n"
-    reset = ProxyError.make("the upstream connection failed: ReadError", 502)
+    reset = APIError.make("the upstream connection failed: ReadError", 502)
     upstream = _Upstream([_Answer("text/event-stream", [sse, reset])])
     source = _source(upstream, body, Repairs())
 
-    async def scenario() -> ProxyError:
+    async def scenario() -> APIError:
         try:
             await source.start()  # the whole stream came in the first read: its failure is raised
-        except ProxyError as raised:
+        except APIError as raised:
             return raised
         raise AssertionError("no failure")
 
@@ -346,7 +351,7 @@ def test_a_refused_token_prompt_is_built_again_from_the_upstreams_text_of_it() -
     upstream = Detokenizing([refused, _Answer("application/json", [json.dumps(whole).encode()])])
     body = {"model": "m", "prompt": [1, 2], "max_tokens": 4}
     info = _info(body)
-    source = _builder(info, upstream=upstream).source(body)
+    source = source_for(_builder(info, upstream=upstream), body)
     assert asyncio.run(source.start()) == []
     assert [sent["prompt"] for sent in upstream.sent] == [[1, 2], "t1 t2"]
     assert source.body is not None

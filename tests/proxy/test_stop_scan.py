@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.emulation.stop import MAX_STOP_LENGTH, StopScanner, truncate_at_stop
+from conformance.request_validation import MAX_STOP_LENGTH
+from proxy.normalizer.stop import StopScanner, truncate_at_stop
 
 
 def _longest_partial_tail(text: str, stops: tuple[str, ...]) -> int:

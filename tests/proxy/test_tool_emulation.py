@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conformance.live.probes import TIME, WEATHER
+from conformance.probe import TIME, WEATHER
 from proxy.adapters.tool_emulation import INSTRUCTION, REQUIRED_INSTRUCTION, EmulatedCalls, emulated_request
 
 CALL = {

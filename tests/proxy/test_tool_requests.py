@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from conformance.live.probes import TIME, WEATHER
+from conformance.probe import TIME, WEATHER
 from tests.proxy.conftest import run_proxy, upstream_answer
 from tests.proxy.test_structured_output import LLAMA_CPP_PYTHON_MODEL
 from tests.support.servers import RecordingUpstream, run_asgi

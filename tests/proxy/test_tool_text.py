@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from conformance.judge import judge_response
+from conformance.request_info import RequestInfo
 from conformance.sse import encode_data
-from proxy.normalizer import RequestInfo, StreamNormalizer, normalize_body
+from proxy.normalizer import StreamNormalizer, normalize_body
 from proxy.normalizer.repairs import Repairs
 from proxy.normalizer.tool_text import ToolTextScanner, calls_in_text
 

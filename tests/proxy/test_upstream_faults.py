@@ -18,7 +18,7 @@ from proxy.upstream_faults import BODY, REQUEST, Phase, mapped, upstream_fault
 _IDLE = "the upstream server stopped sending data (idle timeout)"
 _CONNECT = "could not connect to the upstream server"
 
-CASES: list[tuple[BaseException, Phase, type[errors.ProxyError], int, str | None, str]] = [
+CASES: list[tuple[BaseException, Phase, type[errors.APIError], int, str | None, str]] = [
     # Before the response head (Upstream._send).
     (
         httpx.RemoteProtocolError("the upstream server closed the connection without a response"),
@@ -131,7 +131,7 @@ CASES: list[tuple[BaseException, Phase, type[errors.ProxyError], int, str | None
 def test_each_lower_error_maps_to_one_class_status_and_code(
     lower: BaseException,
     phase: Phase,
-    cls: type[errors.ProxyError],
+    cls: type[errors.APIError],
     status: int,
     code: str | None,
     message: str,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from conformance.request_info import RequestInfo
 from proxy.adapters import OpenAIAdapter
 from proxy.adapters.base import fitted_request
-from proxy.normalizer import RequestInfo
 from proxy.upstream_traits import UpstreamTraits
 
 SCORED = {"model": "m", "prompt": "Once upon", "max_tokens": 0, "echo": True, "stream": True, "logprobs": 1}

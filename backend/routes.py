@@ -1,0 +1,65 @@
+"""Every route of the bundled backend, in one table: the protocols it serves are their front-ends
+(conformance/protocols/), one line each in ``front_ends`` as in the proxy's table (proxy/routes.py); each
+front-end's paths get the one generating route (backend/generation.py) and its own state's routes (the
+stored Responses). The model listing and health follow."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from backend.generation import Generation, generate
+from conformance.api_errors import error_response
+from conformance.protocols import chat, completions, responses
+from conformance.protocols.front_end import FrontEnd
+from conformance.protocols.responses.store import ResponseStore
+
+__all__ = ["front_ends", "route_table"]
+
+
+def front_ends(store: ResponseStore) -> tuple[FrontEnd, ...]:
+    """The protocols the backend serves: one line each."""
+    return (
+        chat.front_end(),
+        completions.front_end(),
+        responses.front_end(store),
+    )
+
+
+def route_table(generation: Generation, served: tuple[FrontEnd, ...]) -> list[BaseRoute]:
+    routes: list[BaseRoute] = []
+    for front_end in served:
+        handler = partial(generate, generation, front_end)
+        routes += [Route(path, handler, methods=["POST"]) for path in front_end.paths]
+        routes += [Route(state.path, state.handle, methods=list(state.methods)) for state in front_end.routes]
+    routes += [
+        Route("/v1/models", partial(_models, generation), methods=["GET"]),
+        Route("/v1/models/{model:path}", partial(_model, generation), methods=["GET"]),
+        Route("/health", partial(_health, generation), methods=["GET"]),
+    ]
+    return routes
+
+
+def _model_card(generation: Generation) -> dict[str, object]:
+    backend = generation.backend
+    return {"id": backend.model_id, "object": "model", "created": backend.created, "owned_by": "conformant"}
+
+
+async def _models(generation: Generation, _: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [_model_card(generation)]})
+
+
+async def _model(generation: Generation, request: Request) -> Response:
+    name = request.path_params["model"]
+    if name != generation.backend.model_id:
+        return error_response(
+            f"The model '{name}' does not exist", 404, param="model", code="model_not_found"
+        )
+    return JSONResponse(_model_card(generation))
+
+
+async def _health(generation: Generation, _: Request) -> Response:
+    return JSONResponse({"status": "ok", **generation.backend.engine.health()})

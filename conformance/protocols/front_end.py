@@ -1,0 +1,248 @@
+"""A wire protocol served over the core: what its front-end does with a client's request and with the
+core's answer to it.
+
+The core (the proxy's normalizer, sources and emulations; the bundled backend's engine) serves one
+protocol of its own: OpenAI's chat completions (and its legacy completions), whose normalized chunks it
+repairs and writes. Every other protocol is a translation over it, both ways:
+
+- ``FrontEnd.translate`` reads the client's body and gives a :class:`Translation`: the core request
+  (a chat or completions body) and how to write the core's answer back;
+- ``Translation.output`` gives the :class:`Output` of one response: the normalized chunks (or whole
+  body) as this protocol's stream events (or body), its terminal event, its cut on shutdown;
+- ``FrontEnd.error`` words an error of the core (an upstream's refusal, a limit) in the protocol's own
+  error body; errors of the translation itself come out of ``translate`` worded already.
+
+A protocol that an upstream may speak itself (the Responses API on llama-server) also names its path
+there and gives a :class:`NativeStream`: the proxy then sends the client's body to that path and the
+protocol normalizes what comes back (``Translation.native``).
+
+The proxy and the backend each serve a table of front-ends (proxy/routes.py, backend/routes.py); the
+judge reads the same protocol's :class:`conformance.protocols.wire.WireProtocol`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from conformance import jsoncodec
+from conformance.request import Endpoint
+from conformance.request_validation import parse_request
+from conformance.sse import DONE_EVENT, encode_data
+
+from .wire import WireProtocol
+
+__all__ = [
+    "CHUNKS",
+    "CoreFrontEnd",
+    "DataLines",
+    "FrontEnd",
+    "NativeCall",
+    "NativeStream",
+    "Output",
+    "StateRoute",
+    "Translation",
+]
+
+_dumps = jsoncodec.dumps
+
+
+class Output:
+    """How the core's normalized output reaches the client of one protocol; one instance per response.
+
+    The per-chunk methods (``opening``, ``events``) are the hot path and do not wait; ``tail`` and
+    ``body`` may (a Response is stored before the client gets its end: protocols/responses/output.py).
+    """
+
+    synthesizes = True
+    """Whether a whole answer (a JSON body) becomes a stream for a client that asked for one: the core's
+    chunks can be made from a body; a protocol's native body (``NativeCall``) goes out as it came."""
+
+    def opening(self, chunks: list[dict[str, Any]]) -> bytes:
+        """The stream's first body part: the source's first chunks."""
+        raise NotImplementedError
+
+    def events(self, chunks: list[dict[str, Any]]) -> bytes:
+        """The body part for a batch of chunks after the first."""
+        raise NotImplementedError
+
+    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+        """The stream's last body part: its end, or the error (an OpenAI error body) that broke it off."""
+        raise NotImplementedError
+
+    def cut(self, error: dict[str, Any]) -> bytes:
+        """The last event of a stream cut where it stands (the shutdown deadline came outside the wait
+        for the upstream, where ``tail`` would not be in order): ``error``, an OpenAI error body."""
+        raise NotImplementedError
+
+    async def body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The JSON body for a whole answer (``body``: the core's, normalized)."""
+        raise NotImplementedError
+
+
+def _data_lines(chunks: list[dict[str, Any]]) -> bytes:
+    # Compact JSON never holds a raw line end (both encoders escape them), so each chunk is one data
+    # line without encode_data's check; most batches hold one chunk.
+    if len(chunks) == 1:
+        return b"data: " + _dumps(chunks[0]) + b"\n\n"
+    return b"".join([b"data: " + _dumps(chunk) + b"\n\n" for chunk in chunks])
+
+
+class DataLines(Output):
+    """The core's own wire: each chunk one ``data:`` line, ``data: [DONE]`` at the end, as OpenAI streams
+    chat completions and completions; an error that breaks a stream off is its last data line (which
+    openai-python raises as ``APIError``), with no ``[DONE]`` after it."""
+
+    def opening(self, chunks: list[dict[str, Any]]) -> bytes:
+        return _data_lines(chunks)
+
+    def events(self, chunks: list[dict[str, Any]]) -> bytes:
+        return _data_lines(chunks)
+
+    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+        return DONE_EVENT if failure is None else encode_data(_dumps(failure))
+
+    def cut(self, error: dict[str, Any]) -> bytes:
+        return encode_data(_dumps(error))
+
+    async def body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+
+CHUNKS = DataLines()
+"""The one :class:`DataLines` output: it holds no state."""
+
+
+class NativeStream(Protocol):
+    """One answer of an upstream that speaks the protocol itself, normalized event by event by the
+    protocol (protocols/responses/native.py for the Responses API)."""
+
+    @property
+    def ended(self) -> bool:
+        """Whether the protocol's terminal event was fed."""
+
+    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events to send for one upstream event (none, once ``ended``)."""
+
+    def fail(self, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+        """The events that end a stream broken off before its terminal event (``error``: an OpenAI
+        error body saying why)."""
+
+    def whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An upstream's whole (non-streamed) answer, normalized."""
+
+    def encode(self, events: list[dict[str, Any]]) -> bytes:
+        """Events as the protocol frames them on the wire."""
+
+    async def kept(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``events`` once what they finish is stored, where the protocol keeps answers (before the
+        client has them: its next request may name them)."""
+
+    async def kept_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A whole answer once stored, likewise."""
+
+
+@dataclass(frozen=True, slots=True)
+class NativeCall:
+    """A request as it goes to an upstream that speaks the protocol itself."""
+
+    path: bytes
+    """The upstream's path for it (``/v1/responses``)."""
+    body: dict[str, Any]
+    """What is sent there: the client's body, with what only the core knows (a stored conversation)
+    written in; the proxy names the model as the upstream serves it."""
+    stream: Callable[[str | None], NativeStream]
+    """The normalizer of one answer, given the model name the client is shown."""
+
+
+class Translation:
+    """One client request as the core serves it."""
+
+    def __init__(
+        self,
+        body: dict[str, Any] | None,
+        *,
+        native: NativeCall | None = None,
+        refusal: Exception | None = None,
+        stream: bool | None = None,
+        model: Any = None,
+    ) -> None:
+        self.body = body
+        """The core's request: a chat or completions body; None where the translation refused it."""
+        self.native = native
+        """How an upstream that speaks the protocol itself gets it, where the front-end has a native path."""
+        self.refusal = refusal
+        """Why the core cannot serve it (an ``APIError`` in the protocol's words), kept for a native
+        upstream that may take what the translation refuses (``FrontEnd.translate(keep_refusal=True)``)."""
+        self.stream = stream if stream is not None else bool(body and body.get("stream") is True)
+        """Whether the client asked for a stream."""
+        self.model = model if body is None else body.get("model")
+        """The model the client asked for (the core request's, where there is one)."""
+
+    def output(self, model: str | None) -> Output:
+        """The output of the answer, naming the model ``model`` (None: as the answer names it)."""
+        return CHUNKS
+
+
+@dataclass(frozen=True, slots=True)
+class StateRoute:
+    """A route of the protocol's own state (``GET /v1/responses/{id}``): the proxy and the backend both
+    serve it, the proxy behind its API key."""
+
+    path: str
+    methods: tuple[str, ...]
+    handle: Callable[[Request], Awaitable[Response]]
+
+
+@dataclass
+class FrontEnd:
+    """One wire protocol served over the core (see the module's docstring)."""
+
+    wire: WireProtocol
+    routes: tuple[StateRoute, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return self.wire.name
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return self.wire.paths
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.wire.endpoint
+
+    @property
+    def native_path(self) -> str | None:
+        """The path of an upstream that speaks this protocol itself (its own); None: always translated."""
+        return self.wire.paths[0] if self.wire.native else None
+
+    async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
+        """The client's body as the core's request; raises an ``APIError`` worded in this protocol's
+        terms (``keep_refusal``: a refusal of the translation alone is kept in the ``Translation``
+        instead, where the request may still go to a native upstream)."""
+        raise NotImplementedError
+
+    def error(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An error of the core (an OpenAI error body) as this protocol's error body."""
+        return body
+
+    def redact_stored(self, redact: Callable[[str], str]) -> None:
+        """Where the protocol keeps answers (a store), what it keeps goes through ``redact`` first: the
+        proxy cuts every upstream key out. Nothing to do for a protocol that keeps none."""
+
+    async def aclose(self) -> None:
+        """Let go of the protocol's state (its store), when the server stops."""
+
+
+class CoreFrontEnd(FrontEnd):
+    """The front-end of a protocol that is the core's own (chat completions, completions): the client's
+    body, checked against the protocol's request schema, is the core's request."""
+
+    async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
+        return Translation(parse_request(self.wire.request_schema, raw))

@@ -1,0 +1,302 @@
+"""An upstream's own ``/v1/responses`` (``--responses native``, or ``auto`` when it answers), normalized.
+
+llama-server's /v1/responses served a Codex CLI turn through the proxy's plain pass-through, but its
+events lacked ``sequence_number``, ``output_index`` and ``content_index``, named the model by its file
+path, and said ``completed`` when ``max_output_tokens`` cut the answer (docs/responses.md, `native`). The
+same rules as the chat route's apply here as far as they can: one ``resp_`` id on every Response, the
+model as the client may name it (Q09: no local path, or ``--model-alias``), ``sequence_number`` from 0
+without a gap, every item's ``output_index`` and every part's ``content_index``, ``incomplete`` with
+``incomplete_details.reason: "max_output_tokens"`` for an answer that used all of its limit, and a
+stream that breaks off ends with ``response.failed`` instead of being cut.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from conformance.model_names import clean_model_name
+
+from .output import encode_events
+from .response import failed_error, new_item_id, new_response_id
+from .store import ResponseStore
+from .stored import remember, remember_terminal
+
+__all__ = ["NativeAnswer", "NativeEvents", "normalize_response"]
+
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_REQUIRED: dict[str, Any] = {
+    "created_at": lambda: int(time.time()),
+    "error": None,
+    "incomplete_details": None,
+    "instructions": None,
+    "metadata": dict,
+    "output": list,
+    "tools": list,
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "temperature": None,
+    "top_p": None,
+}
+
+
+def _limit(request: Mapping[str, Any]) -> int | None:
+    limit = request.get("max_output_tokens")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+
+
+def normalize_response(
+    response: dict[str, Any], request: Mapping[str, Any], *, response_id: str, model: str | None
+) -> dict[str, Any]:
+    """An upstream's Response object with the proxy's id and model, and ``incomplete`` where the
+    request's ``max_output_tokens`` was used up but the upstream said ``completed``."""
+    response["id"] = response_id
+    response["object"] = "response"
+    for key, default in _REQUIRED.items():  # the fields OpenAI's spec requires that a server left out
+        response.setdefault(key, default() if callable(default) else default)
+    upstream_model = response.get("model")
+    if model is not None:
+        response["model"] = model
+    elif isinstance(upstream_model, str) and upstream_model:
+        response["model"] = clean_model_name(upstream_model)
+    usage = response.get("usage")
+    if isinstance(usage, dict):
+        response["usage"] = usage = _usage(usage)
+    limit = _limit(request)
+    used = usage.get("output_tokens") if isinstance(usage, Mapping) else None
+    if (
+        response.get("status") == "completed"
+        and limit is not None
+        and isinstance(used, int)
+        and used >= limit
+        and not _called(response)
+    ):
+        response["status"] = "incomplete"
+        response["incomplete_details"] = {"reason": "max_output_tokens"}
+        response["completed_at"] = None
+    for item in response.get("output") or ():
+        if isinstance(item, dict) and not item.get("id"):
+            item["id"] = new_item_id(_prefix(item))
+        _complete_parts(item)
+    # The client's own settings: the proxy keeps the state (it sends the upstream a continuation as the
+    # whole conversation), so the upstream's echo of these says nothing.
+    response["store"] = request.get("store", True) is not False
+    response["previous_response_id"] = request.get("previous_response_id")
+    return response
+
+
+def _usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """``ResponseUsage`` with its detail objects and total, which a server may leave out."""
+    counts = {key: usage.get(key) for key in ("input_tokens", "output_tokens")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in counts.values()):
+        return usage
+    usage.setdefault("input_tokens_details", {"cached_tokens": 0})
+    usage.setdefault("output_tokens_details", {"reasoning_tokens": 0})
+    if isinstance(usage["input_tokens_details"], dict):
+        usage["input_tokens_details"].setdefault("cached_tokens", 0)
+        usage["input_tokens_details"].setdefault("cache_write_tokens", 0)
+    usage["total_tokens"] = sum(counts.values())
+    return usage
+
+
+def _complete_parts(item: Any) -> None:
+    """An output item's ``output_text`` parts with the ``annotations`` and ``logprobs`` OpenAI always
+    sends (llama-server's ``content_part.added`` has neither)."""
+    if not isinstance(item, dict):
+        return
+    for part in item.get("content") or ():
+        _complete_part(part)
+
+
+def _complete_part(part: Any) -> None:
+    if isinstance(part, dict) and part.get("type") == "output_text":
+        part.setdefault("annotations", [])
+        part.setdefault("logprobs", [])
+
+
+def _called(response: Mapping[str, Any]) -> bool:
+    """Whether the answer ended in a tool call (which stops generation by itself)."""
+    output = response.get("output")
+    return isinstance(output, list) and any(
+        isinstance(item, Mapping) and str(item.get("type", "")).endswith("call") for item in output
+    )
+
+
+def _prefix(item: Mapping[str, Any]) -> str:
+    kind = item.get("type")
+    return {"message": "msg", "function_call": "fc", "reasoning": "rs"}.get(str(kind), "item")
+
+
+class NativeEvents:
+    """One upstream Responses stream, event by event, normalized (see the module's docstring)."""
+
+    def __init__(self, request: Mapping[str, Any], model: str | None) -> None:
+        self._request = request
+        self._model = model
+        self.response_id = new_response_id()
+        self._sequence = 0
+        self._indexes: dict[str, int] = {}
+        self._items = 0
+        self._current: str | None = None
+        self._open: dict[str, dict[str, Any]] = {}  # items added and not yet done
+        self._open_parts: set[str] = set()  # items whose content part is added and not yet done
+        self._texts: dict[str, list[str]] = {}  # an open message's text deltas
+        self._done: list[dict[str, Any]] = []
+        self.ended = False
+        self.last_response: dict[str, Any] | None = None
+
+    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = event.get("type")
+        if not isinstance(kind, str) or self.ended:
+            return []
+        response = event.get("response")
+        if isinstance(response, dict):
+            event["response"] = normalize_response(
+                response, self._request, response_id=self.response_id, model=self._model
+            )
+            self.last_response = event["response"]
+            if kind == "response.completed" and event["response"]["status"] == "incomplete":
+                kind = event["type"] = "response.incomplete"
+        if kind == "response.output_item.added":
+            item = event.get("item")
+            if isinstance(item, dict):
+                item_id = item.get("id") or new_item_id(_prefix(item))
+                item["id"] = item_id
+                index = event.get("output_index")
+                self._indexes[item_id] = index if isinstance(index, int) else self._items
+                self._items = max(self._items, self._indexes[item_id] + 1)
+                self._current = item_id
+                self._open[item_id] = item
+        elif kind == "response.output_item.done":
+            item = event.get("item")
+            if isinstance(item, dict):
+                if not item.get("id") and self._current is not None:
+                    item["id"] = self._current
+                self._open.pop(item["id"], None)
+                self._done.append(item)
+        _complete_parts(event.get("item"))
+        _complete_part(event.get("part"))
+        if kind.startswith("response.") and kind not in _TERMINAL and "response" not in event:
+            self._fill_indexes(event, kind)
+            self._follow_parts(event, kind)
+        if kind in _TERMINAL:
+            self.ended = True
+        event["sequence_number"] = self._sequence
+        self._sequence += 1
+        return [event]
+
+    def _fill_indexes(self, event: dict[str, Any], kind: str) -> None:
+        item_id = event.get("item_id")
+        if "item" not in event and not (isinstance(item_id, str) and item_id) and self._current is not None:
+            item_id = event["item_id"] = self._current
+        item = event.get("item")
+        if isinstance(item, Mapping):
+            item_id = item.get("id")
+        if not isinstance(event.get("output_index"), int) and isinstance(item_id, str):
+            event["output_index"] = self._indexes.get(item_id, max(self._items - 1, 0))
+        if kind in ("response.output_text.delta", "response.output_text.done"):
+            event.setdefault("logprobs", [])
+        has_part = "part" in event or "text" in kind or "refusal" in kind
+        if has_part and kind.endswith((".delta", ".done", ".added")) and "content_index" not in event:
+            event["content_index"] = 0
+
+    def _follow_parts(self, event: dict[str, Any], kind: str) -> None:
+        """Note the open content parts and the text of open messages, for ``fail``."""
+        item_id = event.get("item_id")
+        if not isinstance(item_id, str):
+            return
+        if kind == "response.content_part.added":
+            self._open_parts.add(item_id)
+        elif kind == "response.content_part.done":
+            self._open_parts.discard(item_id)
+        elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
+            self._texts.setdefault(item_id, []).append(event["delta"])
+
+    def _stamped(self, event: dict[str, Any]) -> dict[str, Any]:
+        event["sequence_number"] = self._sequence
+        self._sequence += 1
+        return event
+
+    def _closed(self) -> list[dict[str, Any]]:
+        """The events that end the items still open when the stream broke off, as incomplete."""
+        out: list[dict[str, Any]] = []
+        for item_id, item in sorted(self._open.items(), key=lambda pair: self._indexes.get(pair[0], 0)):
+            index = self._indexes.get(item_id, 0)
+            done = {**item, "status": "incomplete"}
+            if item.get("type") == "message":
+                text = "".join(self._texts.get(item_id, ()))
+                part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+                done["content"] = [part]
+                if item_id in self._open_parts:
+                    where = {"item_id": item_id, "output_index": index, "content_index": 0}
+                    out.append(
+                        self._stamped(
+                            {"type": "response.output_text.done", **where, "text": text, "logprobs": []}
+                        )
+                    )
+                    out.append(self._stamped({"type": "response.content_part.done", **where, "part": part}))
+            out.append(
+                self._stamped({"type": "response.output_item.done", "output_index": index, "item": done})
+            )
+            self._done.append(done)
+        self._open.clear()
+        return out
+
+    def fail(self, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+        """The events that end a stream that broke off before its own terminal event: its open items
+        ended as incomplete, then ``response.failed``."""
+        out = self._closed()
+        response = dict(self.last_response or {})
+        response.update(
+            {
+                "id": self.response_id,
+                "object": "response",
+                "status": "failed",
+                "error": failed_error(error),
+                "incomplete_details": None,
+            }
+        )
+        response["output"] = self._done
+        response.setdefault("model", self._model or "model")
+        self.ended = True
+        return [*out, self._stamped({"type": "response.failed", "response": response})]
+
+
+class NativeAnswer:
+    """One answer of an upstream's own ``/v1/responses``, normalized (``NativeEvents``, or
+    ``normalize_response`` for a whole one) and kept in the store before the client has its end: the
+    protocol's :class:`conformance.protocols.front_end.NativeStream`. ``request``: the client's own
+    body, whose ``store`` and ``previous_response_id`` the Response echoes; ``items``: the whole input
+    it answers, stored with it."""
+
+    def __init__(
+        self, request: Mapping[str, Any], model: str | None, store: ResponseStore, items: list[Any]
+    ) -> None:
+        self._request = request
+        self._model = model
+        self._store = store
+        self._items = items
+        self._events = NativeEvents(request, model)
+
+    @property
+    def ended(self) -> bool:
+        return self._events.ended
+
+    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._events.feed(event)
+
+    def fail(self, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+        return self._events.fail(error)
+
+    def whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        return normalize_response(body, self._request, response_id=new_response_id(), model=self._model)
+
+    def encode(self, events: list[dict[str, Any]]) -> bytes:
+        return encode_events(events)
+
+    async def kept(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return await remember_terminal(self._store, events, self._items)
+
+    async def kept_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await remember(self._store, body, self._items)

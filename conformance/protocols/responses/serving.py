@@ -1,0 +1,132 @@
+"""The Responses API's front-end: a ``POST /v1/responses`` body as a chat request, the chat output as
+a Response, the store's routes, and the upstream's own endpoint where one serves it natively.
+
+The translation reads the conversation ``previous_response_id`` names from the store first (a 400
+``previous_response_not_found`` for one it does not hold), then the request as the judge reads it
+(``schemas/response_request.json``: the translation echoes settings into the Response, and an invalid
+one, ``truncation: "middle"``, made a Response its schema refuses), then the chat request it becomes,
+checked as a chat request is (its errors worded in the Responses API's names, ``responses_error``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from conformance.api_errors import APIError
+from conformance.request_validation import parse_json_object, validate_request
+
+from ..front_end import FrontEnd, NativeCall, NativeStream, Output, StateRoute, Translation
+from .native import NativeAnswer
+from .output import ResponsesOutput
+from .protocol import RESPONSES
+from .request import SCHEMA
+from .store import ResponseStore
+from .stored import delete_response, input_items, list_input_items, previous_items, retrieve_response
+from .translation import ChatTranslation, responses_error, translate_request
+
+__all__ = ["NATIVE_PATH", "ResponsesFrontEnd", "ResponsesTranslation"]
+
+NATIVE_PATH = RESPONSES.paths[0]
+"""Where an upstream that speaks the Responses API itself (llama-server) serves it: its own path."""
+
+
+class ResponsesTranslation(Translation):
+    """A Responses request as the core serves it, and how its answer is written and kept."""
+
+    def __init__(
+        self,
+        asked: dict[str, Any],
+        chat: ChatTranslation | None,
+        store: ResponseStore,
+        items: list[Any],
+        refusal: APIError | None = None,
+    ) -> None:
+        native = NativeCall(NATIVE_PATH.encode(), _native_body(asked, items), self._native_answer)
+        super().__init__(
+            None if chat is None else chat.chat,
+            native=native,
+            refusal=refusal,
+            stream=asked.get("stream") is True,
+            model=asked.get("model"),
+        )
+        self._asked = asked
+        self._chat = chat
+        self._store = store
+        self._items = items
+        """The whole input the Response answers (the stored conversation, then this request's)."""
+
+    def output(self, model: str | None) -> Output:
+        assert self._chat is not None, "a refused translation has no chat output"
+        return ResponsesOutput(self._chat, model, self._store, self._items)
+
+    def _native_answer(self, model: str | None) -> NativeStream:
+        return NativeAnswer(self._asked, model, self._store, self._items)
+
+
+def _native_body(asked: dict[str, Any], items: list[Any]) -> dict[str, Any]:
+    """The body for an upstream's own endpoint. The state is the core's there too: the upstream's ids
+    never reach the client (each Response gets the core's own), so its store could not be named; a
+    continuation is sent as the whole conversation."""
+    if "previous_response_id" not in asked:
+        return asked
+    forwarded = {key: value for key, value in asked.items() if key != "previous_response_id"}
+    return {**forwarded, "input": items}
+
+
+class ResponsesFrontEnd(FrontEnd):
+    """``POST /v1/responses`` over the core, with ``store``'s Responses (``GET``/``DELETE
+    /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``)."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        routes = (
+            StateRoute("/v1/responses/{response_id}/input_items", ("GET",), self._stored),
+            StateRoute("/v1/responses/{response_id}", ("GET", "DELETE"), self._stored),
+        )
+        super().__init__(RESPONSES, routes)
+        self.store = store
+
+    async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
+        asked = parse_json_object(raw)
+        if not keep_refusal:
+            validate_request(SCHEMA, asked)
+        previous = await previous_items(self.store, asked)  # the conversation previous_response_id names
+        items = [*previous, *input_items(asked)]
+        try:
+            if keep_refusal:
+                validate_request(SCHEMA, asked)
+            chat = translate_request(asked, previous)
+            self._checked(chat)
+        except APIError as refused:
+            if not keep_refusal:
+                raise
+            return ResponsesTranslation(asked, None, self.store, items, refused)
+        return ResponsesTranslation(asked, chat, self.store, items)
+
+    @staticmethod
+    def _checked(chat: ChatTranslation) -> None:
+        """The chat request checked as a chat request is, its errors in the client's names."""
+        try:
+            validate_request("chat_completion_request", chat.chat)
+        except APIError as refused:
+            raise type(refused)(refused.status, responses_error(refused.body)) from None
+
+    def error(self, body: dict[str, Any]) -> dict[str, Any]:
+        return responses_error(body)
+
+    async def _stored(self, request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        if request.url.path.endswith("/input_items"):
+            return await list_input_items(self.store, response_id, request.query_params)
+        if request.method == "DELETE":
+            return await delete_response(self.store, response_id)
+        return await retrieve_response(self.store, response_id, request.query_params)
+
+    def redact_stored(self, redact: Callable[[str], str]) -> None:
+        self.store.redact = redact
+
+    async def aclose(self) -> None:
+        await self.store.aclose()

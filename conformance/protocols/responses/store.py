@@ -1,0 +1,240 @@
+"""Stored Responses: what ``store`` keeps and ``previous_response_id`` continues, in one SQLite file that
+every ``--workers`` process shares.
+
+OpenAI keeps a response created with ``store`` (true unless the request says false) for 30 days,
+answers it on ``GET /v1/responses/{id}``, forgets it on ``DELETE``, lists the items it was generated
+from on ``GET /v1/responses/{id}/input_items``, and continues a conversation from it when a later
+request names it in ``previous_response_id``: the stored response's input items, then its output
+items, come before the new input, and its ``instructions`` do not carry over (OpenAI's
+conversation-state guide; the ``instructions`` field's description in its OpenAPI spec). Each entry here
+holds the Response object as the client got it and the whole input it was generated from (a response
+that continued another holds that one's items too), so continuing never walks a chain of entries and
+survives the eviction of the entries it came from.
+
+One file for all workers, on the standard library's ``sqlite3``: WAL mode, so readers never wait for
+the writer; a busy timeout, so workers that write at once take turns instead of failing; a write is
+one short transaction (``BEGIN IMMEDIATE``: it takes the write lock first, so two workers never
+deadlock upgrading a read). Each process does its SQLite calls on one thread of the store's own, so
+the event loop never waits on the file and the connection never changes threads.
+
+Bounded by age and bytes: an entry older than ``max_age`` is gone (read as missing at once, deleted by
+the next write); past ``max_bytes`` (the JSON text of every entry, kept as a running total by
+triggers), the oldest entries go first. An entry larger than ``max_bytes`` by itself is not stored:
+``save`` says so, and the Response the client gets says ``"store": false`` (see docs/responses.md),
+as it would for ``store: false``; the file's freed pages are reused, so it does not grow past the
+bound and SQLite's overhead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = ["ResponseStore", "StoreUnavailable", "StoredResponse", "default_store_path"]
+
+log = logging.getLogger("conformant.responses")
+T = TypeVar("T")
+
+BUSY_TIMEOUT = 10.0
+"""Seconds a worker waits for another's write before it gives up (a write takes milliseconds)."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    stored_at REAL NOT NULL,
+    size INTEGER NOT NULL,
+    response TEXT NOT NULL,
+    input TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS responses_by_age ON responses (stored_at);
+CREATE TABLE IF NOT EXISTS totals (one INTEGER PRIMARY KEY CHECK (one = 1), bytes INTEGER NOT NULL);
+INSERT OR IGNORE INTO totals VALUES (1, 0);
+CREATE TRIGGER IF NOT EXISTS counted_in AFTER INSERT ON responses
+    BEGIN UPDATE totals SET bytes = bytes + new.size; END;
+CREATE TRIGGER IF NOT EXISTS counted_out AFTER DELETE ON responses
+    BEGIN UPDATE totals SET bytes = bytes - old.size; END;
+"""
+
+
+class StoreUnavailable(Exception):
+    """The file cannot be opened, read or written (a full disk, no permission, another process holding
+    the write lock past the busy timeout). The message names no path: it may reach a client."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    response: dict[str, Any]
+    """The Response object as the client got it."""
+    input_items: list[Any]
+    """Every input item it was generated from, the continued conversation's included."""
+
+    @property
+    def conversation(self) -> list[Any]:
+        """What a request continuing it puts before its own input: the input items, then the output."""
+        output = self.response.get("output")
+        return [*self.input_items, *(output if isinstance(output, list) else [])]
+
+
+def default_store_path() -> Path:
+    """``$XDG_STATE_HOME/conformant/responses.sqlite3`` (``~/.local/state`` without the variable): state
+    that outlives a restart, as OpenAI keeps responses 30 days, in the user's own directory, not a
+    shared temporary one where another user could create the file first."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "conformant" / "responses.sqlite3"
+
+
+class ResponseStore:
+    """The stored responses of one file; every method but ``open_now`` runs its SQLite work on the
+    store's own thread."""
+
+    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int, max_age: float) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.max_age = max_age
+        self.redact: Callable[[str], str] = str
+        """What is read passes through it: the proxy cuts its upstream keys out
+        (``FrontEnd.redact_stored``). A stored answer holds what an upstream wrote, a key it repeated
+        too, and reaches a client again through ``GET /v1/responses/{id}`` and, as conversation,
+        another upstream through ``previous_response_id``."""
+        self._connection: sqlite3.Connection | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="responses-store")
+
+    # --- the asynchronous interface ------------------------------------------------------------------
+
+    async def save(self, response: Mapping[str, Any], input_items: Sequence[Any]) -> bool:
+        """Store ``response`` (its ``id`` is the key) with the input it was generated from; False when
+        the entry alone is larger than ``max_bytes`` and was not stored."""
+        response_text = json.dumps(response, ensure_ascii=False, separators=(",", ":"))
+        input_text = json.dumps(list(input_items), ensure_ascii=False, separators=(",", ":"))
+        size = len(response_text.encode()) + len(input_text.encode())
+        if size > self.max_bytes:
+            log.warning(
+                "response %s not stored: %d bytes, more than the store's bound of %d",
+                response.get("id"),
+                size,
+                self.max_bytes,
+            )
+            return False
+        entry = (str(response["id"]), size, response_text, input_text)
+        await self._run(lambda connection: self._insert(connection, *entry))
+        return True
+
+    async def load(self, response_id: str) -> StoredResponse | None:
+        """The stored response, or None if there is none (never stored, deleted, evicted or too old)."""
+        row = await self._run(lambda connection: self._select(connection, response_id))
+        if row is None:
+            return None
+        return StoredResponse(json.loads(self.redact(row[0])), json.loads(self.redact(row[1])))
+
+    async def delete(self, response_id: str) -> bool:
+        """Forget a response; False if there was none to forget."""
+        return await self._run(lambda connection: self._remove(connection, response_id))
+
+    async def aclose(self) -> None:
+        await self._run(self._close, connect=False)
+        self._thread.shutdown(wait=True)
+
+    def open_now(self) -> None:
+        """Create or open the file in the calling thread (``serve``'s start-up, before any worker runs),
+        so that a path that cannot hold it is one line at the start, not an error on every request."""
+        self._close(self._connect())
+
+    # --- on the store's thread -----------------------------------------------------------------------
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T], *, connect: bool = True) -> T:
+        def call() -> T:
+            if self._connection is None and connect:
+                self._connection = self._connect()
+            try:
+                return work(self._connection)  # type: ignore[arg-type]  # None only when not connecting
+            except sqlite3.Error as exc:
+                log.warning("responses store %s: %s", self.path, exc)
+                raise StoreUnavailable(f"the response store failed: {_reason(exc)}") from None
+
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Created private before SQLite opens it: its -wal and -shm files take the same mode.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            connection = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("responses store %s: %s", self.path, exc)
+            raise StoreUnavailable(f"the response store cannot be opened: {_reason(exc)}") from None
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            # With WAL, NORMAL syncs at checkpoints only: a power cut may lose the last few entries,
+            # never corrupt the file; FULL would sync on every response stored.
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            connection.close()
+            log.warning("responses store %s: %s", self.path, exc)
+            raise StoreUnavailable(f"the response store cannot be opened: {_reason(exc)}") from None
+        return connection
+
+    def _insert(self, connection: sqlite3.Connection, key: str, size: int, response: str, items: str) -> None:
+        now = time.time()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            connection.execute("DELETE FROM responses WHERE stored_at < ?", (now - self.max_age,))
+            connection.execute(
+                "INSERT INTO responses VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (key, now, size, response, items),
+            )
+            (total,) = connection.execute("SELECT bytes FROM totals").fetchone()
+            if total > self.max_bytes:
+                self._evict_oldest(connection, total - self.max_bytes)
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _evict_oldest(connection: sqlite3.Connection, excess: int) -> None:
+        freed = 0
+        doomed = []
+        for rowid, size in connection.execute("SELECT rowid, size FROM responses ORDER BY stored_at, rowid"):
+            doomed.append((rowid,))
+            freed += size
+            if freed >= excess:
+                break
+        connection.executemany("DELETE FROM responses WHERE rowid = ?", doomed)
+
+    def _select(self, connection: sqlite3.Connection, key: str) -> tuple[str, str] | None:
+        row = connection.execute(
+            "SELECT response, input FROM responses WHERE id = ? AND stored_at >= ?",
+            (key, time.time() - self.max_age),
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def _remove(self, connection: sqlite3.Connection, key: str) -> bool:
+        cursor = connection.execute(
+            "DELETE FROM responses WHERE id = ? AND stored_at >= ?", (key, time.time() - self.max_age)
+        )
+        return cursor.rowcount > 0
+
+    def _close(self, connection: sqlite3.Connection | None) -> None:
+        if connection is not None:
+            connection.close()
+        if connection is self._connection:
+            self._connection = None
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, without the path (OSError's message names it; SQLite's do not)."""
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    return str(exc)

@@ -1,0 +1,198 @@
+"""The stored side of ``/v1/responses``, for the proxy and the backend alike: ``previous_response_id``
+resolved to the conversation it continues, and ``GET`` / ``DELETE /v1/responses/{id}`` and ``GET
+/v1/responses/{id}/input_items`` answered from the store.
+
+OpenAI's answers, as clients test for them: an unknown id on the three routes is a 404
+``invalid_request_error`` "Response with id '...' not found." (``param`` and ``code`` null); an unknown
+``previous_response_id`` on a new request is a 400 with ``param`` ``previous_response_id`` and ``code``
+``previous_response_not_found`` (the body OpenAI sent in maximhq/bifrost#2441, and what Codex CLI
+proxies retry on: Soju06/codex-lb#1817). ``DELETE`` answers ``{"id", "object": "response", "deleted":
+true}`` (the example in OpenAI's OpenAPI spec). ``input_items`` pages as the spec says: ``limit`` 1-100
+(20), ``order`` ``asc`` or ``desc`` (the default), ``after`` an item id; items without an id (a string
+input, a message given without one) get one derived from the response's id and their position, so that
+pages name the same items every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from conformance.api_errors import APIError, InvalidRequest, error_response
+
+from .store import ResponseStore, StoredResponse, StoreUnavailable
+
+__all__ = [
+    "delete_response",
+    "input_items",
+    "list_input_items",
+    "previous_items",
+    "remember",
+    "remember_terminal",
+    "retrieve_response",
+]
+
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+_ORDERS = ("asc", "desc")
+_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def _not_found(response_id: str) -> JSONResponse:
+    return error_response(f"Response with id '{response_id}' not found.", 404)
+
+
+def _unavailable(exc: StoreUnavailable) -> JSONResponse:
+    return error_response(str(exc), 503)
+
+
+def input_items(body: Mapping[str, Any]) -> list[Any]:
+    """A request's ``input`` as a list of items: a string is one user message (as OpenAI reads it)."""
+    given = body.get("input")
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": given}]}]
+    return list(given) if isinstance(given, list) else []
+
+
+async def previous_items(store: ResponseStore, body: Mapping[str, Any]) -> list[Any]:
+    """The conversation that ``body``'s ``previous_response_id`` names (its input items, then its
+    output items: what goes before the new input); no items when it names none. Raises the
+    ``APIError`` to answer for an id that is no string, or names nothing stored. The Response echoes
+    the field; ``instructions`` are the new request's alone."""
+    previous = body.get("previous_response_id")
+    if previous is None:
+        return []
+    if not isinstance(previous, str) or not previous:
+        raise InvalidRequest.make(
+            "Invalid type for 'previous_response_id': expected a non-empty string.",
+            400,
+            param="previous_response_id",
+            code="invalid_type",
+        )
+    try:
+        stored = await store.load(previous)
+    except StoreUnavailable as exc:
+        raise APIError.make(str(exc), 503) from None
+    if stored is None:
+        raise InvalidRequest.make(
+            f"Previous response with id '{previous}' not found.",
+            400,
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    return stored.conversation
+
+
+async def remember(store: ResponseStore, response: dict[str, Any], items: list[Any]) -> dict[str, Any]:
+    """Store a finished ``response`` (one that says ``"store": true``) with the input ``items`` it was
+    generated from: call it before the client gets the terminal event or body, so that a
+    ``previous_response_id`` sent the moment it arrives finds it. Returns the response as the client
+    gets it: with ``"store": false`` when it could not be stored (larger than the store's bound, the
+    file failing), so that no client counts on an entry that is not there; never fails the response."""
+    if response.get("store") is not True:
+        return response
+    try:
+        if await store.save(response, items):
+            return response
+    except StoreUnavailable:
+        pass  # logged by the store
+    return {**response, "store": False}
+
+
+async def remember_terminal(
+    store: ResponseStore, events: list[dict[str, Any]], items: list[Any]
+) -> list[dict[str, Any]]:
+    """``events`` with the Response of the terminal event among them (a stream's last) stored, as
+    ``remember`` does; the events as they are when none is terminal."""
+    for position, event in enumerate(events):
+        if event.get("type") in TERMINAL_EVENTS and isinstance(event.get("response"), dict):
+            kept = await remember(store, event["response"], items)
+            if kept is not event["response"]:
+                events = [*events[:position], {**event, "response": kept}, *events[position + 1 :]]
+    return events
+
+
+async def retrieve_response(store: ResponseStore, response_id: str, query: Mapping[str, str]) -> JSONResponse:
+    """``GET /v1/responses/{id}``. ``stream=true`` replays a background response's events at OpenAI;
+    there are no background responses here, so it is refused by name rather than ignored."""
+    if query.get("stream", "false").lower() not in ("false", "0", ""):
+        return error_response(
+            "Streaming a stored response is not supported by this server.", 400, param="stream"
+        )
+    found = await _load(store, response_id)
+    return found if isinstance(found, JSONResponse) else JSONResponse(found.response)
+
+
+async def delete_response(store: ResponseStore, response_id: str) -> JSONResponse:
+    """``DELETE /v1/responses/{id}``."""
+    try:
+        deleted = await store.delete(response_id)
+    except StoreUnavailable as exc:
+        return _unavailable(exc)
+    if not deleted:
+        return _not_found(response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+async def list_input_items(store: ResponseStore, response_id: str, query: Mapping[str, str]) -> JSONResponse:
+    """``GET /v1/responses/{id}/input_items``: ``{"object": "list", "data", "first_id", "last_id",
+    "has_more"}``."""
+    limit_text = query.get("limit", "20")
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
+        return error_response(
+            f"Invalid 'limit': {limit_text!r}; expected an integer from 1 to 100.", 400, param="limit"
+        )
+    order = query.get("order", "desc")
+    if order not in _ORDERS:
+        return error_response(f"Invalid 'order': {order!r}; expected 'asc' or 'desc'.", 400, param="order")
+    found = await _load(store, response_id)
+    if isinstance(found, JSONResponse):
+        return found
+    items = _with_ids(found)
+    if order == "desc":
+        items.reverse()
+    after = query.get("after")
+    if after is not None:
+        position = next((i for i, item in enumerate(items) if item["id"] == after), None)
+        if position is None:
+            return error_response(
+                f"No input item with id '{after}' in response '{response_id}'.", 400, param="after"
+            )
+        items = items[position + 1 :]
+    page = items[: int(limit_text)]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > len(page),
+        }
+    )
+
+
+async def _load(store: ResponseStore, response_id: str) -> StoredResponse | JSONResponse:
+    try:
+        found = await store.load(response_id)
+    except StoreUnavailable as exc:
+        return _unavailable(exc)
+    return _not_found(response_id) if found is None else found
+
+
+def _with_ids(stored: StoredResponse) -> list[dict[str, Any]]:
+    """The input items as the listing shows them (OpenAI's ``ItemResource``: each has an ``id`` and a
+    ``type``; a message given as ``{"role", "content"}`` is a message, its string content one text part)."""
+    key = str(stored.response.get("id", "")).removeprefix("resp_")
+    shown = []
+    for position, item in enumerate(stored.input_items):
+        entry = dict(item) if isinstance(item, Mapping) else {"type": "message", "content": item}
+        entry.setdefault("type", "message")
+        if entry["type"] == "message" and isinstance(entry.get("content"), str):
+            part = "output_text" if entry.get("role") == "assistant" else "input_text"
+            entry["content"] = [{"type": part, "text": entry["content"]}]
+        prefix = _ID_PREFIXES.get(str(entry["type"]), "item")
+        entry.setdefault("id", f"{prefix}_{key}_{position}")
+        shown.append(entry)
+    return shown

@@ -1,0 +1,99 @@
+"""Every route of the proxy, in one table.
+
+The protocols it serves are their front-ends (conformance/protocols/), one line each in
+``front_ends``: each front-end's paths get the one generating route (proxy/generation.py), and its own
+state's routes (the stored Responses) are served behind the API key. The proxy's own routes follow:
+the model listing, health, metrics, and every other ``/v1/*`` path relayed to an upstream.
+
+The generating paths are also looked up directly (``RouteTable.generating``) by the app, ahead of
+Starlette's router: the proxy's hot path (proxy/app.py). They are the same handlers as the table's
+routes, which are what the ``Allow`` header of a 405 is read from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from conformance.protocols import chat, completions, responses
+from conformance.protocols.front_end import FrontEnd, StateRoute
+from conformance.protocols.responses.store_settings import store_of
+
+from .config import ProxyConfig
+from .generation import generate
+from .listing import model, models
+from .observability import exchange_of
+from .passthrough import PASSTHROUGH_PATH, passthrough
+from .serving import Serving, authorized, refused_key
+
+__all__ = ["RouteTable", "front_ends", "route_table"]
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def front_ends(config: ProxyConfig) -> tuple[FrontEnd, ...]:
+    """The protocols the proxy serves: one line each."""
+    return (
+        chat.front_end(),
+        completions.front_end(),
+        responses.front_end(store_of(config)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTable:
+    routes: list[BaseRoute]
+    """Every route, in the order Starlette matches them."""
+    generating: dict[str, Handler]
+    """``POST`` to a front-end's path (with and without its trailing slash): its generating route."""
+
+
+def route_table(serving: Serving) -> RouteTable:
+    routes: list[BaseRoute] = []
+    generating: dict[str, Handler] = {}
+    for front_end in serving.front_ends:
+        handler: Handler = partial(generate, serving, front_end)
+        for path in (path for own in front_end.paths for path in (own, own + "/")):
+            generating[path] = handler
+            routes.append(Route(path, handler, methods=["POST"]))
+        for state in front_end.routes:
+            guarded: Handler = partial(_state_route, serving, front_end, state)
+            routes.append(Route(state.path, guarded, methods=list(state.methods)))
+    routes += [
+        Route("/v1/models", partial(models, serving), methods=["GET"]),
+        Route("/v1/models/", partial(models, serving), methods=["GET"]),
+        Route("/v1/models/{model:path}", partial(model, serving), methods=["GET"]),
+        Route("/health", _health, methods=["GET"]),
+        Route("/metrics", partial(_metrics, serving), methods=["GET"]),
+        Route(
+            PASSTHROUGH_PATH,
+            partial(passthrough, serving),
+            methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        ),
+    ]
+    return RouteTable(routes, generating)
+
+
+async def _state_route(
+    serving: Serving, front_end: FrontEnd, state: StateRoute, request: Request
+) -> Response:
+    """A route of a protocol's own state (``GET /v1/responses/{id}``), behind the API key: answered from
+    the proxy's store, never the upstream's."""
+    exchange_of(request.scope).endpoint = front_end.name
+    if not authorized(request, serving.config.api_key):
+        return refused_key()
+    return await state.handle(request)
+
+
+async def _health(_: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _metrics(serving: Serving, _: Request) -> Response:
+    return Response(generate_latest(serving.metrics.exposed()), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,136 @@
+"""What every route of the proxy reads, and the steps every route takes before its own work.
+
+``Serving`` is the app's state: its settings, the pool of upstreams (one ``--upstream`` is a pool of
+one: proxy/routing/), the metrics, and the protocols' front-ends it serves (proxy/routes.py). The steps
+are the client's key, its body within ``--max-body``, and the client's headers an upstream may see.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Scope
+
+from conformance.api_errors import REDACTED, APIError, error_response, secret_in_bodies
+from conformance.protocols.front_end import FrontEnd
+
+from .config import ProxyConfig
+from .observability import Exchange, Metrics, exchange_of
+from .relay import connection_options
+from .routing import Router
+
+__all__ = [
+    "NOT_FORWARDED",
+    "NOT_FORWARDED_TO_GENERATION",
+    "Serving",
+    "authorized",
+    "failed",
+    "forward_headers",
+    "read_body",
+    "unknown_url",
+]
+
+# Not forwarded: hop-by-hop, the client's credentials (the upstream gets its own key), and what the
+# proxy sets itself for the upstream request.
+NOT_FORWARDED = frozenset(
+    {
+        b"host",
+        b"content-length",
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"authorization",
+        b"api-key",
+        b"x-api-key",
+        b"accept-encoding",
+        b"upgrade",
+        b"te",
+        b"trailer",
+        b"proxy-authorization",
+        b"cookie",
+        # The proxy answers browsers by its own CORS policy (--cors-origin): an upstream that allows any
+        # origin (llama-server echoes it back) must not see one, and its CORS headers are not relayed.
+        b"origin",
+    }
+)
+NOT_FORWARDED_TO_GENERATION = NOT_FORWARDED | {b"content-type", b"accept", b"user-agent"}
+"""The headers a generating request does not pass on: the proxy writes its own request's body."""
+
+
+@dataclass(slots=True)
+class Serving:
+    config: ProxyConfig
+    pool: Router
+    metrics: Metrics
+    front_ends: tuple[FrontEnd, ...]
+
+    def without_keys(self, text: str) -> str:
+        """``text`` (a stored answer or its input, read back as JSON) with every upstream key the proxy
+        holds cut out: the command line's and each replica's from the file. (A key is letters, digits,
+        dashes: written the same inside JSON.)"""
+        keys = {self.config.upstream_api_key}
+        keys.update(replica.config.upstream_api_key for replica in self.pool.replicas.values())
+        for key in keys:
+            if (cut := secret_in_bodies(key)) is not None:
+                text = text.replace(cut.decode(), REDACTED)
+        return text
+
+
+def authorized(request: Request, api_key: str | None) -> bool:
+    if not api_key:
+        return True
+    header = request.headers.get("authorization", "")
+    supplied = (
+        header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("api-key", "")
+    )
+    return hmac.compare_digest(supplied.encode(), api_key.encode())
+
+
+def refused_key() -> JSONResponse:
+    return error_response("invalid or missing API key", 401, code="invalid_api_key")
+
+
+async def read_body(request: Request, limit: int) -> bytes | Response:
+    """The request's body, or the response that ends it: 413 above ``limit``; 499 (sent to no one,
+    logged and counted) when the client leaves while sending it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return error_response(f"request body larger than {limit} bytes", 413, code="request_too_large")
+    parts: list[bytes] = []
+    size = 0
+    while True:  # receive() itself: Request.stream() is an async generator, which costs more per request
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            exchange_of(request.scope).disconnected = True
+            return Response(status_code=499)
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            return error_response(f"request body larger than {limit} bytes", 413, code="request_too_large")
+        parts.append(part)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def forward_headers(scope: Scope, dropped: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
+    """The client's headers that the upstream gets too (names are lower case in ASGI): not ``dropped``,
+    and not those the client's ``Connection`` header names (hop-by-hop, RFC 9110 section 7.6.1)."""
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    listed = connection_options(headers)
+    return [(k, v) for k, v in headers if k not in dropped and k not in listed]
+
+
+def failed(raised: APIError, exchange: Exchange, secret: str | None) -> Response:
+    """An error answered before any upstream output, logged with the exchange, the key cut out."""
+    error = raised.redacted(secret)
+    exchange.take_error(error)
+    return error.response()
+
+
+def unknown_url(request: Request) -> JSONResponse:
+    return error_response(
+        f"unknown request URL: {request.method} {request.url.path}", 404, code="unknown_url"
+    )

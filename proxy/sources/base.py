@@ -1,0 +1,75 @@
+"""What the response writer reads a request's normalized output from: a source.
+
+A source's ``start()`` opens the upstream and returns once the first normalized chunks exist (or the
+whole body, for a JSON answer), so the caller can still choose the HTTP status; ``next_batch()`` then
+yields the rest. Failures before ``start()`` returns are raised; later ones land in ``failure``. Its
+``output`` is how those chunks reach the client: the core's own ``data:`` lines, or a protocol's events
+(conformance/protocols/), chosen with the upstream that answers.
+
+The sources, each in its own module: one upstream request (upstream.py), a fan-out of several
+(fan_out.py), a token-id prompt that falls back to its text (token_prompt.py), what a request becomes on
+one replica (builder.py), an upstream's own endpoint of a protocol (native.py), and a request tried on
+another replica when the first fails before its first byte (failover.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.api_errors import APIError
+from conformance.protocols.front_end import CHUNKS, Output
+
+from ..normalizer import Repairs
+
+__all__ = ["Source"]
+
+
+class Source:
+    """What the response writer reads from."""
+
+    output: Output = CHUNKS
+    """How its chunks reach the client: the core's own wire unless the protocol's leg says otherwise."""
+    body: dict[str, Any] | None = None
+    upstream_status: int | None = None
+    secret: str | None = None
+    """The key of the upstream this source read from where it is not the proxy's own
+    ``--upstream-api-key`` (a routed replica's, from the file), known once ``start()`` returned: cut
+    out of the bodies sent too."""
+    _failure: APIError | None = None
+    _usage: dict[str, Any] | None = None
+
+    @property
+    def repairs(self) -> Repairs:
+        """What this source repaired (its own, and its normalizer's): the response writer records it
+        in the request's repairs once the response is done."""
+        return Repairs()
+
+    @property
+    def active(self) -> Source:
+        """The source that yields the rest once ``start()`` returned: this one, or the one a wrapper
+        (a failover, a fallback) started; the response writer reads the stream's batches from it, so
+        that a wrapper costs nothing per chunk. Its failure and usage are read from the wrapper."""
+        return self
+
+    async def prepare(self) -> None:
+        """What the proxy does before the upstream is asked (the first-byte timeout does not run yet):
+        nothing, but for a source that first chooses where to send the request (failover.py)."""
+
+    async def start(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    async def next_batch(self) -> list[dict[str, Any]] | None:
+        raise NotImplementedError
+
+    @property
+    def failure(self) -> APIError | None:
+        """What ended the source after ``start()`` returned, if anything did."""
+        return self._failure
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        """The answer's usage once it is known."""
+        return self._usage
+
+    async def aclose(self) -> None:
+        raise NotImplementedError

@@ -1,0 +1,114 @@
+"""What one client request becomes on whichever replica takes it: its leg there, a source and the output
+that writes it.
+
+The route makes one :class:`RequestPlan` per request, after the front-end translated it and the pool
+found the model's replicas; the failover source (failover.py) asks it for the leg on each replica it
+tries. A leg is either
+
+- translated: the core's request fitted to the upstream's traits (``max_tokens: 0`` asked as 1, a
+  streamed ``echo`` asked whole), the model named as the upstream serves it, the adapter's refusal
+  before sending (a prompt past the context; what the proxy cannot serve there), the fan-out's limit on
+  that upstream, then the sources of builder.py and the protocol's output of the core's chunks; or
+- native: the protocol's own request sent to the upstream's own path (native.py), where the protocol
+  allows it and the replica serves it so (``--responses native``, the file's key per upstream).
+
+The plan holds what every leg shares; it is handed to the failover source as an object of this layer,
+never as a callback into the route.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from conformance import jsoncodec
+from conformance.protocols.front_end import FrontEnd, Output, Translation
+from conformance.request_info import RequestInfo
+
+from ..adapters.base import fitted_request
+from ..routing.replica import Replica
+from .base import Source
+from .builder import SourceBuilder, fan_out_refusal
+from .native import NativeSource
+from .token_prompt import source_for
+
+__all__ = ["RequestPlan"]
+
+
+@dataclass(slots=True)
+class RequestPlan:
+    front_end: FrontEnd
+    translation: Translation
+    info: RequestInfo
+    headers: list[tuple[bytes, bytes]]
+    """The client's headers the upstream gets too."""
+    model: Any
+    """The model as the pool serves it (an alias of the file's resolved): each replica's names map it."""
+
+    async def leg(self, replica: Replica) -> tuple[Source, Output]:
+        """The source and output of the request on ``replica``; raises the proxy's own refusal (an
+        ``APIError``: no upstream was asked)."""
+        path = self.front_end.native_path
+        if (
+            self.translation.native is not None
+            and path is not None
+            and await replica.speaks(self.front_end.name, path)
+        ):
+            return await self._native(replica)
+        if self.translation.body is None:  # refused by the translation, kept for a native upstream
+            assert self.translation.refusal is not None
+            raise self.translation.refusal
+        source = await self._translated(replica, self.translation.body)
+        return source, self.translation.output(self.info.model)
+
+    async def _translated(self, replica: Replica, body: dict[str, Any]) -> Source:
+        upstream, adapter, names, config = replica.upstream, replica.adapter, replica.names, replica.config
+        info, endpoint = self.info, self.front_end.endpoint
+        body = fitted_request(upstream.traits, body, info)
+        served = await names.upstream_name(self.model)
+        if served != body.get("model"):
+            body = {**body, "model": served}  # answers still name the model as asked
+        declined = await adapter.refusal(upstream, endpoint, body)
+        if declined is not None:
+            raise declined
+        builder = SourceBuilder(
+            upstream,
+            adapter,
+            endpoint,
+            info,
+            self.headers,
+            max_line_bytes=config.max_line_bytes,
+            first_byte_timeout=config.first_byte_timeout,
+            fan_out=config.fan_out,
+        )
+        if builder.fans_out(body):
+            if upstream.traits.serial is None:
+                # Before the first fan-out: fanned out at once, llama-cpp-python's streams break each
+                # other off.
+                await names.learn_serial()
+            if not upstream.traits.serial and (
+                refused := fan_out_refusal(
+                    endpoint, body, info, config.max_upstream_connections, "--max-upstream-connections"
+                )
+            ):
+                raise refused
+        return source_for(builder, body)
+
+    async def _native(self, replica: Replica) -> tuple[Source, Output]:
+        call = self.translation.native
+        assert call is not None
+        body = call.body
+        served, asked = await replica.names.upstream_name(self.model), body.get("model")
+        if isinstance(served, str) and isinstance(asked, str) and served != asked:
+            body = {**body, "model": served}
+        headers = [*self.headers, (b"content-type", b"application/json")]
+        answer = call.stream(self.info.model)
+        source = NativeSource(
+            replica.upstream,
+            call.path,
+            jsoncodec.dumps(body),
+            headers,
+            answer,
+            max_line_bytes=replica.config.max_line_bytes,
+        )
+        return source, source.output

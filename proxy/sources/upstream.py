@@ -1,0 +1,315 @@
+"""One upstream request as a source of normalized output: its stream or JSON body normalized, the usage
+counted when the upstream gives none (Q28), an empty stream asked again whole (Q52)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from conformance import jsoncodec
+from conformance.api_errors import APIError
+from conformance.request_info import RequestInfo
+from conformance.sse import SSELineTooLong, SSEParser
+
+from ..adapters import Adapter, UpstreamCall
+from ..adapters.base import without_streaming
+from ..admission import Reservation
+from ..errors import UpstreamTimeout
+from ..normalizer import (
+    Identity,
+    Repairs,
+    StreamNormalizer,
+    generated_text,
+    normalize_body,
+)
+from ..reshape import synthesize_chunks
+from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
+from .base import Source
+
+__all__ = ["UpstreamSource"]
+
+_DRAIN_TIMEOUT = 0.05
+_COUNT_TIMEOUT = 2.0  # seconds for the calls to the upstream's tokenizer of one answer
+# A stream whose usage the proxy counts holds its text only up to this (a choice's characters and a
+# string object's cost for each part); past it the text is counted and let go. Kept whole, a 200 MB
+# stream took the proxy to a 409 MB peak (issue 18).
+_COUNT_PIECE = 1024 * 1024
+
+
+class UpstreamSource(Source):
+    def __init__(
+        self,
+        upstream: Upstream,
+        adapter: Adapter,
+        request: RequestInfo,
+        call: UpstreamCall,
+        *,
+        prompt: str,
+        max_line_bytes: int,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        identity: Identity | None = None,
+        repairs: Repairs | None = None,
+        index_base: int = 0,
+        emit_usage: bool | None = None,
+    ) -> None:
+        self._upstream = upstream
+        self._adapter = adapter
+        self._request = request
+        self._call = call
+        self._prompt = prompt
+        self._headers = headers
+        self._repairs = repairs if repairs is not None else Repairs()
+        self.identity = identity or Identity(request.endpoint, request.model)
+        self.normalizer = StreamNormalizer(
+            request,
+            identity=self.identity,
+            repairs=self._repairs,
+            index_base=index_base,
+            emit_usage=emit_usage,
+        )
+        self._parser = SSEParser(max_line_bytes=max_line_bytes)
+        self._stream: UpstreamStream | None = None
+        self._pending: bytes | None = None
+        self._ended = False
+        self._received = 0
+        self._counted: int | None = 0  # completion tokens counted as the stream came; None: not countable
+        self._failure: APIError | None = None  # the transport's, or the stream's framing
+        self.reservation: Reservation | None = None
+        """The places of the fan-out this request is part of, once it took them (``ConcurrentFanOut``)."""
+
+    @property
+    def repairs(self) -> Repairs:
+        return self._repairs
+
+    @property
+    def failure(self) -> APIError | None:
+        if self.body is not None:
+            return None  # answered whole: a stream that failed before it (Q52) no longer counts
+        return self._failure or self.normalizer.failure
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return self.normalizer.usage if self.body is None else self.body.get("usage")
+
+    def body_chunks(self) -> list[dict[str, Any]]:
+        """The whole answer (``body``) as stream chunks, its choices indexed as its stream's would be."""
+        assert self.body is not None
+        chunks = synthesize_chunks(self.body, self._request)
+        for chunk in chunks:
+            for choice in chunk["choices"]:
+                choice["index"] += self.normalizer.index_base
+        return chunks
+
+    async def start(self) -> list[dict[str, Any]]:
+        stream = await self._open(self._call.body)
+        content_type = stream.content_type
+        if "event-stream" not in content_type:
+            first = await stream.read()
+            if first is not None and ("json" in content_type or first.lstrip()[:1] in (b"{", b"[")):
+                await self._read_body(first + await stream.read_all(MAX_JSON_BODY))
+                return []
+            self._pending = first
+        batch = await self._first_batch()
+        failure = self.failure
+        if failure is None:
+            return batch
+        if await self._retried_without_stream(failure):
+            return []
+        raise failure
+
+    async def _open(self, body: dict[str, Any]) -> UpstreamStream:
+        """The upstream's answer to ``body``, its head read; an error (or a redirect the proxy does not
+        follow) raised as the client's error."""
+        stream = self._stream = await self._upstream.open(
+            self._call.path, body, headers=self._headers, reservation=self.reservation
+        )
+        self.upstream_status = stream.status
+        if stream.status >= 300:
+            raise await stream.error()
+        return stream
+
+    async def _first_batch(self) -> list[dict[str, Any]]:
+        """The stream's first chunks to send ([] when it ended or failed first)."""
+        while (batch := await self.next_batch()) is not None and self.failure is None:
+            if batch:
+                return batch
+        return []
+
+    async def _retried_without_stream(self, failure: APIError) -> bool:
+        """An upstream stream that ended before its first byte, asked once more without streaming: True
+        when that answered (its body is served instead), False when the failure stands.
+
+        llama-cpp-python sends its SSE headers before running the model, so a failure there (context
+        overflow) can only end the stream empty (Q52); its non-streamed answer carries the real error
+        (400 ``context_length_exceeded``), which is raised. Not an upstream still silent at a timeout:
+        asking again would run its generation twice.
+        """
+        if (
+            self._received
+            or self._call.body.get("stream") is not True
+            or isinstance(failure, UpstreamTimeout)
+        ):
+            return False
+        self._repairs.add("Q52")
+        self._failure = None
+        stream = await self._open(without_streaming(self._call.body))
+        await self._read_body(await stream.read_all(MAX_JSON_BODY))
+        return True
+
+    async def _read_body(self, raw: bytes) -> None:
+        try:
+            obj = jsoncodec.loads(raw)
+        except ValueError:
+            try:  # invalid UTF-8 in a string becomes U+FFFD, as in a stream
+                obj = jsoncodec.loads(raw.decode("utf-8", "replace"))
+            except ValueError:
+                raise APIError.make("the upstream server sent a body that is not valid JSON", 502) from None
+        if self._call.translate is not None:
+            obj = self._call.translate(obj)
+        body = normalize_body(obj, self._request, repairs=self._repairs, identity=self.identity)
+        self._learn()
+        if body["usage"] is None:
+            texts = [generated_text(choice) for choice in body["choices"]]
+            texts = texts if self._request.generates else []  # (an echo, not generated)
+            # No tokenizer and no usage: words are the closest count a JSON body offers.
+            body["usage"] = await self._count_usage(texts, sum(len(t.split()) for t in texts))
+        self.body = body
+
+    async def next_batch(self) -> list[dict[str, Any]] | None:
+        """The next normalized chunks ([] when a read gave nothing to send), None at the end."""
+        if self._ended or self._stream is None:
+            return None
+        try:
+            raw = self._pending if self._pending is not None else await self._stream.read()
+            self._pending = None
+            if raw is None:
+                return await self._finish(self._parser.close())
+            self._received += len(raw)
+            return await self._normalized(raw)
+        except SSELineTooLong:
+            self._failure = APIError.make("the upstream server sent an SSE line over the size limit", 502)
+        except ValueError:
+            self._failure = APIError.make("the upstream server sent an event that is not valid JSON", 502)
+        except APIError as exc:  # the transport's (the normalizer reports its own in ``failure``)
+            self._failure = exc
+        await self._end()
+        return None
+
+    async def _normalized(self, raw: bytes) -> list[dict[str, Any]]:
+        """The chunks the normalizer makes of the events in ``raw``; the source ends where it fails,
+        or where the upstream is done."""
+        normalizer = self.normalizer
+        out: list[dict[str, Any]] = []
+        translate = self._call.translate
+        for block in self._parser.feed(raw):
+            if translate is not None and block.data is not None and block.data.strip()[:1] == "{":
+                out += normalizer.feed_payload(translate(jsoncodec.loads(block.data)))
+            else:
+                out += normalizer.feed(block)
+            if normalizer.failure is not None:
+                await self._end()
+                return out
+        if normalizer.needs_usage:
+            await self._count_as_it_comes(normalizer.take_texts(_COUNT_PIECE))
+        if normalizer.upstream_done or normalizer.all_stopped:
+            if normalizer.all_stopped and self._request.generates:
+                self._repairs.add("Q76")
+            return out + (await self._finish(None) or [])
+        return out
+
+    async def _end(self) -> None:
+        await self.aclose()
+        self._ended = True
+
+    async def _finish(self, tail: Any) -> list[dict[str, Any]] | None:
+        """End of the upstream: cancel what is left of it, then close the normalizer."""
+        self._ended = True
+        normalizer = self.normalizer
+        if normalizer.upstream_done and self._stream is not None and not await self._drain(self._stream):
+            # [DONE], then the connection cut before the body's end: llama-cpp-python interrupts a
+            # stream so when another request waits for its one model (and says [DONE] first). What
+            # it sent is then no whole answer.
+            normalizer.connection_broke()
+        await self.aclose()
+        out = normalizer.feed(tail) if tail is not None else []
+        usage = None
+        if normalizer.needs_usage and normalizer.failure is None:
+            texts = normalizer.completion_texts()
+            usage = await self._count_usage(texts, normalizer.completion_tokens(), self._counted)
+        out += normalizer.close(usage)
+        self._learn()
+        if normalizer.interrupted and normalizer.failure is not None:
+            # A choice was left without its final chunk (the close failed it).
+            self._upstream.traits.broke_off_stream()
+        return out
+
+    def _learn(self) -> None:
+        """What the answer taught of the upstream: reasoning sent as ``reasoning`` (Q39) is read so too."""
+        if self._repairs["Q39"]:
+            self._upstream.traits.sent_reasoning_as("reasoning")
+
+    @staticmethod
+    async def _drain(stream: UpstreamStream) -> bool:
+        """Read the few bytes after [DONE] (the chunked terminator) so the connection can be reused;
+        False when the connection broke before the body's end instead (a slow end is no break)."""
+        try:
+            for _ in range(4):
+                if await stream.read(_DRAIN_TIMEOUT) is None:
+                    break
+        except APIError as failed:
+            return isinstance(failed, UpstreamTimeout)
+        return True
+
+    def _counter(self) -> Callable[[str], Awaitable[int | None]]:
+        """A token counter of texts with the upstream's tokenizer (None when it has none or is slow),
+        all its calls together within a quarter of the idle and first-byte timeouts at most: the client
+        waits for them after its last token (or before its first, on an answer in one read)."""
+        config = self._upstream.config
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(_COUNT_TIMEOUT, config.idle_timeout / 4, config.first_byte_timeout / 4)
+
+        async def count(text: str) -> int | None:
+            left = deadline - loop.time()
+            return await self._adapter.count_tokens(self._upstream, text, left) if left > 0 else None
+
+        return count
+
+    async def _count_as_it_comes(self, texts: list[str]) -> None:
+        """Count ``texts`` (taken from a long stream's kept text) into ``_counted``; once a count fails
+        the stream's usage is estimated, and what is taken is let go uncounted."""
+        if not texts or self._counted is None:
+            return
+        count = self._counter()
+        for text in texts:
+            counted = await count(text)
+            if counted is None:
+                self._counted = None
+                return
+            self._counted += counted
+
+    async def _count_usage(
+        self, texts: list[str], fallback_completion: int, counted: int | None = 0
+    ) -> dict[str, Any]:
+        """Usage the upstream did not report: counted with its tokenizer when it has one, and answers in
+        time (``counted``: tokens already counted as the stream came, None when that failed); else
+        estimated (the prompt's words, ``fallback_completion``)."""
+        self._repairs.add("Q28")
+        count = self._counter()
+        prompt = await count(self._prompt) if self._prompt else 0
+        if prompt is None:
+            prompt = len(self._prompt.split())  # no tokenizer: words, the same estimate as the completion's
+        completion = counted
+        for text in texts:
+            if completion is None:
+                break
+            tokens = await count(text) if text else 0
+            completion = None if tokens is None else completion + tokens
+        if completion is None:
+            completion = fallback_completion
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await stream.aclose()

@@ -1,0 +1,364 @@
+"""Writing a source's output to the client: held status, streamed chunks, and cancel on disconnect.
+
+``HeldResponse`` runs the whole exchange as one task and watches ``receive()`` for the client going
+away from the first moment, not only once the body has started (Starlette's ``StreamingResponse``
+does not watch while the upstream's first byte is awaited), so the upstream is cancelled at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from conformance import jsoncodec
+from conformance.api_errors import REDACTED, APIError, secret_in_bodies
+from conformance.protocols.front_end import CHUNKS, Output
+from conformance.request_info import RequestInfo
+
+from . import graceful
+from .errors import first_byte_timeout_error
+from .observability import Exchange
+from .reshape import Aggregator, synthesize_chunks
+from .sources.base import Source
+
+__all__ = ["HeldResponse", "redacting", "send_json", "serve_source"]
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_COALESCE_LIMIT = 256 * 1024
+
+
+_dumps = jsoncodec.dumps
+
+
+async def send_json(
+    send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": _JSON_HEADERS + (headers or [])})
+    await send({"type": "http.response.body", "body": _dumps(body)})
+
+
+class HeldResponse(Response):
+    """An ASGI response that runs ``run(send)`` and cancels it when the client disconnects, or ends it
+    when the server's shutdown deadline comes (proxy/graceful.py)."""
+
+    def __init__(
+        self,
+        run: Callable[[Send], Awaitable[None]],
+        exchange: Exchange,
+        cut: Callable[[dict[str, Any]], bytes] | None = CHUNKS.cut,
+    ) -> None:
+        self._run = run
+        self._exchange = exchange
+        self._cut = cut
+        """A stream's last event when the deadline cuts it (``Output.cut``); None: it cannot say why."""
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"done": False, "ending": False, "started": False, "stream": False, "complete": False}
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not state["done"]:
+                        self._exchange.disconnected = True
+                        task.cancel()
+                    return
+
+        async def watched_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+                state["stream"] = (b"content-type", _SSE_HEADERS[0][1]) in message.get("headers", ())
+            elif not message.get("more_body", False):
+                state["complete"] = True
+            await send(message)
+
+        def end() -> None:
+            if not state["done"]:
+                state["ending"] = True
+                task.cancel()
+
+        watcher = asyncio.create_task(watch())
+        forget = graceful.track(end)
+        try:
+            await self._run(watched_send)
+        except asyncio.CancelledError:
+            if state["ending"] and not self._exchange.disconnected:
+                task.uncancel()
+                await self._end_for_shutdown(send, state)
+            elif not self._exchange.disconnected:
+                raise
+            else:
+                task.uncancel()
+        except OSError:
+            self._exchange.disconnected = True  # the client went away while we were sending
+        finally:
+            state["done"] = True
+            forget()
+            watcher.cancel()
+            if self._exchange.disconnected and task.cancelling():
+                task.uncancel()
+
+    async def _end_for_shutdown(self, send: Send, state: dict[str, bool]) -> None:
+        """The shutdown deadline came: a 503, or a stream's error event, as far as the client reads."""
+        error = graceful.shutting_down_error()
+        self._exchange.take_error(error)  # the log line's error_code too, as for every other error
+        body = error.body
+        if not state["started"]:
+            await graceful.last_words(send_json(send, 503, body))
+        elif state["stream"] and not state["complete"] and self._cut is not None:
+            await graceful.last_words(send({"type": "http.response.body", "body": self._cut(body)}))
+        # Any other body cut short cannot say why: uvicorn closes its connection.
+
+
+Worded = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _as_is(error: dict[str, Any]) -> dict[str, Any]:
+    return error
+
+
+async def serve_source(
+    send: Send,
+    source: Source,
+    request: RequestInfo,
+    exchange: Exchange,
+    first_byte_timeout: float,
+    secret: str | None = None,
+    worded: Worded = _as_is,
+) -> None:
+    """Hold the status until the first normalized output, then answer as the client asked, through the
+    source's output (chosen with the upstream that answers).
+
+    ``secret`` (the upstream key) is cut out of every error the client or the log would see, and out of
+    every body sent: an upstream that repeats it in an id or a text does not pass it on. ``worded``:
+    an error before any output (the upstream's refusal) in the client's protocol (``FrontEnd.error``).
+    """
+    send = redacting(send, secret)
+    try:
+        await _serve(send, source, request, exchange, first_byte_timeout, secret, worded)
+    finally:
+        # What the sources repaired, reported once they are done.
+        exchange.record(source.repairs)
+
+
+async def _serve(
+    send: Send,
+    source: Source,
+    request: RequestInfo,
+    exchange: Exchange,
+    first_byte_timeout: float,
+    secret: str | None,
+    worded: Worded,
+) -> None:
+    try:
+        await source.prepare()
+        try:
+            async with asyncio.timeout(first_byte_timeout):
+                initial = await source.start()
+        except TimeoutError:
+            raise first_byte_timeout_error() from None
+    except APIError as raised:
+        exc = raised.redacted(secret)
+        await source.aclose()
+        exchange.upstream_status = source.upstream_status
+        exchange.take_error(exc)
+        await send_json(send, exc.status, worded(exc.body), exc.headers)
+        return
+    except BaseException:
+        # Cancelled (the client went away) after an upstream answered its head but before the first
+        # event: that upstream request is closed now, or it would go on generating for no one.
+        await source.aclose()
+        raise
+    exchange.upstream_status = source.upstream_status
+    if source.secret is not None and source.secret != secret:
+        send = redacting(send, source.secret)  # a routed replica's own key
+    output = source.output
+    try:
+        if source.body is not None:
+            await _send_body(send, source.body, request, exchange, output)
+        elif request.stream:
+            await _stream(send, source, initial, exchange, secret, output)
+        else:
+            await _aggregate(send, source, initial, request, exchange, secret, output)
+    finally:
+        await source.aclose()
+
+
+def redacting(send: Send, secret: str | None) -> Send:
+    """``send`` with the upstream key (``secret``) cut out of every body message: each holds whole
+    events or a whole JSON body, so a key the upstream sent in one string is in one message."""
+    key = secret_in_bodies(secret)
+    if key is None:
+        return send
+    mask = REDACTED.encode()
+
+    async def redacting_send(message: Message) -> None:
+        body = message.get("body")
+        if body and key in body:
+            message = {**message, "body": body.replace(key, mask)}
+        await send(message)
+
+    return redacting_send
+
+
+async def _send_body(
+    send: Send, body: dict[str, Any], request: RequestInfo, exchange: Exchange, output: Output
+) -> None:
+    usage = body.get("usage")
+    exchange.take_usage(usage)
+    if not request.stream or not output.synthesizes:
+        exchange.mark_first_token()
+        await send_json(send, 200, await output.body(body))
+        return
+    exchange.record(["seed002-stream"])
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    exchange.mark_first_token()
+    events = output.opening(synthesize_chunks(body, request)) + await output.tail(None, usage)
+    await send({"type": "http.response.body", "body": events})
+
+
+class _CoalescingWriter:
+    """Body bytes sent by a helper task that runs only when the producer waits for the upstream.
+
+    Chunks the upstream delivered back to back (one socket read holds many) leave in one write instead
+    of one send per chunk, and a chunk never waits for a later one: the flush runs as soon as the
+    producer blocks. At most ``limit`` bytes wait unsent, so a slow client still slows the upstream.
+    Each side waits on a bare future the other resolves: an ``asyncio.Event`` costs more per chunk.
+    """
+
+    def __init__(self, send: Send, limit: int = _COALESCE_LIMIT) -> None:
+        self._send = send
+        self._limit = limit
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._loop = asyncio.get_running_loop()
+        self._wakeup: asyncio.Future[None] | None = None  # the helper, waiting for parts
+        self._room: asyncio.Future[None] | None = None  # the producer, waiting for the parts to leave
+        self._closing = False
+        self._task = asyncio.create_task(self._run())
+
+    async def write(self, data: bytes) -> None:
+        if self._task.done():
+            self._task.result()  # the client connection failed: raise it here
+            raise ConnectionError("the response writer stopped")
+        self._parts.append(data)
+        self._size += len(data)
+        _resolve(self._wakeup)
+        if self._size > self._limit:
+            self._room = self._loop.create_future()
+            await self._room
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                if not self._parts and not self._closing:
+                    self._wakeup = self._loop.create_future()
+                    await self._wakeup
+                while self._parts:
+                    data = b"".join(self._parts)
+                    self._parts.clear()
+                    self._size = 0
+                    await self._send({"type": "http.response.body", "body": data, "more_body": True})
+                _resolve(self._room)
+                if self._closing:
+                    return
+        finally:
+            _resolve(self._room)  # a producer waiting for room must not wait for a dead writer
+
+    async def close(self, tail: bytes) -> None:
+        """Send what is left, then ``tail`` as the last body message."""
+        self._closing = True
+        _resolve(self._wakeup)
+        await self._task
+        await self._send({"type": "http.response.body", "body": tail})
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+
+def _resolve(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+async def _stream(
+    send: Send,
+    source: Source,
+    initial: list[dict[str, Any]],
+    exchange: Exchange,
+    secret: str | None,
+    output: Output,
+) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    exchange.mark_first_token()
+    await send({"type": "http.response.body", "body": output.opening(initial), "more_body": True})
+    writer = _CoalescingWriter(send)
+    events = output.events
+    next_batch = source.active.next_batch  # past a wrapper's own call, on the per-chunk path
+    try:
+        try:
+            while (batch := await next_batch()) is not None:
+                if batch:
+                    await writer.write(events(batch))
+        except asyncio.CancelledError:
+            if (error := graceful.shutdown_failure(exchange)) is None:
+                raise
+            await graceful.last_words(_close(writer, output, error.body))
+            return
+        failure = source.failure
+        if failure is not None:
+            failure = failure.redacted(secret)
+            exchange.take_error(failure)
+        usage = source.usage
+        exchange.take_usage(usage)
+        await writer.close(await output.tail(None if failure is None else failure.body, usage))
+    finally:
+        writer.cancel()
+
+
+async def _close(writer: _CoalescingWriter, output: Output, failure: dict[str, Any]) -> None:
+    """What waits in ``writer``, then the stream's end for ``failure``."""
+    await writer.close(await output.tail(failure, None))
+
+
+async def _aggregate(
+    send: Send,
+    source: Source,
+    initial: list[dict[str, Any]],
+    request: RequestInfo,
+    exchange: Exchange,
+    secret: str | None,
+    output: Output,
+) -> None:
+    exchange.record(["seed002-aggregate"])
+    aggregator = Aggregator(request)
+    try:
+        for chunk in initial:
+            aggregator.add(chunk)
+        while (batch := await source.next_batch()) is not None:
+            for chunk in batch:
+                aggregator.add(chunk)
+        failure = source.failure
+    except APIError as too_large:  # more than the proxy holds (Aggregator.limit)
+        failure = too_large
+    if failure is not None:
+        failure = failure.redacted(secret)
+        exchange.take_error(failure)
+        await send_json(send, failure.status, failure.body)
+        return
+    body = aggregator.result(source.usage)
+    exchange.take_usage(body.get("usage"))
+    exchange.mark_first_token()
+    await send_json(send, 200, await output.body(body))
