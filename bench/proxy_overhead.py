@@ -637,6 +637,17 @@ def main() -> int:
                 _print_goals(target.name, added, rates, levels)
         if args.baseline:
             _print_baseline(added, rates, levels)
+            now, before = (next(t for t in targets if t.name == n) for n in (_conformant(1), BASELINE))
+            settle(targets)
+            body = stream_body(MODEL, args.chunks)
+            posts = [Post(url, "/v1/chat/completions", body) for url in (before.url, now.url)]
+            difference, low, high = p50_difference(
+                *(r.ttft for r in interleaved(posts, args.interleaved_requests))
+            )
+            print(
+                f"  TTFT p50, their requests interleaved one by one ({args.interleaved_requests} each): this "
+                f"checkout {difference * 1e6:+.0f} us (95% {low * 1e6:+.0f} to {high * 1e6:+.0f})"
+            )
         if args.routed:
             single, routed = (next(t for t in targets if t.name == n) for n in (_conformant(1), ROUTED))
             settle(targets)
@@ -783,7 +794,8 @@ def _baseline_target(stack: contextlib.ExitStack, checkout: str, upstream: str) 
     """``conformant serve`` with one worker, its code imported from ``checkout`` (its packages first on
     the path; the same installed dependencies)."""
     port = free_port()
-    serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+    # -P: the current folder (this checkout, where the bench runs) is not put before PYTHONPATH.
+    serve = ["python", "-P", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
     serve += ["--api-key", KEY, "--upstream-kind", "openai", "--workers", "1"]
     env = {"PYTHONPATH": str(Path(checkout).resolve())}
     url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port, env=env))

@@ -49,7 +49,8 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
         return raw
     pool = serving.pool
     try:
-        translation = await front_end.translate(raw, keep_refusal=_may_be_native(serving, front_end))
+        native = front_end.native_path is not None and _may_be_native(serving, front_end)
+        translation = await front_end.translate(raw, keep_refusal=native)
     except APIError as refused:
         return JSONResponse(refused.body, status_code=refused.status)  # worded by the front-end
     info = _request_info(serving, front_end, translation)
@@ -68,7 +69,8 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
     served, replicas = route
     headers = forward_headers(request.scope, NOT_FORWARDED_TO_GENERATION)
     plan = RequestPlan(front_end, translation, info, headers, served)
-    key = prefix_key(body, pool.routing.options.prefix_chars) if body is not None else None
+    chars = pool.routing.options.prefix_chars
+    key = prefix_key(body, chars) if chars and body is not None else None
     source = FailoverSource(pool, replicas, key, plan, exchange, config.first_byte_timeout)
 
     async def run(send: Send) -> None:

@@ -23,7 +23,7 @@ judge reads the same protocol's :class:`conformance.protocols.wire.WireProtocol`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from starlette.requests import Request
@@ -198,29 +198,18 @@ class StateRoute:
     handle: Callable[[Request], Awaitable[Response]]
 
 
-@dataclass
 class FrontEnd:
-    """One wire protocol served over the core (see the module's docstring)."""
+    """One wire protocol served over the core (see the module's docstring). Its description's parts
+    that every request reads are its own attributes: the generating route's per-request path."""
 
-    wire: WireProtocol
-    routes: tuple[StateRoute, ...] = field(default=())
-
-    @property
-    def name(self) -> str:
-        return self.wire.name
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        return self.wire.paths
-
-    @property
-    def endpoint(self) -> Endpoint:
-        return self.wire.endpoint
-
-    @property
-    def native_path(self) -> str | None:
+    def __init__(self, wire: WireProtocol, routes: tuple[StateRoute, ...] = ()) -> None:
+        self.wire = wire
+        self.routes = routes
+        self.name = wire.name
+        self.paths = wire.paths
+        self.endpoint: Endpoint = wire.endpoint
+        self.native_path = wire.paths[0] if wire.native else None
         """The path of an upstream that speaks this protocol itself (its own); None: always translated."""
-        return self.wire.paths[0] if self.wire.native else None
 
     async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
         """The client's body as the core's request; raises an ``APIError`` worded in this protocol's

@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -43,7 +44,7 @@ from conformance.model_names import clean_model_name
 from ..adapters import OpenAIAdapter
 from ..adapters.detection import detect_adapter
 from ..config import ProxyConfig
-from ..errors import UpstreamBroke, UpstreamRefused
+from ..errors import UpstreamBroke, UpstreamRefused, upstream_timeout
 from ..observability import Exchange
 from ..served_names import ServedNames, served_name
 from ..upstream import Upstream
@@ -145,8 +146,13 @@ class Router:
         self.config = config
         self.metrics = RouterMetrics(registry)
         self.routing = routing
+        self.catch_all = routing.catch_all
+        """Whether this is ``--upstream``'s pool of one (see the module's docstring): for its life, a
+        reload being a file's."""
         self.replicas: dict[tuple[str, str | None], Replica] = {}
         self.routes: dict[str, tuple[str, list[Replica]]] = {}
+        self._every: list[Replica] = []
+        """Every replica: the pool of one's route for any model."""
         self._checker: asyncio.Task[None] | None = None
         self._started = False
         self._closing: set[asyncio.Task[None]] = set()
@@ -154,11 +160,6 @@ class Router:
         self._take(routing)
 
     # Building and reloading
-
-    @property
-    def catch_all(self) -> bool:
-        """Whether this is ``--upstream``'s pool of one (see the module's docstring)."""
-        return self.routing.catch_all
 
     def _replica(self, entry: UpstreamEntry) -> Replica:
         config = dataclasses.replace(
@@ -196,6 +197,7 @@ class Router:
         return added
 
     def _route(self) -> None:
+        self._every = list(self.replicas.values())
         routes: dict[str, tuple[str, list[Replica]]] = {}
         for replica in self.replicas.values():
             for model in replica.models:
@@ -269,7 +271,7 @@ class Router:
         """The name the upstreams serve ``model`` by, and its replicas; None for a model none serves
         (the pool of one serves every model, by the name asked: its replica's names map it)."""
         if self.catch_all:
-            return model, list(self.replicas.values())
+            return model, self._every
         return self.routes.get(model) if isinstance(model, str) else None
 
     def listing(self) -> list[str]:
@@ -304,14 +306,23 @@ class Router:
         return chosen
 
     async def acquire(
-        self, model: str, replicas: Iterable[Replica], key: bytes | None, tried: set[Replica]
+        self,
+        model: str,
+        replicas: Iterable[Replica],
+        key: bytes | None,
+        tried: set[Replica],
+        patience: float = math.inf,
     ) -> tuple[Replica, float]:
         """A replica for one request and the seconds it waited for a slot; the replica's slot is the
-        caller's until ``done``. Raises a 503 when no replica is ready, a 429 when every queue is full."""
+        caller's until ``done``. Raises a 503 when no replica is ready, a 429 when every queue is full,
+        a 504 when the slot took more than ``patience`` seconds to come (the first-byte timeout: the
+        request waited for it as for an upstream's answer)."""
+        if self.catch_all:  # the pool of one: its replica takes every request, with nothing to count
+            return self._every[0], 0.0
         candidates = [r for r in replicas if r not in tried and r.available]
         if not candidates:
             raise _unavailable(model)
-        chosen = self.pick(candidates, key)
+        chosen = candidates[0] if len(candidates) == 1 else self.pick(candidates, key)
         if not chosen.has_room:
             roomy = [r for r in candidates if r.has_room]
             if roomy:
@@ -326,32 +337,42 @@ class Router:
             return chosen, 0.0
         if len(chosen.waiting) >= chosen.entry.max_queue:
             raise _queue_full(model)
+        return chosen, await self._wait(chosen, patience)
+
+    async def _wait(self, chosen: Replica, patience: float) -> float:
+        """Wait in ``chosen``'s queue for one of its slots, at most ``patience`` seconds; the seconds
+        waited."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         chosen.waiting.append(waiter)
         self.metrics.publish(chosen)
         began = time.monotonic()
         try:
-            await waiter
-        except BaseException:
+            async with asyncio.timeout(patience if math.isfinite(patience) else None):
+                await waiter
+        except BaseException as stopped:
             if waiter.done() and not waiter.cancelled():
                 self.done(chosen, None, None)  # given a slot as it was cancelled: passed on
             else:
                 with contextlib.suppress(ValueError):
                     chosen.waiting.remove(waiter)
                 self.metrics.publish(chosen)
+            if isinstance(stopped, TimeoutError):
+                raise upstream_timeout("no upstream serving the model had a free slot in time") from None
             raise
-        return chosen, time.monotonic() - began
+        return time.monotonic() - began
 
     def done(
         self, replica: Replica, started: float | None, fault: APIError | None, status: int | None = None
     ) -> None:
         """A request on ``replica`` ended (``fault``: the upstream's failure, if it failed)."""
+        if self.catch_all:
+            return
         replica.release()
         metrics = self.metrics
         metrics.publish(replica)
         if started is not None:
             metrics.of(replica)[2].observe(time.monotonic() - started)
-        if fault is not None and upstream_fault(fault, status) and not self.catch_all:
+        if fault is not None and upstream_fault(fault, status):
             metrics.errors.labels(replica.label).inc()
             if replica.available:
                 metrics.ejections.labels(replica.label).inc()

@@ -10,14 +10,13 @@ event, as a single upstream does, and is ejected.
 
 from __future__ import annotations
 
-import asyncio
+import math
 import time
 from typing import Any
 
 from conformance.api_errors import APIError
 from conformance.protocols.front_end import CHUNKS, Output
 
-from ..errors import first_byte_timeout_error
 from ..normalizer import Repairs
 from ..observability import Exchange
 from ..routing.pool import Router, retryable
@@ -85,21 +84,18 @@ class FailoverSource(Source):
 
     @property
     def repairs(self) -> Repairs:
+        current = Repairs() if self._current is None else self._current.repairs
+        if not self._spent:  # the first replica answered: the usual request, without a copy
+            return current
         total = Repairs(self._spent)
-        if self._current is not None:
-            total.update(self._current.repairs)
+        total.update(current)
         return total
 
     async def prepare(self) -> None:
         """The first replica and the request's leg on it, before that upstream is asked: the proxy's
         own work (a prompt counted against the context, the names the upstream serves), which bounds
-        its own waits; the wait for a replica's slot is bounded by the first-byte timeout."""
-        try:
-            async with asyncio.timeout(self._first_byte_timeout):
-                replica = await self._acquire()
-        except TimeoutError:
-            raise first_byte_timeout_error() from None
-        await self._build(replica)
+        its own waits; a wait for a replica's slot is bounded by the first-byte timeout."""
+        await self._build(await self._acquire(self._first_byte_timeout))
 
     async def start(self) -> list[dict[str, Any]]:
         if self._current is None:
@@ -126,9 +122,12 @@ class FailoverSource(Source):
                 raise
             await self._build(await self._acquire())
 
-    async def _acquire(self) -> Replica:
-        """A replica for the request, not one tried already; its slot is the request's until done."""
-        replica, waited = await self._router.acquire(self._model, self._replicas, self._key, self._tried)
+    async def _acquire(self, patience: float = math.inf) -> Replica:
+        """A replica for the request, not one tried already; its slot is the request's until done (a
+        wait for it bounded by ``patience``: the first attempt's; a retry's runs within the writer's
+        first-byte timeout)."""
+        router = self._router
+        replica, waited = await router.acquire(self._model, self._replicas, self._key, self._tried, patience)
         if not self._router.catch_all:  # which of a file's replicas took it; one --upstream is no news
             exchange = self._exchange
             exchange.queued_ms = round((exchange.queued_ms or 0.0) + waited * 1000, 3)
