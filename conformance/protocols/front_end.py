@@ -46,6 +46,7 @@ __all__ = [
     "Output",
     "StateRoute",
     "Translation",
+    "named_events",
 ]
 
 _dumps = jsoncodec.dumps
@@ -90,6 +91,28 @@ def _data_lines(chunks: list[dict[str, Any]]) -> bytes:
     if len(chunks) == 1:
         return b"data: " + _dumps(chunks[0]) + b"\n\n"
     return b"".join([b"data: " + _dumps(chunk) + b"\n\n" for chunk in chunks])
+
+
+_EVENT_HEADS: dict[str, bytes] = {}
+
+
+def _event_head(kind: str) -> bytes:
+    head = _EVENT_HEADS.get(kind)
+    if head is None:
+        if len(_EVENT_HEADS) < 256:  # a protocol's event types: a few dozen
+            _EVENT_HEADS[kind] = head = b"event: " + kind.encode() + b"\ndata: "
+        else:
+            head = b"event: " + kind.encode() + b"\ndata: "
+    return head
+
+
+def named_events(events: list[dict[str, Any]]) -> bytes:
+    """Events with an ``event:`` line naming each by its ``type``, then its ``data:`` line, as OpenAI's
+    Responses streams and Anthropic's Messages streams frame them (compact JSON holds no raw line end)."""
+    if len(events) == 1:  # a delta: most batches
+        event = events[0]
+        return _event_head(event["type"]) + _dumps(event) + b"\n\n"
+    return b"".join([_event_head(event["type"]) + _dumps(event) + b"\n\n" for event in events])
 
 
 class DataLines(Output):

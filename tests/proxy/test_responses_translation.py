@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from openai.types.responses import ResponseErrorEvent
 
+from conformance.protocols.front_end import named_events
 from conformance.protocols.responses.events import ResponseEvents
-from conformance.protocols.responses.output import ResponsesOutput, encode_events
+from conformance.protocols.responses.output import ResponsesOutput
 from conformance.protocols.responses.response import response_from_chat
 from conformance.protocols.responses.translation import TranslationError, responses_error, translate_request
 from tests.support.responses_checks import check_events, check_response, judged, sse_events
@@ -575,7 +576,7 @@ def test_a_stream_cut_where_it_stands_ends_with_an_error_event_numbered_after_th
         "message": "shutting down",
         "param": None,
     }
-    judged(encode_events(events), request, 200, {"content-type": "text/event-stream"})
+    judged(named_events(events), request, 200, {"content-type": "text/event-stream"})
 
 
 def test_an_empty_answer_completes_without_items() -> None:
@@ -705,7 +706,7 @@ def test_a_streamed_call_to_a_namespace_tool_names_its_namespace() -> None:
         events += stream.feed(chunk)
     events += stream.finish()
     check_events(events)
-    judged(encode_events(events), request, 200, {"content-type": "text/event-stream"})
+    judged(named_events(events), request, 200, {"content-type": "text/event-stream"})
     items = [
         e["item"] for e in events if e["type"] in ("response.output_item.added", "response.output_item.done")
     ]

@@ -18,7 +18,7 @@ from typing import Any
 
 from conformance.model_names import clean_model_name
 
-from .output import encode_events
+from ..front_end import named_events
 from .response import failed_error, new_item_id, new_response_id
 from .store import ResponseStore
 from .stored import remember, remember_terminal
@@ -293,7 +293,7 @@ class NativeAnswer:
         return normalize_response(body, self._request, response_id=new_response_id(), model=self._model)
 
     def encode(self, events: list[dict[str, Any]]) -> bytes:
-        return encode_events(events)
+        return named_events(events)
 
     async def kept(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return await remember_terminal(self._store, events, self._items)

@@ -12,34 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance import jsoncodec
-
-from ..front_end import Output
+from ..front_end import Output, named_events
 from .store import ResponseStore
 from .stored import remember, remember_terminal
 from .translation import ChatTranslation
 
-__all__ = ["ResponsesOutput", "encode_events"]
-
-_dumps = jsoncodec.dumps
-
-
-_HEADS: dict[str, bytes] = {}
-
-
-def _head(kind: str) -> bytes:
-    head = _HEADS.get(kind)
-    if head is None:
-        head = _HEADS[kind] = b"event: " + kind.encode() + b"\ndata: "
-    return head
-
-
-def encode_events(events: list[dict[str, Any]]) -> bytes:
-    """Server-sent events with OpenAI's ``event:`` line (compact JSON holds no raw line end)."""
-    if len(events) == 1:  # a delta: most batches
-        event = events[0]
-        return _head(event["type"]) + _dumps(event) + b"\n\n"
-    return b"".join([_head(event["type"]) + _dumps(event) + b"\n\n" for event in events])
+__all__ = ["ResponsesOutput"]
 
 
 class ResponsesOutput(Output):
@@ -71,23 +49,23 @@ class ResponsesOutput(Output):
         return [event for chunk in chunks for event in feed(chunk)]
 
     def opening(self, chunks: list[dict[str, Any]]) -> bytes:
-        return encode_events(self._events.start() + self._fed(chunks))
+        return named_events(self._events.start() + self._fed(chunks))
 
     def events(self, chunks: list[dict[str, Any]]) -> bytes:
-        return encode_events(self._fed(chunks))
+        return named_events(self._fed(chunks))
 
     async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
         events = self._events.fail(failure) if failure is not None else self._events.finish(usage)
         self._ending = events
         if self._store is not None:  # before the client has the end: its next request may name it
             events = await remember_terminal(self._store, events, self._items)
-        return encode_events(events)
+        return named_events(events)
 
     def cut(self, error: dict[str, Any]) -> bytes:
         # Cut while its end was being stored: that end, numbered already, is the stream's last words.
         if self._ending is not None:
-            return encode_events(self._ending)
-        return encode_events([self._events.error(error)])
+            return named_events(self._ending)
+        return named_events([self._events.error(error)])
 
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:
         response = self._translation.response({**body, "model": self._model or body.get("model")})
