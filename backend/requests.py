@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from backend.grammars import grammar_for_schema, json_grammar
 from backend.request_errors import RequestError
+from backend.schema_support import MAX_REPETITION, gbnf_repeats_too_often
 from conformance.request import allowed_tools_choice, limit_parameter, named_function
 from conformance.schemas import load_schema
 
@@ -229,6 +230,12 @@ def _grammar(body: dict[str, Any], *, chat: bool) -> str | None:
     if grammar is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise RequestError("'grammar' must be a non-empty GBNF string", "grammar")
+        if gbnf_repeats_too_often(grammar):
+            raise RequestError(
+                f"'grammar' repeats an item more than {MAX_REPETITION} times ({{m,n}}), more than this "
+                "server's grammar engine takes",
+                "grammar",
+            )
         return grammar
     schema = body.get("json_schema")
     if schema is not None:

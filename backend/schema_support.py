@@ -22,11 +22,20 @@ tools) were all refused.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from conformance.schema_refs import SUBSCHEMA_LISTS, SUBSCHEMA_MAPS, hoisted, localized, with_children
 
-__all__ = ["enforceable", "hoisted", "localized", "normalized", "unsupported"]
+__all__ = [
+    "MAX_REPETITION",
+    "enforceable",
+    "gbnf_repeats_too_often",
+    "hoisted",
+    "localized",
+    "normalized",
+    "unsupported",
+]
 
 _ANNOTATIONS = frozenset(
     {
@@ -70,28 +79,78 @@ _ENFORCED = frozenset(
     }
 )
 _FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
+MAX_REPETITION = 1000
+"""The largest count a grammar repeats an item (``maxLength``, ``maxItems``, a pattern's ``{m,n}``): the
+converter writes each as that many nested rules, and llama.cpp's parser refused a string of
+``maxLength`` 1,100 (1,000 parsed, measured) and overflowed its stack at 20,000, which killed the
+backend: Claude Code 2.1's ``Workflow`` tool has ``maxLength`` 524,288 in every request it sends."""
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 
 
-def _problem(schema: dict[str, Any]) -> str | None:
-    """The first keyword of this one schema object (not its children) the converter would not enforce."""
+def _too_many(schema: dict[str, Any]) -> str | None:
+    """The count keyword of this schema object over :data:`MAX_REPETITION`, if any."""
+    for key in _COUNTS:
+        value = schema.get(key)
+        if isinstance(value, int) and value > MAX_REPETITION:
+            return f"{key} above {MAX_REPETITION}"
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and _repeats_too_often(pattern):
+        return f"a pattern repeating more than {MAX_REPETITION} times"
+    return None
+
+
+def _repeats_too_often(pattern: str) -> bool:
+    return any(int(n) > MAX_REPETITION for m in _QUANTIFIER.finditer(pattern) for n in m.groups() if n)
+
+
+_GBNF_LITERALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
+
+
+def gbnf_repeats_too_often(gbnf: str) -> bool:
+    """Whether a client's GBNF repeats an item more than :data:`MAX_REPETITION` times (``x{0,20000}``
+    overflowed llama.cpp's parser's stack); its strings and character classes are not read as counts."""
+    return _repeats_too_often(_GBNF_LITERALS.sub("", gbnf))
+
+
+def _unknown_keyword(schema: dict[str, Any]) -> str | None:
     for key in schema:
         if key not in _ENFORCED and key not in _ANNOTATIONS:
             return key
     fmt = schema.get("format")
-    if fmt is not None and fmt not in _FORMATS:
-        return f"format: {fmt}"
+    return f"format: {fmt}" if fmt is not None and fmt not in _FORMATS else None
+
+
+def _lengths(schema: dict[str, Any]) -> str | None:
     if "pattern" in schema and ("minLength" in schema or "maxLength" in schema):
         return "minLength/maxLength with pattern"
     if ("minLength" in schema or "maxLength" in schema) and schema.get("type") != "string":
         return "minLength/maxLength without type: string"
+    return None
+
+
+def _unanchored(schema: dict[str, Any]) -> str | None:
     pattern = schema.get("pattern")
     if isinstance(pattern, str) and not (pattern.startswith("^") and pattern.endswith("$")):
         return "pattern not anchored with ^...$"
+    return None
+
+
+def _lone_keywords(schema: dict[str, Any]) -> str | None:
     if "required" in schema and "properties" not in schema and "allOf" not in schema:
         return "required without properties"
     if isinstance(schema.get("items"), dict) and "prefixItems" in schema:
         return "items with prefixItems"
     return None
+
+
+_CHECKS = (_unknown_keyword, _too_many, _lengths, _unanchored, _lone_keywords)
+"""One check per way the converter would not enforce a schema object, in the order they are reported."""
+
+
+def _problem(schema: dict[str, Any]) -> str | None:
+    """The first keyword of this one schema object (not its children) the converter would not enforce."""
+    return next((found for check in _CHECKS if (found := check(schema)) is not None), None)
 
 
 def _children(schema: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -136,8 +195,12 @@ def enforceable(schema: Any) -> Any:
         if (key in _ENFORCED or key in _ANNOTATIONS) and not (key == "format" and value not in _FORMATS)
     }
     out = with_children(kept, enforceable)
+    for key in _COUNTS:
+        if isinstance(out.get(key), int) and out[key] > MAX_REPETITION:
+            del out[key]
     if "pattern" in out and isinstance(out["pattern"], str):
-        if not (out["pattern"].startswith("^") and out["pattern"].endswith("$")):
+        anchored = out["pattern"].startswith("^") and out["pattern"].endswith("$")
+        if not anchored or _repeats_too_often(out["pattern"]):
             del out["pattern"]
         else:
             out.pop("minLength", None)
@@ -155,9 +218,14 @@ object only)."""
 
 def normalized(schema: Any) -> Any:
     """``schema`` with ``true`` and ``{}`` subschemas written as :data:`ANY_VALUE` (an ``items: {}``
-    failed the converter with a bare ``'prefixItems'``, and ``{}`` elsewhere allowed objects only)."""
+    failed the converter with a bare ``'prefixItems'``, and ``{}`` elsewhere allowed objects only), and
+    so is one of annotations alone, which allows any value as ``{}`` does: Claude Code 2.1's
+    ``Workflow`` tool has ``args: {"description": ...}``, which the converter refused ("Unrecognized
+    schema"), and with it every request of Claude Code's."""
     if schema is True or schema == {}:
         return dict(ANY_VALUE)
+    if isinstance(schema, dict) and schema.keys() <= _ANNOTATIONS:
+        return {**schema, **ANY_VALUE}
     if not isinstance(schema, dict):
         return schema
     out = with_children(schema, normalized)

@@ -65,6 +65,10 @@ def test_disconnect_frees_the_slot_within_one_step(gemma_url: str, gemma_backend
         ({"prompt": "x", "n": 0}, "n"),
         ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
         ({"prompt": "x", "grammar": "root ::= ("}, "grammar"),
+        # Past what llama.cpp's parser takes: 20,000 nested rules overflowed its stack and killed the
+        # process before this was refused.
+        ({"prompt": "x", "grammar": 'root ::= "a"{0,20000}'}, "grammar"),
+        ({"prompt": "x", "json_schema": {"type": "string", "maxLength": 524288}}, "json_schema"),
         ({"prompt": "x", "mirostat": 3}, "mirostat"),
         ({"prompt": [999999999]}, "prompt"),
         ({"prompt": {"a": 1}}, "prompt"),

@@ -11,9 +11,19 @@ from typing import Any
 import jsonschema
 import pytest
 
+from backend.grammars import converted
 from backend.request_errors import RequestError
 from backend.requests import parse_chat_request
-from backend.schema_support import ANY_VALUE, hoisted, localized, normalized
+from backend.schema_support import (
+    ANY_VALUE,
+    MAX_REPETITION,
+    enforceable,
+    gbnf_repeats_too_often,
+    hoisted,
+    localized,
+    normalized,
+    unsupported,
+)
 from backend.tool_formats.generic import Generic
 from backend.tool_formats.grammar import definitions_prefix
 from backend.tool_formats.hermes import Hermes
@@ -86,6 +96,28 @@ def test_normalized_keeps_data_that_looks_like_schemas() -> None:
         "items": ANY_VALUE,
         "properties": {"x": {"const": True, "enum": [True, {}]}},
     }
+
+
+def test_a_property_of_annotations_alone_allows_any_value() -> None:
+    """Claude Code 2.1's ``Workflow`` tool: ``args: {"description": ...}``, refused by the converter
+    before, and with it every request Claude Code sends."""
+    schema = {"type": "object", "properties": {"args": {"description": "any JSON value"}}}
+    assert normalized(schema)["properties"]["args"] == {"description": "any JSON value", **ANY_VALUE}
+    gbnf = converted(normalized(schema), "tools")
+    assert "args" in gbnf
+
+
+def test_counts_past_what_a_grammar_repeats_are_dropped_from_tools_and_refused_where_strict() -> None:
+    """Claude Code 2.1's ``Workflow`` tool: ``script`` has ``maxLength`` 524,288, which written as a
+    grammar overflowed llama.cpp's parser's stack and killed the backend."""
+    script = {"type": "string", "maxLength": 524288, "pattern": "^a{0,5000}$"}
+    schema = {"type": "object", "properties": {"script": script, "id": {"type": "string", "maxLength": 64}}}
+    cleaned = enforceable(schema)
+    assert cleaned["properties"] == {"script": {"type": "string"}, "id": {"type": "string", "maxLength": 64}}
+    assert "script" in converted(normalized(cleaned), "tools")
+    assert unsupported(schema) == f"'maxLength above {MAX_REPETITION}' at /properties/script"
+    assert gbnf_repeats_too_often("root ::= x{2,20000}")
+    assert not gbnf_repeats_too_often('root ::= "{0,20000}" [{9999}] x{0,1000}')
 
 
 def test_localized_leaves_a_schema_without_definitions_alone() -> None:
