@@ -82,6 +82,14 @@ def fix_tool_call(
     }
 
 
+def is_json_object(arguments: Any) -> bool:
+    """``arguments`` is the text of one JSON object, as a whole call's arguments are."""
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except (ValueError, RecursionError, TypeError):
+        return False
+
+
 def escaped_arguments(strings: ArgumentStrings, arguments: str, repairs: Repairs) -> str:
     """An arguments fragment with the control characters inside its strings escaped (Q82)."""
     escaped = strings.escape(arguments)
@@ -250,6 +258,10 @@ class ChoiceState:
         if out:
             self.had_tools = True
         return out
+
+    def call_cut(self) -> bool:
+        """The latest call's arguments are not one JSON object: its generation was cut off (Q84)."""
+        return self.had_tools and not is_json_object("".join(self.last_call[3]))
 
     def text_calls(self, calls: list[Call], repairs: Repairs) -> list[dict[str, Any]]:
         """Tool-call deltas, each whole, for calls taken out of the content (Q79)."""

@@ -30,7 +30,8 @@ Why the orders are what they are:
 - Finish: a stop sequence the proxy enforced wins over what the upstream said; ``max_tokens: 0``
   then wins over that (the one token asked of the upstream is never shown); only a reason still
   missing is a repair (Q16) or a broken stream (Q56); the token limit (Q21) and tool calls (Q64)
-  correct a ``stop`` last, the limit first since a cut-off tool call is ``length`` in OpenAI's API.
+  correct a ``stop`` last, the limit first since a cut-off tool call is ``length`` in OpenAI's API
+  (and a ``tool_calls`` whose last call the limit cut, Q84).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import Any
 from conformance.api_errors import APIError
 from conformance.request_info import RequestInfo
 
-from .choices import ChoiceState, as_dict, fix_tool_call, new_tool_call_id
+from .choices import ChoiceState, as_dict, fix_tool_call, is_json_object, new_tool_call_id
 from .finish import FAILURE_REASONS, map_finish_reason
 from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
 from .repairs import Repairs
@@ -135,6 +136,7 @@ class Finish:
     """A choice's finish reason being decided, with what decides it."""
 
     __slots__ = (
+        "call_cut",
         "chat",
         "had_tools",
         "interrupted",
@@ -157,6 +159,7 @@ class Finish:
         had_tools: bool,
         upstream_done: bool = True,
         interrupted: bool = False,
+        call_cut: bool = False,
     ) -> None:
         self.reason = reason
         self.request = request
@@ -167,6 +170,7 @@ class Finish:
         self.had_tools = had_tools
         self.upstream_done = upstream_done  # a whole body, or [DONE] came
         self.interrupted = interrupted
+        self.call_cut = call_cut  # its last call's arguments are not a whole JSON object
 
 
 def stop_sequence_finish(f: Finish) -> None:
@@ -194,11 +198,16 @@ def missing_finish(f: Finish) -> None:
 
 
 def limit_finish(f: Finish) -> None:
-    """The token limit ended it, whatever the upstream said (Q21)."""
+    """The token limit ended it, whatever the upstream said (Q21), and a call it cut is no call (Q84)."""
     limit = f.request.max_tokens
     tokens = f.tokens
-    if f.reason == "stop" and not f.stopped and limit is not None and tokens is not None and tokens >= limit:
+    if f.stopped or limit is None or tokens is None or tokens < limit:
+        return
+    if f.reason == "stop":
         f.repairs.add("Q21")
+        f.reason = "length"
+    elif f.reason == "tool_calls" and f.call_cut:
+        f.repairs.add("Q84")
         f.reason = "length"
 
 
@@ -589,9 +598,17 @@ def message_finish(m: Message) -> bool:
         stopped=m.stopped,
         tokens=m.tokens,
         had_tools=bool(m.out.get("tool_calls")),
+        call_cut=_last_call_cut(m.out.get("tool_calls")),
     )
     m.reason = final_reason(finish)
     return True
+
+
+def _last_call_cut(calls: Any) -> bool:
+    """The last call's arguments are not one JSON object (Q84)."""
+    if not isinstance(calls, list) or not calls or not isinstance(calls[-1], dict):
+        return False
+    return not is_json_object(as_dict(calls[-1].get("function")).get("arguments"))
 
 
 def message_logprobs(m: Message) -> bool:

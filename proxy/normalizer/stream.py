@@ -247,6 +247,7 @@ class StreamNormalizer:
             had_tools=state.had_tools,
             upstream_done=self.upstream_done,
             interrupted=self.interrupted,
+            call_cut=state.call_cut(),
         )
         try:
             return final_reason(finish)

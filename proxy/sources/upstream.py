@@ -307,6 +307,12 @@ class UpstreamSource(Source):
             completion = None if tokens is None else completion + tokens
         if completion is None:
             completion = fallback_completion
+        per_choice = self._request.max_tokens
+        if per_choice is not None:
+            limit = per_choice * self._request.choices
+            # Text tokenized again can take more tokens than were generated (66 for a call cut at 64 by
+            # llama-cpp-python): the limit the upstream generated under bounds the count.
+            completion = min(completion, limit)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     async def aclose(self) -> None:

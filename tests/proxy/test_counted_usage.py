@@ -116,3 +116,21 @@ def test_streamed_reasoning_counts_as_completion_tokens() -> None:
                 json.loads(response.text.split("data: ")[-2])["usage"] if stream else response.json()["usage"]
             )
             assert usage["completion_tokens"] == len("ThinkHi")
+
+
+def test_a_count_over_the_token_limit_is_held_to_it() -> None:
+    """Generated text tokenized again can take more tokens than were generated (measured: 66 for a call
+    llama-cpp-python cut at max_tokens 64): the count never says more than the request allowed."""
+    limit = CALL_TOKENS - 3
+    with raw_server(_upstream(tokenizer=True)) as (upstream, _), run_proxy(upstream) as url:
+        for stream in (True, False):
+            asked = {**CHAT, "max_tokens": limit, "stream": stream} | (
+                {"stream_options": {"include_usage": True}} if stream else {}
+            )
+            response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+            assert response.status_code == 200, response.text
+            usage = (
+                json.loads(response.text.split("data: ")[-2])["usage"] if stream else response.json()["usage"]
+            )
+            assert usage["completion_tokens"] == limit
+            assert usage["total_tokens"] == PROMPT_TOKENS + limit

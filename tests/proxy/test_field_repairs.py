@@ -201,6 +201,19 @@ def test_the_token_limit_turns_stop_into_length_q21(tokens: int | None, stopped:
     assert repairs == ({"Q21": 1} if reason == "length" else {})
 
 
+@pytest.mark.parametrize(
+    ("tokens", "cut", "reason"),
+    [(8, True, "length"), (8, False, "tool_calls"), (7, True, "tool_calls"), (None, True, "tool_calls")],
+)
+def test_a_call_the_token_limit_cut_finishes_length_q84(tokens: int | None, cut: bool, reason: str) -> None:
+    f, repairs = _finish(
+        "tool_calls", RequestInfo(endpoint="chat", max_tokens=8), tokens=tokens, had_tools=True, call_cut=cut
+    )
+    limit_finish(f)
+    assert f.reason == reason
+    assert repairs == ({"Q84": 1} if reason == "length" else {})
+
+
 def test_tool_calls_turn_a_chat_stop_into_tool_calls_q64() -> None:
     f, repairs = _finish("stop", had_tools=True)
     tool_calls_finish(f)

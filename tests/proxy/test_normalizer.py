@@ -210,6 +210,51 @@ def test_length_when_the_token_limit_was_hit_but_upstream_said_stop() -> None:
     assert normalize_body(whole, info, repairs=Repairs())["choices"][0]["finish_reason"] == "length"
 
 
+def _named_call_chunks(fragments: list[str], finish: str) -> bytes:
+    """llama-cpp-python's stream of a named tool call: its first fragment, then one token a chunk."""
+    first = {"index": 0, "id": "call_x", "type": "function", "function": {"name": "f", "arguments": ""}}
+    raw = chunk({"delta": {"role": "assistant", "tool_calls": [first]}})
+    for fragment in fragments:
+        raw += chunk({"delta": {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]}})
+    return raw + chunk({"delta": {}, "finish_reason": finish}) + b"data: [DONE]\n\n"
+
+
+def test_a_call_cut_by_the_token_limit_finishes_length_not_tool_calls_q84() -> None:
+    # Recorded from llama-cpp-python 0.3.36 with a named tool_choice and max_tokens 64: the grammar's
+    # string ran on to the limit, and the finish still said tool_calls.
+    body = {**CHAT_REQUEST, "max_tokens": 4}
+    cut = _named_call_chunks(['{"', "city", '": "', "Paris and"], "tool_calls")
+    status, out, repairs = normalize_stream(cut, "chat", body)
+    assert status == 200
+    assert [c["finish_reason"] for e in events(out) for c in e["choices"] if c["finish_reason"]] == ["length"]
+    assert repairs["Q84"] == 1
+    # A whole call at the limit is the call the upstream says it is.
+    whole = _named_call_chunks(['{"', "city", '": "', 'Paris"}'], "tool_calls")
+    _, out, repairs = normalize_stream(whole, "chat", body)
+    assert [c["finish_reason"] for e in events(out) for c in e["choices"] if c["finish_reason"]] == [
+        "tool_calls"
+    ]
+    assert "Q84" not in repairs
+    # Whole bodies too: the usage says the limit was reached, and the arguments are cut.
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"city": "Par'}}
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 4, "total_tokens": 5},
+    }
+    info = RequestInfo.from_body("chat", {**body, "stream": False})
+    assert normalize_body(answer, info, repairs=Repairs())["choices"][0]["finish_reason"] == "length"
+
+
 def test_an_id_the_upstream_answered_with_before_is_replaced_q08() -> None:
     body = {"model": "m", "stream": True}
     fixed = os.urandom(8).hex()  # this process's own: no other test's response used it
