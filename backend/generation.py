@@ -28,20 +28,20 @@ from backend.handoff import LoopInbox
 from backend.reasoning import ThinkingMarkers
 from backend.requests import GenerationRequest, parse_chat_request, parse_completion_request
 from backend.service import Backend
-from conformance.api_errors import APIError, error_response
+from conformance.api_errors import APIError
 from conformance.openai_errors import error_body
 from conformance.protocols.front_end import FrontEnd, Output
 from conformance.request import Endpoint
 
-__all__ = ["Generation", "generate"]
+__all__ = ["PARSERS", "Generation", "generate"]
 
-_PARSERS: dict[Endpoint, Callable[[Any], GenerationRequest]] = {
+PARSERS: dict[Endpoint, Callable[[Any], GenerationRequest]] = {
     "chat": parse_chat_request,
     "completions": parse_completion_request,
 }
 """The engine's reading of each of the core's requests."""
 
-_Worded = Callable[[dict[str, Any]], dict[str, Any]]
+_Worded = Callable[[dict[str, Any], int], dict[str, Any]]
 
 
 @dataclass(slots=True)
@@ -60,13 +60,13 @@ async def generate(generation: Generation, front_end: FrontEnd, request: Request
     except APIError as refused:
         return JSONResponse(refused.body, status_code=refused.status)  # worded by the front-end
     assert translation.body is not None  # (a refusal is kept only where asked to)
-    started = _start(generation, translation.body, _PARSERS[front_end.endpoint], front_end.error)
+    started = _start(generation, translation.body, PARSERS[front_end.endpoint], front_end.error)
     if isinstance(started, Response):
         return started
     output = translation.output(generation.backend.model_id)
     if translation.stream:
         return _event_stream(_streamed(generation, started, output))
-    whole = await _whole(generation, request, started)
+    whole = await _whole(generation, request, started, front_end.error)
     return whole if isinstance(whole, Response) else JSONResponse(await output.body(whole))
 
 
@@ -92,14 +92,14 @@ def _start(
         prompts = backend.prompts(req)
         jobs = backend.jobs(req, prompts, emit)
     except APIError as refused:
-        return JSONResponse(worded(refused.body), status_code=refused.status)
+        return JSONResponse(worded(refused.body, refused.status), status_code=refused.status)
     try:
         backend.engine.submit(jobs)
     except QueueFull as exc:
         for job in jobs:
             job.sampler.close()
-        message = f"The server is busy: {exc}. Retry shortly."
-        return error_response(message, 429, headers={"Retry-After": "1"})
+        busy = error_body(f"The server is busy: {exc}. Retry shortly.", 429)
+        return JSONResponse(worded(busy, 429), status_code=429, headers={"Retry-After": "1"})
     builder = AnswerBuilder(req, prompts, backend.model_id, backend.vocab.piece, generation.thinking)
     return _Started(builder, queue, jobs)
 
@@ -145,7 +145,9 @@ async def _chunks(generation: Generation, started: _Started) -> AsyncGenerator[l
         generation.backend.engine.cancel([job for job in jobs if job.index in open_jobs])
 
 
-async def _whole(generation: Generation, request: Request, started: _Started) -> dict[str, Any] | Response:
+async def _whole(
+    generation: Generation, request: Request, started: _Started, worded: _Worded
+) -> dict[str, Any] | Response:
     """The whole answer's body, or the error (499 when the client left: the slots are freed)."""
     builder, queue, jobs = started.builder, started.queue, started.jobs
     open_jobs = {job.index for job in jobs}
@@ -159,7 +161,7 @@ async def _whole(generation: Generation, request: Request, started: _Started) ->
                 return Response(status_code=499)  # nobody is listening; the slots are freed below
             event = getter.result()
             if event.error is not None:
-                return error_response(event.error, 500)
+                return JSONResponse(worded(error_body(event.error, 500), 500), status_code=500)
             builder.add(event)
             if event.finish_reason is not None:
                 open_jobs.discard(event.index)

@@ -1,7 +1,7 @@
 """Every route of the bundled backend, in one table: the protocols it serves are their front-ends
 (conformance/protocols/), one line each in ``front_ends`` as in the proxy's table (proxy/routes.py); each
-front-end's paths get the one generating route (backend/generation.py) and its own state's routes (the
-stored Responses). The model listing and health follow."""
+front-end's paths get the one generating route (backend/generation.py), its own state's routes (the
+stored Responses) and its counting route (backend/counting.py). The model listing and health follow."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from backend.counting import count
 from backend.generation import Generation, generate
 from conformance.api_errors import error_response
-from conformance.protocols import chat, completions, responses
+from conformance.protocols import chat, completions, messages, responses
 from conformance.protocols.front_end import FrontEnd
 from conformance.protocols.responses.store import ResponseStore
 
@@ -26,6 +27,7 @@ def front_ends(store: ResponseStore) -> tuple[FrontEnd, ...]:
         chat.front_end(),
         completions.front_end(),
         responses.front_end(store),
+        messages.front_end(),
     )
 
 
@@ -35,6 +37,9 @@ def route_table(generation: Generation, served: tuple[FrontEnd, ...]) -> list[Ba
         handler = partial(generate, generation, front_end)
         routes += [Route(path, handler, methods=["POST"]) for path in front_end.paths]
         routes += [Route(state.path, state.handle, methods=list(state.methods)) for state in front_end.routes]
+        if front_end.counting is not None:
+            counter = partial(count, generation, front_end, front_end.counting)
+            routes.append(Route(front_end.counting.path, counter, methods=["POST"]))
     routes += [
         Route("/v1/models", partial(_models, generation), methods=["GET"]),
         Route("/v1/models/{model:path}", partial(_model, generation), methods=["GET"]),

@@ -60,13 +60,22 @@ class Backend:
 
     # ---- prompts -----------------------------------------------------------------------------------
 
+    def prompt_tokens(self, req: GenerationRequest) -> int:
+        """The tokens of a chat request's prompt as the model reads it (its template, its tools), the
+        context aside: what ``/v1/messages/count_tokens`` answers."""
+        return len(self._templated(req).tokens)
+
+    def _templated(self, req: GenerationRequest) -> Prompt:
+        text = self._chat_prompt(req)
+        # Most templates write the BOS themselves; adding another would double it.
+        bos_text = self.vocab.piece_special(self.vocab.bos) if self.vocab.add_bos else ""
+        return Prompt(
+            self.vocab.tokenize(text, add_special=not bos_text or not text.startswith(bos_text)), text
+        )
+
     def prompts(self, req: GenerationRequest) -> list[Prompt]:
         if req.endpoint == "chat":
-            text = self._chat_prompt(req)
-            # Most templates write the BOS themselves; adding another would double it.
-            bos_text = self.vocab.piece_special(self.vocab.bos) if self.vocab.add_bos else ""
-            tokens = self.vocab.tokenize(text, add_special=not bos_text or not text.startswith(bos_text))
-            prompts = [Prompt(tokens, text)]
+            prompts = [self._templated(req)]
         else:
             prompts = [self._completion_prompt(parts, req.suffix) for parts in req.prompts]
         limit = self.engine.n_ctx_seq

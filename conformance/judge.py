@@ -256,7 +256,7 @@ def _block(ctx: Context, block: SSEBlock) -> None:
     except RecursionError:
         _too_deep(ctx, event)
         return
-    if errors.is_error_payload(payload):
+    if errors.is_error_payload(payload) and not (ctx.protocol is not None and ctx.protocol.owns(payload)):
         errors.error_event(ctx, event, payload)
         return
     if not isinstance(payload, dict):
@@ -322,7 +322,8 @@ def _judge_body(ctx: Context, raw: bytes) -> None:
         _too_deep(ctx, None)
         return
     if failed or errors.is_error_payload(body) or (isinstance(body, dict) and body.get("object") == "error"):
-        errors.error_body(ctx, body)
+        own = ctx.protocol.error if ctx.protocol is not None else None
+        (own or errors.error_body)(ctx, body)
         return
     if isinstance(body, list):
         ctx.error("body-not-object", "body is a JSON array (one object per prompt?)", quirk="Q73")

@@ -38,11 +38,15 @@ __all__ = [
 SCHEMA_NAMES = (
     "chat_completion",
     "chat_completion_chunk",
+    "anthropic_error",
     "chat_completion_request",
     "completion_request",
     "error",
     "logprobs_chat",
     "logprobs_legacy",
+    "message",
+    "message_stream_event",
+    "messages_request",
     "model_list",
     "response",
     "response_request",
@@ -52,7 +56,7 @@ SCHEMA_NAMES = (
     "usage",
 )
 # Keys whose schema is an enum or const: their values, not just their types, decide validity.
-_ENUM_KEYS = frozenset({"object", "finish_reason", "role", "type", "service_tier"})
+_ENUM_KEYS = frozenset({"object", "finish_reason", "stop_reason", "role", "type", "service_tier"})
 _CACHE_LIMIT = 4096
 
 

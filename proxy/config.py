@@ -82,6 +82,14 @@ RESPONSES = Setting[NativeMode](
     "/v1/responses (normalized), or auto (native when the upstream answers it)",
     choices=NATIVE_MODES,
 )
+MESSAGES = Setting[NativeMode](
+    "messages",
+    one_of(NATIVE_MODES),  # type: ignore[arg-type]  # one_of returns one of them
+    "translate",
+    "how POST /v1/messages (Anthropic's Messages API) is served: translated to chat completions, passed "
+    "to the upstream's own /v1/messages (normalized), or auto (native when the upstream answers it)",
+    choices=NATIVE_MODES,
+)
 CONNECT_TIMEOUT = Setting(
     "connect_timeout",
     positive_number,
@@ -219,6 +227,7 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     MODEL_ALIAS,
     UPSTREAM_KIND,
     RESPONSES,
+    MESSAGES,
     CONNECT_TIMEOUT,
     FIRST_BYTE_TIMEOUT,
     IDLE_TIMEOUT,
@@ -250,6 +259,7 @@ class ProxyConfig:
     model_alias: str | None = MODEL_ALIAS.default
     upstream_kind: UpstreamKind = UPSTREAM_KIND.default
     responses: NativeMode = RESPONSES.default
+    messages: NativeMode = MESSAGES.default
     connect_timeout: float = CONNECT_TIMEOUT.default
     first_byte_timeout: float = FIRST_BYTE_TIMEOUT.default
     idle_timeout: float = IDLE_TIMEOUT.default
@@ -274,9 +284,11 @@ class ProxyConfig:
 
     def native_mode(self, protocol: str) -> NativeMode:
         """How the command line says ``protocol`` goes to an upstream that may speak it itself: the
-        Responses API as ``--responses`` says; another protocol translated (a file may say otherwise
-        per upstream: proxy/routing/config_file.py)."""
-        return self.responses if protocol == "responses" else "translate"
+        Responses API as ``--responses`` says, the Messages API as ``--messages``; another protocol
+        translated (a file may say otherwise per upstream: proxy/routing/config_file.py)."""
+        if protocol == "responses":
+            return self.responses
+        return self.messages if protocol == "messages" else "translate"
 
     @property
     def upstream_base(self) -> str:

@@ -44,7 +44,10 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
     config = serving.config
     if not authorized(request, config.api_key):
         return _refused(front_end, APIError.make("invalid or missing API key", 401, code="invalid_api_key"))
-    raw = await read_body(request, config.max_body)
+    try:
+        raw = await read_body(request, config.max_body)
+    except APIError as refused:
+        return _refused(front_end, refused)
     if isinstance(raw, Response):
         return raw
     pool = serving.pool
@@ -105,4 +108,4 @@ def _request_info(serving: Serving, front_end: FrontEnd, translation: Translatio
 
 
 def _refused(front_end: FrontEnd, error: APIError) -> Response:
-    return JSONResponse(front_end.error(error.body), status_code=error.status)
+    return error.response(front_end.error(error.body, error.status))

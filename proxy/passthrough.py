@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from conformance import jsoncodec
-from conformance.api_errors import error_response
+from conformance.api_errors import APIError, error_response
 
 from .observability import Exchange, exchange_of
 from .relay import has_dot_segment, relay
@@ -39,7 +39,10 @@ async def passthrough(serving: Serving, request: Request) -> Response:
         response = error_response(f"Method Not Allowed: {request.method} {scope['path']}", 405)
         response.headers["allow"] = allowed
         return response
-    raw = await read_body(request, serving.config.max_body)
+    try:
+        raw = await read_body(request, serving.config.max_body)
+    except APIError as refused:
+        return refused.response()
     if isinstance(raw, Response):
         return raw
     exchange = exchange_of(scope)

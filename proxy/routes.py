@@ -1,8 +1,9 @@
 """Every route of the proxy, in one table.
 
 The protocols it serves are their front-ends (conformance/protocols/), one line each in
-``front_ends``: each front-end's paths get the one generating route (proxy/generation.py), and its own
-state's routes (the stored Responses) are served behind the API key. The proxy's own routes follow:
+``front_ends``: each front-end's paths get the one generating route (proxy/generation.py), its own
+state's routes (the stored Responses) are served behind the API key, and so is its counting route
+(proxy/counting.py: ``/v1/messages/count_tokens``). The proxy's own routes follow:
 the model listing, health, metrics, and every other ``/v1/*`` path relayed to an upstream.
 
 The generating paths are also looked up directly (``RouteTable.generating``) by the app, ahead of
@@ -21,11 +22,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from conformance.protocols import chat, completions, responses
+from conformance.protocols import chat, completions, messages, responses
 from conformance.protocols.front_end import FrontEnd, StateRoute
 from conformance.protocols.responses.store_settings import store_of
 
 from .config import ProxyConfig
+from .counting import count
 from .generation import generate
 from .listing import model, models
 from .observability import exchange_of
@@ -43,6 +45,7 @@ def front_ends(config: ProxyConfig) -> tuple[FrontEnd, ...]:
         chat.front_end(),
         completions.front_end(),
         responses.front_end(store_of(config)),
+        messages.front_end(),
     )
 
 
@@ -65,6 +68,9 @@ def route_table(serving: Serving) -> RouteTable:
         for state in front_end.routes:
             guarded: Handler = partial(_state_route, serving, front_end, state)
             routes.append(Route(state.path, guarded, methods=list(state.methods)))
+        if front_end.counting is not None:
+            counter: Handler = partial(count, serving, front_end, front_end.counting)
+            routes.append(Route(front_end.counting.path, counter, methods=["POST"]))
     routes += [
         Route("/v1/models", partial(models, serving), methods=["GET"]),
         Route("/v1/models/", partial(models, serving), methods=["GET"]),

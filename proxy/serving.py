@@ -80,12 +80,16 @@ class Serving:
 
 
 def authorized(request: Request, api_key: str | None) -> bool:
+    """Whether the client sent ``api_key``: as a bearer token (OpenAI's clients), in ``api-key``
+    (Azure's), or in ``x-api-key`` (Anthropic's: Claude Code, the Anthropic SDKs)."""
     if not api_key:
         return True
-    header = request.headers.get("authorization", "")
-    supplied = (
-        header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("api-key", "")
-    )
+    headers = request.headers
+    header = headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        supplied = header[7:].strip()
+    else:
+        supplied = headers.get("x-api-key") or headers.get("api-key", "")
     return hmac.compare_digest(supplied.encode(), api_key.encode())
 
 
@@ -94,11 +98,12 @@ def refused_key() -> JSONResponse:
 
 
 async def read_body(request: Request, limit: int) -> bytes | Response:
-    """The request's body, or the response that ends it: 413 above ``limit``; 499 (sent to no one,
-    logged and counted) when the client leaves while sending it."""
+    """The request's body, or the response that ends it: 499 (sent to no one, logged and counted)
+    when the client leaves while sending it. Raises a 413 ``APIError`` above ``limit`` (worded by the
+    route in the client's protocol)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        return error_response(f"request body larger than {limit} bytes", 413, code="request_too_large")
+        raise _too_large(limit)
     parts: list[bytes] = []
     size = 0
     while True:  # receive() itself: Request.stream() is an async generator, which costs more per request
@@ -109,10 +114,14 @@ async def read_body(request: Request, limit: int) -> bytes | Response:
         part = message.get("body", b"")
         size += len(part)
         if size > limit:
-            return error_response(f"request body larger than {limit} bytes", 413, code="request_too_large")
+            raise _too_large(limit)
         parts.append(part)
         if not message.get("more_body", False):
             return b"".join(parts)
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError.make(f"request body larger than {limit} bytes", 413, code="request_too_large")
 
 
 def forward_headers(scope: Scope, dropped: frozenset[bytes]) -> list[tuple[bytes, bytes]]:

@@ -122,10 +122,10 @@ class HeldResponse(Response):
         # Any other body cut short cannot say why: uvicorn closes its connection.
 
 
-Worded = Callable[[dict[str, Any]], dict[str, Any]]
+Worded = Callable[[dict[str, Any], int], dict[str, Any]]
 
 
-def _as_is(error: dict[str, Any]) -> dict[str, Any]:
+def _as_is(error: dict[str, Any], status: int) -> dict[str, Any]:
     return error
 
 
@@ -174,7 +174,7 @@ async def _serve(
         await source.aclose()
         exchange.upstream_status = source.upstream_status
         exchange.take_error(exc)
-        await send_json(send, exc.status, worded(exc.body), exc.headers)
+        await send_json(send, exc.status, worded(exc.body, exc.status), exc.headers)
         return
     except BaseException:
         # Cancelled (the client went away) after an upstream answered its head but before the first

@@ -83,6 +83,9 @@ SKIPS: dict[tuple[str, str], str] = {
 # Probes skipped on every row: no server here can show what they judge on this model.
 SKIP_ALL: dict[str, str] = {
     "reasoning": "skipped on every row: Gemma 3 270M does not reason: there is no reasoning field to judge",
+    "messages-thinking": (
+        "skipped on every row: Gemma 3 270M does not reason: there is no thinking block to judge"
+    ),
 }
 
 

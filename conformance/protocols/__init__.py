@@ -10,12 +10,14 @@ docs/architecture.md.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from conformance.request import Request
 
 from .chat import CHAT
 from .completions import COMPLETIONS
+from .messages import MESSAGES
 from .responses import RESPONSES
 from .wire import WireProtocol
 
@@ -25,6 +27,7 @@ PROTOCOLS: tuple[WireProtocol, ...] = (
     CHAT,
     COMPLETIONS,
     RESPONSES,
+    MESSAGES,
 )
 
 _BY_NAME = {protocol.name: protocol for protocol in PROTOCOLS}
@@ -44,11 +47,16 @@ def protocol_for_path(path: str | None) -> WireProtocol | None:
     found: WireProtocol | None = None
     longest = 0
     for protocol in PROTOCOLS:
-        for own in protocol.paths:
+        for own in protocol.recorded_paths:
             tail = own.removeprefix("/v1")
             if path.endswith(tail) and len(tail) > longest:
                 found, longest = protocol, len(tail)
     return found
+
+
+def _names(path: Any, own: str) -> bool:
+    """Whether a recorded ``path`` is ``own`` (as ``protocol_for_path`` reads paths)."""
+    return isinstance(path, str) and path.split("?", 1)[0].rstrip("/").endswith(own.removeprefix("/v1"))
 
 
 def recorded_request(request: Mapping[str, Any] | None, name: str | None = None) -> Request:
@@ -59,7 +67,11 @@ def recorded_request(request: Mapping[str, Any] | None, name: str | None = None)
     protocol = protocol_for_path(request.get("path")) or protocol_named(name)
     body = request.get("body")
     if isinstance(body, Mapping):
-        return protocol.read_request(body) if protocol is not None else Request.from_body(None, body)
+        if protocol is None:
+            return Request.from_body(None, body)
+        read = protocol.read_request(body)
+        counting = protocol.count_path is not None and _names(request.get("path"), protocol.count_path)
+        return replace(read, schema=None) if counting else read
     if isinstance(body, str):
         endpoint = protocol.name if protocol is not None else None
         schema = protocol.request_schema if protocol is not None else None

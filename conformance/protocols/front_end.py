@@ -39,8 +39,11 @@ from .wire import WireProtocol
 __all__ = [
     "CHUNKS",
     "CoreFrontEnd",
+    "CountRoute",
     "DataLines",
+    "EventMaker",
     "FrontEnd",
+    "NamedEventOutput",
     "NativeCall",
     "NativeStream",
     "Output",
@@ -83,6 +86,32 @@ class Output:
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:
         """The JSON body for a whole answer (``body``: the core's, normalized)."""
         raise NotImplementedError
+
+
+class EventMaker(Protocol):
+    """A protocol's state machine of one stream: its first events, then each chunk's."""
+
+    def start(self) -> list[dict[str, Any]]: ...
+
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+
+class NamedEventOutput(Output):
+    """An output whose stream is the events a protocol's state machine makes of the chunks, each named
+    on its ``event:`` line (``named_events``): the Responses API's and the Messages API's."""
+
+    def __init__(self, events: EventMaker) -> None:
+        self._maker = events
+
+    def _fed(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        feed = self._maker.feed
+        return [event for chunk in chunks for event in feed(chunk)]
+
+    def opening(self, chunks: list[dict[str, Any]]) -> bytes:
+        return named_events(self._maker.start() + self._fed(chunks))
+
+    def events(self, chunks: list[dict[str, Any]]) -> bytes:
+        return named_events(self._fed(chunks))
 
 
 def _data_lines(chunks: list[dict[str, Any]]) -> bytes:
@@ -212,6 +241,18 @@ class Translation:
 
 
 @dataclass(frozen=True, slots=True)
+class CountRoute:
+    """A protocol's route that counts a request's prompt tokens without generating an answer
+    (``POST /v1/messages/count_tokens``): ``read`` translates the body as for generating (its refusals
+    worded in the protocol's terms), the server counts the prompt of the core's request as its model
+    reads it, and ``answer`` words the count."""
+
+    path: str
+    read: Callable[[bytes], Awaitable[Translation]]
+    answer: Callable[[int], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
 class StateRoute:
     """A route of the protocol's own state (``GET /v1/responses/{id}``): the proxy and the backend both
     serve it, the proxy behind its API key."""
@@ -225,9 +266,13 @@ class FrontEnd:
     """One wire protocol served over the core (see the module's docstring). Its description's parts
     that every request reads are its own attributes: the generating route's per-request path."""
 
-    def __init__(self, wire: WireProtocol, routes: tuple[StateRoute, ...] = ()) -> None:
+    def __init__(
+        self, wire: WireProtocol, routes: tuple[StateRoute, ...] = (), counting: CountRoute | None = None
+    ) -> None:
         self.wire = wire
         self.routes = routes
+        self.counting = counting
+        """Its route that counts a prompt's tokens, if it has one."""
         self.name = wire.name
         self.paths = wire.paths
         self.endpoint: Endpoint = wire.endpoint
@@ -240,8 +285,9 @@ class FrontEnd:
         instead, where the request may still go to a native upstream)."""
         raise NotImplementedError
 
-    def error(self, body: dict[str, Any]) -> dict[str, Any]:
-        """An error of the core (an OpenAI error body) as this protocol's error body."""
+    def error(self, body: dict[str, Any], status: int) -> dict[str, Any]:
+        """An error of the core (an OpenAI error body, answered with ``status``) as this protocol's
+        error body."""
         return body
 
     def redact_stored(self, redact: Callable[[str], str]) -> None:

@@ -38,3 +38,12 @@ class WireProtocol:
     native: bool = False
     """Whether an upstream may speak it itself, on its path (llama-server's ``/v1/responses``): the
     proxy then sends it there where told to (per upstream, ``--config``'s key of this name)."""
+    count_path: str | None = None
+    """Its path that counts a request's prompt tokens (``/v1/messages/count_tokens``), if it has one:
+    a recorded request there is the protocol's, its body judged without the request schema (a count
+    request carries no token limit)."""
+
+    @property
+    def recorded_paths(self) -> tuple[str, ...]:
+        """Every path a recording of this protocol may name."""
+        return self.paths if self.count_path is None else (*self.paths, self.count_path)

@@ -98,8 +98,8 @@ def choice_text(choice: Mapping[str, Any]) -> Any:
 @dataclass(frozen=True)
 class ProtocolRules:
     """How the judge reads the answers of a protocol that the core serves by translation (the Responses
-    API): its own rules, which run instead of the core's chat and completions ones. Each protocol's
-    package makes one (conformance/protocols/); the judge takes it from the registry."""
+    API, the Messages API): its own rules, which run instead of the core's chat and completions ones.
+    Each protocol's package makes one (conformance/protocols/); the judge takes it from the registry."""
 
     route: str
     """The path a server may not have at all: a 404 there is the protocol unsupported, not an error."""
@@ -115,6 +115,9 @@ class ProtocolRules:
     """The rules on a whole stream, run at its end."""
     limit_reached: Callable[[Context], None]
     """The ``finish-length`` intent: how this protocol says the token limit was reached."""
+    error: Callable[[Context, Any], None] | None = None
+    """How an error body is judged where the protocol has its own error shape (Anthropic's); None:
+    OpenAI's (rules/errors.py). Its stream's error events go to ``event`` like any other."""
 
 
 class Context:

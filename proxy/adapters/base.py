@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from conformance.api_errors import APIError
-from conformance.request import Endpoint, integer
+from conformance.request import Endpoint, integer, message_texts
 from conformance.request_info import RequestInfo
 
 from ..upstream import Upstream
@@ -18,6 +19,7 @@ __all__ = [
     "UpstreamCall",
     "fitted_request",
     "messages_with_reasoning_as",
+    "prompt_text",
     "requested_limit",
     "with_limit",
     "without_streaming",
@@ -119,3 +121,24 @@ class Adapter(Protocol):
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
         """``text``'s tokens by the upstream's tokenizer; None without one, or when it takes longer."""
         ...
+
+    async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
+        """The tokens of a chat request's prompt as the upstream reads it (its messages and tools);
+        None where the upstream cannot say."""
+        ...
+
+    async def native_fits(self, upstream: Upstream, body: dict[str, Any]) -> bool:
+        """Whether the upstream's own endpoint of a protocol (``/v1/messages``, ``/v1/responses``)
+        serves the request whose chat translation is ``body`` as asked: False where only the translated
+        route supplies what it needs, which the request then takes."""
+        ...
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """A chat request's prompt without a template: each message's text a line, then each tool's
+    definition as JSON (what a template writes of them, less its markup)."""
+    messages = body.get("messages")
+    lines = list(message_texts(messages)) if isinstance(messages, list) else []
+    tools = body.get("tools")
+    lines += [json.dumps(tool, ensure_ascii=False) for tool in tools] if isinstance(tools, list) else []
+    return "\n".join(lines)

@@ -114,18 +114,23 @@ class ContextWindow:
         texts = "\n".join(message_texts(messages))  # one message a line, as the usage count reads them
         if len(texts.encode()) + _ADDED_TOKENS <= room:
             return []  # short: the templated prompt is not worth asking for
-        if self._templates is not False:
-            status, answer = await upstream.answer(
-                "POST", "/apply-template", {"messages": messages}, timeout=_TIMEOUT
-            )
-            templated = answer.get("prompt") if isinstance(answer, dict) else None
-            if isinstance(templated, str):
-                self._templates = True
-                return [templated]
-            if self._templates is None and status in (404, 405):
-                # No such endpoint: not asked again. A timeout or a failed call is asked again next time.
-                self._templates = False
-        return [texts]
+        templated = await self.templated(upstream, {"messages": messages})
+        return [texts if templated is None else templated]
+
+    async def templated(self, upstream: Upstream, body: dict[str, Any]) -> str | None:
+        """The prompt the server's template writes for a chat ``body`` (its messages, and its tools
+        where given), by its ``/apply-template``; None where it has none or does not answer."""
+        if self._templates is False:
+            return None
+        status, answer = await upstream.answer("POST", "/apply-template", body, timeout=_TIMEOUT)
+        templated = answer.get("prompt") if isinstance(answer, dict) else None
+        if isinstance(templated, str):
+            self._templates = True
+            return templated
+        if self._templates is None and status in (404, 405):
+            # No such endpoint: not asked again. A timeout or a failed call is asked again next time.
+            self._templates = False
+        return None
 
 
 def _completion_tokens(body: dict[str, Any]) -> int:

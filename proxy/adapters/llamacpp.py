@@ -29,9 +29,9 @@ from conformance.api_errors import APIError
 from conformance.request import Endpoint
 
 from ..upstream import Upstream
-from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
+from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, prompt_text, with_limit
 from .context_window import ContextWindow
-from .llamacpp_tools import TemplateTools
+from .llamacpp_tools import TemplateTools, template_calls_tools
 from .server_props import ServerProps
 from .structured_output import native_json_schema
 from .tool_emulation import EmulatedCalls, emulated_request
@@ -279,6 +279,23 @@ class LlamaCppAdapter:
         ):
             return refused
         return echo_refusal(endpoint, body) or await self._window.overflow(upstream, endpoint, body)
+
+    async def native_fits(self, upstream: Upstream, body: dict[str, Any]) -> bool:
+        """Not a request with tools where the server's template cannot write calls (Q83): its own
+        ``/v1/messages`` then answers with text whatever ``tool_choice`` asks (measured: llama-server
+        on Gemma 3 270M ignored ``any`` and a named tool), where the translated route gets the calls
+        as JSON output (tool_emulation.py)."""
+        if not body.get("tools") or await self._props.read(upstream, template_calls_tools) is not False:
+            return True
+        return self._tools.emulated(choice_as_tools(body, named=True)) is None
+
+    async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
+        """The prompt as the server's template writes it (``/apply-template``, tools included), else its
+        texts, tokenized by its ``/tokenize`` with the start token."""
+        asked: dict[str, Any] = {key: body[key] for key in ("messages", "tools") if key in body}
+        templated = await self._window.templated(upstream, asked)
+        text = templated if templated is not None else prompt_text(body)
+        return await self.count_tokens(upstream, text, timeout, add_special=True)
 
     async def count_tokens(
         self,

@@ -10,7 +10,7 @@ from conformance.request import Endpoint
 
 from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
-from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, with_limit
+from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, prompt_text, with_limit
 from .structured_output import for_llama_cpp_python, unenforced_schema
 from .tool_requests import (
     asks_tools,
@@ -96,6 +96,14 @@ class OpenAIAdapter:
         if traits.tokenizer is None and traits.tokenizer_unanswered.issuperset(_TOKENIZERS):
             traits.tokenizer = NO_TOKENIZER
         return None
+
+    async def native_fits(self, upstream: Upstream, body: dict[str, Any]) -> bool:
+        return True  # (what an OpenAI-compatible server's own endpoints lack is not known)
+
+    async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
+        """The request's texts and tools by the upstream's tokenizer: an OpenAI-compatible server
+        offers no template endpoint, so the count lacks the template's markup (a few tokens a turn)."""
+        return await self.count_tokens(upstream, prompt_text(body), timeout)
 
 
 def _body(path: str, text: str) -> dict[str, str]:

@@ -10,7 +10,9 @@ tries. A leg is either
   before sending (a prompt past the context; what the proxy cannot serve there), the fan-out's limit on
   that upstream, then the sources of builder.py and the protocol's output of the core's chunks; or
 - native: the protocol's own request sent to the upstream's own path (native.py), where the protocol
-  allows it and the replica serves it so (``--responses native``, the file's key per upstream).
+  allows it and the replica serves it so (``--responses native``, the file's key per upstream), unless
+  the adapter says that endpoint would not serve this request as asked (tools where a llama.cpp
+  template cannot write calls): the translated leg supplies what it lacks.
 
 The plan holds what every leg shares; it is handed to the failover source as an object of this layer,
 never as a callback into the route.
@@ -48,11 +50,12 @@ class RequestPlan:
     async def leg(self, replica: Replica) -> tuple[Source, Output]:
         """The source and output of the request on ``replica``; raises the proxy's own refusal (an
         ``APIError``: no upstream was asked)."""
-        path = self.front_end.native_path
+        path, body = self.front_end.native_path, self.translation.body
         if (
             self.translation.native is not None
             and path is not None
             and await replica.speaks(self.front_end.name, path)
+            and (body is None or await replica.adapter.native_fits(replica.upstream, body))
         ):
             return await self._native(replica)
         if self.translation.body is None:  # refused by the translation, kept for a native upstream

@@ -150,8 +150,10 @@ def test_a_cell_names_every_quirk_of_a_finding_once() -> None:
 
 def test_a_probe_no_row_can_answer_is_skipped_everywhere_and_explained_once() -> None:
     matrix = _script()
-    assert set(matrix.skips_for("ik_llama.cpp")) == {"max-completion-tokens", "invalid-type", "reasoning"}
-    assert set(matrix.skips_for("conformant backend")) == {"reasoning"}
+    every_row = {"reasoning", "messages-thinking"}
+    assert set(matrix.SKIP_ALL) == every_row
+    assert set(matrix.skips_for("ik_llama.cpp")) == {"max-completion-tokens", "invalid-type"} | every_row
+    assert set(matrix.skips_for("conformant backend")) == every_row
     rows = {}
     for name in ("llama-cpp-python server", "conformant backend"):
         rows[name] = matrix.Column(

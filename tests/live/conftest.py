@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,4 +57,35 @@ def backend_url() -> Iterator[str]:
     port = free_port()
     args = ["python", "-m", "conformance", "backend", "--host", "127.0.0.1", "--port", str(port)]
     with run_process(args, health_path="/health", port=port, timeout=180) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def translating_proxy(upstream: str) -> Iterator[str]:
+    """``conformant serve`` in front of ``upstream``, its model named ``gemma``: the translated
+    protocols' client tests (the Responses API, the Messages API) go through it."""
+    port = free_port()
+    serve = ["python", "-m", "conformance", "serve", "--upstream", upstream]
+    serve += ["--host", "127.0.0.1", "--port", str(port), "--model-alias", "gemma"]
+    with run_process(serve, health_path="/health", port=port, timeout=120) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_python_proxy() -> Iterator[str]:
+    """The proxy in front of llama-cpp-python's server on Gemma 3 270M with ``--chat_format
+    chatml-function-calling``: a named ``tool_choice`` gets a call whose arguments a grammar holds to the
+    tool's schema, and its template takes ``tool`` messages."""
+    port = free_port()
+    command = [*llama_cpp_server.command(port), "--chat_format", "chatml-function-calling"]
+    with (
+        run_process(command, health_path="/v1/models", port=port, timeout=180) as (upstream, _),
+        translating_proxy(upstream) as url,
+    ):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def backend_proxy(backend_url: str) -> Iterator[str]:
+    with translating_proxy(backend_url) as url:
         yield url

@@ -11,18 +11,14 @@ model's own Gemma template refuses any role but user and assistant).
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.live import llama_cpp_server
 from tests.support.responses_checks import check_events, check_response, judged, sse_events
-from tests.support.servers import free_port, run_process
 
 pytestmark = pytest.mark.backend
 
@@ -37,32 +33,6 @@ TOOL = {
     },
     "strict": True,
 }
-
-
-@contextlib.contextmanager
-def _proxy(upstream: str) -> Iterator[str]:
-    port = free_port()
-    serve = ["python", "-m", "conformance", "serve", "--upstream", upstream]
-    serve += ["--host", "127.0.0.1", "--port", str(port), "--model-alias", "gemma"]
-    with run_process(serve, health_path="/health", port=port, timeout=120) as (url, _):
-        yield url
-
-
-@pytest.fixture(scope="module")
-def llama_cpp_python_proxy() -> Iterator[str]:
-    port = free_port()
-    command = [*llama_cpp_server.command(port), "--chat_format", "chatml-function-calling"]
-    with (
-        run_process(command, health_path="/v1/models", port=port, timeout=180) as (upstream, _),
-        _proxy(upstream) as url,
-    ):
-        yield url
-
-
-@pytest.fixture(scope="module")
-def backend_proxy(backend_url: str) -> Iterator[str]:
-    with _proxy(backend_url) as url:
-        yield url
 
 
 @pytest.fixture(params=["llama-cpp-python", "backend"])

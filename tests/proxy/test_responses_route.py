@@ -17,7 +17,7 @@ import pytest
 from tests.support.responses_checks import check_events, check_response, judged, sse_events
 
 from .conftest import run_proxy
-from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head
+from .rawserver import Record, chunk, raw_server, read_request, streaming
 
 REQUEST = {"model": "m", "input": "Say hello", "stream": True}
 
@@ -38,30 +38,10 @@ def _usage_chunk(prompt: int = 3, completion: int = 2) -> bytes:
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
-def _streaming(*parts: bytes, end: bool = True, seen: list[dict[str, Any]] | None = None) -> Any:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
-        raw = await read_request(reader)
-        assert raw is not None
-        if seen is not None and raw.startswith(b"POST"):
-            seen.append(json.loads(raw.split(b"\r\n\r\n", 1)[1]))
-        writer.write(sse_head())
-        for part in parts:
-            writer.write(http_chunk(part))
-            await writer.drain()
-            await asyncio.sleep(0.01)
-        if end:
-            writer.write(http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-            await writer.drain()
-        else:
-            writer.transport.abort()
-
-    return handler
-
-
 @pytest.fixture
 def hello() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     seen: list[dict[str, Any]] = []
-    handler = _streaming(chunk("Hel"), chunk("lo", "stop"), _usage_chunk(), seen=seen)
+    handler = streaming(chunk("Hel"), chunk("lo", "stop"), _usage_chunk(), seen=seen)
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
         yield url, seen
 
@@ -111,7 +91,7 @@ def test_a_whole_answer_is_a_response_object(hello: tuple[str, list[dict[str, An
 
 
 def test_an_answer_cut_by_max_output_tokens_is_incomplete() -> None:
-    handler = _streaming(chunk("Hel"), chunk("lo", "length"), _usage_chunk())
+    handler = streaming(chunk("Hel"), chunk("lo", "length"), _usage_chunk())
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
         request = {**REQUEST, "max_output_tokens": 16}
         response = httpx.post(url + "/v1/responses", json=request, timeout=10)
@@ -127,7 +107,7 @@ def test_an_answer_cut_by_max_output_tokens_is_incomplete() -> None:
 
 
 def test_an_upstream_cut_mid_stream_ends_with_response_failed() -> None:
-    handler = _streaming(chunk("Hel"), end=False)
+    handler = streaming(chunk("Hel"), end=False)
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
         response = httpx.post(url + "/v1/responses", json=REQUEST, timeout=10)
         assert response.status_code == 200
@@ -143,7 +123,7 @@ def test_an_upstream_cut_mid_stream_ends_with_response_failed() -> None:
 
 
 def test_non_json_mid_stream_ends_with_response_failed() -> None:
-    handler = _streaming(chunk("Hel"), b"data: {not json\n\n")
+    handler = streaming(chunk("Hel"), b"data: {not json\n\n")
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
         events = sse_events(httpx.post(url + "/v1/responses", json=REQUEST, timeout=10).content)
         check_events(events)
@@ -154,7 +134,7 @@ def test_non_json_mid_stream_ends_with_response_failed() -> None:
 def test_an_error_inside_the_stream_ends_with_response_failed() -> None:
     """An upstream that reports an error inside its 200 stream after some text (llama.cpp #14566, N2)."""
     error = b'data: {"error": {"message": "the KV cache is full", "type": "server_error", "code": 500}}\n\n'
-    handler = _streaming(chunk("Hel"), error)
+    handler = streaming(chunk("Hel"), error)
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
         response = httpx.post(url + "/v1/responses", json=REQUEST, timeout=10)
         judged(response.content, REQUEST, response.status_code, response.headers)

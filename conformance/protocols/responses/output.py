@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..front_end import Output, named_events
+from ..front_end import NamedEventOutput, named_events
 from .store import ResponseStore
 from .stored import remember, remember_terminal
 from .translation import ChatTranslation
@@ -20,7 +20,7 @@ from .translation import ChatTranslation
 __all__ = ["ResponsesOutput"]
 
 
-class ResponsesOutput(Output):
+class ResponsesOutput(NamedEventOutput):
     """One Responses answer made of the normalized chat output of the request ``translation`` made."""
 
     def __init__(
@@ -38,21 +38,12 @@ class ResponsesOutput(Output):
         self._ending: list[dict[str, Any]] | None = None
         """The stream's last events, once made (``tail``)."""
         self._events = translation.events(model)
+        super().__init__(self._events)
 
     @property
     def response(self) -> dict[str, Any] | None:
         """The final Response of a stream, once it ended."""
         return self._events.response
-
-    def _fed(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        feed = self._events.feed
-        return [event for chunk in chunks for event in feed(chunk)]
-
-    def opening(self, chunks: list[dict[str, Any]]) -> bytes:
-        return named_events(self._events.start() + self._fed(chunks))
-
-    def events(self, chunks: list[dict[str, Any]]) -> bytes:
-        return named_events(self._fed(chunks))
 
     async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
         events = self._events.fail(failure) if failure is not None else self._events.finish(usage)

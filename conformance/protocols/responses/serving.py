@@ -114,7 +114,7 @@ class ResponsesFrontEnd(FrontEnd):
         except APIError as refused:
             raise type(refused)(refused.status, responses_error(refused.body)) from None
 
-    def error(self, body: dict[str, Any]) -> dict[str, Any]:
+    def error(self, body: dict[str, Any], status: int) -> dict[str, Any]:
         return responses_error(body)
 
     async def _stored(self, request: Request) -> Response:

@@ -43,6 +43,7 @@ from conformance.api_errors import InvalidRequest
 from conformance.openai_errors import error_body
 from conformance.request import integer
 
+from ..web_search import offer_web_search
 from .events import ResponseEvents
 from .logprobs import chat_logprobs
 from .response import response_from_chat
@@ -55,17 +56,6 @@ WEB_SEARCH_TOOLS = frozenset(
 """Sent as a function ``web_search`` with one text argument ``query``: Codex CLI sends ``web_search``
 by default since 2026-01 (a refusal would fail every turn); the model may call it, and the call comes
 back as a ``function_call`` for the client to run or to answer as unsupported."""
-
-WEB_SEARCH_FUNCTION: dict[str, Any] = {
-    "name": "web_search",
-    "description": "Search the web. Returns the results as text.",
-    "parameters": {
-        "type": "object",
-        "properties": {"query": {"type": "string", "description": "what to search for"}},
-        "required": ["query"],
-        "additionalProperties": False,
-    },
-}
 
 HOSTED_TOOLS = frozenset(
     {
@@ -493,8 +483,7 @@ def _tools(tools: Any) -> _Tools:
         param = f"tools[{index}]"
         kind = tool.get("type") if isinstance(tool, Mapping) else None
         if kind in WEB_SEARCH_TOOLS:
-            if not any(t["function"]["name"] == "web_search" for t in out.chat):
-                out.chat.append({"type": "function", "function": WEB_SEARCH_FUNCTION})
+            offer_web_search(out.chat)
             continue
         if kind == "namespace":
             assert isinstance(tool, Mapping)

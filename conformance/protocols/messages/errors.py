@@ -1,0 +1,125 @@
+"""Errors as Anthropic's Messages API words them: ``{"type": "error", "error": {"type", "message"}}``.
+
+The error types by status are Anthropic's (its API reference, "Errors"; anthropic-python
+``types/shared/*_error_object.py``): 400 ``invalid_request_error``, 401 ``authentication_error``, 402
+``billing_error``, 403 ``permission_error``, 404 ``not_found_error``, 413 ``request_too_large``, 429
+``rate_limit_error``, 500 ``api_error``, 504 ``timeout_error``, 529 ``overloaded_error``; a proxy's 503
+(no upstream ready, the server stopping) is Anthropic's ``overloaded_error`` at the status the proxy
+answers, so that the SDKs retry it, and any other 5xx ``api_error``. The SDKs raise by status and show
+the message; an error event inside a stream (``event: error``) has the same body.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from conformance.api_errors import InvalidRequest
+
+__all__ = ["ERROR_TYPES", "MessagesError", "messages_error", "overflow_message", "refused", "status_of"]
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+# The chat parameter an error of the translated request names -> the Messages parameter it came from.
+_PARAMS = {
+    "stop": "stop_sequences",
+    "response_format": "output_config.format",
+    "reasoning_effort": "thinking",
+    "user": "metadata.user_id",
+    "stream_options": "stream",
+}
+
+
+def _error_type(status: int) -> str:
+    if status in ERROR_TYPES:
+        return ERROR_TYPES[status]
+    return "api_error" if status >= 500 else "invalid_request_error"
+
+
+def refused(message: str, status: int = 400) -> dict[str, Any]:
+    """Anthropic's error body for ``message`` at ``status``."""
+    return {"type": "error", "error": {"type": _error_type(status), "message": message}}
+
+
+_STATUS_OF_TYPE = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "rate_limit_exceeded": 429,
+    "rate_limit_error": 429,
+}
+_STATUS_OF_CODE = {"upstream_timeout": 504, "server_shutting_down": 503, "upstream_unavailable": 503}
+
+
+def status_of(body: dict[str, Any]) -> int:
+    """The status an OpenAI error body stands for, where none came with it (an error that broke a
+    stream off): by its ``code``, else its ``type``; a server error otherwise."""
+    error = body.get("error")
+    if not isinstance(error, dict):
+        return 500
+    code, kind = error.get("code"), error.get("type")
+    if isinstance(code, str) and code in _STATUS_OF_CODE:
+        return _STATUS_OF_CODE[code]
+    return _STATUS_OF_TYPE.get(kind, 500) if isinstance(kind, str) else 500
+
+
+_SIZE = re.compile(r"maximum context length is (\d+)")
+_PROMPT = re.compile(
+    r"\((\d+) in (?:the messages|the prompt|your prompt)|resulted in (\d+) tokens|prompt is (\d+) tokens"
+)
+_COMPLETION = re.compile(r"(\d+) (?:in|for) the completion")
+
+
+def overflow_message(text: str) -> str:
+    """A context overflow in Anthropic's words, which Claude Code reads to compact its history: ``prompt
+    is too long: N tokens > M maximum``, or, where ``max_tokens`` made it overflow, ``input length and
+    `max_tokens` exceed context limit: N + K > M, ...``; the numbers from the core's OpenAI wording."""
+    size, prompt, completion = _SIZE.search(text), _PROMPT.search(text), _COMPLETION.search(text)
+    if size is None or prompt is None:
+        return f"prompt is too long: {text}"
+    tokens = int(next(group for group in prompt.groups() if group))
+    limit = int(size.group(1))
+    asked = int(completion.group(1)) if completion is not None else 0
+    if tokens >= limit or not asked:
+        return f"prompt is too long: {tokens} tokens > {limit} maximum"
+    return (
+        f"input length and `max_tokens` exceed context limit: {tokens} + {asked} > {limit}, decrease input "
+        "length or `max_tokens` and try again"
+    )
+
+
+def messages_error(body: dict[str, Any], status: int | None = None) -> dict[str, Any]:
+    """An OpenAI error body (the core's, or the chat request's that a Messages request became) as
+    Anthropic's, the chat parameter it names in the client's words; ``status``: the one it is answered
+    with (None: a stream's, read off the body)."""
+    if status is None:
+        status = status_of(body)
+    error = body.get("error")
+    message = error.get("message") if isinstance(error, dict) else error
+    text = str(message) if message else f"the request failed (HTTP {status})"
+    if isinstance(error, dict) and error.get("code") == "context_length_exceeded":
+        return refused(overflow_message(text), status)
+    for chat, asked in _PARAMS.items():
+        text = re.sub(rf"'{re.escape(chat)}(?:[.\[][^']*)?'", f"'{asked}'", text)
+    return refused(text, status)
+
+
+class MessagesError(InvalidRequest):
+    """A Messages request this server refuses, already in Anthropic's words (a 400, or the 4xx given)."""
+
+    __slots__ = ()
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(status, refused(message, status))

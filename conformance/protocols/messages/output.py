@@ -1,0 +1,33 @@
+"""The core's normalized chat output written as a Messages API answer (``POST /v1/messages``): stream
+events framed with their ``event:`` line, as Anthropic sends them (``named_events``), or a whole
+``Message``. The proxy's response writer and the backend write through it as they do for chat."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..front_end import NamedEventOutput, named_events
+from .events import MessageEvents
+from .response import message_from_chat
+
+__all__ = ["MessagesOutput"]
+
+
+class MessagesOutput(NamedEventOutput):
+    """One Messages answer made of the normalized chat output of a translated request."""
+
+    def __init__(self, model: str, stops: tuple[str, ...]) -> None:
+        self._model = model
+        self._stops = stops
+        self._events = MessageEvents(model, stops)
+        super().__init__(self._events)
+
+    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+        events = self._events.fail(failure) if failure is not None else self._events.finish(usage)
+        return named_events(events)
+
+    def cut(self, error: dict[str, Any]) -> bytes:
+        return named_events(self._events.fail(error))
+
+    async def body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return message_from_chat(body, self._model, self._stops)

@@ -1,0 +1,265 @@
+"""A Messages request (``POST /v1/messages``) as the chat-completions request that serves it.
+
+Pure: a dict in, a dict out, or a :class:`MessagesError` (Anthropic's 400, its message naming the
+parameter). What is translated, and why (docs/messages.md):
+
+- ``system`` (a string, or text blocks with their ``cache_control``) becomes the first ``system``
+  message; a ``system`` message that Claude Code sends in the middle of ``messages`` joins it there,
+  after a blank line: vLLM rendered one by its position and broke the template's tool calls (vllm
+  #48874), and many templates (Gemma's, Mistral's) refuse a system turn after the first;
+- ``messages``: text blocks joined into one string (what every template reads); images (base64 or URL)
+  as chat's ``image_url`` parts; an assistant turn's ``tool_use`` blocks as its ``tool_calls``
+  (``input`` as the JSON string chat carries); a user turn's ``tool_result`` blocks as ``tool``
+  messages before the rest of the turn (``is_error`` said first in the content, which chat cannot
+  carry otherwise); ``thinking`` and ``redacted_thinking`` blocks left out: chat templates drop an
+  earlier turn's reasoning, and their ``signature`` is the producer's own; consecutive user text
+  turns joined, for templates that want roles to alternate;
+- ``tools``: custom tools as chat functions (``input_schema`` as ``parameters``); the web search server
+  tool (``web_search_*``) as a function ``web_search`` with one ``query`` argument, which the client
+  runs or answers as unsupported; other server tools (bash, text editor, computer use, code execution,
+  web fetch, memory) refused with a 400 that names the type: they need Anthropic's servers or a trained
+  action format;
+- ``tool_choice``: ``auto``, ``none``, ``any`` (``required``), ``tool`` (a named function);
+  ``disable_parallel_tool_use`` as ``parallel_tool_calls: false``;
+- ``thinking`` ``enabled`` with ``budget_tokens`` as ``reasoning_effort`` (up to 2,048 tokens
+  ``low``, up to 16,384 ``medium``, more ``high``); ``output_config.effort`` as it is; ``disabled`` and
+  ``adaptive`` leave the model's own default;
+- ``max_tokens``, ``stop_sequences`` (``stop``), ``temperature``, ``top_p``, ``top_k`` (the extension
+  local servers read), ``metadata.user_id`` (``user``), ``output_config.format`` (``response_format``
+  ``json_schema``), ``stream`` (with ``stream_options.include_usage``: a Message carries its usage);
+- ``cache_control`` anywhere, ``service_tier``, ``container``, ``context_management`` and the other
+  settings are accepted and have nothing to do here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..web_search import offer_web_search
+from .errors import MessagesError
+from .request import chat_tool_choice, system_text, texts_of
+
+__all__ = ["ChatTranslation", "translate_request"]
+
+_SERVER_TOOLS = (
+    "bash_",
+    "text_editor_",
+    "computer_",
+    "code_execution_",
+    "web_fetch_",
+    "memory_",
+    "tool_search",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTranslation:
+    """A Messages request as chat: the chat body, and what the answer's translation needs."""
+
+    chat: dict[str, Any]
+    stop_sequences: tuple[str, ...] = ()
+    """The request's stop sequences: a chat answer that names the one it stopped at (vLLM's
+    ``stop_reason``) is answered ``stop_reason: "stop_sequence"`` with it."""
+    tools: frozenset[str] = field(default_factory=frozenset)
+    """The tools offered, by name."""
+
+    @property
+    def stream(self) -> bool:
+        return self.chat.get("stream") is True
+
+
+def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, Mapping) else None
+    if kind == "base64" and isinstance(source, Mapping):
+        url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
+    elif kind == "url" and isinstance(source, Mapping) and isinstance(source.get("url"), str):
+        url = source["url"]
+    else:
+        raise MessagesError(f"{where}.source: only images given as base64 data or by URL are supported.")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One Messages turn as chat messages: its text and images, its calls, its tool results."""
+
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    def content(self) -> str | list[dict[str, Any]]:
+        if all(part["type"] == "text" for part in self.parts):
+            return "".join(part["text"] for part in self.parts)
+        return self.parts
+
+
+def _take_block(turn: _Turn, block: Any, where: str) -> None:
+    kind = block.get("type") if isinstance(block, Mapping) else None
+    if not isinstance(block, Mapping) or not isinstance(kind, str):
+        raise MessagesError(f"{where}: a content block must be an object with a 'type'.")
+    if kind == "text":
+        turn.parts.append({"type": "text", "text": str(block.get("text", ""))})
+    elif kind == "image":
+        turn.parts.append(_image(block, where))
+    elif kind == "tool_use":
+        arguments = json.dumps(block.get("input") or {}, ensure_ascii=False, separators=(",", ":"))
+        function = {"name": str(block.get("name", "")), "arguments": arguments}
+        turn.calls.append({"id": str(block.get("id", "")), "type": "function", "function": function})
+    elif kind == "tool_result":
+        text = "".join(texts_of(block.get("content")))
+        if block.get("is_error") is True:
+            text = f"Error: {text}"
+        turn.results.append(
+            {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": text}
+        )
+    elif kind not in ("thinking", "redacted_thinking"):  # left out: see the module's docstring
+        raise MessagesError(f"{where}: content blocks of type {kind!r} are not supported by this server.")
+
+
+class _Conversation:
+    """Chat messages built turn by turn (see the module's docstring)."""
+
+    def __init__(self, system: str) -> None:
+        self.system = system
+        self.messages: list[dict[str, Any]] = []
+
+    def add(self, message: Any, index: int) -> None:
+        where = f"messages[{index}]"
+        if not isinstance(message, Mapping):
+            raise MessagesError(f"{where}: a message must be an object.")
+        role, content = message.get("role"), message.get("content")
+        if role == "system":
+            text = "".join(texts_of(content))
+            self.system = f"{self.system}\n\n{text}" if self.system else text
+            return
+        if role not in ("user", "assistant"):
+            raise MessagesError(f"{where}.role: expected 'user' or 'assistant', got {role!r}.")
+        turn = _Turn()
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list):
+            raise MessagesError(f"{where}.content: expected a string or an array of content blocks.")
+        for position, block in enumerate(blocks):
+            _take_block(turn, block, f"{where}.content[{position}]")
+        self.messages += turn.results
+        if role == "assistant":
+            if turn.parts or turn.calls:
+                # "" rather than null: llama-cpp-python refuses a null content, Jinja templates that
+                # ``trim`` it fail on one (as the Responses translation sends it).
+                entry: dict[str, Any] = {"role": "assistant", "content": turn.content() if turn.parts else ""}
+                if turn.calls:
+                    entry["tool_calls"] = turn.calls
+                self.messages.append(entry)
+        elif turn.parts:
+            self._add_user(turn.content())
+
+    def _add_user(self, content: str | list[dict[str, Any]]) -> None:
+        last = self.messages[-1] if self.messages else None
+        joins = last is not None and last["role"] == "user" and isinstance(last.get("content"), str)
+        if joins and last is not None and isinstance(content, str):
+            last["content"] = f"{last['content']}\n\n{content}"
+            return
+        self.messages.append({"role": "user", "content": content})
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return system + self.messages
+
+
+def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    given = body.get("messages")
+    if not isinstance(given, list) or not given:
+        raise MessagesError("messages: expected a non-empty array of messages.")
+    conversation = _Conversation(system_text(body.get("system")))
+    for index, message in enumerate(given):
+        conversation.add(message, index)
+    return conversation.chat_messages()
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for index, tool in enumerate(tools if isinstance(tools, list) else ()):
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        assert isinstance(tool, Mapping)  # (the schema holds every tool to an object)
+        if isinstance(kind, str) and kind.startswith("web_search"):
+            offer_web_search(out)
+            continue
+        if kind not in (None, "custom"):
+            why = "it runs on Anthropic's servers or needs a trained action format"
+            if not isinstance(kind, str) or not kind.startswith(_SERVER_TOOLS):
+                why = "unknown type"
+            raise MessagesError(
+                f"tools[{index}].type: tools of type {kind!r} are not supported by this server ({why}); "
+                "custom tools (name, description, input_schema) and the web search tool are."
+            )
+        function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema") or {}}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        if isinstance(tool.get("strict"), bool):
+            function["strict"] = tool["strict"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _effort(body: Mapping[str, Any]) -> str | None:
+    """``reasoning_effort`` from ``output_config.effort``, else from ``thinking``'s budget."""
+    config = body.get("output_config")
+    effort = config.get("effort") if isinstance(config, Mapping) else None
+    if isinstance(effort, str):
+        return effort
+    thinking = body.get("thinking")
+    budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
+    if not isinstance(thinking, Mapping) or thinking.get("type") != "enabled" or not isinstance(budget, int):
+        return None
+    return "low" if budget <= 2048 else "medium" if budget <= 16384 else "high"
+
+
+def _settings(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The chat parameters of how the answer is generated."""
+    chat: dict[str, Any] = {"max_tokens": body.get("max_tokens")}
+    for name in ("temperature", "top_p", "top_k"):
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    stops = body.get("stop_sequences")
+    if isinstance(stops, list) and stops:
+        chat["stop"] = stops
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping) and isinstance(metadata.get("user_id"), str):
+        chat["user"] = metadata["user_id"]
+    effort = _effort(body)
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, Mapping) else None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        chat["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": fmt.get("schema")},
+        }
+    if body.get("stream") is True:
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def translate_request(body: Mapping[str, Any]) -> ChatTranslation:
+    """The chat request for the Messages request ``body`` (see the module's docstring)."""
+    chat: dict[str, Any] = {"messages": _messages(body)}
+    if isinstance(body.get("model"), str):
+        chat["model"] = body["model"]
+    tools = _tools(body.get("tools"))
+    if tools:
+        chat["tools"] = tools
+        choice = body.get("tool_choice")
+        if choice is not None:
+            chat["tool_choice"] = chat_tool_choice(choice)
+        if isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True:
+            chat["parallel_tool_calls"] = False
+    chat.update(_settings(body))
+    stops = body.get("stop_sequences")
+    stop_sequences = tuple(s for s in stops if isinstance(s, str)) if isinstance(stops, list) else ()
+    names = frozenset(t["function"]["name"] for t in tools)
+    return ChatTranslation(chat, stop_sequences, names)

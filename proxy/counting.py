@@ -1,0 +1,68 @@
+"""The route that counts a request's prompt tokens without generating (``POST
+/v1/messages/count_tokens``), for each front-end that has one (conformance/protocols/front_end.py
+``CountRoute``): the client's key and body as for generating, the front-end's reading of the body, then
+one of the replicas that serve its model counts the core's chat request as that upstream reads it
+(proxy/adapters: llama.cpp's template and tokenizer; an OpenAI-compatible server's tokenizer on the
+texts and tools alone), else the upstream's own counting route (the bundled backend's: its template,
+its vocabulary). An upstream that can count nothing answers 404 in the protocol's words, which the
+Anthropic SDKs do not retry."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from conformance import jsoncodec
+from conformance.api_errors import APIError
+from conformance.protocols.front_end import CountRoute, FrontEnd
+
+from .observability import exchange_of
+from .serving import Serving, authorized, read_body
+from .upstream import Upstream
+
+__all__ = ["count"]
+
+
+async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, request: Request) -> Response:
+    exchange_of(request.scope).endpoint = front_end.name
+    config = serving.config
+    try:
+        if not authorized(request, config.api_key):
+            raise APIError.make("invalid or missing API key", 401, code="invalid_api_key")
+        raw = await read_body(request, config.max_body)
+    except APIError as refused:
+        return _worded(front_end, refused)
+    if isinstance(raw, Response):
+        return raw
+    try:
+        translation = await counting.read(raw)
+    except APIError as refused:
+        return JSONResponse(refused.body, status_code=refused.status)  # worded by the front-end
+    body = translation.body
+    assert body is not None  # (a refusal is kept only where asked to)
+    route = serving.pool.route(body.get("model"))
+    if route is None:
+        missing = f"The model '{body.get('model')}' does not exist"
+        return _worded(front_end, APIError.make(missing, 404, code="model_not_found", param="model"))
+    _, replicas = route
+    replica = serving.pool.pick([r for r in replicas if r.available] or replicas, None)
+    timeout = config.first_byte_timeout
+    tokens = await replica.adapter.prompt_tokens(replica.upstream, body, timeout)
+    if tokens is None:
+        tokens = await _counted_by_upstream(replica.upstream, counting.path, raw, timeout)
+    if tokens is None:
+        unknown = "this server cannot count tokens for the model: its upstream has no tokenizer that answered"
+        return _worded(front_end, APIError.make(unknown, 404, code="not_found"))
+    return JSONResponse(counting.answer(tokens))
+
+
+async def _counted_by_upstream(upstream: Upstream, path: str, raw: bytes, timeout: float) -> int | None:  # noqa: ASYNC109
+    """The count of the upstream's own counting route (the bundled backend's, llama-server's), asked
+    with the client's body, where the adapter could not count: its ``input_tokens``, or None."""
+    answer = await upstream.json("POST", path, jsoncodec.loads(raw), timeout=timeout)
+    count = answer.get("input_tokens") if isinstance(answer, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
+def _worded(front_end: FrontEnd, error: APIError) -> Response:
+    return error.response(front_end.error(error.body, error.status))

@@ -1,0 +1,279 @@
+"""The Messages front-end's translation, both ways: a Messages request as the chat request that serves
+it, and chat output (a whole completion, a stream of chunks) as a Message and its stream events, checked
+against what the Anthropic SDK builds from them (conformance/protocols/messages/, docs/messages.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from conformance.api_errors import APIError
+from conformance.judge import judge_response
+from conformance.protocols.messages.errors import messages_error, overflow_message
+from conformance.protocols.messages.output import MessagesOutput
+from conformance.protocols.messages.response import message_from_chat
+from conformance.protocols.messages.serving import MessagesFrontEnd
+from conformance.protocols.messages.translation import translate_request
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def request(**extra: Any) -> dict[str, Any]:
+    return {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}], **extra}
+
+
+def test_system_blocks_and_a_system_turn_become_the_first_system_message() -> None:
+    body = request(
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+        messages=[
+            {"role": "user", "content": "Hi"},
+            {"role": "system", "content": "Today is Monday."},
+            {"role": "user", "content": [{"type": "text", "text": "Which day?"}]},
+        ],
+    )
+    chat = translate_request(body).chat
+    assert chat["messages"] == [
+        {"role": "system", "content": "Be brief.\n\nToday is Monday."},
+        {"role": "user", "content": "Hi\n\nWhich day?"},
+    ]
+
+
+def test_a_tool_round_trip_becomes_chat_calls_and_tool_messages() -> None:
+    body = request(
+        tools=[WEATHER],
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+        messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "I should call it.", "signature": "sig"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "18 C"}],
+                    },
+                    {"type": "text", "text": "And tomorrow?"},
+                ],
+            },
+        ],
+    )
+    chat = translate_request(body).chat
+    assert chat["tool_choice"] == "required"
+    assert chat["parallel_tool_calls"] is False
+    assert chat["tools"][0]["function"]["parameters"] == WEATHER["input_schema"]
+    assistant, result, user = chat["messages"][1:]
+    assert assistant["content"] == "Checking."
+    assert assistant["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
+    assert result == {"role": "tool", "tool_call_id": "toolu_1", "content": "18 C"}
+    assert user == {"role": "user", "content": "And tomorrow?"}
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "low"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 8000}}, "medium"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 32000}}, "high"),
+        ({"output_config": {"effort": "max"}}, "max"),
+        ({"thinking": {"type": "adaptive"}}, None),
+    ],
+)
+def test_thinking_becomes_reasoning_effort(given: dict[str, Any], expected: str | None) -> None:
+    assert translate_request(request(**given)).chat.get("reasoning_effort") == expected
+
+
+def test_settings_map_to_chat_names() -> None:
+    chat = translate_request(
+        request(
+            stop_sequences=["END"],
+            temperature=0.2,
+            top_k=5,
+            metadata={"user_id": "u1"},
+            stream=True,
+            output_config={"format": {"type": "json_schema", "schema": {"type": "object"}}},
+        )
+    ).chat
+    assert chat["stop"] == ["END"]
+    assert chat["temperature"] == 0.2
+    assert chat["top_k"] == 5
+    assert chat["user"] == "u1"
+    assert chat["stream_options"] == {"include_usage": True}
+    assert chat["response_format"]["json_schema"]["schema"] == {"type": "object"}
+
+
+def refusal(body: Any) -> tuple[int, dict[str, Any]]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    with pytest.raises(APIError) as caught:
+        asyncio.run(MessagesFrontEnd().translate(raw))
+    return caught.value.status, caught.value.body
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b"{not json", "JSON"),
+        (request(max_tokens="eight"), "max_tokens"),
+        ({"model": "m", "messages": [{"role": "user", "content": "Hi"}]}, "max_tokens"),
+        (request(temperature=3), "temperature"),
+        (request(tools=[{"type": "bash_20250124", "name": "bash"}]), "bash_20250124"),
+        (request(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]), "document"),
+        (request(tool_choice={"type": "tool"}), "tool_choice"),
+    ],
+)
+def test_refusals_are_anthropic_400s_naming_the_parameter(body: Any, named: str) -> None:
+    status, error = refusal(body)
+    assert status == 400
+    assert error["type"] == "error"
+    assert error["error"]["type"] == "invalid_request_error"
+    assert named in error["error"]["message"]
+
+
+def test_core_errors_name_the_messages_parameter_and_status() -> None:
+    body = {"error": {"message": "'stop' must hold at most 4 strings", "type": "invalid_request_error"}}
+    assert messages_error(body, 400)["error"]["message"] == "'stop_sequences' must hold at most 4 strings"
+    assert messages_error({"error": {"message": "busy"}}, 503)["error"]["type"] == "overloaded_error"
+    assert (
+        messages_error({"error": {"message": "x", "code": "upstream_timeout"}})["error"]["type"]
+        == "timeout_error"
+    )
+
+
+def test_a_context_overflow_is_worded_as_anthropic_words_it() -> None:
+    core = (
+        "This model's maximum context length is 2048 tokens. However, your messages resulted in 5000 tokens."
+    )
+    assert overflow_message(core) == "prompt is too long: 5000 tokens > 2048 maximum"
+    body = {"error": {"message": core, "code": "context_length_exceeded", "type": "invalid_request_error"}}
+    assert messages_error(body, 400)["error"]["message"].startswith("prompt is too long")
+
+
+def test_a_whole_completion_becomes_a_message() -> None:
+    chat = {
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "Checking.",
+                    "reasoning_content": "Think.",
+                    "tool_calls": [
+                        {"id": "c", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 5}},
+    }
+    message = message_from_chat(chat, "alias")
+    assert message["model"] == "alias"
+    assert message["stop_reason"] == "tool_use"
+    assert [block["type"] for block in message["content"]] == ["thinking", "text", "tool_use"]
+    assert message["content"][2]["input"] == {"city": "Paris"}
+    assert message["content"][2]["id"].startswith("toolu_")
+    assert message["usage"] == {
+        "input_tokens": 15,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 5,
+        "output_tokens": 7,
+    }
+
+
+def stream_of(chunks: list[dict[str, Any]], stops: tuple[str, ...] = ()) -> bytes:
+    output = MessagesOutput("m", stops)
+    return output.opening(chunks[:1]) + output.events(chunks[1:]) + asyncio.run(output.tail(None, None))
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish, **extra}]}
+
+
+def test_a_stream_with_thinking_text_and_calls_is_judged_clean_and_read_by_the_sdk() -> None:
+    anthropic = pytest.importorskip("anthropic")
+    chunks = [
+        chunk({"role": "assistant", "reasoning_content": "Think"}),
+        chunk({"content": "Let me check."}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "a", "function": {"name": "get_weather", "arguments": '{"ci'}}
+                ]
+            }
+        ),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'ty":"Paris"}'}}]}),
+        chunk(
+            {"tool_calls": [{"index": 1, "id": "b", "function": {"name": "get_weather", "arguments": "{}"}}]}
+        ),
+        chunk({}, "tool_calls"),
+        {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 9}},
+    ]
+    body = stream_of(chunks)
+    asked = {"path": "/v1/messages", "body": request(tools=[WEATHER], stream=True)}
+    verdict = judge_response(body, request=asked, status=200, headers={"content-type": "text/event-stream"})
+    errors = [f for f in verdict.findings if f.severity == "error"]
+    # The second call's {} breaks the tool's schema (city is required): the core's rule says so.
+    assert [f.rule for f in errors] == ["tool-arguments-schema"], verdict.findings
+    message = _sdk_final_message(anthropic, body)
+    assert [block.type for block in message.content] == ["thinking", "text", "tool_use", "tool_use"]
+    assert message.content[2].input == {"city": "Paris"}
+    assert message.stop_reason == "tool_use"
+    assert message.usage.output_tokens == 9
+    assert message.usage.input_tokens == 12
+
+
+def test_a_stop_sequence_an_upstream_names_is_the_stop_reason() -> None:
+    chunks = [chunk({"role": "assistant", "content": "1, 2"}), chunk({}, "stop", stop_reason="END")]
+    events = [
+        json.loads(line[6:])
+        for line in stream_of(chunks, ("END",)).decode().splitlines()
+        if line.startswith("data: ")
+    ]
+    delta = next(event for event in events if event["type"] == "message_delta")
+    assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
+
+
+def test_a_broken_stream_ends_with_an_error_event_the_sdk_raises() -> None:
+    anthropic = pytest.importorskip("anthropic")
+    output = MessagesOutput("m", ())
+    body = output.opening([chunk({"role": "assistant", "content": "Hel"})])
+    body += asyncio.run(
+        output.tail({"error": {"message": "upstream went away", "code": "upstream_unavailable"}}, None)
+    )
+    assert b"event: error\ndata: " in body
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        _sdk_final_message(anthropic, body)
+    assert "overloaded_error" in str(caught.value)
+
+
+def _sdk_final_message(anthropic: Any, body: bytes) -> Any:
+    """What anthropic-python's ``messages.stream(...).get_final_message()`` makes of ``body`` (its HTTP
+    client handed the bytes: the SDK's own SSE reading and accumulation run on them)."""
+    httpx2 = pytest.importorskip("httpx2")
+
+    def answer(_: Any) -> Any:
+        return httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    transport = httpx2.MockTransport(answer)
+    client = anthropic.Anthropic(
+        api_key="k", base_url="http://proxy.invalid", http_client=httpx2.Client(transport=transport)
+    )
+    with client.messages.stream(
+        model="m", max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
+        return stream.get_final_message()

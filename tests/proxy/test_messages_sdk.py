@@ -1,0 +1,263 @@
+"""anthropic-python's Messages client through the proxy (``messages.create`` streamed and not, the
+``messages.stream`` helper, a tool round trip, ``count_tokens``) against a raw chat upstream that calls
+a tool when given tools and answers the tool's output otherwise (tests/proxy/chat_upstream.py); and
+the route's refusals and faults in Anthropic's words. Every raw answer is judged with no error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from tests.support.messages_checks import check_message, judged, message_events
+
+from .chat_upstream import handle_chat
+from .conftest import run_proxy
+from .rawserver import Record, chunk, raw_server, read_request, streaming
+
+TOOL: Any = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+HELLO: dict[str, Any] = {
+    "model": "gemma",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "Say hello"}],
+}
+
+
+@pytest.fixture(scope="module")
+def proxy_url() -> Iterator[str]:
+    with raw_server(handle_chat) as (upstream, _), run_proxy(upstream) as url:
+        yield url
+
+
+@pytest.fixture
+def client(proxy_url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=proxy_url, api_key="none", max_retries=0)
+
+
+def post(url: str, body: Any, **headers: str) -> httpx.Response:
+    """``body`` posted to the proxy's ``/v1/messages?beta=true`` (as Claude Code posts it), judged."""
+    response = httpx.post(url + "/v1/messages?beta=true", json=body, headers=headers, timeout=10)
+    judged(response.content, body, response.status_code, response.headers)
+    return response
+
+
+def test_create_whole(client: anthropic.Anthropic, proxy_url: str) -> None:
+    assert post(proxy_url, HELLO).status_code == 200
+    message = client.messages.create(**HELLO)
+    check_message(message.model_dump(mode="json"))
+    assert [block.type for block in message.content] == ["text"]
+    assert message.content[0].text == "Hello there"  # type: ignore[union-attr]
+    assert message.model == "gemma"  # as asked, not the upstream's file path
+    assert message.stop_reason == "end_turn"
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (9, 4)
+
+
+def test_create_streamed_and_the_stream_helper(client: anthropic.Anthropic, proxy_url: str) -> None:
+    events = message_events(post(proxy_url, {**HELLO, "stream": True}).content)
+    assert [e["type"] for e in events][:2] == ["message_start", "ping"]
+    assert events[-2]["delta"]["stop_reason"] == "end_turn"
+    assert events[-1]["type"] == "message_stop"
+    with client.messages.stream(**HELLO) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "Hello there" == final.content[0].text  # type: ignore[union-attr]
+    assert final.stop_reason == "end_turn"
+    assert final.usage.output_tokens > 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_round_trip(client: anthropic.Anthropic, proxy_url: str, stream: bool) -> None:
+    asked: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    body = {**HELLO, "messages": asked, "tools": [TOOL], "tool_choice": {"type": "any"}}
+    post(proxy_url, {**body, "stream": stream})
+    if stream:
+        with client.messages.stream(**body) as events:
+            first = events.get_final_message()
+    else:
+        first = client.messages.create(**body)
+    check_message(first.model_dump(mode="json"))
+    assert first.stop_reason == "tool_use"
+    (call,) = [block for block in first.content if block.type == "tool_use"]
+    assert call.name == "get_weather"
+    assert call.input == {"city": "Paris"}
+    follow_up = [
+        *asked,
+        {"role": "assistant", "content": [block.model_dump() for block in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}]},
+    ]
+    post(proxy_url, {**HELLO, "messages": follow_up, "tools": [TOOL]})
+    answer = client.messages.create(**{**HELLO, "messages": follow_up, "tools": [TOOL]})
+    assert answer.content[0].text == "It is sunny"  # type: ignore[union-attr]
+
+
+def test_count_tokens_counts_the_texts_and_tools_by_the_upstreams_tokenizer(
+    client: anthropic.Anthropic,
+) -> None:
+    # The raw upstream counts words, and has no template endpoint: the proxy counts the texts and tools.
+    plain = client.messages.count_tokens(
+        model="gemma", messages=[{"role": "user", "content": "one two three"}]
+    )
+    assert plain.input_tokens == 3
+    with_tools = client.messages.count_tokens(
+        model="gemma", messages=[{"role": "user", "content": "one two three"}], tools=[TOOL]
+    )
+    assert with_tools.input_tokens > plain.input_tokens
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({**HELLO, "max_tokens": "eight"}, "max_tokens"),
+        ({"model": "gemma", "messages": HELLO["messages"]}, "max_tokens"),
+        ({**HELLO, "tools": [{"type": "computer_20250124", "name": "computer"}]}, "computer_20250124"),
+        ({**HELLO, "stop_sequences": ["a"] * 5}, "stop_sequences"),
+    ],
+)
+def test_refusals_are_anthropic_errors_the_sdk_raises(
+    client: anthropic.Anthropic, proxy_url: str, body: dict[str, Any], named: str
+) -> None:
+    response = post(proxy_url, body)
+    assert response.status_code == 400
+    error = response.json()
+    assert error["type"] == "error"
+    assert error["error"]["type"] == "invalid_request_error"
+    assert named in error["error"]["message"]
+    if isinstance(body.get("max_tokens"), int):  # (the SDK itself needs an integer there)
+        with pytest.raises(anthropic.BadRequestError):
+            client.messages.create(**body)
+
+
+def test_not_json_and_a_body_too_large_are_anthropic_errors() -> None:
+    with raw_server(handle_chat) as (upstream, record), run_proxy(upstream, max_body=2048) as url:
+        response = httpx.post(url + "/v1/messages", content=b"{nope", timeout=10)
+        assert response.status_code == 400
+        assert response.json()["error"]["type"] == "invalid_request_error"
+        big = {**HELLO, "messages": [{"role": "user", "content": "x" * 4096}]}
+        response = httpx.post(url + "/v1/messages", json=big, timeout=10)
+        assert response.status_code == 413
+        assert response.json() == {
+            "type": "error",
+            "error": {"type": "request_too_large", "message": "request body larger than 2048 bytes"},
+        }
+        assert record.requests == 0
+
+
+def test_the_api_key_is_read_from_x_api_key() -> None:
+    with raw_server(handle_chat) as (upstream, _), run_proxy(upstream, api_key="secret") as url:
+        wrong = anthropic.Anthropic(base_url=url, api_key="nope", max_retries=0)
+        with pytest.raises(anthropic.AuthenticationError) as caught:
+            wrong.messages.create(**HELLO)
+        assert caught.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+        with pytest.raises(anthropic.AuthenticationError):
+            wrong.messages.count_tokens(model="gemma", messages=HELLO["messages"])
+        right = anthropic.Anthropic(base_url=url, api_key="secret", max_retries=0)
+        assert right.messages.create(**HELLO).content[0].text == "Hello there"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("parts", "end", "kind"),
+    [
+        ((chunk("Hel"),), False, "api_error"),
+        ((chunk("Hel"), b"data: {not json\n\n"), True, "api_error"),
+        (
+            (chunk("Hel"), b'data: {"error": {"message": "the KV cache is full", "code": 500}}\n\n'),
+            True,
+            "api_error",
+        ),
+    ],
+    ids=["cut", "not json", "error event"],
+)
+def test_a_fault_mid_stream_ends_with_an_error_event_the_sdk_raises(parts: Any, end: bool, kind: str) -> None:
+    with raw_server(streaming(*parts, end=end)) as (upstream, _), run_proxy(upstream) as url:
+        response = httpx.post(url + "/v1/messages", json={**HELLO, "stream": True}, timeout=10)
+        events = message_events(response.content)
+        assert events[-1]["type"] == "error"
+        assert events[-1]["error"]["type"] == kind, events[-1]
+        assert "Traceback" not in response.text
+        assert "/home/" not in response.text
+        client = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0)
+        with pytest.raises(anthropic.APIStatusError), client.messages.stream(**HELLO) as stream:
+            stream.get_final_message()
+
+
+def test_an_upstream_error_before_the_stream_is_anthropics_at_its_status() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        body = b'{"error": {"message": "the model is loading", "type": "server_error", "code": 503}}'
+        writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n")
+        writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body)
+        await writer.drain()
+
+    with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
+        response = post(url, {**HELLO, "stream": True})
+        assert response.status_code == 503
+        assert response.json()["error"]["type"] == "overloaded_error"
+        assert "loading" in response.json()["error"]["message"]
+
+
+def test_a_context_overflow_says_prompt_is_too_long() -> None:
+    """An upstream's 400 for a prompt past its context, in Claude Code's words for compacting."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while await read_request(reader) is not None:
+            body = json.dumps(
+                {
+                    "error": {
+                        "code": 400,
+                        "type": "exceed_context_size_error",
+                        "message": "the request exceeds the available context size, try increasing it",
+                    }
+                }
+            ).encode()
+            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n")
+            writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body)
+            await writer.drain()
+
+    with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
+        response = httpx.post(url + "/v1/messages", json=HELLO, timeout=10)
+        assert response.status_code == 400
+        assert response.json()["error"]["message"].startswith("prompt is too long")
+
+
+def _counting(own_count: Any) -> Any:
+    """An upstream without a tokenizer; its own count route answers ``own_count`` (None: 404 there too)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (raw := await read_request(reader)) is not None:
+            if raw.startswith(b"POST /v1/messages/count_tokens ") and own_count is not None:
+                body = json.dumps(own_count).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+                writer.write(b"content-length: %d\r\n\r\n" % len(body) + body)
+            else:
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("own_count", "status"),
+    [({"input_tokens": 42}, 200), (None, 404), ({"input_tokens": -3}, 404), ({"input_tokens": "many"}, 404)],
+)
+def test_count_tokens_without_a_tokenizer_asks_the_upstreams_own_count(own_count: Any, status: int) -> None:
+    with (
+        raw_server(_counting(own_count)) as (upstream, _),
+        run_proxy(upstream, upstream_kind="openai") as url,
+    ):
+        body = {"model": "gemma", "messages": HELLO["messages"]}
+        response = httpx.post(url + "/v1/messages/count_tokens", json=body, timeout=10)
+        assert response.status_code == status, response.text
+        judged(response.content, body, status, response.headers, path="/v1/messages/count_tokens")
+        if status == 200:
+            assert response.json() == {"input_tokens": 42}
+        else:
+            assert response.json()["error"]["type"] == "not_found_error"
