@@ -34,13 +34,11 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.requests import Request
-from starlette.responses import StreamingResponse
-from starlette.routing import Route
 
 from tests.clients.conftest import DEFAULT_MAX_TOKENS, SCRIPTED_REPLY, serve
 from tests.clients.node import NodeClients
-from tests.support.servers import RecordingUpstream, run_asgi
+from tests.clients.scripted_chat import call_then_answer
+from tests.support.servers import run_asgi
 
 PROVIDER = "conformant"
 KEY_VARIABLE = "CONFORMANT_CODEX_TEST_KEY"
@@ -123,48 +121,11 @@ def test_codex_exec_runs_one_turn_on_the_default_model(
     assert "turn.failed" not in kinds, shown
 
 
-def _goal_then_answer_upstream() -> RecordingUpstream:
-    """A chat upstream that streams a ``create_goal`` call first, and ``SCRIPTED_REPLY`` once the
-    conversation has a tool message."""
-    upstream = RecordingUpstream([])
-
-    def events(body: dict[str, Any]) -> list[dict[str, Any]]:
-        answered = any(message.get("role") == "tool" for message in body.get("messages", []))
-        if answered:
-            delta: dict[str, Any] = {"role": "assistant", "content": SCRIPTED_REPLY}
-            finish = "stop"
-        else:
-            call = {"name": "create_goal", "arguments": json.dumps({"objective": "Say hello."})}
-            delta = {
-                "role": "assistant",
-                "tool_calls": [{"index": 0, "id": "call_g1", "type": "function", "function": call}],
-            }
-            finish = "tool_calls"
-        head = {"id": "chatcmpl-goal", "object": "chat.completion.chunk", "created": 1, "model": "scripted"}
-        return [
-            {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
-            {
-                **head,
-                "choices": [],
-                "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
-            },
-        ]
-
-    async def chat(request: Request) -> StreamingResponse:
-        body = await request.json()
-        upstream.seen.append(("/v1/chat/completions", body))
-        lines = [f"data: {json.dumps(event)}\n\n" for event in events(body)] + ["data: [DONE]\n\n"]
-        return StreamingResponse(iter(lines), media_type="text/event-stream")
-
-    upstream.app.router.routes.append(Route("/v1/chat/completions", chat, methods=["POST"]))
-    return upstream
-
-
 def test_codex_sends_its_goal_back_without_a_call_id_and_the_turn_completes(
     node_clients: NodeClients, tmp_path: Path
 ) -> None:
-    upstream = _goal_then_answer_upstream()
+    # First a create_goal call; once the goal is sent back as a tool message, the scripted reply.
+    upstream = call_then_answer("create_goal", {"objective": "Say hello."}, lambda _: SCRIPTED_REPLY)
     with run_asgi(upstream.app) as upstream_url, serve(["--upstream", upstream_url], None) as proxy_url:
         run, shown = _codex_exec(node_clients, proxy_url, "scripted", tmp_path)
     assert run.returncode == 0, shown
@@ -174,6 +135,6 @@ def test_codex_sends_its_goal_back_without_a_call_id_and_the_turn_completes(
     last = upstream.bodies("/v1/chat/completions")[-1]["messages"]
     calls = {c["id"]: c["function"]["name"] for m in last for c in m.get("tool_calls", [])}
     answers = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
-    assert calls.get("call_g1") == "create_goal", last
+    assert calls.get("call_s1") == "create_goal", last
     goal = [answers[i] for i, name in calls.items() if name == "agent__goal_objective"]
     assert goal == ["Say hello."], last
