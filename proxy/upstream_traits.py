@@ -79,6 +79,9 @@ class UpstreamTraits:
     schema_format: SchemaFormat | None = None
     named_tool_choice_only: bool = False
     assistant_content_string: bool = False
+    counts_unshown_tokens: bool = False
+    """Whether, with tools offered, its usage counts tokens it never shows (llama-cpp-python's
+    function-calling handlers generate their format's prefix first): an empty answer is no lost text."""
     listing_read: bool = False
     native_paths: dict[str, bool] = field(default_factory=dict)
 
@@ -90,6 +93,7 @@ class UpstreamTraits:
         self.serial = bool(self.serial) or llama_cpp_python  # (a broken-off stream taught it already)
         self.schema_format = "json_object_schema" if llama_cpp_python else "json_schema"
         self.named_tool_choice_only = self.assistant_content_string = llama_cpp_python
+        self.counts_unshown_tokens = llama_cpp_python
         self.listing_read = True
 
     def sent_reasoning_as(self, name: str) -> None:

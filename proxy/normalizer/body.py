@@ -31,12 +31,17 @@ def normalize_body(
     repairs: Repairs,
     identity: Identity | None = None,
     status: int = 200,
+    unshown_tokens: bool = False,
 ) -> dict[str, Any]:
-    """One OpenAI response object; raises :class:`APIError` for an error in any upstream shape."""
+    """One OpenAI response object; raises :class:`APIError` for an error in any upstream shape.
+    ``unshown_tokens``: the upstream's usage counts tokens it never shows (text_lost)."""
     identity = identity or Identity(request.endpoint, request.model)
     if isinstance(obj, list) and obj and all(isinstance(item, dict) for item in obj):
         repairs.add("Q73")
-        parts = [normalize_body(item, request, repairs=repairs, identity=identity) for item in obj]
+        parts = [
+            normalize_body(item, request, repairs=repairs, identity=identity, unshown_tokens=unshown_tokens)
+            for item in obj
+        ]
         return merge_bodies(parts)
     raw_choices = _upstream_choices(obj, status)
     identity.stamp(obj, repairs)
@@ -46,7 +51,9 @@ def normalize_body(
     choices, shown = _choices(raw_choices, request, repairs, usage)
     if request.generates:
         lost = text_lost(
-            [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)], usage
+            [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)],
+            usage,
+            unshown_tokens=unshown_tokens,
         )
         if lost is not None:
             raise lost

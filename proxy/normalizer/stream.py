@@ -50,8 +50,10 @@ class StreamNormalizer:
         repairs: Repairs | None = None,
         index_base: int = 0,
         emit_usage: bool | None = None,
+        unshown_tokens: bool = False,
     ) -> None:
         self.request = request
+        self.unshown_tokens = unshown_tokens  # the upstream's usage counts tokens it never shows (text_lost)
         self.identity = identity or Identity(request.endpoint, request.model)
         self.repairs = repairs if repairs is not None else Repairs()
         self.index_base = index_base
@@ -204,7 +206,11 @@ class StreamNormalizer:
                 return out
             judged.append((index, state.shown, reason))
             finals.append(self._final_choice(index, reason))
-        lost = text_lost(judged, self.usage) if self.request.generates else None
+        lost = (
+            text_lost(judged, self.usage, unshown_tokens=self.unshown_tokens)
+            if self.request.generates
+            else None
+        )
         if lost is not None:
             self.fail(lost)
             return out

@@ -61,12 +61,14 @@ class UpstreamSource(Source):
         self._headers = headers
         self._repairs = repairs if repairs is not None else Repairs()
         self.identity = identity or Identity(request.endpoint, request.model)
+        self._unshown_tokens = upstream.traits.counts_unshown_tokens and bool(request.tools)
         self.normalizer = StreamNormalizer(
             request,
             identity=self.identity,
             repairs=self._repairs,
             index_base=index_base,
             emit_usage=emit_usage,
+            unshown_tokens=self._unshown_tokens,
         )
         self._parser = SSEParser(max_line_bytes=max_line_bytes)
         self._stream: UpstreamStream | None = None
@@ -167,7 +169,13 @@ class UpstreamSource(Source):
                 raise APIError.make("the upstream server sent a body that is not valid JSON", 502) from None
         if self._call.translate is not None:
             obj = self._call.translate(obj)
-        body = normalize_body(obj, self._request, repairs=self._repairs, identity=self.identity)
+        body = normalize_body(
+            obj,
+            self._request,
+            repairs=self._repairs,
+            identity=self.identity,
+            unshown_tokens=self._unshown_tokens,
+        )
         self._learn()
         if body["usage"] is None:
             texts = [generated_text(choice) for choice in body["choices"]]

@@ -254,3 +254,38 @@ def test_acceptance_6_the_sdk_raises_on_the_seed_streams_lost_text(
     assert caught.value.status_code == 502
     assert caught.value.code == TEXT_LOST_CODE
     assert "sent no text" in caught.value.message
+
+
+def _llama_cpp_python(answer: dict[str, Any]) -> Any:
+    """An upstream that lists its model as llama-cpp-python does (``owned_by: "me"``, ``permissions``) and
+    answers every chat request with ``answer``."""
+    listing = {
+        "object": "list",
+        "data": [{"id": "m", "object": "model", "owned_by": "me", "permissions": []}],
+    }
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (request := await read_request(reader)) is not None:
+            path = request.split(b" ")[1]
+            data = json.dumps(listing if path == b"/v1/models" else answer).encode()
+            head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
+            writer.write(head.encode() + data)
+            await writer.drain()
+
+    return handler
+
+
+def test_llama_cpp_pythons_empty_answer_beside_tools_is_an_answer_not_a_loss() -> None:
+    """Its function-calling handlers generate their format's prefix (``message:``) before the answer, and
+    count it: measured on Gemma 3 270M, ``content: ""`` with 6 completion tokens after a tool result in 4
+    seeds of 10. With tools offered that is an empty answer; without tools the same answer is a loss."""
+    empty = _chat_body({"content": ""}, "stop", {**USAGE, "completion_tokens": 6})
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with raw_server(_llama_cpp_python(empty)) as (upstream, _), serve_proxy(upstream) as (url, _):
+        asked = {**CHAT, "max_tokens": 64}
+        answered = httpx.post(url + "/v1/chat/completions", json={**asked, "tools": tools}, timeout=10)
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["choices"][0]["message"]["content"] == ""
+        lost = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+        assert lost.status_code == 502, lost.text
+        _assert_lost(lost.json()["error"])
