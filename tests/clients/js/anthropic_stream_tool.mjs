@@ -2,12 +2,37 @@
 // messages.create() with the tool's result, and messages.countTokens().
 // Input: one JSON argument {baseURL, model, prompt, tool: {name, description, input_schema}, toolChoice,
 // maxTokens, result}. Output: one JSON line on stdout: the helper's final message, the input it reported
-// for the call (its own "inputJson" snapshots' last), the answer to the tool's result and the count. A
-// client error is a JSON line {error, name, status} and exit status 1.
+// for the call (its own "inputJson" snapshots' last), the answer to the tool's result, the count, and
+// every exchange as it went over the wire (path, request body, status, headers, response text), for the
+// suite to judge. A client error is a JSON line {error, name, status} and exit status 1.
 import Anthropic from "@anthropic-ai/sdk";
 
 const spec = JSON.parse(process.argv[2]);
-const client = new Anthropic({ baseURL: spec.baseURL, apiKey: "not-checked", maxRetries: 0 });
+const exchanges = [];
+
+// The SDK's own fetch, with a copy of each response read beside it (not before it: the stream helper
+// still reads the events as they come).
+async function recordingFetch(url, init) {
+  const response = await fetch(url, init);
+  const copy = response.clone();
+  exchanges.push(
+    copy.text().then((text) => ({
+      path: new URL(String(url)).pathname,
+      request: JSON.parse(init.body),
+      status: response.status,
+      headers: Object.fromEntries(response.headers),
+      body: text,
+    })),
+  );
+  return response;
+}
+
+const client = new Anthropic({
+  baseURL: spec.baseURL,
+  apiKey: "not-checked",
+  maxRetries: 0,
+  fetch: recordingFetch,
+});
 
 try {
   const asked = [{ role: "user", content: spec.prompt }];
@@ -42,7 +67,8 @@ try {
     });
   }
   const counted = await client.messages.countTokens({ model: spec.model, messages: asked, tools: [spec.tool] });
-  console.log(JSON.stringify({ events, inputSnapshot, final, answer, counted }));
+  const wire = await Promise.all(exchanges);
+  console.log(JSON.stringify({ events, inputSnapshot, final, answer, counted, exchanges: wire }));
 } catch (error) {
   console.log(
     JSON.stringify({ error: String(error?.message ?? error), name: error?.constructor?.name, status: error?.status }),
