@@ -67,12 +67,22 @@ def sse_head() -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
-def json_answer(payload: object) -> bytes:
-    """A whole 200 response with ``payload`` as its JSON body."""
+def json_answer(payload: object, status: str = "200 OK") -> bytes:
+    """A whole response with ``payload`` as its JSON body, at ``status`` (its code and reason)."""
     body = json.dumps(payload).encode()
-    return (
-        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body
-    )
+    head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def answering(answer: bytes) -> Any:
+    """A handler that reads one request and writes ``answer``, the whole response."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+
+    return handler
 
 
 def http_chunk(data: bytes) -> bytes:

@@ -18,7 +18,7 @@ from tests.support.messages_checks import check_message, judged, message_events
 
 from .chat_upstream import handle_chat
 from .conftest import run_proxy
-from .rawserver import Record, chunk, raw_server, read_request, streaming
+from .rawserver import Record, answering, chunk, json_answer, raw_server, read_request, streaming
 
 TOOL: Any = {
     "name": "get_weather",
@@ -190,13 +190,8 @@ def test_a_fault_mid_stream_ends_with_an_error_event_the_sdk_raises(parts: Any, 
 
 
 def test_an_upstream_error_before_the_stream_is_anthropics_at_its_status() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
-        await read_request(reader)
-        body = b'{"error": {"message": "the model is loading", "type": "server_error", "code": 503}}'
-        writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n")
-        writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body)
-        await writer.drain()
-
+    loading = {"error": {"message": "the model is loading", "type": "server_error", "code": 503}}
+    handler = answering(json_answer(loading, "503 Service Unavailable"))
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
         response = post(url, {**HELLO, "stream": True})
         assert response.status_code == 503

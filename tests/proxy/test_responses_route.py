@@ -6,7 +6,6 @@ Events and bodies are checked with openai-python's own pydantic types (``Respons
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from tests.support.responses_checks import check_events, check_response, judged, sse_events
 
 from .conftest import run_proxy
-from .rawserver import Record, chunk, raw_server, read_request, streaming
+from .rawserver import answering, chunk, json_answer, raw_server, streaming
 
 REQUEST = {"model": "m", "input": "Say hello", "stream": True}
 
@@ -145,13 +144,8 @@ def test_an_error_inside_the_stream_ends_with_response_failed() -> None:
 
 
 def test_an_error_before_the_first_event_is_an_http_error() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
-        await read_request(reader)
-        body = b'{"error": {"message": "the model is loading", "type": "server_error", "code": 503}}'
-        writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n")
-        writer.write(f"content-length: {len(body)}\r\n\r\n".encode() + body)
-        await writer.drain()
-
+    loading = {"error": {"message": "the model is loading", "type": "server_error", "code": 503}}
+    handler = answering(json_answer(loading, "503 Service Unavailable"))
     with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
         response = httpx.post(url + "/v1/responses", json=REQUEST, timeout=10)
         assert response.status_code == 503

@@ -25,7 +25,7 @@ from proxy.normalizer.text_lost import TEXT_LOST_CODE
 from tests.support.servers import free_port, run_process
 
 from .conftest import metric, serve_proxy, upstream_answer
-from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
+from .rawserver import Record, http_chunk, json_answer, raw_server, read_request, sse_head
 
 pytestmark = pytest.mark.slow
 
@@ -267,9 +267,7 @@ def _llama_cpp_python(answer: dict[str, Any]) -> Any:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         while (request := await read_request(reader)) is not None:
             path = request.split(b" ")[1]
-            data = json.dumps(listing if path == b"/v1/models" else answer).encode()
-            head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
-            writer.write(head.encode() + data)
+            writer.write(json_answer(listing if path == b"/v1/models" else answer))
             await writer.drain()
 
     return handler
