@@ -514,7 +514,9 @@ def _ggml() -> SimpleNamespace:
     llama = _llama()
     from llama_cpp._ctypes_extensions import load_shared_library
 
-    lib_dir = Path(str(llama.__file__)).parent / "lib"
+    # The libraries llama-cpp-python itself loaded: LLAMA_CPP_LIB_PATH names another build (a CUDA one,
+    # bench/gpu_check.py), and a second copy of ggml from the package would hold a registry of its own.
+    lib_dir = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or Path(str(llama.__file__)).parent / "lib")
     libs = [load_shared_library("ggml", lib_dir), load_shared_library("ggml-base", lib_dir)]
     signatures: dict[str, tuple[list[Any], Any]] = {
         "ggml_backend_dev_count": ([], ctypes.c_size_t),
