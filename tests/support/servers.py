@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -88,16 +89,19 @@ def run_process(
     timeout: float = 120,
     env: dict[str, str] | None = None,
     grace: float = 15,
+    log_path: Path | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Start a server process (``python -m ...`` is ``sys.executable``); yields (base URL, process).
 
     Stopped with SIGTERM, then SIGKILL after ``grace`` seconds: ik_llama.cpp's server once ignored
-    SIGTERM while its HTTP threads were busy.
+    SIGTERM while its HTTP threads were busy. Its stderr is kept in ``log_path`` when given (for a
+    caller that reads what the server reported), else in a temporary file.
     """
     full_env = {**os.environ, **(env or {})}
     args = [sys.executable if a == "python" else a for a in args]
     # stderr goes to a file, not a pipe: llama.cpp logs a lot, and a full pipe would stall the server.
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below, after the process
+    # (closed in the finally below, after the process)
+    log = open(log_path, "w+b") if log_path else tempfile.TemporaryFile()  # noqa: SIM115
     proc = subprocess.Popen(args, env=full_env, stdout=subprocess.DEVNULL, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
