@@ -10,7 +10,10 @@ In order, against one proxy process in front of the fast raw upstream of bench/p
    latency of ``GET /health`` while they are open (past ``--max-connections`` it is still answered);
 3. a ``prompt`` of 200 items with ``n: 128`` (25,600 upstream requests once): refused with a 400;
 4. 500 concurrent streams for 60 s (each stream a paced request after another): errors (goal 0) and
-   the proxy's RSS sampled through it (goal: flat).
+   the proxy's RSS sampled through it (goal: flat);
+5. 400,000 one-word messages (14 MB, under ``--max-body``) on chat, and as input items on
+   ``/v1/responses`` (alternating roles, and all one role), with ``GET /health`` every 20 ms meanwhile:
+   the worst ``/health`` (goal: 250 ms; before issue 32's fix 1.7 s on chat and 27.5 s on Responses).
 
     python bench/hostile_load.py [--client-timeout 5] [--idle 3000] [--streams 500] [--seconds 60]
                                  [--pace-ms 100] [--chunks 50]
@@ -177,6 +180,34 @@ async def fan_out(port: int) -> tuple[str, dict[str, object], float]:
     return head.split(b"\r\n", 1)[0].decode(), json.loads(content)["error"], time.perf_counter() - start
 
 
+# -- 5. many items --------------------------------------------------------------------------------
+
+
+async def many_items(port: int, path: str, body: dict[str, object]) -> tuple[str, float]:
+    """(the status line, the worst /health latency) of one large request, /health polled meanwhile."""
+    data = json.dumps(body).encode()
+    worst = [0.0]
+    done = asyncio.Event()
+
+    async def poll() -> None:
+        while not done.is_set():
+            worst[0] = max(worst[0], await health_latency(port))
+            await asyncio.sleep(0.02)
+
+    polling = asyncio.ensure_future(poll())
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n".encode()
+        + f"authorization: Bearer {KEY}\r\ncontent-length: {len(data)}\r\nconnection: close\r\n\r\n".encode()
+        + data
+    )
+    answer = await reader.read()
+    writer.close()
+    done.set()
+    await polling
+    return answer.split(b"\r\n", 1)[0].decode(), worst[0]
+
+
 # -- 4. streams -----------------------------------------------------------------------------------
 
 
@@ -316,6 +347,20 @@ def main() -> int:
                 + " ".join(f"{value:.1f}" for value in values)
                 + f" (min {min(values):.1f}, max {max(values):.1f})"
             )
+
+            n = 400_000
+            turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": "hi"} for i in range(n)]
+            shapes = [
+                ("chat, alternating roles", "/v1/chat/completions", {"model": "m", "messages": turns}),
+                ("responses, alternating roles", "/v1/responses", {"model": "m", "input": turns}),
+                ("responses, one role", "/v1/responses", {"model": "m", "input": [turns[0]] * n}),
+            ]
+            for label, path, body in shapes:
+                status, worst = await many_items(port, path, body)
+                print(
+                    f"5. {n:,} items, {label}: {status}; worst GET /health meanwhile {worst * 1000:.0f} ms "
+                    f"(goal 250: {'met' if worst <= 0.25 else 'NOT met'})"
+                )
 
         _run(run())
     return 0

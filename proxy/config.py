@@ -118,6 +118,13 @@ MAX_BODY = Setting(
     "request body bytes (413 above)",
     shown="16 MiB",
 )
+MAX_ITEMS = Setting(
+    "max_items",
+    positive_integer,
+    10_000,
+    "messages in one request, as the upstream would get them (translated: Responses input items with the "
+    "conversation they continue, consecutive ones of one role joined) (400 above)",
+)
 CORS_ORIGINS = Setting[tuple[str, ...]](
     "cors_origins",
     comma_list,
@@ -232,6 +239,7 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     FIRST_BYTE_TIMEOUT,
     IDLE_TIMEOUT,
     MAX_BODY,
+    MAX_ITEMS,
     CORS_ORIGINS,
     DEFAULT_MAX_TOKENS,
     NO_FAN_OUT,
@@ -264,6 +272,7 @@ class ProxyConfig:
     first_byte_timeout: float = FIRST_BYTE_TIMEOUT.default
     idle_timeout: float = IDLE_TIMEOUT.default
     max_body: int = MAX_BODY.default
+    max_items: int = MAX_ITEMS.default
     max_line_bytes: int = 4 * 1024 * 1024
     """Upper bound on one upstream SSE line; longer lines fail the stream instead of growing memory."""
     cors_origins: tuple[str, ...] = CORS_ORIGINS.default

@@ -16,6 +16,7 @@ from conformance import jsoncodec
 from conformance.api_errors import APIError
 from conformance.protocols.front_end import CountRoute, FrontEnd
 
+from .item_limit import too_many_items
 from .observability import exchange_of
 from .serving import Serving, authorized, read_body
 from .upstream import Upstream
@@ -40,6 +41,9 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
         return JSONResponse(refused.body, status_code=refused.status)  # worded by the front-end
     body = translation.body
     assert body is not None  # (a refusal is kept only where asked to)
+    too_many = too_many_items(body, config.max_items)
+    if too_many is not None:
+        return _worded(front_end, too_many)
     route = serving.pool.route(body.get("model"))
     if route is None:
         missing = f"The model '{body.get('model')}' does not exist"

@@ -26,6 +26,7 @@ from conformance.api_errors import APIError
 from conformance.protocols.front_end import FrontEnd, Translation
 from conformance.request_info import RequestInfo
 
+from .item_limit import too_many_items
 from .observability import exchange_of
 from .routing import prefix_key
 from .serving import NOT_FORWARDED_TO_GENERATION, Serving, authorized, forward_headers, read_body
@@ -56,8 +57,11 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
         translation = await front_end.translate(raw, keep_refusal=native)
     except APIError as refused:
         return JSONResponse(refused.body, status_code=refused.status)  # worded by the front-end
-    info = _request_info(serving, front_end, translation)
     body = translation.body
+    too_many = too_many_items(body, config.max_items) if body is not None else None
+    if too_many is not None:
+        return _refused(front_end, too_many)
+    info = _request_info(serving, front_end, translation)
     if body is not None and config.fan_out:
         limit = fan_out_refusal(front_end.endpoint, body, info, config.max_fan_out, "--max-fan-out")
         if limit is not None:

@@ -14,7 +14,16 @@ from typing import Any
 from conformance.api_errors import APIError
 from conformance.request_validation import parse_json_object, validate_request
 
-from ..front_end import CountRoute, FrontEnd, NativeCall, NativeStream, Output, Translation
+from ..front_end import (
+    CountRoute,
+    FrontEnd,
+    NativeCall,
+    NativeStream,
+    Output,
+    Translation,
+    is_large,
+    off_the_loop,
+)
 from .errors import messages_error
 from .native import NativeMessages
 from .output import MessagesOutput
@@ -58,7 +67,9 @@ class MessagesFrontEnd(FrontEnd):
         super().__init__(MESSAGES, counting=counting)
 
     async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
-        return self._translated(self._parsed(raw), keep_refusal)
+        return await off_the_loop(
+            lambda: self._translated(self._parsed(raw), keep_refusal), heavy=is_large(raw)
+        )
 
     async def _count_request(self, raw: bytes) -> Translation:
         """A count_tokens body: a Messages request without ``max_tokens`` (Anthropic's count_tokens

@@ -19,7 +19,16 @@ from starlette.responses import Response
 from conformance.api_errors import APIError
 from conformance.request_validation import parse_json_object, validate_request
 
-from ..front_end import FrontEnd, NativeCall, NativeStream, Output, StateRoute, Translation
+from ..front_end import (
+    FrontEnd,
+    NativeCall,
+    NativeStream,
+    Output,
+    StateRoute,
+    Translation,
+    is_large,
+    off_the_loop,
+)
 from .native import NativeAnswer
 from .output import ResponsesOutput
 from .protocol import RESPONSES
@@ -90,11 +99,23 @@ class ResponsesFrontEnd(FrontEnd):
         self.store = store
 
     async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
+        asked = await off_the_loop(lambda: self._parsed(raw, keep_refusal), heavy=is_large(raw))
+        previous = await previous_items(self.store, asked)  # the conversation previous_response_id names
+        items = [*previous, *input_items(asked)]
+        # A continuation's conversation may be any size, however short its body: always in a thread.
+        heavy = is_large(raw) or bool(previous)
+        return await off_the_loop(lambda: self._translated(asked, previous, items, keep_refusal), heavy=heavy)
+
+    @staticmethod
+    def _parsed(raw: bytes, keep_refusal: bool) -> dict[str, Any]:
         asked = parse_json_object(raw)
         if not keep_refusal:
             validate_request(SCHEMA, asked)
-        previous = await previous_items(self.store, asked)  # the conversation previous_response_id names
-        items = [*previous, *input_items(asked)]
+        return asked
+
+    def _translated(
+        self, asked: dict[str, Any], previous: list[Any], items: list[Any], keep_refusal: bool
+    ) -> Translation:
         try:
             if keep_refusal:
                 validate_request(SCHEMA, asked)
