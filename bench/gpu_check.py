@@ -11,8 +11,9 @@ What it does, each step only while the budget (``--budget`` seconds, from the st
    the trimmed source ``bench/gpu_prepare.py`` wrote: the shared libraries llama-cpp-python loads
    (``LLAMA_CPP_LIB_PATH``) and llama-server, from one build. FlashAttention's CUDA kernels are compiled
    out (``GGML_CUDA_FA=OFF``: its 41 files still compile, empty), so that the build fits the machine's
-   lease (189-225 s on an H200 machine's 16 cores, 2026-11-28); both servers run ``--flash-attn off``. ``--lib-path`` and ``--llama-server`` use builds made
-   before instead (the dry run: the builds CI already has).
+   lease (189-225 s on an H200 machine's 16 cores, 2026-11-28); both servers run ``--flash-attn off``.
+   ``--lib-path`` and ``--llama-server`` use builds made before instead (the dry run: the builds CI
+   already has).
 2. Meanwhile writes two synthetic models (``backend/synthetic.py``, Q4_0): a dense one of 1.1 B
    parameters and a MoE one of 1.8 B in 32 experts per layer, 4 used per token, so that where the
    experts live matters.
