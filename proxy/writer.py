@@ -8,6 +8,7 @@ does not watch while the upstream's first byte is awaited), so the upstream is c
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -316,6 +317,15 @@ async def _stream(
             if (error := graceful.shutdown_failure(exchange)) is None:
                 raise
             await graceful.last_words(_close(writer, output, error.body))
+            return
+        except Exception:
+            # A defect of the proxy's own (a repair that raised) once the stream is under way: the
+            # client gets the protocol's error event and the stream's end, not a cut connection (issue
+            # 32: a 1,000-deep tool call did that); the traceback goes to the server log alone.
+            logging.getLogger("conformant.proxy").exception("a stream failed in the proxy")
+            internal = APIError.make("internal error in the proxy", 500)
+            exchange.take_error(internal)
+            await _close(writer, output, internal.body)
             return
         failure = source.failure
         if failure is not None:

@@ -27,6 +27,7 @@ import json
 import re
 from typing import Any
 
+from conformance import jsoncodec
 from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_response
 from conformance.request import content_texts
 from conformance.schema_refs import definitions_prefix, hoisted, localized
@@ -99,7 +100,7 @@ def _without_tool_turns(messages: Any) -> list[Any]:
                 names[str(call.get("id"))] = str(function.get("name"))
                 arguments = function.get("arguments")
                 try:
-                    parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+                    parsed = jsoncodec.loads(arguments) if isinstance(arguments, str) else arguments
                 except ValueError:
                     parsed = arguments
                 call = {"name": function.get("name"), "arguments": parsed}
@@ -175,7 +176,7 @@ def _read(text: str, finish: Any) -> tuple[str, dict[str, Any] | None, Any]:
     ``{"response": ...}`` its text; one cut off by its limit, what it holds so far (a call cut off
     finishes ``length``, as OpenAI's); one in neither shape, the text it was."""
     try:
-        value = json.loads(text)
+        value = jsoncodec.loads(text)  # (json.loads: RecursionError on 1,000-deep arguments, a 500)
     except ValueError:
         return (*_read_cut(text), finish) if finish == "length" else (text, None, finish)
     if not isinstance(value, dict):

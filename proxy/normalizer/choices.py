@@ -85,8 +85,8 @@ def fix_tool_call(
 def is_json_object(arguments: Any) -> bool:
     """``arguments`` is the text of one JSON object, as a whole call's arguments are."""
     try:
-        return isinstance(json.loads(arguments), dict)
-    except (ValueError, RecursionError, TypeError):
+        return isinstance(jsoncodec.loads(arguments), dict)
+    except (ValueError, TypeError):
         return False
 
 

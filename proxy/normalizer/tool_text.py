@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from conformance import jsoncodec
+
 __all__ = ["HERMES_CLOSE", "HERMES_OPEN", "MISTRAL_MARKER", "ToolTextScanner", "calls_in_text"]
 
 HERMES_OPEN = "<tool_call>"
@@ -51,8 +53,9 @@ def _call(value: Any, tools: tuple[str, ...]) -> Call | None:
 
 
 def _json(text: str) -> Any:
+    # jsoncodec: arguments nested 1,000 deep made json.loads raise RecursionError, a 500 (issue 32).
     try:
-        return json.loads(text)
+        return jsoncodec.loads(text)
     except ValueError:
         return None
 

@@ -299,6 +299,43 @@ def test_more_messages_than_max_items_is_a_400_in_each_protocols_words(
         )
 
 
+def test_a_defect_of_the_proxy_mid_stream_ends_the_stream_with_an_error_event(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A repair that raises once text went out (issue 32: a 1,000-deep tool call did) cut the connection
+    with no error event. The stream now ends as for an upstream's failure, with OpenAI's error event
+    last and the body whole; the traceback is in the server log, not in what the client reads."""
+    from proxy.normalizer.stream import StreamNormalizer
+
+    feed = StreamNormalizer.feed_payload
+
+    def failing(self: StreamNormalizer, obj: Any) -> list[dict[str, Any]]:
+        if "eos" in json.dumps(obj):
+            raise RuntimeError("a repair's defect at /srv/conformant/proxy/x.py")
+        return feed(self, obj)
+
+    async def paced(request: Request) -> Response:
+        async def events() -> AsyncIterator[bytes]:
+            yield _event(_chunk({"role": "assistant", "content": "Hello"}))
+            await asyncio.sleep(0.3)  # the next event in a read of its own, once "Hello" went out
+            yield _event(_chunk({}, "eos"))
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    monkeypatch.setattr(StreamNormalizer, "feed_payload", failing)
+    app = Starlette(routes=[Route("/v1/chat/completions", paced, methods=["POST"])])
+    with run_asgi(app) as url, run_proxy(url, upstream_kind="openai") as proxy:
+        response = httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=10)
+    assert response.status_code == 200
+    events = [line.removeprefix("data: ") for line in response.text.splitlines() if line.startswith("data: ")]
+    error = json.loads(events[-1])["error"]  # the stream's last event, as for an upstream's failure
+    assert error["message"] == "internal error in the proxy"
+    assert "Hello" in response.text  # what went out before stays
+    assert "/srv/conformant" not in response.text
+    assert "a repair's defect" in caplog.text
+
+
 def test_models_list_is_normalized(upstream: tuple[str, Upstream]) -> None:
     url, _ = upstream
     with run_proxy(url, upstream_kind="openai") as proxy:

@@ -83,6 +83,13 @@ def test_a_whole_answer_is_a_call_or_a_response_or_the_text_it_was() -> None:
         assert EmulatedCalls()(_body(text, finish)) == _body(text, finish)  # cut off, or neither shape
 
 
+def test_an_answer_nested_past_what_json_reads_is_the_text_it_was() -> None:
+    """A call's arguments 1,000 deep: json.loads raised RecursionError, a 500 "internal error in the
+    proxy" (issue 32). It is neither shape the format knows, so it is the text it was."""
+    deep = '{"tool_call": {"name": "get_time", "arguments": {"a": ' + "[" * 1000 + "]" * 1000 + "}}}"
+    assert EmulatedCalls()(_body(deep)) == _body(deep)
+
+
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     return {
         "object": "chat.completion.chunk",

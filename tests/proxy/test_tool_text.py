@@ -202,3 +202,28 @@ def test_a_stream_without_tools_passes_the_text_as_it_came() -> None:
     assert not any("tool_calls" in d for d in deltas)
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert "Q79" not in repairs
+
+
+DEEP = "[" * 1000 + "]" * 1000
+"""Arguments nested 1,000 deep: json.loads raised RecursionError on them, which answered a 500 "internal
+error in the proxy", or cut a stream already under way with no error event and no [DONE] (issue 32)."""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>{"name": "get_current_weather", "arguments": {"a": ' + DEEP + "}}</tool_call>",
+        '[TOOL_CALLS] [{"name": "get_current_weather", "arguments": {"a": ' + DEEP + "}}]",
+        '[TOOL_CALLS]get_current_weather[ARGS]{"a": ' + DEEP + "}",
+    ],
+    ids=["hermes", "mistral-v3", "mistral-v11"],
+)
+def test_a_call_nested_past_what_json_reads_stays_text(text: str) -> None:
+    assert calls_in_text(text, NAMES) is None
+    out, repairs = _body(text, BODY)
+    assert out["choices"][0]["message"]["content"] == text
+    assert "Q79" not in repairs
+    chunks, _ = _stream([text[i : i + 50] for i in range(0, len(text), 50)], BODY)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("content") or "" for d in deltas) == text
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
