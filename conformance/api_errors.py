@@ -35,6 +35,7 @@ __all__ = [
     "InvalidRequest",
     "UnsupportedParameter",
     "error_response",
+    "quoted",
     "redact_text",
     "secret_in_bodies",
 ]
@@ -47,6 +48,16 @@ MIN_SECRET_IN_BODY = 8
 """A shorter upstream key is a placeholder, not looked for in bodies or errors: "EMPTY", vLLM's usual one,
 or "none" would take words out of answers and messages and could break their JSON or SSE framing."""
 _MIN_KEY_PART = 4  # a message bound cut the key short: a tail this long that begins the key is cut too
+
+
+MAX_QUOTED = 80
+"""The most of a value the client sent that an error message quotes back."""
+
+
+def quoted(value: str) -> str:
+    """``value`` as an error message quotes it: whole up to ``MAX_QUOTED`` characters, else its start and
+    "...". A 1 MB ``previous_response_id`` came back whole in the 400 (issue 32)."""
+    return value if len(value) <= MAX_QUOTED else value[:MAX_QUOTED] + "..."
 
 
 def secret_in_bodies(secret: str | None) -> bytes | None:

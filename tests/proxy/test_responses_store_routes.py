@@ -171,6 +171,26 @@ def test_previous_response_id_resolves_to_the_conversation_or_openais_400(tmp_pa
     }
 
 
+def test_an_unknown_id_is_quoted_short_in_the_error(tmp_path: Path) -> None:
+    """A 1 MB unknown previous_response_id came back whole in the 400 (issue 32): the message quotes its
+    start, enough to recognize it."""
+    store = ResponseStore(tmp_path / "r.sqlite3", max_bytes=1 << 20, max_age=3600.0)
+    long_id = "resp_" + "x" * 1_000_000
+
+    async def main() -> APIError:
+        try:
+            await previous_items(store, {"previous_response_id": long_id})
+        except APIError as refused:
+            return refused
+        finally:
+            await store.aclose()
+        raise AssertionError("an unknown id was found")
+
+    message = asyncio.run(main()).body["error"]["message"]
+    assert message.startswith("Previous response with id 'resp_xxx")
+    assert len(message) < 200
+
+
 def test_a_response_too_large_to_store_is_answered_with_store_false(tmp_path: Path) -> None:
     store = ResponseStore(tmp_path / "r.sqlite3", max_bytes=300, max_age=3600.0)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from conformance.api_errors import APIError, InvalidRequest, error_response
+from conformance.api_errors import APIError, InvalidRequest, error_response, quoted
 
 from .store import ResponseStore, StoredResponse, StoreUnavailable
 
@@ -41,7 +41,7 @@ _ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output":
 
 
 def _not_found(response_id: str) -> JSONResponse:
-    return error_response(f"Response with id '{response_id}' not found.", 404)
+    return error_response(f"Response with id '{quoted(response_id)}' not found.", 404)
 
 
 def _unavailable(exc: StoreUnavailable) -> JSONResponse:
@@ -77,7 +77,7 @@ async def previous_items(store: ResponseStore, body: Mapping[str, Any]) -> list[
         raise APIError.make(str(exc), 503) from None
     if stored is None:
         raise InvalidRequest.make(
-            f"Previous response with id '{previous}' not found.",
+            f"Previous response with id '{quoted(previous)}' not found.",
             400,
             param="previous_response_id",
             code="previous_response_not_found",

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.api_errors import InvalidRequest
+from conformance.api_errors import InvalidRequest, quoted
 from conformance.openai_errors import error_body
 from conformance.request import integer
 
@@ -680,7 +680,7 @@ def _refuse_unserved(body: Mapping[str, Any], previous: Sequence[Any] | None) ->
     previous_id = body.get("previous_response_id")
     if previous_id is not None and previous is None:
         raise TranslationError(
-            f"Previous response with id {previous_id!r} not found.",
+            f"Previous response with id {quoted(str(previous_id))!r} not found.",
             "previous_response_id",
             "previous_response_not_found",
         )
