@@ -55,11 +55,11 @@ def _upstream_url(text: str) -> str:
     return text
 
 
-def _routing_file(args: argparse.Namespace) -> str | None:
+def _routing_file(args: argparse.Namespace) -> list[str]:
     """``--config`` read now, so that a bad file is one line at the start (naming the key and the
-    problem); the first upstream's URL, which stands for the routed upstreams where one is needed."""
+    problem); its upstreams' URLs, the first of which stands for them where one is needed."""
     if args.config_file is None:
-        return None
+        return []
     if args.upstream:
         raise CommandError("give either --upstream (one upstream) or --config (several), not both")
     from .routing import ConfigFileError, load_routing_file
@@ -68,7 +68,23 @@ def _routing_file(args: argparse.Namespace) -> str | None:
         routing = load_routing_file(args.config_file)
     except ConfigFileError as exc:
         raise CommandError(str(exc)) from None
-    return routing.upstreams[0].url
+    return [upstream.url for upstream in routing.upstreams]
+
+
+_THIS_MACHINE = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0", "::", ""})
+
+
+def _not_itself(urls: list[str], host: str, port: int) -> None:
+    """Refuse an upstream that is this server's own address: every request would come back to it until
+    the connection cap (issue 32: the example config sent a model to port 8000, serve's default)."""
+    for text in urls:
+        url = httpx.URL(text)
+        here = url.host in _THIS_MACHINE and (host in _THIS_MACHINE or host == url.host)
+        if (url.port or (443 if url.scheme == "https" else 80)) == port and (here or url.host == host):
+            raise CommandError(
+                f"the upstream {text} is this server's own address (--port {port}): every request would "
+                "come back to it. Serve on another port (--port), or start the upstream on another."
+            )
 
 
 def _check_can_listen(host: str, port: int) -> None:
@@ -149,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
     raise_open_file_limit()  # each connection is a file: the limits bound them, not a soft 1,024
     if args.upstream:
         _upstream_url(args.upstream)
-    routed = _routing_file(args)
+    routed_urls = _routing_file(args)
+    _not_itself([args.upstream] if args.upstream else routed_urls, args.host, args.port)
+    routed = routed_urls[0] if routed_urls else None
     _check_can_listen(args.host, args.port)
     store = str(opened_store(args, "serve").path)  # every worker opens this one
     with contextlib.ExitStack() as stack:

@@ -30,6 +30,7 @@ from .rawserver import Handler, Record, chunk, http_chunk, raw_server, read_requ
 
 pytestmark = pytest.mark.slow
 
+ROOT = Path(__file__).resolve().parents[2]
 SERVE = [sys.executable, "-m", "conformance", "serve"]
 CHAT = {"model": "gemma", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4}
 
@@ -160,6 +161,33 @@ def test_bad_configuration_exits_2_with_one_line(
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert "pw-secret" not in result.stderr
+
+
+@pytest.mark.parametrize("upstream", ["http://127.0.0.1:{port}/v1", "http://localhost:{port}", "config"])
+def test_an_upstream_at_the_servers_own_address_exits_2_with_one_line(upstream: str, tmp_path: Path) -> None:
+    """Sent to itself, every request came back until the connection cap (issue 32: the example config
+    named port 8000, serve's default). The example now names another port, and such a mistake is one
+    line at the start."""
+    port = free_port()
+    if upstream == "config":
+        example = (ROOT / "docs" / "examples" / "upstreams.toml").read_text()
+        config = tmp_path / "upstreams.toml"
+        config.write_text(example.replace("8081", str(port)))
+        flags = ["--config", str(config)]
+    else:
+        flags = ["--upstream", upstream.format(port=port)]
+    env = {**os.environ, "VLLM_API_KEY": "sk-test"}  # (the example reads its vLLM key from there)
+    result = subprocess.run(
+        [*SERVE, *flags, "--port", str(port)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert result.returncode == 2
+    assert f"is this server's own address (--port {port})" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_example_config_sends_no_upstream_to_serves_default_port() -> None:
+    example = (ROOT / "docs" / "examples" / "upstreams.toml").read_text()
+    assert ":8000/" not in example
 
 
 def test_an_address_in_use_exits_2_with_one_line() -> None:
