@@ -8,6 +8,7 @@ per-read timing. A ``.json`` file without ``request``/``response`` keys is a bar
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,8 +164,26 @@ def load_transcript(path: str | Path) -> Transcript:
     if has_body:
         assert body_path is not None
         transcript.body_path = _readable_body(body_path)
+        if path.suffix not in {".sse", ".json"} and not sidecar:
+            _looks_like_a_response(body_path)
     _take_sidecar(transcript, sidecar, side_path)
     return transcript
+
+
+_SSE_OR_JSON_START = re.compile(rb"\s*(?:[A-Za-z_-]*:|[{\[]|$)")
+
+
+def _looks_like_a_response(body_path: Path) -> None:
+    """A file named neither ``.sse`` nor ``.json``, with no sidecar, is judged only when it begins as an
+    SSE stream (a field, ``data:``...) or a JSON body: ``validate README.md`` reported 130 unknown SSE
+    fields of a Markdown file instead of saying it is no transcript (issue 32)."""
+    with body_path.open("rb") as fh:
+        head = fh.read(_SNIFF)
+    if not _SSE_OR_JSON_START.match(head):
+        first = head.lstrip().split(b"\n", 1)[0][:40].decode("utf-8", "replace")
+        raise TranscriptError(
+            f"{body_path}: not a transcript: it begins {first!r}, neither an SSE stream nor a JSON body"
+        )
 
 
 def _readable_body(body_path: Path) -> Path:

@@ -12,7 +12,14 @@ from rich.table import Table
 
 from conformance.cli import http_url, output_folder, write_report
 from conformance.live.probes import PROBES, select_probes
-from conformance.live.runner import ProbeResult, ServerUnreachable, client_for, default_model, run_probes
+from conformance.live.runner import (
+    ProbeResult,
+    ServerUnreachable,
+    client_for,
+    default_model,
+    require_api,
+    run_probes,
+)
 from conformance.probe import ProbeContext
 from conformance.report import FORMATS, render
 from conformance.settings import CommandError
@@ -105,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
         with client_for(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+            require_api(client)
             ctx = ProbeContext(args.model or default_model(client), overflow_words=args.overflow_words)
             with Progress(*columns, console=console, transient=True) as progress:
                 task = progress.add_task(f"probing {args.url}", total=len(probes))

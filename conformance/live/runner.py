@@ -27,6 +27,7 @@ __all__ = [
     "ServerUnreachable",
     "client_for",
     "default_model",
+    "require_api",
     "run_probe",
     "run_probes",
 ]
@@ -35,7 +36,7 @@ Outcome = Literal["pass", "warn", "fail", "unsupported"]
 
 
 class ServerUnreachable(Exception):
-    """No connection could be made: nothing can be checked."""
+    """No connection could be made, or nothing there speaks the API: nothing can be checked."""
 
 
 @dataclass
@@ -63,6 +64,25 @@ def client_for(base_url: str, *, api_key: str | None = None, timeout: float = 60
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     return httpx.Client(
         base_url=root, headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 10))
+    )
+
+
+def require_api(client: httpx.Client) -> None:
+    """Raise ``ServerUnreachable`` where nothing at the client's base answers the API: neither ``GET
+    /v1/models`` nor ``POST /v1/chat/completions`` is there (both 404). A wrong base path (``/v2``) made
+    every probe a 404 that the report read as 16 missing features and 29 warnings (issue 32)."""
+    try:
+        if client.get("/v1/models").status_code != 404:
+            return
+        if client.post("/v1/chat/completions", json={}).status_code != 404:
+            return
+    except httpx.ConnectError as exc:
+        raise ServerUnreachable(f"cannot connect to {client.base_url} ({exc})") from None
+    except httpx.HTTPError:
+        return  # a server that answers oddly is what the probes are for
+    raise ServerUnreachable(
+        f"nothing at {client.base_url} answers the OpenAI API: GET /v1/models and POST "
+        "/v1/chat/completions are both 404. Give the server's root or its /v1 (http://host:port/v1)."
     )
 
 

@@ -135,8 +135,13 @@ def test_sidecar_drives_the_request(tmp_path: Path, capsys: pytest.CaptureFixtur
             lambda d: (d / "p.json").write_text('{"request": {"path": 5, "body": {}}}') and d / "p.json",
             "'request.path' must be a string",
         ),
+        # Issue 32: a Markdown file was judged as an SSE stream (130 unknown fields).
+        (
+            lambda d: (d / "README.md").write_text("# conformant\n\nRead me.\n") and d / "README.md",
+            "not a transcript: it begins '# conformant'",
+        ),
     ],
-    ids=["missing", "empty-folder", "binary", "undecodable", "path-not-a-string"],
+    ids=["missing", "empty-folder", "binary", "undecodable", "path-not-a-string", "markdown"],
 )
 def test_unreadable_input_exits_2_with_one_line(tmp_path: Path, make: object, message: str) -> None:
     path = make(tmp_path)  # type: ignore[operator]
@@ -151,6 +156,19 @@ def test_unreadable_input_exits_2_with_one_line(tmp_path: Path, make: object, me
     assert len(proc.stderr.strip().splitlines()) == 1
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_file_of_another_name_that_begins_as_a_stream_or_a_body_is_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only what is neither SSE nor JSON is refused: a capture saved as .txt is still a transcript."""
+    stream = tmp_path / "capture.txt"
+    stream.write_text('data: {"choices": []}\n\ndata: [DONE]\n\n')
+    body = tmp_path / "body.log"
+    body.write_text('  {"error": {"message": "x"}}')
+    for path in (stream, body):
+        assert main(["validate", str(path)]) in (0, 1)
+    assert "not a transcript" not in capsys.readouterr().err
 
 
 def test_a_large_stream_is_judged_in_bounded_memory(

@@ -106,6 +106,24 @@ def test_unreachable_server_exits_2_with_one_line(capsys: pytest.CaptureFixture[
     assert len(err.splitlines()) == 1
 
 
+def test_a_base_where_nothing_answers_the_api_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A wrong base path (``/v2``) made all 49 probes 404s, reported as 16 errors and 29 warnings that read
+    like missing features, exit 1 (issue 32). A server answers there, but not the API: one line, exit 2,
+    before any probe."""
+    from starlette.applications import Starlette
+
+    from tests.support.servers import run_asgi
+
+    with run_asgi(Starlette()) as url:  # 404 for every path
+        assert main(["check", url + "/v2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "answers the OpenAI API" in err
+    assert "GET /v1/models and POST /v1/chat/completions are both 404" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_unknown_probe_name_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "http://127.0.0.1:9", "--only", "no-such-probe"]) == 2
     assert "no-such-probe" in capsys.readouterr().err
