@@ -17,7 +17,7 @@ from conformance.api_errors import APIError
 from conformance.protocols.front_end import CountRoute, FrontEnd
 
 from .item_limit import too_many_items
-from .observability import exchange_of
+from .observability import Exchange, exchange_of
 from .serving import Serving, authorized, read_body
 from .upstream import Upstream
 
@@ -25,29 +25,33 @@ __all__ = ["count"]
 
 
 async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, request: Request) -> Response:
-    exchange_of(request.scope).endpoint = front_end.name
+    exchange = exchange_of(request.scope)
+    exchange.endpoint = front_end.name
     config = serving.config
     try:
         if not authorized(request, config.api_key):
             raise APIError.make("invalid or missing API key", 401, code="invalid_api_key")
         raw = await read_body(request, config.max_body)
     except APIError as refused:
-        return _worded(front_end, refused)
+        return _worded(front_end, refused, exchange)
     if isinstance(raw, Response):
         return raw
     try:
         translation = await counting.read(raw)
     except APIError as refused:
+        exchange.take_error(refused)
         return JSONResponse(refused.body, status_code=refused.status)  # worded by the front-end
     body = translation.body
     assert body is not None  # (a refusal is kept only where asked to)
     too_many = too_many_items(body, config.max_items)
     if too_many is not None:
-        return _worded(front_end, too_many)
+        return _worded(front_end, too_many, exchange)
     route = serving.pool.route(body.get("model"))
     if route is None:
         missing = f"The model '{body.get('model')}' does not exist"
-        return _worded(front_end, APIError.make(missing, 404, code="model_not_found", param="model"))
+        return _worded(
+            front_end, APIError.make(missing, 404, code="model_not_found", param="model"), exchange
+        )
     _, replicas = route
     replica = serving.pool.pick([r for r in replicas if r.available] or replicas, None)
     timeout = config.first_byte_timeout
@@ -56,7 +60,7 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
         tokens = await _counted_by_upstream(replica.upstream, counting.path, raw, timeout)
     if tokens is None:
         unknown = "this server cannot count tokens for the model: its upstream has no tokenizer that answered"
-        return _worded(front_end, APIError.make(unknown, 404, code="not_found"))
+        return _worded(front_end, APIError.make(unknown, 404, code="not_found"), exchange)
     return JSONResponse(counting.answer(tokens))
 
 
@@ -68,5 +72,6 @@ async def _counted_by_upstream(upstream: Upstream, path: str, raw: bytes, timeou
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
-def _worded(front_end: FrontEnd, error: APIError) -> Response:
+def _worded(front_end: FrontEnd, error: APIError, exchange: Exchange) -> Response:
+    exchange.take_error(error)  # (on the request's log line)
     return error.response(front_end.error(error.body, error.status))

@@ -267,18 +267,25 @@ def test_max_body_is_413(upstream: tuple[str, Upstream]) -> None:
 
 
 def test_more_messages_than_max_items_is_a_400_in_each_protocols_words(
-    upstream: tuple[str, Upstream],
+    upstream: tuple[str, Upstream], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each message costs the event loop a few microseconds per pass: 400,000 held it 1.7 s (issue 32).
     Above --max-items the request is refused before any of that work and before the upstream hears of
     it; at the limit it is served. A Responses conversation counts as the chat it becomes: consecutive
     user items are one message, alternating roles are one each."""
+    caplog.set_level(logging.INFO, logger="conformant.access")
     url, server = upstream
     turns = [{"role": role, "content": "hi"} for role in ("user", "assistant", "user")]
     with run_proxy(url, max_items=2, upstream_kind="openai") as proxy:
         chat = httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "messages": turns}, timeout=10)
         assert _assert_openai_error(chat, 400)["code"] == "array_above_max_length"
         assert "--max-items" in chat.json()["error"]["message"]
+        # The proxy's own refusal is on the request's log line too (it said "error": null, issue 32).
+        logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "conformant.access"]
+        refused = [line for line in logged if line["path"] == "/v1/chat/completions"]
+        assert refused[-1]["status"] == 400
+        assert refused[-1]["error_code"] == "array_above_max_length"
+        assert "--max-items" in refused[-1]["error"]
         answer = httpx.post(
             proxy + "/v1/messages", json={"model": "m", "max_tokens": 8, "messages": turns}, timeout=10
         )
