@@ -10,8 +10,8 @@ out="${1:?usage: bench/gpu_check.sh OUT [flags]}"
 shift
 site=/tmp/conformant-gpu/site
 mkdir -p "$site" "$out"
+# The project's wheel among them, for its entry points (`python -m backend` is `conformant backend`);
+# the working tree comes first on the path, so the code that runs is the tree's, not the wheel's.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .gpu/wheels/*.whl
-# The project itself too: its commands (`python -m backend`) are found through its entry points.
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target "$site" .
-export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD:$site" PYTHONUNBUFFERED=1
 exec python3 bench/gpu_check.py --out "$out" "$@"

@@ -10,8 +10,9 @@ DEST then holds, in about 30 MiB (the GPU machine takes at most 64 MiB with the 
   docs and other GPU backends) become about 20. ``tools/CMakeLists.txt`` is rewritten to add only the
   server and the two libraries it links (the web UI's stub and mtmd).
 - ``wheels/``: Python 3.12 x86-64 wheels of what the project needs that the GPU machine's image lacks
-  (its image has numpy, httpx, uvloop, jinja2, rich, prometheus-client...), and llama-cpp-python's
-  Python part alone, built with ``LLAMA_BUILD=OFF`` (its ctypes bindings; the library is the GPU build).
+  (its image has numpy, httpx, uvloop, jinja2, rich, prometheus-client...), llama-cpp-python's Python
+  part alone, built with ``LLAMA_BUILD=OFF`` (its ctypes bindings; the library is the GPU build), and
+  the project's own wheel (its entry points).
 - ``VERSION``: the llama-cpp-python release, which the check prints beside its figures.
 
 Third-party source stays out of the repository: this script fetches it again whenever it is needed.
@@ -28,6 +29,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 LLAMA_CPP_PYTHON = "0.3.36"
 """The release the tox environments build (pip resolves ``llama-cpp-python>=0.3.9`` to it, 2026-11)."""
 
@@ -142,6 +144,12 @@ def fetch_wheels(archive: Path, dest: Path) -> None:
     _pip(
         *("download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version", "3.12"),
         *("--implementation", "cp", *platforms, "-d", str(dest), *WHEELS),
+    )
+    # The project's own wheel, for its metadata: its commands are found through its entry points
+    # (``python -m backend`` is ``conformant backend``), and the GPU machine has no network to build it
+    # with. gpu_check.sh puts the working tree first on the path, so the code run is the tree's.
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dest), str(ROOT)], check=True
     )
     # llama-cpp-python's bindings without its library: no compiler runs, the wheel holds Python alone.
     env = {**os.environ, "CMAKE_ARGS": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"}

@@ -87,6 +87,22 @@ def _not_itself(urls: list[str], host: str, port: int) -> None:
             )
 
 
+def _warn_if_silent(upstream: str) -> None:
+    """One line where nothing listens at ``--upstream`` now: serve still starts (the upstream may be on
+    its way up), but every request would be a 502 with not a word at the start (issue 32)."""
+    url = httpx.URL(upstream)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.host, port), timeout=2).close()
+    except OSError as exc:
+        print(
+            f"conformant serve: nothing answers at {upstream} yet ({exc.strerror or exc}); "
+            "requests get 502 until it does",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def _check_can_listen(host: str, port: int) -> None:
     """Fail now, in one line, if the address is taken (uvicorn would log its own error and exit 1)."""
     try:
@@ -170,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
     routed = routed_urls[0] if routed_urls else None
     _check_can_listen(args.host, args.port)
     store = str(opened_store(args, "serve").path)  # every worker opens this one
+    if args.upstream:
+        _warn_if_silent(args.upstream)  # (last: a mistake above is the one line printed)
     with contextlib.ExitStack() as stack:
         upstream = args.upstream or routed or stack.enter_context(_backend(args.model))
         # The bundled backend is known: no /props probe, which it answered 404 in its log.

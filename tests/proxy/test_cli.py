@@ -185,6 +185,21 @@ def test_an_upstream_at_the_servers_own_address_exits_2_with_one_line(upstream: 
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_an_upstream_where_nothing_listens_is_said_at_the_start(tmp_path: Path) -> None:
+    """Every request would be a 502 with not a word at the start (issue 32): serve still starts (the
+    upstream may be on its way up) and says so in one line."""
+    port, silent = free_port(), free_port()
+    args = [*SERVE, "--upstream", f"http://127.0.0.1:{silent}/v1", "--port", str(port)]
+    log = tmp_path / "serve.log"
+    with run_process(args, health_path="/health", port=port, log_path=log):
+        pass
+    said = [line for line in log.read_text().splitlines() if "nothing answers at" in line]
+    assert said == [
+        f"conformant serve: nothing answers at http://127.0.0.1:{silent}/v1 yet (Connection refused); "
+        "requests get 502 until it does"
+    ]
+
+
 def test_the_example_config_sends_no_upstream_to_serves_default_port() -> None:
     example = (ROOT / "docs" / "examples" / "upstreams.toml").read_text()
     assert ":8000/" not in example
