@@ -44,7 +44,7 @@ def front_ends(config: ProxyConfig) -> tuple[FrontEnd, ...]:
     return (
         chat.front_end(),
         completions.front_end(),
-        responses.front_end(store_of(config)),
+        responses.front_end(store_of(config), config.max_body),
         messages.front_end(),
     )
 

@@ -171,6 +171,32 @@ def test_previous_response_id_resolves_to_the_conversation_or_openais_400(tmp_pa
     }
 
 
+def test_a_continuation_is_bounded_with_its_conversation_as_a_fresh_request_is(tmp_path: Path) -> None:
+    """12 continuations of 15 MB built a 180 MB conversation under a 16 MiB --max-body, and 120-byte
+    continuations of it sent 180 MB upstream each (issue 32): the conversation and the new body together
+    are held to the bound a fresh body has, a 413 in OpenAI's words; under it, the conversation comes."""
+    store = ResponseStore(tmp_path / "r.sqlite3", max_bytes=1 << 20, max_age=3600.0)
+    long_input = [{"role": "user", "content": "x" * 5000}]
+
+    async def main() -> tuple[list[Any], APIError]:
+        await store.save(STORED, long_input)
+        asked = {"previous_response_id": "resp_stored1", "input": "And Italy?"}
+        fits = await previous_items(store, asked, body_size=100, max_bytes=10_000)
+        try:
+            await previous_items(store, asked, body_size=6_000, max_bytes=10_000)
+        except APIError as refused:
+            return fits, refused
+        finally:
+            await store.aclose()
+        raise AssertionError("a conversation past the bound was continued")
+
+    fits, refused = asyncio.run(main())
+    assert fits == [*long_input, STORED["output"][0]]
+    assert refused.status == 413
+    assert refused.body["error"]["code"] == "request_too_large"
+    assert refused.body["error"]["param"] == "previous_response_id"
+
+
 def test_an_unknown_id_is_quoted_short_in_the_error(tmp_path: Path) -> None:
     """A 1 MB unknown previous_response_id came back whole in the 400 (issue 32): the message quotes its
     start, enough to recognize it."""

@@ -12,6 +12,7 @@ import json
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -341,6 +342,21 @@ def test_a_defect_of_the_proxy_mid_stream_ends_the_stream_with_an_error_event(
     assert "Hello" in response.text  # what went out before stays
     assert "/srv/conformant" not in response.text
     assert "a repair's defect" in caplog.text
+
+
+def test_a_continuation_past_max_body_with_its_conversation_is_a_413(
+    upstream: tuple[str, Upstream], tmp_path: Path
+) -> None:
+    """A conversation grew past --max-body by continuation, 120 bytes at a time (issue 32)."""
+    url, _ = upstream
+    store = str(tmp_path / "responses.sqlite3")
+    with run_proxy(url, max_body=3000, upstream_kind="openai", responses_store=store) as proxy:
+        first = httpx.post(proxy + "/v1/responses", json={"model": "m", "input": "x" * 2000}, timeout=10)
+        assert first.status_code == 200, first.text
+        again = {"model": "m", "input": "And?", "previous_response_id": first.json()["id"]}
+        refused = httpx.post(proxy + "/v1/responses", json=again, timeout=10)
+        assert refused.status_code == 413
+        assert refused.json()["error"]["code"] == "request_too_large"
 
 
 def test_models_list_is_normalized(upstream: tuple[str, Upstream]) -> None:

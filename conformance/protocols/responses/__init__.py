@@ -24,6 +24,7 @@ from .store import ResponseStore
 __all__ = ["RESPONSES", "front_end"]
 
 
-def front_end(store: ResponseStore) -> FrontEnd:
-    """The front-end, keeping Responses in ``store``."""
-    return ResponsesFrontEnd(store)
+def front_end(store: ResponseStore, max_bytes: int | None = None) -> FrontEnd:
+    """The front-end, keeping Responses in ``store``; a continuation with its conversation is at most
+    ``max_bytes`` (None: any size)."""
+    return ResponsesFrontEnd(store, max_bytes)

@@ -90,17 +90,20 @@ class ResponsesFrontEnd(FrontEnd):
     """``POST /v1/responses`` over the core, with ``store``'s Responses (``GET``/``DELETE
     /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``)."""
 
-    def __init__(self, store: ResponseStore) -> None:
+    def __init__(self, store: ResponseStore, max_bytes: int | None = None) -> None:
         routes = (
             StateRoute("/v1/responses/{response_id}/input_items", ("GET",), self._stored),
             StateRoute("/v1/responses/{response_id}", ("GET", "DELETE"), self._stored),
         )
         super().__init__(RESPONSES, routes)
         self.store = store
+        self.max_bytes = max_bytes
+        """The most bytes a continuation and its conversation may be together (``--max-body``)."""
 
     async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
         asked = await off_the_loop(lambda: self._parsed(raw, keep_refusal), heavy=is_large(raw))
-        previous = await previous_items(self.store, asked)  # the conversation previous_response_id names
+        # The conversation previous_response_id names, bounded with this body as a fresh request is.
+        previous = await previous_items(self.store, asked, body_size=len(raw), max_bytes=self.max_bytes)
         items = [*previous, *input_items(asked)]
         # A continuation's conversation may be any size, however short its body: always in a thread.
         heavy = is_large(raw) or bool(previous)

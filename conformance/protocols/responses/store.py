@@ -77,6 +77,8 @@ class StoredResponse:
     """The Response object as the client got it."""
     input_items: list[Any]
     """Every input item it was generated from, the continued conversation's included."""
+    size: int = 0
+    """Bytes of the two as JSON, as stored: what a request continuing it adds to its own body."""
 
     @property
     def conversation(self) -> list[Any]:
@@ -192,7 +194,9 @@ class ResponseStore:
         row = self._select(connection, response_id)
         if row is None:
             return None
-        return StoredResponse(jsoncodec.loads(self.redact(row[0])), jsoncodec.loads(self.redact(row[1])))
+        response, items = self.redact(row[0]), self.redact(row[1])
+        size = len(response.encode()) + len(items.encode())
+        return StoredResponse(jsoncodec.loads(response), jsoncodec.loads(items), size)
 
     def _insert(self, connection: sqlite3.Connection, key: str, size: int, response: str, items: str) -> None:
         now = time.time()

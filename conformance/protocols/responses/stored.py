@@ -56,11 +56,16 @@ def input_items(body: Mapping[str, Any]) -> list[Any]:
     return list(given) if isinstance(given, list) else []
 
 
-async def previous_items(store: ResponseStore, body: Mapping[str, Any]) -> list[Any]:
+async def previous_items(
+    store: ResponseStore, body: Mapping[str, Any], *, body_size: int = 0, max_bytes: int | None = None
+) -> list[Any]:
     """The conversation that ``body``'s ``previous_response_id`` names (its input items, then its
     output items: what goes before the new input); no items when it names none. Raises the
-    ``APIError`` to answer for an id that is no string, or names nothing stored. The Response echoes
-    the field; ``instructions`` are the new request's alone."""
+    ``APIError`` to answer for an id that is no string, or names nothing stored, or (``max_bytes``) a
+    conversation that with the new body (``body_size`` bytes) is larger than a fresh request may be:
+    12 continuations of 15 MB each built a 180 MB conversation under a 16 MiB ``--max-body``, and four
+    120-byte continuations of it sent 4 x 180 MB upstream (issue 32). The Response echoes the field;
+    ``instructions`` are the new request's alone."""
     previous = body.get("previous_response_id")
     if previous is None:
         return []
@@ -81,6 +86,15 @@ async def previous_items(store: ResponseStore, body: Mapping[str, Any]) -> list[
             400,
             param="previous_response_id",
             code="previous_response_not_found",
+        )
+    if max_bytes is not None and stored.size + body_size > max_bytes:
+        raise APIError.make(
+            f"The conversation previous_response_id continues and this request are {stored.size + body_size} "
+            f"bytes together, more than this server takes in one request ({max_bytes}): start a new "
+            "conversation, or send it whole without previous_response_id.",
+            413,
+            param="previous_response_id",
+            code="request_too_large",
         )
     return stored.conversation
 
