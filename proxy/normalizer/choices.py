@@ -8,6 +8,7 @@ from typing import Any
 
 from conformance import jsoncodec
 
+from .call_shape import ObjectShape
 from .control_characters import ArgumentStrings
 from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
 from .repairs import Repairs
@@ -34,14 +35,10 @@ def _arguments(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))  # some servers send the arguments as an object
 
 
-def _whole_object(parts: list[str]) -> bool:
-    """Whether argument fragments joined are a whole JSON object (parsed only when they could be)."""
-    if not parts or not parts[-1].rstrip().endswith("}"):
-        return False
-    try:
-        return isinstance(jsoncodec.loads("".join(parts)), dict)
-    except ValueError:
-        return False
+def _shape(arguments: str) -> ObjectShape:
+    shape = ObjectShape()
+    shape.feed(arguments)
+    return shape
 
 
 def generated_text(choice: dict[str, Any]) -> str:
@@ -146,7 +143,7 @@ class ChoiceState:
         self.next_tool = 0
         # The latest call opened: its index, its id and name as the upstream sent them and its arguments
         # so far, which tell where a fragment without index belongs (Q64). Earlier calls' are not kept.
-        self.last_call: tuple[int, Any, Any, list[str]] = (0, None, None, [])
+        self.last_call: tuple[int, Any, Any, ObjectShape] = (0, None, None, ObjectShape())
         self.had_tools = False
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
@@ -241,7 +238,12 @@ class ChoiceState:
                 first = fix_tool_call(call, repairs, self.strings.setdefault(index, ArgumentStrings()))
                 self.tool_ids[index] = first["id"]
                 self.next_tool = max(self.next_tool, index + 1)
-                self.last_call = (index, call.get("id"), fn.get("name"), [first["function"]["arguments"]])
+                self.last_call = (
+                    index,
+                    call.get("id"),
+                    fn.get("name"),
+                    _shape(first["function"]["arguments"]),
+                )
                 self.count_output(first["function"]["name"] + first["function"]["arguments"])
                 out.append({"index": index, **first})
                 continue
@@ -252,7 +254,7 @@ class ChoiceState:
                 strings = self.strings.setdefault(index, ArgumentStrings())
                 arguments = escaped_arguments(strings, arguments, repairs)
                 if index == self.last_call[0]:
-                    self.last_call[3].append(arguments)
+                    self.last_call[3].feed(arguments)
                 self.count_output(arguments)
                 out.append({"index": index, "function": {"arguments": arguments}})
         if out:
@@ -261,7 +263,7 @@ class ChoiceState:
 
     def call_cut(self) -> bool:
         """The latest call's arguments are not one JSON object: its generation was cut off (Q84)."""
-        return self.had_tools and not is_json_object("".join(self.last_call[3]))
+        return self.had_tools and not self.last_call[3].whole
 
     def text_calls(self, calls: list[Call], repairs: Repairs) -> list[dict[str, Any]]:
         """Tool-call deltas, each whole, for calls taken out of the content (Q79)."""
@@ -271,7 +273,7 @@ class ChoiceState:
             index = self.next_tool
             self.next_tool += 1
             call_id = self.tool_ids[index] = new_tool_call_id()
-            self.last_call = (index, call_id, name, [arguments])
+            self.last_call = (index, call_id, name, _shape(arguments))
             function = {"name": name, "arguments": arguments}
             out.append({"index": index, "id": call_id, "type": "function", "function": function})
         if out:
@@ -285,9 +287,9 @@ class ChoiceState:
         JSON; a fragment with neither goes on with the last call."""
         if not self.tool_ids:
             return True
-        _, last_id, last_name, parts = self.last_call
+        _, last_id, last_name, shape = self.last_call
         call_id = call.get("id")
         if call_id and call_id != last_id:
             return True
         name = fn.get("name")
-        return bool(name) and (name != last_name or _whole_object(parts))
+        return bool(name) and (name != last_name or shape.whole)
