@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from backend.cli import require_llama_cpp
 
     require_llama_cpp()
-    from backend.rpc import RpcError, is_loopback, start_server
+    from backend.rpc import RpcError, is_loopback, rpc_library, start_server
 
     if not is_loopback(args.host):
         print(
@@ -81,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
     import llama_cpp
 
     llama_cpp.llama_backend_init()
+    try:
+        rpc_library()  # a build without RPC is one line before any "serving on" (issue 32)
+    except RpcError as exc:
+        raise CommandError(str(exc)) from None
     failed: list[str] = []
 
     def serve() -> None:

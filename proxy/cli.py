@@ -182,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
     if args.upstream:
         _upstream_url(args.upstream)
     routed_urls = _routing_file(args)
+    if args.model and not args.upstream and not routed_urls and not os.path.isfile(args.model):
+        # One line now, not the backend's start, its error and its exit status (issue 32).
+        raise CommandError(f"--model {args.model}: no such file")
     _not_itself([args.upstream] if args.upstream else routed_urls, args.host, args.port)
     routed = routed_urls[0] if routed_urls else None
     _check_can_listen(args.host, args.port)

@@ -153,3 +153,21 @@ def test_a_worker_off_loopback_says_so() -> None:
             assert proc.poll() is None, _log_tail(log)
             assert time.monotonic() < deadline, _log_tail(log)
             time.sleep(0.2)
+
+
+def test_a_build_without_rpc_is_one_line_before_any_serving_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a llama-cpp-python built without RPC, rpc-worker said "serving on 127.0.0.1:8000" and then that
+    it could not (issue 32). The build is asked first: the one line is why it cannot serve."""
+    import backend.rpc
+    from conformance.cli import main
+
+    def no_rpc() -> None:
+        raise backend.rpc.RpcError("this llama-cpp-python was built without the RPC backend")
+
+    monkeypatch.setattr(backend.rpc, "rpc_library", no_rpc)
+    assert main(["rpc-worker", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "built without the RPC backend" in err
+    assert "serving on" not in err

@@ -142,6 +142,12 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
         (["--upstream", "http://127.0.0.1:99999"], {}, "with a host and a valid port"),
         (["--upstream", "http://user:pw-secret@127.0.0.1:1"], {}, "must not hold a user or password"),
         (["--port", "70000"], {}, "'70000' is not a TCP port, 1-65535"),
+        # Three lines before (the backend's start, its error, its exit status): one now (issue 32).
+        (
+            ["--model", "/no/such/model.gguf"],
+            {"CONFORMANT_UPSTREAM": ""},
+            "--model /no/such/model.gguf: no such file",
+        ),
         ([], {"CONFORMANT_UPSTREAM_KIND": "bogus"}, "'bogus' is not one of auto, openai, llamacpp"),
         ([], {"CONFORMANT_NO_FAN_OUT": "maybe"}, "CONFORMANT_NO_FAN_OUT='maybe' is neither a yes"),
     ],
