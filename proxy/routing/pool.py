@@ -44,7 +44,7 @@ from conformance.model_names import clean_model_name
 from ..adapters import OpenAIAdapter
 from ..adapters.detection import detect_adapter
 from ..config import ProxyConfig
-from ..errors import UpstreamBroke, UpstreamRefused, upstream_timeout
+from ..errors import UpstreamBroke, UpstreamRefused, UpstreamTimeout, upstream_timeout
 from ..observability import Exchange
 from ..served_names import ServedNames, served_name
 from ..upstream import Upstream
@@ -372,7 +372,8 @@ class Router:
         metrics.publish(replica)
         if started is not None:
             metrics.of(replica)[2].observe(time.monotonic() - started)
-        if fault is not None and upstream_fault(fault, status):
+        replica.stalls = replica.stalls + 1 if isinstance(fault, UpstreamTimeout) else 0
+        if fault is not None and (upstream_fault(fault, status) or replica.stalls >= STALLS_TO_EJECT):
             metrics.errors.labels(replica.label).inc()
             if replica.available:
                 metrics.ejections.labels(replica.label).inc()
@@ -399,6 +400,13 @@ def _load(replica: Replica) -> float:
 def _digest(key: bytes) -> int:
     """A prompt prefix's 64-bit digest: what the prefix table and rendezvous hashing read."""
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
+STALLS_TO_EJECT = 3
+"""Timeouts in a row that leave a replica out: one is no fault of its own (a long prompt), three with no
+answer between are a replica that answers /health but never a completion, which its health check kept
+in rotation for good (issue 32: 5 of 20 requests got a 504). After the cooldown it gets a request
+again, and one more timeout leaves it out again until it answers one."""
 
 
 def upstream_fault(error: APIError, status: int | None) -> bool:

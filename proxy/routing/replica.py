@@ -42,6 +42,8 @@ class Replica:
     ready: bool = True
     """What its last health check said (llama.cpp's /health answers 503 while it loads its model)."""
     ejected_until: float = 0.0
+    stalls: int = 0
+    """Requests in a row that it answered nothing in time (first-byte or idle timeouts), none since."""
     discovered: tuple[str, ...] = ()
     """The models its listing named, when the file names none."""
     retired: bool = False

@@ -10,6 +10,7 @@ event, as a single upstream does, and is ejected.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from conformance.api_errors import APIError
 from conformance.protocols.front_end import CHUNKS, Output
 
+from ..errors import first_byte_timeout_error
 from ..normalizer import Repairs
 from ..observability import Exchange
 from ..routing.pool import Router, retryable
@@ -117,10 +119,20 @@ class FailoverSource(Source):
                 ):
                     raise error.redacted(replica.config.upstream_api_key) from None
                 self._router.retried(replica)
-            except BaseException:
+            except BaseException as stopped:
+                if isinstance(stopped, asyncio.CancelledError) and self._past_first_byte_deadline():
+                    # The writer's first-byte timeout: the replica sent nothing in time, a stall the
+                    # router counts (a hung one answers /health but never a completion, issue 32).
+                    await built.aclose()
+                    self._finish(first_byte_timeout_error(), 504)
                 await self.aclose()
                 raise
             await self._build(await self._acquire())
+
+    def _past_first_byte_deadline(self) -> bool:
+        """Whether the replica has had the whole first-byte timeout (a client that left earlier: not).
+        Within 5%: uvloop's timers fire on whole milliseconds, up to one early."""
+        return self._started > 0 and time.monotonic() - self._started >= 0.95 * self._first_byte_timeout
 
     async def _acquire(self, patience: float = math.inf) -> Replica:
         """A replica for the request, not one tried already; its slot is the request's until done (a

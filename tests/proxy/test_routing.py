@@ -319,6 +319,42 @@ def test_a_replica_that_answers_503_is_passed_over_before_the_first_byte(
         assert f'conformant_upstream_retries_total{{upstream="{flaky}"}} 1.0' in metrics
 
 
+def test_a_replica_that_never_answers_a_completion_is_out_within_three_requests(
+    tmp_path: Path, three_upstreams: dict[str, str]
+) -> None:
+    """It answers /health, so its health check kept it in rotation, and every request it took was a 504
+    after the first-byte timeout: 3 of 6 sequential requests (issue 32). A timeout alone is no fault (a
+    long prompt), but three in a row leave it out: at most three requests get a 504, then the other
+    replica answers them all."""
+
+    async def hung(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (request := await read_request(reader)) is not None:
+            if b"/chat/completions" in request.split(b"\r\n", 1)[0]:
+                record.requests += 1
+                await asyncio.sleep(3600)  # never a byte
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+            await writer.drain()
+        writer.close()
+
+    with raw_server(hung) as (stuck, record):
+        path = write_config(
+            tmp_path,
+            [{"url": stuck, "models": ["model-a"]}, {"url": three_upstreams["alpha"], "models": ["model-a"]}],
+            "[routing]\nhealth_interval = 0.5\neject_cooldown = 60\n",
+        )
+        with serve_proxy(stuck, config_file=path, first_byte_timeout=0.5) as (url, _):
+            answers = [
+                chat(url, "model-a", messages=[{"role": "user", "content": f"q{i}"}]) for i in range(12)
+            ]
+            metrics = httpx.get(url + "/metrics").text
+    timeouts = [a for a in answers if a.status_code == 504]
+    assert len(timeouts) == record.requests == 3
+    served = [a for a in answers if a.status_code != 504]
+    assert len(served) == 9
+    assert all(a.json()["choices"][0]["message"]["content"] == "alpha" for a in served)
+    assert f'conformant_upstream_ejections_total{{upstream="{stuck}"}} 1.0' in metrics
+
+
 def test_a_full_queue_is_a_429_with_retry_after(tmp_path: Path) -> None:
     with model_server("slow", "model-s", chunks=20, delay=0.1) as (slow, _):
         path = write_config(
