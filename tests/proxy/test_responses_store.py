@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conformance.protocols.responses import store as store_module
-from conformance.protocols.responses.store import ResponseStore, StoreUnavailable
+from conformance.protocols.responses.store import ResponseStore, StoreUnavailable, owner_of
 
 MiB = 1024 * 1024
 DAY = 24 * 3600.0
@@ -175,3 +175,37 @@ def test_a_path_that_cannot_hold_the_file_is_an_error_that_names_no_path(tmp_pat
         _run(store, lambda s: s.load("resp_a"))
     assert "a-file" not in str(raised.value)
     asyncio.run(store.aclose())
+
+
+def test_each_key_sees_only_its_own_responses_on_a_shared_file(tmp_path: Path) -> None:
+    """With two keys on one store, B could read, list, continue and delete A's responses (issue 32).
+    Each server's store is its key's: another key's server finds nothing, deletes nothing."""
+    path = tmp_path / "responses.sqlite3"
+    a = ResponseStore(path, max_bytes=MiB, max_age=DAY, owner=owner_of("sk-team-a"))
+    b = ResponseStore(path, max_bytes=MiB, max_age=DAY, owner=owner_of("sk-team-b"))
+    _run(a, lambda s: s.save(_response("a"), [_user("secret plans")]))
+    assert _run(b, lambda s: s.load("resp_a"), lambda s: s.delete("resp_a")) == [None, False]
+    found = _run(a, lambda s: s.load("resp_a"))[0]
+    assert found is not None
+    assert found.input_items == [_user("secret plans")]
+    assert "sk-team-a" not in path.read_bytes().decode(errors="replace")  # a digest, never the key
+    asyncio.run(a.aclose())
+    asyncio.run(b.aclose())
+
+
+def test_a_file_from_before_owners_is_opened_and_its_responses_are_no_keys(tmp_path: Path) -> None:
+    path = tmp_path / "responses.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE responses (id TEXT PRIMARY KEY, stored_at REAL NOT NULL, size INTEGER NOT NULL,"
+        " response TEXT NOT NULL, input TEXT NOT NULL);"
+    )
+    old.execute("INSERT INTO responses VALUES ('resp_old', 1e12, 2, '{}', '[]')")
+    old.commit()
+    old.close()
+    keyless = ResponseStore(path, max_bytes=MiB, max_age=1e13)
+    keyed = ResponseStore(path, max_bytes=MiB, max_age=1e13, owner=owner_of("sk-x"))
+    assert _run(keyless, lambda s: s.load("resp_old"))[0] is not None
+    assert _run(keyed, lambda s: s.load("resp_old"))[0] is None
+    asyncio.run(keyless.aclose())
+    asyncio.run(keyed.aclose())

@@ -359,6 +359,26 @@ def test_a_continuation_past_max_body_with_its_conversation_is_a_413(
         assert refused.json()["error"]["code"] == "request_too_large"
 
 
+def test_a_response_stored_under_one_key_is_a_404_under_another(
+    upstream: tuple[str, Upstream], tmp_path: Path
+) -> None:
+    """Two proxies, two keys, one store file: B could read, continue and delete A's responses (issue 32)."""
+    url, _ = upstream
+    store = str(tmp_path / "responses.sqlite3")
+    with (
+        run_proxy(url, api_key="sk-key-a", upstream_kind="openai", responses_store=store) as a,
+        run_proxy(url, api_key="sk-key-b", upstream_kind="openai", responses_store=store) as b,
+    ):
+        made = httpx.post(a + "/v1/responses", json={"model": "m", "input": "hi"}, headers=_auth("sk-key-a"))
+        assert made.status_code == 200, made.text
+        path = "/v1/responses/" + made.json()["id"]
+        assert httpx.get(b + path, headers=_auth("sk-key-b")).status_code == 404
+        assert httpx.delete(b + path, headers=_auth("sk-key-b")).status_code == 404
+        again = {"model": "m", "input": "and?", "previous_response_id": made.json()["id"]}
+        assert httpx.post(b + "/v1/responses", json=again, headers=_auth("sk-key-b")).status_code == 400
+        assert httpx.get(a + path, headers=_auth("sk-key-a")).status_code == 200
+
+
 def test_models_list_is_normalized(upstream: tuple[str, Upstream]) -> None:
     url, _ = upstream
     with run_proxy(url, upstream_kind="openai") as proxy:

@@ -28,6 +28,7 @@ bound and SQLite's overhead.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import sqlite3
@@ -40,7 +41,7 @@ from typing import Any, TypeVar
 
 from conformance import jsoncodec
 
-__all__ = ["ResponseStore", "StoreUnavailable", "StoredResponse", "default_store_path"]
+__all__ = ["ResponseStore", "StoreUnavailable", "StoredResponse", "default_store_path", "owner_of"]
 
 log = logging.getLogger("conformant.responses")
 T = TypeVar("T")
@@ -54,7 +55,8 @@ CREATE TABLE IF NOT EXISTS responses (
     stored_at REAL NOT NULL,
     size INTEGER NOT NULL,
     response TEXT NOT NULL,
-    input TEXT NOT NULL
+    input TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS responses_by_age ON responses (stored_at);
 CREATE TABLE IF NOT EXISTS totals (one INTEGER PRIMARY KEY CHECK (one = 1), bytes INTEGER NOT NULL);
@@ -69,6 +71,12 @@ CREATE TRIGGER IF NOT EXISTS counted_out AFTER DELETE ON responses
 class StoreUnavailable(Exception):
     """The file cannot be opened, read or written (a full disk, no permission, another process holding
     the write lock past the busy timeout). The message names no path: it may reach a client."""
+
+
+def owner_of(api_key: str | None) -> str:
+    """The owner a server's API key makes of the responses it stores: a digest, so that the file holds
+    no key; "" for a server without one."""
+    return hashlib.sha256(api_key.encode()).hexdigest()[:32] if api_key else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +107,14 @@ class ResponseStore:
     """The stored responses of one file; every method but ``open_now`` runs its SQLite work on the
     store's own thread."""
 
-    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int, max_age: float) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_bytes: int, max_age: float, owner: str = ""
+    ) -> None:
         self.path = Path(path)
+        self.owner = owner
+        """Whose responses this store reads and writes (``owner_of`` the server's API key): servers
+        of other keys on the same file see none of them (issue 32: with two keys on one store, B could
+        read, list, continue and delete A's responses)."""
         self.max_bytes = max_bytes
         self.max_age = max_age
         self.redact: Callable[[str], str] = str
@@ -169,6 +183,9 @@ class ResponseStore:
             # never corrupt the file; FULL would sync on every response stored.
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.executescript(_SCHEMA)
+            columns = {row[1] for row in connection.execute("PRAGMA table_info(responses)")}
+            if "owner" not in columns:  # a file from before responses had owners: theirs are no key's
+                connection.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
         except sqlite3.Error as exc:
             connection.close()
             log.warning("responses store %s: %s", self.path, exc)
@@ -204,8 +221,9 @@ class ResponseStore:
         try:
             connection.execute("DELETE FROM responses WHERE stored_at < ?", (now - self.max_age,))
             connection.execute(
-                "INSERT INTO responses VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                (key, now, size, response, items),
+                "INSERT INTO responses (id, stored_at, size, response, input, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (key, now, size, response, items, self.owner),
             )
             (total,) = connection.execute("SELECT bytes FROM totals").fetchone()
             if total > self.max_bytes:
@@ -228,14 +246,15 @@ class ResponseStore:
 
     def _select(self, connection: sqlite3.Connection, key: str) -> tuple[str, str] | None:
         row = connection.execute(
-            "SELECT response, input FROM responses WHERE id = ? AND stored_at >= ?",
-            (key, time.time() - self.max_age),
+            "SELECT response, input FROM responses WHERE id = ? AND owner = ? AND stored_at >= ?",
+            (key, self.owner, time.time() - self.max_age),
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
     def _remove(self, connection: sqlite3.Connection, key: str) -> bool:
         cursor = connection.execute(
-            "DELETE FROM responses WHERE id = ? AND stored_at >= ?", (key, time.time() - self.max_age)
+            "DELETE FROM responses WHERE id = ? AND owner = ? AND stored_at >= ?",
+            (key, self.owner, time.time() - self.max_age),
         )
         return cursor.rowcount > 0
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from conformance.settings import CommandError, Setting, positive_integer, positive_number, text
 
-from .store import ResponseStore, StoreUnavailable, default_store_path
+from .store import ResponseStore, StoreUnavailable, default_store_path, owner_of
 
 __all__ = ["RESPONSES_STORE_SETTINGS", "default_store", "opened_store", "store_of"]
 
@@ -46,6 +46,7 @@ def store_of(config: Any) -> ResponseStore:
         config.responses_store or default_store_path(),
         max_bytes=config.responses_store_max_bytes,
         max_age=config.responses_store_max_age,
+        owner=owner_of(getattr(config, "api_key", None)),
     )
 
 
