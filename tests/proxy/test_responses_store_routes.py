@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from conformance.api_errors import APIError
-from conformance.protocols.responses.store import ResponseStore
+from conformance.protocols.responses.store import ResponseStore, owner_of
 from conformance.protocols.responses.stored import previous_items, remember
 from tests.proxy.conftest import run_proxy
 
@@ -51,7 +51,8 @@ INPUT: list[Any] = [
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     path = tmp_path / "responses.sqlite3"
-    store = ResponseStore(path, max_bytes=1 << 20, max_age=3600.0)
+    # Stored by a server with the key the proxy below serves with: each key sees its own responses.
+    store = ResponseStore(path, max_bytes=1 << 20, max_age=3600.0, owner=owner_of("sk-t"))
 
     async def fill() -> None:
         await store.save(STORED, INPUT)
