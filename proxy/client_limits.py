@@ -17,7 +17,11 @@ at 1,024 open files, made every real request fail). Here:
   between requests uvicorn closes a keep-alive connection idle for 5 s;
 - past ``--max-connections`` open connections a request is answered 503 and its connection closed,
   except ``GET /health``, which a load balancer needs to see the process alive; such a connection gets
-  ``OVER_CAP_TIMEOUT`` seconds for its head, so that idle ones past the cap hold no file for long.
+  ``OVER_CAP_TIMEOUT`` seconds for its head, so that idle ones past the cap hold no file for long;
+- so is a connection past ``--max-connections-per-client`` from one client address: one client that
+  reopened about 38 connections a second held the whole cap before any API key was read, and another
+  got 503 on 71 of 72 requests over 75 s (issue 32). Behind a reverse proxy every client has its
+  address: raise the share there, or run one proxy per front.
 
 Every connection is an open file: ``serve`` raises its soft limit on open files to the hard one
 (``raise_open_file_limit``), as servers do, so that these limits, not a default of 1,024, bound them.
@@ -55,6 +59,8 @@ MAX_PIPELINED = 8
 OVER_CAP_TIMEOUT = 1.0
 """Seconds for the head of a connection opened past ``--max-connections`` (at most --client-timeout)."""
 _HEALTH = b"/health"
+_PER_CLIENT: dict[str, int] = {}
+"""Open connections of this worker, by client address."""
 _OPEN_FILES = 1 << 20  # the target where the hard limit is unlimited (Linux's default nr_open)
 
 
@@ -130,6 +136,8 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
         config = proxy_config_of(self.app) or ProxyConfig(upstream="")
         self._timeout = config.client_timeout
         self._max_connections = config.max_connections
+        self._max_per_client = config.max_connections_per_client
+        self._client: str | None = None  # its address, counted in _PER_CLIENT while it is open
         self._shutdown_timeout = config.shutdown_timeout
         self._phase: Literal["head", "body"] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -143,12 +151,24 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self._max_connections:
+        peer = transport.get_extra_info("peername")
+        self._client = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        held = 0
+        if self._client is not None:
+            held = _PER_CLIENT[self._client] = _PER_CLIENT.get(self._client, 0) + 1
+        if len(self.connections) > self._max_connections or held > self._max_per_client:
             self._timeout = min(self._timeout, OVER_CAP_TIMEOUT)  # for /health, or it goes soon
         self._start("head")  # a connection that never sends a byte is closed too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop()
+        client, self._client = self._client, None
+        if client is not None:
+            left = _PER_CLIENT.get(client, 1) - 1
+            if left > 0:
+                _PER_CLIENT[client] = left
+            else:
+                _PER_CLIENT.pop(client, None)  # (a client gone holds no entry: the table stays bounded)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -203,7 +223,7 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
     def on_headers_complete(self) -> None:
         self._phase = "body"  # the body's time counts from here; the timer moves when it fires
         self._deadline = self.loop.time() + self._timeout
-        if len(self.connections) > self._max_connections and httptools.parse_url(self.url).path != _HEALTH:
+        if self._over_cap() and httptools.parse_url(self.url).path != _HEALTH:
             # uvicorn's own choice of app (its limit_concurrency) answers plain text and counts tasks.
             app, self.app = self.app, _busy
             try:
@@ -223,6 +243,11 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
         super().on_message_complete()
 
     # -- the limits --------------------------------------------------------------------------------
+
+    def _over_cap(self) -> bool:
+        """Past the process's cap, or this client past its share of it, as a request arrives."""
+        held = _PER_CLIENT.get(self._client, 0) if self._client is not None else 0
+        return len(self.connections) > self._max_connections or held > self._max_per_client
 
     def _count(self, size: int) -> None:
         self._head_bytes += size

@@ -175,6 +175,13 @@ MAX_CONNECTIONS = Setting(
     1000,
     "open client connections per worker past which requests but /health get a 503",
 )
+MAX_CONNECTIONS_PER_CLIENT = Setting(
+    "max_connections_per_client",
+    positive_integer,
+    250,
+    "open connections per worker from one client address past which its requests but /health get a "
+    "503 (one client must not hold the whole --max-connections)",
+)
 MODEL = Setting[str | None](
     "model",
     text,
@@ -247,6 +254,7 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     MAX_UPSTREAM_CONNECTIONS,
     CLIENT_TIMEOUT,
     MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_CLIENT,
     WORKERS,
     SHUTDOWN_TIMEOUT,
     REASONING_FIELD,
@@ -280,6 +288,7 @@ class ProxyConfig:
     default_max_tokens: int | None = DEFAULT_MAX_TOKENS.default
     client_timeout: float = CLIENT_TIMEOUT.default
     max_connections: int = MAX_CONNECTIONS.default
+    max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT.default
     max_fan_out: int = MAX_FAN_OUT.default
     max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS.default
     shutdown_timeout: float = SHUTDOWN_TIMEOUT.default

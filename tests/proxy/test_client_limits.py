@@ -168,6 +168,30 @@ def test_past_max_connections_requests_get_a_503_but_health_is_answered() -> Non
             assert _error(_read_all(sock))[0] == 401
 
 
+def test_one_client_past_its_share_gets_503s_while_another_is_served() -> None:
+    """One client reopening connections held the whole cap before any key was read: another client got
+    503 on 71 of 72 requests (issue 32). Past --max-connections-per-client, its own requests get the
+    503; another address (a second loopback address here) is still served."""
+    with _proxy(max_connections=50, max_connections_per_client=3) as (host, port):
+        hog = [socket.create_connection((host, port), source_address=("127.0.0.1", 0)) for _ in range(3)]
+        try:
+            time.sleep(0.2)  # accepted
+            with socket.create_connection((host, port), source_address=("127.0.0.1", 0)) as sock:
+                sock.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+                status, error = _error(_read_all(sock))
+                assert (status, error["code"]) == (503, "too_many_connections")
+            with socket.create_connection((host, port), source_address=("127.0.0.2", 0)) as sock:
+                sock.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                assert _error(_read_all(sock))[0] == 401  # served: its key is asked for
+        finally:
+            for sock in hog:
+                sock.close()
+        time.sleep(0.2)
+        with socket.create_connection((host, port), source_address=("127.0.0.1", 0)) as sock:
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            assert _error(_read_all(sock))[0] == 401  # within its share again
+
+
 def test_a_connection_past_max_connections_gets_a_short_head_timeout() -> None:
     """Idle connections past the cap hold no file for long: OVER_CAP_TIMEOUT, not --client-timeout."""
     with _proxy(max_connections=1, client_timeout=30) as address, socket.create_connection(address) as first:
