@@ -68,9 +68,17 @@ def track(end: Callable[[], None]) -> Callable[[], None]:
 
 
 def begin_shutdown(loop: asyncio.AbstractEventLoop, timeout: float) -> None:
-    """The server began to stop: in ``timeout`` seconds the responses still open are ended (once)."""
+    """The server began to stop: in ``timeout`` seconds the responses still open are ended (once).
+    Said at once where some are open: a Ctrl-C with a stream open printed nothing for 31 s (issue 32)."""
     if loop not in _deadlines:
         _deadlines[loop] = loop.call_later(timeout, _end_open_responses, loop)
+        if open_now := len(_open.get(loop, ())):
+            logging.getLogger("uvicorn.error").warning(
+                "conformant serve: stopping; %d open response(s) may finish within %g s "
+                "(--shutdown-timeout), then are ended with an error",
+                open_now,
+                timeout,
+            )
 
 
 def shutdown_failure(exchange: Exchange) -> APIError | None:

@@ -581,6 +581,9 @@ def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_tracebac
     assert "Traceback" not in stderr
     assert "CancelledError" not in stderr
     assert "open response(s) ended at the shutdown deadline" in stderr
+    # Said at the Ctrl-C, not only at the deadline: it printed nothing for 31 s (issue 32).
+    assert "stopping; " in stderr
+    assert "open response(s) may finish within 1 s (--shutdown-timeout)" in stderr
     logged = [json.loads(line) for line in stderr.splitlines() if line.startswith('{"')]
     ended = [entry for entry in logged if "shutting down" in (entry.get("error") or "")]
     assert sorted(entry["status"] for entry in ended) == [200, 503]
