@@ -82,8 +82,8 @@ def fix_tool_call(
 def is_json_object(arguments: Any) -> bool:
     """``arguments`` is the text of one JSON object, as a whole call's arguments are."""
     try:
-        return isinstance(jsoncodec.loads(arguments), dict)
-    except (ValueError, TypeError):
+        return isinstance(arguments, str | bytes) and isinstance(jsoncodec.loads(arguments), dict)
+    except ValueError:
         return False
 
 
