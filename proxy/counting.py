@@ -17,8 +17,8 @@ from conformance.api_errors import APIError
 from conformance.protocols.front_end import CountRoute, FrontEnd
 
 from .item_limit import too_many_items
-from .observability import Exchange, exchange_of
-from .serving import Serving, authorized, read_body
+from .observability import exchange_of
+from .serving import Serving, authorized, read_body, refusal
 from .upstream import Upstream
 
 __all__ = ["count"]
@@ -33,7 +33,7 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
             raise APIError.make("invalid or missing API key", 401, code="invalid_api_key")
         raw = await read_body(request, config.max_body)
     except APIError as refused:
-        return _worded(front_end, refused, exchange)
+        return refusal(front_end, refused, exchange)
     if isinstance(raw, Response):
         return raw
     try:
@@ -45,11 +45,11 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
     assert body is not None  # (a refusal is kept only where asked to)
     too_many = too_many_items(body, config.max_items)
     if too_many is not None:
-        return _worded(front_end, too_many, exchange)
+        return refusal(front_end, too_many, exchange)
     route = serving.pool.route(body.get("model"))
     if route is None:
         missing = f"The model '{body.get('model')}' does not exist"
-        return _worded(
+        return refusal(
             front_end, APIError.make(missing, 404, code="model_not_found", param="model"), exchange
         )
     _, replicas = route
@@ -60,7 +60,7 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
         tokens = await _counted_by_upstream(replica.upstream, counting.path, raw, timeout)
     if tokens is None:
         unknown = "this server cannot count tokens for the model: its upstream has no tokenizer that answered"
-        return _worded(front_end, APIError.make(unknown, 404, code="not_found"), exchange)
+        return refusal(front_end, APIError.make(unknown, 404, code="not_found"), exchange)
     return JSONResponse(counting.answer(tokens))
 
 
@@ -70,8 +70,3 @@ async def _counted_by_upstream(upstream: Upstream, path: str, raw: bytes, timeou
     answer = await upstream.json("POST", path, jsoncodec.loads(raw), timeout=timeout)
     count = answer.get("input_tokens") if isinstance(answer, dict) else None
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
-
-
-def _worded(front_end: FrontEnd, error: APIError, exchange: Exchange) -> Response:
-    exchange.take_error(error)  # (on the request's log line)
-    return error.response(front_end.error(error.body, error.status))

@@ -27,9 +27,9 @@ from conformance.protocols.front_end import FrontEnd, Translation
 from conformance.request_info import RequestInfo
 
 from .item_limit import too_many_items
-from .observability import Exchange, exchange_of
+from .observability import exchange_of
 from .routing import prefix_key
-from .serving import NOT_FORWARDED_TO_GENERATION, Serving, authorized, forward_headers, read_body
+from .serving import NOT_FORWARDED_TO_GENERATION, Serving, authorized, forward_headers, read_body, refusal
 from .sources.builder import fan_out_refusal
 from .sources.failover import FailoverSource
 from .sources.plan import RequestPlan
@@ -44,13 +44,13 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
     exchange.endpoint = front_end.name
     config = serving.config
     if not authorized(request, config.api_key):
-        return _refused(
+        return refusal(
             front_end, APIError.make("invalid or missing API key", 401, code="invalid_api_key"), exchange
         )
     try:
         raw = await read_body(request, config.max_body)
     except APIError as refused:
-        return _refused(front_end, refused, exchange)
+        return refusal(front_end, refused, exchange)
     if isinstance(raw, Response):
         return raw
     pool = serving.pool
@@ -63,19 +63,19 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
     body = translation.body
     too_many = too_many_items(body, config.max_items) if body is not None else None
     if too_many is not None:
-        return _refused(front_end, too_many, exchange)
+        return refusal(front_end, too_many, exchange)
     info = _request_info(serving, front_end, translation)
     if body is not None and config.fan_out:
         limit = fan_out_refusal(front_end.endpoint, body, info, config.max_fan_out, "--max-fan-out")
         if limit is not None:
-            return _refused(front_end, limit, exchange)
+            return refusal(front_end, limit, exchange)
     model = body.get("model") if body is not None else translation.model
     route = pool.route(model)
     if route is None:
         missing = APIError.make(
             f"The model '{model}' does not exist", 404, code="model_not_found", param="model"
         )
-        return _refused(front_end, missing, exchange)
+        return refusal(front_end, missing, exchange)
     served, replicas = route
     headers = forward_headers(request.scope, NOT_FORWARDED_TO_GENERATION)
     plan = RequestPlan(front_end, translation, info, headers, served)
@@ -112,10 +112,3 @@ def _request_info(serving: Serving, front_end: FrontEnd, translation: Translatio
     return RequestInfo.from_body(
         front_end.endpoint, body, alias=config.model_alias, reasoning_field=config.reasoning_field
     )
-
-
-def _refused(front_end: FrontEnd, error: APIError, exchange: Exchange) -> Response:
-    """The proxy's own refusal, in the protocol's words, and on the request's log line (it logged
-    ``"error": null`` for these, issue 32)."""
-    exchange.take_error(error)
-    return error.response(front_end.error(error.body, error.status))

@@ -30,6 +30,7 @@ __all__ = [
     "failed",
     "forward_headers",
     "read_body",
+    "refusal",
     "unknown_url",
 ]
 
@@ -143,3 +144,10 @@ def unknown_url(request: Request) -> JSONResponse:
     return error_response(
         f"unknown request URL: {request.method} {request.url.path}", 404, code="unknown_url"
     )
+
+
+def refusal(front_end: FrontEnd, error: APIError, exchange: Exchange) -> Response:
+    """The proxy's own refusal of a request, in the protocol's words, and on the request's log line (it
+    logged ``"error": null`` for these, issue 32)."""
+    exchange.take_error(error)
+    return error.response(front_end.error(error.body, error.status))
