@@ -26,14 +26,18 @@ from backend.answers import AnswerBuilder
 from backend.engine import Event, Job, QueueFull
 from backend.handoff import LoopInbox
 from backend.reasoning import ThinkingMarkers
-from backend.requests import GenerationRequest, parse_chat_request, parse_completion_request
+from backend.requests import GenerationRequest, SamplingParams, parse_chat_request, parse_completion_request
 from backend.service import Backend
 from conformance.api_errors import APIError
 from conformance.openai_errors import error_body
 from conformance.protocols.front_end import FrontEnd, Output
+from conformance.protocols.sampling import SAMPLING_FIELDS
 from conformance.request import Endpoint
 
 __all__ = ["PARSERS", "Generation", "generate"]
+
+SAMPLING_DEFAULTS = {name: float(getattr(SamplingParams(), name)) for name in SAMPLING_FIELDS}
+"""The sampler's values where a request names none: what a Response states it was sampled with."""
 
 PARSERS: dict[Endpoint, Callable[[Any], GenerationRequest]] = {
     "chat": parse_chat_request,
@@ -63,7 +67,7 @@ async def generate(generation: Generation, front_end: FrontEnd, request: Request
     started = _start(generation, translation.body, PARSERS[front_end.endpoint], front_end.error)
     if isinstance(started, Response):
         return started
-    output = translation.output(generation.backend.model_id)
+    output = translation.output(generation.backend.model_id, SAMPLING_DEFAULTS)
     if translation.stream:
         return _event_stream(_streamed(generation, started, output))
     whole = await _whole(generation, request, started, front_end.error)

@@ -154,13 +154,17 @@ class SyntheticSpec:
         return self.n_embd // self.n_head
 
 
-def vocabulary() -> tuple[list[str], list[float], list[TokenType]]:
-    """The token pieces, their SentencePiece scores and types, VOCAB_SIZE long."""
+def vocabulary(reply: str | None = None) -> tuple[list[str], list[float], list[TokenType]]:
+    """The token pieces, their SentencePiece scores and types, VOCAB_SIZE long. A scripted ``reply``
+    that the pieces cannot spell without repeating one (a tool call: its JSON repeats ``"``) becomes a
+    piece of its own, in place of the last one: the model then answers it in one token."""
     tokens = list(_SPECIAL_TOKENS)
     types = [TokenType.UNKNOWN] + [TokenType.CONTROL] * (len(_SPECIAL_TOKENS) - 1)
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [TokenType.BYTE] * 256
     pieces = list(_normal_pieces())
+    if reply is not None and len(set(spelled := _spelled(reply, pieces))) != len(spelled):
+        pieces[-1] = _piece(reply)
     tokens += pieces
     types += [TokenType.NORMAL] * len(pieces)
     # SentencePiece merges the highest-scoring piece first: prefer longer pieces so words stay whole.
@@ -181,21 +185,33 @@ def _normal_pieces() -> Iterator[str]:
     yield from pieces[:wanted]
 
 
-def reply_tokens(reply: str, n_embd: int) -> list[int]:
-    """Token ids that spell ``reply``, longest vocabulary piece first (bytes where none fits), each used
-    once: a scripted model knows where it is in its reply only by the current token."""
-    tokens, _, types = vocabulary()
-    pieces = {p: i for i, (p, t) in enumerate(zip(tokens, types, strict=True)) if t == TokenType.NORMAL}
+def _piece(text: str) -> str:
+    return text.replace(" ", "\u2581")
+
+
+def _spelled(reply: str, pieces: Sequence[str]) -> list[int]:
+    """Token ids that spell ``reply`` with the normal ``pieces`` (ids counted from the first of them),
+    longest piece first, bytes where none fits (as ids below the first piece's)."""
+    index = {p: i for i, p in enumerate(pieces)}
+    first = len(_SPECIAL_TOKENS) + 256
     ids: list[int] = []
-    rest = reply.replace(" ", "\u2581")
+    rest = _piece(reply)
     while rest:
-        piece = next((rest[:n] for n in range(len(rest), 0, -1) if rest[:n] in pieces), None)
+        piece = next((rest[:n] for n in range(len(rest), 0, -1) if rest[:n] in index), None)
         if piece is None:
             ids += [len(_SPECIAL_TOKENS) + b for b in rest[0].encode()]
             rest = rest[1:]
         else:
-            ids.append(pieces[piece])
+            ids.append(first + index[piece])
             rest = rest[len(piece) :]
+    return ids
+
+
+def reply_tokens(reply: str, n_embd: int) -> list[int]:
+    """Token ids that spell ``reply`` in the vocabulary made for it, each used once: a scripted model
+    knows where it is in its reply only by the current token."""
+    tokens, _, types = vocabulary(reply)
+    ids = _spelled(reply, [t for t, kind in zip(tokens, types, strict=True) if kind == TokenType.NORMAL])
     if not ids or len(set(ids)) != len(ids):
         raise ValueError(f"a scripted reply needs tokens that are all different; {reply!r} repeats one")
     if len(ids) >= n_embd:
@@ -317,7 +333,7 @@ def _write_metadata(writer: GGUFWriter, spec: SyntheticSpec, ftype: LlamaFileTyp
     if spec.kind == "moe":
         writer.add_expert_count(spec.n_expert)
         writer.add_expert_used_count(spec.n_expert_used)
-    tokens, scores, types = vocabulary()
+    tokens, scores, types = vocabulary(spec.reply)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)

@@ -208,8 +208,9 @@ class NativeCall:
     body: dict[str, Any]
     """What is sent there: the client's body, with what only the core knows (a stored conversation)
     written in; the proxy names the model as the upstream serves it."""
-    stream: Callable[[str | None], NativeStream]
-    """The normalizer of one answer, given the model name the client is shown."""
+    stream: Callable[[str | None, Mapping[str, float] | None], NativeStream]
+    """The normalizer of one answer, given the model name the client is shown and the upstream's
+    sampling defaults where the core knows them (conformance/protocols/sampling.py)."""
 
 
 class Translation:
@@ -236,8 +237,14 @@ class Translation:
         self.model = model if body is None else body.get("model")
         """The model the client asked for (the core request's, where there is one)."""
 
-    def output(self, model: str | None) -> Output:
-        """The output of the answer, naming the model ``model`` (None: as the answer names it)."""
+    states_sampling = False
+    """Whether the protocol's answer states the sampling it was generated with (a Response does): the
+    core then gives ``output`` its defaults, or asks with every sampling field named where it does not
+    know them (conformance/protocols/sampling.py)."""
+
+    def output(self, model: str | None, sampling: Mapping[str, float] | None = None) -> Output:
+        """The output of the answer, naming the model ``model`` (None: as the answer names it);
+        ``sampling``: the core's sampling defaults, where the protocol states them and the core knows."""
         return CHUNKS
 
 

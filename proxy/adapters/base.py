@@ -133,6 +133,11 @@ class Adapter(Protocol):
         route supplies what it needs, which the request then takes."""
         ...
 
+    async def sampling_defaults(self, upstream: Upstream) -> dict[str, float] | None:
+        """The sampling the upstream uses for a field a request leaves out (``temperature``, ``top_p``,
+        the penalties: conformance/protocols/sampling.py); None where it does not say."""
+        ...
+
 
 def prompt_text(body: dict[str, Any]) -> str:
     """A chat request's prompt without a template: each message's text a line, then each tool's

@@ -26,6 +26,7 @@ from functools import partial
 from typing import Any
 
 from conformance.api_errors import APIError
+from conformance.protocols.sampling import sampling_defaults
 from conformance.request import Endpoint
 
 from ..upstream import Upstream
@@ -221,6 +222,10 @@ def _native_completion(body: dict[str, Any]) -> bool:
     )
 
 
+def _stated_sampling(props: Any) -> dict[str, float] | None:
+    return sampling_defaults(props.get("default_generation_settings")) if isinstance(props, dict) else None
+
+
 class LlamaCppAdapter:
     name = "llamacpp"
 
@@ -288,6 +293,11 @@ class LlamaCppAdapter:
         if not body.get("tools") or await self._props.read(upstream, template_calls_tools) is not False:
             return True
         return self._tools.emulated(choice_as_tools(body, named=True)) is None
+
+    async def sampling_defaults(self, upstream: Upstream) -> dict[str, float] | None:
+        """The server's defaults as its ``/props`` states them (``default_generation_settings``: what
+        its ``--temp``, ``--top-p`` and penalties set)."""
+        return await self._props.read(upstream, _stated_sampling)
 
     async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
         """The prompt as the server's template writes it (``/apply-template``, tools included), else its

@@ -100,6 +100,9 @@ class OpenAIAdapter:
     async def native_fits(self, upstream: Upstream, body: dict[str, Any]) -> bool:
         return True  # (what an OpenAI-compatible server's own endpoints lack is not known)
 
+    async def sampling_defaults(self, upstream: Upstream) -> dict[str, float] | None:
+        return None  # (no OpenAI-compatible endpoint states its defaults)
+
     async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
         """The request's texts and tools by the upstream's tokenizer: an OpenAI-compatible server
         offers no template endpoint, so the count lacks the template's markup (a few tokens a turn)."""

@@ -25,6 +25,7 @@ from typing import Any
 
 from conformance import jsoncodec
 from conformance.protocols.front_end import FrontEnd, Output, Translation
+from conformance.protocols.sampling import with_stated_sampling
 from conformance.request_info import RequestInfo
 
 from ..adapters.base import fitted_request
@@ -61,8 +62,20 @@ class RequestPlan:
         if self.translation.body is None:  # refused by the translation, kept for a native upstream
             assert self.translation.refusal is not None
             raise self.translation.refusal
-        source = await self._translated(replica, self.translation.body)
-        return source, self.translation.output(self.info.model)
+        body, sampling = await self._sampled(replica, self.translation.body)
+        source = await self._translated(replica, body)
+        return source, self.translation.output(self.info.model, sampling)
+
+    async def _sampled(
+        self, replica: Replica, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, float] | None]:
+        """The request to send and the upstream's sampling defaults, for a protocol whose answer states
+        its sampling: where the upstream does not say its defaults, the request names every sampling
+        field (the API's default where the client sent none), so that the answer states what was used."""
+        if not self.translation.states_sampling:
+            return body, None
+        sampling = await replica.adapter.sampling_defaults(replica.upstream)
+        return (body if sampling is not None else with_stated_sampling(body)), sampling
 
     async def _translated(self, replica: Replica, body: dict[str, Any]) -> Source:
         upstream, adapter, names, config = replica.upstream, replica.adapter, replica.names, replica.config
@@ -100,12 +113,17 @@ class RequestPlan:
     async def _native(self, replica: Replica) -> tuple[Source, Output]:
         call = self.translation.native
         assert call is not None
-        body = call.body
+        body = call.body  # (an upstream that speaks the protocol states its own sampling in its answer)
+        sampling = (
+            await replica.adapter.sampling_defaults(replica.upstream)
+            if self.translation.states_sampling
+            else None
+        )
         served, asked = await replica.names.upstream_name(self.model), body.get("model")
         if isinstance(served, str) and isinstance(asked, str) and served != asked:
             body = {**body, "model": served}
         headers = [*self.headers, (b"content-type", b"application/json")]
-        answer = call.stream(self.info.model)
+        answer = call.stream(self.info.model, sampling)
         source = NativeSource(
             replica.upstream,
             call.path,

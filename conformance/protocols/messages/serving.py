@@ -9,6 +9,7 @@ naming the Messages parameter.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from conformance.api_errors import APIError
@@ -50,12 +51,12 @@ class MessagesTranslation(Translation):
         )
         self._chat = chat
 
-    def output(self, model: str | None) -> Output:
+    def output(self, model: str | None, sampling: Mapping[str, float] | None = None) -> Output:
         assert self._chat is not None, "a refused translation has no chat output"
         return MessagesOutput(model or "model", self._chat.stop_sequences)
 
     @staticmethod
-    def _native_answer(model: str | None) -> NativeStream:
+    def _native_answer(model: str | None, sampling: Mapping[str, float] | None = None) -> NativeStream:
         return NativeMessages(model)
 
 

@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from conformance.model_names import clean_model_name
+from conformance.request import integer
 
 from ..front_end import named_events
-from .response import failed_error, new_item_id, new_response_id
+from ..sampling import SAMPLING_FIELDS, sampling_used
+from .response import failed_error, listed_tool, new_item_id, new_response_id
 from .store import ResponseStore
 from .stored import remember, remember_terminal
 
@@ -36,8 +38,6 @@ _REQUIRED: dict[str, Any] = {
     "tools": list,
     "tool_choice": "auto",
     "parallel_tool_calls": True,
-    "temperature": None,
-    "top_p": None,
 }
 
 
@@ -47,14 +47,21 @@ def _limit(request: Mapping[str, Any]) -> int | None:
 
 
 def normalize_response(
-    response: dict[str, Any], request: Mapping[str, Any], *, response_id: str, model: str | None
+    response: dict[str, Any],
+    request: Mapping[str, Any],
+    *,
+    response_id: str,
+    model: str | None,
+    sampling: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """An upstream's Response object with the proxy's id and model, and ``incomplete`` where the
-    request's ``max_output_tokens`` was used up but the upstream said ``completed``."""
+    request's ``max_output_tokens`` was used up but the upstream said ``completed``; ``sampling``: the
+    upstream's sampling defaults where known (conformance/protocols/sampling.py)."""
     response["id"] = response_id
     response["object"] = "response"
     for key, default in _REQUIRED.items():  # the fields OpenAI's spec requires that a server left out
         response.setdefault(key, default() if callable(default) else default)
+    _state_settings(response, request, sampling)
     upstream_model = response.get("model")
     if model is not None:
         response["model"] = model
@@ -84,6 +91,23 @@ def normalize_response(
     response["store"] = request.get("store", True) is not False
     response["previous_response_id"] = request.get("previous_response_id")
     return response
+
+
+def _state_settings(
+    response: dict[str, Any], request: Mapping[str, Any], sampling: Mapping[str, float] | None
+) -> None:
+    """The settings the Open Responses spec requires as numbers and that llama-server left null or out
+    (issue 38): sampling as used, ``top_logprobs``, and each function tool's ``strict``."""
+    used = sampling_used(request, sampling)
+    for name in SAMPLING_FIELDS:
+        value = response.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            response[name] = used[name]
+    if integer(response.get("top_logprobs")) is None:
+        response["top_logprobs"] = integer(request.get("top_logprobs")) or 0
+    tools = response.get("tools")
+    if isinstance(tools, list):
+        response["tools"] = [listed_tool(tool) for tool in tools]
 
 
 def _usage(usage: dict[str, Any]) -> dict[str, Any]:
@@ -131,9 +155,12 @@ def _prefix(item: Mapping[str, Any]) -> str:
 class NativeEvents:
     """One upstream Responses stream, event by event, normalized (see the module's docstring)."""
 
-    def __init__(self, request: Mapping[str, Any], model: str | None) -> None:
+    def __init__(
+        self, request: Mapping[str, Any], model: str | None, sampling: Mapping[str, float] | None = None
+    ) -> None:
         self._request = request
         self._model = model
+        self._sampling = sampling
         self.response_id = new_response_id()
         self._sequence = 0
         self._indexes: dict[str, int] = {}
@@ -153,7 +180,11 @@ class NativeEvents:
         response = event.get("response")
         if isinstance(response, dict):
             event["response"] = normalize_response(
-                response, self._request, response_id=self.response_id, model=self._model
+                response,
+                self._request,
+                response_id=self.response_id,
+                model=self._model,
+                sampling=self._sampling,
             )
             self.last_response = event["response"]
             if kind == "response.completed" and event["response"]["status"] == "incomplete":
@@ -271,13 +302,19 @@ class NativeAnswer:
     it answers, stored with it."""
 
     def __init__(
-        self, request: Mapping[str, Any], model: str | None, store: ResponseStore, items: list[Any]
+        self,
+        request: Mapping[str, Any],
+        model: str | None,
+        store: ResponseStore,
+        items: list[Any],
+        sampling: Mapping[str, float] | None = None,
     ) -> None:
         self._request = request
         self._model = model
         self._store = store
         self._items = items
-        self._events = NativeEvents(request, model)
+        self._sampling = sampling
+        self._events = NativeEvents(request, model, sampling)
 
     @property
     def ended(self) -> bool:
@@ -290,7 +327,9 @@ class NativeAnswer:
         return self._events.fail(error)
 
     def whole(self, body: dict[str, Any]) -> dict[str, Any]:
-        return normalize_response(body, self._request, response_id=new_response_id(), model=self._model)
+        return normalize_response(
+            body, self._request, response_id=new_response_id(), model=self._model, sampling=self._sampling
+        )
 
     def encode(self, events: list[dict[str, Any]]) -> bytes:
         return named_events(events)

@@ -23,6 +23,7 @@ __all__ = [
     "error_object",
     "failed_error",
     "function_call_item",
+    "listed_tool",
     "message_item",
     "new_item_id",
     "new_response_id",
@@ -121,6 +122,14 @@ def response_object(
         "usage": usage,
     }
     return response
+
+
+def listed_tool(tool: Any) -> Any:
+    """A function tool as a Response lists it: ``description``, ``parameters`` and ``strict`` always
+    there (null where the client sent none: the Open Responses spec requires the keys)."""
+    if not isinstance(tool, Mapping) or tool.get("type") != "function":
+        return tool
+    return {"description": None, "parameters": None, "strict": None, **tool}
 
 
 def message_item(

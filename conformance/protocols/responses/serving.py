@@ -10,7 +10,7 @@ checked as a chat request is (its errors worded in the Responses API's names, ``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -68,12 +68,14 @@ class ResponsesTranslation(Translation):
         self._items = items
         """The whole input the Response answers (the stored conversation, then this request's)."""
 
-    def output(self, model: str | None) -> Output:
-        assert self._chat is not None, "a refused translation has no chat output"
-        return ResponsesOutput(self._chat, model, self._store, self._items)
+    states_sampling = True
 
-    def _native_answer(self, model: str | None) -> NativeStream:
-        return NativeAnswer(self._asked, model, self._store, self._items)
+    def output(self, model: str | None, sampling: Mapping[str, float] | None = None) -> Output:
+        assert self._chat is not None, "a refused translation has no chat output"
+        return ResponsesOutput(self._chat.sampled(sampling), model, self._store, self._items)
+
+    def _native_answer(self, model: str | None, sampling: Mapping[str, float] | None) -> NativeStream:
+        return NativeAnswer(self._asked, model, self._store, self._items, sampling)
 
 
 def _native_body(asked: dict[str, Any], items: list[Any]) -> dict[str, Any]:

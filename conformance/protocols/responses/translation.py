@@ -36,17 +36,18 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from conformance.api_errors import InvalidRequest, quoted
 from conformance.openai_errors import error_body
 from conformance.request import integer
 
+from ..sampling import sampling_used
 from ..web_search import offer_web_search
 from .events import ResponseEvents
 from .logprobs import chat_logprobs
-from .response import response_from_chat
+from .response import listed_tool, response_from_chat
 
 __all__ = ["ChatTranslation", "TranslationError", "responses_error", "translate_request"]
 
@@ -132,6 +133,12 @@ class ChatTranslation:
     @property
     def stream(self) -> bool:
         return self.chat.get("stream") is True
+
+    def sampled(self, defaults: Mapping[str, float] | None) -> ChatTranslation:
+        """This translation with the sampling the answer is generated with in its echo: the request's
+        values, else the core's ``defaults`` (None: unknown, and then the chat request states the API's
+        own; see conformance/protocols/sampling.py)."""
+        return replace(self, echo={**self.echo, **sampling_used(self.chat, defaults)})
 
     @property
     def logprobs(self) -> bool:
@@ -627,7 +634,8 @@ def _echo(body: Mapping[str, Any]) -> dict[str, Any]:
     echo = {key: body.get(key) for key in _ECHOED}
     echo["model"] = body.get("model")
     echo["metadata"] = body.get("metadata") or {}
-    echo["tools"] = body.get("tools") or []
+    echo["tools"] = [listed_tool(tool) for tool in body.get("tools") or ()]
+    echo["top_logprobs"] = integer(body.get("top_logprobs")) or 0
     echo["tool_choice"] = body.get("tool_choice") or "auto"
     echo["parallel_tool_calls"] = body.get("parallel_tool_calls", True)
     echo["text"] = body.get("text") or {"format": {"type": "text"}}
@@ -718,13 +726,22 @@ def _generation(body: Mapping[str, Any]) -> dict[str, Any]:
                 "integer_below_min_value",
             )
         chat["max_tokens"] = limit
-    for name, high in (("temperature", 2.0), ("top_p", 1.0)):
-        value = _number(body, name, 0.0, high)
+    for name, low, high in _SAMPLING_RANGES:
+        value = _number(body, name, low, high)
         if value is not None:
             chat[name] = value
     if isinstance(body.get("user"), str):
         chat["user"] = body["user"]
     return chat
+
+
+_SAMPLING_RANGES = (
+    ("temperature", 0.0, 2.0),
+    ("top_p", 0.0, 1.0),
+    ("presence_penalty", -2.0, 2.0),
+    ("frequency_penalty", -2.0, 2.0),
+)
+"""The sampling parameters sent on as they are, and their ranges (OpenAI's)."""
 
 
 def _streaming(body: Mapping[str, Any]) -> dict[str, Any]:
