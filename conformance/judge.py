@@ -27,6 +27,7 @@ from conformance.rules import (
     framing,
     intents,
 )
+from conformance.rules.context import OPENAI_PROFILE
 from conformance.rules.schema_checks import schema_findings
 from conformance.sse import SSEBlock, SSELineTooLong, SSEParser
 from conformance.transcript import Transcript
@@ -126,11 +127,14 @@ def _endpoint_by_shape(payload: dict[str, Any]) -> str | None:
     return None
 
 
-def judge_transcript(t: Transcript) -> Verdict:
-    """Judge a recorded (or live-captured) response. Raises TranscriptError for unreadable bodies."""
+def judge_transcript(t: Transcript, *, profile: str | None = None) -> Verdict:
+    """Judge a recorded (or live-captured) response. Raises TranscriptError for unreadable bodies.
+    ``profile``: the specification a protocol that two define is judged by (rules/context.py); None:
+    the one the transcript's sidecar names, else OpenAI's."""
     protocol = protocol_for_path((t.request or {}).get("path"))
     request = recorded_request(t.request)
-    ctx = Context(None, t.stream, request, t.status, t.headers, intent=t.intent)
+    profile = profile or t.profile or OPENAI_PROFILE
+    ctx = Context(None, t.stream, request, t.status, t.headers, intent=t.intent, profile=profile)
     if protocol is not None:
         _take_protocol(ctx, protocol.name)
     ctx.choice_rules = choice_rules(request)
@@ -166,6 +170,7 @@ def judge_response(
     headers: Mapping[str, str] | None,
     source: str = "<live>",
     intent: str | None = None,
+    profile: str | None = None,
 ) -> Verdict:
     """Judge a response held in memory (a live probe, the proxy's own output); ``intent`` is what the
     exchange was meant to show (:mod:`conformance.rules.intents`)."""
@@ -178,7 +183,7 @@ def judge_response(
         body=body,
         intent=intent,
     )
-    return judge_transcript(transcript)
+    return judge_transcript(transcript, profile=profile)
 
 
 def _looks_like_json(head: bytes) -> bool:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.rules.context import OPEN_RESPONSES_PROFILE
+
 __all__ = [
     "COUNTING",
     "STREAM_USAGE",
@@ -62,6 +64,9 @@ class ProbeContext:
     model: str
     overflow_words: int = 40_000
     """Words in the context-overflow prompt: more tokens than any small local context holds."""
+    profile: str = OPEN_RESPONSES_PROFILE
+    """The specification the answers are judged by where two define the protocol (rules/context.py):
+    a live server is held to Open Responses' Response, the bar its users measure it by."""
 
 
 @dataclass(frozen=True)

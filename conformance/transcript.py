@@ -57,6 +57,9 @@ class Transcript:
     intent: str | None = None
     """The sidecar's ``expect``: what the exchange was meant to show (a probe's intent, see
     :mod:`conformance.rules.intents`); None for an ordinary recording."""
+    profile: str | None = None
+    """The sidecar's ``profile``: the specification ``check`` judged the exchange by (rules/context.py),
+    so that ``validate`` judges it alike; None: the judge's default."""
 
     @property
     def request_body(self) -> dict[str, Any]:
@@ -223,6 +226,7 @@ def _take_sidecar(transcript: Transcript, sidecar: dict[str, Any], side_path: Pa
     server = sidecar.get("server")
     transcript.server = server if isinstance(server, str) else None
     transcript.intent = _typed(sidecar, "expect", str, side_path, "a string")
+    transcript.profile = _typed(sidecar, "profile", str, side_path, "a string")
     transcript.excerpt = bool(_typed(sidecar, "excerpt", bool, side_path, "true or false"))
 
 
@@ -269,11 +273,12 @@ def save_transcript(
     server: str | None = None,
     intent: str | None = None,
     excerpt: bool = False,
+    profile: str | None = None,
 ) -> Transcript:
     """Write ``base.sse`` and ``base.json``; request and response headers are scrubbed of credentials.
 
-    ``intent`` is written as the sidecar's ``expect``, so ``validate`` judges the exchange as ``check``
-    did."""
+    ``intent`` is written as the sidecar's ``expect`` and ``profile`` as its ``profile``, so
+    ``validate`` judges the exchange as ``check`` did."""
     base = Path(base)
     base.parent.mkdir(parents=True, exist_ok=True)
     if base.suffix in {".sse", ".json"}:
@@ -294,6 +299,8 @@ def save_transcript(
         sidecar["request"] = req
     if intent:
         sidecar["expect"] = intent
+    if profile:
+        sidecar["profile"] = profile
     sidecar["response"] = {"status": status, "headers": scrub_headers(headers or {})}
     timing = [[round(t, 6), n] for t, n in chunk_timing]
     if timing:

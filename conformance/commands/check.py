@@ -22,6 +22,7 @@ from conformance.live.runner import (
 )
 from conformance.probe import ProbeContext
 from conformance.report import FORMATS, render
+from conformance.rules.context import OPEN_RESPONSES_PROFILE, PROFILES
 from conformance.settings import CommandError
 
 __all__ = ["register", "run"]
@@ -63,6 +64,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=40_000,
         help="words in the context-overflow prompt (default 40000)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=OPEN_RESPONSES_PROFILE,
+        help="the specification /v1/responses answers are judged by: Open Responses' Response (the "
+        "default: what its compliance suite requires) or OpenAI's own",
     )
     parser.add_argument("--server", default=None, help="server label for recorded transcripts")
     parser.add_argument("--list", action="store_true", help="list the probes and exit")
@@ -113,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with client_for(args.url, api_key=args.api_key, timeout=args.timeout) as client:
             require_api(client)
-            ctx = ProbeContext(args.model or default_model(client), overflow_words=args.overflow_words)
+            ctx = ProbeContext(
+                args.model or default_model(client), overflow_words=args.overflow_words, profile=args.profile
+            )
             with Progress(*columns, console=console, transient=True) as progress:
                 task = progress.add_task(f"probing {args.url}", total=len(probes))
                 results = run_probes(

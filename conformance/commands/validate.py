@@ -13,6 +13,7 @@ from pathlib import Path
 from conformance.cli import write_report
 from conformance.judge import Verdict, judge_transcript
 from conformance.report import FORMATS, exit_status, render
+from conformance.rules.context import PROFILES
 from conformance.settings import CommandError
 from conformance.transcript import Transcript, TranscriptError, discover
 
@@ -38,10 +39,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="the transcripts are excerpts (cut from bug reports): a stream that stops early is no finding",
     )
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="the specification /v1/responses answers are judged by: OpenAI's, or Open Responses' "
+        "stricter Response (default: the one a recording's sidecar names, else openai)",
+    )
     parser.set_defaults(func=run)
 
 
-def validate_paths(paths: list[str], *, excerpt: bool = False) -> list[Verdict]:
+def validate_paths(paths: list[str], *, excerpt: bool = False, profile: str | None = None) -> list[Verdict]:
     """Judge every transcript under ``paths``; raises CommandError for input that cannot be read.
 
     Each response's server is its sidecar's label, else the PATH it was found under (a folder of
@@ -60,7 +68,7 @@ def validate_paths(paths: list[str], *, excerpt: bool = False) -> list[Verdict]:
                 raise CommandError(f"{t.body_path or t.name}: binary data, not an SSE or JSON transcript")
             t.server = t.server or raw
             t.excerpt = t.excerpt or excerpt
-        return [judge_transcript(t) for t, _ in transcripts.values()]
+        return [judge_transcript(t, profile=profile) for t, _ in transcripts.values()]
     except TranscriptError as exc:
         raise CommandError(str(exc)) from None
     except OSError as exc:
@@ -77,7 +85,7 @@ def _looks_binary(head: bytes) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    verdicts = validate_paths(args.paths, excerpt=args.excerpt)
+    verdicts = validate_paths(args.paths, excerpt=args.excerpt, profile=args.profile)
     report = render(verdicts, args.format)
     if args.output is not None:
         write_report(args.output, report)

@@ -85,7 +85,12 @@ def record(
 
 
 def save_recording(
-    recording: Recording, base: str | Path, *, server: str | None = None, intent: str | None = None
+    recording: Recording,
+    base: str | Path,
+    *,
+    server: str | None = None,
+    intent: str | None = None,
+    profile: str | None = None,
 ) -> Transcript:
     """Write the exchange as a transcript; ``intent`` becomes the sidecar's ``expect`` (see
     :mod:`conformance.rules.intents`)."""
@@ -98,4 +103,5 @@ def save_recording(
         chunk_timing=recording.chunk_timing,
         server=server,
         intent=intent,
+        profile=profile,
     )

@@ -102,7 +102,7 @@ def default_model(client: httpx.Client) -> str:
     return first if isinstance(first, str) and first else "default"
 
 
-def _judge(probe: Probe, recording: Recording) -> Verdict:
+def _judge(probe: Probe, recording: Recording, profile: str) -> Verdict:
     verdict = judge_response(
         recording.body,
         request=recording.spec.as_request(),
@@ -110,6 +110,7 @@ def _judge(probe: Probe, recording: Recording) -> Verdict:
         headers=recording.headers,
         source=probe.name,
         intent=probe.intent,
+        profile=profile,
     )
     if recording.error is not None:
         message = f"no complete response: {recording.error}"
@@ -137,8 +138,10 @@ def run_probe(
     except httpx.ConnectError as exc:
         raise ServerUnreachable(f"cannot connect to {client.base_url} ({exc})") from None
     if record_dir is not None:
-        save_recording(recording, record_dir / probe.name, server=server, intent=probe.intent)
-    verdict = _judge(probe, recording)
+        save_recording(
+            recording, record_dir / probe.name, server=server, intent=probe.intent, profile=ctx.profile
+        )
+    verdict = _judge(probe, recording, ctx.profile)
     unsupported = any(f.rule == "feature-unsupported" for f in verdict.findings)
     kept = [f for f in verdict.findings if f.rule not in allow and (f.quirk or "") not in allow]
     waived = [f for f in verdict.findings if f not in kept]

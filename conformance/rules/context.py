@@ -11,6 +11,9 @@ from conformance.request import Request, integer
 from conformance.sse import SSEBlock
 
 __all__ = [
+    "OPENAI_PROFILE",
+    "OPEN_RESPONSES_PROFILE",
+    "PROFILES",
     "ChoiceState",
     "Context",
     "FindingSink",
@@ -21,6 +24,13 @@ __all__ = [
     "choice_text",
     "usage_count",
 ]
+
+
+OPENAI_PROFILE = "openai"
+OPEN_RESPONSES_PROFILE = "open-responses"
+PROFILES = (OPENAI_PROFILE, OPEN_RESPONSES_PROFILE)
+"""The specifications a protocol that two define is judged by (``--profile``): OpenAI's own, or Open
+Responses' stricter ``/v1/responses`` (conformance/protocols/responses/open_responses.py)."""
 
 
 def usage_count(usage: Any, key: str) -> int | None:
@@ -131,11 +141,15 @@ class Context:
         status: int | None,
         headers: Mapping[str, str],
         intent: str | None = None,
+        profile: str = OPENAI_PROFILE,
     ) -> None:
         self.endpoint = endpoint
         self.stream = stream
         self.request = request
         self.intent = intent
+        self.profile = profile
+        """The specification a protocol is judged by where two define it: ``openai``, or
+        ``open-responses`` (its stricter Response: conformance/protocols/responses/open_responses.py)."""
         """What the exchange was meant to show (a probe's ``expect``: ``success``, ``context-overflow``)."""
         self.status = status
         self.headers = headers

@@ -11,6 +11,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel
 
 from conformance.judge import judge_response
+from conformance.rules.context import OPEN_RESPONSES_PROFILE
 from conformance.sse import parse_sse
 
 # Each event type's own model (a failed union names all 59 of them).
@@ -22,12 +23,14 @@ _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 
 
 def judged(body: bytes, request: dict[str, Any], status: int, headers: Any) -> None:
-    """``body``, the answer to ``request`` on ``POST /v1/responses``, judged without an error."""
+    """``body``, the answer to ``request`` on ``POST /v1/responses``, judged without an error by the
+    Open Responses profile (the stricter Response its compliance suite requires)."""
     verdict = judge_response(
         body,
         request={"method": "POST", "path": "/v1/responses", "body": request},
         status=status,
         headers=dict(headers),
+        profile=OPEN_RESPONSES_PROFILE,
     )
     assert verdict.endpoint == "responses"
     assert verdict.errors == [], [f"{f.rule}: {f.message}" for f in verdict.errors]

@@ -33,6 +33,8 @@ from conformance.rules.leaks import model_path
 from conformance.rules.logprobs import top_count
 from conformance.schemas import schema_error
 
+from .open_responses import response_fields
+
 __all__ = [
     "ITEM_PREFIX",
     "RESPONSE_PREFIX",
@@ -56,6 +58,7 @@ _FINISHED = frozenset({"completed", "incomplete"})
 def judge_response(ctx: Context, event: int | None, response: Mapping[str, Any], where: str) -> None:
     """Every rule on a finished Response (a body, or a stream's terminal event's ``response``)."""
     response_id(ctx, event, response, where)
+    response_fields(ctx, event, response, where)
     model_path(ctx, event, response.get("model"))
     status_details(ctx, event, response, where)
     usage_present(ctx, event, response, where)

@@ -41,6 +41,7 @@ from conformance.rules.leaks import model_path
 from conformance.rules.schema_checks import schema_findings
 from conformance.sse import SSEBlock
 
+from .open_responses import response_fields
 from .response_rules import item_id_prefix, judge_response, response_id
 
 __all__ = [
@@ -297,6 +298,7 @@ def response_started(ctx: Context, state: ResponsesState, event: int, payload: M
     if payload.get("type") not in _LIFECYCLE or not isinstance(response, Mapping):
         return
     response_id(ctx, event, response, "/response")
+    response_fields(ctx, event, response, "/response")
     if ctx.unset(ctx.model) and isinstance(response.get("model"), str):
         ctx.model = response["model"]
         model_path(ctx, event, ctx.model)
