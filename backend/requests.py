@@ -562,6 +562,14 @@ def _content(content: Any, i: int) -> str:
             # An assistant turn's refusal part is what the model said (as the Responses translation
             # reads a refusal): the template shows it as the turn's text.
             key = part.get("type") if isinstance(part, dict) else None
+            if key in ("image_url", "input_audio", "file"):
+                # OpenAI's words for a part the model cannot read (an image to a text-only model).
+                raise RequestError(
+                    f"Invalid content type. {key} is only supported by certain models; this model reads "
+                    "text only.",
+                    f"messages[{i}].content[{j}]",
+                    code="unsupported_content",
+                )
             if key not in ("text", "refusal") or not isinstance(part.get(key), str):
                 raise RequestError(
                     f"'messages[{i}].content[{j}]' is not a text part; this model reads text only",

@@ -55,7 +55,9 @@ class Hermes(ToolFormat):
         if choice.mode == "none":
             return None
         schema = one_of([call_schema(t) for t in allowed_tools(tools, choice)])
-        one = f'{literal(OPEN)} "\\n"? {CALL_RULE} {literal(CLOSE)}'
+        # The tags on lines of their own, as Hermes and Qwen templates write them (a newline before the
+        # closing tag refused, a token that wrote it broke the grammar mid-piece).
+        one = f'{literal(OPEN)} "\\n"? {CALL_RULE} "\\n"? {literal(CLOSE)}'
         many = parallel and choice.mode != "named"
         root = 'root ::= tagged-call ( "\\n"? tagged-call )*\n' if many else "root ::= tagged-call\n"
         gbnf = root + f"tagged-call ::= {one}\n" + schema_rules(schema)

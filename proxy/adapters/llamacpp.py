@@ -33,6 +33,7 @@ from ..upstream import Upstream
 from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, prompt_text, with_limit
 from .context_window import ContextWindow
 from .llamacpp_tools import TemplateTools, template_calls_tools
+from .media_input import carries_media, media_refusal, modalities
 from .server_props import ServerProps
 from .structured_output import native_json_schema
 from .tool_emulation import EmulatedCalls, emulated_request
@@ -280,10 +281,17 @@ class LlamaCppAdapter:
         cannot give, or a tool call its template cannot make, before it is sent."""
         if endpoint == "chat" and (
             refused := unknown_tool_choice(body)
+            or await self._media_refusal(upstream, body)
             or await self._tools.refusal(upstream, choice_as_tools(body, named=True))
         ):
             return refused
         return echo_refusal(endpoint, body) or await self._window.overflow(upstream, endpoint, body)
+
+    async def _media_refusal(self, upstream: Upstream, body: dict[str, Any]) -> APIError | None:
+        """The 400 for an image (or audio, video, file) the model cannot read (media_input.py)."""
+        if not carries_media(body):
+            return None
+        return media_refusal(body, await self._props.read(upstream, modalities))
 
     async def native_fits(self, upstream: Upstream, body: dict[str, Any]) -> bool:
         """Not a request with tools where the server's template cannot write calls (Q83): its own

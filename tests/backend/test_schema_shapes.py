@@ -164,6 +164,7 @@ def test_an_image_part_is_refused_naming_the_part() -> None:
     with pytest.raises(RequestError) as refused:
         parse_chat_request(body)
     assert (refused.value.param, refused.value.code) == ("messages[0].content[1]", "unsupported_content")
+    assert "image_url is only supported by certain models" in refused.value.body["error"]["message"]
 
 
 @pytest.mark.parametrize(

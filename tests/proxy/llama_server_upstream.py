@@ -50,6 +50,10 @@ class LlamaServer(RecordingUpstream):
         """Whether ``echo`` is honoured (as an OpenAI-style server would), not ignored."""
         self.template_failures = 0
         """How many ``/apply-template`` calls fail (500) before it answers again."""
+        self.sampling: dict[str, float] = {}
+        """Sampling defaults ``/props`` states (``--temp`` and the like), beside ``n_predict``."""
+        self.vision = False
+        """Whether its model reads images (started with ``--mmproj``), as ``/props``' ``modalities`` says."""
         super().__init__(
             [
                 Route("/props", self._props),
@@ -61,9 +65,15 @@ class LlamaServer(RecordingUpstream):
         )
 
     async def _props(self, _: Request) -> Response:
-        settings = {"n_ctx": self.n_ctx, "params": {"n_predict": -1}}
+        settings = {"n_ctx": self.n_ctx, "params": {"n_predict": -1, **self.sampling}}
+        modalities = {"vision": self.vision, "video": False, "audio": False}
         return JSONResponse(
-            {"default_generation_settings": settings, "total_slots": 1, "build_info": "b0-unknown"}
+            {
+                "default_generation_settings": settings,
+                "total_slots": 1,
+                "build_info": "b0-unknown",
+                "modalities": modalities,
+            }
         )
 
     async def _tokenize(self, request: Request) -> Response:

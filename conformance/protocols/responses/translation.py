@@ -4,7 +4,8 @@ Pure: a dict in, a dict out, or a :class:`TranslationError` (a 400 naming the pa
 error words). What is translated and what is refused, and why, is in docs/responses.md; in short:
 
 - ``input`` (a string, or items: ``message`` with ``input_text``/``output_text``/``refusal``/
-  ``input_image`` parts, ``function_call``, ``function_call_output``, ``custom_tool_call`` and its output,
+  ``input_image``/``input_file`` parts (input_files.py), ``function_call``, ``function_call_output``,
+  ``custom_tool_call`` and its output,
   ``reasoning``) and ``instructions`` become chat messages; a ``function_call_output`` without ``call_id``
   that names its tool (Codex CLI's goal) as a call of that tool and its answer. A ``developer`` message is
   sent as ``system``: local chat templates (llama.cpp's Jinja ones, llama-cpp-python's formats) know no
@@ -46,6 +47,7 @@ from conformance.request import integer
 from ..sampling import sampling_used
 from ..web_search import offer_web_search
 from .events import ResponseEvents
+from .input_files import file_part
 from .logprobs import chat_logprobs
 from .response import listed_tool, response_from_chat
 
@@ -222,6 +224,8 @@ def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
             if part.get("detail") in ("low", "high", "auto"):
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file":
+            parts.append(file_part(part, where))
         else:
             raise TranslationError(
                 f"Invalid '{where}': content of type {kind!r} is not supported by this server.",
