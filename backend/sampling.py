@@ -11,6 +11,10 @@ all: where the chain keeps at most ``top_k`` tokens (greedy: one) and no bias or
 scores, the best allowed tokens among the best-scoring ones are the best allowed of all, and the draw is
 the one the whole vocabulary would give (bench/grammar_cost.py measures it).
 
+A tool-call grammar under ``tool_choice: auto`` starts where its trigger appears in the text: started
+by lazy_grammar.py, not llama.cpp's lazy sampler, whose refusal of a trigger token's text was a C++
+exception through the C API (the process ended).
+
 A greedy draw with no penalty is an argmax over the row's logits, with any bias added to its few tokens
 first: numpy does it in about 100 us a row, where ``llama_sampler_sample`` fills a candidate array of the
 whole vocabulary first (about 440 us a row for Gemma 3 on this project's 2-core machine; at 16 streams
@@ -26,12 +30,14 @@ from typing import Any
 import llama_cpp as ll
 import numpy as np
 
+from backend.lazy_grammar import LazyGrammar, grammar_sampler
 from backend.request_errors import RequestError
 from backend.requests import SamplingParams
 
 __all__ = ["Sampler"]
 
 _MIROSTAT_M = 100  # llama.cpp's fixed candidate count for mirostat v1
+_REDRAWS = 16  # picks refused at a lazy grammar's start before it is given up (lazy_grammar.py)
 _SHORTLISTS = (256, 4096)  # best-scoring tokens the grammar is asked about before the whole vocabulary
 
 
@@ -42,6 +48,8 @@ class Sampler:
         n_vocab = int(ll.llama_vocab_n_tokens(vocab))
         self.chain: Any = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
         self.grammar: Any = None
+        self.lazy: LazyGrammar | None = None
+        """A tool-call grammar not started yet: it starts where its trigger appears (lazy_grammar.py)."""
         self.n_vocab = n_vocab
         self.greedy = params.temperature <= 0.0 and params.mirostat == 0
         self.kept: int | None = None
@@ -55,7 +63,11 @@ class Sampler:
         self._bias_values = np.array(list(bias.values()), dtype=np.float32)
         try:
             if params.grammar is not None:
-                self.grammar = _grammar_sampler(vocab, params.grammar, params.grammar_triggers)
+                self.grammar = _grammar_sampler(vocab, params.grammar)
+                if params.grammar_triggers:  # (parsed once above, so that a bad one is refused at once)
+                    ll.llama_sampler_free(self.grammar)
+                    self.grammar = None
+                    self.lazy = LazyGrammar(vocab, params.grammar, params.grammar_triggers)
             rescored = bool(bias)
             if bias:
                 self._add_bias(bias)
@@ -76,7 +88,7 @@ class Sampler:
             raise
         if not rescored and params.mirostat == 0 and (self.greedy or params.top_k > 0):
             self.kept = 1 if self.greedy else params.top_k  # (mirostat reads every token's score)
-        if self.grammar is not None:  # the whole vocabulary's candidates, filled again at each draw
+        if params.grammar is not None:  # the whole vocabulary's candidates, filled again at each draw
             self._ids = np.arange(n_vocab, dtype=np.int32)
             self._data = np.empty(n_vocab, dtype=_TOKEN_DATA)
 
@@ -112,10 +124,14 @@ class Sampler:
 
     def sample(self, ctx: Any, index: int) -> int:
         """Draw (and accept) a token from the logits of batch row ``index``."""
-        if self.grammar is None and not self.argmax:
+        if self.grammar is None and self.lazy is None and not self.argmax:
             return int(ll.llama_sampler_sample(self.chain, ctx, index))
         logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,))
         token = self._biased_argmax(logits) if self.argmax else self._draw(logits)
+        if self.lazy is not None:
+            token = self._started(logits, token)
+            ll.llama_sampler_accept(self.chain, token)
+            return token
         if self.grammar is None:
             return token  # (a greedy chain and a bias keep no state: there is nothing to accept)
         one = (ll.llama_token_data * 1)(ll.llama_token_data(token, 0.0, 0.0))
@@ -124,6 +140,24 @@ class Sampler:
             token = self._redraw(logits)
         ll.llama_sampler_accept(self.grammar, token)
         ll.llama_sampler_accept(self.chain, token)
+        return token
+
+    def _started(self, logits: Any, token: int) -> int:
+        """``token``, or another where its text starts the lazy grammar with text the grammar refuses
+        (drawn again from a copy of the row without it: the row is read for logprobs afterwards)."""
+        assert self.lazy is not None
+        for _ in range(_REDRAWS):
+            try:
+                grammar = self.lazy.start(token)
+            except ValueError:
+                logits = np.array(logits)
+                logits[token] = -np.inf
+                token = self._biased_argmax(logits) if self.argmax else self._draw(logits)
+                continue
+            if grammar is not None:
+                self.grammar, self.lazy = grammar, None
+            return token
+        self.lazy = None  # (every pick refused: the answer goes on as text, unconstrained)
         return token
 
     def _biased_argmax(self, logits: Any) -> int:
@@ -202,14 +236,8 @@ def _penalised(params: SamplingParams) -> bool:
     return params.repeat_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
 
 
-def _grammar_sampler(vocab: Any, gbnf: str, triggers: tuple[str, ...]) -> Any:
-    if triggers:
-        patterns = (ctypes.c_char_p * len(triggers))(*(t.encode() for t in triggers))
-        sampler = ll.llama_sampler_init_grammar_lazy_patterns(
-            vocab, gbnf.encode(), b"root", patterns, len(triggers), None, 0
-        )
-    else:
-        sampler = ll.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+def _grammar_sampler(vocab: Any, gbnf: str) -> Any:
+    sampler = grammar_sampler(vocab, gbnf)
     if not sampler:
         raise RequestError("'grammar' could not be parsed as GBNF with a 'root' rule", "grammar")
     return sampler
