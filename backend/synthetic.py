@@ -106,6 +106,8 @@ _WORDS = " ".join(
         "up other about out many then them these so some her would make like him into time has look two more",
     )
 ).split()
+TOOL_TAGS = ("<tool_call>", "</tool_call>")
+"""Hermes' and Qwen's tool-call tags, the vocabulary's last tokens (see ``vocabulary``)."""
 # A multiple of 8 keeps every weight matrix eligible for llama.cpp's CPU repacking (rows % 8 == 0).
 VOCAB_SIZE = 384
 
@@ -157,18 +159,23 @@ class SyntheticSpec:
 def vocabulary(reply: str | None = None) -> tuple[list[str], list[float], list[TokenType]]:
     """The token pieces, their SentencePiece scores and types, VOCAB_SIZE long. A scripted ``reply``
     that the pieces cannot spell without repeating one (a tool call: its JSON repeats ``"``) becomes a
-    piece of its own, in place of the last one: the model then answers it in one token."""
+    piece of its own, in place of the last one: the model then answers it in one token. The vocabulary
+    ends with the tool-call tags as tokens of their own (``USER_DEFINED``), as Qwen's and Hermes'
+    vocabularies have them (llama.cpp's tool-call grammars keep them as single tokens)."""
     tokens = list(_SPECIAL_TOKENS)
     types = [TokenType.UNKNOWN] + [TokenType.CONTROL] * (len(_SPECIAL_TOKENS) - 1)
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [TokenType.BYTE] * 256
-    pieces = list(_normal_pieces())
+    pieces = list(_normal_pieces())[: -len(TOOL_TAGS)]
     if reply is not None and len(set(spelled := _spelled(reply, pieces))) != len(spelled):
         pieces[-1] = _piece(reply)
     tokens += pieces
     types += [TokenType.NORMAL] * len(pieces)
     # SentencePiece merges the highest-scoring piece first: prefer longer pieces so words stay whole.
     scores = [0.0] * (len(_SPECIAL_TOKENS) + 256) + [float(len(p)) - i * 1e-3 for i, p in enumerate(pieces)]
+    tokens += TOOL_TAGS
+    types += [TokenType.USER_DEFINED] * len(TOOL_TAGS)
+    scores += [0.0] * len(TOOL_TAGS)
     return tokens, scores, types
 
 
@@ -347,6 +354,10 @@ def _write_metadata(writer: GGUFWriter, spec: SyntheticSpec, ftype: LlamaFileTyp
     writer.add_uint32("tokenizer.ggml.fim_mid_token_id", FIM_MID)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
+    # No space before the text a tokenizer is given, as modern vocabularies (Qwen's, Llama 3's) have it:
+    # llama-server b11434 primes a tool-call grammar with the generation prompt's tokens, and a space
+    # put before "assistant" failed it ("Failed to initialize samplers" for tool_choice "required").
+    writer.add_add_space_prefix(False)
     writer.add_chat_template(spec.chat_template)
 
 

@@ -42,6 +42,21 @@ Endpoint = Literal["completions", "chat"]
 writes. Every other protocol is served as a translation to one of them (conformance/protocols/)."""
 
 
+def _part_types(body: Any) -> set[str]:
+    """The content part types of a chat request's messages or a Responses request's input items: a
+    model may read no images or files, and declining them is a clean 4xx (issue 38)."""
+    if not isinstance(body, Mapping):
+        return set()
+    turns = body.get("messages") if "messages" in body else body.get("input")
+    found: set[str] = set()
+    for turn in turns if isinstance(turns, list) else ():
+        content = turn.get("content") if isinstance(turn, Mapping) else None
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, Mapping) and isinstance(part.get("type"), str):
+                found.add(part["type"])
+    return found
+
+
 def integer(value: Any) -> int | None:
     """``value`` when it is a JSON integer (``true`` is not one, though Python counts it an int)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -353,4 +368,7 @@ class Request:
             and self.response_format.get("type") not in (None, "text"),
             "reasoning_effort": self.body is not None and self.body.get("reasoning_effort") is not None,
         }
+        parts = _part_types(self.body)
+        used["image input"] = bool(parts & {"image_url", "input_image"})
+        used["file input"] = bool(parts & {"file", "input_file"})
         return tuple(name for name, on in used.items() if on)

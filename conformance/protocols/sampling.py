@@ -35,6 +35,12 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _stated(value: float) -> float:
+    """A default as its server was given it: llama.cpp keeps ``--temp 0.8`` as a C float, which its
+    ``/props`` writes as 0.800000011920929 (7 significant digits are what a float holds)."""
+    return float(f"{value:.7g}")
+
+
 def sampling_defaults(settings: Any) -> dict[str, float] | None:
     """The sampling defaults found in ``settings`` (a mapping with the fields, or llama.cpp's
     ``default_generation_settings`` whose ``params`` has them); None where any is missing."""
@@ -45,7 +51,7 @@ def sampling_defaults(settings: Any) -> dict[str, float] | None:
     found = {name: _number(source.get(name)) for name in SAMPLING_FIELDS}
     if any(value is None for value in found.values()):
         return None
-    return {name: value for name, value in found.items() if value is not None}
+    return {name: _stated(value) for name, value in found.items() if value is not None}
 
 
 def sampling_used(asked: Mapping[str, Any], defaults: Mapping[str, float] | None) -> dict[str, float]:

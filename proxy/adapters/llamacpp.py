@@ -297,7 +297,15 @@ class LlamaCppAdapter:
         """Not a request with tools where the server's template cannot write calls (Q83): its own
         ``/v1/messages`` then answers with text whatever ``tool_choice`` asks (measured: llama-server
         on Gemma 3 270M ignored ``any`` and a named tool), where the translated route gets the calls
-        as JSON output (tool_emulation.py)."""
+        as JSON output (tool_emulation.py). Nor a named tool choice, which its routes read as a string
+        only ("Wrong type supplied for parameter 'tool_choice'", then ignored), nor a JSON output format
+        (b11434's /v1/responses ignored ``text.format``: text where JSON was asked), nor a part its model
+        cannot read (an image to a text-only model was a 500 there); the translated route serves them
+        (issue 38: the compliance suite's tool round trip failed on the native route)."""
+        if await self._media_refusal(upstream, body) is not None:
+            return False
+        if isinstance(body.get("tool_choice"), dict) or isinstance(body.get("response_format"), dict):
+            return False
         if not body.get("tools") or await self._props.read(upstream, template_calls_tools) is not False:
             return True
         return self._tools.emulated(choice_as_tools(body, named=True)) is None

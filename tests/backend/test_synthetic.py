@@ -181,9 +181,10 @@ def test_a_scripted_model_answers_its_reply_and_ends_at_any_temperature(tmp_path
 def test_a_scripted_reply_that_would_repeat_a_token_is_a_token_of_its_own() -> None:
     """ "Hello" spelled with the vocabulary's pieces repeats "l": the model would not know which "l" it
     is at. Such a reply becomes one piece, in place of the vocabulary's last; others are spelled."""
-    tokens, _, _ = vocabulary("Hello")
-    assert tokens[-1] == "Hello"
-    assert reply_tokens("Hello", 128) == [len(tokens) - 1]
+    tokens, _, types = vocabulary("Hello")
+    assert tokens[-3:] == ["Hello", "<tool_call>", "</tool_call>"]
+    assert types[-2:] == [gguf.TokenType.USER_DEFINED] * 2  # (the tags: single tokens, as in Qwen's)
+    assert reply_tokens("Hello", 128) == [len(tokens) - 3]
     assert len(reply_tokens("Hi there.", 128)) > 1
     assert vocabulary("Hi there.")[0] == vocabulary()[0]
 

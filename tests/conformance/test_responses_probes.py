@@ -15,6 +15,7 @@ from conformance.live.probes import PROBES
 from conformance.live.runner import ProbeResult, run_probe
 from conformance.probe import ProbeContext
 from conformance.protocols.responses.probes import PATH as RESPONSES
+from conformance.rules.context import OPEN_RESPONSES_PROFILE, OPENAI_PROFILE
 from conformance.schemas import request_validator
 from tests.conformance.test_responses_rules import (
     call_events,
@@ -38,7 +39,9 @@ class _Body(httpx.SyncByteStream):
         yield self._data
 
 
-def run(name: str, answer: Answer) -> tuple[ProbeResult, dict[str, Any]]:
+def run(name: str, answer: Answer, profile: str = OPENAI_PROFILE) -> tuple[ProbeResult, dict[str, Any]]:
+    """The probe ``name`` against a server that answers ``answer``, judged by OpenAI's own Responses
+    (these answers are OpenAI's) unless ``profile`` says otherwise."""
     sent: dict[str, Any] = {}
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -48,7 +51,7 @@ def run(name: str, answer: Answer) -> tuple[ProbeResult, dict[str, Any]]:
 
     probe = next(p for p in PROBES if p.name == name)
     with httpx.Client(base_url="http://fake", transport=httpx.MockTransport(handler)) as client:
-        return run_probe(client, probe, ProbeContext("m")), sent
+        return run_probe(client, probe, ProbeContext("m", profile=profile)), sent
 
 
 def openai_like(body: dict[str, Any]) -> tuple[int, bytes, str]:
@@ -98,6 +101,8 @@ def test_the_battery_has_every_responses_probe() -> None:
         "responses-json-schema",
         "responses-max-output-tokens",
         "responses-logprobs",
+        "responses-image-input",
+        "responses-file-input",
         "responses-invalid",
     }
 
@@ -168,3 +173,66 @@ def test_an_invalid_request_served_fails() -> None:
         lambda body: (200, json.dumps(response(output=[message("Hi")])).encode(), "application/json"),
     )
     assert {f.rule for f in result.verdict.errors} == {"invalid-request-accepted"}
+
+
+@pytest.mark.parametrize("name", ["responses-image-input", "responses-file-input"])
+def test_an_attachment_a_text_only_model_declines_is_unsupported_and_a_500_fails(name: str) -> None:
+    """The Open Responses suite's image and file tests: a model that reads text only may decline them
+    with a 400; llama-server b11434 answered the image with a 500 (issue 38)."""
+    declined = json.dumps(
+        {"error": {"message": "no images", "type": "invalid_request_error", "param": "input", "code": None}}
+    ).encode()
+    result, sent = run(name, lambda body: (400, declined, "application/json"))
+    assert sent["body"]["input"][0]["content"][1]["type"] in ("input_image", "input_file")
+    assert (result.outcome, [f.rule for f in result.verdict.findings]) == (
+        "unsupported",
+        ["feature-unsupported"],
+    )
+    failed = json.dumps(
+        {
+            "error": {
+                "message": "image input is not supported",
+                "type": "server_error",
+                "param": None,
+                "code": None,
+            }
+        }
+    ).encode()
+    result, _ = run(name, lambda body: (500, failed, "application/json"))
+    assert "feature-server-error" in {f.rule for f in result.verdict.errors}
+
+
+_OPEN_RESPONSES_FIELDS = json.dumps(
+    {
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_logprobs": 0,
+        "completed_at": None,
+        "truncation": "disabled",
+        "reasoning": None,
+        "max_tool_calls": None,
+        "store": True,
+        "background": False,
+        "service_tier": "default",
+        "safety_identifier": None,
+        "prompt_cache_key": None,
+    }
+)[1:-1].encode()
+"""What Open Responses adds to OpenAI's answers here (each Response snapshot gets them)."""
+
+
+@pytest.mark.parametrize("name", ["responses", "responses-stream"])
+def test_check_holds_a_server_to_the_open_responses_response_by_default(name: str) -> None:
+    """OpenAI's own answers lack the penalties Open Responses requires: ``check`` (whose default profile
+    is open-responses) reports what the compliance suite reports; with both filled in, they pass."""
+    assert ProbeContext("m").profile == OPEN_RESPONSES_PROFILE
+    result, _ = run(name, openai_like, OPEN_RESPONSES_PROFILE)
+    assert {f.rule for f in result.verdict.errors} == {"open-responses-response-field"}
+    assert all("missing" in f.message for f in result.verdict.errors)
+
+    def open_responses_like(body: dict[str, Any]) -> tuple[int, bytes, str]:
+        status, answer, kind = openai_like(body)
+        return status, answer.replace(b'"top_p": 1.0', b'"top_p": 1.0, ' + _OPEN_RESPONSES_FIELDS), kind
+
+    result, _ = run(name, open_responses_like, OPEN_RESPONSES_PROFILE)
+    assert (result.outcome, result.verdict.findings) == ("pass", [])

@@ -21,7 +21,7 @@ from conformance.request import integer
 
 from ..front_end import named_events
 from ..sampling import SAMPLING_FIELDS, sampling_used
-from .response import failed_error, listed_tool, new_item_id, new_response_id
+from .response import failed_error, listed_tool, new_item_id, new_response_id, settings_echo
 from .store import ResponseStore
 from .stored import remember, remember_terminal
 
@@ -30,6 +30,8 @@ __all__ = ["NativeAnswer", "NativeEvents", "normalize_response"]
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _REQUIRED: dict[str, Any] = {
     "created_at": lambda: int(time.time()),
+    "completed_at": None,
+    "usage": None,
     "error": None,
     "incomplete_details": None,
     "instructions": None,
@@ -82,6 +84,8 @@ def normalize_response(
         response["status"] = "incomplete"
         response["incomplete_details"] = {"reason": "max_output_tokens"}
         response["completed_at"] = None
+    if response.get("status") == "completed" and integer(response.get("completed_at")) is None:
+        response["completed_at"] = int(time.time())  # (llama-server left it out)
     for item in response.get("output") or ():
         if isinstance(item, dict) and not item.get("id"):
             item["id"] = new_item_id(_prefix(item))
@@ -96,8 +100,12 @@ def normalize_response(
 def _state_settings(
     response: dict[str, Any], request: Mapping[str, Any], sampling: Mapping[str, float] | None
 ) -> None:
-    """The settings the Open Responses spec requires as numbers and that llama-server left null or out
-    (issue 38): sampling as used, ``top_logprobs``, and each function tool's ``strict``."""
+    """The settings the Open Responses spec requires and that llama-server b11434 left null or out
+    (issue 38: its own route passed 0 of the suite's 9 tests through the proxy): the request's settings
+    as the translated route echoes them, sampling as used, each function tool's ``strict``."""
+    for key, value in settings_echo(request).items():
+        if response.get(key) is None and key != "model":
+            response[key] = value
     used = sampling_used(request, sampling)
     for name in SAMPLING_FIELDS:
         value = response.get(name)
@@ -278,18 +286,20 @@ class NativeEvents:
         """The events that end a stream that broke off before its own terminal event: its open items
         ended as incomplete, then ``response.failed``."""
         out = self._closed()
-        response = dict(self.last_response or {})
-        response.update(
-            {
-                "id": self.response_id,
-                "object": "response",
-                "status": "failed",
-                "error": failed_error(error),
-                "incomplete_details": None,
-            }
+        response = normalize_response(
+            dict(self.last_response or {}),
+            self._request,
+            response_id=self.response_id,
+            model=self._model,
+            sampling=self._sampling,
         )
+        response.update({"status": "failed", "error": failed_error(error), "incomplete_details": None})
+        response["completed_at"] = None
         response["output"] = self._done
         response.setdefault("model", self._model or "model")
+        if self._sequence == 0:  # (nothing sent yet: a client takes the id from response.created first)
+            started = {**response, "status": "in_progress", "error": None}
+            out.insert(0, self._stamped({"type": "response.created", "response": started}))
         self.ended = True
         return [*out, self._stamped({"type": "response.failed", "response": response})]
 

@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from conformance.request import integer
+
 from .logprobs import text_logprobs
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "response_object",
     "response_status",
     "response_usage",
+    "settings_echo",
 ]
 
 
@@ -122,6 +125,49 @@ def response_object(
         "usage": usage,
     }
     return response
+
+
+_ECHOED = (
+    "instructions",
+    "max_output_tokens",
+    "metadata",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "reasoning",
+    "store",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_p",
+    "truncation",
+    "user",
+    "background",
+    "service_tier",
+    "top_logprobs",
+    "max_tool_calls",
+    "prompt_cache_key",
+    "safety_identifier",
+)
+"""The request fields a Response repeats."""
+
+
+def settings_echo(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's settings as its Response repeats them, defaults filled in (``sampling`` aside:
+    conformance/protocols/sampling.py); ``model`` as asked."""
+    echo = {key: body.get(key) for key in _ECHOED}
+    echo["model"] = body.get("model")
+    echo["metadata"] = body.get("metadata") or {}
+    echo["tools"] = [listed_tool(tool) for tool in body.get("tools") or ()]
+    echo["top_logprobs"] = integer(body.get("top_logprobs")) or 0
+    echo["tool_choice"] = body.get("tool_choice") or "auto"
+    echo["parallel_tool_calls"] = body.get("parallel_tool_calls", True)
+    echo["text"] = body.get("text") or {"format": {"type": "text"}}
+    echo["truncation"] = body.get("truncation") or "disabled"
+    echo["store"] = body.get("store", True)
+    echo["background"] = False
+    echo["service_tier"] = "default"
+    return echo
 
 
 def listed_tool(tool: Any) -> Any:

@@ -49,7 +49,7 @@ from ..web_search import offer_web_search
 from .events import ResponseEvents
 from .input_files import file_part
 from .logprobs import chat_logprobs
-from .response import listed_tool, response_from_chat
+from .response import response_from_chat, settings_echo
 
 __all__ = ["ChatTranslation", "TranslationError", "responses_error", "translate_request"]
 
@@ -85,28 +85,6 @@ CUSTOM_TOOL_PARAMETERS: dict[str, Any] = {
 }
 """The parameters of the function a ``custom`` (freeform) tool is sent as."""
 
-_ECHOED = (
-    "instructions",
-    "max_output_tokens",
-    "metadata",
-    "parallel_tool_calls",
-    "previous_response_id",
-    "reasoning",
-    "store",
-    "temperature",
-    "text",
-    "tool_choice",
-    "tools",
-    "top_p",
-    "truncation",
-    "user",
-    "background",
-    "service_tier",
-    "top_logprobs",
-    "max_tool_calls",
-    "prompt_cache_key",
-    "safety_identifier",
-)
 
 
 class TranslationError(InvalidRequest):
@@ -634,22 +612,6 @@ def _number(body: Mapping[str, Any], name: str, low: float, high: float) -> floa
     return value
 
 
-def _echo(body: Mapping[str, Any]) -> dict[str, Any]:
-    echo = {key: body.get(key) for key in _ECHOED}
-    echo["model"] = body.get("model")
-    echo["metadata"] = body.get("metadata") or {}
-    echo["tools"] = [listed_tool(tool) for tool in body.get("tools") or ()]
-    echo["top_logprobs"] = integer(body.get("top_logprobs")) or 0
-    echo["tool_choice"] = body.get("tool_choice") or "auto"
-    echo["parallel_tool_calls"] = body.get("parallel_tool_calls", True)
-    echo["text"] = body.get("text") or {"format": {"type": "text"}}
-    echo["truncation"] = body.get("truncation") or "disabled"
-    echo["store"] = body.get("store", True)
-    echo["background"] = False
-    echo["service_tier"] = "default"
-    return echo
-
-
 def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = None) -> ChatTranslation:
     """The chat request for Responses request ``body``.
 
@@ -684,7 +646,7 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = 
     chat.update(_generation(body))
     chat.update(chat_logprobs(body))
     chat.update(_streaming(body))
-    return ChatTranslation(chat, _echo(body), frozenset(tools.custom), dict(tools.namespaced))
+    return ChatTranslation(chat, settings_echo(body), frozenset(tools.custom), dict(tools.namespaced))
 
 
 def _refuse_unserved(body: Mapping[str, Any], previous: Sequence[Any] | None) -> None:
