@@ -19,7 +19,7 @@ from backend.reasoning import markers_in_template
 from backend.routes import front_ends, route_table
 from backend.service import Backend
 from conformance.api_errors import error_response
-from conformance.protocols.responses.store import ResponseStore
+from conformance.protocols.responses.store_base import Store
 from conformance.protocols.responses.store_settings import default_store
 
 __all__ = ["create_app"]
@@ -28,7 +28,7 @@ log = logging.getLogger("conformant.backend")
 
 
 def create_app(
-    backend: Backend, *, on_shutdown: Callable[[], None] | None = None, store: ResponseStore | None = None
+    backend: Backend, *, on_shutdown: Callable[[], None] | None = None, store: Store | None = None
 ) -> Starlette:
     """The backend's app; ``store``: where stored Responses are kept (default: the default file, opened
     when first used)."""

@@ -293,8 +293,9 @@ class ProxyConfig:
     max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS.default
     shutdown_timeout: float = SHUTDOWN_TIMEOUT.default
     reasoning_field: str = REASONING_FIELD.default
-    responses_store: str | None = RESPONSES_STORE.default
-    """None: ``default_store_path()``; ``serve`` resolves it before it starts workers."""
+    responses_store: str | None = field(default=RESPONSES_STORE.default, repr=False)
+    """None: ``default_store_path()``; ``serve`` resolves it before it starts workers. Not in the repr:
+    a PostgreSQL URL may hold a password."""
     responses_store_max_bytes: int = RESPONSES_STORE_MAX_BYTES.default
     responses_store_max_age: float = RESPONSES_STORE_MAX_AGE.default
     config_file: str | None = CONFIG_FILE.default

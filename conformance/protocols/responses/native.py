@@ -22,7 +22,7 @@ from conformance.request import integer
 from ..front_end import named_events
 from ..sampling import SAMPLING_FIELDS, sampling_used
 from .response import failed_error, listed_tool, new_item_id, new_response_id, settings_echo
-from .store import ResponseStore
+from .store_base import Store
 from .stored import remember, remember_terminal
 
 __all__ = ["NativeAnswer", "NativeEvents", "normalize_response"]
@@ -315,7 +315,7 @@ class NativeAnswer:
         self,
         request: Mapping[str, Any],
         model: str | None,
-        store: ResponseStore,
+        store: Store,
         items: list[Any],
         sampling: Mapping[str, float] | None = None,
     ) -> None:

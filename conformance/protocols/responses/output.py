@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..front_end import NamedEventOutput, named_events
-from .store import ResponseStore
+from .store_base import Store
 from .stored import remember, remember_terminal
 from .translation import ChatTranslation
 
@@ -27,7 +27,7 @@ class ResponsesOutput(NamedEventOutput):
         self,
         translation: ChatTranslation,
         model: str | None,
-        store: ResponseStore | None = None,
+        store: Store | None = None,
         items: list[Any] | None = None,
     ) -> None:
         self._translation = translation

@@ -23,6 +23,9 @@ triggers), the oldest entries go first. An entry larger than ``max_bytes`` by it
 ``save`` says so, and the Response the client gets says ``"store": false`` (see docs/responses.md),
 as it would for ``store: false``; the file's freed pages are reused, so it does not grow past the
 bound and SQLite's overhead.
+
+Several ``conformant serve`` processes on different machines share one PostgreSQL database instead
+(store_postgres.py, issue 38), with the same interface (store_base.Store) and bounds.
 """
 
 from __future__ import annotations
@@ -70,7 +73,41 @@ CREATE TRIGGER IF NOT EXISTS counted_out AFTER DELETE ON responses
 
 class StoreUnavailable(Exception):
     """The file cannot be opened, read or written (a full disk, no permission, another process holding
-    the write lock past the busy timeout). The message names no path: it may reach a client."""
+    the write lock past the busy timeout), or the PostgreSQL database failing (store_postgres.py).
+    The message names no path, host or URL: it may reach a client."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedEntry:
+    """A Response and its input as a store keeps them: JSON text, and their size in bytes together."""
+
+    response: str
+    items: str
+    size: int
+
+
+def encoded_entry(response: Mapping[str, Any], items: Sequence[Any], max_bytes: int) -> EncodedEntry | None:
+    """What a store writes of a Response and its input; None (and a log line) when it alone exceeds the
+    store's byte bound, which then keeps nothing of it. Both stores' one encoding (store_postgres.py)."""
+    response_text = jsoncodec.dumps(response).decode()
+    input_text = jsoncodec.dumps(items).decode()
+    size = len(response_text.encode()) + len(input_text.encode())
+    if size > max_bytes:
+        log.warning(
+            "response %s not stored: %d bytes, more than the store's bound of %d",
+            response.get("id"),
+            size,
+            max_bytes,
+        )
+        return None
+    return EncodedEntry(response_text, input_text, size)
+
+
+def decoded_entry(response: str, items: str, redact: Callable[[str], str]) -> StoredResponse:
+    """A stored entry as read: its texts through ``redact``, then parsed."""
+    response, items = redact(response), redact(items)
+    size = len(response.encode()) + len(items.encode())
+    return StoredResponse(jsoncodec.loads(response), jsoncodec.loads(items), size)
 
 
 def owner_of(api_key: str | None) -> str:
@@ -124,6 +161,11 @@ class ResponseStore:
         another upstream through ``previous_response_id``."""
         self._connection: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="responses-store")
+
+    @property
+    def location(self) -> str:
+        """The file's path, for the workers ``serve`` starts (store_base.Store)."""
+        return str(self.path)
 
     # --- the asynchronous interface ------------------------------------------------------------------
 
@@ -193,27 +235,15 @@ class ResponseStore:
         return connection
 
     def _store(self, connection: sqlite3.Connection, response: Mapping[str, Any], items: list[Any]) -> bool:
-        response_text = jsoncodec.dumps(response).decode()
-        input_text = jsoncodec.dumps(items).decode()
-        size = len(response_text.encode()) + len(input_text.encode())
-        if size > self.max_bytes:
-            log.warning(
-                "response %s not stored: %d bytes, more than the store's bound of %d",
-                response.get("id"),
-                size,
-                self.max_bytes,
-            )
+        entry = encoded_entry(response, items, self.max_bytes)
+        if entry is None:
             return False
-        self._insert(connection, str(response["id"]), size, response_text, input_text)
+        self._insert(connection, str(response["id"]), entry.size, entry.response, entry.items)
         return True
 
     def _load(self, connection: sqlite3.Connection, response_id: str) -> StoredResponse | None:
         row = self._select(connection, response_id)
-        if row is None:
-            return None
-        response, items = self.redact(row[0]), self.redact(row[1])
-        size = len(response.encode()) + len(items.encode())
-        return StoredResponse(jsoncodec.loads(response), jsoncodec.loads(items), size)
+        return None if row is None else decoded_entry(row[0], row[1], self.redact)
 
     def _insert(self, connection: sqlite3.Connection, key: str, size: int, response: str, items: str) -> None:
         now = time.time()

@@ -22,7 +22,8 @@ from starlette.responses import JSONResponse
 
 from conformance.api_errors import APIError, InvalidRequest, error_response, quoted
 
-from .store import ResponseStore, StoredResponse, StoreUnavailable
+from .store import StoredResponse, StoreUnavailable
+from .store_base import Store
 
 __all__ = [
     "delete_response",
@@ -57,7 +58,7 @@ def input_items(body: Mapping[str, Any]) -> list[Any]:
 
 
 async def previous_items(
-    store: ResponseStore, body: Mapping[str, Any], *, body_size: int = 0, max_bytes: int | None = None
+    store: Store, body: Mapping[str, Any], *, body_size: int = 0, max_bytes: int | None = None
 ) -> list[Any]:
     """The conversation that ``body``'s ``previous_response_id`` names (its input items, then its
     output items: what goes before the new input); no items when it names none. Raises the
@@ -99,7 +100,7 @@ async def previous_items(
     return stored.conversation
 
 
-async def remember(store: ResponseStore, response: dict[str, Any], items: list[Any]) -> dict[str, Any]:
+async def remember(store: Store, response: dict[str, Any], items: list[Any]) -> dict[str, Any]:
     """Store a finished ``response`` (one that says ``"store": true``) with the input ``items`` it was
     generated from: call it before the client gets the terminal event or body, so that a
     ``previous_response_id`` sent the moment it arrives finds it. Returns the response as the client
@@ -116,7 +117,7 @@ async def remember(store: ResponseStore, response: dict[str, Any], items: list[A
 
 
 async def remember_terminal(
-    store: ResponseStore, events: list[dict[str, Any]], items: list[Any]
+    store: Store, events: list[dict[str, Any]], items: list[Any]
 ) -> list[dict[str, Any]]:
     """``events`` with the Response of the terminal event among them (a stream's last) stored, as
     ``remember`` does; the events as they are when none is terminal."""
@@ -128,7 +129,7 @@ async def remember_terminal(
     return events
 
 
-async def retrieve_response(store: ResponseStore, response_id: str, query: Mapping[str, str]) -> JSONResponse:
+async def retrieve_response(store: Store, response_id: str, query: Mapping[str, str]) -> JSONResponse:
     """``GET /v1/responses/{id}``. ``stream=true`` replays a background response's events at OpenAI;
     there are no background responses here, so it is refused by name rather than ignored."""
     if query.get("stream", "false").lower() not in ("false", "0", ""):
@@ -139,7 +140,7 @@ async def retrieve_response(store: ResponseStore, response_id: str, query: Mappi
     return found if isinstance(found, JSONResponse) else JSONResponse(found.response)
 
 
-async def delete_response(store: ResponseStore, response_id: str) -> JSONResponse:
+async def delete_response(store: Store, response_id: str) -> JSONResponse:
     """``DELETE /v1/responses/{id}``."""
     try:
         deleted = await store.delete(response_id)
@@ -150,7 +151,7 @@ async def delete_response(store: ResponseStore, response_id: str) -> JSONRespons
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
-async def list_input_items(store: ResponseStore, response_id: str, query: Mapping[str, str]) -> JSONResponse:
+async def list_input_items(store: Store, response_id: str, query: Mapping[str, str]) -> JSONResponse:
     """``GET /v1/responses/{id}/input_items``: ``{"object": "list", "data", "first_id", "last_id",
     "has_more"}``."""
     limit_text = query.get("limit", "20")
@@ -187,7 +188,7 @@ async def list_input_items(store: ResponseStore, response_id: str, query: Mappin
     )
 
 
-async def _load(store: ResponseStore, response_id: str) -> StoredResponse | JSONResponse:
+async def _load(store: Store, response_id: str) -> StoredResponse | JSONResponse:
     try:
         found = await store.load(response_id)
     except StoreUnavailable as exc:
