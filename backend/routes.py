@@ -1,7 +1,8 @@
 """Every route of the bundled backend, in one table: the protocols it serves are their front-ends
 (conformance/protocols/), one line each in ``front_ends`` as in the proxy's table (proxy/routes.py); each
 front-end's paths get the one generating route (backend/generation.py), its own state's routes (the
-stored Responses) and its counting route (backend/counting.py). The model listing and health follow."""
+stored Responses), its counting route (backend/counting.py) and its WebSocket mode (``/v1/responses``,
+each turn answered by the generating route: issue 38). The model listing and health follow."""
 
 from __future__ import annotations
 
@@ -9,24 +10,26 @@ from functools import partial
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute, request_response
+from starlette.types import ASGIApp
+from starlette.websockets import WebSocket
 
 from backend.counting import count
 from backend.generation import Generation, generate
 from conformance.api_errors import error_response
 from conformance.protocols import chat, completions, messages, responses
-from conformance.protocols.front_end import FrontEnd
-from conformance.protocols.responses.store import ResponseStore
+from conformance.protocols.front_end import FrontEnd, SocketRoute
+from conformance.protocols.responses.store_base import Store
 
 __all__ = ["front_ends", "route_table"]
 
 
-def front_ends(store: ResponseStore) -> tuple[FrontEnd, ...]:
+def front_ends(store: Store) -> tuple[FrontEnd, ...]:
     """The protocols the backend serves: one line each."""
     return (
         chat.front_end(),
         completions.front_end(),
-        responses.front_end(store),
+        *responses.front_ends(store),
         messages.front_end(),
     )
 
@@ -40,12 +43,24 @@ def route_table(generation: Generation, served: tuple[FrontEnd, ...]) -> list[Ba
         if front_end.counting is not None:
             counter = partial(count, generation, front_end, front_end.counting)
             routes.append(Route(front_end.counting.path, counter, methods=["POST"]))
+        if front_end.socket is not None:
+            socket = partial(_socket, generation, front_end.socket)
+            routes.append(WebSocketRoute(front_end.socket.path, socket))
     routes += [
         Route("/v1/models", partial(_models, generation), methods=["GET"]),
         Route("/v1/models/{model:path}", partial(_model, generation), methods=["GET"]),
         Route("/health", partial(_health, generation), methods=["GET"]),
     ]
     return routes
+
+
+async def _socket(generation: Generation, socket: SocketRoute, websocket: WebSocket) -> None:
+    await socket.serve(websocket, partial(_answering, generation))
+
+
+def _answering(generation: Generation, front_end: FrontEnd) -> ASGIApp:
+    """The generating route of ``front_end`` as the app of one WebSocket turn's request."""
+    return request_response(partial(generate, generation, front_end))
 
 
 def _model_card(generation: Generation) -> dict[str, object]:

@@ -23,6 +23,12 @@ at 1,024 open files, made every real request fail). Here:
   got 503 on 71 of 72 requests over 75 s (issue 32). Behind a reverse proxy every client has its
   address: raise the share there, or run one proxy per front.
 
+A WebSocket handshake (the Responses API's WebSocket mode, issue 38) is a request head like any other,
+under the same timeout and caps: uvicorn upgrades it without asking the app, so the caps are checked
+here, and a handshake past them is answered 503. The socket it becomes (``LimitedWebSocketProtocol``,
+websockets' sans-I/O protocol) keeps counting in its client's share until it closes; its time is the
+app's (the spec's 60 minutes) and its keepalive pings', not the head's timeout.
+
 Every connection is an open file: ``serve`` raises its soft limit on open files to the hard one
 (``raise_open_file_limit``), as servers do, so that these limits, not a default of 1,024, bound them.
 """
@@ -36,6 +42,7 @@ from typing import Any, Literal
 import httptools
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from conformance import jsoncodec
 from conformance.openai_errors import error_body
@@ -49,6 +56,7 @@ __all__ = [
     "MAX_PIPELINED",
     "OVER_CAP_TIMEOUT",
     "LimitedClientProtocol",
+    "LimitedWebSocketProtocol",
     "raise_open_file_limit",
 ]
 
@@ -110,6 +118,38 @@ async def _busy(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _counted_in(transport: asyncio.BaseTransport) -> str | None:
+    """The client's address, its connection counted in its share; None where it has none."""
+    peer = transport.get_extra_info("peername")
+    client = str(peer[0]) if isinstance(peer, tuple) and peer else None
+    if client is not None:
+        _PER_CLIENT[client] = _PER_CLIENT.get(client, 0) + 1
+    return client
+
+
+def _counted_out(client: str | None) -> None:
+    if client is None:
+        return
+    left = _PER_CLIENT.get(client, 1) - 1
+    if left > 0:
+        _PER_CLIENT[client] = left
+    else:
+        _PER_CLIENT.pop(client, None)  # (a client gone holds no entry: the table stays bounded)
+
+
+class LimitedWebSocketProtocol(WebSocketsSansIOProtocol):
+    """The socket an upgraded request becomes, counted in its client's share while it is open."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._client = _counted_in(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        client, self._client = self._client, None
+        _counted_out(client)
+        super().connection_lost(exc)
+
+
 def proxy_config_of(app: Any) -> ProxyConfig | None:
     """The ProxyConfig of the proxy app inside uvicorn's wrappers (None for another app)."""
     for _ in range(8):  # uvicorn wraps the app in at most a few middlewares, each holding ``.app``
@@ -146,29 +186,22 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
         self._head_chunks = 0  # of the reads that fell wholly within the current head
         self._heads = 0  # heads begun on this connection
         self._refused = False
+        if self.ws_protocol_class is not None:  # (None: uvicorn told to serve no WebSocket)
+            self.ws_protocol_class = LimitedWebSocketProtocol
 
     # -- the connection --------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        peer = transport.get_extra_info("peername")
-        self._client = str(peer[0]) if isinstance(peer, tuple) and peer else None
-        held = 0
-        if self._client is not None:
-            held = _PER_CLIENT[self._client] = _PER_CLIENT.get(self._client, 0) + 1
-        if len(self.connections) > self._max_connections or held > self._max_per_client:
+        self._client = _counted_in(transport)
+        if self._over_cap():
             self._timeout = min(self._timeout, OVER_CAP_TIMEOUT)  # for /health, or it goes soon
         self._start("head")  # a connection that never sends a byte is closed too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop()
         client, self._client = self._client, None
-        if client is not None:
-            left = _PER_CLIENT.get(client, 1) - 1
-            if left > 0:
-                _PER_CLIENT[client] = left
-            else:
-                _PER_CLIENT.pop(client, None)  # (a client gone holds no entry: the table stays bounded)
+        _counted_out(client)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -197,6 +230,18 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
             self._head_chunks += len(data)
             if self._head_chunks > MAX_HEAD_BYTES:
                 self._too_large()
+
+    def handle_websocket_upgrade(self) -> None:
+        """A WebSocket handshake's head has come: past the caps it is answered 503 as a request is;
+        else the connection becomes a socket (``LimitedWebSocketProtocol``), which counts itself from
+        now on, and the head's timer stops."""
+        self._stop()  # (before a refusal too: it answers the head, not a body of this request)
+        if self._over_cap():
+            self._refuse(503, "the proxy has too many open connections; retry later", "too_many_connections")
+            return
+        client, self._client = self._client, None
+        _counted_out(client)  # (this protocol's connection_lost is never called: the socket's is)
+        super().handle_websocket_upgrade()
 
     def shutdown(self) -> None:
         """uvicorn's server is stopping: open responses are ended at the deadline (proxy/graceful.py)."""

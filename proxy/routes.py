@@ -2,8 +2,9 @@
 
 The protocols it serves are their front-ends (conformance/protocols/), one line each in
 ``front_ends``: each front-end's paths get the one generating route (proxy/generation.py), its own
-state's routes (the stored Responses) are served behind the API key, and so is its counting route
-(proxy/counting.py: ``/v1/messages/count_tokens``). The proxy's own routes follow:
+state's routes (the stored Responses) are served behind the API key, and so are its counting route
+(proxy/counting.py: ``/v1/messages/count_tokens``) and its WebSocket mode (proxy/sockets.py:
+``/v1/responses``). The proxy's own routes follow:
 the model listing, health, metrics, and every other ``/v1/*`` path relayed to an upstream.
 
 The generating paths are also looked up directly (``RouteTable.generating``) by the app, ahead of
@@ -20,7 +21,7 @@ from functools import partial
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from conformance.protocols import chat, completions, messages, responses
 from conformance.protocols.front_end import FrontEnd, StateRoute
@@ -33,6 +34,7 @@ from .listing import model, models
 from .observability import exchange_of
 from .passthrough import PASSTHROUGH_PATH, passthrough
 from .serving import Serving, authorized, refused_key
+from .sockets import serve_socket
 
 __all__ = ["RouteTable", "front_ends", "route_table"]
 
@@ -44,7 +46,7 @@ def front_ends(config: ProxyConfig) -> tuple[FrontEnd, ...]:
     return (
         chat.front_end(),
         completions.front_end(),
-        responses.front_end(store_of(config), config.max_body),
+        *responses.front_ends(store_of(config), config.max_body),
         messages.front_end(),
     )
 
@@ -71,6 +73,9 @@ def route_table(serving: Serving) -> RouteTable:
         if front_end.counting is not None:
             counter: Handler = partial(count, serving, front_end, front_end.counting)
             routes.append(Route(front_end.counting.path, counter, methods=["POST"]))
+        if front_end.socket is not None:
+            socket = partial(serve_socket, serving, front_end.socket)
+            routes.append(WebSocketRoute(front_end.socket.path, socket))
     routes += [
         Route("/v1/models", partial(models, serving), methods=["GET"]),
         Route("/v1/models/", partial(models, serving), methods=["GET"]),

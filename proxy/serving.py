@@ -10,7 +10,7 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Scope
 
@@ -80,9 +80,10 @@ class Serving:
         return text
 
 
-def authorized(request: Request, api_key: str | None) -> bool:
+def authorized(request: HTTPConnection, api_key: str | None) -> bool:
     """Whether the client sent ``api_key``: as a bearer token (OpenAI's clients), in ``api-key``
-    (Azure's), or in ``x-api-key`` (Anthropic's: Claude Code, the Anthropic SDKs)."""
+    (Azure's), or in ``x-api-key`` (Anthropic's: Claude Code, the Anthropic SDKs); on a request, or on
+    a WebSocket's handshake."""
     if not api_key:
         return True
     headers = request.headers

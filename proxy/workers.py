@@ -49,6 +49,11 @@ def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
     shutdown timeout bounds how long a stream that never ends (a client that stops reading) can hold
     up the shutdown, and the bundled backend's: with workers, uvicorn's supervisor passes one signal
     on to them and ignores a second.
+
+    A WebSocket message (the Responses API's WebSocket mode) past ``--max-body`` is answered with the
+    protocol's 413 error message and the socket stays open; the WebSocket layer itself refuses, unread,
+    one past twice the bound (it closes the socket with 1009, "message too big"), so that no message of
+    any size is held in memory.
     """
     from .client_limits import LimitedClientProtocol
     from .graceful import SHUTDOWN_GRACE
@@ -60,6 +65,7 @@ def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
         "log_level": "warning",
         "access_log": False,
         "http": LimitedClientProtocol,
+        "ws_max_size": 2 * args.max_body,
         # The proxy ends what is still open at the shutdown timeout itself (proxy/graceful.py); uvicorn
         # cancels what is left a little later.
         "timeout_graceful_shutdown": args.shutdown_timeout + SHUTDOWN_GRACE,

@@ -16,6 +16,10 @@ A protocol that an upstream may speak itself (the Responses API on llama-server)
 there and gives a :class:`NativeStream`: the proxy then sends the client's body to that path and the
 protocol normalizes what comes back (``Translation.native``).
 
+A protocol may also have a WebSocket mode on its path (:class:`SocketRoute`: the Responses API's, issue
+38), whose turns each server answers through its own generating route (``Answering``), so that a turn
+is served exactly as the same HTTP request would be.
+
 The proxy and the backend each serve a table of front-ends (proxy/routes.py, backend/routes.py); the
 judge reads the same protocol's :class:`conformance.protocols.wire.WireProtocol`.
 """
@@ -29,6 +33,8 @@ from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp
+from starlette.websockets import WebSocket
 
 from conformance import jsoncodec
 from conformance.request import Endpoint
@@ -39,6 +45,7 @@ from .wire import WireProtocol
 
 __all__ = [
     "CHUNKS",
+    "Answering",
     "CoreFrontEnd",
     "CountRoute",
     "DataLines",
@@ -48,6 +55,7 @@ __all__ = [
     "NativeCall",
     "NativeStream",
     "Output",
+    "SocketRoute",
     "StateRoute",
     "Translation",
     "named_events",
@@ -270,17 +278,39 @@ class StateRoute:
     handle: Callable[[Request], Awaitable[Response]]
 
 
+Answering = Callable[["FrontEnd"], ASGIApp]
+"""A server's generating route for a front-end, as the ASGI app of one HTTP request to the front-end's
+path: what a WebSocket turn is answered by (the proxy's behind its access log, the backend's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SocketRoute:
+    """A protocol's WebSocket mode on ``path`` (the Responses API's on ``/v1/responses``, issue 38). The
+    server hands each socket to ``serve`` (the proxy once the handshake carried its API key), with its
+    ``Answering``: ``serve`` accepts the socket and answers each turn as an HTTP request to the server's
+    own generating route, so that limits, failover, repairs and logging are those of HTTP."""
+
+    path: str
+    serve: Callable[[WebSocket, Answering], Awaitable[None]]
+
+
 class FrontEnd:
     """One wire protocol served over the core (see the module's docstring). Its description's parts
     that every request reads are its own attributes: the generating route's per-request path."""
 
     def __init__(
-        self, wire: WireProtocol, routes: tuple[StateRoute, ...] = (), counting: CountRoute | None = None
+        self,
+        wire: WireProtocol,
+        routes: tuple[StateRoute, ...] = (),
+        counting: CountRoute | None = None,
+        socket: SocketRoute | None = None,
     ) -> None:
         self.wire = wire
         self.routes = routes
         self.counting = counting
         """Its route that counts a prompt's tokens, if it has one."""
+        self.socket = socket
+        """Its WebSocket mode, if it has one."""
         self.name = wire.name
         self.paths = wire.paths
         self.endpoint: Endpoint = wire.endpoint

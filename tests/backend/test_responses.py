@@ -9,11 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
+from websockets.sync.client import connect
 
+from conformance.protocols.front_end import named_events
 from tests.backend.fixtures import RecordingTransport, assert_conformant, sdk_client
 from tests.proxy.conftest import run_proxy
+from tests.support.responses_checks import check_events, judged
 
 PROMPT = "Write one sentence about the sea."
 SHORT: Any = {
@@ -229,3 +233,68 @@ def test_a_refusal_names_the_responses_parameter(client: Any) -> None:
         client.responses.create(model="gemma", input=PROMPT, max_output_tokens=100_000)
     assert raised.value.body["param"] == "max_output_tokens"
     assert "max_tokens" not in raised.value.body["message"].replace("max_output_tokens", "")
+
+
+def test_the_websocket_mode_continues_a_store_false_response(gemma_url: str) -> None:
+    """The WebSocket mode on the backend itself (issue 38): a turn, its ``store: false`` continuation on
+    the same socket, and the same id unknown on another socket; the events judged as HTTP's are."""
+
+    def turn(ws: Any, **fields: Any) -> list[dict[str, Any]]:
+        ws.send(json.dumps({"type": "response.create", "model": "gemma", "store": False, **fields}))
+        events = []
+        while not events or events[-1]["type"] not in ("response.completed", "response.incomplete", "error"):
+            events.append(json.loads(ws.recv(timeout=60)))
+        return events
+
+    socket = "ws" + gemma_url.removeprefix("http") + "/v1/responses"
+    with connect(socket) as ws:
+        first = turn(ws, input="My name is Ada.", max_output_tokens=16)
+        second = turn(
+            ws,
+            input="What is my name?",
+            max_output_tokens=16,
+            previous_response_id=first[-1]["response"]["id"],
+        )
+    for events in (first, second):
+        check_events(events)
+        request = {"model": "gemma", "input": "x", "max_output_tokens": 16, "store": False, "stream": True}
+        judged(named_events(events), request, 200, {"content-type": "text/event-stream"})
+    # The second turn was generated from the first too: its prompt held the first turn's input and answer.
+    assert second[-1]["response"]["usage"]["input_tokens"] > first[-1]["response"]["usage"]["input_tokens"]
+    with connect(socket) as ws:
+        (missing,) = turn(ws, input="And now?", previous_response_id=first[-1]["response"]["id"])
+    assert missing["error"]["code"] == "previous_response_not_found"
+
+
+def test_a_compaction_is_read_back_as_input(gemma_url: str) -> None:
+    """``POST /v1/responses/compact`` on the backend: the model's summary in a compaction item, which a
+    request then takes as input."""
+    conversation = [
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "assistant", "content": "Hello Ada."},
+        {"role": "user", "content": "Remember it."},
+    ]
+    compacted = httpx.post(
+        gemma_url + "/v1/responses/compact",
+        json={"model": "gemma", "input": conversation, "max_output_tokens": 32},
+        timeout=120,
+    )
+    assert compacted.status_code == 200, compacted.text
+    body = compacted.json()
+    assert body["object"] == "response.compaction"
+    assert [item["type"] for item in body["output"]] == ["message", "message", "compaction"]
+    assert body["usage"]["output_tokens"] > 0
+    answer = httpx.post(
+        gemma_url + "/v1/responses",
+        json={
+            "model": "gemma",
+            "input": [*body["output"], {"role": "user", "content": "My name?"}],
+            "max_output_tokens": 16,
+        },
+        timeout=120,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["input_tokens"] > body["usage"]["output_tokens"]
+    missing = httpx.post(gemma_url + "/v1/responses/compact", json={"input": conversation}, timeout=30)
+    assert missing.status_code == 400
+    assert missing.json()["error"]["param"] == "model"

@@ -258,7 +258,7 @@ def test_settings_become_chat_parameters() -> None:
         ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
-            "input[0].content[0]",
+            "input[0].content[0].file_id",
             "unsupported_value",
         ),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "invalid_value"),
@@ -777,3 +777,18 @@ def test_an_error_about_the_chat_request_names_what_the_client_sent(
     assert error["param"] == renamed
     assert error["message"] == f"Invalid '{renamed}': integer above maximum value."
     assert (error["type"], error["code"]) == ("invalid_request_error", "x")
+
+
+def test_an_output_of_no_call_in_the_conversation_is_refused() -> None:
+    """OpenAI's 400 "No tool call found for function call output": a chat template would show an answer
+    to nothing (the Open Responses suite's failed continuation sends one, and expects the error)."""
+    output = {"type": "function_call_output", "call_id": "call_nowhere", "output": "18 C"}
+    with pytest.raises(TranslationError) as refused:
+        translate_request({"model": "m", "input": [{"role": "user", "content": "Weather?"}, output]})
+    assert refused.value.param == "input[1].call_id"
+    assert (
+        "No tool call found for function call output with call_id" in refused.value.body["error"]["message"]
+    )
+    call = {"type": "function_call", "call_id": "call_nowhere", "name": "get_weather", "arguments": "{}"}
+    chat = translate_request({"model": "m", "input": [{"role": "user", "content": "Weather?"}, call, output]})
+    assert chat.chat["messages"][-1] == {"role": "tool", "tool_call_id": "call_nowhere", "content": "18 C"}

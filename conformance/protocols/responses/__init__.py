@@ -8,7 +8,8 @@ by translation to chat completions, both ways, or by an upstream's own endpoint,
 - store.py, stored.py, store_settings.py: ``store`` and ``previous_response_id``, one SQLite file for
   every worker, and the routes that read it;
 - protocol.py: the protocol as the judge knows it; serving.py: the front-end the proxy and the backend
-  serve;
+  serve, with its WebSocket mode (websocket.py); compact.py: ``POST /v1/responses/compact``, whose
+  ``compaction`` item (compaction.py) comes back as input (issue 38);
 - stream_rules.py, response_rules.py: the judge's rules; probes.py: ``check``'s probes.
 
 What is translated and what is refused: docs/responses.md.
@@ -17,14 +18,22 @@ What is translated and what is refused: docs/responses.md.
 from __future__ import annotations
 
 from ..front_end import FrontEnd
+from .compact import CompactFrontEnd
 from .protocol import RESPONSES
 from .serving import ResponsesFrontEnd
-from .store import ResponseStore
+from .store_base import Store
 
-__all__ = ["RESPONSES", "front_end"]
+__all__ = ["RESPONSES", "front_end", "front_ends"]
 
 
-def front_end(store: ResponseStore, max_bytes: int | None = None) -> FrontEnd:
+def front_end(store: Store, max_bytes: int | None = None) -> FrontEnd:
     """The front-end, keeping Responses in ``store``; a continuation with its conversation is at most
     ``max_bytes`` (None: any size)."""
     return ResponsesFrontEnd(store, max_bytes)
+
+
+def front_ends(store: Store, max_bytes: int | None = None) -> tuple[FrontEnd, FrontEnd]:
+    """``POST /v1/responses`` (``front_end``), then ``POST /v1/responses/compact``, which reads its
+    requests as the first does."""
+    responses = ResponsesFrontEnd(store, max_bytes)
+    return responses, CompactFrontEnd(responses)

@@ -22,8 +22,7 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote
 
-from conformance.api_errors import InvalidRequest
-from conformance.openai_errors import error_body
+from .refusals import TranslationError
 
 __all__ = ["file_part"]
 
@@ -40,8 +39,8 @@ _TEXT_SUFFIXES = frozenset(_TEXT_SUFFIX_WORDS.split())
 _DATA_URL = re.compile(r"^data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*?)(?P<base64>;base64)?,", re.IGNORECASE)
 
 
-def _refused(message: str, param: str) -> InvalidRequest:
-    return InvalidRequest(400, error_body(message, 400, param=param, code="unsupported_value"))
+def _refused(message: str, param: str) -> TranslationError:
+    return TranslationError(message, param, "unsupported_value")
 
 
 def file_part(part: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -55,14 +54,10 @@ def file_part(part: Mapping[str, Any], where: str) -> dict[str, Any]:
             )
     data = part.get("file_data")
     if not isinstance(data, str) or not data:
-        raise InvalidRequest(
-            400,
-            error_body(
-                f"Missing required parameter: '{where}.file_data'.",
-                400,
-                param=f"{where}.file_data",
-                code="missing_required_parameter",
-            ),
+        raise TranslationError(
+            f"Missing required parameter: '{where}.file_data'.",
+            f"{where}.file_data",
+            "missing_required_parameter",
         )
     name = part.get("filename") if isinstance(part.get("filename"), str) else None
     text = _text(data, name)

@@ -6,6 +6,9 @@ The translation reads the conversation ``previous_response_id`` names from the s
 (``schemas/response_request.json``: the translation echoes settings into the Response, and an invalid
 one, ``truncation: "middle"``, made a Response its schema refuses), then the chat request it becomes,
 checked as a chat request is (its errors worded in the Responses API's names, ``responses_error``).
+
+The same path serves the WebSocket mode (websocket.py, issue 38): each socket's turns are this
+front-end's requests, on a store that remembers the socket's last response.
 """
 
 from __future__ import annotations
@@ -15,15 +18,18 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.websockets import WebSocket
 
 from conformance.api_errors import APIError
 from conformance.request_validation import parse_json_object, validate_request
 
 from ..front_end import (
+    Answering,
     FrontEnd,
     NativeCall,
     NativeStream,
     Output,
+    SocketRoute,
     StateRoute,
     Translation,
     is_large,
@@ -33,9 +39,10 @@ from .native import NativeAnswer
 from .output import ResponsesOutput
 from .protocol import RESPONSES
 from .request import SCHEMA
-from .store import ResponseStore
+from .store_base import Store
 from .stored import delete_response, input_items, list_input_items, previous_items, retrieve_response
 from .translation import ChatTranslation, responses_error, translate_request
+from .websocket import CONNECTION_LIFETIME, SocketStore, serve_socket
 
 __all__ = ["NATIVE_PATH", "ResponsesFrontEnd", "ResponsesTranslation"]
 
@@ -50,7 +57,7 @@ class ResponsesTranslation(Translation):
         self,
         asked: dict[str, Any],
         chat: ChatTranslation | None,
-        store: ResponseStore,
+        store: Store,
         items: list[Any],
         refusal: APIError | None = None,
     ) -> None:
@@ -69,6 +76,11 @@ class ResponsesTranslation(Translation):
         """The whole input the Response answers (the stored conversation, then this request's)."""
 
     states_sampling = True
+
+    @property
+    def items(self) -> list[Any]:
+        """The whole input the Response answers: what a compaction of it keeps (compact.py)."""
+        return self._items
 
     def output(self, model: str | None, sampling: Mapping[str, float] | None = None) -> Output:
         assert self._chat is not None, "a refused translation has no chat output"
@@ -90,17 +102,20 @@ def _native_body(asked: dict[str, Any], items: list[Any]) -> dict[str, Any]:
 
 class ResponsesFrontEnd(FrontEnd):
     """``POST /v1/responses`` over the core, with ``store``'s Responses (``GET``/``DELETE
-    /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``)."""
+    /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``) and the WebSocket mode."""
 
-    def __init__(self, store: ResponseStore, max_bytes: int | None = None) -> None:
+    def __init__(self, store: Store, max_bytes: int | None = None) -> None:
         routes = (
             StateRoute("/v1/responses/{response_id}/input_items", ("GET",), self._stored),
             StateRoute("/v1/responses/{response_id}", ("GET", "DELETE"), self._stored),
         )
-        super().__init__(RESPONSES, routes)
+        super().__init__(RESPONSES, routes, socket=SocketRoute(NATIVE_PATH, self._socket))
         self.store = store
         self.max_bytes = max_bytes
-        """The most bytes a continuation and its conversation may be together (``--max-body``)."""
+        """The most bytes a continuation and its conversation may be together (``--max-body``), and
+        a WebSocket message."""
+        self.socket_lifetime = CONNECTION_LIFETIME
+        """Seconds a WebSocket lasts (the spec's 60 minutes)."""
 
     async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
         asked = await off_the_loop(lambda: self._parsed(raw, keep_refusal), heavy=is_large(raw))
@@ -150,6 +165,13 @@ class ResponsesFrontEnd(FrontEnd):
         if request.method == "DELETE":
             return await delete_response(self.store, response_id)
         return await retrieve_response(self.store, response_id, request.query_params)
+
+    async def _socket(self, websocket: WebSocket, answering: Answering) -> None:
+        """One WebSocket's turns: requests of a front-end like this one, on the socket's own store."""
+        socket_store = SocketStore(self.store)
+        front_end = ResponsesFrontEnd(socket_store, self.max_bytes)
+        app = answering(front_end)
+        await serve_socket(websocket, app, socket_store, self.max_bytes, self.socket_lifetime)
 
     def redact_stored(self, redact: Callable[[str], str]) -> None:
         self.store.redact = redact

@@ -40,15 +40,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from conformance.api_errors import InvalidRequest, quoted
-from conformance.openai_errors import error_body
+from conformance.api_errors import quoted
 from conformance.request import integer
 
 from ..sampling import sampling_used
 from ..web_search import offer_web_search
+from .compaction import compaction_message
 from .events import ResponseEvents
 from .input_files import file_part
 from .logprobs import chat_logprobs
+from .refusals import TranslationError
 from .response import response_from_chat, settings_echo
 
 __all__ = ["ChatTranslation", "TranslationError", "responses_error", "translate_request"]
@@ -84,16 +85,6 @@ CUSTOM_TOOL_PARAMETERS: dict[str, Any] = {
     "additionalProperties": False,
 }
 """The parameters of the function a ``custom`` (freeform) tool is sent as."""
-
-
-
-class TranslationError(InvalidRequest):
-    """A request this translation refuses: OpenAI's 400 ``invalid_request_error`` with ``param``."""
-
-    __slots__ = ()
-
-    def __init__(self, message: str, param: str | None = None, code: str = "invalid_value") -> None:
-        super().__init__(400, error_body(message, 400, param=param, code=code))
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,15 +315,26 @@ def _add_item(out: _Messages, item: Any, param: str) -> None:
     elif kind == "function_call_output" and item.get("call_id") is None and _named(item):
         _add_unasked_output(out, item, param)
     elif kind in ("function_call_output", "custom_tool_call_output"):
+        call_id = _call_id(item, param)
+        if call_id not in out.call_ids:
+            # OpenAI's 400: an output of no call in the conversation (a chat template would show an
+            # answer to nothing; Open Responses' failed-continuation test sends one).
+            raise TranslationError(
+                f"No tool call found for function call output with call_id {quoted(call_id)}.",
+                f"{param}.call_id",
+                "invalid_value",
+            )
         out.add(
             {
                 "role": "tool",
-                "tool_call_id": _call_id(item, param),
+                "tool_call_id": call_id,
                 "content": _text_of_parts(item.get("output"), f"{param}.output"),
             }
         )
     elif kind == "reasoning":
         return  # see the module's docstring
+    elif kind == "compaction":  # what POST /v1/responses/compact answered: its summary (compaction.py)
+        out.add(compaction_message(item, param))
     elif kind == "item_reference":
         raise TranslationError(
             f"Invalid '{param}': an 'item_reference' needs the response store; send the item itself.",
@@ -646,7 +648,8 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = 
     chat.update(_generation(body))
     chat.update(chat_logprobs(body))
     chat.update(_streaming(body))
-    return ChatTranslation(chat, settings_echo(body), frozenset(tools.custom), dict(tools.namespaced))
+    echo = {**settings_echo(body), **sampling_used(chat, None)}  # (the core's defaults: ``sampled``)
+    return ChatTranslation(chat, echo, frozenset(tools.custom), dict(tools.namespaced))
 
 
 def _refuse_unserved(body: Mapping[str, Any], previous: Sequence[Any] | None) -> None:

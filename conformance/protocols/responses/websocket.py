@@ -1,0 +1,435 @@
+"""The Responses API's WebSocket mode on ``/v1/responses`` (Open Responses 2026-04-24, issue 38): a client
+keeps one socket open and starts each turn with a ``response.create`` message, the body of ``POST
+/v1/responses`` with a ``type`` and without ``stream``, ``stream_options`` or ``background`` (the spec
+forbids the three: a socket always streams, and a background response would outlive its socket).
+
+One piece of code serves a turn and an HTTP request alike: the message, less its ``type`` and with
+``stream: true``, is the body of an HTTP request that the server's own generating route answers
+in-process (``Answering``: the proxy's behind its access log, so that a turn is limited, routed, failed
+over, repaired and logged as that POST would be; the backend's). Each event of that answer goes out as
+one text message, the JSON its SSE ``data:`` line held; an answer that is no stream (a refusal before
+the first event) is one ``error`` message, the spec's ``WebSocketErrorEvent``: ``{"type": "error",
+"status", "error": {"type", "code", "message", "param"}}``. A message that is no ``response.create``
+(binary, past ``--max-body``, not JSON, another ``type``, a forbidden field) is answered with one too,
+and the socket stays open for the next.
+
+Turns are sequential, as the spec has them: a ``response.create`` sent while another runs waits for
+it, first in first out; up to ``WAITING`` are read ahead, then the socket is not read until one starts.
+
+Connection-local state (``SocketStore``): the socket remembers its last response and the conversation
+it ended, so that the next turn continues it with ``previous_response_id`` and only its new input, with
+``store: false`` too (nothing of it is written anywhere); other ids are looked up in the server's
+store, where only stored responses are. A reconnected client's ``store: false`` id is therefore
+unknown: a 400 ``previous_response_not_found``, as over HTTP. A turn that continues the remembered
+response and fails (an error message, ``response.failed``) forgets it, so that a client retries from
+state it knows rather than from a response whose continuation broke. A socket lasts
+``CONNECTION_LIFETIME`` (the spec's 60 minutes): then, between turns, it gets an error message
+``websocket_connection_limit_reached`` and is closed (1000), and the client opens another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from conformance import jsoncodec
+from conformance.api_errors import APIError, quoted
+from conformance.openai_errors import error_body
+from conformance.request_validation import parse_json_object
+
+from ..front_end import is_large, off_the_loop
+from .store import StoredResponse
+from .store_base import Store
+from .stored import input_items
+
+__all__ = ["CONNECTION_LIFETIME", "WAITING", "SocketStore", "error_event", "serve_socket"]
+
+log = logging.getLogger("conformant.responses")
+
+CONNECTION_LIFETIME = 60 * 60.0
+"""Seconds a socket lasts, the spec's limit: past it the socket is closed between turns."""
+WAITING = 2
+"""Messages read ahead of the turn that runs."""
+CLOSE_NORMAL = 1000
+_FORBIDDEN = ("stream", "stream_options", "background")
+"""Fields of the HTTP request a ``response.create`` must not carry (the spec's schema)."""
+_TERMINAL = frozenset({b"response.completed", b"response.incomplete", b"response.failed"})
+_NOT_CARRIED = frozenset({b"upgrade", b"connection", b"content-length", b"content-type", b"x-request-id"})
+"""Handshake headers a turn's HTTP request does not carry (nor any ``sec-websocket-*``): the socket's
+own, and a request id, which each turn gets anew."""
+
+
+class SocketStore:
+    """The store a socket's turns read and write: the server's (``shared``), with the socket's last
+    response in front of it (see the module's docstring)."""
+
+    def __init__(self, shared: Store) -> None:
+        self.shared = shared
+        self.last: StoredResponse | None = None
+        """The socket's last response, with the whole conversation it ended."""
+        self.continued: StoredResponse | None = None
+        """What the running turn's ``previous_response_id`` named, once looked up."""
+
+    @property
+    def redact(self) -> Callable[[str], str]:
+        return self.shared.redact
+
+    @redact.setter
+    def redact(self, redact: Callable[[str], str]) -> None:
+        self.shared.redact = redact
+
+    @property
+    def location(self) -> str:
+        return self.shared.location
+
+    async def save(self, response: Mapping[str, Any], input_items: Sequence[Any]) -> bool:
+        return await self.shared.save(response, input_items)
+
+    async def load(self, response_id: str) -> StoredResponse | None:
+        last = self.last
+        found = last if last is not None and last.response.get("id") == response_id else None
+        if found is None:
+            found = await self.shared.load(response_id)
+        self.continued = found
+        return found
+
+    async def delete(self, response_id: str) -> bool:
+        return await self.shared.delete(response_id)
+
+    async def aclose(self) -> None:
+        """Nothing: the server closes its store; the socket's memory goes with the socket."""
+
+    def open_now(self) -> None:
+        """Nothing: the server opened its store."""
+
+    def remember(self, response: dict[str, Any], asked: Mapping[str, Any], size: int) -> None:
+        """Keep a turn's ``response`` as the socket's last: what its request continued, then its input
+        (``asked``, ``size`` bytes), make the conversation its output ends."""
+        continued = self.continued if asked.get("previous_response_id") is not None else None
+        earlier = continued.conversation if continued is not None else []
+        output = jsoncodec.dumps(response.get("output") or [])
+        size += len(output) + (continued.size if continued is not None else 0)
+        self.last = StoredResponse(response, [*earlier, *input_items(asked)], size)
+
+    def forget(self, response_id: Any) -> None:
+        """A continuation of ``response_id`` failed: the socket no longer continues it."""
+        if self.last is not None and self.last.response.get("id") == response_id:
+            self.last = None
+
+
+def error_event(status: int, body: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI error body answered with ``status``, as the spec's ``WebSocketErrorEvent``: its
+    ``code`` and ``message`` are strings always (OpenAI's own ``code`` may be null: its ``type``
+    then names the error)."""
+    inner = body.get("error")
+    inner = inner if isinstance(inner, Mapping) else {}
+    kind = inner.get("type") if isinstance(inner.get("type"), str) else None
+    kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
+    code = inner.get("code") if isinstance(inner.get("code"), str) else kind
+    message = inner.get("message") if isinstance(inner.get("message"), str) else "the request failed"
+    param = inner.get("param") if isinstance(inner.get("param"), str) else None
+    error = {"type": kind, "code": code, "message": message, "param": param}
+    return {"type": "error", "status": status, "error": error}
+
+
+def _refusal(status: int, message: str, *, code: str, param: str | None = None) -> dict[str, Any]:
+    return error_event(status, error_body(message, status, param=param, code=code))
+
+
+async def serve_socket(
+    websocket: WebSocket, app: ASGIApp, store: SocketStore, max_bytes: int | None, lifetime: float
+) -> None:
+    """Accept ``websocket`` and serve its turns through ``app`` (the server's generating route for a
+    front-end on ``store``) until the client leaves or the socket's ``lifetime`` ends."""
+    await websocket.accept()
+    socket = _Socket(websocket, app, store, max_bytes)
+    reader = asyncio.create_task(socket.read())
+    try:
+        if await socket.serve(asyncio.get_running_loop().time() + lifetime):
+            await socket.send_event(
+                _refusal(
+                    400,
+                    "Responses WebSocket connection limit reached (60 minutes): open a new WebSocket "
+                    "connection to continue.",
+                    code="websocket_connection_limit_reached",
+                )
+            )
+            await socket.close(CLOSE_NORMAL, "websocket_connection_limit_reached")
+    finally:
+        reader.cancel()
+
+
+@dataclass(slots=True)
+class _Request:
+    """A ``response.create`` as the HTTP request that answers it."""
+
+    body: bytes
+    asked: dict[str, Any]
+
+
+class _Socket:
+    """One socket's turns (see the module's docstring)."""
+
+    def __init__(self, websocket: WebSocket, app: ASGIApp, store: SocketStore, max_bytes: int | None) -> None:
+        self.websocket = websocket
+        self.app = app
+        self.store = store
+        self.max_bytes = max_bytes
+        self.messages: asyncio.Queue[Message | None] = asyncio.Queue()
+        self.room = asyncio.Semaphore(WAITING)
+        """Messages read and not yet taken by a turn."""
+        self.gone = asyncio.Event()
+        """Set when the client left (or the server closed the socket)."""
+
+    async def read(self) -> None:
+        """Read messages while there is room; None queued when the socket closes."""
+        try:
+            while True:
+                await self.room.acquire()
+                message = await self.websocket.receive()
+                if message["type"] != "websocket.receive":
+                    return
+                self.messages.put_nowait(message)
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            return  # a socket the server closed: nothing more to read
+        finally:
+            self.gone.set()
+            self.messages.put_nowait(None)
+
+    async def serve(self, deadline: float) -> bool:
+        """Answer messages in order; True when the socket's lifetime ended, False when it closed."""
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await self.messages.get()
+            except TimeoutError:
+                return True
+            if message is None or self.gone.is_set():  # (what waited for a client now gone: dropped)
+                return False
+            self.room.release()
+            await self._turn(message)
+            if asyncio.get_running_loop().time() >= deadline:
+                return True
+
+    async def _turn(self, message: Message) -> None:
+        request = await self._request(message)
+        if isinstance(request, dict):
+            await self.send_event(request)
+            return
+        self.store.continued = None
+        relay = _Relay(self.send_text)
+        answer = self.app(self._scope(len(request.body)), self._receive(request), relay)
+        try:
+            # A task of its own: the route cancels the task it runs in when its client leaves.
+            await asyncio.ensure_future(answer)
+        except OSError:
+            self.gone.set()  # the client left while the answer was sent
+            return
+        except Exception:
+            if self.gone.is_set():
+                return
+            log.exception("a WebSocket turn failed in the server")  # the client gets no traceback
+            relay.failed = True
+            await self._quietly(_refusal(500, "internal error in the server", code="server_error"))
+        else:
+            await relay.finish()
+        self._remember(request, relay)
+
+    async def _request(self, message: Message) -> _Request | dict[str, Any]:
+        """The HTTP request for a message, or the error message that answers it."""
+        text = message.get("text")
+        if not isinstance(text, str):
+            return _refusal(
+                400,
+                "Binary messages are not read: send each response.create as a JSON text message.",
+                code="invalid_message",
+            )
+        raw = text.encode("utf-8", "surrogatepass")
+        if self.max_bytes is not None and len(raw) > self.max_bytes:
+            return _refusal(413, f"message larger than {self.max_bytes} bytes", code="request_too_large")
+        try:
+            asked = await off_the_loop(lambda: parse_json_object(raw), heavy=is_large(raw))
+        except APIError as refused:
+            return error_event(refused.status, refused.body)
+        refusal = _event_refusal(asked)
+        if refusal is not None:
+            return refusal
+        del asked["type"]
+        asked["stream"] = True
+        body = await off_the_loop(lambda: jsoncodec.dumps(asked), heavy=is_large(raw))
+        return _Request(body, asked)
+
+    def _scope(self, size: int) -> Scope:
+        """The HTTP request of a turn: the handshake's, a POST of ``size`` bytes of JSON."""
+        socket = self.websocket.scope
+        headers = [
+            (name, value)
+            for name, value in socket["headers"]
+            if name not in _NOT_CARRIED and not name.startswith(b"sec-websocket-")
+        ]
+        headers += [(b"content-type", b"application/json"), (b"content-length", b"%d" % size)]
+        return {
+            "type": "http",
+            # 2.3: the route watches receive() for the client's leaving (Starlette's StreamingResponse
+            # does so only below 2.4); that is how a turn stops when its socket closes.
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "https" if socket.get("scheme") == "wss" else "http",
+            "path": socket["path"],
+            "raw_path": socket["path"].encode(),
+            "root_path": socket.get("root_path", ""),
+            "query_string": b"",
+            "headers": headers,
+            "client": socket.get("client"),
+            "server": socket.get("server"),
+            "state": dict(socket.get("state") or {}),
+        }
+
+    def _receive(self, request: _Request) -> Receive:
+        """The turn's body, then the client's leaving, whenever the socket closes."""
+        given = False
+
+        async def receive() -> Message:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": request.body, "more_body": False}
+            await self.gone.wait()
+            return {"type": "http.disconnect"}
+
+        return receive
+
+    def _remember(self, request: _Request, relay: _Relay) -> None:
+        if relay.failed or relay.final is None:
+            self.store.forget(request.asked.get("previous_response_id"))
+        else:
+            self.store.remember(relay.final, request.asked, len(request.body))
+
+    async def send_text(self, text: str) -> None:
+        """One message to the client; an ``OSError`` when it left, as a closed HTTP connection raises
+        to the route that writes to it."""
+        try:
+            await self.websocket.send({"type": "websocket.send", "text": text})
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            self.gone.set()
+            raise OSError("the client closed the WebSocket") from None
+
+    async def send_event(self, event: Mapping[str, Any]) -> None:
+        await self._quietly(event)
+
+    async def _quietly(self, event: Mapping[str, Any]) -> None:
+        """``event`` sent, where the client is still there to read it."""
+        with contextlib.suppress(OSError):
+            await self.send_text(jsoncodec.dumps(event).decode())
+
+    async def close(self, code: int, reason: str) -> None:
+        if not self.gone.is_set():
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+                await self.websocket.close(code, reason)
+
+
+def _event_refusal(asked: dict[str, Any]) -> dict[str, Any] | None:
+    """The error message for a client message that is no ``response.create`` the spec allows."""
+    kind = asked.get("type")
+    if kind is None:
+        return _refusal(
+            400, "Missing required parameter: 'type'.", code="missing_required_parameter", param="type"
+        )
+    if kind != "response.create":
+        shown = quoted(kind) if isinstance(kind, str) else kind
+        return _refusal(
+            400,
+            f"Invalid value for 'type': {shown!r}. Supported values are: 'response.create'.",
+            code="invalid_value",
+            param="type",
+        )
+    for name in _FORBIDDEN:
+        if name in asked:
+            return _refusal(
+                400,
+                f"Unsupported parameter: '{name}' is not sent over a WebSocket, where every response "
+                "is streamed and lasts no longer than its socket.",
+                code="unsupported_parameter",
+                param=name,
+            )
+    return None
+
+
+class _Relay:
+    """One turn's HTTP answer as the socket's messages: each event of a 200 stream as it comes, any
+    other answer as one message at its end (``finish``)."""
+
+    def __init__(self, send_text: Callable[[str], Awaitable[None]]) -> None:
+        self._send_text = send_text
+        self.status = 0
+        self._streaming = False
+        self._pending = b""
+        self._whole: list[bytes] = []
+        self.final: dict[str, Any] | None = None
+        """The Response of the terminal event, once sent."""
+        self.failed = False
+        """Whether the turn failed: an error message, ``response.failed``."""
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self._streaming = self.status == 200 and _is_event_stream(message.get("headers", ()))
+        elif message["type"] == "http.response.body":
+            body = message.get("body", b"")
+            if self._streaming:
+                await self._events(body)
+            else:
+                self._whole.append(body)
+
+    async def _events(self, body: bytes) -> None:
+        # Each body part holds whole events (the writers send them so); a part cut inside one waits.
+        data = self._pending + body if self._pending else body
+        *events, self._pending = data.split(b"\n\n")
+        for event in events:
+            if event:
+                await self._event(event)
+
+    async def _event(self, event: bytes) -> None:
+        head, _, data = event.partition(b"data: ")  # "event: TYPE\n", then the JSON on one line
+        kind = head.removeprefix(b"event: ").strip()
+        if kind in _TERMINAL or kind == b"error":
+            self._ended(jsoncodec.loads(data))
+        await self._send_text(data.decode())
+
+    def _ended(self, event: Any) -> None:
+        response = event.get("response") if isinstance(event, dict) else None
+        if isinstance(response, dict):
+            self.final = response
+        self.failed = not isinstance(response, dict) or response.get("status") == "failed"
+
+    async def finish(self) -> None:
+        """The message for an answer that was no stream: a Response (an upstream's whole answer on the
+        native path) as its terminal event, an error as the spec's error message; nothing where the
+        client left before any answer."""
+        if self._streaming or self.status in (0, 499):
+            return
+        try:
+            body = jsoncodec.loads(b"".join(self._whole))
+        except ValueError:
+            body = {}
+        body = body if isinstance(body, dict) else {}
+        if self.status == 200 and body.get("object") == "response":
+            event = {"type": f"response.{body.get('status')}", "sequence_number": 0, "response": body}
+            self._ended(event)
+        else:
+            event = error_event(self.status, body)
+            self.failed = True
+        with contextlib.suppress(OSError):
+            await self._send_text(jsoncodec.dumps(event).decode())
+
+
+def _is_event_stream(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    return any(name == b"content-type" and value.startswith(b"text/event-stream") for name, value in headers)

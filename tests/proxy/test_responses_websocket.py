@@ -1,0 +1,300 @@
+"""The Responses API's WebSocket mode on the proxy (``/v1/responses``, Open Responses 2026-04-24, issue
+38), in front of scripted upstreams, with a real WebSocket client (the ``websockets`` library, and
+openai-python's ``responses.connect``): sequential turns, ``store: false`` continuation on one socket,
+``previous_response_not_found`` after a reconnect, a failed continuation forgetting its response, the
+API key at the handshake, the caps, the socket's lifetime, and hostile messages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from conformance.protocols.front_end import named_events
+from tests.support.responses_checks import check_events, judged
+from tests.support.servers import wait_for
+
+from .conftest import run_proxy, serve_proxy
+from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
+
+TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+_USAGE = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+
+
+def _usage() -> bytes:
+    payload = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": []}
+    return b"data: " + json.dumps({**payload, "usage": _USAGE}).encode() + b"\n\n"
+
+
+def scripted(*answers: list[bytes] | None, seen: list[dict[str, Any]]) -> Any:
+    """An upstream answering its n-th request with the n-th stream of chunks (the last one from then
+    on); None: a stream cut after its first chunk. The requests' bodies go to ``seen``."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        raw = await read_request(reader)
+        assert raw is not None
+        seen.append(json.loads(raw.split(b"\r\n\r\n", 1)[1]))
+        parts = answers[min(len(seen), len(answers)) - 1]
+        writer.write(sse_head())
+        for part in parts or [chunk("Hel")]:
+            writer.write(http_chunk(part))
+            await writer.drain()
+        if parts is None:
+            writer.transport.abort()
+            return
+        writer.write(http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+
+    return handler
+
+
+def said(text: str) -> list[bytes]:
+    return [chunk(text, "stop"), _usage()]
+
+
+@pytest.fixture
+def hello() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    seen: list[dict[str, Any]] = []
+    with raw_server(scripted(said("Hello"), seen=seen)) as (upstream, _), run_proxy(upstream) as url:
+        yield url, seen
+
+
+def socket_url(url: str) -> str:
+    return "ws" + url.removeprefix("http") + "/v1/responses"
+
+
+def send(ws: ClientConnection, **fields: Any) -> None:
+    ws.send(json.dumps({"type": "response.create", "model": "m", **fields}))
+
+
+def read_turn(ws: ClientConnection) -> list[dict[str, Any]]:
+    """The messages of one turn: its events up to the terminal one, or its one error message."""
+    events = []
+    while True:
+        event = json.loads(ws.recv(timeout=10))
+        events.append(event)
+        if event["type"] in TERMINAL or event["type"] == "error":
+            return events
+
+
+def turn(ws: ClientConnection, **fields: Any) -> list[dict[str, Any]]:
+    send(ws, **fields)
+    return read_turn(ws)
+
+
+def check_turn(events: list[dict[str, Any]], request: dict[str, Any]) -> dict[str, Any]:
+    """A turn's events, checked as the HTTP stream of the same request is; its final Response."""
+    check_events(events)
+    stream = named_events(events)
+    judged(stream, {"model": "m", **request, "stream": True}, 200, {"content-type": "text/event-stream"})
+    final: dict[str, Any] = events[-1]["response"]
+    return final
+
+
+def error_of(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one error message a turn was answered with: the spec's WebSocketErrorEvent."""
+    assert len(events) == 1, events
+    (event,) = events
+    assert event["type"] == "error", event
+    assert isinstance(event["status"], int)
+    assert isinstance(event["error"]["code"], str)
+    assert isinstance(event["error"]["message"], str)
+    assert "Traceback" not in event["error"]["message"]
+    return event
+
+
+def test_turns_are_sequential_and_stream_the_http_events(hello: tuple[str, list[dict[str, Any]]]) -> None:
+    url, seen = hello
+    with connect(socket_url(url)) as ws:
+        # The second is sent before the first is answered: it waits for it, first in first out.
+        send(ws, input="first", store=False)
+        send(ws, input="second", store=False)
+        first, second = read_turn(ws), read_turn(ws)
+    for events, text in ((first, "first"), (second, "second")):
+        final = check_turn(events, {"input": text, "store": False})
+        assert [e["type"] for e in events][:2] == ["response.created", "response.in_progress"]
+        assert events[0]["sequence_number"] == 0
+        assert final["status"] == "completed"
+        assert final["output"][0]["content"][0]["text"] == "Hello"
+    assert first[-1]["response"]["id"] != second[-1]["response"]["id"]
+    assert [body["messages"] for body in seen] == [
+        [{"role": "user", "content": "first"}],
+        [{"role": "user", "content": "second"}],
+    ]
+    assert all(body["stream"] is True for body in seen)
+
+
+def test_a_store_false_response_is_continued_on_its_socket() -> None:
+    seen: list[dict[str, Any]] = []
+    handler = scripted(said("OK."), said("cobalt"), said("Still cobalt."), seen=seen)
+    with raw_server(handler) as (upstream, _), run_proxy(upstream) as url, connect(socket_url(url)) as ws:
+        first = check_turn(turn(ws, input="Remember: cobalt.", store=False), {"store": False})
+        request = {"input": "The word?", "store": False, "previous_response_id": first["id"]}
+        second = check_turn(turn(ws, **request), request)
+        assert second["previous_response_id"] == first["id"]
+        assert second["output"][0]["content"][0]["text"] == "cobalt"
+        # And on from the second, which the socket now remembers in place of the first.
+        third = turn(ws, input="Again?", store=False, previous_response_id=second["id"])
+        assert third[-1]["type"] == "response.completed"
+    assert seen[1]["messages"] == [
+        {"role": "user", "content": "Remember: cobalt."},
+        {"role": "assistant", "content": "OK."},
+        {"role": "user", "content": "The word?"},
+    ]
+    texts = [m["content"] for m in seen[2]["messages"]]
+    assert texts == ["Remember: cobalt.", "OK.", "The word?", "cobalt", "Again?"]
+
+
+def test_after_a_reconnect_a_store_false_id_is_unknown(hello: tuple[str, list[dict[str, Any]]]) -> None:
+    url, seen = hello
+    with connect(socket_url(url)) as ws:
+        unstored = turn(ws, input="one", store=False)[-1]["response"]["id"]
+        stored = turn(ws, input="two")[-1]["response"]["id"]
+    with connect(socket_url(url)) as ws:
+        missing = error_of(turn(ws, input="three", store=False, previous_response_id=unstored))
+        assert missing["status"] == 400
+        assert missing["error"]["code"] == "previous_response_not_found"
+        assert missing["error"]["param"] == "previous_response_id"
+        assert unstored in missing["error"]["message"]
+        # A stored response continues on any socket (from the server's store); a new chain starts.
+        assert turn(ws, input="four", previous_response_id=stored)[-1]["type"] == "response.completed"
+        assert turn(ws, input="five", store=False)[-1]["type"] == "response.completed"
+    assert [m["content"] for m in seen[-2]["messages"]] == ["two", "Hello", "four"]
+
+
+def test_a_failed_continuation_forgets_the_response_it_continued() -> None:
+    seen: list[dict[str, Any]] = []
+    handler = scripted(said("OK."), None, said("fine"), seen=seen)  # the second answer breaks off
+    with raw_server(handler) as (upstream, _), run_proxy(upstream) as url, connect(socket_url(url)) as ws:
+        first = turn(ws, input="Remember: ember.", store=False)[-1]["response"]["id"]
+        failed = turn(ws, input="The word?", store=False, previous_response_id=first)
+        assert failed[-1]["type"] == "response.failed"
+        check_events(failed)
+        retry = error_of(turn(ws, input="The word?", store=False, previous_response_id=first))
+        assert retry["error"]["code"] == "previous_response_not_found"
+        # The socket goes on: a new chain, then its continuation.
+        fresh = turn(ws, input="Remember: ember.", store=False)[-1]["response"]["id"]
+        continued = turn(ws, input="And?", store=False, previous_response_id=fresh)
+        assert continued[-1]["type"] == "response.completed"
+    assert len(seen) == 4  # the refused retry asked no upstream
+
+
+def test_the_handshake_needs_the_api_key() -> None:
+    handler = scripted(said("Hi"), seen=[])
+    with raw_server(handler) as (upstream, _), run_proxy(upstream, api_key="sk-t") as url:
+        for headers in ({}, {"Authorization": "Bearer sk-wrong"}):
+            with pytest.raises(InvalidStatus) as refused:
+                connect(socket_url(url), additional_headers=headers)
+            assert refused.value.response.status_code == 401
+            assert json.loads(refused.value.response.body)["error"]["code"] == "invalid_api_key"
+        for headers in ({"Authorization": "Bearer sk-t"}, {"x-api-key": "sk-t"}):
+            with connect(socket_url(url), additional_headers=headers) as ws:
+                assert turn(ws, input="hi")[-1]["type"] == "response.completed"
+
+
+def test_messages_that_are_no_response_create_are_answered_and_the_socket_goes_on() -> None:
+    seen: list[dict[str, Any]] = []
+    handler = scripted(said("Hello"), seen=seen)
+    with (
+        raw_server(handler) as (upstream, _),
+        run_proxy(upstream, max_body=2000) as url,
+        connect(socket_url(url)) as ws,
+    ):
+        ws.send("{not json")
+        assert error_of(read_turn(ws))["status"] == 400
+        ws.send(b'{"type": "response.create", "model": "m", "input": "hi"}')
+        assert error_of(read_turn(ws))["error"]["code"] == "invalid_message"
+        ws.send("[1, 2]")
+        assert error_of(read_turn(ws))["status"] == 400
+        ws.send(json.dumps({"type": "response.cancel"}))
+        assert error_of(read_turn(ws))["error"]["param"] == "type"
+        for forbidden in ("stream", "background", "stream_options"):
+            refused = error_of(turn(ws, input="hi", **{forbidden: True}))
+            assert refused["error"]["param"] == forbidden
+        too_large = error_of(turn(ws, input="x" * 3000))
+        assert too_large["status"] == 413
+        assert too_large["error"]["code"] == "request_too_large"
+        refused = error_of(turn(ws, input=[{"type": "message", "role": "nobody", "content": "hi"}]))
+        assert refused["error"]["param"].startswith("input")
+        assert turn(ws, input="hi")[-1]["type"] == "response.completed"
+    assert len(seen) == 1  # only the last asked the upstream
+
+
+async def _one_word_then_silence(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
+) -> None:
+    await read_request(reader)
+    writer.write(sse_head() + http_chunk(chunk("word ")))
+    await writer.drain()
+    await wait_peer_close(reader, record)
+
+
+def test_a_closed_socket_cancels_its_turn_upstream() -> None:
+    with raw_server(_one_word_then_silence) as (upstream, record), run_proxy(upstream) as url:
+        with connect(socket_url(url)) as ws:
+            send(ws, input="talk")
+            while json.loads(ws.recv(timeout=10))["type"] != "response.output_text.delta":
+                pass
+        wait_for(lambda: bool(record.peer_closed_at))  # the upstream request was closed too
+
+
+def test_a_socket_counts_in_its_clients_share_of_connections() -> None:
+    with (
+        raw_server(scripted(said("Hi"), seen=[])) as (upstream, _),
+        run_proxy(upstream, max_connections_per_client=1) as url,
+    ):
+        with connect(socket_url(url)) as ws:
+            with pytest.raises(InvalidStatus) as refused:
+                connect(socket_url(url))
+            assert refused.value.response.status_code == 503
+            assert turn(ws, input="hi")[-1]["type"] == "response.completed"
+        # Closed, the socket no longer counts.
+        wait_for(lambda: _opens(url), timeout=3)
+
+
+def _opens(url: str) -> bool:
+    try:
+        with connect(socket_url(url)):
+            return True
+    except InvalidStatus:
+        return False
+
+
+def test_a_socket_ends_at_its_lifetime() -> None:
+    with raw_server(scripted(said("Hi"), seen=[])) as (upstream, _), serve_proxy(upstream) as (url, app):
+        responses = next(f for f in app.state.serving.front_ends if f.socket is not None)
+        responses.socket_lifetime = 1.0  # the spec's 60 minutes, shortened for the test
+        with connect(socket_url(url)) as ws:
+            assert turn(ws, input="hi")[-1]["type"] == "response.completed"
+            started = time.monotonic()
+            limit = error_of(read_turn(ws))
+            assert limit["error"]["code"] == "websocket_connection_limit_reached"
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=5)
+            assert closed.value.rcvd is not None
+            assert closed.value.rcvd.code == 1000
+            assert time.monotonic() - started < 3
+
+
+# openai-python 3.57 opens its socket without the context manager that websockets 17 asks for: its warning.
+@pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager:DeprecationWarning")
+def test_openai_python_responses_connect(hello: tuple[str, list[dict[str, Any]]]) -> None:
+    url, _ = hello
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    with client.responses.connect() as connection:
+        connection.send({"type": "response.create", "model": "m", "input": "hi", "store": False})
+        kinds = []
+        for event in connection:
+            kinds.append(event.type)
+            if event.type in TERMINAL:
+                break
+    assert kinds[0] == "response.created"
+    assert kinds[-1] == "response.completed"
+    assert "response.output_text.delta" in kinds
