@@ -271,6 +271,11 @@ def why_notes(columns: dict[str, Column]) -> list[str]:
     return ["", "Why, where it is known:", "", "| server | probe | why |", "|---|---|---|", *notes]
 
 
+OPEN_RESPONSES = ROOT / "docs" / "open-responses.md"
+"""The Open Responses compliance suite's record (run by scripts/open_responses_suite.py, not by this
+script: the suite is third-party code outside the project), kept in COMPATIBILITY.md beside the matrix."""
+
+
 def render(columns: dict[str, Column], servers: Sequence[LlamaServer], absent: Sequence[str] = ()) -> str:
     names = list(columns)
     lines = [
@@ -313,6 +318,7 @@ def render(columns: dict[str, Column], servers: Sequence[LlamaServer], absent: S
             f" {totals['distinct_rules']} | {rules} |"
         )
     lines += why_notes(columns)
+    lines += ["", *OPEN_RESPONSES.read_text().rstrip("\n").splitlines()]
     lines += [
         "",
         "## Probes",
