@@ -169,6 +169,36 @@ def _exit_on_sigterm(signum: int, _: object) -> None:
     raise _Terminated(128 + signum)
 
 
+def _checked_start(args: argparse.Namespace) -> tuple[str | None, str]:
+    """What ``serve`` checks before it starts anything, each mistake one line (``CommandError``): the
+    first routed upstream (None without ``--config``) and the response store every worker opens."""
+    if args.upstream:
+        _upstream_url(args.upstream)
+    routed_urls = _routing_file(args)
+    if args.model and not args.upstream and not routed_urls and not os.path.isfile(args.model):
+        # One line now, not the backend's start, its error and its exit status (issue 32).
+        raise CommandError(f"--model {args.model}: no such file")
+    _not_itself([args.upstream] if args.upstream else routed_urls, args.host, args.port)
+    _check_can_listen(args.host, args.port)
+    store = opened_store(args, "serve").location  # every worker opens this one (a file or a database)
+    if args.upstream:
+        _warn_if_silent(args.upstream)  # (last: a mistake above is the one line printed)
+    return (routed_urls[0] if routed_urls else None), store
+
+
+def _announce(args: argparse.Namespace, routed: str | None) -> None:
+    """The last start-up lines, and the only address printed: the one clients use."""
+    if not args.upstream and not routed and not args.model:
+        print(_BASE_MODEL_NOTE, file=sys.stderr, flush=True)
+    workers = f" ({args.workers} workers)" if args.workers > 1 else ""
+    target = args.upstream or (routed and f"the upstreams of {args.config_file}") or "the bundled backend"
+    print(
+        f"conformant serve: http://{args.host}:{args.port}/v1 -> {target}{workers}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -179,18 +209,7 @@ def run(args: argparse.Namespace) -> int:
     # the default one the process would die before it stops the backend it started.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     raise_open_file_limit()  # each connection is a file: the limits bound them, not a soft 1,024
-    if args.upstream:
-        _upstream_url(args.upstream)
-    routed_urls = _routing_file(args)
-    if args.model and not args.upstream and not routed_urls and not os.path.isfile(args.model):
-        # One line now, not the backend's start, its error and its exit status (issue 32).
-        raise CommandError(f"--model {args.model}: no such file")
-    _not_itself([args.upstream] if args.upstream else routed_urls, args.host, args.port)
-    routed = routed_urls[0] if routed_urls else None
-    _check_can_listen(args.host, args.port)
-    store = str(opened_store(args, "serve").path)  # every worker opens this one
-    if args.upstream:
-        _warn_if_silent(args.upstream)  # (last: a mistake above is the one line printed)
+    routed, store = _checked_start(args)
     with contextlib.ExitStack() as stack:
         upstream = args.upstream or routed or stack.enter_context(_backend(args.model))
         # The bundled backend is known: no /props probe, which it answered 404 in its log.
@@ -200,16 +219,7 @@ def run(args: argparse.Namespace) -> int:
             else args.upstream_kind
         )
         config = proxy_config(args, upstream=upstream, upstream_kind=kind, responses_store=store)
-        workers = f" ({args.workers} workers)" if args.workers > 1 else ""
-        if not args.upstream and not routed and not args.model:
-            print(_BASE_MODEL_NOTE, file=sys.stderr, flush=True)
-        target = args.upstream or (routed and f"the upstreams of {args.config_file}") or "the bundled backend"
-        # The last start-up line, and the only address printed: the one clients use.
-        print(
-            f"conformant serve: http://{args.host}:{args.port}/v1 -> {target}{workers}",
-            file=sys.stderr,
-            flush=True,
-        )
+        _announce(args, routed)
         if args.workers > 1:
             serve_in_workers(config, args.log_level, uvicorn_options(args))
         else:
