@@ -98,12 +98,22 @@ def test_a_stored_response_is_retrieved_listed_and_deleted(url: str) -> None:
         client.responses.retrieve("resp_stored1")
 
 
+def test_cancel_says_a_foreground_response_cannot_be_cancelled(url: str) -> None:
+    """openai-python's ``responses.cancel``: OpenAI cancels only background responses, which this server
+    does not run; the stored response is left as it was."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        _client(url).responses.cancel("resp_stored1")
+    assert "background" in refused.value.message
+    assert _client(url).responses.retrieve("resp_stored1").status == "completed"
+
+
 @pytest.mark.parametrize(
     ("method", "path"),
     [
         ("GET", "/v1/responses/resp_unknown"),
         ("DELETE", "/v1/responses/resp_unknown"),
         ("GET", "/v1/responses/resp_unknown/input_items"),
+        ("POST", "/v1/responses/resp_unknown/cancel"),
     ],
 )
 def test_an_unknown_id_is_openais_404(url: str, method: str, path: str) -> None:

@@ -40,7 +40,14 @@ from .output import ResponsesOutput
 from .protocol import RESPONSES
 from .request import SCHEMA
 from .store_base import Store
-from .stored import delete_response, input_items, list_input_items, previous_items, retrieve_response
+from .stored import (
+    cancel_response,
+    delete_response,
+    input_items,
+    list_input_items,
+    previous_items,
+    retrieve_response,
+)
 from .translation import ChatTranslation, responses_error, translate_request
 from .websocket import CONNECTION_LIFETIME, SocketStore, serve_socket
 
@@ -107,6 +114,7 @@ class ResponsesFrontEnd(FrontEnd):
     def __init__(self, store: Store, max_bytes: int | None = None) -> None:
         routes = (
             StateRoute("/v1/responses/{response_id}/input_items", ("GET",), self._stored),
+            StateRoute("/v1/responses/{response_id}/cancel", ("POST",), self._stored),
             StateRoute("/v1/responses/{response_id}", ("GET", "DELETE"), self._stored),
         )
         super().__init__(RESPONSES, routes, socket=SocketRoute(NATIVE_PATH, self._socket))
@@ -162,6 +170,8 @@ class ResponsesFrontEnd(FrontEnd):
         response_id = request.path_params["response_id"]
         if request.url.path.endswith("/input_items"):
             return await list_input_items(self.store, response_id, request.query_params)
+        if request.url.path.endswith("/cancel"):
+            return await cancel_response(self.store, response_id)
         if request.method == "DELETE":
             return await delete_response(self.store, response_id)
         return await retrieve_response(self.store, response_id, request.query_params)

@@ -140,6 +140,21 @@ async def retrieve_response(store: Store, response_id: str, query: Mapping[str, 
     return found if isinstance(found, JSONResponse) else JSONResponse(found.response)
 
 
+async def cancel_response(store: Store, response_id: str) -> JSONResponse:
+    """``POST /v1/responses/{id}/cancel``: OpenAI cancels only a background response, and there are none
+    here (``background: true`` is refused), so a response this owner has is a 400 that says why, as
+    OpenAI answers for one created in the foreground, and another id a 404, as ``GET`` answers it."""
+    found = await _load(store, response_id)
+    if isinstance(found, JSONResponse):
+        return found
+    return error_response(
+        "Only responses created with background set to true can be cancelled; this server runs none in "
+        "the background.",
+        400,
+        code="invalid_request",
+    )
+
+
 async def delete_response(store: Store, response_id: str) -> JSONResponse:
     """``DELETE /v1/responses/{id}``."""
     try:
