@@ -129,9 +129,10 @@ def test_llama_cpp_tokenizes_and_detokenizes_text(tmp_path: Path) -> None:
         n = llama.llama_tokenize(vocab, text.encode(), len(text.encode()), tokens, 128, True, False)
         assert n > 1
         assert tokens[0] == BOS
-        # Whole words come out as single pieces: the scores make SentencePiece prefer them.
+        # Whole words come out as single pieces: the scores make SentencePiece prefer them. No space is
+        # put before the text (as in Qwen's and Llama 3's vocabularies): a word is whole after a space.
         hello = (llama.llama_token * 8)()
-        assert llama.llama_tokenize(vocab, b"hello", 5, hello, 8, False, False) == 1
+        assert llama.llama_tokenize(vocab, b" hello", 6, hello, 8, False, False) == 1
         text_out = ctypes.create_string_buffer(256)
         # Without the BOS: llama.cpp strips the SentencePiece space prefix only when no BOS is removed.
         after_bos = (llama.llama_token * (n - 1))(*tokens[1:n])
