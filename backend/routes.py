@@ -20,6 +20,7 @@ from conformance.api_errors import error_response
 from conformance.protocols import chat, completions, messages, responses
 from conformance.protocols.front_end import FrontEnd, SocketRoute
 from conformance.protocols.responses.store_base import Store
+from conformance.protocols.responses.websocket import origin_refusal
 
 __all__ = ["front_ends", "route_table"]
 
@@ -55,6 +56,10 @@ def route_table(generation: Generation, served: tuple[FrontEnd, ...]) -> list[Ba
 
 
 async def _socket(generation: Generation, socket: SocketRoute, websocket: WebSocket) -> None:
+    refused = origin_refusal(websocket)  # (no browser page: the backend has no CORS to allow one)
+    if refused is not None:
+        await websocket.send_denial_response(refused)
+        return
     await socket.serve(websocket, partial(_answering, generation))
 
 

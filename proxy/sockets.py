@@ -8,10 +8,23 @@ serves the socket (conformance/protocols/responses/websocket.py), and each of it
 the generating route (proxy/generation.py) as the same POST would be, under the access log and
 metrics: one log line per turn, its key checked again, ``--max-body`` and ``--max-items`` applied,
 routed, failed over and repaired.
+
+A browser does not hold a WebSocket to the same-origin rule as it holds ``fetch``: any web page may open
+one to ``ws://127.0.0.1:8000/v1/responses`` and read what comes back, where the HTTP route's answers
+are hidden from it unless ``--cors-origin`` names its origin. A handshake that carries an ``Origin``
+(browsers always send one; openai-python and the ``websockets`` library send none) is therefore refused
+with a 403 unless ``--cors-origin`` lists that origin (or ``*``): the black-box test of issue 38 drove
+a keyless server from a page of another origin.
+
+uvicorn's WebSocket implementation (websockets-sansio) logs "ASGI callable returned without completing
+handshake" at ERROR after every denial response, though a denial is a completed handshake (ASGI's
+``websocket.http.response``): ``QuietDenials`` drops that line, which an operator read as a fault on
+every refused key.
 """
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 
 from starlette.routing import request_response
@@ -19,20 +32,33 @@ from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
 from conformance.protocols.front_end import FrontEnd, SocketRoute
+from conformance.protocols.responses.websocket import origin_refusal
 
 from .generation import generate
 from .observability import ObservabilityMiddleware
 from .serving import Serving, authorized, refused_key
 
-__all__ = ["serve_socket"]
+__all__ = ["QuietDenials", "serve_socket"]
 
 
 async def serve_socket(serving: Serving, socket: SocketRoute, websocket: WebSocket) -> None:
-    """A WebSocket to ``socket``'s path: refused without the key, else served by its protocol."""
+    """A WebSocket to ``socket``'s path: refused from a browser origin not allowed and without the key,
+    else served by its protocol."""
+    refused = origin_refusal(websocket, serving.config.cors_origins)
+    if refused is not None:
+        await websocket.send_denial_response(refused)
+        return
     if not authorized(websocket, serving.config.api_key):
         await websocket.send_denial_response(refused_key())
         return
     await socket.serve(websocket, partial(_answering, serving))
+
+
+class QuietDenials(logging.Filter):
+    """Drops uvicorn's ERROR line after a WebSocket denial response (see the module's docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "ASGI callable returned without completing handshake."
 
 
 def _answering(serving: Serving, front_end: FrontEnd) -> ASGIApp:

@@ -75,11 +75,13 @@ def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
 def build_app(config: ProxyConfig, log_level: str) -> Starlette:
     """The proxy app of one worker process, with its access log set up."""
     from .app import create_app
+    from .sockets import QuietDenials
 
     logging.basicConfig(level=log_level.upper(), format="%(message)s")
     # httpx logs each of the proxy's own small requests (props, models, tokenize) at INFO: lines that
     # are not the access log's JSON, in the middle of it.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
+    logging.getLogger("uvicorn.error").addFilter(QuietDenials())
     app = create_app(config)
     # Everything imported and built so far lives as long as the server: the collector need not scan it
     # again on every full collection while streams are being served.

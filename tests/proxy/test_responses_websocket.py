@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -19,7 +20,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from conformance.protocols.front_end import named_events
 from tests.support.responses_checks import check_events, judged
-from tests.support.servers import wait_for
+from tests.support.servers import free_port, run_process, wait_for
 
 from .conftest import run_proxy, serve_proxy
 from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head, wait_peer_close
@@ -197,6 +198,48 @@ def test_the_handshake_needs_the_api_key() -> None:
         for headers in ({"Authorization": "Bearer sk-t"}, {"x-api-key": "sk-t"}):
             with connect(socket_url(url), additional_headers=headers) as ws:
                 assert turn(ws, input="hi")[-1]["type"] == "response.completed"
+
+
+def test_a_browser_page_of_another_origin_is_refused_at_the_handshake() -> None:
+    """A browser lets any page open a WebSocket to a local server and read its answers (the black-box
+    test drove a keyless server from another origin): a handshake with an ``Origin`` that
+    ``--cors-origin`` does not list is a 403; clients that are no browser send none."""
+    handler = scripted(said("Hi"), seen=[])
+    with raw_server(handler) as (upstream, _):
+        with run_proxy(upstream) as url:
+            with pytest.raises(InvalidStatus) as refused:
+                connect(socket_url(url), origin="http://evil.example")
+            assert refused.value.response.status_code == 403
+            assert json.loads(refused.value.response.body)["error"]["code"] == "origin_not_allowed"
+            with connect(socket_url(url)) as ws:  # (no Origin: not a browser)
+                assert turn(ws, input="hi")[-1]["type"] == "response.completed"
+        with run_proxy(upstream, cors_origins=("http://good.example",)) as url:
+            with connect(socket_url(url), origin="http://good.example") as ws:
+                assert turn(ws, input="hi")[-1]["type"] == "response.completed"
+            with pytest.raises(InvalidStatus) as refused:
+                connect(socket_url(url), origin="null")
+            assert refused.value.response.status_code == 403
+
+
+def test_serve_logs_no_error_for_a_refused_handshake(tmp_path: Path) -> None:
+    """uvicorn's WebSocket layer logged "ASGI callable returned without completing handshake" at ERROR
+    after every denial (a wrong key, a foreign origin): an operator read a fault into each."""
+    handler = scripted(said("Hi"), seen=[])
+    port, log = free_port(), tmp_path / "serve.log"
+    args = ["python", "-m", "conformance", "serve", "--upstream", "UPSTREAM", "--port", str(port)]
+    args += ["--upstream-kind", "openai", "--api-key", "sk-t"]
+    with raw_server(handler) as (upstream, _):
+        args[args.index("UPSTREAM")] = upstream
+        with run_process(args, health_path="/health", port=port, log_path=log) as (url, _):
+            for headers, origin in (({"Authorization": "Bearer sk-no"}, None), ({}, "http://evil.example")):
+                with pytest.raises(InvalidStatus):
+                    connect(socket_url(url), additional_headers=headers, origin=origin)  # type: ignore[arg-type]
+            with connect(socket_url(url), additional_headers={"Authorization": "Bearer sk-t"}) as ws:
+                assert turn(ws, input="hi")[-1]["type"] == "response.completed"
+    text = log.read_text()
+    assert "conformant serve: http://" in text  # (the log is the server's)
+    assert "without completing handshake" not in text
+    assert "ERROR" not in text
 
 
 def test_messages_that_are_no_response_create_are_answered_and_the_socket_goes_on() -> None:

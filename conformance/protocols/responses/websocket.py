@@ -36,11 +36,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from conformance import jsoncodec
-from conformance.api_errors import APIError, quoted
+from conformance.api_errors import APIError, error_response, quoted
 from conformance.openai_errors import error_body
 from conformance.request_validation import parse_json_object
 
@@ -49,7 +50,7 @@ from .store import StoredResponse
 from .store_base import Store
 from .stored import input_items
 
-__all__ = ["CONNECTION_LIFETIME", "WAITING", "SocketStore", "error_event", "serve_socket"]
+__all__ = ["CONNECTION_LIFETIME", "WAITING", "SocketStore", "error_event", "origin_refusal", "serve_socket"]
 
 log = logging.getLogger("conformant.responses")
 
@@ -64,6 +65,22 @@ _TERMINAL = frozenset({b"response.completed", b"response.incomplete", b"response
 _NOT_CARRIED = frozenset({b"upgrade", b"connection", b"content-length", b"content-type", b"x-request-id"})
 """Handshake headers a turn's HTTP request does not carry (nor any ``sec-websocket-*``): the socket's
 own, and a request id, which each turn gets anew."""
+
+
+def origin_refusal(websocket: WebSocket, allowed: Sequence[str] = ()) -> Response | None:
+    """The 403 for a handshake from a browser page whose origin ``allowed`` does not list (``*``: any),
+    else None. A browser lets any page open a WebSocket to a local server and read what comes back, where
+    ``fetch`` hides a response without CORS; browsers always send ``Origin``, other clients (openai-python,
+    the ``websockets`` library, Codex CLI) none."""
+    origin = websocket.headers.get("origin")
+    if origin is None or "*" in allowed or origin in allowed:
+        return None
+    return error_response(
+        "WebSocket connections from this origin are not allowed; start the server with --cors-origin "
+        "naming it.",
+        403,
+        code="origin_not_allowed",
+    )
 
 
 class SocketStore:
