@@ -34,10 +34,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "check",
         help="probe a live server and judge every response",
-        description="Send a battery of small probes (both endpoints, streaming and not, usage, stop, n, "
-        "logprobs, echo, prompt arrays, token prompts, limits, invalid requests, context overflow, client "
-        "disconnect), judge each response, and report. Exit 1 when errors remain, 2 when the server "
-        "cannot be reached.",
+        description="Send a battery of small probes (chat and completions, the Responses API and the "
+        "Messages API; streaming and not, usage, stop, n, logprobs, echo, tools, structured output, "
+        "images and files, limits, invalid requests, context overflow, client disconnect), judge each "
+        "response, and report. Exit 1 when errors remain, 2 when the server cannot be reached.",
     )
     parser.add_argument("url", metavar="BASE_URL", nargs="?", help="server root, e.g. http://127.0.0.1:8080")
     parser.add_argument(
@@ -140,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     except ServerUnreachable as exc:
         raise CommandError(str(exc)) from None
     console.print(_summary(results))
+    console.print(f"/v1/responses judged by the {args.profile} profile (--profile)")
     for r in results:
         r.verdict.server = args.server or args.url
     report = render([r.verdict for r in results], args.format)

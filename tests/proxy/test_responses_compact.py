@@ -115,6 +115,9 @@ def test_a_conversation_is_compacted_to_its_user_messages_and_a_summary(
     [
         ({"input": "hi"}, "model", "missing_required_parameter"),
         ({"model": None, "input": "hi"}, "model", "missing_required_parameter"),
+        ({"model": "", "input": "hi"}, "model", "missing_required_parameter"),
+        ({"model": "m", "input": "hi", "stream": True}, "stream", "unsupported_value"),
+        ({"model": "m", "input": "hi", "background": True}, "background", "unsupported_value"),
         ({"model": 7, "input": "hi"}, "model", "invalid_type"),
         ({"model": "m"}, "input", "missing_required_parameter"),
         ({"model": "m", "input": {"role": "user"}}, "input", "invalid_type"),

@@ -199,6 +199,20 @@ def test_a_binary_file_goes_on_as_a_chat_file_part(openai_upstream: tuple[str, l
     assert sent == {"type": "file", "file": {"filename": "paper.pdf", "file_data": part["file_data"]}}
 
 
+def test_file_data_that_is_no_base64_is_a_400_that_says_so(
+    openai_upstream: tuple[str, list[dict[str, Any]]],
+) -> None:
+    """It was answered as a file the model cannot read, which misled (the black-box test)."""
+    url, seen = openai_upstream
+    part = {"type": "input_file", "filename": "a.txt", "file_data": "data:text/plain;base64,!!!notbase64"}
+    response = httpx.post(url + "/v1/responses", json=_with_file(part), timeout=10)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["param"], error["code"]) == ("input[0].content[1].file_data", "invalid_value")
+    assert "base64" in error["message"]
+    assert seen == []
+
+
 @pytest.mark.parametrize("key", ["file_url", "file_id"])
 def test_a_file_by_url_or_id_is_refused(openai_upstream: tuple[str, list[dict[str, Any]]], key: str) -> None:
     """The proxy fetches no URL a client names and keeps no uploaded files."""

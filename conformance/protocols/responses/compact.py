@@ -65,6 +65,8 @@ _LEFT_OUT = frozenset(
 )
 """Fields of a create request that the summary's request does not take: it is plain text, answered
 whole, kept nowhere."""
+_UNSERVED = {"stream": "a compaction is answered whole", "background": "none runs in the background"}
+"""What a compaction request may not ask (true), and why."""
 
 
 class CompactFrontEnd(FrontEnd):
@@ -123,17 +125,13 @@ class CompactOutput(Output):
 
 
 def _check(asked: Mapping[str, Any]) -> None:
-    """The spec's refusals of a compaction request: ``model`` missing (a 400, as the spec requires it),
-    no conversation to compact, a ``prompt_cache_key`` past its bound."""
-    model = asked.get("model")
-    if model is None:
-        raise InvalidRequest.make(
-            "Missing required parameter: 'model'.", 400, param="model", code="missing_required_parameter"
-        )
-    if not isinstance(model, str):
-        raise InvalidRequest.make(
-            "Invalid type for 'model': expected a string.", 400, param="model", code="invalid_type"
-        )
+    """The spec's refusals of a compaction request: ``model`` missing or empty (a 400, as the spec
+    requires it), no conversation to compact, a ``prompt_cache_key`` past its bound, and what it cannot
+    do: a stream, a background run."""
+    for name, why in _UNSERVED.items():
+        if asked.get(name) is True:  # (answered whole, it went unnoticed: the black-box test's finding)
+            raise InvalidRequest.make(f"Invalid '{name}': {why}.", 400, param=name, code="unsupported_value")
+    _check_model(asked.get("model"))
     given = asked.get("input")
     if given is not None and not isinstance(given, str | list):
         raise InvalidRequest.make(
@@ -156,6 +154,17 @@ def _check(asked: Mapping[str, Any]) -> None:
             400,
             param="prompt_cache_key",
             code="invalid_value",
+        )
+
+
+def _check_model(model: Any) -> None:
+    if model is None or model == "":
+        raise InvalidRequest.make(
+            "Missing required parameter: 'model'.", 400, param="model", code="missing_required_parameter"
+        )
+    if not isinstance(model, str):
+        raise InvalidRequest.make(
+            "Invalid type for 'model': expected a string.", 400, param="model", code="invalid_type"
         )
 
 

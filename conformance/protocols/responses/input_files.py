@@ -60,7 +60,8 @@ def file_part(part: Mapping[str, Any], where: str) -> dict[str, Any]:
             "missing_required_parameter",
         )
     name = part.get("filename") if isinstance(part.get("filename"), str) else None
-    text = _text(data, name)
+    media, raw = _payload(data, f"{where}.file_data")
+    text = _text(media, raw, name)
     if text is not None:
         return {"type": "text", "text": f"[file: {name or 'attached file'}]\n{text}"}
     file: dict[str, Any] = {"file_data": data}
@@ -69,20 +70,28 @@ def file_part(part: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {"type": "file", "file": file}
 
 
-def _text(data: str, name: str | None) -> str | None:
-    """The file's text when it is a text file (by media type or name) whose bytes are UTF-8; else None."""
+def _payload(data: str, param: str) -> tuple[str, bytes]:
+    """The media type (lower case, "" where none is given) and the bytes of ``file_data``: a ``data:``
+    URL, or base64 alone; a 400 naming ``param`` where the base64 is not (it was answered as a file the
+    model cannot read, which misled)."""
     match = _DATA_URL.match(data)
     media = match.group("type").strip().lower() if match else ""
+    payload = data[match.end() :] if match else data
+    if match is not None and not match.group("base64"):  # a data: URL's text, percent-encoded
+        return media, unquote(payload).encode()
+    try:
+        return media, base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise TranslationError(
+            f"Invalid '{param}': expected base64 data (a data: URL with ';base64', or base64 alone).", param
+        ) from None
+
+
+def _text(media: str, raw: bytes, name: str | None) -> str | None:
+    """The file's text when it is a text file (by media type or name) whose bytes are UTF-8; else None."""
     by_name = name is not None and PurePosixPath(name.lower()).suffix in _TEXT_SUFFIXES
     if not (_TEXT_TYPES.match(media) or (by_name and media in ("", "application/octet-stream"))):
         return None
-    payload = data[match.end() :] if match else data
-    try:
-        raw = base64.b64decode(payload, validate=True) if (match is None or match.group("base64")) else None
-    except (binascii.Error, ValueError):
-        return None
-    if raw is None:  # a data: URL without ;base64 carries its text percent-encoded
-        return unquote(payload)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
