@@ -262,3 +262,37 @@ def test_the_profile_finds_what_the_suite_finds_in_a_response_without_the_fields
     assert "strict missing" in messages["open-responses-tool-field"]
     plain = judge_response(body, request=request, status=200, headers=headers)
     assert not [f for f in plain.errors if f.rule.startswith("open-responses")]
+
+
+def _call_chunk() -> bytes:
+    call = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": "{}"},
+    }
+    choice = {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": "tool_calls"}
+    payload = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [choice]}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize(("calls", "phase"), [(False, "final_answer"), (True, "commentary")])
+def test_a_finished_message_has_its_phase(calls: bool, phase: str) -> None:
+    """Open Responses 2026-04-24's ``phase``: text written before a tool call is ``commentary``, the last
+    word ``final_answer`` (clients of gpt-5.3-codex and later send it back)."""
+    parts = [chunk("Let me look."), _call_chunk()] if calls else [chunk("Sunny.", "stop")]
+    request = {"model": "m", "input": "Weather?", "tools": [TOOL], "stream": True}
+    with raw_server(streaming(*parts)) as (upstream, _), run_proxy(upstream) as url:
+        streamed = httpx.post(url + "/v1/responses", json=request, timeout=10)
+        whole = httpx.post(url + "/v1/responses", json={**request, "stream": False}, timeout=10).json()
+    judged(streamed.content, request, streamed.status_code, streamed.headers)
+    events = sse_events(streamed.content)
+    done = [
+        e["item"]
+        for e in events
+        if e["type"] == "response.output_item.done" and e["item"]["type"] == "message"
+    ]
+    final = events[-1]["response"]["output"]
+    assert [d["phase"] for d in done] == [phase]
+    assert [item.get("phase") for item in final if item["type"] == "message"] == [phase]
+    assert [item.get("phase") for item in whole["output"] if item["type"] == "message"] == [phase]

@@ -35,6 +35,7 @@ from .response import (
     new_item_id,
     new_response_id,
     output_text_part,
+    phase_of,
     reasoning_item,
     response_object,
     response_status,
@@ -65,9 +66,9 @@ class _Item:
     def text(self) -> str:
         return "".join(self.parts)
 
-    def finished(self, text: str, status: str) -> dict[str, Any]:
+    def finished(self, text: str, status: str, phase: str | None = None) -> dict[str, Any]:
         if self.kind == "message":
-            return message_item(self.item_id, text, status, self.logprobs)
+            return message_item(self.item_id, text, status, self.logprobs, phase)
         if self.kind == "reasoning":
             return reasoning_item(self.item_id, text, status)
         return function_call_item(
@@ -199,7 +200,7 @@ class ResponseEvents:
         return out
 
     def _open_item(self, item: _Item) -> list[dict[str, Any]]:
-        out = self._close("completed")
+        out = self._close("completed", phase_of(True) if item.kind == "call" else None)
         if item.kind != "message":
             self._held_logprobs = []  # held for a text that did not come
         item.output_index = len(self.output)  # after the item it follows is done and counted
@@ -281,8 +282,9 @@ class ResponseEvents:
                 )
         return out
 
-    def _close(self, status: str) -> list[dict[str, Any]]:
-        """The events that end the open item, if any (``status``: the item's own)."""
+    def _close(self, status: str, phase: str | None = None) -> list[dict[str, Any]]:
+        """The events that end the open item, if any (``status``: the item's own; ``phase``: a
+        message's, where it is known: see ``phase_of``)."""
         item, self._open = self._open, None
         if item is None:
             return []
@@ -291,7 +293,7 @@ class ResponseEvents:
             item.logprobs += self._held_logprobs
             self._held_logprobs = []
         text = item.text
-        done = item.finished(text, status)
+        done = item.finished(text, status, phase)
         if item.kind == "message":
             logprobs = item.logprobs
             out.append(self._content_event("response.output_text.done", item, text=text, logprobs=logprobs))
@@ -326,7 +328,7 @@ class ResponseEvents:
         if usage is not None:
             self.usage = dict(usage)
         status, incomplete = response_status(self.finish_reason)
-        out = self._close("incomplete" if status == "incomplete" else "completed")
+        out = self._close("incomplete" if status == "incomplete" else "completed", phase_of(False))
         self.response = self._snapshot(
             status, usage=response_usage(self.usage), incomplete_details=incomplete
         )

@@ -29,6 +29,7 @@ __all__ = [
     "message_item",
     "new_item_id",
     "new_response_id",
+    "phase_of",
     "reasoning_item",
     "response_from_chat",
     "response_object",
@@ -179,15 +180,29 @@ def listed_tool(tool: Any) -> Any:
 
 
 def message_item(
-    item_id: str, text: str, status: str = "completed", logprobs: list[dict[str, Any]] | None = None
+    item_id: str,
+    text: str,
+    status: str = "completed",
+    logprobs: list[dict[str, Any]] | None = None,
+    phase: str | None = None,
 ) -> dict[str, Any]:
-    return {
+    """An assistant ``message`` item; ``phase`` (Open Responses 2026-04-24, optional): ``commentary`` for
+    text the model wrote before it called a tool, ``final_answer`` for its last word (``phase_of``)."""
+    item = {
         "id": item_id,
         "type": "message",
         "status": status,
         "role": "assistant",
         "content": [] if status == "in_progress" else [output_text_part(text, logprobs)],
     }
+    if phase is not None:
+        item["phase"] = phase
+    return item
+
+
+def phase_of(calls_follow: bool) -> str:
+    """A finished message's ``phase``: ``commentary`` where a tool call follows it, else ``final_answer``."""
+    return "commentary" if calls_follow else "final_answer"
 
 
 def output_text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -319,7 +334,8 @@ def _thought_and_said(
         thought = len(reasoning) if isinstance(reasoning, str) else 0
         alone = not thought and not _calls(message.get("tool_calls"))
         entries = text_logprobs(choice.get("logprobs"), text, refusal=refusal, after=thought, alone=alone)
-    output.append(message_item(new_item_id("msg"), text, status, entries))
+    phase = phase_of(bool(_calls(message.get("tool_calls"))))
+    output.append(message_item(new_item_id("msg"), text, status, entries, phase))
     return output
 
 
