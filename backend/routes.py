@@ -15,7 +15,7 @@ from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
 from backend.counting import count
-from backend.generation import Generation, generate
+from backend.generation import SAMPLING_DEFAULTS, Generation, generate
 from conformance.api_errors import error_response
 from conformance.protocols import chat, completions, messages, responses
 from conformance.protocols.front_end import FrontEnd, SocketRoute
@@ -51,8 +51,19 @@ def route_table(generation: Generation, served: tuple[FrontEnd, ...]) -> list[Ba
         Route("/v1/models", partial(_models, generation), methods=["GET"]),
         Route("/v1/models/{model:path}", partial(_model, generation), methods=["GET"]),
         Route("/health", partial(_health, generation), methods=["GET"]),
+        Route("/props", partial(_props, generation), methods=["GET"]),
     ]
     return routes
+
+
+async def _props(generation: Generation, _: Request) -> Response:
+    """What the server says of itself, for a proxy in front: the sampling a request that names none gets
+    (a Response states it; the proxy asked the API's 1.0 / 1.0 of an upstream that says nothing, and a
+    base model wrote longer at those), and that the model reads text only. Not in llama.cpp's shape
+    (``default_generation_settings``): a proxy would take the backend for a llama.cpp server, whose
+    native routes it does not have."""
+    modalities = {"vision": False, "audio": False, "video": False}
+    return JSONResponse({"sampling": SAMPLING_DEFAULTS, "modalities": modalities})
 
 
 async def _socket(generation: Generation, socket: SocketRoute, websocket: WebSocket) -> None:

@@ -26,7 +26,6 @@ from functools import partial
 from typing import Any
 
 from conformance.api_errors import APIError
-from conformance.protocols.sampling import sampling_defaults
 from conformance.request import Endpoint
 
 from ..upstream import Upstream
@@ -34,7 +33,7 @@ from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasonin
 from .context_window import ContextWindow
 from .llamacpp_tools import TemplateTools, template_calls_tools
 from .media_input import carries_media, media_refusal, modalities
-from .server_props import ServerProps
+from .server_props import ServerProps, stated_sampling
 from .structured_output import native_json_schema
 from .tool_emulation import EmulatedCalls, emulated_request
 from .tool_requests import choice_as_tools, unknown_tool_choice
@@ -223,10 +222,6 @@ def _native_completion(body: dict[str, Any]) -> bool:
     )
 
 
-def _stated_sampling(props: Any) -> dict[str, float] | None:
-    return sampling_defaults(props.get("default_generation_settings")) if isinstance(props, dict) else None
-
-
 class LlamaCppAdapter:
     name = "llamacpp"
 
@@ -313,7 +308,7 @@ class LlamaCppAdapter:
     async def sampling_defaults(self, upstream: Upstream) -> dict[str, float] | None:
         """The server's defaults as its ``/props`` states them (``default_generation_settings``: what
         its ``--temp``, ``--top-p`` and penalties set)."""
-        return await self._props.read(upstream, _stated_sampling)
+        return await self._props.read(upstream, stated_sampling)
 
     async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
         """The prompt as the server's template writes it (``/apply-template``, tools included), else its

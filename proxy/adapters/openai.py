@@ -11,6 +11,7 @@ from conformance.request import Endpoint
 from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
 from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, prompt_text, with_limit
+from .server_props import ServerProps, stated_sampling
 from .structured_output import for_llama_cpp_python, unenforced_schema
 from .tool_requests import (
     asks_tools,
@@ -33,6 +34,7 @@ class OpenAIAdapter:
     def __init__(self, default_max_tokens: int | None = None, traits: UpstreamTraits | None = None) -> None:
         self._default_max_tokens = default_max_tokens
         self._traits = traits or UpstreamTraits()
+        self._props = ServerProps()
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         body = with_limit(body, self._default_max_tokens)
@@ -101,7 +103,10 @@ class OpenAIAdapter:
         return True  # (what an OpenAI-compatible server's own endpoints lack is not known)
 
     async def sampling_defaults(self, upstream: Upstream) -> dict[str, float] | None:
-        return None  # (no OpenAI-compatible endpoint states its defaults)
+        """The defaults a llama.cpp-shaped ``GET /props`` states (the bundled backend's answers so), asked
+        once for a Response that states its sampling (and again at most once a minute where the answer
+        says none); None for a server without it: the request then names the API's."""
+        return await self._props.read(upstream, stated_sampling)
 
     async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
         """The request's texts and tools by the upstream's tokenizer: an OpenAI-compatible server

@@ -14,9 +14,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from conformance.protocols.sampling import sampling_defaults
+
 from ..upstream import Upstream
 
-__all__ = ["ServerProps"]
+__all__ = ["ServerProps", "stated_sampling"]
 
 T = TypeVar("T")
 
@@ -44,3 +46,13 @@ class ServerProps:
             if answer is not None:
                 self.answer = answer
             return reader(self.answer)
+
+
+def stated_sampling(props: Any) -> dict[str, float] | None:
+    """The sampling defaults a ``/props`` answer states: llama.cpp's server in
+    ``default_generation_settings``, the bundled backend in ``sampling``; None where it states none."""
+    if not isinstance(props, dict):
+        return None
+    return sampling_defaults(props.get("default_generation_settings")) or sampling_defaults(
+        props.get("sampling")
+    )

@@ -83,17 +83,15 @@ def test_create_whole_and_streamed_and_the_stream_helper(client: Any, recorder: 
     assert_conformant(recorder)
 
 
-def test_a_response_states_the_sampling_it_used(
-    client: Any, recorder: RecordingTransport, request: pytest.FixtureRequest
-) -> None:
+def test_a_response_states_the_sampling_it_used(client: Any, recorder: RecordingTransport) -> None:
     """Open Responses requires the sampling as numbers, "the values that were used" (issue 38): the
-    backend's own defaults where the client sent none (llama.cpp's 0.8 / 0.95); through the proxy, which
-    knows no defaults of an OpenAI-compatible upstream, the API's 1.0 / 1.0, which it then sends."""
+    backend's own defaults where the client sent none (llama.cpp's 0.8 / 0.95), on it and through the
+    proxy, which reads them from its ``/props`` (it asked the API's 1.0 / 1.0 before, and the base model
+    behind Codex CLI wrote longer at those)."""
     extra = {"presence_penalty": 0.5}  # (openai-python does not name it: Open Responses does)
     response = client.responses.create(model="m", input=PROMPT, max_output_tokens=16, extra_body=extra)
     assert (response.presence_penalty, response.frequency_penalty, response.top_logprobs) == (0.5, 0.0, 0)
-    used = (0.8, 0.95) if request.node.callspec.params["client"] == "backend" else (1.0, 1.0)
-    assert (response.temperature, response.top_p) == used
+    assert (response.temperature, response.top_p) == (0.8, 0.95)
     assert_conformant(recorder)
 
 
