@@ -212,12 +212,9 @@ def run(args: argparse.Namespace) -> int:
     routed, store = _checked_start(args)
     with contextlib.ExitStack() as stack:
         upstream = args.upstream or routed or stack.enter_context(_backend(args.model))
-        # The bundled backend is known: no /props probe, which it answered 404 in its log.
-        kind: UpstreamKind = (
-            "openai"
-            if not args.upstream and not routed and args.upstream_kind == "auto"
-            else args.upstream_kind
-        )
+        # The bundled backend is detected as any upstream: its /props states its sampling defaults
+        # (the proxy read none and asked the API's 1.0 / 1.0 of it) and is no llama.cpp server's.
+        kind: UpstreamKind = args.upstream_kind
         config = proxy_config(args, upstream=upstream, upstream_kind=kind, responses_store=store)
         _announce(args, routed)
         if args.workers > 1:

@@ -16,8 +16,8 @@ async def detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
     default = config.default_max_tokens
     if config.upstream_kind == "llamacpp":
         return LlamaCppAdapter(default_max_tokens=default)  # its /props read when first needed
-    if config.upstream_kind == "auto" and is_llamacpp_props(
-        props := await upstream.json("GET", "/props", timeout=5)
-    ):
+    props = await upstream.json("GET", "/props", timeout=5) if config.upstream_kind == "auto" else None
+    if is_llamacpp_props(props):
         return LlamaCppAdapter(props, default)
-    return OpenAIAdapter(default, upstream.traits)
+    # (Any other server's /props, read once here: the bundled backend states its sampling defaults there.)
+    return OpenAIAdapter(default, upstream.traits, props)

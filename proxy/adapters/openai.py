@@ -11,7 +11,7 @@ from conformance.request import Endpoint
 from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
 from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, prompt_text, with_limit
-from .server_props import ServerProps, stated_sampling
+from .server_props import stated_sampling
 from .structured_output import for_llama_cpp_python, unenforced_schema
 from .tool_requests import (
     asks_tools,
@@ -31,10 +31,12 @@ _LISTING_TIMEOUT = 5.0  # seconds for the model listing that tells how the upstr
 class OpenAIAdapter:
     name = "openai"
 
-    def __init__(self, default_max_tokens: int | None = None, traits: UpstreamTraits | None = None) -> None:
+    def __init__(
+        self, default_max_tokens: int | None = None, traits: UpstreamTraits | None = None, props: Any = None
+    ) -> None:
         self._default_max_tokens = default_max_tokens
         self._traits = traits or UpstreamTraits()
-        self._props = ServerProps()
+        self._sampling = stated_sampling(props)
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         body = with_limit(body, self._default_max_tokens)
@@ -103,10 +105,10 @@ class OpenAIAdapter:
         return True  # (what an OpenAI-compatible server's own endpoints lack is not known)
 
     async def sampling_defaults(self, upstream: Upstream) -> dict[str, float] | None:
-        """The defaults a llama.cpp-shaped ``GET /props`` states (the bundled backend's answers so), asked
-        once for a Response that states its sampling (and again at most once a minute where the answer
-        says none); None for a server without it: the request then names the API's."""
-        return await self._props.read(upstream, stated_sampling)
+        """The defaults the upstream's ``/props`` stated at detection (the bundled backend's does); None
+        for a server without one: the request then names the API's. Not asked per request: an upstream
+        that answers an unknown path slowly (a test's endless stream did) would hold the request up."""
+        return self._sampling
 
     async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
         """The request's texts and tools by the upstream's tokenizer: an OpenAI-compatible server

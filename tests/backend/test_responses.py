@@ -83,16 +83,31 @@ def test_create_whole_and_streamed_and_the_stream_helper(client: Any, recorder: 
     assert_conformant(recorder)
 
 
-def test_a_response_states_the_sampling_it_used(client: Any, recorder: RecordingTransport) -> None:
+def test_a_response_states_the_sampling_it_used(gemma_url: str, tmp_path: Path) -> None:
     """Open Responses requires the sampling as numbers, "the values that were used" (issue 38): the
     backend's own defaults where the client sent none (llama.cpp's 0.8 / 0.95), on it and through the
-    proxy, which reads them from its ``/props`` (it asked the API's 1.0 / 1.0 before, and the base model
-    behind Codex CLI wrote longer at those)."""
+    proxy, which reads them from its ``/props`` at detection (it asked the API's 1.0 / 1.0 before, and
+    the base model behind Codex CLI wrote longer at those); told the upstream is a plain OpenAI one
+    (``--upstream-kind openai``), the proxy reads nothing and sends the API's, which it then states."""
     extra = {"presence_penalty": 0.5}  # (openai-python does not name it: Open Responses does)
-    response = client.responses.create(model="m", input=PROMPT, max_output_tokens=16, extra_body=extra)
-    assert (response.presence_penalty, response.frequency_penalty, response.top_logprobs) == (0.5, 0.0, 0)
-    assert (response.temperature, response.top_p) == (0.8, 0.95)
-    assert_conformant(recorder)
+    store = str(tmp_path / "proxy-responses.sqlite3")
+    with (
+        run_proxy(gemma_url, upstream_kind="auto", responses_store=store) as detected,
+        run_proxy(gemma_url, upstream_kind="openai", responses_store=store) as told,
+    ):
+        for url, used in ((gemma_url, (0.8, 0.95)), (detected, (0.8, 0.95)), (told, (1.0, 1.0))):
+            recorder = RecordingTransport()
+            client = sdk_client(url, recorder)
+            response = client.responses.create(
+                model="m", input=PROMPT, max_output_tokens=16, extra_body=extra
+            )
+            assert (response.presence_penalty, response.frequency_penalty, response.top_logprobs) == (
+                0.5,
+                0.0,
+                0,
+            )
+            assert (response.temperature, response.top_p) == used
+            assert_conformant(recorder)
 
 
 def test_logprobs_when_included(client: Any, recorder: RecordingTransport) -> None:
