@@ -54,11 +54,7 @@ def file_part(part: Mapping[str, Any], where: str) -> dict[str, Any]:
             )
     data = part.get("file_data")
     if not isinstance(data, str) or not data:
-        raise TranslationError(
-            f"Missing required parameter: '{where}.file_data'.",
-            f"{where}.file_data",
-            "missing_required_parameter",
-        )
+        raise TranslationError.missing(f"{where}.file_data")
     name = part.get("filename") if isinstance(part.get("filename"), str) else None
     media, raw = _payload(data, f"{where}.file_data")
     text = _text(media, raw, name)

@@ -137,25 +137,21 @@ def response_fields(ctx: Context, event: int | None, response: Mapping[str, Any]
     (see the module's docstring); only under the ``open-responses`` profile."""
     if ctx.profile != OPEN_RESPONSES_PROFILE:
         return
-    wrong = _wrong(_FIELDS, response)
-    if wrong:
-        ctx.error(
-            "open-responses-response-field",
-            f"Open Responses {SPEC_VERSION} requires of a Response: {_listed(wrong)}",
-            event=event,
-            pointer=where or "/",
-            quirk="open-responses",
-        )
+    _report(ctx, "response", _wrong(_FIELDS, response), event, where or "/")
     tools = response.get("tools")
     for index, tool in enumerate(tools if isinstance(tools, list) else ()):
-        if not isinstance(tool, Mapping) or tool.get("type") != "function":
-            continue
-        wrong = _wrong(_TOOL_FIELDS, tool)
-        if wrong:
-            ctx.error(
-                "open-responses-tool-field",
-                f"Open Responses {SPEC_VERSION} requires of a function tool: {_listed(wrong)}",
-                event=event,
-                pointer=f"{where}/tools/{index}",
-                quirk="open-responses",
-            )
+        if isinstance(tool, Mapping) and tool.get("type") == "function":
+            _report(ctx, "tool", _wrong(_TOOL_FIELDS, tool), event, f"{where}/tools/{index}")
+
+
+def _report(ctx: Context, what: str, wrong: list[str], event: int | None, pointer: str) -> None:
+    """One finding for what a Response (``what``: ``response``) or a function tool (``tool``) lacks."""
+    if wrong:
+        thing = "a Response" if what == "response" else "a function tool"
+        ctx.error(
+            f"open-responses-{what}-field",
+            f"Open Responses {SPEC_VERSION} requires of {thing}: {_listed(wrong)}",
+            event=event,
+            pointer=pointer,
+            quirk="open-responses",
+        )

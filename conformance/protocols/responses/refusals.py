@@ -16,3 +16,8 @@ class TranslationError(InvalidRequest):
 
     def __init__(self, message: str, param: str | None = None, code: str = "invalid_value") -> None:
         super().__init__(400, error_body(message, 400, param=param, code=code))
+
+    @classmethod
+    def missing(cls, param: str) -> TranslationError:
+        """OpenAI's 400 for a required parameter the request left out, naming it."""
+        return cls(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")

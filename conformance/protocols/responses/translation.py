@@ -173,11 +173,7 @@ def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
         if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
             text = part.get("text")
             if not isinstance(text, str):
-                raise TranslationError(
-                    f"Missing required parameter: '{where}.text'.",
-                    f"{where}.text",
-                    "missing_required_parameter",
-                )
+                raise TranslationError.missing(f"{where}.text")
             parts.append({"type": "text", "text": text})
         elif kind == "refusal":
             parts.append({"type": "text", "text": str(part.get("refusal", ""))})
@@ -209,11 +205,7 @@ def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
 def _call_id(item: Mapping[str, Any], param: str) -> str:
     call_id = item.get("call_id")
     if not isinstance(call_id, str) or not call_id:
-        raise TranslationError(
-            f"Missing required parameter: '{param}.call_id'.",
-            f"{param}.call_id",
-            "missing_required_parameter",
-        )
+        raise TranslationError.missing(f"{param}.call_id")
     return call_id
 
 
@@ -293,17 +285,11 @@ def _add_item(out: _Messages, item: Any, param: str) -> None:
     elif kind in ("function_call", "custom_tool_call"):
         name = item.get("name")
         if not isinstance(name, str) or not name:
-            raise TranslationError(
-                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
-            )
+            raise TranslationError.missing(f"{param}.name")
         if kind == "function_call":
             arguments = item.get("arguments")
             if not isinstance(arguments, str):
-                raise TranslationError(
-                    f"Missing required parameter: '{param}.arguments'.",
-                    f"{param}.arguments",
-                    "missing_required_parameter",
-                )
+                raise TranslationError.missing(f"{param}.arguments")
         else:
             arguments = _json({"input": str(item.get("input", ""))})
         call = {
@@ -409,7 +395,7 @@ def _messages(body: Mapping[str, Any], previous: Sequence[Any]) -> list[dict[str
         )
     messages = out.done()
     if not messages or all(m["role"] == "system" for m in messages):
-        raise TranslationError("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+        raise TranslationError.missing("input")
     return messages
 
 
@@ -432,9 +418,7 @@ class _Tools:
         kind = tool.get("type")
         name = tool.get("name")
         if not isinstance(name, str) or not name:
-            raise TranslationError(
-                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
-            )
+            raise TranslationError.missing(f"{param}.name")
         chat_name = name if namespace is None else f"{namespace}{NAMESPACE_SEPARATOR}{name}"
         if any(t["function"]["name"] == chat_name for t in self.chat):
             raise TranslationError(
@@ -463,9 +447,7 @@ class _Tools:
         """A ``namespace`` tool: each of its function and custom tools, under the joined name."""
         namespace = tool.get("name")
         if not isinstance(namespace, str) or not namespace:
-            raise TranslationError(
-                f"Missing required parameter: '{param}.name'.", f"{param}.name", "missing_required_parameter"
-            )
+            raise TranslationError.missing(f"{param}.name")
         inner = tool.get("tools")
         if not isinstance(inner, list):
             raise TranslationError(
@@ -582,11 +564,7 @@ def _response_format(text: Any) -> dict[str, Any] | None:
         return {"type": "json_object"}
     if kind == "json_schema":
         if not isinstance(fmt.get("schema"), Mapping):
-            raise TranslationError(
-                "Missing required parameter: 'text.format.schema'.",
-                "text.format.schema",
-                "missing_required_parameter",
-            )
+            raise TranslationError.missing("text.format.schema")
         schema: dict[str, Any] = {"name": fmt.get("name") or "response", "schema": fmt["schema"]}
         for key in ("strict", "description"):
             if fmt.get(key) is not None:
