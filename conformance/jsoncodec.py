@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "TooDeep", "dumps", "loads"]
+__all__ = ["MAX_DEPTH", "TooDeep", "dumps", "loads", "too_deep"]
 
 MAX_DEPTH = 254
 """The deepest nesting of arrays and objects read: as deep as orjson writes."""
@@ -63,7 +63,7 @@ def loads(data: str | bytes, slowly: Callable[[str | bytes], Any] = json.loads) 
             obj = slowly(data)
         except RecursionError:
             raise TooDeep from None
-    if _too_deep(data, obj):
+    if too_deep(data, obj):
         raise TooDeep
     return obj
 
@@ -71,25 +71,27 @@ def loads(data: str | bytes, slowly: Callable[[str | bytes], Any] = json.loads) 
 _NOTHING = object()
 
 
-def _too_deep(data: str | bytes, obj: Any) -> bool:
-    """Whether ``obj`` (read from ``data``) is nested deeper than ``MAX_DEPTH``."""
+def too_deep(data: str | bytes, obj: Any, allowed: int = MAX_DEPTH) -> bool:
+    """Whether ``obj`` (read from ``data``) is nested deeper than ``allowed`` levels."""
     if isinstance(data, str):
         opened = data.count("[") + data.count("{")
     else:
         opened = data.count(b"[") + data.count(b"{")
-    if opened <= MAX_DEPTH:
+    if opened <= allowed:
         return False
-    try:
-        orjson.dumps(obj)  # orjson measures it in C, refusing past MAX_DEPTH
-        return False
-    except orjson.JSONEncodeError as exc:
-        if "ecursion" in str(exc):
-            return True
-    # orjson refused it for another reason (an integer beyond 64 bits): measured here.
+    if allowed == MAX_DEPTH:
+        try:
+            orjson.dumps(obj)  # orjson measures it in C, refusing past MAX_DEPTH
+            return False
+        except orjson.JSONEncodeError as exc:
+            if "ecursion" in str(exc):
+                return True
+    # Less room than orjson's (a value inside others), or orjson refused it for another reason (an
+    # integer beyond 64 bits): measured here.
     level: list[tuple[Any, int]] = [(obj, 1)]
     while level:
         value, depth = level.pop()
-        if depth > MAX_DEPTH:
+        if depth > allowed:
             return True
         children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
         level.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from jsonschema import ValidationError
 from jsonschema.exceptions import best_match
 
-from conformance import jsoncodec
+from conformance import json_steps, jsoncodec
 from conformance.api_errors import InvalidRequest
 from conformance.schemas import load_schema, request_validator
 
@@ -314,22 +314,41 @@ def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def _parse_slowly(raw: str | bytes) -> Any:
     """What orjson may not read exactly or refused: valid JSON (an integer beyond 64 bits) or an error,
     worded with the line and column of the standard parser."""
     try:
         return json.loads(raw, parse_constant=_no_constant)
     except ValueError as exc:  # UnicodeDecodeError included
-        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise InvalidRequest.make(
-            f"The request body is not valid JSON{where}.", 400, code="invalid_json"
-        ) from None
+        raise _not_json(exc) from None
+
+
+def _parse_in_steps(raw: bytes) -> Any:
+    """A body of many values, read so that the event loop runs meanwhile (conformance/json_steps.py)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return jsoncodec.loads(raw, _parse_slowly)  # the standard parser words the error
+    try:
+        return json_steps.loads_in_steps(text, _DECODER)
+    except jsoncodec.TooDeep:
+        raise
+    except ValueError as exc:
+        raise _not_json(exc) from None
+
+
+def _not_json(exc: ValueError) -> InvalidRequest:
+    where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+    return InvalidRequest.make(f"The request body is not valid JSON{where}.", 400, code="invalid_json")
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """The client's body as a JSON object, or a 400 :class:`InvalidRequest` saying why it is none."""
     try:
-        body = jsoncodec.loads(raw, _parse_slowly)
+        body = _parse_in_steps(raw) if json_steps.worth_steps(raw) else jsoncodec.loads(raw, _parse_slowly)
     except (RecursionError, jsoncodec.TooDeep):
         raise _too_deep() from None
     if not isinstance(body, dict):

@@ -1,0 +1,99 @@
+"""A body of many values read in steps (conformance/json_steps.py): what ``json`` reads, in steps of one
+item each, and chosen for request bodies with many values only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance import json_steps, jsoncodec
+from conformance.api_errors import InvalidRequest
+from conformance.request_validation import parse_json_object
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+class _Counting(json.JSONDecoder):
+    """A decoder whose C scanner notes the span of text each call reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spans: list[int] = []
+        scan = vars(self)["scan_once"]  # the C scanner json_steps calls (untyped in the stubs)
+
+        def counted(text: str, at: int) -> tuple[Any, int]:
+            value, end = scan(text, at)
+            self.spans.append(end - at)
+            return value, end
+
+        vars(self)["scan_once"] = counted
+
+
+@settings(max_examples=300)
+@given(_JSON, st.sampled_from(["", " ", "\n\t "]))
+def test_reads_what_json_reads(value: Any, space: str) -> None:
+    text = json.dumps(value, indent=2 if space else None) + space
+    assert json_steps.loads_in_steps(space + text, json.JSONDecoder()) == json.loads(space + text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": [1, 2', '{"a": 1,}', '{"a" 1}', "[1 2]", '{"a": [1,]}', '{"a": 1} x', "", "{1: 2}", '{"a": tru}'],
+)
+def test_errors_are_json_s_own_with_the_same_place(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError) as standard:
+        json.loads(text)
+    with pytest.raises(json.JSONDecodeError) as stepped:
+        json_steps.loads_in_steps(text, json.JSONDecoder())
+    assert (stepped.value.lineno, stepped.value.colno) == (standard.value.lineno, standard.value.colno)
+
+
+def test_each_step_reads_one_item_however_many_there_are() -> None:
+    item = {"role": "user", "content": "hi"}
+    decoder = _Counting()
+    body = json_steps.loads_in_steps(json.dumps({"model": "m", "input": [item] * 5000}), decoder)
+    assert body["input"] == [item] * 5000
+    # One scanner call per item and one for the model's name: never the array in one call.
+    assert len(decoder.spans) == 5001
+    assert max(decoder.spans) == len(json.dumps(item))
+
+
+def test_nesting_past_the_limit_is_too_deep_at_any_level() -> None:
+    deep = "[" * (jsoncodec.MAX_DEPTH - 1) + "]" * (jsoncodec.MAX_DEPTH - 1)
+    # The body and its array are two levels: one more than MAX_DEPTH in all.
+    with pytest.raises(jsoncodec.TooDeep):
+        json_steps.loads_in_steps('{"a": [' + deep + "]}", json.JSONDecoder())
+    fits = "[" * (jsoncodec.MAX_DEPTH - 2) + "]" * (jsoncodec.MAX_DEPTH - 2)
+    assert json_steps.loads_in_steps('{"a": [' + fits + "]}", json.JSONDecoder())["a"]
+
+
+def test_a_request_of_many_values_is_read_in_steps_with_the_same_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    many = {"model": "m", "input": [{"role": "user", "content": "hi"}] * (json_steps.MANY_VALUES + 1)}
+    raw = json.dumps(many).encode()
+    assert json_steps.worth_steps(raw)
+    read: list[str] = []
+    real = json_steps.loads_in_steps
+
+    def noted(text: str, decoder: json.JSONDecoder) -> Any:
+        read.append("steps")
+        return real(text, decoder)
+
+    monkeypatch.setattr(json_steps, "loads_in_steps", noted)
+    assert parse_json_object(raw) == many
+    assert read == ["steps"]
+    for bad, words in ((raw[:-1], "line 1, column"), (raw.replace(b'"hi"', b"NaN", 1), "not valid JSON")):
+        with pytest.raises(InvalidRequest) as refused:
+            parse_json_object(bad)
+        assert words in refused.value.message
+    # A long prompt of few values is no such body: orjson reads it at once.
+    assert not json_steps.worth_steps(json.dumps({"input": "word, " * 1000}).encode())
