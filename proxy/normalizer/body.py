@@ -109,7 +109,7 @@ def _choices(
             continue
         index = choice_index(raw, position, repairs)
         shown.append(_shows_output(raw, chat))
-        message = Message(raw, request, repairs, tokens)
+        message = Message(raw, request, repairs, tokens, index)
         for repair in order:
             repair(message)
         if chat:

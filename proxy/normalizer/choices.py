@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from conformance import jsoncodec
+from conformance.api_errors import APIError
 
 from .call_shape import ObjectShape
 from .control_characters import ArgumentStrings
@@ -15,7 +16,14 @@ from .repairs import Repairs
 from .stop import StopScanner
 from .tool_text import Call, ToolTextScanner
 
-__all__ = ["ChoiceState", "as_dict", "fix_tool_call", "generated_text", "new_tool_call_id"]
+__all__ = [
+    "ChoiceState",
+    "as_dict",
+    "fix_tool_call",
+    "generated_text",
+    "new_tool_call_id",
+    "unnamed_call",
+]
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -35,10 +43,54 @@ def _arguments(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))  # some servers send the arguments as an object
 
 
+MOST_HELD_UNNAMED = 1 << 20
+"""Characters of arguments held for calls that wait for a name: a name is meant to come on a call's
+first fragment, so past a megabyte of arguments without one the call fails at once (a 502, or the
+stream's error event) rather than holding an upstream's endless call in memory."""
+
+
+def _name(fn: dict[str, Any]) -> str:
+    """A fragment's function name as it goes out ("" for none: missing, null or empty)."""
+    return str(fn.get("name") or "")
+
+
+def _joined(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Held tool-call deltas as one per call, in the order the calls came: each call's arguments
+    joined once, and a name a later fragment carried put in its first."""
+    calls: dict[int, dict[str, Any]] = {}
+    arguments: dict[int, list[str]] = {}
+    for delta in deltas:
+        index = delta["index"]
+        function = delta["function"]
+        if index not in calls:
+            calls[index] = {**delta, "function": dict(function)}
+            arguments[index] = []
+        elif function.get("name"):
+            calls[index]["function"]["name"] = function["name"]
+        arguments[index].append(function["arguments"])
+    for index, call in calls.items():
+        call["function"]["arguments"] = "".join(arguments[index])
+    return list(calls.values())
+
+
 def _shape(arguments: str) -> ObjectShape:
     shape = ObjectShape()
     shape.feed(arguments)
     return shape
+
+
+def unnamed_call(call: int, choice: int) -> APIError:
+    """The 502 for a tool call the upstream sent without a function name (an empty or missing one).
+
+    A client cannot run such a call, and no name can be read from anywhere else: guessing one (the only
+    tool offered, say) could run a tool the model never called, and dropping the call would pass an
+    answer that lost its output for a whole one. So the answer fails as one the upstream could not
+    make valid does (the upstream's fault, hence 502, as for an event that is no JSON)."""
+    return APIError.make(
+        f"the upstream server sent a tool call without a function name (tool call {call} of choice "
+        f"{choice}): a client cannot run it",
+        502,
+    )
 
 
 def generated_text(choice: dict[str, Any]) -> str:
@@ -103,6 +155,8 @@ class ChoiceState:
         "chunk_text",
         "finish",
         "had_tools",
+        "held_call_chars",
+        "held_calls",
         "held_logprobs",
         "held_text",
         "index",
@@ -121,6 +175,7 @@ class ChoiceState:
         "tokens",
         "tool_ids",
         "tool_text",
+        "unnamed",
     )
 
     def __init__(
@@ -145,6 +200,13 @@ class ChoiceState:
         # so far, which tell where a fragment without index belongs (Q64). Earlier calls' are not kept.
         self.last_call: tuple[int, Any, Any, ObjectShape] = (0, None, None, ObjectShape())
         self.had_tools = False
+        # Calls whose first fragment came without a name, which a later fragment may still carry (only
+        # a call's first fragment is meant to, but nothing forbids it later); while one waits, every
+        # tool-call delta after it is held too, in order, so that the indexes reach the client in the
+        # order they began (openai-python's accumulator inserts a new index at its place in a list).
+        self.unnamed: set[int] = set()
+        self.held_calls: list[dict[str, Any]] | None = None
+        self.held_call_chars = 0
         self.text_offset = 0
         self.parts: list[str] | None = [] if keep_text else None
         self.held_text = 0  # what ``parts`` holds: characters, and a string object's cost for each
@@ -235,19 +297,12 @@ class ChoiceState:
                 repairs.add("Q64")
                 index = self.next_tool if self._starts_call(call, fn) else self.last_call[0]
             if index not in self.tool_ids:
-                first = fix_tool_call(call, repairs, self.strings.setdefault(index, ArgumentStrings()))
-                self.tool_ids[index] = first["id"]
-                self.next_tool = max(self.next_tool, index + 1)
-                self.last_call = (
-                    index,
-                    call.get("id"),
-                    fn.get("name"),
-                    _shape(first["function"]["arguments"]),
-                )
-                self.count_output(first["function"]["name"] + first["function"]["arguments"])
-                out.append({"index": index, **first})
+                out.append(self._first_fragment(index, call, fn, repairs))
                 continue
-            if call.get("id") or call.get("type") or fn.get("name"):
+            named = index in self.unnamed and _name(fn)
+            if named:
+                self._named_later(index, named)
+            elif call.get("id") or call.get("type") or fn.get("name"):
                 repairs.add("Q63")  # repeated id/name: the SDK accumulator would join them
             arguments = _arguments(fn.get("arguments"))
             if arguments:
@@ -256,10 +311,52 @@ class ChoiceState:
                 if index == self.last_call[0]:
                     self.last_call[3].feed(arguments)
                 self.count_output(arguments)
-                out.append({"index": index, "function": {"arguments": arguments}})
+            if arguments or named:
+                function = {"name": named, "arguments": arguments} if named else {"arguments": arguments}
+                out.append({"index": index, "function": function})
         if out:
             self.had_tools = True
-        return out
+        return self._released(out)
+
+    def _first_fragment(
+        self, index: int, call: dict[str, Any], fn: dict[str, Any], repairs: Repairs
+    ) -> dict[str, Any]:
+        first = fix_tool_call(call, repairs, self.strings.setdefault(index, ArgumentStrings()))
+        self.tool_ids[index] = first["id"]
+        self.next_tool = max(self.next_tool, index + 1)
+        self.last_call = (index, call.get("id"), fn.get("name"), _shape(first["function"]["arguments"]))
+        self.count_output(first["function"]["name"] + first["function"]["arguments"])
+        if not first["function"]["name"]:
+            self.unnamed.add(index)
+        return {"index": index, **first}
+
+    def _named_later(self, index: int, name: str) -> None:
+        """A call that began without a name gets it from a later fragment."""
+        self.unnamed.discard(index)
+        self.count_output(name)
+        if self.last_call[0] == index:
+            self.last_call = (index, self.last_call[1], name, self.last_call[3])
+
+    def _released(self, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The tool-call deltas to send now: ``out``, unless a call still waits for its name; then held
+        from that call on, and sent as one delta per call once every call has its name."""
+        if self.held_calls is None:
+            if not self.unnamed:
+                return out  # (every call with a name: the usual path)
+            self.held_calls = []
+        self.held_calls += out
+        if self.unnamed:
+            self.held_call_chars += sum(len(delta["function"].get("arguments") or "") for delta in out)
+            if self.held_call_chars > MOST_HELD_UNNAMED:
+                raise unnamed_call(min(self.unnamed), self.index)
+            return []
+        held, self.held_calls, self.held_call_chars = self.held_calls, None, 0
+        return _joined(held)
+
+    def first_unnamed(self) -> int | None:
+        """The first call still without a name at the stream's end (judged then: until a call ends, a
+        later fragment may carry its name); None when every call has one."""
+        return min(self.unnamed) if self.unnamed else None
 
     def call_cut(self) -> bool:
         """The latest call's arguments are not one JSON object: its generation was cut off (Q84)."""

@@ -42,7 +42,7 @@ from typing import Any
 from conformance.api_errors import APIError
 from conformance.request_info import RequestInfo
 
-from .choices import ChoiceState, as_dict, fix_tool_call, is_json_object, new_tool_call_id
+from .choices import ChoiceState, as_dict, fix_tool_call, is_json_object, new_tool_call_id, unnamed_call
 from .finish import FAILURE_REASONS, map_finish_reason
 from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
 from .repairs import Repairs
@@ -488,6 +488,7 @@ class Message:
 
     __slots__ = (
         "content",
+        "index",
         "logprobs",
         "message",
         "out",
@@ -501,9 +502,10 @@ class Message:
     )
 
     def __init__(
-        self, raw: dict[str, Any], request: RequestInfo, repairs: Repairs, tokens: int | None
+        self, raw: dict[str, Any], request: RequestInfo, repairs: Repairs, tokens: int | None, index: int = 0
     ) -> None:
         self.raw = raw
+        self.index = index  # the choice's, as it goes out
         self.request = request
         self.repairs = repairs
         self.tokens = tokens  # the upstream's count of completion tokens, when it is the only choice
@@ -549,10 +551,14 @@ def message_refusal(m: Message) -> bool:
 
 
 def message_tool_calls(m: Message) -> bool:
-    """Whole tool calls with ids, ``type`` and string arguments (Q63, Q65)."""
+    """Whole tool calls with ids, ``type`` and string arguments (Q63, Q65); one without a function
+    name fails the answer (``unnamed_call``)."""
     calls = tool_call_list(m.message.get("tool_calls"), m.repairs)
     if isinstance(calls, list) and calls:
-        m.out["tool_calls"] = [fix_tool_call(c, m.repairs) for c in calls if isinstance(c, dict)]
+        fixed = m.out["tool_calls"] = [fix_tool_call(c, m.repairs) for c in calls if isinstance(c, dict)]
+        for position, call in enumerate(fixed):
+            if not call["function"]["name"]:
+                raise unnamed_call(position, m.index)
     return True
 
 

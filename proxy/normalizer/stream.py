@@ -18,7 +18,7 @@ from conformance.request_info import RequestInfo
 from conformance.sse import SSEBlock
 
 from ..errors import error_from_payload, is_error_payload
-from .choices import ChoiceState
+from .choices import ChoiceState, unnamed_call
 from .field_repairs import CHAT_DELTA_REPAIRS, TEXT_DELTA_REPAIRS, Delta, Finish, choice_index, final_reason
 from .identity import Identity
 from .repairs import Repairs
@@ -196,6 +196,9 @@ class StreamNormalizer:
                 APIError.make("the upstream server ended the stream without a completion", 502, quirk="Q48")
             )
             return []
+        if (unnamed := self._unnamed_call()) is not None:
+            self.fail(unnamed)
+            return []
         out: list[dict[str, Any]] = []
         finals: list[dict[str, Any]] = []
         judged: list[tuple[int, bool, str | None]] = []
@@ -220,6 +223,15 @@ class StreamNormalizer:
         if self.emit_usage:
             out.append(self._usage_chunk(usage))
         return out
+
+    def _unnamed_call(self) -> APIError | None:
+        """The failure for a call still without a function name at the end (its deltas were held:
+        none of it went out), else None."""
+        for index, state in sorted(self._choices.items()):
+            call = state.first_unnamed()
+            if call is not None:
+                return unnamed_call(call, index)
+        return None
 
     def _flushed(self, index: int, state: ChoiceState) -> list[dict[str, Any]]:
         """The chunk of the text the stop-sequence scanner still held, and of the calls or text the
