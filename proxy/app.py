@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conformance.api_errors import error_response
 
+from . import graceful
 from .config import ProxyConfig
 from .observability import Metrics, ObservabilityMiddleware
 from .routes import front_ends, route_table
@@ -108,9 +109,11 @@ def create_app(config: ProxyConfig) -> Starlette:
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await pool.start()
         reloading = reload_on_sighup(pool, config.config_file)
+        giving_back = graceful.on_second_stop(config.workers)
         try:
             yield
         finally:
+            giving_back()
             reloading()
             await pool.aclose()
             await asyncio.gather(*(front_end.aclose() for front_end in serving.front_ends))

@@ -20,8 +20,19 @@ at 1,024 open files, made every real request fail). Here:
   ``OVER_CAP_TIMEOUT`` seconds for its head, so that idle ones past the cap hold no file for long;
 - so is a connection past ``--max-connections-per-client`` from one client address: one client that
   reopened about 38 connections a second held the whole cap before any API key was read, and another
-  got 503 on 71 of 72 requests over 75 s (issue 32). Behind a reverse proxy every client has its
-  address: raise the share there, or run one proxy per front.
+  got 503 on 71 of 72 requests over 75 s (issue 32).
+
+Behind a reverse proxy every client has the proxy's address, and the share would throttle them all
+together. A peer named by ``--trusted-proxies`` (an address or a network) is left out of the per-client
+share; each of its requests counts instead, until its response is complete, in the share of the client
+it was forwarded for: the right-most address of ``X-Forwarded-For`` that is not itself a trusted proxy
+(each proxy appends the address it was reached from, so that one is the last that no trusted hop
+wrote), or, without that header, of ``Forwarded``'s ``for=`` (RFC 7239). A connection forwards one
+request at a time, so the requests one client has open through the proxy are the connections it would
+hold without it. The request's ``client`` (its access-log line's) is that address. A forwarded header
+from any other peer is ignored, so a client cannot name another one. Nothing is trusted unless named:
+uvicorn's own reading of ``X-Forwarded-For`` (``proxy_headers``, which trusts 127.0.0.1 unless told
+otherwise) is turned off by ``serve`` (proxy/workers.py), so these headers are read here and only here.
 
 A WebSocket handshake (the Responses API's WebSocket mode, issue 38) is a request head like any other,
 under the same timeout and caps: uvicorn upgrades it without asking the app, so the caps are checked
@@ -37,6 +48,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import ipaddress
+from collections import deque
 from typing import Any, Literal
 
 import httptools
@@ -68,7 +82,8 @@ OVER_CAP_TIMEOUT = 1.0
 """Seconds for the head of a connection opened past ``--max-connections`` (at most --client-timeout)."""
 _HEALTH = b"/health"
 _PER_CLIENT: dict[str, int] = {}
-"""Open connections of this worker, by client address."""
+"""Open connections of this worker by client address, and requests open through a trusted proxy by the
+address they were forwarded for."""
 _OPEN_FILES = 1 << 20  # the target where the hard limit is unlimited (Linux's default nr_open)
 
 
@@ -118,10 +133,71 @@ async def _busy(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _counted_in(transport: asyncio.BaseTransport) -> str | None:
-    """The client's address, its connection counted in its share; None where it has none."""
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@functools.lru_cache(maxsize=8)
+def trusted_networks(trusted: tuple[str, ...]) -> tuple[_Network, ...]:
+    """``--trusted-proxies`` as networks (an address is a network of one), read once per setting."""
+    return tuple(ipaddress.ip_network(item, strict=False) for item in trusted)
+
+
+def is_trusted(host: str, networks: tuple[_Network, ...]) -> bool:
+    """Whether ``host`` is one of the trusted proxies (an IPv4 peer of a dual-stack socket, written
+    ``::ffff:a.b.c.d``, as its IPv4 address)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in networks)
+
+
+def _hop(text: str) -> str:
+    """One hop's address without its quotes, brackets and port: ``"[2001:db8::1]:4711"`` is
+    ``2001:db8::1``, ``192.0.2.60:8080`` is ``192.0.2.60``; anything else (``unknown``) as it is."""
+    text = text.strip().strip('"')
+    if text.startswith("["):
+        return text[1:].partition("]")[0]
+    return text.partition(":")[0] if text.count(":") == 1 else text
+
+
+def _forwarded_for(value: str) -> list[str]:
+    """The ``for=`` of each element of a ``Forwarded`` header (RFC 7239 section 4), in order."""
+    hops = []
+    for element in value.split(","):
+        for pair in element.split(";"):
+            name, _, given = pair.partition("=")
+            if name.strip().lower() == "for":
+                hops.append(given)
+    return hops
+
+
+def forwarded_client(headers: list[tuple[bytes, bytes]], networks: tuple[_Network, ...]) -> str | None:
+    """The client a trusted proxy forwarded a request for (``headers`` as ASGI's, names in lower case):
+    the right-most hop of ``X-Forwarded-For`` that is no trusted proxy, the left-most where all are; of
+    ``Forwarded``'s ``for=`` where there is no ``X-Forwarded-For``; None where neither names one."""
+    listed = [value.decode("latin-1") for name, value in headers if name == b"x-forwarded-for"]
+    if listed:
+        hops = [hop for value in listed for hop in value.split(",")]
+    else:
+        standard = [value.decode("latin-1") for name, value in headers if name == b"forwarded"]
+        hops = [hop for value in standard for hop in _forwarded_for(value)]
+    addresses = [address for address in map(_hop, hops) if address]
+    for address in reversed(addresses):
+        if not is_trusted(address, networks):
+            return address
+    return addresses[0] if addresses else None
+
+
+def _peer(transport: asyncio.BaseTransport) -> str | None:
     peer = transport.get_extra_info("peername")
-    client = str(peer[0]) if isinstance(peer, tuple) and peer else None
+    return str(peer[0]) if isinstance(peer, tuple) and peer else None
+
+
+def _counted_in(client: str | None) -> str | None:
+    """``client``, counted in its share (None: no client to count)."""
     if client is not None:
         _PER_CLIENT[client] = _PER_CLIENT.get(client, 0) + 1
     return client
@@ -138,11 +214,21 @@ def _counted_out(client: str | None) -> None:
 
 
 class LimitedWebSocketProtocol(WebSocketsSansIOProtocol):
-    """The socket an upgraded request becomes, counted in its client's share while it is open."""
+    """The socket an upgraded request becomes, counted in its client's share while it is open: the count
+    its handshake held is handed over (``held``), with the handshake's client (forwarded, behind a
+    trusted proxy), which the socket's scope then names."""
+
+    def __init__(
+        self, *args: Any, held: str | None = None, client: tuple[str, int] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._client = held
+        self._handshake_client = client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._client = _counted_in(transport)
         super().connection_made(transport)
+        if self._handshake_client is not None:
+            self.client = self._handshake_client
 
     def connection_lost(self, exc: Exception | None) -> None:
         client, self._client = self._client, None
@@ -178,6 +264,11 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
         self._max_connections = config.max_connections
         self._max_per_client = config.max_connections_per_client
         self._client: str | None = None  # its address, counted in _PER_CLIENT while it is open
+        self._networks = trusted_networks(config.trusted_proxies)
+        self._trusted = False  # the peer is a trusted proxy: its requests count, not the connection
+        self._forwarded: deque[str | None] = deque()
+        """Of a trusted proxy's connection: each request's client, counted until its response is
+        complete, oldest first (None: it named none)."""
         self._shutdown_timeout = config.shutdown_timeout
         self._phase: Literal["head", "body"] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -193,16 +284,22 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._client = _counted_in(transport)
+        peer = _peer(transport)
+        self._trusted = bool(self._networks) and peer is not None and is_trusted(peer, self._networks)
+        self._client = None if self._trusted else _counted_in(peer)
         if self._over_cap():
             self._timeout = min(self._timeout, OVER_CAP_TIMEOUT)  # for /health, or it goes soon
         self._start("head")  # a connection that never sends a byte is closed too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop()
-        client, self._client = self._client, None
-        _counted_out(client)
+        self._count_out()
         super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        if self._forwarded:  # (a trusted proxy's: answered in order, as they came)
+            _counted_out(self._forwarded.popleft())
+        super().on_response_complete()
 
     def data_received(self, data: bytes) -> None:
         # uvicorn's own, with the refusals below in place of its 400 for a callback's exception.
@@ -239,8 +336,13 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
         if self._over_cap():
             self._refuse(503, "the proxy has too many open connections; retry later", "too_many_connections")
             return
-        client, self._client = self._client, None
-        _counted_out(client)  # (this protocol's connection_lost is never called: the socket's is)
+        if self._forwarded:
+            held = self._forwarded.pop()  # the handshake's own, the last request
+        else:
+            held, self._client = self._client, None
+        self._count_out()  # (this protocol's connection_lost is never called: the socket's is)
+        socket = functools.partial(LimitedWebSocketProtocol, held=held, client=self.scope["client"])
+        self.ws_protocol_class = socket  # type: ignore[assignment]
         super().handle_websocket_upgrade()
 
     def shutdown(self) -> None:
@@ -268,6 +370,11 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
     def on_headers_complete(self) -> None:
         self._phase = "body"  # the body's time counts from here; the timer moves when it fires
         self._deadline = self.loop.time() + self._timeout
+        if self._trusted:
+            client = forwarded_client(self.headers, self._networks)
+            if client is not None:
+                self.scope["client"] = (client, 0)  # (no port: the proxy's own is not the client's)
+            self._forwarded.append(_counted_in(client))
         if self._over_cap() and httptools.parse_url(self.url).path != _HEALTH:
             # uvicorn's own choice of app (its limit_concurrency) answers plain text and counts tasks.
             app, self.app = self.app, _busy
@@ -290,9 +397,18 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
     # -- the limits --------------------------------------------------------------------------------
 
     def _over_cap(self) -> bool:
-        """Past the process's cap, or this client past its share of it, as a request arrives."""
-        held = _PER_CLIENT.get(self._client, 0) if self._client is not None else 0
+        """Past the process's cap, or this client past its share of it, as a request arrives (the
+        client of a trusted proxy's connection: its last request's)."""
+        client = self._forwarded[-1] if self._forwarded else self._client
+        held = _PER_CLIENT.get(client, 0) if client is not None else 0
         return len(self.connections) > self._max_connections or held > self._max_per_client
+
+    def _count_out(self) -> None:
+        """What this connection holds in the shares, given back: its client's, its open requests'."""
+        client, self._client = self._client, None
+        _counted_out(client)
+        while self._forwarded:
+            _counted_out(self._forwarded.popleft())
 
     def _count(self, size: int) -> None:
         self._head_bytes += size

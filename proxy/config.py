@@ -8,6 +8,7 @@ table in docs/proxy.md is checked against it (tests/test_settings_docs.py).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -39,6 +40,20 @@ __all__ = [
     "proxy_config",
     "variable",
 ]
+
+
+def addresses(value: str) -> tuple[str, ...]:
+    """Comma-separated IP addresses or networks (``10.0.0.5``, ``10.0.0.0/8``, ``fd00::/8``), each checked
+    now: one that is no address would trust nothing, and say so only as a proxy left capped."""
+    items = comma_list(value)
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            what = "is" if items == (item,) else f"holds {item!r}, which is"
+            raise ValueError(f"{what} not an IP address or network (10.0.0.5, 10.0.0.0/8)") from None
+    return items
+
 
 UpstreamKind = Literal["auto", "openai", "llamacpp"]
 NativeMode = Literal["translate", "native", "auto"]
@@ -182,6 +197,16 @@ MAX_CONNECTIONS_PER_CLIENT = Setting(
     "open connections per worker from one client address past which its requests but /health get a "
     "503 (one client must not hold the whole --max-connections)",
 )
+TRUSTED_PROXIES = Setting[tuple[str, ...]](
+    "trusted_proxies",
+    addresses,
+    (),
+    "addresses or networks (CIDR), comma-separated, of reverse proxies in front, whose connections the "
+    "per-client cap leaves alone and whose X-Forwarded-For names the client (repeatable; the flags "
+    "replace the variable's list; proxy/client_limits.py)",
+    metavar="ADDRESS[,...]",
+    kind="list",
+)
 MODEL = Setting[str | None](
     "model",
     text,
@@ -255,6 +280,7 @@ SERVE_SETTINGS: tuple[Setting[Any], ...] = (
     CLIENT_TIMEOUT,
     MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_CLIENT,
+    TRUSTED_PROXIES,
     WORKERS,
     SHUTDOWN_TIMEOUT,
     REASONING_FIELD,
@@ -289,9 +315,12 @@ class ProxyConfig:
     client_timeout: float = CLIENT_TIMEOUT.default
     max_connections: int = MAX_CONNECTIONS.default
     max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT.default
+    trusted_proxies: tuple[str, ...] = TRUSTED_PROXIES.default
     max_fan_out: int = MAX_FAN_OUT.default
     max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS.default
     shutdown_timeout: float = SHUTDOWN_TIMEOUT.default
+    workers: int = WORKERS.default
+    """The processes serving (``--workers``): a worker takes a second stop otherwise (proxy/graceful.py)."""
     reasoning_field: str = REASONING_FIELD.default
     responses_store: str | None = field(default=RESPONSES_STORE.default, repr=False)
     """None: ``default_store_path()``; ``serve`` resolves it before it starts workers. Not in the repr:

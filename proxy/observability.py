@@ -210,8 +210,10 @@ def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
     ttft = (
         None if exchange.first_token is None else round((exchange.first_token - exchange.started) * 1000, 2)
     )
+    client = scope.get("client")
     line = {
         "request_id": exchange.request_id,
+        "client": client[0] if client else None,  # behind a trusted proxy, the forwarded one
         "method": scope["method"],
         "path": scope["path"],
         "status": exchange.status,

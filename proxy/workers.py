@@ -21,6 +21,7 @@ import gc
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from starlette.applications import Starlette
 from conformance.settings import CommandError
 
 from .config import KEY_VARIABLES, ProxyConfig
+from .graceful import SHUTDOWN_GRACE, STOP_SIGNALS
 from .observability import MULTIPROCESS_DIRECTORY
 
 __all__ = ["build_app", "serve_in_workers", "uvicorn_options", "worker_app"]
@@ -56,7 +58,6 @@ def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
     any size is held in memory.
     """
     from .client_limits import LimitedClientProtocol
-    from .graceful import SHUTDOWN_GRACE
 
     return {
         "host": args.host,
@@ -66,6 +67,10 @@ def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
         "access_log": False,
         "http": LimitedClientProtocol,
         "ws_max_size": 2 * args.max_body,
+        # uvicorn would take a client's address from X-Forwarded-For of any peer at 127.0.0.1 (its
+        # default FORWARDED_ALLOW_IPS): the proxy reads it itself, of --trusted-proxies peers alone
+        # (proxy/client_limits.py), so that no header of an untrusted peer names the client.
+        "proxy_headers": False,
         # The proxy ends what is still open at the shutdown timeout itself (proxy/graceful.py); uvicorn
         # cancels what is left a little later.
         "timeout_graceful_shutdown": args.shutdown_timeout + SHUTDOWN_GRACE,
@@ -128,6 +133,23 @@ def serve_in_workers(config: ProxyConfig, log_level: str, options: dict[str, Any
     from uvicorn.supervisors import Multiprocess
 
     class Supervisor(Multiprocess):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, self.take_stop)
+
+        def take_stop(self, signum: int, _: object) -> None:
+            """A stop signal queued for the supervisor's loop (uvicorn's); one after the stop began is
+            passed on to the workers as SIGINT at once: each ends its open responses now
+            (proxy/graceful.py). uvicorn's supervisor, joining its workers, heard no second signal."""
+            if not self.should_exit.is_set():
+                self.signal_queue.append(signum)
+                return
+            for process in self.processes:
+                if process.pid is not None:
+                    with contextlib.suppress(OSError):  # (gone already)
+                        os.kill(process.pid, signal.SIGINT)
+
         def terminate_all(self) -> None:
             # The supervisor holds the listening socket too: while it did, a connection made during the
             # shutdown waited in the backlog until the last worker was gone and was then reset. Closed
@@ -160,7 +182,8 @@ def worker_app() -> Starlette:
     try:
         state = json.loads(config_file.read_text())
         fields = state["config"]
-        config = ProxyConfig(**{**fields, "cors_origins": tuple(fields["cors_origins"])})
+        lists = {name: tuple(fields[name]) for name in ("cors_origins", "trusted_proxies")}  # (JSON's)
+        config = ProxyConfig(**{**fields, **lists})
         return build_app(config, state["log_level"])
     except Exception as exc:
         logging.getLogger("uvicorn.error").exception("conformant serve: a worker could not start")

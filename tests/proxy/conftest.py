@@ -32,7 +32,7 @@ def serve_proxy(upstream: str, **config: Any) -> Iterator[tuple[str, Starlette]]
     with tempfile.TemporaryDirectory(prefix="conformant-test-store-") as directory:
         config.setdefault("responses_store", os.path.join(directory, "responses.sqlite3"))
         app = create_app(ProxyConfig(upstream=upstream, **config))
-        with run_asgi(app, http=LimitedClientProtocol) as url:
+        with run_asgi(app, http=LimitedClientProtocol, proxy_headers=False) as url:
             yield url, app
 
 

@@ -10,6 +10,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -540,6 +541,26 @@ def test_client_timeout_and_max_connections_reach_every_worker(workers: int) -> 
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+def test_the_access_log_names_a_forwarded_client_only_behind_a_trusted_proxy(
+    workers: int, tmp_path: Path
+) -> None:
+    """--trusted-proxies reaches every worker; a trusted peer's X-Forwarded-For names the client, any
+    other peer's is ignored: also at 127.0.0.1, which uvicorn's own reading of the header trusts."""
+    port = free_port()
+    args = [*SERVE, "--upstream", "http://127.0.0.1:9", "--port", str(port), "--upstream-kind", "openai"]
+    args += ["--workers", str(workers), "--trusted-proxies", "127.0.0.2,10.0.0.0/8"]
+    log = tmp_path / "stderr"
+    with run_process(args, health_path="/health", port=port, timeout=60, log_path=log) as (url, _):
+        for source, request_id in (("127.0.0.1", "direct"), ("127.0.0.2", "forwarded")):
+            with httpx.Client(transport=httpx.HTTPTransport(local_address=source)) as client:
+                headers = {"x-forwarded-for": "198.51.100.7, 10.1.2.3", "x-request-id": request_id}
+                assert client.get(url + "/health", headers=headers).status_code == 200
+    logged = [json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"')]
+    clients = {entry["request_id"]: entry["client"] for entry in logged}
+    assert (clients["direct"], clients["forwarded"]) == ("127.0.0.1", "198.51.100.7")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
 def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_traceback(
     workers: int, tmp_path: Path
 ) -> None:
@@ -590,6 +611,74 @@ def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_tracebac
     ended = [entry for entry in logged if "shutting down" in (entry.get("error") or "")]
     assert sorted(entry["status"] for entry in ended) == [200, 503]
     assert [entry["error_code"] for entry in ended] == ["server_shutting_down"] * 2
+
+
+@pytest.mark.parametrize(
+    ("workers", "stop"),
+    [(1, signal.SIGINT), (2, signal.SIGINT), (1, signal.SIGTERM), (2, signal.SIGTERM)],
+)
+def test_a_second_stop_ends_open_requests_at_once_with_an_error_and_no_traceback(
+    workers: int, stop: signal.Signals, tmp_path: Path
+) -> None:
+    """A second Ctrl-C (or SIGTERM) while a stream is open: the stream gets its error event and a request
+    not yet answered a 503 at once, not at --shutdown-timeout, and the server exits within a couple of
+    seconds with status 0 and no traceback. It exited in about 3 s printing four ``CancelledError``
+    tracebacks, the stream cut without an error and logged as a 200 with none (issue 32, item 9)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = tmp_path / "stderr"
+    with raw_server(_endless) as (upstream, record), log_path.open("w+b") as log:
+        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
+        args += ["--workers", str(workers), "--shutdown-timeout", "60"]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            wait_http(url + "/health", 60, proc)
+            with (
+                ThreadPoolExecutor(1) as pool,
+                httpx.stream("POST", url + "/v1/chat/completions", json={**CHAT, "stream": True}) as stream,
+            ):
+                lines = stream.iter_lines()
+                assert any("Hello" in line for line in lines)
+                before = record.connections
+                whole = pool.submit(httpx.post, url + "/v1/chat/completions", json=CHAT, timeout=30)
+                wait_for(lambda: record.connections > before, timeout=10)
+                proc.send_signal(stop)
+                # The first stop is taken (two signals at once may be taken as one): it says so, in
+                # each worker that holds one of the two.
+                wait_for(lambda: _said(log_path, r"stopping; (\d+) open response") == 2, timeout=10)
+                proc.send_signal(stop)
+                stopping = time.monotonic()
+                rest = list(lines)
+                answer = whole.result()
+                answered = time.monotonic() - stopping
+            events = [json.loads(line[6:]) for line in rest if line.startswith("data: {")]
+            assert events[-1]["error"]["code"] == "server_shutting_down"
+            assert "[DONE]" not in "".join(rest)
+            assert answer.status_code == 503
+            assert answer.json()["error"]["code"] == "server_shutting_down"
+            assert proc.wait(timeout=30) == 0
+            took = time.monotonic() - stopping
+            assert answered < 2, answered
+            assert took < 4, took
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        stderr = log.read().decode(errors="replace")
+    assert "Traceback" not in stderr
+    assert "CancelledError" not in stderr
+    assert _said(log_path, r"(\d+) open response\(s\) ended at once: a second stop signal") == 2
+    logged = [json.loads(line) for line in stderr.splitlines() if line.startswith('{"')]
+    ended = [entry for entry in logged if "shutting down" in (entry.get("error") or "")]
+    assert sorted(entry["status"] for entry in ended) == [200, 503]
+    assert [entry["error_code"] for entry in ended] == ["server_shutting_down"] * 2
+    wait_for(lambda: len(record.peer_closed_at) >= 2)  # the upstream requests were closed too
+
+
+def _said(log: Path, pattern: str) -> int:
+    """The sum of the counts the server's log gives in lines of ``pattern`` (one per worker)."""
+    return sum(int(count) for count in re.findall(pattern, log.read_text(errors="replace")))
 
 
 def test_serve_raises_its_open_file_limit_to_the_hard_limit() -> None:

@@ -192,6 +192,109 @@ def test_one_client_past_its_share_gets_503s_while_another_is_served() -> None:
             assert _error(_read_all(sock))[0] == 401  # within its share again
 
 
+def _held(address: tuple[str, int], client: str, source: str = "127.0.0.1") -> socket.socket:
+    """A request forwarded for ``client`` (its ``X-Forwarded-For``) that stays open: its body never comes."""
+    sock = socket.create_connection(address, source_address=(source, 0))
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %s\r\n"
+        b"x-forwarded-for: %s\r\ncontent-length: 100\r\n\r\n" % (KEY.encode(), client.encode())
+    )
+    return sock
+
+
+def _asked(address: tuple[str, int], headers: bytes = b"", source: str = "127.0.0.1") -> int:
+    """The status of one keyless request (401: served, its key asked for; 503: past a cap)."""
+    with socket.create_connection(address, source_address=(source, 0)) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n" + headers + b"\r\n")
+        return _error(_read_all(sock))[0]
+
+
+def test_a_trusted_proxys_clients_each_get_their_share() -> None:
+    """Behind a reverse proxy every client had its address, and --max-connections-per-client throttled
+    them all together (issue 32, item 6). A peer named by --trusted-proxies is left out of that share;
+    each request it forwards counts, while it is open, in the share of the client X-Forwarded-For names."""
+    with _proxy(max_connections_per_client=2, trusted_proxies=("127.0.0.1",)) as address:
+        with contextlib.ExitStack() as stack:
+            # The proxy's own connections, more than the share: not counted.
+            for _ in range(3):
+                stack.enter_context(socket.create_connection(address))
+            for _ in range(2):
+                stack.enter_context(_held(address, "203.0.113.7"))
+            time.sleep(0.2)  # their heads read
+            assert _asked(address, b"x-forwarded-for: 203.0.113.7\r\n") == 503  # its share is held
+            assert _asked(address, b"x-forwarded-for: 203.0.113.8\r\n") == 401  # another client's is not
+            assert _asked(address) == 401  # the proxy's own request: no one's share
+            # The right-most address that is no trusted proxy: a client cannot name another.
+            spoofed = b"x-forwarded-for: 198.51.100.1, 203.0.113.7\r\n"
+            assert _asked(address, spoofed) == 503
+        time.sleep(0.2)
+        assert _asked(address, b"x-forwarded-for: 203.0.113.7\r\n") == 401  # within its share again
+
+
+def test_a_forwarded_header_of_an_untrusted_peer_is_ignored() -> None:
+    """Only a trusted proxy names the client: another peer's X-Forwarded-For neither frees it from its
+    share nor counts in someone else's."""
+    with (
+        _proxy(max_connections_per_client=2, trusted_proxies=("127.0.0.2",)) as address,
+        contextlib.ExitStack() as stack,
+    ):
+        for _ in range(2):
+            stack.enter_context(_held(address, "203.0.113.1"))  # from 127.0.0.1: two of its own
+        time.sleep(0.2)
+        assert _asked(address, b"x-forwarded-for: 203.0.113.3\r\n") == 503
+        forwarded = b"x-forwarded-for: 203.0.113.1\r\n"
+        assert _asked(address, forwarded, source="127.0.0.2") == 401
+
+
+def test_a_socket_through_a_trusted_proxy_counts_in_its_forwarded_clients_share() -> None:
+    """A WebSocket handshake forwarded for a client holds that client's share while the socket is open."""
+    handshake = (
+        b"GET /v1/responses HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
+        b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n"
+        b"authorization: Bearer " + KEY.encode() + b"\r\nx-forwarded-for: %s\r\n\r\n"
+    )
+
+    def opened(client: bytes) -> socket.socket:
+        sock = socket.create_connection(address)
+        sock.sendall(handshake % client)
+        sock.settimeout(5)
+        return sock
+
+    with _proxy(max_connections_per_client=1, trusted_proxies=("127.0.0.1",)) as address:
+        with opened(b"203.0.113.7") as first:
+            assert first.recv(65536).startswith(b"HTTP/1.1 101 ")
+            with opened(b"203.0.113.7") as second:
+                assert _error(_read_all(second))[0] == 503
+            with opened(b"203.0.113.8") as other:
+                assert other.recv(65536).startswith(b"HTTP/1.1 101 ")
+        time.sleep(0.2)
+        with opened(b"203.0.113.7") as again:  # closed, the first no longer counts
+            assert again.recv(65536).startswith(b"HTTP/1.1 101 ")
+
+
+@pytest.mark.parametrize(
+    ("headers", "client"),
+    [
+        ([(b"x-forwarded-for", b"198.51.100.1, 10.1.2.3")], "198.51.100.1"),  # 10/8 trusted too
+        ([(b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-for", b"192.0.2.5:4711")], "192.0.2.5"),
+        ([(b"x-forwarded-for", b"10.0.0.1, 10.0.0.2")], "10.0.0.1"),  # all trusted: the first
+        ([(b"forwarded", b'for="[2001:db8::17]:4711";proto=https, for=10.0.0.3')], "2001:db8::17"),
+        ([(b"forwarded", b"for=198.51.100.2"), (b"x-forwarded-for", b"192.0.2.9")], "192.0.2.9"),
+        ([(b"x-forwarded-for", b" , ")], None),
+        ([], None),
+    ],
+)
+def test_the_forwarded_client_is_the_right_most_hop_that_is_no_trusted_proxy(
+    headers: list[tuple[bytes, bytes]], client: str | None
+) -> None:
+    from proxy.client_limits import forwarded_client, is_trusted, trusted_networks
+
+    networks = trusted_networks(("127.0.0.1", "10.0.0.0/8"))
+    assert forwarded_client(headers, networks) == client
+    assert is_trusted("::ffff:10.9.8.7", networks)  # an IPv4 peer of a dual-stack socket
+    assert not is_trusted("unknown", networks)
+
+
 def test_a_connection_past_max_connections_gets_a_short_head_timeout() -> None:
     """Idle connections past the cap hold no file for long: OVER_CAP_TIMEOUT, not --client-timeout."""
     with _proxy(max_connections=1, client_timeout=30) as address, socket.create_connection(address) as first:
