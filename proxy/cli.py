@@ -134,7 +134,10 @@ def _backend(model: str | None) -> Iterator[str]:
     args += ["--log-level", "warning"]
     if model:
         args += ["--model", model]
-    proc = subprocess.Popen(args)
+    # A process group of its own: a terminal's Ctrl-C goes to serve's group alone, and serve stops the
+    # backend itself once its open responses have ended. In serve's group a second Ctrl-C reached the
+    # backend's uvicorn too, which force-exited with four tracebacks (issue 32, item 9).
+    proc = subprocess.Popen(args, process_group=0)
     url = f"http://127.0.0.1:{port}"
     try:
         what = os.path.basename(model) if model else "Gemma 3 270M"
