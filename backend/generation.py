@@ -30,7 +30,7 @@ from backend.requests import GenerationRequest, SamplingParams, parse_chat_reque
 from backend.service import Backend
 from conformance.api_errors import APIError
 from conformance.openai_errors import error_body
-from conformance.protocols.front_end import FrontEnd, Output
+from conformance.protocols.front_end import FrontEnd, Output, pieces_of
 from conformance.protocols.sampling import SAMPLING_FIELDS
 from conformance.request import Endpoint
 
@@ -111,16 +111,20 @@ def _start(
 async def _streamed(generation: Generation, started: _Started, output: Output) -> AsyncIterator[bytes]:
     """The stream in the client's protocol: the output's opening at once (a Response's first events),
     each batch of chunks as the engine makes it, then its end (or the error that broke it off)."""
-    opening = output.opening([])
-    if opening:
-        yield opening
+    # (each part bytes, or the pieces of a long event: a Response's spooled text, front_end.Pieces)
+    for piece in pieces_of(output.opening([])):
+        if piece:
+            yield piece
     async with contextlib.aclosing(_chunks(generation, started)) as stream:
         async for chunks in stream:
             if chunks and "error" in chunks[-1]:
-                yield await output.tail(chunks[-1], None)
+                for piece in pieces_of(await output.tail(chunks[-1], None)):
+                    yield piece
                 return
-            yield output.events(chunks)
-    yield await output.tail(None, None)
+            for piece in pieces_of(output.events(chunks)):
+                yield piece
+    for piece in pieces_of(await output.tail(None, None)):
+        yield piece
 
 
 async def _chunks(generation: Generation, started: _Started) -> AsyncGenerator[list[dict[str, Any]], None]:

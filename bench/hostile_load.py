@@ -13,10 +13,14 @@ In order, against one proxy process in front of the fast raw upstream of bench/p
    the proxy's RSS sampled through it (goal: flat);
 5. 400,000 one-word messages (14 MB, under ``--max-body``) on chat, and as input items on
    ``/v1/responses`` (alternating roles, and all one role), with ``GET /health`` every 20 ms meanwhile:
-   the worst ``/health`` (goal: 250 ms; before issue 32's fix 1.7 s on chat and 27.5 s on Responses).
+   the worst ``/health`` (goal: 250 ms; before issue 32's fix 1.7 s on chat and 27.5 s on Responses);
+6. one stream of ``--long-mb`` MB of text (200 by default, in 64 KiB events) from an upstream of its
+   own, through a proxy of its own, on chat, on ``/v1/responses`` and on ``/v1/responses`` with
+   ``store: true``: the proxy's peak RSS over its idle size (goal: within 100 MB; before issue 32's
+   spool, 200 MB took the Responses route to 1.22 GB, 1.42 GB stored). ``--only-long`` runs this alone.
 
     python bench/hostile_load.py [--client-timeout 5] [--idle 3000] [--streams 500] [--seconds 60]
-                                 [--pace-ms 100] [--chunks 50]
+                                 [--pace-ms 100] [--chunks 50] [--long-mb 200] [--only-long]
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ import contextlib
 import json
 import resource
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -269,6 +276,149 @@ async def streams(port: int, pid: int, count: int, seconds: float, chunks: int) 
     }
 
 
+# -- 6. long streams --------------------------------------------------------------------------------
+
+_LONG_TEXT = ('lorem ipsum "dolor" sit\n' * 2731)[:65536]
+"""One event's text: 64 KiB, with quotes and line ends that JSON escapes."""
+
+
+def _framed_event(payload: dict[str, object]) -> bytes:
+    data = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def _long_chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
+    return _framed_event(
+        {
+            "id": "chatcmpl-long",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
+
+
+@contextlib.contextmanager
+def long_upstream(megabytes: int) -> Iterator[str]:
+    """A raw upstream in a thread of its own: every chat request gets ``megabytes`` MiB of text in
+    64 KiB events (the same event again: the upstream holds 64 KiB), anything else ``{}``."""
+    port = free_port()
+    event = _long_chunk({"content": _LONG_TEXT})
+    last = _long_chunk({}, "stop") + _framed_done() + b"0\r\n\r\n"
+    other = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line[15:])
+                        for line in request.split(b"\r\n")
+                        if line[:15].lower() == b"content-length:"
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                if b"/chat/completions" not in request.split(b"\r\n", 1)[0]:
+                    writer.write(other)
+                    continue
+                writer.write(head + _long_chunk({"role": "assistant", "content": ""}))
+                for _ in range(megabytes * 16):
+                    writer.write(event)
+                    await writer.drain()
+                writer.write(last)
+                await writer.drain()
+        writer.close()
+
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    async def serve() -> None:
+        server = await asyncio.start_server(connection, HOST, port)
+        started.set()
+        async with server:
+            await server.serve_forever()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    started.wait(10)
+    yield f"http://{HOST}:{port}"
+    # (a daemon thread: it ends with the bench)
+
+
+def _framed_done() -> bytes:
+    data = b"data: [DONE]\n\n"
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+async def long_stream(
+    port: int, pid: int, path: str, body: dict[str, object]
+) -> tuple[str, int, float, float, float]:
+    """(status line, bytes read, idle RSS, peak RSS, seconds) of one long stream, read as fast as it
+    comes and let go; the peak is the kernel's (``VmHWM``), reset before the request (``clear_refs``)."""
+    idle = rss_mb(pid)
+    with open(f"/proc/{pid}/clear_refs", "w") as peak:  # noqa: ASYNC230 (a kernel file: no wait)
+        peak.write("5")  # the peak RSS (VmHWM), from now on
+    data = json.dumps(body).encode()
+    start = time.perf_counter()
+    reader, writer = await asyncio.open_connection(HOST, port, limit=1 << 20)
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n".encode()
+        + f"authorization: Bearer {KEY}\r\ncontent-length: {len(data)}\r\nconnection: close\r\n\r\n".encode()
+        + data
+    )
+    status = (await reader.readline()).decode().strip()
+    received = 0
+    while part := await reader.read(1 << 20):
+        received += len(part)
+    writer.close()
+    return status, received, idle, peak_rss_mb(pid), time.perf_counter() - start
+
+
+def run_long_streams(args: argparse.Namespace) -> None:
+    """Shape 6: its own upstream and proxy, one long stream per route."""
+    with contextlib.ExitStack() as stack:
+        upstream = stack.enter_context(long_upstream(args.long_mb))
+        port = free_port()
+        serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+        serve += ["--api-key", KEY, "--upstream-kind", "openai", "--log-level", "warning"]
+        store = stack.enter_context(tempfile.TemporaryDirectory(prefix="hostile-load-store-"))
+        serve += ["--responses-store", str(Path(store) / "responses.sqlite3")]
+        _, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+        hi = [{"role": "user", "content": "hi"}]
+        shapes = [
+            ("chat", "/v1/chat/completions", {"model": "m", "messages": hi, "stream": True}),
+            ("responses", "/v1/responses", {"model": "m", "input": "hi", "stream": True, "store": False}),
+            (
+                "responses, store",
+                "/v1/responses",
+                {"model": "m", "input": "hi", "stream": True, "store": True},
+            ),
+        ]
+
+        async def run() -> None:
+            for label, path, body in shapes:
+                status, received, idle, peak, took = await long_stream(port, proc.pid, path, body)
+                print(
+                    f"6. {args.long_mb} MiB streamed, {label}: {status}, {received / MB:.0f} MiB read in "
+                    f"{took:.1f} s; proxy "
+                    f"RSS idle {idle:.1f} MB, peak {peak:.1f} MB ({peak - idle:+.1f} MB; goal < 100: "
+                    f"{'met' if peak - idle < 100 else 'NOT met'})"
+                )
+
+        _run(run())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--client-timeout", type=float, default=5.0, help="the proxy's --client-timeout")
@@ -277,7 +427,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the streams run")
     parser.add_argument("--pace-ms", type=float, default=100.0, help="ms between a stream's chunks")
     parser.add_argument("--chunks", type=int, default=50, help="content chunks per streamed request")
+    parser.add_argument("--long-mb", type=int, default=200, help="MiB of text in shape 6's stream")
+    parser.add_argument("--only-long", action="store_true", help="run shape 6 alone")
     args = parser.parse_args()
+    if args.only_long:
+        print(f"machine: {machine()}")
+        run_long_streams(args)
+        return 0
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     needed = args.idle + 2 * args.streams + 100
     if soft < needed:  # this process holds every client socket
@@ -363,6 +519,7 @@ def main() -> int:
                 )
 
         _run(run())
+    run_long_streams(args)
     return 0
 
 

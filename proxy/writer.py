@@ -8,6 +8,7 @@ does not watch while the upstream's first byte is awaited), so the upstream is c
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,7 +18,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from conformance import jsoncodec
 from conformance.api_errors import REDACTED, APIError, secret_in_bodies
-from conformance.protocols.front_end import CHUNKS, Output
+from conformance.protocols.front_end import CHUNKS, Output, Pieces, pieces_of
 from conformance.request_info import RequestInfo
 
 from . import graceful
@@ -199,19 +200,43 @@ async def _serve(
 
 def redacting(send: Send, secret: str | None) -> Send:
     """``send`` with the upstream key (``secret``) cut out of every body message: each holds whole
-    events or a whole JSON body, so a key the upstream sent in one string is in one message."""
+    events or a whole JSON body, so a key the upstream sent in one string is in one message; or a piece
+    of a long event (a Response's spooled text, ``Pieces``), whose end is held back while it may be the
+    start of the key, and sent with the next."""
     key = secret_in_bodies(secret)
     if key is None:
         return send
     mask = REDACTED.encode()
+    held = b""
 
     async def redacting_send(message: Message) -> None:
-        body = message.get("body")
-        if body and key in body:
-            message = {**message, "body": body.replace(key, mask)}
-        await send(message)
+        nonlocal held
+        given: bytes = message.get("body") or b""
+        if not given and not held:  # the head, an empty end
+            await send(message)
+            return
+        body = held + given if held else given
+        held = b""
+        if key in body:
+            body = body.replace(key, mask)
+        if message.get("more_body", False):
+            cut = _key_start(body, key)
+            if cut < len(body):
+                body, held = body[:cut], body[cut:]
+        await send(message if body is given else {**message, "body": body})
 
     return redacting_send
+
+
+def _key_start(body: bytes, key: bytes) -> int:
+    """Where the end of ``body`` begins ``key`` (``len(body)`` where it does not). An event's end
+    (``\\n\\n``) begins no key: only a long event's pieces are ever held back."""
+    at = body.find(key[:1], max(0, len(body) - len(key) + 1))
+    while at != -1:
+        if key.startswith(body[at:]):
+            return at
+        at = body.find(key[:1], at + 1)
+    return len(body)
 
 
 async def _send_body(
@@ -226,8 +251,14 @@ async def _send_body(
     exchange.record(["seed002-stream"])
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
-    events = output.opening(synthesize_chunks(body, request)) + await output.tail(None, usage)
-    await send({"type": "http.response.body", "body": events})
+    opening = output.opening(synthesize_chunks(body, request))
+    tail = await output.tail(None, usage)
+    if isinstance(opening, bytes) and isinstance(tail, bytes):
+        await send({"type": "http.response.body", "body": opening + tail})
+        return
+    for piece in itertools.chain(pieces_of(opening), pieces_of(tail)):
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
 
 
 class _CoalescingWriter:
@@ -250,7 +281,11 @@ class _CoalescingWriter:
         self._closing = False
         self._task = asyncio.create_task(self._run())
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes | Pieces) -> None:
+        if not isinstance(data, bytes):  # a long event, a piece at a time (``Pieces``)
+            for piece in data:
+                await self.write(piece)
+            return
         if self._task.done():
             self._task.result()  # the client connection failed: raise it here
             raise ConnectionError("the response writer stopped")
@@ -278,12 +313,17 @@ class _CoalescingWriter:
         finally:
             _resolve(self._room)  # a producer waiting for room must not wait for a dead writer
 
-    async def close(self, tail: bytes) -> None:
-        """Send what is left, then ``tail`` as the last body message."""
+    async def close(self, tail: bytes | Pieces) -> None:
+        """Send what is left, then ``tail`` as the last body message (its pieces, then an empty one)."""
         self._closing = True
         _resolve(self._wakeup)
         await self._task
-        await self._send({"type": "http.response.body", "body": tail})
+        if isinstance(tail, bytes):
+            await self._send({"type": "http.response.body", "body": tail})
+            return
+        for piece in tail:
+            await self._send({"type": "http.response.body", "body": piece, "more_body": True})
+        await self._send({"type": "http.response.body", "body": b""})
 
     def cancel(self) -> None:
         self._task.cancel()
@@ -304,7 +344,8 @@ async def _stream(
 ) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     exchange.mark_first_token()
-    await send({"type": "http.response.body", "body": output.opening(initial), "more_body": True})
+    for piece in pieces_of(output.opening(initial)):
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
     writer = _CoalescingWriter(send)
     events = output.events
     next_batch = source.active.next_batch  # past a wrapper's own call, on the per-chunk path

@@ -27,7 +27,7 @@ judge reads the same protocol's :class:`conformance.protocols.wire.WireProtocol`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -55,13 +55,34 @@ __all__ = [
     "NativeCall",
     "NativeStream",
     "Output",
+    "Pieces",
     "SocketRoute",
     "StateRoute",
     "Translation",
     "named_events",
+    "pieces_of",
 ]
 
 _dumps = jsoncodec.dumps
+
+
+class Pieces:
+    """A body part too long to be held as one ``bytes``, made a piece at a time as it is read: the
+    events that repeat a Response's spooled text (protocols/spooled_text.py). Its reader sends each
+    piece before it takes the next."""
+
+    __slots__ = ("_pieces",)
+
+    def __init__(self, pieces: Iterable[bytes]) -> None:
+        self._pieces = pieces
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._pieces)
+
+
+def pieces_of(part: bytes | Pieces) -> Iterable[bytes]:
+    """A body part as pieces: ``bytes`` is one."""
+    return (part,) if isinstance(part, bytes) else part
 
 
 class Output:
@@ -69,21 +90,23 @@ class Output:
 
     The per-chunk methods (``opening``, ``events``) are the hot path and do not wait; ``tail`` and
     ``body`` may (a Response is stored before the client gets its end: protocols/responses/output.py).
+    A stream's parts are ``bytes``, or ``Pieces`` where one is too long to hold (its writer sends them
+    in turn: ``pieces_of``).
     """
 
     synthesizes = True
     """Whether a whole answer (a JSON body) becomes a stream for a client that asked for one: the core's
     chunks can be made from a body; a protocol's native body (``NativeCall``) goes out as it came."""
 
-    def opening(self, chunks: list[dict[str, Any]]) -> bytes:
+    def opening(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
         """The stream's first body part: the source's first chunks."""
         raise NotImplementedError
 
-    def events(self, chunks: list[dict[str, Any]]) -> bytes:
+    def events(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
         """The body part for a batch of chunks after the first."""
         raise NotImplementedError
 
-    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes | Pieces:
         """The stream's last body part: its end, or the error (an OpenAI error body) that broke it off."""
         raise NotImplementedError
 
@@ -116,10 +139,10 @@ class NamedEventOutput(Output):
         feed = self._maker.feed
         return [event for chunk in chunks for event in feed(chunk)]
 
-    def opening(self, chunks: list[dict[str, Any]]) -> bytes:
+    def opening(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
         return named_events(self._maker.start() + self._fed(chunks))
 
-    def events(self, chunks: list[dict[str, Any]]) -> bytes:
+    def events(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
         return named_events(self._fed(chunks))
 
 

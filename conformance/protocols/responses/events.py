@@ -16,6 +16,13 @@ fragments (``index``, ``id`` and ``name`` on the first), ``finish_reason`` on th
 ``choices: []`` chunk. A ``custom`` tool's call (sent upstream as a function with one ``input``
 string) is told whole when it ends, as ``response.custom_tool_call_input.delta``/``.done``: its text
 is inside JSON until then.
+
+An item's text (or a call's arguments) is held in a ``TextSpool``: past ``SPOOL_CHARS`` characters it
+goes to a temporary file, and the events that repeat it whole (an item's ``.done`` events, the terminal
+event's Response) carry the spool's placeholder in its place, the spool in ``ResponseEvents.spools``
+under it; the events' writer (output.py) writes the text there a piece at a time (protocols/
+spooled_text.py: 200 MiB of text held whole took the proxy to 2.3 GB). A custom tool's input is read
+back whole: it is parsed out of its JSON arguments.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..spooled_text import TextSpool
 from .logprobs import response_logprobs
 from .response import (
     custom_input,
@@ -50,9 +58,10 @@ class _Item:
     kind: str  # "message", "reasoning", "call"
     output_index: int
     item_id: str
-    parts: list[str] = field(default_factory=list)
-    """The text (or arguments) as it came: joined once, at the end (``+=`` on an attribute copies the
-    whole text for every delta, quadratic over a long answer)."""
+    text: TextSpool = field(default_factory=TextSpool)
+    """The text (or arguments) as it came: its deltas joined once, at the end (``+=`` on an attribute
+    copies the whole text for every delta, quadratic over a long answer), or a file past
+    ``SPOOL_CHARS``."""
     call_index: int | None = None
     call_id: str = ""
     name: str = ""
@@ -61,10 +70,6 @@ class _Item:
     """The translation's namespaced tools, which name this call (see ``function_call_item``)."""
     logprobs: list[dict[str, Any]] = field(default_factory=list)
     """A message's token logprobs so far (logprobs.py), when the request asked for them."""
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
 
     def finished(self, text: str, status: str, phase: str | None = None) -> dict[str, Any]:
         if self.kind == "message":
@@ -124,7 +129,10 @@ class ResponseEvents:
         self.usage: dict[str, Any] | None = None
         self.finish_reason: Any = None
         self.response: dict[str, Any] | None = None
-        """The final Response, once the terminal event is made."""
+        """The final Response, once the terminal event is made (with placeholders for ``spools``)."""
+        self.spools: dict[str, TextSpool] = {}
+        """The texts gone to a file, by the placeholder that stands for each in the events and in
+        ``response`` (see the module's docstring)."""
         self._sequence = 0
         self._open: _Item | None = None
         self._held_logprobs: list[dict[str, Any]] = []
@@ -230,7 +238,7 @@ class ResponseEvents:
         if item is None or item.kind != kind:
             item = _Item(kind, len(self.output), new_item_id("msg" if kind == "message" else "rs"))
             out += self._open_item(item)
-        item.parts.append(text)
+        item.text.append(text)
         event: dict[str, Any] = {
             "type": "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta",
             "sequence_number": self._sequence,
@@ -270,7 +278,7 @@ class ResponseEvents:
             out += self._open_item(item)
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
-            item.parts.append(arguments)
+            item.text.append(arguments)
             if not item.custom:
                 out.append(
                     self._event(
@@ -292,7 +300,7 @@ class ResponseEvents:
         if item.kind == "message" and self._held_logprobs:
             item.logprobs += self._held_logprobs
             self._held_logprobs = []
-        text = item.text
+        text = self._whole_text(item)
         done = item.finished(text, status, phase)
         if item.kind == "message":
             logprobs = item.logprobs
@@ -321,6 +329,20 @@ class ResponseEvents:
         out.append(self._event("response.output_item.done", output_index=item.output_index, item=done))
         self.output.append(done)
         return out
+
+    def _whole_text(self, item: _Item) -> str:
+        """An ending item's whole text, or the placeholder of its spooled text (a custom tool's input
+        is read back: it is parsed out of its arguments)."""
+        spool = item.text
+        spool.finish()
+        if not spool.spilled:
+            return spool.text()
+        if item.custom:
+            text = spool.text()
+            spool.close()
+            return text
+        self.spools[spool.token] = spool
+        return spool.token
 
     def finish(self, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """The events that end a stream that ended well: the open item's end, then

@@ -17,6 +17,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from ..spooled_text import SpooledJSON
 from .store import StoredResponse
 
 __all__ = ["POSTGRES_SCHEMES", "Store", "is_postgres_url", "passwords_in", "redacted_url"]
@@ -43,7 +44,7 @@ class Store(Protocol):
         hold a password: never print it."""
         ...
 
-    async def save(self, response: Mapping[str, Any], input_items: Sequence[Any]) -> bool:
+    async def save(self, response: Mapping[str, Any] | SpooledJSON, input_items: Sequence[Any]) -> bool:
         """Store ``response`` with the input it came from; False when it alone exceeds the byte bound."""
         ...
 

@@ -43,6 +43,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 
+from ..spooled_text import SpooledJSON
 from .store import BUSY_TIMEOUT, StoredResponse, StoreUnavailable, decoded_entry, encoded_entry
 from .store_base import passwords_in, redacted_url
 
@@ -183,7 +184,7 @@ class PostgresResponseStore:
 
     # --- the asynchronous interface ------------------------------------------------------------------
 
-    async def save(self, response: Mapping[str, Any], input_items: Sequence[Any]) -> bool:
+    async def save(self, response: Mapping[str, Any] | SpooledJSON, input_items: Sequence[Any]) -> bool:
         """Store ``response`` (its ``id`` is the key) with the input it was generated from; False when
         the entry alone is larger than ``max_bytes`` and was not stored. Encoded on the store's thread,
         as the SQLite store does: a long conversation's JSON takes the encoder tens of milliseconds."""
@@ -293,18 +294,18 @@ class PostgresResponseStore:
         for connection in connections:
             connection.close()
 
-    def _store(self, connection: Connection, response: Mapping[str, Any], items: list[Any]) -> bool:
+    def _store(
+        self, connection: Connection, response: Mapping[str, Any] | SpooledJSON, items: list[Any]
+    ) -> bool:
         entry = encoded_entry(response, items, self.max_bytes)
         if entry is None:
             return False
-        response_text, input_text, size = entry.response, entry.items, entry.size
+        response_text, input_text, size = entry.response_text(), entry.items, entry.size
         now = time.time()
         with connection.transaction():
             connection.execute(_LOCK_TOTAL)  # writers take turns (the module's docstring)
             connection.execute(_EXPIRE, (now - self.max_age,))
-            connection.execute(
-                _INSERT, (str(response["id"]), now, size, self.owner, response_text, input_text)
-            )
+            connection.execute(_INSERT, (entry.key, now, size, self.owner, response_text, input_text))
             row = connection.execute(_TOTAL).fetchone()
             total = int(row[0]) if row else 0
             if total > self.max_bytes:

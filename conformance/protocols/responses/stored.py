@@ -16,12 +16,13 @@ pages name the same items every time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.responses import JSONResponse
 
 from conformance.api_errors import APIError, InvalidRequest, error_response, quoted
 
+from ..spooled_text import SpooledJSON, TextSpool
 from .store import StoredResponse, StoreUnavailable
 from .store_base import Store
 
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+_Response = TypeVar("_Response", dict[str, Any], SpooledJSON)
 
 _ORDERS = ("asc", "desc")
 _ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
@@ -100,31 +103,43 @@ async def previous_items(
     return stored.conversation
 
 
-async def remember(store: Store, response: dict[str, Any], items: list[Any]) -> dict[str, Any]:
+async def remember(store: Store, response: _Response, items: list[Any]) -> _Response:
     """Store a finished ``response`` (one that says ``"store": true``) with the input ``items`` it was
     generated from: call it before the client gets the terminal event or body, so that a
     ``previous_response_id`` sent the moment it arrives finds it. Returns the response as the client
     gets it: with ``"store": false`` when it could not be stored (larger than the store's bound, the
-    file failing), so that no client counts on an entry that is not there; never fails the response."""
-    if response.get("store") is not True:
+    file failing), so that no client counts on an entry that is not there; never fails the response.
+    A streamed Response whose texts went to files (``SpooledJSON``) is stored from them a piece at a
+    time, its size counted so too (protocols/spooled_text.py)."""
+    value = response.value if isinstance(response, SpooledJSON) else response
+    if value.get("store") is not True:
         return response
     try:
         if await store.save(response, items):
             return response
     except StoreUnavailable:
         pass  # logged by the store
-    return {**response, "store": False}
+    unstored = {**value, "store": False}
+    return SpooledJSON(unstored, response.spools) if isinstance(response, SpooledJSON) else unstored
 
 
 async def remember_terminal(
-    store: Store, events: list[dict[str, Any]], items: list[Any]
+    store: Store,
+    events: list[dict[str, Any]],
+    items: list[Any],
+    spools: Mapping[str, TextSpool] | None = None,
 ) -> list[dict[str, Any]]:
     """``events`` with the Response of the terminal event among them (a stream's last) stored, as
-    ``remember`` does; the events as they are when none is terminal."""
+    ``remember`` does (``spools``: the texts that placeholders in it stand for); the events as they
+    are when none is terminal."""
     for position, event in enumerate(events):
         if event.get("type") in TERMINAL_EVENTS and isinstance(event.get("response"), dict):
-            kept = await remember(store, event["response"], items)
-            if kept is not event["response"]:
+            response = event["response"]
+            if spools:
+                kept = (await remember(store, SpooledJSON(response, spools), items)).value
+            else:
+                kept = await remember(store, response, items)
+            if kept is not response:
                 events = [*events[:position], {**event, "response": kept}, *events[position + 1 :]]
     return events
 

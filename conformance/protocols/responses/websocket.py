@@ -46,6 +46,7 @@ from conformance.openai_errors import error_body
 from conformance.request_validation import parse_json_object
 
 from ..front_end import is_large, off_the_loop
+from ..spooled_text import SpooledJSON
 from .store import StoredResponse
 from .store_base import Store
 from .stored import input_items
@@ -106,7 +107,7 @@ class SocketStore:
     def location(self) -> str:
         return self.shared.location
 
-    async def save(self, response: Mapping[str, Any], input_items: Sequence[Any]) -> bool:
+    async def save(self, response: Mapping[str, Any] | SpooledJSON, input_items: Sequence[Any]) -> bool:
         return await self.shared.save(response, input_items)
 
     async def load(self, response_id: str) -> StoredResponse | None:
@@ -388,7 +389,8 @@ class _Relay:
         self._send_text = send_text
         self.status = 0
         self._streaming = False
-        self._pending = b""
+        self._pending: list[bytes] = []
+        """The start of an event not yet ended: a long one comes in pieces (output.py)."""
         self._whole: list[bytes] = []
         self.final: dict[str, Any] | None = None
         """The Response of the terminal event, once sent."""
@@ -407,9 +409,18 @@ class _Relay:
                 self._whole.append(body)
 
     async def _events(self, body: bytes) -> None:
-        # Each body part holds whole events (the writers send them so); a part cut inside one waits.
-        data = self._pending + body if self._pending else body
-        *events, self._pending = data.split(b"\n\n")
+        # Each body part holds whole events, or a piece of a long one (output.py); a part cut inside an
+        # event waits, in a list: added to the bytes before it, each of a 200 MiB event's pieces would
+        # copy all that came before.
+        pending = self._pending
+        if not body:
+            return
+        if b"\n\n" not in body and not (pending and pending[-1].endswith(b"\n") and body.startswith(b"\n")):
+            pending.append(body)
+            return
+        data = b"".join([*pending, body]) if pending else body
+        *events, rest = data.split(b"\n\n")
+        self._pending = [rest] if rest else []
         for event in events:
             if event:
                 await self._event(event)

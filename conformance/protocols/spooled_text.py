@@ -1,0 +1,213 @@
+"""Long texts kept in a temporary file rather than in memory, and JSON written with them in place, a
+piece at a time: what keeps a Responses stream of any length from holding its whole output.
+
+The Responses API repeats an item's whole text in the events that end it (``response.output_text.done``,
+``response.content_part.done``, ``response.output_item.done``) and again in the terminal event's Response.
+The stream held every delta as a string, joined them, and wrote each of those events as one JSON text
+(and, with ``store: true``, the Response once more for the store): 200 MiB of upstream text took the
+proxy from 51 MB to a peak RSS of 2,276 MB, 2,503 MB with ``store: true``, where the chat route peaked at
+54.5 MB (bench/hostile_load.py shape 6, issue 32); spooled, 60 MB (64 MB stored).
+
+A :class:`TextSpool` holds its first ``SPOOL_CHARS`` characters in memory, as a list of the deltas, so a
+usual answer costs what it cost; past them the text goes to an unnamed temporary file (in ``TMPDIR``) and
+the events carry a placeholder (``TextSpool.token``) where the text goes. :class:`SpooledJSON` writes such
+a value exactly as ``jsoncodec.dumps`` writes it with the texts in place, byte for byte (orjson, or the
+standard library's encoder, ASCII-escaped, where a text holds a lone surrogate or the value something else
+orjson refuses), with each text escaped a piece of ``READ_BYTES`` at a time out of its file: JSON escapes a
+string character by character, so the pieces' escapes joined are the whole text's.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import secrets
+import tempfile
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+import orjson
+
+__all__ = ["FLUSH_CHARS", "READ_BYTES", "SPOOL_CHARS", "SpooledJSON", "TextSpool"]
+
+SPOOL_CHARS = 1 << 20
+"""Characters a text holds in memory before it goes to a file: more than nearly every answer (a 1 MiB
+answer is some 250,000 tokens), so the file is the exception; at most 4 MiB held per open item."""
+
+FLUSH_CHARS = 1 << 16
+"""Characters joined, encoded and written to the file at a time, once the text is there."""
+
+READ_BYTES = 1 << 16
+"""Bytes of a spooled text read, escaped and sent at a time: orjson reserves some 20 bytes per
+character for its output before it shrinks it (a 1 MiB piece of text with an emoji in it cost 18 MB
+for a moment), so pieces are the size of a large delta, not of the text."""
+
+_TOKEN_PREFIX = "\x00conformant-spool-"
+"""A placeholder's start: a NUL and a random part make it no text an upstream sends by chance."""
+
+
+class TextSpool:
+    """One growing text (an item's answer, a call's arguments): ``append`` each delta, ``finish`` at its
+    end; then ``spilled`` says whether it went to a file, ``text()`` gives it whole and ``pieces()`` a
+    piece at a time. The file is closed when the spool is let go (or ``close``)."""
+
+    __slots__ = (
+        "__weakref__",
+        "_closer",
+        "_file",
+        "_held",
+        "_limit",
+        "_parts",
+        "_written",
+        "surrogates",
+        "token",
+    )
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._parts: list[str] = []
+        self._held = 0
+        self._limit = SPOOL_CHARS if limit is None else limit
+        self._file: IO[bytes] | None = None
+        self._closer: weakref.finalize[Any, Any] | None = None
+        self._written = 0
+        self.token = ""
+        """The placeholder that stands for the text in JSON values (``SpooledJSON``), once spilled."""
+        self.surrogates = False
+        """Whether the text holds a lone surrogate: JSON then comes from the standard library's encoder,
+        as ``jsoncodec.dumps`` writes it (orjson refuses one)."""
+
+    def append(self, text: str) -> None:
+        # The per-delta path: a list append and a count; the file past SPOOL_CHARS, then every FLUSH_CHARS.
+        self._parts.append(text)
+        self._held += len(text)
+        if self._held > self._limit:
+            self._spill()
+
+    @property
+    def spilled(self) -> bool:
+        return self._file is not None
+
+    def finish(self) -> None:
+        """The text is whole: what is held goes to the file, where the rest went."""
+        if self._file is not None:
+            if self._parts:
+                self._spill()
+            self._file.flush()
+
+    def text(self) -> str:
+        """The whole text (read back out of the file where it went there)."""
+        if self._file is None:
+            return "".join(self._parts)
+        return "".join(self.pieces())
+
+    def pieces(self) -> Iterator[str]:
+        """The spilled text in pieces of whole characters, each of at most ``READ_BYTES`` bytes; read
+        at their offsets, so that two readers (the store's thread, the stream) do not meet."""
+        assert self._file is not None, "only a spilled text is read in pieces"
+        self.finish()
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+        descriptor, offset = self._file.fileno(), 0
+        while offset < self._written:
+            data = os.pread(descriptor, READ_BYTES, offset)
+            if not data:  # the file is shorter than written: never, short of a disk gone bad
+                raise OSError("a spooled text's file ended early")
+            offset += len(data)
+            text = decoder.decode(data, final=offset >= self._written)
+            if text:
+                yield text
+
+    def close(self) -> None:
+        if self._closer is not None:
+            self._closer()
+
+    def _spill(self) -> None:
+        if self._file is None:
+            # Closed when the spool goes (a stream its client left, a cancelled request) without a
+            # ResourceWarning, or by ``close``: no ``with`` spans a stream.
+            self._file = tempfile.TemporaryFile(prefix="conformant-spool-")  # noqa: SIM115
+            self._closer = weakref.finalize(self, self._file.close)
+            self.token = f"{_TOKEN_PREFIX}{secrets.token_hex(16)}\x00"
+            self._limit = FLUSH_CHARS  # from now on the file takes it a little at a time
+        group: list[str] = []
+        size = 0
+        for part in self._parts:  # written FLUSH_CHARS at a time: never the held text joined whole
+            group.append(part)
+            size += len(part)
+            if size >= FLUSH_CHARS:
+                self._write("".join(group))
+                group, size = [], 0
+        if group:
+            self._write("".join(group))
+        self._parts.clear()
+        self._held = 0
+
+    def _write(self, text: str) -> None:
+        assert self._file is not None
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:
+            self.surrogates = True
+            data = text.encode("utf-8", "surrogatepass")
+        self._file.write(data)
+        self._written += len(data)
+
+
+class SpooledJSON:
+    """A JSON value in which spooled texts' placeholders stand for their texts (``spools``: by token)."""
+
+    __slots__ = ("spools", "value")
+
+    def __init__(self, value: Any, spools: Mapping[str, TextSpool]) -> None:
+        self.value = value
+        self.spools = spools
+
+    def pieces(self) -> Iterator[bytes]:
+        """The value's compact JSON with every text in its place, as ``jsoncodec.dumps`` writes the
+        value with the texts in it, in pieces."""
+        skeleton: bytes | None = None
+        if not any(spool.surrogates for spool in self.spools.values()):
+            try:
+                skeleton = orjson.dumps(self.value)
+            except TypeError:
+                skeleton = None  # something orjson refuses: jsoncodec writes it all with ``json``
+        escape = _orjson_escaped if skeleton is not None else _json_escaped
+        if skeleton is None:
+            skeleton = json.dumps(self.value, separators=(",", ":")).encode()
+        start = 0
+        for at, end, spool in self._places(skeleton):
+            yield skeleton[start : at + 1]  # up to the string's opening quote
+            for text in spool.pieces():
+                yield escape(text)
+            start = end - 1  # its closing quote
+        yield skeleton[start:]
+
+    def size(self) -> int:
+        """Bytes of that JSON, written (and let go) to be counted: a store's bound is checked without
+        the whole text in memory."""
+        return sum(len(piece) for piece in self.pieces())
+
+    def whole(self) -> bytes:
+        """That JSON at once: where a piece at a time will not do (a database driver's parameter)."""
+        return b"".join(self.pieces())
+
+    def _places(self, skeleton: bytes) -> list[tuple[int, int, TextSpool]]:
+        """Where each placeholder string is in ``skeleton``, quotes included, in order."""
+        found = []
+        for spool in self.spools.values():
+            quoted = orjson.dumps(spool.token)  # "\u0000conformant-spool-...\u0000": both encoders' form
+            at = skeleton.find(quoted)
+            while at != -1:
+                found.append((at, at + len(quoted), spool))
+                at = skeleton.find(quoted, at + len(quoted))
+        found.sort(key=lambda place: place[0])
+        return found
+
+
+def _orjson_escaped(text: str) -> bytes:
+    return orjson.dumps(text)[1:-1]
+
+
+def _json_escaped(text: str) -> bytes:
+    return json.dumps(text).encode()[1:-1]
