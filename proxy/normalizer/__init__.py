@@ -6,7 +6,7 @@ from .finish import map_finish_reason
 from .identity import Identity, new_id
 from .repairs import Repairs
 from .stream import StreamNormalizer
-from .usage import clean_usage, sum_usage
+from .usage import clean_usage, sum_usage, within_limit
 
 __all__ = [
     "Identity",
@@ -19,4 +19,5 @@ __all__ = [
     "new_id",
     "normalize_body",
     "sum_usage",
+    "within_limit",
 ]

@@ -19,7 +19,7 @@ from .field_repairs import CHAT_MESSAGE_REPAIRS, TEXT_MESSAGE_REPAIRS, Message, 
 from .identity import Identity
 from .repairs import Repairs
 from .text_lost import text_lost
-from .usage import counted_usage, nothing_generated, sum_usage
+from .usage import counted_usage, nothing_generated, sum_usage, within_limit
 
 __all__ = ["merge_bodies", "normalize_body"]
 
@@ -46,6 +46,9 @@ def normalize_body(
     raw_choices = _upstream_choices(obj, status)
     identity.stamp(obj, repairs)
     usage = counted_usage(obj.get("usage"), repairs)
+    if (within := within_limit(usage, request)) is not usage:
+        repairs.add("Q85")
+        usage = within
     if not request.generates:
         usage = nothing_generated(usage)
     choices, shown = _choices(raw_choices, request, repairs, usage)

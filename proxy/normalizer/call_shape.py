@@ -67,6 +67,11 @@ class ObjectShape:
             self._in_string = True
 
     @property
+    def blank(self) -> bool:
+        """Nothing but white space read yet (no mark moves the state from where it starts)."""
+        return not (self.broken or self._closed or self._in_string or self._depth)
+
+    @property
     def whole(self) -> bool:
         if self.broken or not self._closed:
             return False

@@ -359,8 +359,11 @@ class ChoiceState:
         return min(self.unnamed) if self.unnamed else None
 
     def call_cut(self) -> bool:
-        """The latest call's arguments are not one JSON object: its generation was cut off (Q84)."""
-        return self.had_tools and not self.last_call[3].whole
+        """The latest call's arguments are begun and not one JSON object: its generation was cut off
+        (Q84), or it is broken (``broken_call_finish``). Blank arguments are no cut: several servers
+        send ``""`` for a call without parameters (the Messages translation reads it as ``{}``)."""
+        shape = self.last_call[3]
+        return self.had_tools and not shape.blank and not shape.whole
 
     def text_calls(self, calls: list[Call], repairs: Repairs) -> list[dict[str, Any]]:
         """Tool-call deltas, each whole, for calls taken out of the content (Q79)."""

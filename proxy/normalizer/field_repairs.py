@@ -201,7 +201,17 @@ def limit_finish(f: Finish) -> None:
     """The token limit ended it, whatever the upstream said (Q21), and a call it cut is no call (Q84)."""
     limit = f.request.max_tokens
     tokens = f.tokens
-    if f.stopped or limit is None or tokens is None or tokens < limit:
+    if f.stopped or limit is None:
+        return
+    if tokens is None:
+        # No count (a body without usage, or one of several choices): a call ended inside its JSON
+        # under a limit is taken for cut, the likelier end of a call whose grammar allows no other
+        # (issue 37); a client reruns it with a larger limit, and runs no broken call either way.
+        if f.reason == "tool_calls" and f.call_cut:
+            f.repairs.add("Q84")
+            f.reason = "length"
+        return
+    if tokens < limit:
         return
     if f.reason == "stop":
         f.repairs.add("Q21")
@@ -218,12 +228,32 @@ def tool_calls_finish(f: Finish) -> None:
         f.reason = "tool_calls"
 
 
+def broken_call_finish(f: Finish) -> None:
+    """A call whose arguments are not one JSON object, said finished (``tool_calls``) before the token
+    limit: no cut (that is ``length``, ``limit_finish``), so no call a client can run. As for a call
+    without a name, the answer fails as one the upstream could not make valid (``broken_call``)."""
+    if f.call_cut and f.reason == "tool_calls":
+        raise broken_call()
+
+
+def broken_call() -> APIError:
+    """The 502 for a call ``broken_call_finish`` finds: sent on, its arguments would be run as a whole
+    call's (``tool_calls``, a Response ``completed``, a Message's ``tool_use``), or fail in the client's
+    parse; none of them can be made whole from anything the upstream sent."""
+    return APIError.make(
+        "the upstream server finished a tool call whose arguments are not one JSON object, before the "
+        "token limit: a client cannot run it",
+        502,
+    )
+
+
 FINISH_REPAIRS: tuple[Callable[[Finish], None], ...] = (
     stop_sequence_finish,
     zero_limit_finish,
     missing_finish,
     limit_finish,
     tool_calls_finish,
+    broken_call_finish,
 )
 
 
@@ -611,10 +641,13 @@ def message_finish(m: Message) -> bool:
 
 
 def _last_call_cut(calls: Any) -> bool:
-    """The last call's arguments are not one JSON object (Q84)."""
+    """The last call's arguments are begun and not one JSON object (Q84; blank ones are a call without
+    parameters, as ``ChoiceState.call_cut``)."""
     if not isinstance(calls, list) or not calls or not isinstance(calls[-1], dict):
         return False
-    return not is_json_object(as_dict(calls[-1].get("function")).get("arguments"))
+    arguments = as_dict(calls[-1].get("function")).get("arguments")
+    blank = arguments is None or (isinstance(arguments, str) and not arguments.strip())
+    return not blank and not is_json_object(arguments)
 
 
 def message_logprobs(m: Message) -> bool:

@@ -23,7 +23,7 @@ from .field_repairs import CHAT_DELTA_REPAIRS, TEXT_DELTA_REPAIRS, Delta, Finish
 from .identity import Identity
 from .repairs import Repairs
 from .text_lost import text_lost
-from .usage import counted_usage, nothing_generated
+from .usage import counted_usage, nothing_generated, within_limit
 
 __all__ = ["StreamNormalizer"]
 
@@ -352,6 +352,9 @@ class StreamNormalizer:
         usage = counted_usage(raw, self.repairs)
         if not self.request.include_usage or on_content:
             self.repairs.add("Q26")  # usage nobody asked for, or on a content chunk: stripped
+        if (within := within_limit(usage, self.request)) is not usage:
+            self.repairs.add("Q85")
+            usage = within
         if usage is not None:
             self.usage = usage
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from conformance.request_info import RequestInfo
+
 from .repairs import Repairs
 
-__all__ = ["clean_usage", "counted_usage", "nothing_generated", "sum_usage"]
+__all__ = ["clean_usage", "counted_usage", "nothing_generated", "sum_usage", "within_limit"]
 
 _COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 _DETAILS = ("prompt_tokens_details", "completion_tokens_details")
@@ -59,6 +61,25 @@ def counted_usage(raw: Any, repairs: Repairs) -> dict[str, Any] | None:
         repairs.add("Q29")
         return None
     return usage
+
+
+def within_limit(usage: dict[str, Any] | None, request: RequestInfo) -> dict[str, Any] | None:
+    """``usage`` with no more completion tokens than the limit the upstream generated under allows (each
+    choice's ``max_tokens``), the same object when it has none more.
+
+    A count past the limit is no count of what was generated: an upstream stops at it. llama-cpp-python
+    reported 71 completion tokens for a tool call cut at ``max_tokens`` 64 (issue 37), and text counted
+    again with its tokenizer came to 66 for 64 (Q84). The limit is the closer count, and what a client
+    that budgets by it was promised; the prompt's count is kept, the total lowered by as much."""
+    limit = None if request.max_tokens is None else request.max_tokens * request.choices
+    if usage is None or limit is None or usage["completion_tokens"] <= limit:
+        return usage
+    excess = usage["completion_tokens"] - limit
+    within = {**usage, "completion_tokens": limit, "total_tokens": usage["total_tokens"] - excess}
+    details = usage.get("completion_tokens_details")
+    if isinstance(details, dict):  # (reasoning tokens are part of the completion's)
+        within["completion_tokens_details"] = {k: min(v, limit) for k, v in details.items()}
+    return within
 
 
 def nothing_generated(usage: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from conformance import jsoncodec
@@ -13,7 +14,7 @@ from conformance.request_info import RequestInfo
 from conformance.sse import SSELineTooLong, SSEParser
 
 from ..adapters import Adapter, UpstreamCall
-from ..adapters.base import without_streaming
+from ..adapters.base import requested_limit, without_streaming
 from ..admission import Reservation
 from ..errors import UpstreamTimeout
 from ..normalizer import (
@@ -22,6 +23,7 @@ from ..normalizer import (
     StreamNormalizer,
     generated_text,
     normalize_body,
+    within_limit,
 )
 from ..reshape import synthesize_chunks
 from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
@@ -55,6 +57,12 @@ class UpstreamSource(Source):
     ) -> None:
         self._upstream = upstream
         self._adapter = adapter
+        limit = requested_limit(call.body) if request.generates and request.max_tokens is None else None
+        if limit is not None and limit > 0:
+            # The operator's --default-max-tokens cuts what the upstream generates as a client's own
+            # limit does: the answer is judged by it (a call cut at it finishes length, Q84; its usage
+            # is within it, Q85), whoever gave it (issue 37).
+            request = replace(request, max_tokens=limit)
         self._request = request
         self._call = call
         self._prompt = prompt
@@ -315,13 +323,11 @@ class UpstreamSource(Source):
             completion = None if tokens is None else completion + tokens
         if completion is None:
             completion = fallback_completion
-        per_choice = self._request.max_tokens
-        if per_choice is not None:
-            limit = per_choice * self._request.choices
-            # Text tokenized again can take more tokens than were generated (66 for a call cut at 64 by
-            # llama-cpp-python): the limit the upstream generated under bounds the count.
-            completion = min(completion, limit)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        total = prompt + completion
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+        # Text tokenized again can take more tokens than were generated (66 for a call cut at 64 by
+        # llama-cpp-python): the limit the upstream generated under bounds the count.
+        return within_limit(usage, self._request) or usage
 
     async def aclose(self) -> None:
         if self._stream is not None:

@@ -203,7 +203,7 @@ def test_the_token_limit_turns_stop_into_length_q21(tokens: int | None, stopped:
 
 @pytest.mark.parametrize(
     ("tokens", "cut", "reason"),
-    [(8, True, "length"), (8, False, "tool_calls"), (7, True, "tool_calls"), (None, True, "tool_calls")],
+    [(8, True, "length"), (8, False, "tool_calls"), (7, True, "tool_calls"), (None, True, "length")],
 )
 def test_a_call_the_token_limit_cut_finishes_length_q84(tokens: int | None, cut: bool, reason: str) -> None:
     f, repairs = _finish(
