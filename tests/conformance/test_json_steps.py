@@ -37,7 +37,7 @@ class _Counting(json.JSONDecoder):
         vars(self)["scan_once"] = counted
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(_JSON, st.sampled_from(["", " ", "\n\t "]))
 def test_reads_what_json_reads(value: Any, space: str) -> None:
     text = json.dumps(value, indent=2 if space else None) + space
