@@ -277,3 +277,20 @@ def _sdk_final_message(anthropic: Any, body: bytes) -> Any:
         model="m", max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
     ) as stream:
         return stream.get_final_message()
+
+
+def test_a_streamed_thinking_block_is_signed_as_its_whole_text_without_holding_it() -> None:
+    from conformance.protocols.messages.events import MessageEvents
+    from conformance.protocols.messages.response import signature
+
+    pieces = ["Let me ", "ponder \U0001f914", " about \ud800 it."]  # an emoji and a lone surrogate
+    events = MessageEvents("m")
+    out = events.start()
+    for piece in pieces:
+        out += events.feed({"choices": [{"index": 0, "delta": {"reasoning_content": piece}}]})
+    # The pieces are digested as they come: with the block still open, none of its text is kept.
+    kept = [value for value in vars(events).values() if isinstance(value, (list, str))]
+    assert not any("ponder" in str(value) for value in kept)
+    out += events.feed({"choices": [{"index": 0, "delta": {"content": "Done."}}]})
+    signed = [e["delta"]["signature"] for e in out if e.get("delta", {}).get("type") == "signature_delta"]
+    assert signed == [signature("".join(pieces))]

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import messages_error
-from .response import message_object, message_usage, new_id, signature, stop_reason
+from .response import Signature, message_object, message_usage, new_id, stop_reason
 
 __all__ = ["MessageEvents"]
 
@@ -44,7 +44,7 @@ class MessageEvents:
         self._index = -1
         self._open: str | None = None  # the open block's type
         self._call_index: int | None = None
-        self._thinking: list[str] = []
+        self._thinking = Signature()
 
     def start(self) -> list[dict[str, Any]]:
         usage = message_usage(None)
@@ -93,7 +93,7 @@ class MessageEvents:
             block = {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else None
             out += self._start_block(kind, block or {"type": "text", "text": ""})
         if kind == "thinking":
-            self._thinking.append(text)
+            self._thinking.add(text)
             delta: dict[str, Any] = {"type": "thinking_delta", "thinking": text}
         else:
             delta = {"type": "text_delta", "text": text}
@@ -131,8 +131,8 @@ class MessageEvents:
             return []
         out: list[dict[str, Any]] = []
         if kind == "thinking":
-            text, self._thinking = "".join(self._thinking), []
-            delta = {"type": "signature_delta", "signature": signature(text)}
+            signed, self._thinking = self._thinking.value(), Signature()
+            delta = {"type": "signature_delta", "signature": signed}
             out.append({"type": "content_block_delta", "index": self._index, "delta": delta})
         out.append({"type": "content_block_stop", "index": self._index})
         return out

@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "STOP_REASONS",
+    "Signature",
     "call_input",
     "message_from_chat",
     "message_object",
@@ -45,9 +46,28 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_01" + base64.b64encode(os.urandom(17), altchars=b"Ab")[:22].decode()
 
 
+class Signature:
+    """A thinking block's signature, this server's digest of its text, fed a piece at a time: a stream
+    signs its thinking without holding it (the stream held every piece until the block closed, which an
+    endless reasoning upstream made a memory without bound, issue 32)."""
+
+    __slots__ = ("_digest",)
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+
+    def add(self, text: str) -> None:
+        self._digest.update(text.encode("utf-8", "surrogatepass"))
+
+    def value(self) -> str:
+        return base64.b64encode(self._digest.digest()).decode()
+
+
 def signature(thinking: str) -> str:
-    """A thinking block's signature: this server's digest of its text."""
-    return base64.b64encode(hashlib.sha256(thinking.encode("utf-8", "surrogatepass")).digest()).decode()
+    """The signature of a whole thinking text."""
+    signed = Signature()
+    signed.add(thinking)
+    return signed.value()
 
 
 def _count(value: Any) -> int:
