@@ -3,8 +3,10 @@
 The proxy parses a large request body in a worker thread, but a parser written in C holds the GIL for
 the whole document: orjson read a 14 MB body of 400,000 one-word Responses input items in 250-313 ms,
 and ``GET /health`` waited 264 ms beside it (issue 32, item 1; the goal is 250 ms for any body under
-``--max-body``). Here the top ``SPLIT_DEPTH`` levels of arrays and objects are walked in Python and each
-value below them (a message, a content part) is read by the standard parser's C scanner, so the
+``--max-body``). Here each value is read by the standard parser's C scanner over a window of at most
+``WINDOW`` characters of the text; a container longer than that is walked in Python instead, its
+members read the same way. So no C call reads more than a window, however the values are nested (one
+message of 350,000 content parts held the loop 497 ms when each message was one step), and the
 interpreter can hand the GIL to the event loop between any two of them (every
 ``sys.getswitchinterval()``, 5 ms by default). The walk costs several times orjson's CPU, so only a
 body whose commas say that it holds many values takes it (``worth_steps``): a prompt of a few long
@@ -23,12 +25,10 @@ from typing import Any
 
 from conformance import jsoncodec
 
-__all__ = ["MANY_VALUES", "SPLIT_DEPTH", "loads_in_steps", "worth_steps"]
+__all__ = ["MANY_VALUES", "WINDOW", "loads_in_steps", "worth_steps"]
 
-SPLIT_DEPTH = 2
-"""Levels walked in Python: a body and its arrays, so that each message or input item is one step. A
-level deeper (each item's fields) cost 5x more again on 400,000 items (13.6 s against 2.9 s, orjson
-0.74 s, on a loaded 2-core machine), so one item of very many parts is still read in one step."""
+WINDOW = 1 << 18
+"""Characters one C call reads at most: 256 KiB of the smallest values is a few ms of parsing."""
 MANY_VALUES = 50_000
 """Commas past which a body is read in steps: orjson reads that many small values in a few ms."""
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -52,7 +52,7 @@ def loads_in_steps(text: str, decoder: json.JSONDecoder) -> Any:
 
 class _Reader:
     """The walk; ``scan`` is the C scanner behind ``decoder.raw_decode`` (no wrapper per value), and
-    every step is written out because a walk step costs microseconds on 400,000 items."""
+    every step is written out because a step costs microseconds on 400,000 items."""
 
     def __init__(self, text: str, decoder: json.JSONDecoder) -> None:
         self.text = text
@@ -61,29 +61,73 @@ class _Reader:
         self.string: Callable[[str, int, bool], tuple[str, int]] = vars(decoder)["parse_string"]
         self.strict = decoder.strict
         self.match = _SPACE.match
+        self.window = ""
+        """A slice of ``text`` that values are read from, so that no read runs past it."""
+        self.window_at = 0
+        """Where ``window`` starts in ``text``."""
 
     def space(self, at: int) -> int:
         return self.match(self.text, at).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
 
     def value(self, at: int, depth: int) -> tuple[Any, int]:
-        text = self.text
-        opener = text[at : at + 1]
-        if depth < SPLIT_DEPTH and opener == "{":
-            return self.members(at + 1, depth + 1)
-        if depth < SPLIT_DEPTH and opener == "[":
-            return self.elements(at + 1, depth + 1)
-        try:
-            value, end = self.scan(text, at)
-        except StopIteration as err:
-            raise json.JSONDecodeError("Expecting value", text, err.value) from None
-        except RecursionError:
-            raise jsoncodec.TooDeep from None
+        read = self.within_window(at)
+        if read is None:
+            opener = self.text[at : at + 1]
+            if opener in ("{", "[") and depth >= jsoncodec.MAX_DEPTH:
+                raise jsoncodec.TooDeep
+            if opener == "{":
+                return self.members(at + 1, depth + 1)
+            if opener == "[":
+                return self.elements(at + 1, depth + 1)
+            read = self.whole(at)  # a string longer than a window: read at the speed of a copy
+        value, end = read
         allowed = jsoncodec.MAX_DEPTH - depth
+        text = self.text
         if text.count("[", at, end) + text.count("{", at, end) > allowed and jsoncodec.too_deep(
             text[at:end], value, allowed
         ):
             raise jsoncodec.TooDeep
         return value, end
+
+    def within_window(self, at: int) -> tuple[Any, int] | None:
+        """The value at ``at`` and where it ends, read by one C call over at most ``WINDOW``
+        characters; None when it is longer."""
+        if not self.window_at <= at < self.window_at + len(self.window):
+            self.move_window(at)
+        rest = self.window_at + len(self.window) < len(self.text)  # text the window leaves out
+        while True:
+            try:
+                value, end = self.scan(self.window, at - self.window_at)
+            except StopIteration as err:
+                failed: json.JSONDecodeError = json.JSONDecodeError("Expecting value", self.window, err.value)
+            except json.JSONDecodeError as err:
+                failed = err
+            except RecursionError:
+                raise jsoncodec.TooDeep from None
+            else:
+                # A number the window cut may still read as one ("10." as 10, "1e+" as 1): what ends
+                # within two characters of the window's end is read again, as for a cut.
+                if not (rest and end > len(self.window) - 3):
+                    return value, end + self.window_at
+                failed = json.JSONDecodeError("cut by the window", self.window, end)
+            if not rest:
+                raise json.JSONDecodeError(failed.msg, self.text, failed.pos + self.window_at) from None
+            if self.window_at == at:
+                return None  # longer than a window
+            self.move_window(at)
+            rest = self.window_at + len(self.window) < len(self.text)
+
+    def move_window(self, at: int) -> None:
+        self.window_at = at
+        self.window = self.text[at : at + WINDOW]
+
+    def whole(self, at: int) -> tuple[Any, int]:
+        try:
+            return self.scan(self.text, at)
+        except StopIteration as err:
+            raise json.JSONDecodeError("Expecting value", self.text, err.value) from None
+        except RecursionError:
+            raise jsoncodec.TooDeep from None
 
     def members(self, at: int, depth: int) -> tuple[dict[str, Any], int]:
         text, space, value = self.text, self.space, self.value

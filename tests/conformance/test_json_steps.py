@@ -38,10 +38,13 @@ class _Counting(json.JSONDecoder):
 
 
 @settings(max_examples=100)
-@given(_JSON, st.sampled_from(["", " ", "\n\t "]))
-def test_reads_what_json_reads(value: Any, space: str) -> None:
+@given(_JSON, st.sampled_from(["", " ", "\n\t "]), st.sampled_from([4, 9, 64, json_steps.WINDOW]))
+def test_reads_what_json_reads(value: Any, space: str, window: int) -> None:
+    # Windows of a few characters cut every kind of value (a number at a window's end among them).
     text = json.dumps(value, indent=2 if space else None) + space
-    assert json_steps.loads_in_steps(space + text, json.JSONDecoder()) == json.loads(space + text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(json_steps, "WINDOW", window)
+        assert json_steps.loads_in_steps(space + text, json.JSONDecoder()) == json.loads(space + text)
 
 
 @pytest.mark.parametrize(
@@ -56,14 +59,24 @@ def test_errors_are_json_s_own_with_the_same_place(text: str) -> None:
     assert (stepped.value.lineno, stepped.value.colno) == (standard.value.lineno, standard.value.colno)
 
 
-def test_each_step_reads_one_item_however_many_there_are() -> None:
-    item = {"role": "user", "content": "hi"}
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m", "input": [{"role": "user", "content": "hi"}] * 5000},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}] * 5000}]},
+        {"model": "m", "input": [{"role": "user", "content": "long " * 2000}] * 3},
+    ],
+    ids=["many-items", "one-message-of-many-parts", "long-strings"],
+)
+def test_no_step_reads_more_than_a_window_but_a_string(
+    body: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(json_steps, "WINDOW", 4096)
     decoder = _Counting()
-    body = json_steps.loads_in_steps(json.dumps({"model": "m", "input": [item] * 5000}), decoder)
-    assert body["input"] == [item] * 5000
-    # One scanner call per item and one for the model's name: never the array in one call.
-    assert len(decoder.spans) == 5001
-    assert max(decoder.spans) == len(json.dumps(item))
+    assert json_steps.loads_in_steps(json.dumps(body), decoder) == body
+    strings = {len(json.dumps(value)) for value in ("long " * 2000,)}
+    assert all(span <= 4096 or span in strings for span in decoder.spans)
+    assert len(decoder.spans) >= 5000 or body["input"][0]["content"].startswith("long")
 
 
 def test_nesting_past_the_limit_is_too_deep_at_any_level() -> None:
