@@ -138,7 +138,8 @@ MAX_ITEMS = Setting(
     positive_integer,
     10_000,
     "messages in one request, as the upstream would get them (translated: Responses input items with the "
-    "conversation they continue, consecutive ones of one role joined) (400 above)",
+    "conversation they continue, consecutive ones of one role joined), a message of several content parts "
+    "counting as that many (400 above)",
 )
 CORS_ORIGINS = Setting[tuple[str, ...]](
     "cors_origins",

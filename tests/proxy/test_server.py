@@ -300,6 +300,12 @@ def test_more_messages_than_max_items_is_a_400_in_each_protocols_words(
         assert server.requests == []
         two = httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "messages": turns[:2]}, timeout=10)
         assert two.status_code == 200
+        # A message of more content parts than --max-items counts as that many (issue 32).
+        parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}] * 3}]
+        sent = len(server.requests)
+        many = httpx.post(proxy + "/v1/chat/completions", json={**CHAT, "messages": parts}, timeout=10)
+        assert _assert_openai_error(many, 400)["code"] == "array_above_max_length"
+        assert len(server.requests) == sent
         joined = [{"type": "message", "role": "user", "content": "hi"}] * 5
         assert (
             httpx.post(proxy + "/v1/responses", json={"model": "m", "input": joined}, timeout=10).status_code
