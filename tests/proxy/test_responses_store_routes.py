@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from conformance.api_errors import APIError
+from conformance.protocols.responses import store as store_module
 from conformance.protocols.responses.store import ResponseStore, owner_of
 from conformance.protocols.responses.stored import previous_items, remember
 from tests.proxy.conftest import run_proxy
@@ -206,6 +207,38 @@ def test_a_continuation_is_bounded_with_its_conversation_as_a_fresh_request_is(t
     assert refused.status == 413
     assert refused.body["error"]["code"] == "request_too_large"
     assert refused.body["error"]["param"] == "previous_response_id"
+
+
+def test_a_conversation_past_the_bound_is_refused_by_its_size_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 413 came only after the whole stored conversation was read (a 235 MB one, under the store's
+    bound, loaded whole to be refused): the store refuses by the size it recorded, reading nothing."""
+    store = ResponseStore(tmp_path / "r.sqlite3", max_bytes=1 << 20, max_age=3600.0)
+    read: list[str] = []
+    real = store_module.decoded_entry
+
+    def noted(*args: Any) -> Any:
+        read.append("read")
+        return real(*args)
+
+    monkeypatch.setattr(store_module, "decoded_entry", noted)
+    asked = {"previous_response_id": "resp_stored1", "input": "And Italy?"}
+
+    async def main() -> APIError:
+        await store.save(STORED, [{"role": "user", "content": "x" * 5000}])
+        try:
+            await previous_items(store, asked, body_size=6_000, max_bytes=10_000)
+        except APIError as refused:
+            return refused
+        finally:
+            await store.aclose()
+        raise AssertionError("a conversation past the bound was continued")
+
+    refused = asyncio.run(main())
+    assert refused.status == 413
+    assert refused.body["error"]["code"] == "request_too_large"
+    assert read == []
 
 
 def test_an_unknown_id_is_quoted_short_in_the_error(tmp_path: Path) -> None:

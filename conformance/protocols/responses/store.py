@@ -56,7 +56,14 @@ from conformance import jsoncodec
 
 from ..spooled_text import SpooledJSON
 
-__all__ = ["ResponseStore", "StoreUnavailable", "StoredResponse", "default_store_path", "owner_of"]
+__all__ = [
+    "ResponseStore",
+    "StoreUnavailable",
+    "StoredResponse",
+    "StoredTooLarge",
+    "default_store_path",
+    "owner_of",
+]
 
 log = logging.getLogger("conformant.responses")
 T = TypeVar("T")
@@ -88,6 +95,15 @@ class StoreUnavailable(Exception):
     """The file cannot be opened, read or written (a full disk, no permission, another process holding
     the write lock past the busy timeout), or the PostgreSQL database failing (store_postgres.py).
     The message names no path, host or URL: it may reach a client."""
+
+
+class StoredTooLarge(Exception):
+    """A stored response larger than the caller can take (``load``'s ``most``), found by its recorded
+    size alone: a continuation of a 235 MB conversation read it whole before refusing it (issue 32)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,9 +223,10 @@ class ResponseStore:
         items = list(input_items)
         return await self._run(lambda connection: self._store(connection, response, items))
 
-    async def load(self, response_id: str) -> StoredResponse | None:
-        """The stored response, or None if there is none (never stored, deleted, evicted or too old)."""
-        return await self._run(lambda connection: self._load(connection, response_id))
+    async def load(self, response_id: str, most: int | None = None) -> StoredResponse | None:
+        """The stored response, or None if there is none (never stored, deleted, evicted or too old);
+        ``StoredTooLarge`` for one of more than ``most`` bytes, before it is read."""
+        return await self._run(lambda connection: self._load(connection, response_id, most))
 
     async def delete(self, response_id: str) -> bool:
         """Forget a response; False if there was none to forget."""
@@ -275,7 +292,16 @@ class ResponseStore:
         self._insert(connection, entry)
         return True
 
-    def _load(self, connection: sqlite3.Connection, response_id: str) -> StoredResponse | None:
+    def _load(
+        self, connection: sqlite3.Connection, response_id: str, most: int | None
+    ) -> StoredResponse | None:
+        if most is not None:
+            sized = connection.execute(
+                "SELECT size FROM responses WHERE id = ? AND owner = ? AND stored_at >= ?",
+                (response_id, self.owner, time.time() - self.max_age),
+            ).fetchone()
+            if sized is not None and sized[0] > most:
+                raise StoredTooLarge(sized[0])
         row = self._select(connection, response_id)
         return None if row is None else decoded_entry(row[0], row[1], self.redact)
 

@@ -48,8 +48,9 @@ class Store(Protocol):
         """Store ``response`` with the input it came from; False when it alone exceeds the byte bound."""
         ...
 
-    async def load(self, response_id: str) -> StoredResponse | None:
-        """The owner's stored response, or None (never stored, another owner's, deleted, evicted, expired)."""
+    async def load(self, response_id: str, most: int | None = None) -> StoredResponse | None:
+        """The owner's stored response, or None (never stored, another owner's, deleted, evicted, expired);
+        ``StoredTooLarge`` for one of more than ``most`` bytes, found before it is read."""
         ...
 
     async def delete(self, response_id: str) -> bool:

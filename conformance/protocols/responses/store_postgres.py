@@ -44,7 +44,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 
 from ..spooled_text import SpooledJSON
-from .store import BUSY_TIMEOUT, StoredResponse, StoreUnavailable, decoded_entry, encoded_entry
+from .store import (
+    BUSY_TIMEOUT,
+    StoredResponse,
+    StoredTooLarge,
+    StoreUnavailable,
+    decoded_entry,
+    encoded_entry,
+)
 from .store_base import passwords_in, redacted_url
 
 __all__ = ["PostgresResponseStore"]
@@ -130,6 +137,7 @@ DELETE FROM conformant_responses WHERE seq <= (
 )
 """
 _SELECT = "SELECT response, input FROM conformant_responses WHERE id = %s AND owner = %s AND stored_at >= %s"
+_SIZE = "SELECT size FROM conformant_responses WHERE id = %s AND owner = %s AND stored_at >= %s"
 _DELETE = "DELETE FROM conformant_responses WHERE id = %s AND owner = %s AND stored_at >= %s"
 
 _REASONS_BY_STATE = (
@@ -191,10 +199,10 @@ class PostgresResponseStore:
         items = list(input_items)
         return await self._run(lambda connection: self._store(connection, response, items))
 
-    async def load(self, response_id: str) -> StoredResponse | None:
+    async def load(self, response_id: str, most: int | None = None) -> StoredResponse | None:
         """The stored response, or None if there is none (never stored, another key's, deleted,
-        evicted or too old)."""
-        return await self._run(lambda connection: self._load(connection, response_id))
+        evicted or too old); ``StoredTooLarge`` for one of more than ``most`` bytes, before it is read."""
+        return await self._run(lambda connection: self._load(connection, response_id, most))
 
     async def delete(self, response_id: str) -> bool:
         """Forget a response; False if there was none to forget."""
@@ -312,8 +320,13 @@ class PostgresResponseStore:
                 connection.execute(_EVICT, (total - self.max_bytes,))
         return True
 
-    def _load(self, connection: Connection, response_id: str) -> StoredResponse | None:
-        row = connection.execute(_SELECT, (response_id, self.owner, time.time() - self.max_age)).fetchone()
+    def _load(self, connection: Connection, response_id: str, most: int | None) -> StoredResponse | None:
+        where = (response_id, self.owner, time.time() - self.max_age)
+        if most is not None:
+            sized = connection.execute(_SIZE, where).fetchone()
+            if sized is not None and sized[0] > most:
+                raise StoredTooLarge(sized[0])
+        row = connection.execute(_SELECT, where).fetchone()
         return None if row is None else decoded_entry(row[0], row[1], self.redact)
 
     def _remove(self, connection: Connection, response_id: str) -> bool:

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse
 from conformance.api_errors import APIError, InvalidRequest, error_response, quoted
 
 from ..spooled_text import SpooledJSON, TextSpool
-from .store import StoredResponse, StoreUnavailable
+from .store import StoredResponse, StoredTooLarge, StoreUnavailable
 from .store_base import Store
 
 __all__ = [
@@ -81,9 +81,11 @@ async def previous_items(
             code="invalid_type",
         )
     try:
-        stored = await store.load(previous)
+        stored = await store.load(previous, None if max_bytes is None else max_bytes - body_size)
     except StoreUnavailable as exc:
         raise APIError.make(str(exc), 503) from None
+    except StoredTooLarge as large:  # refused by its recorded size, before it is read
+        raise _too_large(large.size + body_size, max_bytes or 0) from None
     if stored is None:
         raise InvalidRequest.make(
             f"Previous response with id '{quoted(previous)}' not found.",
@@ -92,15 +94,19 @@ async def previous_items(
             code="previous_response_not_found",
         )
     if max_bytes is not None and stored.size + body_size > max_bytes:
-        raise APIError.make(
-            f"The conversation previous_response_id continues and this request are {stored.size + body_size} "
-            f"bytes together, more than this server takes in one request ({max_bytes}): start a new "
-            "conversation, or send it whole without previous_response_id.",
-            413,
-            param="previous_response_id",
-            code="request_too_large",
-        )
+        raise _too_large(stored.size + body_size, max_bytes)
     return stored.conversation
+
+
+def _too_large(size: int, max_bytes: int) -> APIError:
+    return APIError.make(
+        f"The conversation previous_response_id continues and this request are {size} bytes together, "
+        f"more than this server takes in one request ({max_bytes}): start a new conversation, or send "
+        "it whole without previous_response_id.",
+        413,
+        param="previous_response_id",
+        code="request_too_large",
+    )
 
 
 async def remember(store: Store, response: _Response, items: list[Any]) -> _Response:

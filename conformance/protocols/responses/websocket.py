@@ -47,7 +47,7 @@ from conformance.request_validation import parse_json_object
 
 from ..front_end import is_large, off_the_loop
 from ..spooled_text import SpooledJSON
-from .store import StoredResponse
+from .store import StoredResponse, StoredTooLarge
 from .store_base import Store
 from .stored import input_items
 
@@ -110,11 +110,13 @@ class SocketStore:
     async def save(self, response: Mapping[str, Any] | SpooledJSON, input_items: Sequence[Any]) -> bool:
         return await self.shared.save(response, input_items)
 
-    async def load(self, response_id: str) -> StoredResponse | None:
+    async def load(self, response_id: str, most: int | None = None) -> StoredResponse | None:
         last = self.last
         found = last if last is not None and last.response.get("id") == response_id else None
         if found is None:
-            found = await self.shared.load(response_id)
+            found = await self.shared.load(response_id, most)
+        elif most is not None and found.size > most:
+            raise StoredTooLarge(found.size)
         self.continued = found
         return found
 
