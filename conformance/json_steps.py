@@ -25,10 +25,16 @@ from typing import Any
 
 from conformance import jsoncodec
 
-__all__ = ["MANY_VALUES", "WINDOW", "loads_in_steps", "worth_steps"]
+__all__ = ["MANY_VALUES", "WALK_DEPTH", "WINDOW", "loads_in_steps", "worth_steps"]
 
 WINDOW = 1 << 18
 """Characters one C call reads at most: 256 KiB of the smallest values is a few ms of parsing."""
+WALK_DEPTH = 6
+"""Levels of containers longer than a window that are walked (``tools[i].function.parameters.
+properties`` is five deep); a longer one deeper is read in one call. Each walked container costs up to
+two failed reads of a window first, so without this bound a body of 60 chains of arrays 250 deep around
+300 KB each cost some 8 G characters of scanning (a read-only review's estimate) where orjson takes
+tens of ms; with it a body costs at most 2 x WALK_DEPTH times its size in failed reads."""
 MANY_VALUES = 50_000
 """Commas past which a body is read in steps: orjson reads that many small values in a few ms."""
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -70,7 +76,7 @@ class _Reader:
         return self.match(self.text, at).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
 
     def value(self, at: int, depth: int) -> tuple[Any, int]:
-        read = self.within_window(at)
+        read = self.within_window(at) if depth < WALK_DEPTH else self.whole(at)
         if read is None:
             opener = self.text[at : at + 1]
             if opener in ("{", "[") and depth >= jsoncodec.MAX_DEPTH:

@@ -328,6 +328,8 @@ def _parse_slowly(raw: str | bytes) -> Any:
 
 def _parse_in_steps(raw: bytes) -> Any:
     """A body of many values, read so that the event loop runs meanwhile (conformance/json_steps.py)."""
+    if json.detect_encoding(raw) != "utf-8":  # a BOM, or UTF-16/32: the standard parser reads those
+        return jsoncodec.loads(raw, _parse_slowly)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -110,3 +110,36 @@ def test_a_request_of_many_values_is_read_in_steps_with_the_same_answers(
         assert words in refused.value.message
     # A long prompt of few values is no such body: orjson reads it at once.
     assert not json_steps.worth_steps(json.dumps({"input": "word, " * 1000}).encode())
+
+
+def test_failed_reads_of_long_containers_stop_at_the_walk_depth(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each long container walked costs failed reads of a window first; a chain of them 40 deep cost
+    # that at every level (a read-only review: some 8 G characters for a 16 MB body of such chains).
+    monkeypatch.setattr(json_steps, "WINDOW", 1024)
+    failed: list[int] = []
+
+    class Noting(json.JSONDecoder):
+        def __init__(self) -> None:
+            super().__init__()
+            scan = vars(self)["scan_once"]
+
+            def noted(text: str, at: int) -> tuple[Any, int]:
+                try:
+                    return scan(text, at)  # type: ignore[no-any-return]
+                except (StopIteration, json.JSONDecodeError):
+                    failed.append(at)
+                    raise
+
+            vars(self)["scan_once"] = noted
+
+    chain = "[" * 40 + ",".join(["1"] * 5000) + "]" * 40
+    body = json_steps.loads_in_steps('{"a": ' + chain + "}", Noting())
+    assert body == {"a": json.loads(chain)}
+    assert len(failed) <= 2 * json_steps.WALK_DEPTH + 2
+
+
+def test_a_body_of_many_values_with_a_byte_order_mark_is_read_as_json_reads_it() -> None:
+    many = {"input": [{"role": "user", "content": "hi"}] * (json_steps.MANY_VALUES + 1)}
+    raw = json.dumps(many).encode()
+    assert parse_json_object(b"\xef\xbb\xbf" + raw) == many
+    assert parse_json_object(json.dumps(many).encode("utf-16")) == many
