@@ -214,6 +214,15 @@ def test_a_call_the_token_limit_cut_finishes_length_q84(tokens: int | None, cut:
     assert repairs == ({"Q84": 1} if reason == "length" else {})
 
 
+def test_a_cut_call_said_stopped_without_a_count_finishes_length_as_one_said_tool_calls() -> None:
+    # (a read-only review: with "stop", Q64 made it tool_calls and the broken call a 502)
+    f, repairs = _finish(
+        "stop", RequestInfo(endpoint="chat", max_tokens=8), tokens=None, had_tools=True, call_cut=True
+    )
+    assert final_reason(f) == "length"
+    assert repairs == {"Q84": 1}
+
+
 def test_tool_calls_turn_a_chat_stop_into_tool_calls_q64() -> None:
     f, repairs = _finish("stop", had_tools=True)
     tool_calls_finish(f)
