@@ -51,15 +51,20 @@ async def wait_peer_close(reader: asyncio.StreamReader, record: Record) -> None:
     record.peer_closed_at.append(time.monotonic())
 
 
-def chunk(text: str, finish: str | None = None) -> bytes:
-    """One chat chunk event with ``text`` as its content."""
-    payload = {
+def chunk_payload(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    """One chat chunk of choice 0 with ``delta``, as an upstream sends it."""
+    return {
         "id": "chatcmpl-1",
         "object": "chat.completion.chunk",
         "created": 1,
         "model": "m",
-        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
+
+
+def chunk(text: str, finish: str | None = None) -> bytes:
+    """One chat chunk event with ``text`` as its content."""
+    payload = chunk_payload({"content": text}, finish)
     return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
 
 

@@ -27,7 +27,7 @@ import openai
 import pytest
 
 from .conftest import run_proxy
-from .rawserver import Record, http_chunk, json_answer, raw_server, read_request, sse_head
+from .rawserver import Record, chunk_payload, http_chunk, json_answer, raw_server, read_request, sse_head
 
 LIMIT = 64
 CUT = ["{", ' "', "city", '":', ' "'] + ["Par", "is"] * 29 + [" and"]
@@ -38,16 +38,6 @@ CITY = "".join(CUT)
 CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
 MESSAGES_TOOLS = [{"name": "get_weather", "input_schema": {"type": "object"}}]
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
 
 
 def _usage(completion: int) -> dict[str, int]:
@@ -78,13 +68,13 @@ def _upstream(fragments: list[str], completion_tokens: int | None) -> Any:
                 continue
             first = {"index": 0, "id": "call_1", "type": "function"}
             first["function"] = {"name": "get_weather", "arguments": ""}
-            events = [_chunk({"role": "assistant", "tool_calls": [first]})]
+            events = [chunk_payload({"role": "assistant", "tool_calls": [first]})]
             events += [
-                _chunk({"tool_calls": [{"index": 0, "function": {"arguments": f}}]}) for f in fragments
+                chunk_payload({"tool_calls": [{"index": 0, "function": {"arguments": f}}]}) for f in fragments
             ]
-            events.append(_chunk({}, "tool_calls"))
+            events.append(chunk_payload({}, "tool_calls"))
             if usage is not None:
-                events.append({**_chunk({}), "choices": [], "usage": usage})
+                events.append({**chunk_payload({}), "choices": [], "usage": usage})
             data = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events]
             writer.write(sse_head() + http_chunk(b"".join(data[:2])))
             await writer.drain()

@@ -24,7 +24,7 @@ from proxy.normalizer.choices import MOST_HELD_UNNAMED
 from proxy.normalizer.repairs import Repairs
 
 from .conftest import post_judged, run_proxy
-from .rawserver import Record, http_chunk, json_answer, raw_server, read_request, sse_head
+from .rawserver import Record, chunk_payload, http_chunk, json_answer, raw_server, read_request, sse_head
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS}
@@ -36,16 +36,6 @@ NAMELESS: list[dict[str, Any]] = [
 """A call's function without a usable name: empty, missing, null. The one tool offered is no name to
 guess: the model may have meant another call, or none."""
 NAMELESS_IDS = ["empty", "missing", "null"]
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
 
 
 def _call(function: dict[str, Any], index: int = 0, call_id: str | None = "call_1") -> dict[str, Any]:
@@ -92,8 +82,8 @@ def test_a_streamed_call_that_never_gets_a_name_fails_the_stream_and_none_of_it_
     function: dict[str, Any],
 ) -> None:
     chunks, normalizer = _streamed(
-        _chunk({"role": "assistant", "tool_calls": [_call({**function, "arguments": '{"city": '})]}),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}, "tool_calls"),
+        chunk_payload({"role": "assistant", "tool_calls": [_call({**function, "arguments": '{"city": '})]}),
+        chunk_payload({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}, "tool_calls"),
     )
     assert normalizer.failure is not None
     assert normalizer.failure.status == 502
@@ -107,12 +97,12 @@ def test_a_nameless_call_fails_once_it_holds_more_than_a_megabyte_without_waitin
     piece = "x" * (1 << 16)
     normalizer = StreamNormalizer(RequestInfo.from_body("chat", {**CHAT, "stream": True}))
     out = normalizer.feed_payload(
-        _chunk({"role": "assistant", "tool_calls": [_call({"arguments": '{"a": "'})]})
+        chunk_payload({"role": "assistant", "tool_calls": [_call({"arguments": '{"a": "'})]})
     )
     sent = 0
     while normalizer.failure is None and sent < 32:
         out += normalizer.feed_payload(
-            _chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+            chunk_payload({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
         )
         sent += 1
     assert normalizer.failure is not None
@@ -126,13 +116,13 @@ def test_a_name_that_comes_on_a_later_fragment_names_the_call() -> None:
     """Only the first fragment is meant to carry the name; one that came later is the call's name, and
     the call, held until then, goes out whole with it (and the calls after it, in their order)."""
     chunks, normalizer = _streamed(
-        _chunk({"role": "assistant", "tool_calls": [_call({"arguments": '{"city": '})]}),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
-        _chunk(
+        chunk_payload({"role": "assistant", "tool_calls": [_call({"arguments": '{"city": '})]}),
+        chunk_payload({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+        chunk_payload(
             {"tool_calls": [_call({"name": "get_weather", "arguments": "{}"}, index=1, call_id="call_2")]}
         ),
-        _chunk({"tool_calls": [{"index": 0, "function": {"name": "get_weather"}}]}),
-        _chunk({"tool_calls": [{"index": 1, "function": {"arguments": ""}}]}, "tool_calls"),
+        chunk_payload({"tool_calls": [{"index": 0, "function": {"name": "get_weather"}}]}),
+        chunk_payload({"tool_calls": [{"index": 1, "function": {"arguments": ""}}]}, "tool_calls"),
     )
     assert normalizer.failure is None
     calls = _sent_calls(chunks)
@@ -145,10 +135,10 @@ def test_a_name_that_comes_on_a_later_fragment_names_the_call() -> None:
 
 def test_calls_with_names_go_out_as_they_come() -> None:
     chunks, normalizer = _streamed(
-        _chunk(
+        chunk_payload(
             {"role": "assistant", "tool_calls": [_call({"name": "get_weather", "arguments": '{"city": '})]}
         ),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}, "tool_calls"),
+        chunk_payload({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}, "tool_calls"),
     )
     assert normalizer.failure is None
     assert [c["function"] for c in _sent_calls(chunks)] == [
@@ -159,8 +149,10 @@ def test_calls_with_names_go_out_as_they_come() -> None:
 
 def test_a_nameless_call_after_a_named_one_fails_the_stream() -> None:
     _, normalizer = _streamed(
-        _chunk({"role": "assistant", "tool_calls": [_call({"name": "get_weather", "arguments": "{}"})]}),
-        _chunk(
+        chunk_payload(
+            {"role": "assistant", "tool_calls": [_call({"name": "get_weather", "arguments": "{}"})]}
+        ),
+        chunk_payload(
             {"tool_calls": [_call({"name": "", "arguments": "{}"}, index=1, call_id="call_2")]}, "tool_calls"
         ),
     )
@@ -176,7 +168,7 @@ def _upstream(function: dict[str, Any], *, text_first: bool = False) -> Any:
     ``text_first``: a stream starts with text, in a read of its own, so that it is under way."""
 
     def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return b"data: " + json.dumps(_chunk(delta, finish)).encode() + b"\n\n"
+        return b"data: " + json.dumps(chunk_payload(delta, finish)).encode() + b"\n\n"
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         while (raw := await read_request(reader)) is not None:
@@ -295,8 +287,8 @@ def test_a_call_named_on_a_later_fragment_reaches_the_client_with_its_name() -> 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         await read_request(reader)
         events = [
-            _chunk({"role": "assistant", "tool_calls": [_call({"arguments": '{"city": "Paris"}'})]}),
-            _chunk({"tool_calls": [{"index": 0, "function": {"name": "get_weather"}}]}, "tool_calls"),
+            chunk_payload({"role": "assistant", "tool_calls": [_call({"arguments": '{"city": "Paris"}'})]}),
+            chunk_payload({"tool_calls": [{"index": 0, "function": {"name": "get_weather"}}]}, "tool_calls"),
         ]
         data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
         writer.write(sse_head() + http_chunk(data) + b"0\r\n\r\n")
