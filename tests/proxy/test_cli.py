@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -560,17 +561,30 @@ def test_the_access_log_names_a_forwarded_client_only_behind_a_trusted_proxy(
     assert (clients["direct"], clients["forwarded"]) == ("127.0.0.1", "198.51.100.7")
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_traceback(
-    workers: int, tmp_path: Path
-) -> None:
-    """At --shutdown-timeout a stream gets an error event and a request not yet answered a 503; the log
-    says so, nothing prints a traceback, and the exit status is 0."""
+@dataclasses.dataclass
+class _Stopped:
+    """What a serve stopped with a stream and a request open left: the stream's remaining lines, the
+    request's answer, seconds from the last stop signal to the answer and to the exit, and the log."""
+
+    rest: list[str]
+    answer: httpx.Response
+    answered: float
+    took: float
+    stderr: str
+    record: Record
+
+
+def _stopped_with_a_stream_and_a_request_open(
+    workers: int, shutdown_timeout: int, log_path: Path, stop: Callable[[subprocess.Popen[bytes]], None]
+) -> _Stopped:
+    """``serve`` in front of an endless upstream, a stream and a whole request open through it, then
+    ``stop(proc)`` sends the signals; checks that both ended as a stop ends them and that the exit
+    status is 0, with nothing printing a traceback."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with raw_server(_endless) as (upstream, record), (tmp_path / "stderr").open("w+b") as log:
+    with raw_server(_endless) as (upstream, record), log_path.open("w+b") as log:
         args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
-        args += ["--workers", str(workers), "--shutdown-timeout", "1"]
+        args += ["--workers", str(workers), "--shutdown-timeout", str(shutdown_timeout)]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
         try:
             wait_http(url + "/health", 60, proc)
@@ -584,17 +598,18 @@ def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_tracebac
                 before = record.connections
                 whole = pool.submit(httpx.post, url + "/v1/chat/completions", json=CHAT, timeout=30)
                 wait_for(lambda: record.connections > before, timeout=10)
-                proc.send_signal(signal.SIGINT)
+                stop(proc)
                 stopping = time.monotonic()
                 rest = list(lines)
                 answer = whole.result()
+                answered = time.monotonic() - stopping
             events = [json.loads(line[6:]) for line in rest if line.startswith("data: {")]
             assert events[-1]["error"]["code"] == "server_shutting_down"
             assert "[DONE]" not in "".join(rest)
             assert answer.status_code == 503
             assert answer.json()["error"]["code"] == "server_shutting_down"
             assert proc.wait(timeout=30) == 0
-            assert 0.9 < time.monotonic() - stopping < 4
+            took = time.monotonic() - stopping
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -603,14 +618,27 @@ def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_tracebac
         stderr = log.read().decode(errors="replace")
     assert "Traceback" not in stderr
     assert "CancelledError" not in stderr
-    assert "open response(s) ended at the shutdown deadline" in stderr
-    # Said at the Ctrl-C, not only at the deadline: it printed nothing for 31 s (issue 32).
-    assert "stopping; " in stderr
-    assert "open response(s) may finish within 1 s (--shutdown-timeout)" in stderr
     logged = [json.loads(line) for line in stderr.splitlines() if line.startswith('{"')]
     ended = [entry for entry in logged if "shutting down" in (entry.get("error") or "")]
     assert sorted(entry["status"] for entry in ended) == [200, 503]
     assert [entry["error_code"] for entry in ended] == ["server_shutting_down"] * 2
+    return _Stopped(rest, answer, answered, took, stderr, record)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigint_ends_open_requests_at_the_deadline_with_an_error_and_no_traceback(
+    workers: int, tmp_path: Path
+) -> None:
+    """At --shutdown-timeout a stream gets an error event and a request not yet answered a 503; the log
+    says so, nothing prints a traceback, and the exit status is 0."""
+    stopped = _stopped_with_a_stream_and_a_request_open(
+        workers, 1, tmp_path / "stderr", lambda proc: proc.send_signal(signal.SIGINT)
+    )
+    assert 0.9 < stopped.took < 4
+    assert "open response(s) ended at the shutdown deadline" in stopped.stderr
+    # Said at the Ctrl-C, not only at the deadline: it printed nothing for 31 s (issue 32).
+    assert "stopping; " in stopped.stderr
+    assert "open response(s) may finish within 1 s (--shutdown-timeout)" in stopped.stderr
 
 
 @pytest.mark.parametrize(
@@ -624,56 +652,20 @@ def test_a_second_stop_ends_open_requests_at_once_with_an_error_and_no_traceback
     not yet answered a 503 at once, not at --shutdown-timeout, and the server exits within a couple of
     seconds with status 0 and no traceback. It exited in about 3 s printing four ``CancelledError``
     tracebacks, the stream cut without an error and logged as a 200 with none (issue 32, item 9)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "stderr"
-    with raw_server(_endless) as (upstream, record), log_path.open("w+b") as log:
-        args = [*SERVE, "--upstream", upstream, "--port", str(port), "--upstream-kind", "openai"]
-        args += ["--workers", str(workers), "--shutdown-timeout", "60"]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            wait_http(url + "/health", 60, proc)
-            with (
-                ThreadPoolExecutor(1) as pool,
-                httpx.stream("POST", url + "/v1/chat/completions", json={**CHAT, "stream": True}) as stream,
-            ):
-                lines = stream.iter_lines()
-                assert any("Hello" in line for line in lines)
-                before = record.connections
-                whole = pool.submit(httpx.post, url + "/v1/chat/completions", json=CHAT, timeout=30)
-                wait_for(lambda: record.connections > before, timeout=10)
-                proc.send_signal(stop)
-                # The first stop is taken (two signals at once may be taken as one): it says so, in
-                # each worker that holds one of the two.
-                wait_for(lambda: _said(log_path, r"stopping; (\d+) open response") == 2, timeout=10)
-                proc.send_signal(stop)
-                stopping = time.monotonic()
-                rest = list(lines)
-                answer = whole.result()
-                answered = time.monotonic() - stopping
-            events = [json.loads(line[6:]) for line in rest if line.startswith("data: {")]
-            assert events[-1]["error"]["code"] == "server_shutting_down"
-            assert "[DONE]" not in "".join(rest)
-            assert answer.status_code == 503
-            assert answer.json()["error"]["code"] == "server_shutting_down"
-            assert proc.wait(timeout=30) == 0
-            took = time.monotonic() - stopping
-            assert answered < 2, answered
-            assert took < 4, took
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        log.seek(0)
-        stderr = log.read().decode(errors="replace")
-    assert "Traceback" not in stderr
-    assert "CancelledError" not in stderr
+
+    def twice(proc: subprocess.Popen[bytes]) -> None:
+        proc.send_signal(stop)
+        # The first stop is taken (two signals at once may be taken as one): it says so, in each
+        # worker that holds one of the two.
+        wait_for(lambda: _said(log_path, r"stopping; (\d+) open response") == 2, timeout=10)
+        proc.send_signal(stop)
+
+    stopped = _stopped_with_a_stream_and_a_request_open(workers, 60, log_path, twice)
+    assert stopped.answered < 2, stopped.answered
+    assert stopped.took < 4, stopped.took
     assert _said(log_path, r"(\d+) open response\(s\) ended at once: a second stop signal") == 2
-    logged = [json.loads(line) for line in stderr.splitlines() if line.startswith('{"')]
-    ended = [entry for entry in logged if "shutting down" in (entry.get("error") or "")]
-    assert sorted(entry["status"] for entry in ended) == [200, 503]
-    assert [entry["error_code"] for entry in ended] == ["server_shutting_down"] * 2
-    wait_for(lambda: len(record.peer_closed_at) >= 2)  # the upstream requests were closed too
+    wait_for(lambda: len(stopped.record.peer_closed_at) >= 2)  # the upstream requests were closed too
 
 
 def _said(log: Path, pattern: str) -> int:
