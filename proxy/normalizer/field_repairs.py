@@ -204,11 +204,11 @@ def limit_finish(f: Finish) -> None:
     if f.stopped or limit is None:
         return
     if tokens is None:
-        # No count (a body without usage, or one of several choices): a call ended inside its JSON
-        # under a limit is taken for cut, the likelier end of a call whose grammar allows no other
-        # (issue 37); a client reruns it with a larger limit, and runs no broken call either way. Said
-        # "stop" too (Q64's servers): that answer was a 502 where the same one said "tool_calls" was
-        # length.
+        # No count (a body without usage, one of several choices, or a stream's fragments under the
+        # limit, stream.py): a call ended inside its JSON under a limit is taken for cut, the likelier
+        # end of a call whose grammar allows no other (issue 37); a client reruns it with a larger
+        # limit, and runs no broken call either way. Said "stop" too (Q64's servers): that answer was a
+        # 502 where the same one said "tool_calls" was length.
         if f.reason in ("tool_calls", "stop") and f.call_cut:
             f.repairs.add("Q84")
             f.reason = "length"

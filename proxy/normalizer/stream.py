@@ -340,11 +340,16 @@ class StreamNormalizer:
             return {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
         return {"text": "", "index": index, "logprobs": None, "finish_reason": reason}
 
-    def _tokens(self, state: ChoiceState) -> int:
-        """The completion tokens the choice generated: the upstream's count when it is the only choice."""
+    def _tokens(self, state: ChoiceState) -> int | None:
+        """The completion tokens the choice generated: the upstream's count when it is the only choice;
+        else its fragments, which count at least one token each, so only a count that reaches the limit
+        says anything. Under the limit it is no count (None): an upstream may send several tokens a
+        fragment, and a call it cut at the limit in 8 fragments of 8 tokens was judged broken before
+        the limit, a 502 where ``length`` was right (issue 32's review)."""
         if self.usage is not None and len(self._choices) == 1:
             return int(self.usage["completion_tokens"])
-        return state.tokens
+        limit = self.request.max_tokens
+        return state.tokens if limit is None or state.tokens >= limit else None
 
     # -- usage and output ----------------------------------------------------------------------
 

@@ -259,3 +259,22 @@ def test_a_whole_call_before_the_limit_is_the_call_the_upstream_made() -> None:
         whole = _openai(url).chat.completions.create(**_chat(max_tokens=LIMIT))
     assert whole.choices[0].finish_reason == "tool_calls"
     assert [c.function.arguments for c in whole.choices[0].message.tool_calls or []] == ['{"city": "Paris"}']
+
+
+@pytest.mark.slow
+def test_a_call_cut_in_fragments_of_several_tokens_without_usage_finishes_length() -> None:
+    """An upstream that sends several tokens a fragment and no usage: the call the limit cut came in 8
+    fragments, fewer than the limit's 64 tokens, and was judged broken before the limit (a 502). A
+    fragment count under the limit proves nothing, so the cut call finishes as cut."""
+    fragments = ["".join(CUT[i : i + 8]) for i in range(0, LIMIT, 8)]
+    with _proxied(fragments, None) as url:
+        client = _openai(url)
+        streamed = list(client.chat.completions.create(**_chat(max_tokens=LIMIT, stream=True)))
+        events = list(client.responses.create(**_responses(max_output_tokens=LIMIT, stream=True)))
+    assert [c.finish_reason for chunk in streamed for c in chunk.choices if c.finish_reason] == ["length"]
+    calls = [call for chunk in streamed for c in chunk.choices for call in c.delta.tool_calls or []]
+    assert "".join(call.function.arguments or "" for call in calls) == CITY
+    last = events[-1]
+    assert last.type == "response.incomplete"
+    assert last.response.incomplete_details is not None
+    assert last.response.incomplete_details.reason == "max_output_tokens"
