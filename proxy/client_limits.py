@@ -27,7 +27,11 @@ together. A peer named by ``--trusted-proxies`` (an address or a network) is lef
 share; each of its requests counts instead, until its response is complete, in the share of the client
 it was forwarded for: the right-most address of ``X-Forwarded-For`` that is not itself a trusted proxy
 (each proxy appends the address it was reached from, so that one is the last that no trusted hop
-wrote), or, without that header, of ``Forwarded``'s ``for=`` (RFC 7239). A connection forwards one
+wrote), or, without that header, of ``Forwarded``'s ``for=`` (RFC 7239). ``X-Forwarded-For`` is read
+first because the usual fronts (nginx's ``$proxy_add_x_forwarded_for``, HAProxy's ``forwardfor``,
+Envoy, Caddy) append to it and pass a client's ``Forwarded`` on untouched: read first, that header would
+let a client behind them name itself. A front that writes only ``Forwarded`` must drop a client's
+``X-Forwarded-For`` (docs/proxy.md, Hostile clients, says so). A connection forwards one
 request at a time, so the requests one client has open through the proxy are the connections it would
 hold without it. The request's ``client`` (its access-log line's) is that address. A forwarded header
 from any other peer is ignored, so a client cannot name another one. Nothing is trusted unless named:
