@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from starlette.routing import Route
 from conformance.protocols.responses import store as store_module
 from conformance.protocols.responses.store import StoreUnavailable, owner_of
 from conformance.protocols.responses.store_base import is_postgres_url, passwords_in, redacted_url
+from conformance.protocols.spooled_text import SpooledJSON, TextSpool
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_binaries, running_postgres
 from tests.support.servers import RecordingUpstream, free_port, run_asgi, run_process
 
@@ -224,6 +226,77 @@ def test_what_is_read_passes_through_redact(database: str) -> None:
     store.redact = lambda text: text.replace("sk-upstream-1", "[redacted]")
     found = _run(store, lambda s: s.load("resp_a"))[0]
     assert found.response["output"][0]["content"][0]["text"] == "the key is [redacted]"
+    asyncio.run(store.aclose())
+
+
+SPOOLED_PIECE = ('lorem "ipsum" \\ dolor\n\tsit\r\x01\x1f amet, é ü 日本 🙂 ' * 2000)[:65536]
+"""64 Ki characters of a spooled answer: quotes and backslashes (which JSON escapes, and COPY's text format
+escapes again), line ends and a tab (COPY's row and field ends), control characters, and characters of
+two, three and four bytes in UTF-8."""
+
+
+def _spooled_response(key: str, megabytes: int) -> tuple[SpooledJSON, str]:
+    """A Response whose answer went to a file, as a long stream leaves it, and that answer."""
+    spool = TextSpool()
+    for _ in range(megabytes * 16):
+        spool.append(SPOOLED_PIECE)
+    spool.finish()
+    assert spool.spilled
+    response = _response(key, spool.token, store=True)
+    return SpooledJSON(response, {spool.token: spool}), SPOOLED_PIECE * (megabytes * 16)
+
+
+def test_a_spooled_response_is_stored_a_piece_at_a_time_and_read_back_the_same(database: str) -> None:
+    """Issue 32: a long stream's Response, its texts in files (protocols/spooled_text.py), is sent to the
+    database a piece at a time, never whole in the proxy's memory: Python's allocations in every thread
+    (``tracemalloc``) peak far below its JSON's size while it is saved. Built whole (as it was once:
+    the bytes joined, decoded, encoded again by the driver), these 8 Mi characters of answer (13.1 MB of
+    JSON) took the save to a peak of 104 MB; by COPY, 1.6 MB (most of it orjson's room for escaping one
+    64 KiB piece: spooled_text.READ_BYTES). What is stored is the text it was before, byte for byte, and
+    read back it is the Response as written."""
+    store = _store(database, max_bytes=64 * MiB)
+    spooled, text = _spooled_response("long", 8)
+    written = spooled.whole()
+    _run(store, lambda s: s.save(_response("warm"), []))  # the connection and its tables, made once
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        saved = _run(store, lambda s: s.save(spooled, [_user("go on")]))[0]
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert saved is True
+    assert peak < 4 * MiB, f"{peak / 1e6:.1f} MB at the peak for {len(written) / 1e6:.1f} MB of JSON"
+    ((stored, items, size),) = _sql(
+        database, "SELECT response, input, size FROM conformant_responses WHERE id = 'resp_long'"
+    )
+    assert stored.encode() == written
+    assert items == json.dumps([_user("go on")], separators=(",", ":"), ensure_ascii=False)
+    assert size == len(written) + len(items.encode())
+    found = _run(store, lambda s: s.load("resp_long"))[0]
+    assert found.response == _response("long", text, store=True)
+    assert found.input_items == [_user("go on")]
+    kept, summed = _totals(database)
+    assert kept == summed
+    asyncio.run(store.aclose())
+
+
+def test_a_spooled_response_whose_id_is_stored_already_leaves_that_entry(database: str) -> None:
+    """As the INSERT's ``ON CONFLICT DO NOTHING`` leaves a stored id's entry, so does the COPY of a
+    spooled Response: the first entry stays, the total counts it once, and the save says stored."""
+    store = _store(database, max_bytes=64 * MiB)
+    first, text = _spooled_response("same", 2)
+    second, _ = _spooled_response("same", 3)
+    assert _run(store, lambda s: s.save(first, []), lambda s: s.save(second, [_user("again")])) == [
+        True,
+        True,
+    ]
+    found = _run(store, lambda s: s.load("resp_same"))[0]
+    assert found.response == _response("same", text, store=True)
+    assert found.input_items == []
+    kept, summed = _totals(database)
+    assert kept == summed == len(first.whole()) + len(b"[]")
     asyncio.run(store.aclose())
 
 

@@ -34,8 +34,8 @@ a 235 MB Response took the process from 37 MB to 502 MB, and to 51 MB with the b
 a 200 MiB answer took the proxy to a peak RSS of 2.5 GB (bench/hostile_load.py shape 6).
 
 Several ``conformant serve`` processes on different machines share one PostgreSQL database instead
-(store_postgres.py, issue 38), with the same interface (store_base.Store) and bounds; it takes a
-spooled Response whole (``EncodedEntry.response_text``): its driver sends a parameter at once.
+(store_postgres.py, issue 38), with the same interface (store_base.Store) and bounds; it sends a
+spooled Response by ``COPY``, a piece at a time as well.
 """
 
 from __future__ import annotations
@@ -118,12 +118,6 @@ class EncodedEntry:
     size: int
     response_size: int
     """Bytes of the Response's JSON alone."""
-
-    def response_text(self) -> str:
-        """The Response's JSON text whole."""
-        if isinstance(self.response, str):
-            return self.response
-        return self.response.whole().decode()
 
 
 def encoded_entry(
