@@ -67,3 +67,21 @@ def test_fragments_that_never_make_an_object_are_not_parsed_again_and_again(
         assert not shape.whole or len(parses) == 1
     assert shape.broken
     assert len(parses) <= 1
+
+
+def test_arguments_past_the_bound_are_judged_by_their_shape_without_being_held() -> None:
+    """Issue 32: held whole and parsed, 9 MB of one call's arguments took a stream to a peak of 137 MB;
+    past ``MOST_PARSED`` the fragments go and the shape answers alone, with the same verdicts where
+    the shape can see them."""
+    piece = "x" * 65536
+    count = 2 * call_shape.MOST_PARSED // len(piece)
+    long_object = ['{"a": "', *[piece] * count, '"}']
+    shape = _shape(*long_object)
+    assert shape._parts is None  # let go: nothing of the text is held
+    assert shape.whole
+    assert not _shape(*long_object[:-1]).whole  # cut inside its string
+    assert not _shape(*long_object, "x").whole  # something after it
+    assert _shape(*long_object[:3]).whole is False
+    short = _shape('{"a": tru}')  # under the bound, the parse sees what the shape cannot
+    assert short._parts is not None
+    assert not short.whole
