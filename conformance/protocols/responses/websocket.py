@@ -13,6 +13,12 @@ the first event) is one ``error`` message, the spec's ``WebSocketErrorEvent``: `
 (binary, past ``--max-body``, not JSON, another ``type``, a forbidden field) is answered with one too,
 and the socket stays open for the next.
 
+An event is held whole before it goes (the spec sends each as one message, and ASGI's ``websocket.send``
+takes a message whole), so that one message is bounded (``MAX_MESSAGE``), as the messages read are
+(``--max-body``): an event past it (the Response of an answer of many MiB, which HTTP streaming writes a
+piece at a time) is not sent, nor the rest of its turn, which is read to its end and let go; the client
+gets one error message, ``websocket_message_too_large``, and the turn counts as failed.
+
 Turns are sequential, as the spec has them: a ``response.create`` sent while another runs waits for
 it, first in first out; up to ``WAITING`` are read ahead, then the socket is not read until one starts.
 
@@ -51,7 +57,15 @@ from .store import StoredResponse, StoredTooLarge
 from .store_base import Store
 from .stored import input_items
 
-__all__ = ["CONNECTION_LIFETIME", "WAITING", "SocketStore", "error_event", "origin_refusal", "serve_socket"]
+__all__ = [
+    "CONNECTION_LIFETIME",
+    "MAX_MESSAGE",
+    "WAITING",
+    "SocketStore",
+    "error_event",
+    "origin_refusal",
+    "serve_socket",
+]
 
 log = logging.getLogger("conformant.responses")
 
@@ -59,6 +73,15 @@ CONNECTION_LIFETIME = 60 * 60.0
 """Seconds a socket lasts, the spec's limit: past it the socket is closed between turns."""
 WAITING = 2
 """Messages read ahead of the turn that runs."""
+MAX_MESSAGE = 8 * 1024 * 1024
+"""Bytes of one event, at most, that a socket sends. The spec sends each event as one text message and
+ASGI's ``websocket.send`` takes a message whole, so an event is in memory in several copies (its bytes,
+its text, the Response read from it, the server's encoded frame) before it goes: unbounded, a 200 MiB
+answer took the proxy to 1.8 GB. Measured (bench/hostile_load.py, ``run_long_socket``), an event just
+under 16 MiB took it to 73 to 103 MB over its idle size, past issue 32's 100 MB; just under 8 MiB, 49 MB.
+8 MiB of text is some two million tokens, past any model's output. The mirror of ``--max-body`` on the
+messages read; past it, an error message points the client at HTTP streaming, which writes a long event
+in pieces."""
 CLOSE_NORMAL = 1000
 _FORBIDDEN = ("stream", "stream_options", "background")
 """Fields of the HTTP request a ``response.create`` must not carry (the spec's schema)."""
@@ -131,11 +154,12 @@ class SocketStore:
 
     def remember(self, response: dict[str, Any], asked: Mapping[str, Any], size: int) -> None:
         """Keep a turn's ``response`` as the socket's last: what its request continued, then its input
-        (``asked``, ``size`` bytes), make the conversation its output ends."""
+        (``asked``), make the conversation its output ends. ``size``: the bytes of the request and of the
+        Response, as the turn sent them (written again, each string of a long non-ASCII text would keep
+        orjson's UTF-8 copy of itself, as long as the socket remembers it)."""
         continued = self.continued if asked.get("previous_response_id") is not None else None
         earlier = continued.conversation if continued is not None else []
-        output = jsoncodec.dumps(response.get("output") or [])
-        size += len(output) + (continued.size if continued is not None else 0)
+        size += continued.size if continued is not None else 0
         self.last = StoredResponse(response, [*earlier, *input_items(asked)], size)
 
     def forget(self, response_id: Any) -> None:
@@ -257,7 +281,8 @@ class _Socket:
                 return
             log.exception("a WebSocket turn failed in the server")  # the client gets no traceback
             relay.failed = True
-            await self._quietly(_refusal(500, "internal error in the server", code="server_error"))
+            if not relay.dropped:  # (a dropped turn's client already has its one error message)
+                await self._quietly(_refusal(500, "internal error in the server", code="server_error"))
         else:
             await relay.finish()
         self._remember(request, relay)
@@ -331,7 +356,7 @@ class _Socket:
         if relay.failed or relay.final is None:
             self.store.forget(request.asked.get("previous_response_id"))
         else:
-            self.store.remember(relay.final, request.asked, len(request.body))
+            self.store.remember(relay.final, request.asked, len(request.body) + relay.final_size)
 
     async def send_text(self, text: str) -> None:
         """One message to the client; an ``OSError`` when it left, as a closed HTTP connection raises
@@ -383,19 +408,40 @@ def _event_refusal(asked: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _too_large(most: int) -> dict[str, Any]:
+    """The error message for a turn whose event passed ``most`` bytes. A 400, as the spec's other limit of
+    the WebSocket mode (``websocket_connection_limit_reached``) is: the same request fails the same way
+    again, so no retry, but HTTP streaming or a shorter answer."""
+    return _refusal(
+        400,
+        f"The response has an event larger than one WebSocket message may carry ({most} bytes): it was "
+        "not sent, nor the rest of the response. Stream it over HTTP (POST /v1/responses with stream: "
+        "true), which sends a long event in pieces, or ask for less output (max_output_tokens).",
+        code="websocket_message_too_large",
+    )
+
+
 class _Relay:
     """One turn's HTTP answer as the socket's messages: each event of a 200 stream as it comes, any
-    other answer as one message at its end (``finish``)."""
+    other answer as one message at its end (``finish``); past ``most`` bytes, one error message in place
+    of the event and of the rest of the turn."""
 
-    def __init__(self, send_text: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(self, send_text: Callable[[str], Awaitable[None]], most: int | None = None) -> None:
         self._send_text = send_text
+        self._most = MAX_MESSAGE if most is None else most  # (read now: a test patches it)
         self.status = 0
         self._streaming = False
         self._pending: list[bytes] = []
         """The start of an event not yet ended: a long one comes in pieces (output.py)."""
         self._whole: list[bytes] = []
+        self._held = 0
+        """Bytes in ``_pending`` or ``_whole``: what the bound counts."""
+        self.dropped = False
+        """Whether an event passed the bound: what follows of the turn is read and let go."""
         self.final: dict[str, Any] | None = None
         """The Response of the terminal event, once sent."""
+        self.final_size = 0
+        """Bytes of the terminal event's JSON."""
         self.failed = False
         """Whether the turn failed: an error message, ``response.failed``."""
 
@@ -403,36 +449,64 @@ class _Relay:
         if message["type"] == "http.response.start":
             self.status = message["status"]
             self._streaming = self.status == 200 and _is_event_stream(message.get("headers", ()))
-        elif message["type"] == "http.response.body":
+        elif message["type"] == "http.response.body" and not self.dropped:
             body = message.get("body", b"")
             if self._streaming:
                 await self._events(body)
             else:
-                self._whole.append(body)
+                await self._hold(self._whole, body)
+
+    async def _hold(self, parts: list[bytes], body: bytes) -> None:
+        """``body`` kept in ``parts``, the message under way, unless that passes the bound."""
+        self._held += len(body)
+        if self._held > self._most:
+            await self._drop()
+        else:
+            parts.append(body)
+
+    async def _drop(self) -> None:
+        """The message under way passed the bound: let go of it, and tell the client. An ``OSError`` when
+        it left, so that the route stops as for a client gone."""
+        self.dropped = self.failed = True
+        self.final = None
+        self._pending, self._whole, self._held = [], [], 0
+        await self._send_text(jsoncodec.dumps(_too_large(self._most)).decode())
 
     async def _events(self, body: bytes) -> None:
         # Each body part holds whole events, or a piece of a long one (output.py); a part cut inside an
         # event waits, in a list: added to the bytes before it, each of a 200 MiB event's pieces would
         # copy all that came before.
         pending = self._pending
-        if not body:
-            return
-        if b"\n\n" not in body and not (pending and pending[-1].endswith(b"\n") and body.startswith(b"\n")):
-            pending.append(body)
-            return
-        data = b"".join([*pending, body]) if pending else body
-        *events, rest = data.split(b"\n\n")
-        self._pending = [rest] if rest else []
-        for event in events:
-            if event:
-                await self._event(event)
+        if pending and pending[-1].endswith(b"\n") and body.startswith(b"\n"):  # its two line ends cut
+            pending[-1] = pending[-1][:-1]
+            body = b"\n" + body
+        start = 0
+        while (end := body.find(b"\n\n", start)) != -1:
+            if end > start:
+                await self._hold(pending, body[start:end])
+            if self.dropped:
+                return
+            if pending:
+                await self._event(pending)
+            start = end + 2
+        if start < len(body):
+            await self._hold(pending, body[start:] if start else body)
 
-    async def _event(self, event: bytes) -> None:
-        head, _, data = event.partition(b"data: ")  # "event: TYPE\n", then the JSON on one line
-        kind = head.removeprefix(b"event: ").strip()
+    async def _event(self, parts: list[bytes]) -> None:
+        """The event in ``parts``, which it empties, as one message. It lets go of each copy as soon as
+        it can: at the bound each is 8 MiB, and the send makes two more."""
+        event = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        self._held = 0
+        at = event.find(b"data: ")  # "event: TYPE\n", then the JSON on one line
+        kind = (event if at < 0 else event[:at]).removeprefix(b"event: ").strip()
+        payload = memoryview(event)[at + 6 :] if at >= 0 else memoryview(b"")
         if kind in _TERMINAL or kind == b"error":
-            self._ended(jsoncodec.loads(data))
-        await self._send_text(data.decode())
+            self.final_size = len(payload)
+            self._ended(jsoncodec.loads(bytes(payload)))
+        text = str(payload, "utf-8")
+        del event, payload
+        await self._send_text(text)
 
     def _ended(self, event: Any) -> None:
         response = event.get("response") if isinstance(event, dict) else None
@@ -443,9 +517,10 @@ class _Relay:
     async def finish(self) -> None:
         """The message for an answer that was no stream: a Response (an upstream's whole answer on the
         native path) as its terminal event, an error as the spec's error message; nothing where the
-        client left before any answer."""
-        if self._streaming or self.status in (0, 499):
+        client left before any answer, or where the answer passed the bound (its error message went)."""
+        if self._streaming or self.dropped or self.status in (0, 499):
             return
+        self.final_size = self._held
         try:
             body = jsoncodec.loads(b"".join(self._whole))
         except ValueError:
