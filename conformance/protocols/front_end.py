@@ -219,8 +219,9 @@ class NativeStream(Protocol):
     def whole(self, body: dict[str, Any]) -> dict[str, Any]:
         """An upstream's whole (non-streamed) answer, normalized."""
 
-    def encode(self, events: list[dict[str, Any]]) -> bytes:
-        """Events as the protocol frames them on the wire."""
+    def encode(self, events: list[dict[str, Any]]) -> bytes | Pieces:
+        """Events as the protocol frames them on the wire (in pieces where they hold a text too long
+        to hold whole)."""
 
     async def kept(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``events`` once what they finish is stored, where the protocol keeps answers (before the

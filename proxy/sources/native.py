@@ -18,7 +18,7 @@ from typing import Any
 
 from conformance import jsoncodec
 from conformance.api_errors import APIError
-from conformance.protocols.front_end import NativeStream, Output
+from conformance.protocols.front_end import NativeStream, Output, Pieces, pieces_of
 from conformance.sse import SSELineTooLong, SSEParser
 
 from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
@@ -35,13 +35,13 @@ class NativeOutput(Output):
     def __init__(self, answer: NativeStream) -> None:
         self._answer = answer
 
-    def opening(self, chunks: list[dict[str, Any]]) -> bytes:
+    def opening(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
         return self._answer.encode(chunks)
 
-    def events(self, chunks: list[dict[str, Any]]) -> bytes:
+    def events(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
         return self._answer.encode(chunks)
 
-    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+    async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes | Pieces:
         answer = self._answer
         if answer.ended:
             return b""  # its terminal event went out with the last events
@@ -51,7 +51,7 @@ class NativeOutput(Output):
 
     def cut(self, error: dict[str, Any]) -> bytes:
         answer = self._answer
-        return b"" if answer.ended else answer.encode(answer.fail(error))
+        return b"" if answer.ended else b"".join(pieces_of(answer.encode(answer.fail(error))))
 
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:
         return body  # normalized and stored by the source

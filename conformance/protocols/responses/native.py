@@ -19,8 +19,10 @@ from typing import Any
 from conformance.model_names import clean_model_name
 from conformance.request import integer
 
-from ..front_end import named_events
+from ..front_end import Pieces
 from ..sampling import SAMPLING_FIELDS, sampling_used
+from ..spooled_text import TextSpool
+from .output import written_events
 from .response import failed_error, listed_tool, new_item_id, new_response_id, settings_echo
 from .store_base import Store
 from .stored import remember, remember_terminal
@@ -176,7 +178,10 @@ class NativeEvents:
         self._current: str | None = None
         self._open: dict[str, dict[str, Any]] = {}  # items added and not yet done
         self._open_parts: set[str] = set()  # items whose content part is added and not yet done
-        self._texts: dict[str, list[str]] = {}  # an open message's text deltas
+        self._texts: dict[str, TextSpool] = {}  # an open message's text, kept for ``fail`` (spooled:
+        # held as a list, it was the whole text of a long stream; 200 MiB took the proxy to 1.2 GB)
+        self.spools: dict[str, TextSpool] = {}
+        """The texts that placeholders in the failure's events stand for (protocols/spooled_text.py)."""
         self._done: list[dict[str, Any]] = []
         self.ended = False
         self.last_response: dict[str, Any] | None = None
@@ -214,6 +219,8 @@ class NativeEvents:
                     item["id"] = self._current
                 self._open.pop(item["id"], None)
                 self._done.append(item)
+                if (spool := self._texts.pop(item["id"], None)) is not None:
+                    spool.close()  # the upstream's own event has the text
         _complete_parts(event.get("item"))
         _complete_part(event.get("part"))
         if kind.startswith("response.") and kind not in _TERMINAL and "response" not in event:
@@ -250,7 +257,7 @@ class NativeEvents:
         elif kind == "response.content_part.done":
             self._open_parts.discard(item_id)
         elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
-            self._texts.setdefault(item_id, []).append(event["delta"])
+            self._texts.setdefault(item_id, TextSpool()).append(event["delta"])
 
     def _stamped(self, event: dict[str, Any]) -> dict[str, Any]:
         event["sequence_number"] = self._sequence
@@ -264,7 +271,7 @@ class NativeEvents:
             index = self._indexes.get(item_id, 0)
             done = {**item, "status": "incomplete"}
             if item.get("type") == "message":
-                text = "".join(self._texts.get(item_id, ()))
+                text = self._text(item_id)
                 part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
                 done["content"] = [part]
                 if item_id in self._open_parts:
@@ -281,6 +288,17 @@ class NativeEvents:
             self._done.append(done)
         self._open.clear()
         return out
+
+    def _text(self, item_id: str) -> str:
+        """An open message's text so far: the text, or the placeholder of a spooled one."""
+        spool = self._texts.pop(item_id, None)
+        if spool is None:
+            return ""
+        spool.finish()
+        if not spool.spilled:
+            return spool.text()
+        self.spools[spool.token] = spool
+        return spool.token
 
     def fail(self, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         """The events that end a stream that broke off before its own terminal event: its open items
@@ -341,11 +359,11 @@ class NativeAnswer:
             body, self._request, response_id=new_response_id(), model=self._model, sampling=self._sampling
         )
 
-    def encode(self, events: list[dict[str, Any]]) -> bytes:
-        return named_events(events)
+    def encode(self, events: list[dict[str, Any]]) -> bytes | Pieces:
+        return written_events(events, self._events.spools)
 
     async def kept(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return await remember_terminal(self._store, events, self._items)
+        return await remember_terminal(self._store, events, self._items, self._events.spools)
 
     async def kept_body(self, body: dict[str, Any]) -> dict[str, Any]:
         return await remember(self._store, body, self._items)

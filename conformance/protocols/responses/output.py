@@ -24,7 +24,7 @@ from .store_base import Store
 from .stored import remember, remember_terminal
 from .translation import ChatTranslation
 
-__all__ = ["WHOLE_TEXT_EVENTS", "ResponsesOutput"]
+__all__ = ["WHOLE_TEXT_EVENTS", "ResponsesOutput", "written_events"]
 
 WHOLE_TEXT_EVENTS = frozenset(
     {
@@ -104,16 +104,19 @@ class ResponsesOutput(NamedEventOutput):
         return response
 
     def _written(self, events: list[dict[str, Any]]) -> bytes | Pieces:
-        """``named_events(events)``, or its pieces where a spooled text is in them."""
-        spools = self._events.spools
-        if not spools or not any(event["type"] in WHOLE_TEXT_EVENTS for event in events):
-            return named_events(events)  # every usual stream, and every delta of a long one
-        return Pieces(_spooled_events(events, spools))
+        return written_events(events, self._events.spools)
 
     def _noted(self, pieces: Pieces) -> Iterator[bytes]:
         for piece in pieces:
             self._ending_sent = True
             yield piece
+
+
+def written_events(events: list[dict[str, Any]], spools: dict[str, TextSpool]) -> bytes | Pieces:
+    """``named_events(events)``, or its pieces where a spooled text is in them."""
+    if not spools or not any(event["type"] in WHOLE_TEXT_EVENTS for event in events):
+        return named_events(events)  # every usual stream, and every delta of a long one
+    return Pieces(_spooled_events(events, spools))
 
 
 def _spooled_events(events: list[dict[str, Any]], spools: dict[str, TextSpool]) -> Iterator[bytes]:
