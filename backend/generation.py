@@ -110,7 +110,10 @@ def _start(
 
 async def _streamed(generation: Generation, started: _Started, output: Output) -> AsyncIterator[bytes]:
     """The stream in the client's protocol: the output's opening at once (a Response's first events),
-    each batch of chunks as the engine makes it, then its end (or the error that broke it off)."""
+    each batch of chunks as the engine makes it, then its end (or the error that broke it off: the
+    engine's, or a Response's text that could not be kept, ``Output.failure``). A long event that
+    cannot be finished (its text's file failing to read) raises here, and nothing follows its half:
+    uvicorn closes the connection, and the client's SSE parser drops the event unread."""
     # (each part bytes, or the pieces of a long event: a Response's spooled text, front_end.Pieces)
     for piece in pieces_of(output.opening([])):
         if piece:
@@ -123,6 +126,10 @@ async def _streamed(generation: Generation, started: _Started, output: Output) -
                 return
             for piece in pieces_of(output.events(chunks)):
                 yield piece
+            if output.failure is not None:  # a text it could not keep (protocols/spooled_text.py)
+                for piece in pieces_of(await output.tail(output.failure.body, None)):
+                    yield piece
+                return
     for piece in pieces_of(await output.tail(None, None)):
         yield piece
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import httpx
 
 from conformance.protocols.responses.store_settings import opened_store
+from conformance.protocols.spooled_text import temporary_file_problem
 from conformance.settings import CommandError, add_settings
 
 from .config import SERVE_SETTINGS, UpstreamKind, proxy_config
@@ -103,6 +104,15 @@ def _warn_if_silent(upstream: str) -> None:
         )
 
 
+def _warn_if_no_temporary_files() -> None:
+    """One line where no temporary file can be made (``TMPDIR`` missing or read-only): serve still
+    starts, as every answer shorter than 1 Mi characters needs none, but a longer Responses text would
+    fail mid-stream with no word at the start (issue 32, hardening); the line names the directory and
+    what to set."""
+    if (problem := temporary_file_problem()) is not None:
+        print(f"conformant serve: {problem}", file=sys.stderr, flush=True)
+
+
 def _check_can_listen(host: str, port: int) -> None:
     """Fail now, in one line, if the address is taken (uvicorn would log its own error and exit 1)."""
     try:
@@ -186,6 +196,7 @@ def _checked_start(args: argparse.Namespace) -> tuple[str | None, str]:
     store = opened_store(args, "serve").location  # every worker opens this one (a file or a database)
     if args.upstream:
         _warn_if_silent(args.upstream)  # (last: a mistake above is the one line printed)
+    _warn_if_no_temporary_files()
     return (routed_urls[0] if routed_urls else None), store
 
 

@@ -119,9 +119,11 @@ class HeldResponse(Response):
         body = error.body
         if not state["started"]:
             await graceful.last_words(send_json(send, 503, body))
-        elif state["stream"] and not state["complete"] and self._cut is not None:
-            await graceful.last_words(send({"type": "http.response.body", "body": self._cut(body)}))
-        # Any other body cut short cannot say why: uvicorn closes its connection.
+        elif state["stream"] and not state["complete"] and self._cut and (last := self._cut(body)):
+            await graceful.last_words(send({"type": "http.response.body", "body": last}))
+        # Any other body cut short cannot say why: uvicorn closes its connection. So too a stream cut
+        # inside its last event, sent in pieces (``cut`` gives b""): nothing follows half an event (see
+        # _CoalescingWriter); before, its body ended there, and its half event with it.
 
 
 Worded = Callable[[dict[str, Any], int], dict[str, Any]]
@@ -268,6 +270,16 @@ class _CoalescingWriter:
     of one send per chunk, and a chunk never waits for a later one: the flush runs as soon as the
     producer blocks. At most ``limit`` bytes wait unsent, so a slow client still slows the upstream.
     Each side waits on a bare future the other resolves: an ``asyncio.Event`` costs more per chunk.
+
+    A part written in pieces (``Pieces``: a Response's long event) and stopped before its end (the
+    shutdown deadline or a second stop cancelling the producer between two pieces, a spooled text's
+    ``pread`` failing) leaves ``cut_short`` set, and then nothing more is sent: a tail after half a
+    ``data:`` line ended it, and the client parsed one malformed event (issue 32, hardening). An SSE
+    client cannot be told to drop half a line, and a JSON closed early would state a text cut short as
+    the whole; a stream that ends inside an event is one its parser drops unread (the event is
+    dispatched only at its blank line), and the connection closed without the body's end tells its
+    HTTP client the stream was cut. The rest of the part is not sent either: it may be hundreds of MiB
+    to a client the deadline has already waited for, and a failed read cannot give it.
     """
 
     def __init__(self, send: Send, limit: int = _COALESCE_LIMIT) -> None:
@@ -279,13 +291,20 @@ class _CoalescingWriter:
         self._wakeup: asyncio.Future[None] | None = None  # the helper, waiting for parts
         self._room: asyncio.Future[None] | None = None  # the producer, waiting for the parts to leave
         self._closing = False
+        self.cut_short = False
+        """Whether a part in pieces began and did not end: nothing may follow it (see the class)."""
         self._task = asyncio.create_task(self._run())
 
     async def write(self, data: bytes | Pieces) -> None:
         if not isinstance(data, bytes):  # a long event, a piece at a time (``Pieces``)
+            self.cut_short = True  # until its last piece is written
             for piece in data:
-                await self.write(piece)
+                await self._write(piece)
+            self.cut_short = False
             return
+        await self._write(data)
+
+    async def _write(self, data: bytes) -> None:
         if self._task.done():
             self._task.result()  # the client connection failed: raise it here
             raise ConnectionError("the response writer stopped")
@@ -315,14 +334,17 @@ class _CoalescingWriter:
 
     async def close(self, tail: bytes | Pieces) -> None:
         """Send what is left, then ``tail`` as the last body message (its pieces, then an empty one)."""
+        assert not self.cut_short, "nothing follows half an event"
         self._closing = True
         _resolve(self._wakeup)
         await self._task
         if isinstance(tail, bytes):
             await self._send({"type": "http.response.body", "body": tail})
             return
+        self.cut_short = True
         for piece in tail:
             await self._send({"type": "http.response.body", "body": piece, "more_body": True})
+        self.cut_short = False
         await self._send({"type": "http.response.body", "body": b""})
 
     def cancel(self) -> None:
@@ -347,13 +369,11 @@ async def _stream(
     for piece in pieces_of(output.opening(initial)):
         await send({"type": "http.response.body", "body": piece, "more_body": True})
     writer = _CoalescingWriter(send)
-    events = output.events
-    next_batch = source.active.next_batch  # past a wrapper's own call, on the per-chunk path
     try:
         try:
-            while (batch := await next_batch()) is not None:
-                if batch:
-                    await writer.write(events(batch))
+            kept = output.failure
+            if kept is None:
+                kept = await _write_batches(writer, source, output)
         except asyncio.CancelledError:
             if (error := graceful.shutdown_failure(exchange)) is None:
                 raise
@@ -368,19 +388,44 @@ async def _stream(
             exchange.take_error(internal)
             await _close(writer, output, internal.body)
             return
-        failure = source.failure
+        failure = kept or _redacted(source.failure, secret)
         if failure is not None:
-            failure = failure.redacted(secret)
             exchange.take_error(failure)
         usage = source.usage
         exchange.take_usage(usage)
-        await writer.close(await output.tail(None if failure is None else failure.body, usage))
+        tail = await output.tail(None if failure is None else failure.body, usage)
+        if failure is None and (failure := output.failure) is not None:  # a text failed at its end
+            exchange.take_error(failure)
+        await writer.close(tail)
     finally:
         writer.cancel()
 
 
+def _redacted(failure: APIError | None, secret: str | None) -> APIError | None:
+    return None if failure is None else failure.redacted(secret)
+
+
+async def _write_batches(writer: _CoalescingWriter, source: Source, output: Output) -> APIError | None:
+    """Each batch of the source's chunks written, to the source's end or to the output's failure (a
+    Response's text the server could not keep), which is returned."""
+    events = output.events
+    next_batch = source.active.next_batch  # past a wrapper's own call, on the per-chunk path
+    while (batch := await next_batch()) is not None:
+        if batch:
+            await writer.write(events(batch))
+            if output.failure is not None:
+                return output.failure
+    return None
+
+
 async def _close(writer: _CoalescingWriter, output: Output, failure: dict[str, Any]) -> None:
-    """What waits in ``writer``, then the stream's end for ``failure``."""
+    """What waits in ``writer``, then the stream's end for ``failure``; nothing where the writer was
+    stopped inside an event (``cut_short``): the connection is closed as it stands."""
+    if writer.cut_short:
+        logging.getLogger("conformant.proxy").warning(
+            "a stream stopped inside a long event; its connection is closed without an end"
+        )
+        return
     await writer.close(await output.tail(failure, None))
 
 

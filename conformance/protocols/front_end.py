@@ -37,6 +37,7 @@ from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
 from conformance import jsoncodec
+from conformance.api_errors import APIError
 from conformance.request import Endpoint
 from conformance.request_validation import parse_request
 from conformance.sse import DONE_EVENT, encode_data
@@ -109,6 +110,11 @@ class Output:
     async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes | Pieces:
         """The stream's last body part: its end, or the error (an OpenAI error body) that broke it off."""
         raise NotImplementedError
+
+    failure: APIError | None = None
+    """An error that ends the stream after the part just made (a Response's text the server could not
+    keep: protocols/spooled_text.py), its writer then writing ``tail`` with it; None, the usual (read
+    after each part: an attribute, for the per-chunk path)."""
 
     def cut(self, error: dict[str, Any]) -> bytes:
         """The last event of a stream cut where it stands (the shutdown deadline came outside the wait

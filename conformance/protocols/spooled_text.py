@@ -15,12 +15,25 @@ a value exactly as ``jsoncodec.dumps`` writes it with the texts in place, byte f
 standard library's encoder, ASCII-escaped, where a text holds a lone surrogate or the value something else
 orjson refuses), with each text escaped a piece of ``READ_BYTES`` at a time out of its file: JSON escapes a
 string character by character, so the pieces' escapes joined are the whole text's.
+
+A file that cannot be made (no writable temporary directory: ``tempfile`` tries ``TMPDIR``, then
+``/tmp`` and the like) or that stops taking bytes (a full disk: a short write, then ``ENOSPC``) fails
+the spool for good (``TextSpool.failure``, a message for the client with no path in it): its file is
+closed at once (a full disk gets its room back), what it held is let go, and its text reads as empty,
+never as the part of it the file took, which a client would take for the whole. Before, the
+``OSError`` left the stream's events: "internal error in the proxy" for a missing directory, and for a
+failed write the held text kept to be written again after what of it had gone, the stream's end
+raising on it once more (issue 32, hardening). The stream's events (responses/events.py) now end the
+item as ``incomplete`` and the Response as ``failed`` with that message; ``temporary_file_problem`` is
+``conformant serve``'s start-up check of the same.
 """
 
 from __future__ import annotations
 
 import codecs
+import errno
 import json
+import logging
 import os
 import secrets
 import tempfile
@@ -30,7 +43,7 @@ from typing import IO, Any
 
 import orjson
 
-__all__ = ["FLUSH_CHARS", "READ_BYTES", "SPOOL_CHARS", "SpooledJSON", "TextSpool"]
+__all__ = ["FLUSH_CHARS", "READ_BYTES", "SPOOL_CHARS", "SpooledJSON", "TextSpool", "temporary_file_problem"]
 
 SPOOL_CHARS = 1 << 20
 """Characters a text holds in memory before it goes to a file: more than nearly every answer (a 1 MiB
@@ -61,6 +74,7 @@ class TextSpool:
         "_limit",
         "_parts",
         "_written",
+        "failure",
         "surrogates",
         "token",
     )
@@ -77,9 +91,14 @@ class TextSpool:
         self.surrogates = False
         """Whether the text holds a lone surrogate: JSON then comes from the standard library's encoder,
         as ``jsoncodec.dumps`` writes it (orjson refuses one)."""
+        self.failure: str | None = None
+        """Why the text could not be kept (no temporary file, a full disk), worded for the client; None
+        while it is whole. A failed spool takes no more text, and its text reads as empty."""
 
     def append(self, text: str) -> None:
         # The per-delta path: a list append and a count; the file past SPOOL_CHARS, then every FLUSH_CHARS.
+        if self.failure is not None:
+            return  # (its deltas still go out: the events of its end say the text was not kept)
         self._parts.append(text)
         self._held += len(text)
         if self._held > self._limit:
@@ -90,14 +109,14 @@ class TextSpool:
         return self._file is not None
 
     def finish(self) -> None:
-        """The text is whole: what is held goes to the file, where the rest went."""
-        if self._file is not None:
-            if self._parts:
-                self._spill()
-            self._file.flush()
+        """The text is whole: what is held goes to the file, where the rest went (unbuffered: no flush)."""
+        if self._file is not None and self._parts and self.failure is None:
+            self._spill()
 
     def text(self) -> str:
-        """The whole text (read back out of the file where it went there)."""
+        """The whole text (read back out of the file where it went there); empty where it failed."""
+        if self.failure is not None:
+            return ""
         if self._file is None:
             return "".join(self._parts)
         return "".join(self.pieces())
@@ -105,8 +124,10 @@ class TextSpool:
     def pieces(self) -> Iterator[str]:
         """The spilled text in pieces of whole characters, each of at most ``READ_BYTES`` bytes; read
         at their offsets, so that two readers (the store's thread, the stream) do not meet."""
-        assert self._file is not None, "only a spilled text is read in pieces"
+        assert self._file is not None or self.failure is not None, "only a spilled text is read in pieces"
         self.finish()
+        if self.failure is not None or self._file is None:
+            return  # a part of the text is not the text: a failed spool has none
         decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
         descriptor, offset = self._file.fileno(), 0
         while offset < self._written:
@@ -123,10 +144,26 @@ class TextSpool:
             self._closer()
 
     def _spill(self) -> None:
+        try:
+            self._spill_held()
+        except OSError as error:
+            self._fail(error)
+
+    def _fail(self, error: OSError) -> None:
+        """The file would not take the text: the spool fails for good (see the module's docstring)."""
+        # The path and the traceback go to the server's log; the client's message names neither.
+        logging.getLogger("conformant").warning("a long text could not go to a temporary file: %s", error)
+        self.failure = spill_failure(error)
+        self._parts.clear()
+        self._held = 0
+        self.close()
+
+    def _spill_held(self) -> None:
         if self._file is None:
             # Closed when the spool goes (a stream its client left, a cancelled request) without a
-            # ResourceWarning, or by ``close``: no ``with`` spans a stream.
-            self._file = tempfile.TemporaryFile(prefix="conformant-spool-")  # noqa: SIM115
+            # ResourceWarning, or by ``close``: no ``with`` spans a stream. Unbuffered: each write is
+            # checked whole (``_write``), none left in a buffer to fail later or be written twice.
+            self._file = tempfile.TemporaryFile(prefix="conformant-spool-", buffering=0)  # noqa: SIM115
             self._closer = weakref.finalize(self, self._file.close)
             self.token = f"{_TOKEN_PREFIX}{secrets.token_hex(16)}\x00"
             self._limit = FLUSH_CHARS  # from now on the file takes it a little at a time
@@ -150,8 +187,39 @@ class TextSpool:
         except UnicodeEncodeError:
             self.surrogates = True
             data = text.encode("utf-8", "surrogatepass")
-        self._file.write(data)
-        self._written += len(data)
+        descriptor, view = self._file.fileno(), memoryview(data)
+        while view:  # a short write (a disk filling up) goes on from where it stopped, or fails
+            count = os.write(descriptor, view)
+            if count <= 0:  # took nothing and said nothing: for all it tells, the disk is full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[count:]
+        self._written += len(data)  # counted once written whole: never bytes the file does not hold
+
+
+def spill_failure(error: OSError) -> str:
+    """The client's message for a text that could not be kept: the reason by its ``errno`` alone (an
+    ``OSError``'s own text names the file's path, and ``tempfile``'s the directories it tried)."""
+    reason = os.strerror(error.errno) if error.errno else "an I/O error"
+    return (
+        f"the response's text grew past {SPOOL_CHARS:,} characters and the server could not keep it in "
+        f"a temporary file ({reason}); the server's operator can set TMPDIR to a writable directory with room"
+    )
+
+
+def temporary_file_problem() -> str | None:
+    """One line saying where no temporary file can be made, and what to set; None where one can: a
+    Responses text past ``SPOOL_CHARS`` characters needs one (``conformant serve`` says so at start-up)."""
+    try:
+        with tempfile.TemporaryFile(prefix="conformant-spool-", buffering=0) as probe:
+            probe.write(b"x")
+    except OSError as error:
+        where = tempfile.tempdir or os.environ.get("TMPDIR") or "the system's temporary directories"
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        return (
+            f"no temporary file can be made in {where} ({reason}): a Responses stream whose text passes "
+            f"{SPOOL_CHARS:,} characters will fail; set TMPDIR to a writable directory"
+        )
+    return None
 
 
 class SpooledJSON:

@@ -22,7 +22,10 @@ goes to a temporary file, and the events that repeat it whole (an item's ``.done
 event's Response) carry the spool's placeholder in its place, the spool in ``ResponseEvents.spools``
 under it; the events' writer (output.py) writes the text there a piece at a time (protocols/
 spooled_text.py: 200 MiB of text held whole took the proxy to 2.3 GB). A custom tool's input is read
-back whole: it is parsed out of its JSON arguments.
+back whole: it is parsed out of its JSON arguments. A text its file would not take (``TextSpool.failure``:
+no writable ``TMPDIR``, a full disk) ends its item as ``incomplete`` with the text empty, never a part of
+it told as the whole, and the stream as ``response.failed`` with the reason (``failed_spool``; its
+writers stop at it: proxy/writer.py, backend/generation.py).
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ class ResponseEvents:
         """The texts gone to a file, by the placeholder that stands for each in the events and in
         ``response`` (see the module's docstring)."""
         self._sequence = 0
+        self._spool_failure: str | None = None
         self._open: _Item | None = None
         self._held_logprobs: list[dict[str, Any]] = []
 
@@ -301,6 +305,8 @@ class ResponseEvents:
             item.logprobs += self._held_logprobs
             self._held_logprobs = []
         text = self._whole_text(item)
+        if item.text.failure is not None:
+            status = "incomplete"  # its text was not kept (see the module's docstring)
         done = item.finished(text, status, phase)
         if item.kind == "message":
             logprobs = item.logprobs
@@ -335,6 +341,9 @@ class ResponseEvents:
         is read back: it is parsed out of its arguments)."""
         spool = item.text
         spool.finish()
+        if spool.failure is not None:
+            self._spool_failure = self._spool_failure or spool.failure
+            return ""
         if not spool.spilled:
             return spool.text()
         if item.custom:
@@ -344,13 +353,24 @@ class ResponseEvents:
         self.spools[spool.token] = spool
         return spool.token
 
+    def failed_spool(self) -> str | None:
+        """Why a text of this stream could not be kept (see the module's docstring), or None: the
+        stream's writer then ends it with ``fail``."""
+        item = self._open
+        if item is not None and item.text.failure is not None:
+            return item.text.failure
+        return self._spool_failure
+
     def finish(self, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """The events that end a stream that ended well: the open item's end, then
-        ``response.completed`` or ``response.incomplete``."""
+        ``response.completed`` or ``response.incomplete``; ``response.failed`` where a text could not
+        be kept (its last part written to its file by that end)."""
         if usage is not None:
             self.usage = dict(usage)
         status, incomplete = response_status(self.finish_reason)
         out = self._close("incomplete" if status == "incomplete" else "completed", phase_of(False))
+        if (failure := self.failed_spool()) is not None:
+            return out + self.fail({"message": failure})
         self.response = self._snapshot(
             status, usage=response_usage(self.usage), incomplete_details=incomplete
         )

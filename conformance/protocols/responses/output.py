@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from conformance.api_errors import APIError
+
 from ..front_end import NamedEventOutput, Pieces, named_events, pieces_of
 from ..spooled_text import SpooledJSON, TextSpool
 from .store_base import Store
@@ -69,16 +71,21 @@ class ResponsesOutput(NamedEventOutput):
         return self._events.response
 
     def opening(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
-        return self._written(self._maker.start() + self._fed(chunks))
+        events = self._maker.start() + self._fed(chunks)
+        self._note_failure()
+        return self._written(events)
 
     def events(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
         events = self._fed(chunks)
+        self._note_failure()
         if not self._events.spools:  # the per-chunk path of every usual stream: as NamedEventOutput's
             return named_events(events)
         return self._written(events)
 
     async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes | Pieces:
         events = self._events.fail(failure) if failure is not None else self._events.finish(usage)
+        if failure is None:
+            self._note_failure()  # its end failed in its stead (events.py: ``finish``)
         self._ending = events
         if self._store is not None:  # before the client has the end: its next request may name it
             events = await remember_terminal(self._store, events, self._items, self._events.spools)
@@ -90,7 +97,8 @@ class ResponsesOutput(NamedEventOutput):
     def cut(self, error: dict[str, Any]) -> bytes:
         # Cut while its end was being stored: that end, numbered already, is the stream's last words
         # (read whole: a shutdown's last message is one); cut while it was being sent in pieces, nothing
-        # more can be said inside the event under way.
+        # more can be said inside the event under way: b"", and the writer closes the connection
+        # (proxy/writer.py, HeldResponse), as a client's SSE parser drops an event that never ends.
         if self._ending_sent:
             return b""
         if self._ending is not None:
@@ -102,6 +110,12 @@ class ResponsesOutput(NamedEventOutput):
         if self._store is not None:
             response = await remember(self._store, response, self._items)
         return response
+
+    def _note_failure(self) -> None:
+        # A text that could not be kept ends the stream (events.py): said once its writer has what the
+        # chunks made, sequence numbers and all, so that its end (``tail``) follows them without a gap.
+        if self.failure is None and (failure := self._events.failed_spool()) is not None:
+            self.failure = APIError.make(failure, 500)
 
     def _written(self, events: list[dict[str, Any]]) -> bytes | Pieces:
         return written_events(events, self._events.spools)
