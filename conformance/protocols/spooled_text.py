@@ -8,9 +8,10 @@ The stream held every delta as a string, joined them, and wrote each of those ev
 proxy from 51 MB to a peak RSS of 2,276 MB, 2,503 MB with ``store: true``, where the chat route peaked at
 54.5 MB (bench/hostile_load.py shape 6, issue 32); spooled, 60 MB (64 MB stored).
 
-A :class:`TextSpool` holds its first ``SPOOL_CHARS`` characters in memory, as a list of the deltas, so a
-usual answer costs what it cost; past them the text goes to an unnamed temporary file (in ``TMPDIR``) and
-the events carry a placeholder (``TextSpool.token``) where the text goes. :class:`SpooledJSON` writes such
+A :class:`TextSpool` holds its text in memory, as a list of the deltas, while the texts of its answer
+hold ``SPOOL_CHARS`` characters together, so a usual answer costs what it cost; past them the text that
+grows goes to the answer's one unnamed temporary file (a :class:`SpoolFile`, in ``TMPDIR``) and the
+events carry a placeholder (``TextSpool.token``) where the text goes. :class:`SpooledJSON` writes such
 a value exactly as ``jsoncodec.dumps`` writes it with the texts in place, byte for byte (orjson, or the
 standard library's encoder, ASCII-escaped, where a text holds a lone surrogate or the value something else
 orjson refuses), with each text escaped a piece of ``READ_BYTES`` at a time out of its file: JSON escapes a
@@ -18,8 +19,8 @@ string character by character, so the pieces' escapes joined are the whole text'
 
 A file that cannot be made (no writable temporary directory: ``tempfile`` tries ``TMPDIR``, then
 ``/tmp`` and the like) or that stops taking bytes (a full disk: a short write, then ``ENOSPC``) fails
-the spool for good (``TextSpool.failure``, a message for the client with no path in it): its file is
-closed at once (a full disk gets its room back), what it held is let go, and its text reads as empty,
+the spool for good (``TextSpool.failure``, a message for the client with no path in it): what it held
+is let go, and its text reads as empty,
 never as the part of it the file took, which a client would take for the whole. Before, the
 ``OSError`` left the stream's events: "internal error in the proxy" for a missing directory, and for a
 failed write the held text kept to be written again after what of it had gone, the stream's end
@@ -43,7 +44,15 @@ from typing import IO, Any
 
 import orjson
 
-__all__ = ["FLUSH_CHARS", "READ_BYTES", "SPOOL_CHARS", "SpooledJSON", "TextSpool", "temporary_file_problem"]
+__all__ = [
+    "FLUSH_CHARS",
+    "READ_BYTES",
+    "SPOOL_CHARS",
+    "SpoolFile",
+    "SpooledJSON",
+    "TextSpool",
+    "temporary_file_problem",
+]
 
 SPOOL_CHARS = 1 << 20
 """Characters a text holds in memory before it goes to a file: more than nearly every answer (a 1 MiB
@@ -61,31 +70,78 @@ _TOKEN_PREFIX = "\x00conformant-spool-"
 """A placeholder's start: a NUL and a random part make it no text an upstream sends by chance."""
 
 
+class SpoolFile:
+    """The temporary file that the long texts of one answer share, made when the first of them goes
+    there, and the characters that its texts hold in memory together (``held``).
+
+    One file for all of them, not one each: an answer of many items (a hostile upstream's thousands of
+    tool calls) would otherwise hold as many open files, a process's whole allowance. And one count for
+    all of them: each text under ``SPOOL_CHARS`` stayed in memory, so 40 calls of 0.9 MB of arguments
+    (36 MB) took a Responses stream to a peak of 145 MB of Python's allocations, and the answer's end was
+    written whole; past ``limit`` characters held together, the text that grows goes to the file. The
+    file is closed when the answer's objects go (or ``close``)."""
+
+    __slots__ = ("__weakref__", "_closer", "_file", "_size", "held", "limit")
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._file: IO[bytes] | None = None
+        self._closer: weakref.finalize[Any, Any] | None = None
+        self._size = 0
+        self.held = 0
+        """Characters the texts of this file hold in memory, spilled or not."""
+        self.limit = SPOOL_CHARS if limit is None else limit
+
+    def append(self, data: bytes) -> int:
+        """``data`` written at the file's end, whole, or an ``OSError``; the offset it starts at."""
+        if self._file is None:
+            # Unbuffered: each write is checked whole, none left in a buffer to fail later or be written
+            # twice; closed by a finalizer, since no ``with`` spans a stream.
+            self._file = tempfile.TemporaryFile(prefix="conformant-spool-", buffering=0)  # noqa: SIM115
+            self._closer = weakref.finalize(self, self._file.close)
+        start = self._size
+        descriptor, view, at = self._file.fileno(), memoryview(data), start
+        while view:  # a short write (a disk filling up) goes on from where it stopped, or fails
+            count = os.pwrite(descriptor, view, at)
+            if count <= 0:  # took nothing and said nothing: for all it tells, the disk is full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view, at = view[count:], at + count
+        self._size = at  # only once written whole: a failed write's bytes are written over by the next
+        return start
+
+    def read(self, offset: int, size: int) -> bytes:
+        """At most ``size`` bytes at ``offset``: read at an offset, so that two readers (the store's
+        thread, the stream) do not meet."""
+        assert self._file is not None, "only a written file is read"
+        return os.pread(self._file.fileno(), size, offset)
+
+    def close(self) -> None:
+        if self._closer is not None:
+            self._closer()
+
+
 class TextSpool:
     """One growing text (an item's answer, a call's arguments): ``append`` each delta, ``finish`` at its
-    end; then ``spilled`` says whether it went to a file, ``text()`` gives it whole and ``pieces()`` a
-    piece at a time. The file is closed when the spool is let go (or ``close``)."""
+    end; then ``spilled`` says whether it went to its ``SpoolFile`` (the answer's, or one of its own),
+    ``text()`` gives it whole and ``pieces()`` a piece at a time."""
 
     __slots__ = (
-        "__weakref__",
-        "_closer",
-        "_file",
+        "_extents",
         "_held",
         "_limit",
         "_parts",
-        "_written",
+        "_shared",
         "failure",
         "surrogates",
         "token",
     )
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(self, limit: int | None = None, file: SpoolFile | None = None) -> None:
         self._parts: list[str] = []
         self._held = 0
         self._limit = SPOOL_CHARS if limit is None else limit
-        self._file: IO[bytes] | None = None
-        self._closer: weakref.finalize[Any, Any] | None = None
-        self._written = 0
+        self._shared = SpoolFile(limit) if file is None else file
+        self._extents: list[list[int]] = []
+        """Where the text is in the file: [offset, bytes] of each stretch, in order."""
         self.token = ""
         """The placeholder that stands for the text in JSON values (``SpooledJSON``), once spilled."""
         self.surrogates = False
@@ -96,52 +152,58 @@ class TextSpool:
         while it is whole. A failed spool takes no more text, and its text reads as empty."""
 
     def append(self, text: str) -> None:
-        # The per-delta path: a list append and a count; the file past SPOOL_CHARS, then every FLUSH_CHARS.
+        # The per-delta path: a list append and two counts; the file past the limits, then every
+        # FLUSH_CHARS (a spilled text's own limit).
         if self.failure is not None:
             return  # (its deltas still go out: the events of its end say the text was not kept)
         self._parts.append(text)
         self._held += len(text)
-        if self._held > self._limit:
+        shared = self._shared
+        shared.held += len(text)
+        if self._held > self._limit or (shared.held > shared.limit and not self.token):
             self._spill()
 
     @property
     def spilled(self) -> bool:
-        return self._file is not None
+        return bool(self.token)
 
     def finish(self) -> None:
-        """The text is whole: what is held goes to the file, where the rest went (unbuffered: no flush)."""
-        if self._file is not None and self._parts and self.failure is None:
+        """The text is whole: what is held goes to the file, where the rest went."""
+        if self.token and self._parts and self.failure is None:
             self._spill()
 
     def text(self) -> str:
         """The whole text (read back out of the file where it went there); empty where it failed."""
         if self.failure is not None:
             return ""
-        if self._file is None:
+        if not self.token:
             return "".join(self._parts)
         return "".join(self.pieces())
 
     def pieces(self) -> Iterator[str]:
-        """The spilled text in pieces of whole characters, each of at most ``READ_BYTES`` bytes; read
-        at their offsets, so that two readers (the store's thread, the stream) do not meet."""
-        assert self._file is not None or self.failure is not None, "only a spilled text is read in pieces"
+        """The spilled text in pieces of whole characters, each of at most ``READ_BYTES`` bytes."""
+        assert self.token or self.failure is not None, "only a spilled text is read in pieces"
         self.finish()
-        if self.failure is not None or self._file is None:
+        if self.failure is not None:
             return  # a part of the text is not the text: a failed spool has none
         decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
-        descriptor, offset = self._file.fileno(), 0
-        while offset < self._written:
-            data = os.pread(descriptor, READ_BYTES, offset)
-            if not data:  # the file is shorter than written: never, short of a disk gone bad
-                raise OSError("a spooled text's file ended early")
-            offset += len(data)
-            text = decoder.decode(data, final=offset >= self._written)
-            if text:
-                yield text
+        for offset, size in self._extents:
+            end = offset + size
+            while offset < end:
+                data = self._shared.read(offset, min(READ_BYTES, end - offset))
+                if not data:  # the file is shorter than written: never, short of a disk gone bad
+                    raise OSError("a spooled text's file ended early")
+                offset += len(data)
+                if text := decoder.decode(data):
+                    yield text
+        if text := decoder.decode(b"", final=True):
+            yield text
 
     def close(self) -> None:
-        if self._closer is not None:
-            self._closer()
+        """Let go of what the text holds in memory (its file's bytes stay until the file goes)."""
+        self._shared.held -= self._held
+        self._parts.clear()
+        self._held = 0
 
     def _spill(self) -> None:
         try:
@@ -154,17 +216,11 @@ class TextSpool:
         # The path and the traceback go to the server's log; the client's message names neither.
         logging.getLogger("conformant").warning("a long text could not go to a temporary file: %s", error)
         self.failure = spill_failure(error)
-        self._parts.clear()
-        self._held = 0
+        self._extents.clear()
         self.close()
 
     def _spill_held(self) -> None:
-        if self._file is None:
-            # Closed when the spool goes (a stream its client left, a cancelled request) without a
-            # ResourceWarning, or by ``close``: no ``with`` spans a stream. Unbuffered: each write is
-            # checked whole (``_write``), none left in a buffer to fail later or be written twice.
-            self._file = tempfile.TemporaryFile(prefix="conformant-spool-", buffering=0)  # noqa: SIM115
-            self._closer = weakref.finalize(self, self._file.close)
+        if not self.token:
             self.token = f"{_TOKEN_PREFIX}{secrets.token_hex(16)}\x00"
             self._limit = FLUSH_CHARS  # from now on the file takes it a little at a time
         group: list[str] = []
@@ -177,23 +233,20 @@ class TextSpool:
                 group, size = [], 0
         if group:
             self._write("".join(group))
-        self._parts.clear()
-        self._held = 0
+        self.close()
 
     def _write(self, text: str) -> None:
-        assert self._file is not None
         try:
             data = text.encode()
         except UnicodeEncodeError:
             self.surrogates = True
             data = text.encode("utf-8", "surrogatepass")
-        descriptor, view = self._file.fileno(), memoryview(data)
-        while view:  # a short write (a disk filling up) goes on from where it stopped, or fails
-            count = os.write(descriptor, view)
-            if count <= 0:  # took nothing and said nothing: for all it tells, the disk is full
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            view = view[count:]
-        self._written += len(data)  # counted once written whole: never bytes the file does not hold
+        offset = self._shared.append(data)
+        last = self._extents[-1] if self._extents else None
+        if last is not None and last[0] + last[1] == offset:
+            last[1] += len(data)  # (the usual: the text's stretches follow each other)
+        else:
+            self._extents.append([offset, len(data)])
 
 
 def spill_failure(error: OSError) -> str:

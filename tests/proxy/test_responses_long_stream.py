@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from .conftest import serve_proxy
-from .rawserver import Record, chunk, http_chunk, raw_server, read_request, sse_head
+from .rawserver import Record, chunk, chunk_payload, http_chunk, raw_server, read_request, sse_head
 
 MEGABYTES = 16
 PIECE = ('lorem "ipsum" \\ dolor\n\tsit\x01 amet, é ü ' * 2000)[:65536]
@@ -140,3 +140,65 @@ def test_a_long_responses_stream_holds_a_piece_of_its_text_not_the_whole(
         assert kept.json() == completed["response"]
     else:
         assert kept.status_code == 404
+
+
+CALLS = 24
+ARGUMENTS = json.dumps({"a": ('é \\ ü"' * 3 + "x" * 80) * 8_800}, ensure_ascii=False)
+"""One call's arguments: some 900,000 characters, under ``SPOOL_CHARS`` alone."""
+
+
+async def _many_calls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+    """Every chat request: ``CALLS`` tool calls of ``ARGUMENTS`` each, in 60,000-character fragments."""
+    while (request := await read_request(reader)) is not None:
+        if not request.startswith(b"POST /v1/chat/completions"):
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            continue
+        writer.write(sse_head())
+        for index in range(CALLS):
+            for start in range(0, len(ARGUMENTS), 60_000):
+                function = {"arguments": ARGUMENTS[start : start + 60_000]}
+                if not start:
+                    function["name"] = "f"
+                call = {"index": index, "id": f"call_{index}", "type": "function", "function": function}
+                writer.write(
+                    http_chunk(
+                        b"data: " + json.dumps(chunk_payload({"tool_calls": [call]})).encode() + b"\n\n"
+                    )
+                )
+                await writer.drain()
+        writer.write(http_chunk(chunk("", "tool_calls") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+
+
+def test_many_items_each_under_the_spool_bound_hold_no_more_than_one_long_text() -> None:
+    """The spool's bound counts the texts of one answer together: calls of 0.9 M characters, each under
+    ``SPOOL_CHARS``, stayed in memory each and the answer's end was written whole: these 24 took the
+    stream to a peak of 111 MB of Python's allocations (200 plainer ones, 634 MB). Past the bound held
+    together they go to the answer's one file: 29-33 MB at the peak whatever their count (6 calls or 48),
+    most of it the chat route's confirming parse of one call's arguments, which orjson reserves 13 times
+    a long string's size for (call_shape.py)."""
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+    body = {"model": "m", "input": "go on", "stream": True, "store": False, "tools": tools}
+    with (
+        raw_server(_many_calls) as (upstream, _),
+        serve_proxy(upstream, upstream_kind="openai") as (url, _app),
+        tempfile.TemporaryDirectory(prefix="long-stream-") as directory,
+    ):
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            _streamed_to(url, body, Path(directory) / "stream.sse")
+            peak = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+        events = _events(Path(directory) / "stream.sse")
+    text_bytes = len(ARGUMENTS.encode()) * CALLS
+    assert peak < 48 * 1024 * 1024, (
+        f"{peak / 1e6:.1f} MB at the peak for {text_bytes / 1e6:.1f} MB of arguments"
+    )
+    done = [e for e in events if e["type"] == "response.function_call_arguments.done"]
+    assert [e["arguments"] for e in done] == [ARGUMENTS] * CALLS
+    completed = events[-1]
+    assert completed["type"] == "response.completed"
+    assert [item["arguments"] for item in completed["response"]["output"]] == [ARGUMENTS] * CALLS

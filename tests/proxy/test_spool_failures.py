@@ -181,12 +181,12 @@ def test_a_file_that_fills_up_mid_spill_fails_the_response_not_its_text(
 def test_a_short_write_goes_on_from_where_it_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
     """The file takes at most 7 bytes a write: every byte still reaches it, once. (A guard of the
     spool's own write loop, which replaced a buffered file's: that one looped too.)"""
-    real_write = os.write
+    real_write = os.pwrite
 
-    def short_write(descriptor: int, data: Any) -> int:
-        return real_write(descriptor, bytes(data[:7]))
+    def short_write(descriptor: int, data: Any, offset: int) -> int:
+        return real_write(descriptor, bytes(data[:7]), offset)
 
-    monkeypatch.setattr(os, "write", short_write)
+    monkeypatch.setattr(os, "pwrite", short_write)
     spool = TextSpool(limit=4)
     text = "".join(f"part {i} é😀 " for i in range(300))
     for start in range(0, len(text), 50):
@@ -196,20 +196,21 @@ def test_a_short_write_goes_on_from_where_it_stopped(monkeypatch: pytest.MonkeyP
     assert spool.text() == text
 
 
-def test_a_full_disk_fails_the_spool_for_good_and_frees_its_file(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_fails_the_spool_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
     """``ENOSPC`` after a short write: the spool fails with the reason and no path, reads as empty (not
-    the part written), takes no more text and closes its file (the disk gets its room back)."""
-    real_write = os.write
+    the part written), and takes and holds no more text (the answer's file, shared by its texts, goes
+    with the answer, which this failure ends)."""
+    real_write = os.pwrite
     written = [0]
 
-    def filling_write(descriptor: int, data: Any) -> int:
+    def filling_write(descriptor: int, data: Any, offset: int) -> int:
         if written[0] >= 300:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/tmp/conformant-spool-x")
-        taken = real_write(descriptor, bytes(data[: 300 - written[0]]))
+        taken = real_write(descriptor, bytes(data[: 300 - written[0]]), offset)
         written[0] += taken
         return taken
 
-    monkeypatch.setattr(os, "write", filling_write)
+    monkeypatch.setattr(os, "pwrite", filling_write)
     spool = TextSpool(limit=4)
     for i in range(100):
         spool.append(f"delta {i} ")
@@ -223,8 +224,8 @@ def test_a_full_disk_fails_the_spool_for_good_and_frees_its_file(monkeypatch: py
     spool.append("more")
     spool.finish()
     assert spool.text() == ""
-    assert spool._file is not None
-    assert spool._file.closed
+    assert spool._parts == []
+    assert spool._shared.held == 0
 
 
 # -- 1: a long event stopped half-way -----------------------------------------------------------------

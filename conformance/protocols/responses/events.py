@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spooled_text import TextSpool
+from ..spooled_text import SpoolFile, TextSpool
 from .logprobs import response_logprobs
 from .response import (
     custom_input,
@@ -61,10 +61,10 @@ class _Item:
     kind: str  # "message", "reasoning", "call"
     output_index: int
     item_id: str
-    text: TextSpool = field(default_factory=TextSpool)
+    text: TextSpool
     """The text (or arguments) as it came: its deltas joined once, at the end (``+=`` on an attribute
-    copies the whole text for every delta, quadratic over a long answer), or a file past
-    ``SPOOL_CHARS``."""
+    copies the whole text for every delta, quadratic over a long answer), or the answer's file past
+    ``SPOOL_CHARS`` (``ResponseEvents.spool_file``)."""
     call_index: int | None = None
     call_id: str = ""
     name: str = ""
@@ -136,6 +136,8 @@ class ResponseEvents:
         self.spools: dict[str, TextSpool] = {}
         """The texts gone to a file, by the placeholder that stands for each in the events and in
         ``response`` (see the module's docstring)."""
+        self.spool_file = SpoolFile()
+        """The one file of the answer's long texts, and their count held in memory together."""
         self._sequence = 0
         self._spool_failure: str | None = None
         self._open: _Item | None = None
@@ -240,7 +242,8 @@ class ResponseEvents:
         out: list[dict[str, Any]] = []
         item = self._open
         if item is None or item.kind != kind:
-            item = _Item(kind, len(self.output), new_item_id("msg" if kind == "message" else "rs"))
+            item_id = new_item_id("msg" if kind == "message" else "rs")
+            item = _Item(kind, len(self.output), item_id, TextSpool(file=self.spool_file))
             out += self._open_item(item)
         item.text.append(text)
         event: dict[str, Any] = {
@@ -276,7 +279,8 @@ class ResponseEvents:
                 else new_item_id("call")
             )
             custom = name in self.custom_tools
-            item = _Item("call", len(self.output), new_item_id("ctc" if custom else "fc"), call_index=index)
+            item_id = new_item_id("ctc" if custom else "fc")
+            item = _Item("call", len(self.output), item_id, TextSpool(file=self.spool_file), call_index=index)
             item.call_id, item.name, item.custom = str(call_id), str(name), custom
             item.namespaced = self.namespaced
             out += self._open_item(item)

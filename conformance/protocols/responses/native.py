@@ -21,7 +21,7 @@ from conformance.request import integer
 
 from ..front_end import Pieces
 from ..sampling import SAMPLING_FIELDS, sampling_used
-from ..spooled_text import TextSpool
+from ..spooled_text import SpoolFile, TextSpool
 from .output import written_events
 from .response import failed_error, listed_tool, new_item_id, new_response_id, settings_echo
 from .store_base import Store
@@ -182,6 +182,7 @@ class NativeEvents:
         # held as a list, it was the whole text of a long stream; 200 MiB took the proxy to 1.2 GB)
         self.spools: dict[str, TextSpool] = {}
         """The texts that placeholders in the failure's events stand for (protocols/spooled_text.py)."""
+        self._spool_file = SpoolFile()
         self._done: list[dict[str, Any]] = []
         self.ended = False
         self.last_response: dict[str, Any] | None = None
@@ -220,7 +221,7 @@ class NativeEvents:
                 self._open.pop(item["id"], None)
                 self._done.append(item)
                 if (spool := self._texts.pop(item["id"], None)) is not None:
-                    spool.close()  # the upstream's own event has the text
+                    spool.close()  # the upstream's own event has the text: none of it is held
         _complete_parts(event.get("item"))
         _complete_part(event.get("part"))
         if kind.startswith("response.") and kind not in _TERMINAL and "response" not in event:
@@ -257,7 +258,9 @@ class NativeEvents:
         elif kind == "response.content_part.done":
             self._open_parts.discard(item_id)
         elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
-            self._texts.setdefault(item_id, TextSpool()).append(event["delta"])
+            if (spool := self._texts.get(item_id)) is None:
+                spool = self._texts[item_id] = TextSpool(file=self._spool_file)
+            spool.append(event["delta"])
 
     def _stamped(self, event: dict[str, Any]) -> dict[str, Any]:
         event["sequence_number"] = self._sequence
