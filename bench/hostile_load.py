@@ -17,7 +17,9 @@ In order, against one proxy process in front of the fast raw upstream of bench/p
 6. one stream of ``--long-mb`` MB of text (200 by default, in 64 KiB events) from an upstream of its
    own, through a proxy of its own, on chat, on ``/v1/responses`` and on ``/v1/responses`` with
    ``store: true``: the proxy's peak RSS over its idle size (goal: within 100 MB; before issue 32's
-   spool, 200 MB took the Responses route to 1.22 GB, 1.42 GB stored). ``--only-long`` runs this alone.
+   spool, 200 MB took the Responses route to 1.22 GB, 1.42 GB stored); then stored in PostgreSQL (a
+   throwaway server), on an upstream's own ``/v1/responses`` (``--responses native``) and over the
+   WebSocket mode. ``--only-long`` runs this alone.
 
     python bench/hostile_load.py [--client-timeout 5] [--idle 3000] [--streams 500] [--seconds 60]
                                  [--pace-ms 100] [--chunks 50] [--long-mb 200] [--only-long]
@@ -34,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,11 +305,71 @@ def _long_chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
 def long_upstream(megabytes: int) -> Iterator[str]:
     """A raw upstream in a thread of its own: every chat request gets ``megabytes`` MiB of text in
     64 KiB events (the same event again: the upstream holds 64 KiB), anything else ``{}``."""
-    port = free_port()
     event = _long_chunk({"content": _LONG_TEXT})
     last = _long_chunk({}, "stop") + _framed_done() + b"0\r\n\r\n"
+
+    async def answer(writer: asyncio.StreamWriter) -> None:
+        writer.write(_EVENT_STREAM + _long_chunk({"role": "assistant", "content": ""}))
+        for _ in range(megabytes * 16):
+            writer.write(event)
+            await writer.drain()
+        writer.write(last)
+
+    with _raw_upstream(b"/chat/completions", answer) as url:
+        yield url
+
+
+_EVENT_STREAM = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _responses_event(kind: str, **fields: object) -> bytes:
+    return _framed_event({"type": kind, **fields})
+
+
+@contextlib.contextmanager
+def long_responses_upstream(megabytes: int) -> Iterator[str]:
+    """A raw upstream that speaks ``/v1/responses`` itself (``--responses native``): ``megabytes`` MiB
+    of text in 64 KiB deltas, then the events that repeat the whole text, as a Responses server sends
+    them (``response.output_text.done`` and on); each of those is written a piece at a time, so that
+    the upstream holds 64 KiB."""
+    item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}
+    where = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    delta = _responses_event("response.output_text.delta", delta=_LONG_TEXT, **where)
+    escaped = json.dumps(_LONG_TEXT)[1:-1].encode()
+
+    async def whole_text_event(writer: asyncio.StreamWriter, head: bytes, tail: bytes) -> None:
+        """One event whose JSON holds the whole text between ``head`` and ``tail``."""
+        size = len(head) + len(escaped) * megabytes * 16 + len(tail)
+        writer.write(f"{size:x}\r\n".encode() + head)
+        for _ in range(megabytes * 16):
+            writer.write(escaped)
+            await writer.drain()
+        writer.write(tail + b"\r\n")
+
+    async def answer(writer: asyncio.StreamWriter) -> None:
+        response = {"id": "resp_1", "object": "response", "status": "in_progress", "model": "m", "output": []}
+        writer.write(_EVENT_STREAM + _responses_event("response.created", response=response))
+        writer.write(_responses_event("response.output_item.added", output_index=0, item=item))
+        part = {"type": "output_text", "text": "", "annotations": []}
+        writer.write(_responses_event("response.content_part.added", part=part, **where))
+        for _ in range(megabytes * 16):
+            writer.write(delta)
+            await writer.drain()
+        head = json.dumps({"type": "response.output_text.done", **where})[:-1] + ', "text": "'
+        await whole_text_event(writer, b"data: " + head.encode(), b'"}\n\n')
+        writer.write(_framed_done() + b"0\r\n\r\n")  # (the proxy has let go by now: the text ran past
+        # its 4 MiB bound on one upstream line)
+
+    with _raw_upstream(b"/responses", answer) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _raw_upstream(path: bytes, answer: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> Iterator[str]:
+    """A raw HTTP/1.1 upstream in a thread of its own: a POST whose path ends in ``path`` gets
+    ``answer``, anything else ``{}``."""
+    port = free_port()
     other = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
@@ -322,14 +384,10 @@ def long_upstream(megabytes: int) -> Iterator[str]:
                     0,
                 )
                 await reader.readexactly(length)
-                if b"/chat/completions" not in request.split(b"\r\n", 1)[0]:
+                if not request.split(b"\r\n", 1)[0].split(b" ")[1].endswith(path):
                     writer.write(other)
                     continue
-                writer.write(head + _long_chunk({"role": "assistant", "content": ""}))
-                for _ in range(megabytes * 16):
-                    writer.write(event)
-                    await writer.drain()
-                writer.write(last)
+                await answer(writer)
                 await writer.drain()
         writer.close()
 
@@ -362,10 +420,11 @@ def peak_rss_mb(pid: int) -> float:
 
 
 async def long_stream(
-    port: int, pid: int, path: str, body: dict[str, object]
+    port: int, pid: int, path: str, body: dict[str, object], events: list[str] | None = None
 ) -> tuple[str, int, float, float, float]:
     """(status line, bytes read, idle RSS, peak RSS, seconds) of one long stream, read as fast as it
-    comes and let go; the peak is the kernel's (``VmHWM``), reset before the request (``clear_refs``)."""
+    comes and let go; the peak is the kernel's (``VmHWM``), reset before the request (``clear_refs``).
+    ``events``, where given, gets the name of the stream's last ``event:`` line."""
     idle = rss_mb(pid)
     with open(f"/proc/{pid}/clear_refs", "w") as peak:  # noqa: ASYNC230 (a kernel file: no wait)
         peak.write("5")  # the peak RSS (VmHWM), from now on
@@ -379,8 +438,13 @@ async def long_stream(
     )
     status = (await reader.readline()).decode().strip()
     received = 0
+    carry = b""
     while part := await reader.read(1 << 20):
         received += len(part)
+        if events is not None:  # (a line cut between two reads is read whole with the carry)
+            lines = (carry + part).split(b"\n")
+            events += [line[7:].decode() for line in lines[:-1] if line.startswith(b"event: ")]
+            carry = lines[-1][-64:]
     writer.close()
     return status, received, idle, peak_rss_mb(pid), time.perf_counter() - start
 
@@ -419,6 +483,131 @@ def run_long_streams(args: argparse.Namespace) -> None:
         _run(run())
 
 
+def run_long_native_stream(args: argparse.Namespace) -> None:
+    """Shape 6 on an upstream's own ``/v1/responses`` (``--responses native``): the events that repeat
+    the whole text are upstream lines past the proxy's 4 MiB bound on one, so the stream ends
+    ``response.failed`` there, and the proxy holds no more than that bound of it."""
+    with contextlib.ExitStack() as stack:
+        upstream = stack.enter_context(long_responses_upstream(args.long_mb))
+        port = free_port()
+        serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+        serve += ["--api-key", KEY, "--upstream-kind", "openai", "--responses", "native"]
+        serve += ["--log-level", "warning"]
+        _, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+        body = {"model": "m", "input": "hi", "stream": True, "store": False}
+        events: list[str] = []
+        status, received, idle, peak, took = _run(long_stream(port, proc.pid, "/v1/responses", body, events))
+        print(
+            f"6. {args.long_mb} MiB streamed, responses, native: {status}, {received / MB:.0f} MiB read "
+            f"in {took:.1f} s, ending {events[-1:]}; proxy RSS idle {idle:.1f} MB, peak "
+            f"{peak:.1f} MB ({peak - idle:+.1f} MB; goal < 100: {'met' if peak - idle < 100 else 'NOT met'})"
+        )
+
+
+def run_long_stream_postgres(args: argparse.Namespace, url: str | None = None) -> None:
+    """Shape 6 on ``/v1/responses`` with ``store: true`` and ``--responses-store postgresql://...``: its
+    own upstream and proxy, storing in the database ``url`` names, else in a throwaway PostgreSQL server's
+    (tests/support/postgres.py: its server programs on this machine); the store not asked first (it warms
+    the proxy as the rows before it do in ``run_long_streams``), then asked; then what the database holds."""
+    from tests.support.postgres import postgres_binaries, running_postgres
+
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            binaries = postgres_binaries()
+            if binaries is None:
+                print("6. PostgreSQL store: skipped, no PostgreSQL server programs here")
+                return
+            url = stack.enter_context(running_postgres(binaries)).url()
+        upstream = stack.enter_context(long_upstream(args.long_mb))
+        port = free_port()
+        serve = [sys.executable, "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+        serve += ["--api-key", KEY, "--upstream-kind", "openai", "--log-level", "warning"]
+        serve += ["--responses-store", url]
+        _, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+        shapes = [
+            ("responses", {"model": "m", "input": "hi", "stream": True, "store": False}),
+            ("responses, PostgreSQL store", {"model": "m", "input": "hi", "stream": True, "store": True}),
+        ]
+
+        async def run() -> None:
+            for label, body in shapes:
+                status, received, idle, peak, took = await long_stream(port, proc.pid, "/v1/responses", body)
+                print(
+                    f"6. {args.long_mb} MiB streamed, {label}: {status}, {received / MB:.0f} MiB read in "
+                    f"{took:.1f} s; proxy RSS idle {idle:.1f} MB, peak {peak:.1f} MB ({peak - idle:+.1f} MB; "
+                    f"goal < 100: {'met' if peak - idle < 100 else 'NOT met'})"
+                )
+
+        _run(run())
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as connection:
+            query = "SELECT count(*), COALESCE(sum(size), 0) FROM conformant_responses"
+            entries, size = connection.execute(query).fetchone() or (0, 0)
+        print(f"   stored in PostgreSQL: {entries} entries, {size / MB:.1f} MiB")
+
+
+async def long_socket_turn(
+    port: int, pid: int, body: dict[str, object]
+) -> tuple[str, int, float, float, float]:
+    """(last message, bytes read, idle RSS, peak RSS, seconds) of one long turn over the Responses API's
+    WebSocket mode (``body``: its ``response.create``), read as fast as it comes and let go, then a
+    second turn on the same socket; the peak as in ``long_stream``. The last message is the first turn's
+    terminal event type, or ``error <code>``, and ``, then <type>`` for the second turn."""
+    from websockets.asyncio.client import connect  # (the core environment's: not every bench's)
+
+    idle = rss_mb(pid)
+    with open(f"/proc/{pid}/clear_refs", "w") as peak:  # noqa: ASYNC230 (a kernel file: no wait)
+        peak.write("5")
+    start = time.perf_counter()
+    url, headers = f"ws://{HOST}:{port}/v1/responses", {"Authorization": f"Bearer {KEY}"}
+    received, ends = 0, []
+    # No bound of the client's own (1 MiB by default): the proxy's is the one measured; no pings of its
+    # own (a proxy that holds an event of 200 MiB answers none for a while).
+    async with connect(url, additional_headers=headers, max_size=None, ping_interval=None) as socket:
+        for _ in range(2):
+            await socket.send(json.dumps({"type": "response.create", **body}))
+            while True:
+                message = await socket.recv()
+                received += len(message)
+                event = json.loads(message)
+                if event["type"] == "error":
+                    ends.append(f"error {event['error']['code']}")
+                    break
+                if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+                    ends.append(event["type"])
+                    break
+    return ", then ".join(ends), received, idle, peak_rss_mb(pid), time.perf_counter() - start
+
+
+def run_long_socket(args: argparse.Namespace) -> None:
+    """Shape 6 over the Responses API's WebSocket mode: its own upstream and proxy, one long turn (and
+    a second on the same socket). The spec sends each event as one message, whole: past the socket's
+    bound on one message (8 MiB, conformance/protocols/responses/websocket.py) the turn ends with an
+    error message and the socket goes on; before that bound, 200 MiB took the proxy to 1.8 GB (+1.75 GB)."""
+    with contextlib.ExitStack() as stack:
+        upstream = stack.enter_context(long_upstream(args.long_mb))
+        port = free_port()
+        serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+        serve += ["--api-key", KEY, "--upstream-kind", "openai", "--log-level", "warning"]
+        _, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+        body = {"model": "m", "input": "hi", "store": False}
+        last, received, idle, peak, took = _run(long_socket_turn(port, proc.pid, body))
+        print(
+            f"6. {args.long_mb} MiB streamed, responses, WebSocket: {last}, {received / MB:.0f} MiB read in "
+            f"{took:.1f} s; proxy RSS idle {idle:.1f} MB, peak {peak:.1f} MB ({peak - idle:+.1f} MB; goal "
+            f"< 100: {'met' if peak - idle < 100 else 'NOT met'})"
+        )
+
+
+def run_shape_6(args: argparse.Namespace) -> None:
+    """Shape 6 on every route that streams a Responses answer: each with its own upstream and proxy."""
+    run_long_streams(args)
+    run_long_stream_postgres(args)
+    run_long_native_stream(args)
+    run_long_socket(args)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--client-timeout", type=float, default=5.0, help="the proxy's --client-timeout")
@@ -432,7 +621,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.only_long:
         print(f"machine: {machine()}")
-        run_long_streams(args)
+        run_shape_6(args)
         return 0
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     needed = args.idle + 2 * args.streams + 100
@@ -519,7 +708,7 @@ def main() -> int:
                 )
 
         _run(run())
-    run_long_streams(args)
+    run_shape_6(args)
     return 0
 
 
