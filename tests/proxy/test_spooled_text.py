@@ -24,7 +24,7 @@ from conformance.protocols.responses import events as events_module
 from conformance.protocols.responses.output import ResponsesOutput
 from conformance.protocols.responses.store import ResponseStore
 from conformance.protocols.responses.translation import translate_request
-from conformance.protocols.spooled_text import SpooledJSON, TextSpool
+from conformance.protocols.spooled_text import SpooledJSON, SpoolFile, TextSpool
 from proxy.writer import redacting
 
 # -- the spool and its JSON, in pieces ----------------------------------------------------------------
@@ -246,3 +246,37 @@ def test_the_websocket_relay_takes_an_event_that_comes_in_pieces() -> None:
     assert sent == [delta.split(b"data: ")[1].strip().decode(), data.decode()]
     assert relay.final is not None
     assert relay.final["output"] == ["x" * 50]
+
+
+def test_placeholders_are_found_in_one_scan_however_many_spools_an_answer_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past an answer's bound every new text is a spool, so an answer of 9,000 small calls had some
+    3,800, and each whole-text event searched its JSON once per spool of the answer: 10 s of CPU for its
+    events, and 8.9 s at once for its Response (issue 32's review). Now one scan finds the placeholders
+    there are, whatever the answer holds besides; a placeholder-like text of no spool stays text."""
+    spools = {}
+    shared = SpoolFile()  # (one file for them all, as an answer's)
+    for i in range(2_000):
+        spool = TextSpool(limit=1, file=shared)
+        spool.append(f"call {i} é")
+        spool.finish()
+        spools[spool.token] = spool
+    tokens = list(spools)
+    stranger = TextSpool(limit=1)  # spilled, but not among the answer's spools
+    stranger.append("not here")
+    stranger.finish()
+    value = {"output": [tokens[7], {"arguments": tokens[1_500]}, stranger.token], "n": 1}
+    dumped = []
+    real_dumps = spooled_text.orjson.dumps
+
+    def counted(obj: Any, *args: Any) -> bytes:
+        dumped.append(obj)
+        return real_dumps(obj, *args)
+
+    monkeypatch.setattr(spooled_text.orjson, "dumps", counted)
+    written = SpooledJSON(value, spools).whole()
+    monkeypatch.undo()
+    expected = {"output": ["call 7 é", {"arguments": "call 1500 é"}, stranger.token], "n": 1}
+    assert json.loads(written) == expected
+    assert len(dumped) < 10  # the value, and a piece of each text found: not a search per spool
