@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from conformance.protocols import spooled_text
 from conformance.protocols.responses.output import ResponsesOutput
@@ -44,6 +45,7 @@ from proxy.writer import HeldResponse, _stream
 
 from .conftest import serve_proxy
 from .rawserver import chunk, chunk_payload, raw_server, streaming
+from .test_responses_websocket import read_turn, send, socket_url
 
 SPOOLED = 1000
 """Characters a text holds in memory in these tests (``SPOOL_CHARS``): past them, the file."""
@@ -241,13 +243,9 @@ def _reasoning_then_text(size: int) -> list[bytes]:
     return [*parts, chunk("the answer"), chunk("", "stop")]
 
 
-def test_a_long_event_whose_text_cannot_be_read_is_never_followed_by_the_tail(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The spooled reasoning's fourth read fails (``pread``: a disk gone bad) while its ``.done`` event is
-    being sent. Before: ``response.failed`` (internal error) followed the half event, which the client
-    parsed as one malformed event. Now the connection closes where it stands: every whole event the
-    client parsed is valid, and the half one is dropped unread (no blank line ends it)."""
+def _fourth_read_failing(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Texts past ``SPOOLED`` characters spooled and read 1,000 bytes at a time, the fourth read failing
+    (``EIO``: a disk gone bad); the count of reads."""
     monkeypatch.setattr(spooled_text, "SPOOL_CHARS", SPOOLED)
     monkeypatch.setattr(spooled_text, "READ_BYTES", 1000)
     real_pread = os.pread
@@ -260,6 +258,17 @@ def test_a_long_event_whose_text_cannot_be_read_is_never_followed_by_the_tail(
         return real_pread(descriptor, size, offset)
 
     monkeypatch.setattr(os, "pread", failing_pread)
+    return reads
+
+
+def test_a_long_event_whose_text_cannot_be_read_is_never_followed_by_the_tail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spooled reasoning's fourth read fails (``pread``: a disk gone bad) while its ``.done`` event is
+    being sent. Before: ``response.failed`` (internal error) followed the half event, which the client
+    parsed as one malformed event. Now the connection closes where it stands: every whole event the
+    client parsed is valid, and the half one is dropped unread (no blank line ends it)."""
+    reads = _fourth_read_failing(monkeypatch)
     with (
         raw_server(streaming(*_reasoning_then_text(20_000))) as (upstream, _),
         serve_proxy(upstream, upstream_kind="openai") as (url, _app),
@@ -272,6 +281,28 @@ def test_a_long_event_whose_text_cannot_be_read_is_never_followed_by_the_tail(
     assert rest == b"" or rest.startswith(b"event: response.reasoning_text.done\ndata: {")
     assert events[-1]["type"] == "response.reasoning_text.delta"
     assert b"response.failed" not in body
+
+
+def test_a_socket_turn_whose_long_event_cannot_be_read_ends_with_an_error_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same failure over the WebSocket mode: an HTTP client sees the cut, but a socket stays open,
+    and its client waited for ever, with neither a terminal event nor an error message (issue 32's
+    review). It now gets one ``server_error`` error message, and the socket serves its next turn."""
+    reads = _fourth_read_failing(monkeypatch)
+    with (
+        raw_server(streaming(*_reasoning_then_text(20_000))) as (upstream, _),
+        serve_proxy(upstream, upstream_kind="openai") as (url, _app),
+        connect(socket_url(url), max_size=None) as ws,
+    ):
+        send(ws, input="go", store=False)
+        events = read_turn(ws)
+        send(ws, input="again", store=False)
+        again = read_turn(ws)
+    assert reads[0] >= 4
+    assert [e["type"] for e in events[-2:]] == ["response.reasoning_text.delta", "error"]
+    assert events[-1]["error"]["code"] == "server_error"
+    assert again[-1]["type"] == "response.completed"
 
 
 class _Batches:

@@ -414,9 +414,10 @@ def _too_large(most: int) -> dict[str, Any]:
     again, so no retry, but HTTP streaming or a shorter answer."""
     return _refusal(
         400,
-        f"The response has an event larger than one WebSocket message may carry ({most} bytes): it was "
-        "not sent, nor the rest of the response. Stream it over HTTP (POST /v1/responses with stream: "
-        "true), which sends a long event in pieces, or ask for less output (max_output_tokens).",
+        f"The response has an event larger than one WebSocket message may carry ({most} bytes): a long "
+        "output, or instructions and tools that its first events repeat. It was not sent, nor the rest "
+        "of the response. Stream it over HTTP (POST /v1/responses with stream: true), which sends a long "
+        "event in pieces, or ask for less output (max_output_tokens).",
         code="websocket_message_too_large",
     )
 
@@ -517,8 +518,12 @@ class _Relay:
     async def finish(self) -> None:
         """The message for an answer that was no stream: a Response (an upstream's whole answer on the
         native path) as its terminal event, an error as the spec's error message; nothing where the
-        client left before any answer, or where the answer passed the bound (its error message went)."""
-        if self._streaming or self.dropped or self.status in (0, 499):
+        client left before any answer, or where the answer passed the bound (its error message went).
+        A stream that ended without its terminal event gets an error message too (see ``_unended``)."""
+        if self._streaming:
+            await self._unended()
+            return
+        if self.dropped or self.status in (0, 499):
             return
         self.final_size = self._held
         try:
@@ -534,6 +539,18 @@ class _Relay:
             self.failed = True
         with contextlib.suppress(OSError):
             await self._send_text(jsoncodec.dumps(event).decode())
+
+    async def _unended(self) -> None:
+        """A stream that ended with neither its terminal event nor an error: its HTTP connection was
+        closed inside an event (a long text that could not be read back, proxy/writer.py). Over HTTP
+        the cut says so; a socket stays open, and its client would wait for ever (issue 32's review):
+        the half event is let go, and the client gets a ``server_error`` error message."""
+        if self.final is not None or self.failed or self.dropped:
+            return
+        self._pending, self._held, self.failed = [], 0, True
+        with contextlib.suppress(OSError):
+            message = _refusal(500, "the server could not finish the response", code="server_error")
+            await self._send_text(jsoncodec.dumps(message).decode())
 
 
 def _is_event_stream(headers: Iterable[tuple[bytes, bytes]]) -> bool:
