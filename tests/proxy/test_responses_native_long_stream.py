@@ -25,6 +25,9 @@ from typing import Any
 
 import pytest
 
+from conformance.protocols import spooled_text
+from conformance.protocols.responses.native import NativeEvents
+
 from .conftest import run_proxy
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
 from .test_responses_long_stream import PIECE, _events, _streamed_to
@@ -98,3 +101,32 @@ def test_a_long_native_stream_holds_a_piece_of_its_text_and_fails_at_the_line_bo
     assert item["item"]["status"] == "incomplete"
     assert failed["response"]["output"] == [item["item"]]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+def test_only_open_messages_texts_are_kept_and_a_closed_ones_file_goes() -> None:
+    """``NativeEvents`` keeps a text only for ``fail``, which ends the messages still open: deltas of an
+    item never opened were held all the same (100,000 made-up ids: 43 MB, issue 32's review), and a
+    long message's text stayed in the answer's file after its own ``.done`` event had it (20 messages
+    of 1 Mi characters: 21 MB on disk nobody reads)."""
+    events = NativeEvents({"model": "m"}, "m")
+    for i in range(1_000):
+        events.feed({"type": "response.output_text.delta", "item_id": f"made_up_{i}", "delta": "x" * 100})
+    assert events._texts == {}
+    long_text = "é" * (spooled_text.SPOOL_CHARS + 10)
+    for i in range(3):
+        item = {
+            "type": "message",
+            "id": f"msg_{i}",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        events.feed({"type": "response.output_item.added", "output_index": i, "item": item})
+        events.feed({"type": "response.output_text.delta", "item_id": f"msg_{i}", "delta": long_text})
+        files = [spool._shared for spool in events._texts.values()]
+        assert [spool.spilled for spool in events._texts.values()] == [True]
+        events.feed(
+            {"type": "response.output_item.done", "output_index": i, "item": {**item, "status": "completed"}}
+        )
+        assert events._texts == {}
+        assert events._spool_file is not files[0]  # the file of texts no one reads goes with them

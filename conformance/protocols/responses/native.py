@@ -222,6 +222,8 @@ class NativeEvents:
                 self._done.append(item)
                 if (spool := self._texts.pop(item["id"], None)) is not None:
                     spool.close()  # the upstream's own event has the text: none of it is held
+                    if not self._texts:  # nothing open refers to the file: a new one, the old one
+                        self._spool_file = SpoolFile()  # gone with its texts (else it grew all along)
         _complete_parts(event.get("item"))
         _complete_part(event.get("part"))
         if kind.startswith("response.") and kind not in _TERMINAL and "response" not in event:
@@ -259,6 +261,9 @@ class NativeEvents:
             self._open_parts.discard(item_id)
         elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
             if (spool := self._texts.get(item_id)) is None:
+                if self._open.get(item_id, {}).get("type") != "message":
+                    return  # only an open message's text is ever read (``_closed``): held for no item,
+                    # the deltas of 100,000 made-up ids held 43 MB (issue 32's review)
                 spool = self._texts[item_id] = TextSpool(file=self._spool_file)
             spool.append(event["delta"])
 
@@ -298,8 +303,8 @@ class NativeEvents:
         if spool is None:
             return ""
         spool.finish()
-        if not spool.spilled:
-            return spool.text()
+        if not spool.spilled or spool.failure is not None:
+            return spool.text()  # (empty where its file failed: never a part told as the whole)
         self.spools[spool.token] = spool
         return spool.token
 
