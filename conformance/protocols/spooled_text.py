@@ -55,8 +55,9 @@ __all__ = [
 ]
 
 SPOOL_CHARS = 1 << 20
-"""Characters a text holds in memory before it goes to a file: more than nearly every answer (a 1 MiB
-answer is some 250,000 tokens), so the file is the exception; at most 4 MiB held per open item."""
+"""Characters the texts of one answer hold in memory together before the one that grows goes to the
+answer's file: more than nearly every answer (a 1 MiB answer is some 250,000 tokens), so the file is
+the exception; at most 4 MiB held per answer, plus ``FLUSH_CHARS`` of the text being written."""
 
 FLUSH_CHARS = 1 << 16
 """Characters joined, encoded and written to the file at a time, once the text is there."""
@@ -83,7 +84,7 @@ class SpoolFile:
     all of them: each text under ``SPOOL_CHARS`` stayed in memory, so 40 calls of 0.9 MB of arguments
     (36 MB) took a Responses stream to a peak of 145 MB of Python's allocations, and the answer's end was
     written whole; past ``limit`` characters held together, the text that grows goes to the file. The
-    file is closed when the answer's objects go (or ``close``)."""
+    file is closed when the answer's objects go."""
 
     __slots__ = ("__weakref__", "_closer", "_file", "_size", "held", "limit")
 
@@ -100,7 +101,7 @@ class SpoolFile:
         if self._file is None:
             # Unbuffered: each write is checked whole, none left in a buffer to fail later or be written
             # twice; closed by a finalizer, since no ``with`` spans a stream.
-            self._file = tempfile.TemporaryFile(prefix="conformant-spool-", buffering=0)  # noqa: SIM115
+            self._file = _temporary_file()
             self._closer = weakref.finalize(self, self._file.close)
         start = self._size
         descriptor, view, at = self._file.fileno(), memoryview(data), start
@@ -117,10 +118,6 @@ class SpoolFile:
         thread, the stream) do not meet."""
         assert self._file is not None, "only a written file is read"
         return os.pread(self._file.fileno(), size, offset)
-
-    def close(self) -> None:
-        if self._closer is not None:
-            self._closer()
 
 
 class TextSpool:
@@ -253,13 +250,23 @@ class TextSpool:
             self._extents.append([offset, len(data)])
 
 
+def _temporary_file() -> IO[bytes]:
+    """An unnamed temporary file in ``TMPDIR`` (or where ``tempfile`` looks next), unbuffered."""
+    return tempfile.TemporaryFile(prefix="conformant-spool-", buffering=0)
+
+
+def _reason(error: OSError) -> str:
+    """An ``OSError``'s reason by its ``errno`` alone: its own text names the file's path, and
+    ``tempfile``'s the directories it tried."""
+    return os.strerror(error.errno) if error.errno else "an I/O error"
+
+
 def spill_failure(error: OSError) -> str:
-    """The client's message for a text that could not be kept: the reason by its ``errno`` alone (an
-    ``OSError``'s own text names the file's path, and ``tempfile``'s the directories it tried)."""
-    reason = os.strerror(error.errno) if error.errno else "an I/O error"
+    """The client's message for a text that could not be kept (no path in it: ``_reason``)."""
     return (
-        f"the response's text grew past {SPOOL_CHARS:,} characters and the server could not keep it in "
-        f"a temporary file ({reason}); the server's operator can set TMPDIR to a writable directory with room"
+        f"the response's texts grew past {SPOOL_CHARS:,} characters and the server could not keep them in "
+        f"a temporary file ({_reason(error)}); the server's operator can set TMPDIR to a writable directory "
+        "with room"
     )
 
 
@@ -267,14 +274,13 @@ def temporary_file_problem() -> str | None:
     """One line saying where no temporary file can be made, and what to set; None where one can: a
     Responses text past ``SPOOL_CHARS`` characters needs one (``conformant serve`` says so at start-up)."""
     try:
-        with tempfile.TemporaryFile(prefix="conformant-spool-", buffering=0) as probe:
+        with _temporary_file() as probe:
             probe.write(b"x")
     except OSError as error:
         where = tempfile.tempdir or os.environ.get("TMPDIR") or "the system's temporary directories"
-        reason = os.strerror(error.errno) if error.errno else str(error)
         return (
-            f"no temporary file can be made in {where} ({reason}): a Responses stream whose text passes "
-            f"{SPOOL_CHARS:,} characters will fail; set TMPDIR to a writable directory"
+            f"no temporary file can be made in {where} ({_reason(error)}): a Responses stream whose text "
+            f"passes {SPOOL_CHARS:,} characters will fail; set TMPDIR to a writable directory"
         )
     return None
 
