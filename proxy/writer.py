@@ -19,6 +19,7 @@ from starlette.types import Message, Receive, Scope, Send
 from conformance import jsoncodec
 from conformance.api_errors import REDACTED, APIError, secret_in_bodies
 from conformance.protocols.front_end import CHUNKS, Output, Pieces, pieces_of
+from conformance.protocols.spooled_text import SpoolUnreadable
 from conformance.request_info import RequestInfo
 
 from . import graceful
@@ -396,9 +397,21 @@ async def _stream(
         tail = await output.tail(None if failure is None else failure.body, usage)
         if failure is None and (failure := output.failure) is not None:  # a text failed at its end
             exchange.take_error(failure)
-        await writer.close(tail)
+        await _closed_with(writer, tail, exchange)
     finally:
         writer.cancel()
+
+
+async def _closed_with(writer: _CoalescingWriter, tail: bytes | Pieces, exchange: Exchange) -> None:
+    """``writer`` closed with ``tail``; where a long event of it cannot be read back, the connection is
+    closed inside it (as ``_close`` does), and the log says so rather than that the client left."""
+    try:
+        await writer.close(tail)
+    except SpoolUnreadable:
+        logging.getLogger("conformant.proxy").warning(
+            "a stream's long event could not be read back; its connection is closed without an end"
+        )
+        exchange.take_error(APIError.make("internal error in the proxy", 500))
 
 
 def _redacted(failure: APIError | None, secret: str | None) -> APIError | None:

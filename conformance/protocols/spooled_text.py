@@ -49,6 +49,7 @@ __all__ = [
     "READ_BYTES",
     "SPOOL_CHARS",
     "SpoolFile",
+    "SpoolUnreadable",
     "SpooledJSON",
     "TextSpool",
     "temporary_file_problem",
@@ -73,6 +74,12 @@ _QUOTED_PREFIX = orjson.dumps(_TOKEN_PREFIX)[:-1]
 """A placeholder's start as JSON, its opening quote included: both encoders write the NUL ``\\u0000``."""
 _QUOTED_LENGTH = len(_QUOTED_PREFIX) + 32 + len(b'\\u0000"')
 """Bytes of a placeholder as JSON: its start, 32 hex digits, the closing NUL and quote."""
+
+
+class SpoolUnreadable(RuntimeError):
+    """A spooled text's file did not give back what was written (a disk gone bad): the event under way
+    cannot be finished. Not an ``OSError``, which a response's writer takes for its client gone: a
+    read failing inside a stream's last events was logged as a client that left (issue 32's review)."""
 
 
 class SpoolFile:
@@ -191,9 +198,12 @@ class TextSpool:
         for offset, size in self._extents:
             end = offset + size
             while offset < end:
-                data = self._shared.read(offset, min(READ_BYTES, end - offset))
+                try:
+                    data = self._shared.read(offset, min(READ_BYTES, end - offset))
+                except OSError as error:
+                    raise SpoolUnreadable(_reason(error)) from error
                 if not data:  # the file is shorter than written: never, short of a disk gone bad
-                    raise OSError("a spooled text's file ended early")
+                    raise SpoolUnreadable("a spooled text's file ended early")
                 offset += len(data)
                 if text := decoder.decode(data):
                     yield text

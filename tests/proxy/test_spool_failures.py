@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import errno
 import json
+import logging
 import os
 import resource
 import signal
@@ -356,6 +357,44 @@ def test_the_shutdown_deadline_inside_a_long_event_sends_nothing_after_it(
     assert rest.startswith(b"event: response.reasoning_text.done\ndata: {")
     assert events[-1]["type"] == "response.reasoning_text.delta"
     assert b"response.failed" not in body
+
+
+def test_a_last_event_that_cannot_be_read_is_the_proxys_failure_not_a_client_gone(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The answer's text is spooled, and a read fails inside the stream's last events (its ``.done``
+    events and the Response, the usual place a spooled text is read). Before: the ``OSError`` reached
+    the response's writer, which took it for the client gone: no error for the access log, no line
+    saying why (issue 32's review). Now the connection is closed inside the event as for any failed
+    read, the log says why, and the request's error is the proxy's."""
+    reads = _fourth_read_failing(monkeypatch)
+    sent: list[dict[str, Any]] = []
+    exchange = Exchange(request_id="r", started=0.0)
+
+    async def run() -> None:
+        request = {"model": "m", "input": "go on", "stream": True, "store": False}
+        output = ResponsesOutput(translate_request(request), "m")
+        source: Any = _Batches([[chunk_payload({"content": "y" * 300_000})], [chunk_payload({}, "stop")]])
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.Event().wait()  # a client that stays
+            raise AssertionError
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        async def body(send: Any) -> None:
+            await _stream(send, source, [], exchange, None, output)
+
+        await HeldResponse(body, exchange, output.cut)({"type": "http"}, receive, send)
+
+    with caplog.at_level(logging.WARNING, logger="conformant.proxy"):
+        asyncio.run(run())
+    assert reads[0] == 4
+    assert not exchange.disconnected
+    assert exchange.error == "internal error in the proxy"
+    assert "could not be read back" in caplog.text
+    assert all(message.get("more_body", False) for message in sent[1:])  # the body's end never sent
 
 
 def test_the_deadline_inside_the_streams_last_event_closes_the_connection() -> None:
