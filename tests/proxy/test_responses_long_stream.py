@@ -70,6 +70,18 @@ def _streamed_to(url: str, body: dict[str, Any], into: Path) -> int:
     return into.stat().st_size
 
 
+def streamed_with_peak(url: str, body: dict[str, Any], into: Path) -> tuple[int, int]:
+    """``_streamed_to``'s size, and the peak of Python's allocations in every thread while it ran."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        size = _streamed_to(url, body, into)
+        return size, tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
 def _events(path: Path) -> list[dict[str, Any]]:
     events = []
     for block in path.read_bytes().split(b"\n\n"):
@@ -108,14 +120,7 @@ def test_a_long_responses_stream_holds_a_piece_of_its_text_not_the_whole(
     url, directory = long_proxy
     body = {"model": "m", "input": "go on", "stream": True, "store": store}
     _streamed_to(url, {**body, "store": False}, directory / "warm.sse")  # what a first request builds
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        before = tracemalloc.get_traced_memory()[0]
-        size = _streamed_to(url, body, directory / "stream.sse")
-        peak = tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
+    size, peak = streamed_with_peak(url, body, directory / "stream.sse")
     text_bytes = len(PIECE.encode()) * MEGABYTES * 16
     assert size > 5 * text_bytes  # the text five times: its deltas, three .done events, the Response
     # Held whole, the text cost 22 times itself (see the module's docstring); held in pieces, what the
@@ -184,14 +189,7 @@ def test_many_items_each_under_the_spool_bound_hold_no_more_than_one_long_text()
         serve_proxy(upstream, upstream_kind="openai") as (url, _app),
         tempfile.TemporaryDirectory(prefix="long-stream-") as directory,
     ):
-        tracemalloc.start()
-        try:
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            _streamed_to(url, body, Path(directory) / "stream.sse")
-            peak = tracemalloc.get_traced_memory()[1] - before
-        finally:
-            tracemalloc.stop()
+        _, peak = streamed_with_peak(url, body, Path(directory) / "stream.sse")
         events = _events(Path(directory) / "stream.sse")
     text_bytes = len(ARGUMENTS.encode()) * CALLS
     assert peak < 48 * 1024 * 1024, (

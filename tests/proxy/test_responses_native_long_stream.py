@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from conformance.protocols.responses.native import NativeEvents
 
 from .conftest import run_proxy
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
-from .test_responses_long_stream import PIECE, _events, _streamed_to
+from .test_responses_long_stream import PIECE, _events, _streamed_to, streamed_with_peak
 
 MEGABYTES = 16
 WHERE = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
@@ -74,14 +73,7 @@ def test_a_long_native_stream_holds_a_piece_of_its_text_and_fails_at_the_line_bo
         tempfile.TemporaryDirectory(prefix="native-long-stream-") as directory,
     ):
         _streamed_to(url, {**body, "store": False}, Path(directory) / "warm.sse")
-        tracemalloc.start()
-        try:
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            _streamed_to(url, body, Path(directory) / "stream.sse")
-            peak = tracemalloc.get_traced_memory()[1] - before
-        finally:
-            tracemalloc.stop()
+        _, peak = streamed_with_peak(url, body, Path(directory) / "stream.sse")
         events = _events(Path(directory) / "stream.sse")
     text_bytes = len(PIECE.encode()) * MEGABYTES * 16
     # Held as deltas and written whole, the text cost several times itself; spooled, a spool's

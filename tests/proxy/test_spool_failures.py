@@ -359,6 +359,19 @@ def test_the_shutdown_deadline_inside_a_long_event_sends_nothing_after_it(
     assert b"response.failed" not in body
 
 
+def _staying_client(sent: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """An ASGI ``receive`` of a client that stays, and a ``send`` that keeps what it is given in ``sent``."""
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    return receive, send
+
+
 def test_a_last_event_that_cannot_be_read_is_the_proxys_failure_not_a_client_gone(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -376,12 +389,7 @@ def test_a_last_event_that_cannot_be_read_is_the_proxys_failure_not_a_client_gon
         output = ResponsesOutput(translate_request(request), "m")
         source: Any = _Batches([[chunk_payload({"content": "y" * 300_000})], [chunk_payload({}, "stop")]])
 
-        async def receive() -> dict[str, Any]:
-            await asyncio.Event().wait()  # a client that stays
-            raise AssertionError
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
+        receive, send = _staying_client(sent)
 
         async def body(send: Any) -> None:
             await _stream(send, source, [], exchange, None, output)
@@ -407,12 +415,7 @@ def test_the_deadline_inside_the_streams_last_event_closes_the_connection() -> N
     async def run() -> None:
         under_way = asyncio.Event()
 
-        async def receive() -> dict[str, Any]:
-            await asyncio.Event().wait()  # a client that stays
-            raise AssertionError
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
+        receive, send = _staying_client(sent)
 
         async def body(send: Any) -> None:
             headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
