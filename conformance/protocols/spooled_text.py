@@ -20,8 +20,8 @@ string character by character, so the pieces' escapes joined are the whole text'
 A file that cannot be made (no writable temporary directory: ``tempfile`` tries ``TMPDIR``, then
 ``/tmp`` and the like) or that stops taking bytes (a full disk: a short write, then ``ENOSPC``) fails
 the spool for good (``TextSpool.failure``, a message for the client with no path in it): what it held
-is let go, and its text reads as empty,
-never as the part of it the file took, which a client would take for the whole. Before, the
+is let go, and its text reads as empty, never as the part of it the file took, which a client would
+take for the whole. Before, the
 ``OSError`` left the stream's events: "internal error in the proxy" for a missing directory, and for a
 failed write the held text kept to be written again after what of it had gone, the stream's end
 raising on it once more (issue 32, hardening). The stream's events (responses/events.py) now end the
@@ -72,7 +72,10 @@ _TOKEN_PREFIX = "\x00conformant-spool-"
 """A placeholder's start: a NUL and a random part make it no text an upstream sends by chance."""
 _QUOTED_PREFIX = orjson.dumps(_TOKEN_PREFIX)[:-1]
 """A placeholder's start as JSON, its opening quote included: both encoders write the NUL ``\\u0000``."""
-_QUOTED_LENGTH = len(_QUOTED_PREFIX) + 32 + len(b'\\u0000"')
+_QUOTED_NUL = len(b'"\\u0000')
+"""Bytes of the opening quote and NUL of a placeholder as JSON, and so of its closing NUL and quote."""
+_QUOTED_END = b'\\u0000"'
+_QUOTED_LENGTH = len(_QUOTED_PREFIX) + 32 + len(_QUOTED_END)
 """Bytes of a placeholder as JSON: its start, 32 hex digits, the closing NUL and quote."""
 
 
@@ -210,6 +213,16 @@ class TextSpool:
         if text := decoder.decode(b"", final=True):
             yield text
 
+    def placed(self, spools: dict[str, TextSpool]) -> str:
+        """The finished text as a JSON value takes it: itself where it stayed in memory (empty where its
+        file failed: never a part told as the whole), else its placeholder, the spool put in ``spools``
+        under it for ``SpooledJSON`` to write it there."""
+        self.finish()
+        if not self.spilled or self.failure is not None:
+            return self.text()
+        spools[self.token] = self
+        return self.token
+
     def close(self) -> None:
         """Let go of what the text holds in memory (its file's bytes stay until the file goes)."""
         self._shared.held -= self._held
@@ -341,9 +354,9 @@ class SpooledJSON:
         at = skeleton.find(_QUOTED_PREFIX)
         while at != -1:
             end = at + _QUOTED_LENGTH
-            token = "\x00" + skeleton[at + 7 : end - 7].decode("ascii", "replace") + "\x00"
-            spool = self.spools.get(token) if skeleton[end - 7 : end] == b'\\u0000"' else None
-            if spool is not None:
+            inner = skeleton[at + _QUOTED_NUL : end - _QUOTED_NUL].decode("ascii", "replace")
+            spool = self.spools.get(f"\x00{inner}\x00")
+            if spool is not None and skeleton[end - _QUOTED_NUL : end] == _QUOTED_END:
                 found.append((at, end, spool))
             at = skeleton.find(_QUOTED_PREFIX, at + 1)
         return found

@@ -344,18 +344,14 @@ class ResponseEvents:
         """An ending item's whole text, or the placeholder of its spooled text (a custom tool's input
         is read back: it is parsed out of its arguments)."""
         spool = item.text
-        spool.finish()
-        if spool.failure is not None:
-            self._spool_failure = self._spool_failure or spool.failure
-            return ""
-        if not spool.spilled:
-            return spool.text()
         if item.custom:
             text = spool.text()
             spool.close()
-            return text
-        self.spools[spool.token] = spool
-        return spool.token
+        else:
+            text = spool.placed(self.spools)
+        if spool.failure is not None:
+            self._spool_failure = self._spool_failure or spool.failure
+        return text
 
     def failed_spool(self) -> str | None:
         """Why a text of this stream could not be kept (see the module's docstring), or None: the

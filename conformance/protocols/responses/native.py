@@ -300,13 +300,7 @@ class NativeEvents:
     def _text(self, item_id: str) -> str:
         """An open message's text so far: the text, or the placeholder of a spooled one."""
         spool = self._texts.pop(item_id, None)
-        if spool is None:
-            return ""
-        spool.finish()
-        if not spool.spilled or spool.failure is not None:
-            return spool.text()  # (empty where its file failed: never a part told as the whole)
-        self.spools[spool.token] = spool
-        return spool.token
+        return "" if spool is None else spool.placed(self.spools)
 
     def fail(self, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         """The events that end a stream that broke off before its own terminal event: its open items
