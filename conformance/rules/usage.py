@@ -111,13 +111,15 @@ def usage_within_limit(ctx: Context, event: int | None, usage: Any, where: str) 
 
 
 def usage_requested(ctx: Context) -> None:
-    """At the end: usage present iff the request asked (Q26 sent unasked, Q28/Q33 missing when asked)."""
+    """At the end: usage present iff the request asked (Q26 sent unasked, Q28/Q33 missing when asked).
+    Usage sent on a chunk with choices was sent: where it rode is ``usage-in-choice-chunk``'s concern
+    (llama-server's finish chunk, Q26), and the client still reads it, so it is not also missing."""
     if not ctx.request.known or not ctx.stream:
         return
-    if ctx.request.include_usage and ctx.usage_event is None and ctx.done_event is not None:
+    if ctx.request.include_usage and ctx.usage_seen_event is None and ctx.done_event is not None:
         ctx.error(
             "usage-missing",
-            "stream_options.include_usage was set but no usage chunk came before [DONE]",
+            "stream_options.include_usage was set but no chunk before [DONE] carried usage",
             event=ctx.done_event,
             quirk="Q28",
         )

@@ -77,6 +77,17 @@ def test_include_usage_asked_and_missing_q28() -> None:
     assert judged(body, chat_request(stream_options={"include_usage": True})) == ({"usage-missing"}, set())
 
 
+def test_usage_on_the_finish_chunk_is_placed_wrong_not_missing_q26() -> None:
+    # llama-server b11434 with include_usage: usage rides on the finish chunk, then [DONE]. The client
+    # reads it; where it rode is one finding, and the message must not say it never came.
+    finish = chat_chunk([delta(finish="stop")], usage=USAGE["usage"])
+    body = stream(FIRST, TEXT, finish)
+    assert judged(body, chat_request(stream_options={"include_usage": True})) == (
+        {"usage-in-choice-chunk"},
+        set(),
+    )
+
+
 def test_usage_unasked_q26() -> None:
     assert judged(stream(FIRST, TEXT, FINISH, USAGE), chat_request()) == ({"usage-unrequested"}, set())
 
