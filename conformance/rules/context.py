@@ -57,6 +57,7 @@ class ChoiceState:
     role_seen: bool = False
     finished_event: int | None = None
     finish_reason: str | None = None
+    """The choice's last final finish_reason: what it ended with (Q14 repeats one on every chunk)."""
     output_seen: bool = False
     """The choice carried any output: text, content, reasoning, a refusal or a tool call (ik_llama #767)."""
     tool_calls: dict[int, ToolCallState] = field(default_factory=dict)

@@ -47,6 +47,10 @@ def finish_once(ctx: Context, event: int, pos: int, choice: dict[str, Any], stat
             pointer=f"/choices/{pos}/finish_reason",
             quirk="Q14",
         )
+        # What the choice ended with is its last finish: ik_llama.cpp before #768 sent 'length' on every
+        # chunk and 'stop' on the last (Q14). The end rules (usage-below-length, text-lost, the tool
+        # rules) judge that end, not the first 'length', which this rule has already reported.
+        state.finish_reason = value
         return
     state.finished_event = event
     state.finish_reason = value

@@ -188,6 +188,19 @@ def test_usage_below_what_length_finishes_took_is_a_warning() -> None:
     assert both(["Paris is"], "length", usage(3)) == [(set(), set())] * 2
 
 
+def test_a_length_on_every_chunk_then_a_real_stop_is_not_usage_below_length_q14() -> None:
+    # ik_llama.cpp before #768: 'length' on every chunk, the stop sequence's 'stop' on the last. The
+    # repeat is finish-reason-repeated; the choice ended with 'stop', below its limit: no usage claim.
+    chunks = [completion([choice(word, "length")]) for word in ("Paris", " is")]
+    last = completion([choice("", "stop")], usage=usage(2))
+    request = completions_request(
+        stream=True, max_tokens=8, stop=["\n"], stream_options={"include_usage": True}
+    )
+    errors, warnings = judged(stream(*chunks, last), request)
+    assert "finish-reason-repeated" in errors
+    assert "usage-below-length" not in warnings
+
+
 LONG = " ".join(["word"] * 40)
 
 
