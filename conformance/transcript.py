@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.source_note import note_says_excerpt, read_note
+
 __all__ = [
     "SCRUBBED_HEADERS",
     "Transcript",
@@ -227,7 +229,11 @@ def _take_sidecar(transcript: Transcript, sidecar: dict[str, Any], side_path: Pa
     transcript.server = server if isinstance(server, str) else None
     transcript.intent = _typed(sidecar, "expect", str, side_path, "a string")
     transcript.profile = _typed(sidecar, "profile", str, side_path, "a string")
-    transcript.excerpt = bool(_typed(sidecar, "excerpt", bool, side_path, "true or false"))
+    excerpt = _typed(sidecar, "excerpt", bool, side_path, "true or false")
+    if excerpt is None:  # the sidecar does not say: the note beside it may (a quote from a report)
+        note = read_note(Path(transcript.name))
+        excerpt = note is not None and note_says_excerpt(note)
+    transcript.excerpt = excerpt
 
 
 def _typed(sidecar: dict[str, Any], key: str, kind: type, side_path: Path, words: str) -> Any:

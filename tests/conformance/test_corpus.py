@@ -257,3 +257,27 @@ def test_the_shipped_corpus_marks_its_excerpts_and_they_are_not_blamed_for_the_c
     recorded = [load_transcript(p) for p in sorted((SHIPPED / "llama-cpp-python").glob("*.sse"))]
     assert recorded
     assert not any(t.excerpt for t in recorded)
+
+
+# Tails of a stream as quoted: they end where the quote ends, as the excerpts above do, but their last
+# event is whole, so the table's cut rules did not show it.
+QUOTED_TAILS = {"reports/llamacpp-16048.sse", "reports/llamacpp-vllm-pr18692.sse"}
+
+
+def test_a_note_that_says_the_stream_is_quoted_in_part_makes_it_an_excerpt() -> None:
+    # Issue 33: validate over these folders blamed every quote for its cut unless --excerpt was given,
+    # though each note says whether it holds the whole stream.
+    excerpts = {c.values[0].path for c in CASES if c.values[0].excerpt} | QUOTED_TAILS
+    streams = sorted(p for folder in ("reports", "seeds") for p in (DATA / folder).glob("*.sse"))
+    judged = {str(p.relative_to(DATA)): load_transcript(p) for p in streams}
+    assert {name for name, t in judged.items() if t.excerpt} == excerpts
+    for name in excerpts:
+        assert not {f.rule for f in judge_transcript(judged[name]).findings} & EXCERPT_QUIET_RULES, name
+
+
+def test_a_sidecar_that_says_excerpt_is_not_overruled_by_its_note(tmp_path: Path) -> None:
+    (tmp_path / "x.sse").write_bytes(b'data: {"id": "x"}\n\n')
+    (tmp_path / "x.source.txt").write_text("https://github.com/o/r/issues/1 -- first event as quoted")
+    assert load_transcript(tmp_path / "x.sse").excerpt
+    (tmp_path / "x.json").write_text('{"excerpt": false, "response": {"status": 200}}')
+    assert not load_transcript(tmp_path / "x.sse").excerpt
