@@ -74,12 +74,13 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
 
 
 def tool_calls_finish_body(ctx: Context, pos: int, choice: dict[str, Any]) -> None:
-    """A message with ``tool_calls`` finishes with ``"tool_calls"`` (spec checklist §7.6; Q19, Q64)."""
+    """A message with ``tool_calls`` finishes with ``"tool_calls"`` (spec checklist §7.6; Q19, Q64), unless
+    the token limit cut it (``length``, as in a stream: tool_calls.tool_calls_finish)."""
     message = choice.get("message")
     if (
         isinstance(message, dict)
         and message.get("tool_calls")
-        and choice.get("finish_reason") != "tool_calls"
+        and choice.get("finish_reason") not in ("tool_calls", "length")
     ):
         ctx.warn(
             "tool-calls-finish-reason",

@@ -109,7 +109,8 @@ def two_calls(ctx: Context) -> None:
     if ctx.status != 200:
         return
     for state in ctx.choices.values():
-        if len(state.tool_calls) < 2:
+        # A choice its token limit cut may have been cut before its second call: nothing to say.
+        if len(state.tool_calls) < 2 and state.finish_reason != "length":
             ctx.warn(
                 "parallel-calls-fewer",
                 f"two calls in one turn were asked for; choice {state.index} made {len(state.tool_calls)}",

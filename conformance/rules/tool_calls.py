@@ -128,9 +128,11 @@ def call_id_unique(ctx: Context, event: int | None, pointer: str, call_id: Any, 
 
 
 def tool_calls_finish(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
-    """A turn that called tools ends with ``finish_reason: "tool_calls"`` (Q19, Q64, Q65)."""
+    """A turn that called tools ends with ``finish_reason: "tool_calls"`` (Q19, Q64, Q65). Not one the
+    token limit cut: OpenAI ends that ``length`` too, calls or not (the parallel-tool-calls probe was
+    warned for a small model that made its calls and ran on to its limit, issue 33)."""
     value = choice.get("finish_reason")
-    if state.tool_calls and value in ("stop", "length") and state.finished_event is None:
+    if state.tool_calls and value == "stop" and state.finished_event is None:
         ctx.warn(
             "tool-calls-finish-reason",
             f"choice called tools but finished with {value!r} instead of 'tool_calls'",
