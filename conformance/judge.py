@@ -206,7 +206,7 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes], *, excerpt: bool = Fals
         return  # the client closed the stream on purpose: its end is not the server's
     if tail is not None and not (excerpt and _cut_mid_json(tail)):
         _block(ctx, tail)
-    if ctx.data_events == 0 and not ctx.in_band_errors:  # an `error:` line (Q42) is its own cause
+    if ctx.data_events == 0:  # an `error:` line (Q42) is dropped by clients: still an empty stream
         framing.stream_empty(ctx)
         return
     for rule in ctx.protocol.end if ctx.protocol is not None else END_RULES:

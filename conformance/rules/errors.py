@@ -11,7 +11,15 @@ from conformance.rules.context import Context
 from conformance.rules.intents import CONTEXT_OVERFLOW_INTENT
 from conformance.rules.leaks import error_leaks
 
-__all__ = ["error_body", "error_event", "error_text", "http_status", "is_error_payload", "overflow_code"]
+__all__ = [
+    "error_body",
+    "error_event",
+    "error_text",
+    "http_status",
+    "is_error_payload",
+    "overflow_code",
+    "says_overflow",
+]
 
 OVERFLOW_CODE = "context_length_exceeded"
 _OVERFLOW_NAMES = frozenset({OVERFLOW_CODE, "exceed_context_size_error"})
@@ -32,17 +40,30 @@ def is_error_payload(payload: Any) -> bool:
 
 
 def error_event(ctx: Context, event: int, payload: dict[str, Any]) -> None:
-    """An error inside an HTTP 200 stream: the request failed after the status was committed (N2)."""
+    """An error inside an HTTP 200 stream: the request failed after the status was committed (N2). A
+    context overflow said so is its own, more specific finding: the client gets an ``APIError`` where
+    it needed a 400 ``context_length_exceeded`` to trim its history (llama-server's ``server_error``
+    event, Q42), whether or not the exchange was recorded as an overflow probe."""
     ctx.in_band_errors += 1
     err = payload.get("error")
     message = err.get("message") if isinstance(err, dict) else err
-    ctx.error(
-        "error-in-stream",
-        f"error event inside an HTTP 200 stream: {str(message)[:160]}",
-        event=event,
-        pointer="/error",
-        quirk=_error_quirk(payload),
-    )
+    if says_overflow(err):
+        ctx.error(
+            "context-overflow-in-stream",
+            f"a context overflow sent as an error event in an HTTP 200 stream, not HTTP 400"
+            f" context_length_exceeded: {str(message)[:160]}",
+            event=event,
+            pointer="/error",
+            quirk="Q42",
+        )
+    else:
+        ctx.error(
+            "error-in-stream",
+            f"error event inside an HTTP 200 stream: {str(message)[:160]}",
+            event=event,
+            pointer="/error",
+            quirk=_error_quirk(payload),
+        )
     error_leaks(ctx, event, payload)
     odd = _odd_shape(payload)
     if odd:
@@ -55,11 +76,32 @@ def error_event(ctx: Context, event: int, payload: dict[str, Any]) -> None:
         )
 
 
+def says_overflow(err: Any) -> bool:
+    """An error object (or bare message) that says the prompt is longer than the context: by its words
+    (``CONTEXT_OVERFLOW``) or by a name servers give it in ``code`` or ``type``."""
+    if isinstance(err, str):
+        return CONTEXT_OVERFLOW.search(err) is not None
+    if not isinstance(err, dict):
+        return False
+    message = err.get("message")
+    if isinstance(message, str) and CONTEXT_OVERFLOW.search(message):
+        return True
+    return any(isinstance(err.get(k), str) and err[k] in _OVERFLOW_NAMES for k in ("code", "type"))
+
+
 def _odd_shape(payload: dict[str, Any]) -> str | None:
+    """Every way an error event differs from OpenAI's error object: the keys a body must have too
+    (``param`` and ``code`` present, strings or null, as schemas/error.json), and the extras servers add."""
     err = payload.get("error")
     if not isinstance(err, dict):
         return "'error' is not an object"
     problems = [f"no {k!r}" for k in ("message", "type") if not isinstance(err.get(k), str)]
+    problems += [f"no {k!r}" for k in ("param", "code") if k not in err]
+    problems += [
+        f"{k!r} is {type(err[k]).__name__}, not a string or null"
+        for k in ("param", "code")
+        if k in err and err[k] is not None and not isinstance(err[k], str)
+    ]
     problems += [f"extra {k!r}" for k in ("http_status_code", "trace", "object") if k in err]
     problems += [f"top-level {k!r}" for k in payload if k != "error"]
     return ", ".join(problems) or None

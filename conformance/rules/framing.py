@@ -181,9 +181,13 @@ def stream_empty(ctx: Context) -> None:
     if ctx.status not in (None, 200):
         return
     ended = "then [DONE]" if ctx.done_event is not None else "and no [DONE]"
+    # An error on an ``error:`` line (llama.cpp #14566, Q42) is dropped by every SSE client: what the
+    # client sees is still an empty successful completion (sse-error-field says where the error went).
+    dropped = ", its error on an 'error:' line the client drops" if ctx.in_band_errors else ""
     ctx.error(
         "stream-empty",
-        f"an HTTP 200 stream without a single chunk {ended}: the request failed after the status was sent",
+        f"an HTTP 200 stream without a single chunk {ended}{dropped}: the client sees an empty successful"
+        " completion of a request that failed after the status was sent",
         event=ctx.done_event,
         quirk="Q52",
     )

@@ -76,7 +76,7 @@ def context_overflow(ctx: Context) -> None:
     empty 200 stream is ``stream-empty`` (Q52), a 400 without ``context_length_exceeded`` is
     ``context-overflow-code`` (errors.overflow_code, told the intent)."""
     if ctx.status == 200 and ctx.stream:
-        if ctx.data_events == 0 and not ctx.in_band_errors:
+        if ctx.data_events == 0:
             return  # framing.stream_empty reported it (Q52)
         ctx.error(
             "context-overflow-in-stream",

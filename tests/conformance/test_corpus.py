@@ -68,7 +68,8 @@ CASES = [
         request=COMPLETIONS_STREAM,
         excerpt=EXCERPT_UNTERMINATED,
     ),
-    case("reports/llamacpp-14566.reconstructed.sse", {"sse-error-field"}),  # Q42: error: line, then [DONE]
+    # Q42: error: line, then [DONE]: the client sees an empty successful completion (Q52's finding).
+    case("reports/llamacpp-14566.reconstructed.sse", {"sse-error-field", "stream-empty"}),
     case(
         "reports/llamacpp-16048.sse",
         # Q26: usage chunk without include_usage. The report quotes only the stream's end, so judged

@@ -334,6 +334,38 @@ def test_an_empty_200_stream_is_its_own_cause_q52(body: bytes) -> None:
     assert [(f.rule, f.quirk) for f in verdict.errors] == [("stream-empty", "Q52")]
 
 
-def test_an_error_field_line_is_not_an_empty_stream_q42() -> None:
+def test_an_error_field_line_then_done_is_still_an_empty_success_q42() -> None:
+    # llama.cpp #14566: clients drop the 'error:' line and see an empty successful completion, the
+    # failure they miss (stream-empty), besides where the error went (sse-error-field).
     body = b'error: {"message": "context"}\n\n' + DONE_EVENT
-    assert judged(body) == ({"sse-error-field"}, set())
+    verdict = judge_response(body, request=None, status=200, headers=SSE)
+    assert {f.rule for f in verdict.errors} == {"sse-error-field", "stream-empty"}
+    [empty] = [f for f in verdict.errors if f.rule == "stream-empty"]
+    assert "'error:' line" in empty.message
+
+
+def test_an_overflow_error_event_in_a_200_stream_is_the_overflow_q42() -> None:
+    # llama-server b11434: a context overflow as an error event, code 500 and type server_error, in a
+    # 200 stream. Without a recorded intent it is still the overflow a client needed as a 400.
+    event = {
+        "error": {
+            "code": 500,
+            "message": "the request exceeds the available context size",
+            "type": "server_error",
+        }
+    }
+    body = encode_data(json.dumps(event)) + DONE_EVENT
+    verdict = judge_response(body, request=completions_request(stream=True), status=200, headers=SSE)
+    assert [(f.rule, f.quirk) for f in verdict.errors] == [("context-overflow-in-stream", "Q42")]
+    [shape] = verdict.warnings
+    assert shape.rule == "error-event-shape"
+    assert "no 'param'" in shape.message
+    assert "'code' is int" in shape.message
+    other = {"error": {"message": "boom", "type": "server_error", "code": None}}  # no 'param'
+    verdict = judge_response(
+        encode_data(json.dumps(other)) + DONE_EVENT, request=None, status=200, headers=SSE
+    )
+    assert [(f.rule, f.message) for f in verdict.warnings] == [
+        ("error-event-shape", "error event not in OpenAI's shape: no 'param'")
+    ]
+    assert [f.rule for f in verdict.errors] == ["error-in-stream"]

@@ -145,7 +145,7 @@ def test_unterminated_done_is_a_warning() -> None:
         (b"data:\n\n" + GOOD, {"sse-empty-data"}, set()),
         (b"data: hello\n\n" + GOOD, {"data-not-json"}, set()),
         (GOOD + b"data: " + CHUNK + b"\n\n", {"data-after-done"}, set()),
-        (b'error: {"message":"boom"}\n\ndata: [DONE]\n\n', {"sse-error-field"}, set()),  # Q42
+        (b'error: {"message":"boom"}\n\ndata: [DONE]\n\n', {"sse-error-field", "stream-empty"}, set()),  # Q42
         (
             b"data: " + CHUNK + b'\n\n{"error":"runner died"}\n\n',
             {"sse-unknown-field", "done-missing"},
