@@ -600,3 +600,23 @@ def test_every_responses_rule_is_documented() -> None:
     documented = (root / "docs" / "validate.md").read_text()
     assert len(rules) > 25
     assert {rule for rule in rules if f"`{rule}`" not in documented} == set()
+
+
+def test_tool_choice_is_judged_on_a_response_as_on_chat() -> None:
+    # Issue 33: tool_choice "required" answered with text alone passed on /v1/responses.
+    text = text_stream(("It is", " sunny"))
+    body = json.dumps(response(output=[message("It is sunny")])).encode()
+    required = request(tools=[WEATHER], tool_choice="required")
+    assert judged(encode(text), required)[0] == {"tool-choice-required-ignored"}
+    assert judged(body, required, headers=JSON)[0] == {"tool-choice-required-ignored"}
+    call = ['{"location": "Paris"}']
+    called = events_for(call_events(call), response(output=[function_call(call[0])]))
+    assert judged(encode(called), required)[0] == set()
+    assert judged(encode(called), request(tools=[WEATHER], tool_choice="none"))[0] == {
+        "tool-choice-none-called"
+    }
+    named = {"type": "function", "name": "get_time"}
+    time = {**WEATHER, "name": "get_time"}
+    other = request(tools=[WEATHER, time], tool_choice=named)
+    assert judged(encode(called), other)[0] == {"tool-choice-named-ignored"}
+    assert judged(encode(text), request(tools=[WEATHER]))[0] == set()  # auto: text is an answer

@@ -34,6 +34,7 @@ from conformance.rules.logprobs import top_count
 from conformance.schemas import schema_error
 
 from .open_responses import response_fields
+from .tool_choice import tool_choice_rules
 
 __all__ = [
     "ITEM_PREFIX",
@@ -71,6 +72,7 @@ def judge_response(ctx: Context, event: int | None, response: Mapping[str, Any],
         if response.get("status") != "failed":  # a broken-off answer's text may lack its last tokens'
             logprobs_on_text(ctx, event, item, f"{where}/output/{index}")
     output_schema_valid(ctx, event, response, where)
+    tool_choice_rules(ctx, event, response, output_text(response))
 
 
 def response_id(ctx: Context, event: int | None, response: Mapping[str, Any], where: str) -> None:
