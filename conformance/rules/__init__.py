@@ -135,6 +135,7 @@ END_RULES: tuple[EndRule, ...] = (
     chat_deltas.choice_count,
     echo.echo_whole,
     logprobs_text.logprobs_past_text,
+    logprobs.logprobs_never_sent,
     zero_limit.zero_limit_end,
     *RESPONSE_RULES,
 )

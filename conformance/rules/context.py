@@ -76,6 +76,8 @@ class ChoiceState:
     """UTF-8 length of a completion choice's text so far: the most any offset or token can cover."""
     legacy: LegacyLogprobsExtent | None = None
     """How far the choice's legacy logprobs reach, once it carried some."""
+    logprobs_seen: bool = False
+    """A chunk of the choice carried non-null logprobs (Q69: asked for, and null on every chunk)."""
     content: list[str] = field(default_factory=list)
     """The chat content in pieces, kept only where a rule reads it whole (tools, a JSON response format)."""
 

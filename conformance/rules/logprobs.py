@@ -7,7 +7,14 @@ from typing import Any
 
 from conformance.rules.context import ChoiceState, Context, choice_text
 
-__all__ = ["chat_top_count", "legacy_logprobs_shape", "logprob_sentinel", "logprobs_present", "top_count"]
+__all__ = [
+    "chat_top_count",
+    "legacy_logprobs_shape",
+    "logprob_sentinel",
+    "logprobs_never_sent",
+    "logprobs_present",
+    "top_count",
+]
 
 _LEGACY_ARRAYS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
 # llama.cpp writes minus infinity as the float minimum (-3.4e38, Q67); OpenAI's floor is -9999.0.
@@ -74,6 +81,8 @@ def logprobs_present(
     if not (ctx.request.known and ctx.request.logprobs):
         return
     if choice.get("logprobs") is not None:
+        if state is not None:
+            state.logprobs_seen = True
         return
     text = choice_text(choice)
     if text or event is None:
@@ -86,6 +95,28 @@ def logprobs_present(
             pointer=f"/choices/{pos}/logprobs",
             quirk="Q69",
         )
+
+
+def logprobs_never_sent(ctx: Context) -> None:
+    """At a stream's end: a choice that generated tokens and never carried asked-for logprobs on any
+    chunk. The chunk rule above fires only on chunks with text, so a stream that lost its text too
+    (ik_llama.cpp #767's empty chunks, Q14) lost its logprobs unseen (issue 33). Generated: it finished
+    ``length`` under a limit above 0, or usage counts more completion tokens than there are choices
+    (each may spend one on its end-of-sequence, as text_lost counts)."""
+    if not (ctx.request.known and ctx.request.logprobs) or ctx.in_band_errors:
+        return
+    completion = ctx.completion_tokens
+    counted = completion is not None and completion > len(ctx.choices)
+    for state in ctx.choices.values():
+        cut = state.finish_reason == "length" and ctx.request.max_tokens != 0
+        if not state.logprobs_seen and (cut or counted):
+            ctx.error(
+                "logprobs-missing",
+                f"the request asked for logprobs but no chunk of choice {state.index} carried any",
+                event=state.finished_event,
+                pointer=f"/choices/{state.index}/logprobs",
+                quirk="Q69",
+            )
 
 
 def chat_top_count(

@@ -201,6 +201,19 @@ def test_a_length_on_every_chunk_then_a_real_stop_is_not_usage_below_length_q14(
     assert "usage-below-length" not in warnings
 
 
+def test_logprobs_null_on_every_chunk_of_a_stream_that_lost_its_text_q69() -> None:
+    # ik_llama.cpp #767's empty chunks, with logprobs asked: the text is lost (text-lost) and so are the
+    # logprobs, though no chunk with text was there to show it.
+    silent = [completion([choice("", None)]) for _ in range(3)]
+    last = completion([choice("", "length")])
+    counts = completion([], usage=usage(4))
+    asked = completions_request(stream=True, max_tokens=4, logprobs=1, stream_options={"include_usage": True})
+    assert judged(stream(*silent, last, counts), asked) == ({"text-lost", "logprobs-missing"}, set())
+    # A choice that stopped at once, with nothing generated, owes no logprobs.
+    empty = completion([choice("", "stop")])
+    assert judged(stream(empty, completion([], usage=usage(1))), asked) == (set(), set())
+
+
 LONG = " ".join(["word"] * 40)
 
 
