@@ -29,6 +29,11 @@ knows of a server is in one place rather than in module caches and flags set fro
 - ``named_tool_choice_only``, ``assistant_content_string``: llama-cpp-python enforces only a named
   ``tool_choice`` ("required" is served as ``auto``, Q80) and refuses an assistant message's
   ``content: null`` with a 500 (Q81): proxy/adapters/tool_requests.py. Known from the model listing.
+- ``ignored_tool_choices``, ``schema_enforced``: the forced ``tool_choice`` kinds (``required``, a named
+  function) the upstream answered without any call, and whether the JSON Schema of a ``response_format``
+  made its answer the call the proxy asked for as JSON output (False once it did not): taught by its
+  answers, so that a later forced call goes straight to the way the upstream does enforce, or to the 400
+  where none does (proxy/adapters/forced_choice.py).
 - ``listing_read``: whether a model listing was read and learned from (the traits above then known).
 - ``native_paths``: the paths of protocols the upstream serves itself (llama-server's ``/v1/responses``),
   as a probe found them where ``--responses auto`` (or the file's key) asked (proxy/routing/replica.py).
@@ -82,6 +87,8 @@ class UpstreamTraits:
     counts_unshown_tokens: bool = False
     """Whether, with tools offered, its usage counts tokens it never shows (llama-cpp-python's
     function-calling handlers generate their format's prefix first): an empty answer is no lost text."""
+    ignored_tool_choices: set[str] = field(default_factory=set)
+    schema_enforced: bool | None = None
     listing_read: bool = False
     native_paths: dict[str, bool] = field(default_factory=dict)
 
@@ -99,6 +106,15 @@ class UpstreamTraits:
     def sent_reasoning_as(self, name: str) -> None:
         """The upstream sent reasoning under ``name``: it reads it there in assistant messages too."""
         self.reasoning_field = name
+
+    def ignored_tool_choice(self, kind: str) -> None:
+        """A forced ``tool_choice`` of ``kind`` ("required", "named") was answered without a call."""
+        self.ignored_tool_choices.add(kind)
+
+    def enforced_schema(self, enforced: bool) -> None:
+        """A call asked as JSON output came back as that JSON (True) or as anything else (False, kept)."""
+        if self.schema_enforced is not False:
+            self.schema_enforced = enforced
 
     def broke_off_stream(self) -> None:
         """A stream ended after ``[DONE]`` by a cut connection, a choice without its final chunk: the

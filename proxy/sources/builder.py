@@ -9,15 +9,16 @@ streaming. A token-id prompt the upstream refuses is built again by it, once, as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.api_errors import APIError
-from conformance.request import Endpoint, prompt_text
+from conformance.request import Endpoint
 from conformance.request_info import RequestInfo
 
 from ..adapters import Adapter
-from ..adapters.base import without_streaming
+from ..adapters.base import Translate, without_streaming
 from ..upstream import Upstream
 from .base import Source
 from .fan_out import ConcurrentFanOut, SerialFanOut
@@ -96,22 +97,30 @@ class SourceBuilder:
         """Whether ``body`` goes to the upstream as several requests."""
         return self.fan_out and (self.info.n > 1 or isinstance(body.get("prompt"), list))
 
-    def build(self, body: dict[str, Any], info: RequestInfo | None = None) -> Source:
+    def build(
+        self,
+        body: dict[str, Any],
+        info: RequestInfo | None = None,
+        *,
+        reading: Callable[[], Translate] | None = None,
+    ) -> Source:
         """The source for ``body`` as it is (``info``: the request it makes, when not the client's
-        own): one upstream request, or a fan-out of single requests."""
+        own): one upstream request, or a fan-out of single requests; ``reading`` makes the reader of
+        each one's answers where the proxy chose it (a call asked as JSON output), not the adapter."""
         info = info or self.info
         parts = _split(self.endpoint, body, info) if self.fan_out else None
         if parts is None:
-            return self._single(body, info, prompt_text(body))
+            return self._single(body, info, reading=reading)
         serial = bool(self.upstream.traits.serial)
         if serial:
             # One request at a time, each answered whole: streamed at once, they would break each other off.
             parts = [without_streaming(part) for part in parts]
-        first = self._single(parts[0], info.echoing(parts[0]), prompt_text(parts[0]))
+        first = self._single(parts[0], info.echoing(parts[0]), reading=reading)
         sources = [first]
         for index, part in enumerate(parts[1:], start=1):
             # each request's own prompt is counted, not the client's array
-            sources.append(self._single(part, info.echoing(part), prompt_text(part), first, index))
+            single = self._single(part, info.echoing(part), first, index, reading=reading)
+            sources.append(single)
         if serial:
             return SerialFanOut(sources, info, first_byte_timeout=self.first_byte_timeout)
         return ConcurrentFanOut(sources, info, self.upstream)
@@ -120,16 +129,20 @@ class SourceBuilder:
         self,
         body: dict[str, Any],
         request: RequestInfo,
-        prompt: str,
         first: UpstreamSource | None = None,
         index_base: int = 0,
+        *,
+        reading: Callable[[], Translate] | None = None,
     ) -> UpstreamSource:
+        call = self.adapter.call(self.endpoint, body)
+        if reading is not None:
+            call = replace(call, translate=reading())
         return UpstreamSource(
             self.upstream,
             self.adapter,
             request,
-            self.adapter.call(self.endpoint, body),
-            prompt=prompt,
+            call,
+            prompt=body,
             max_line_bytes=self.max_line_bytes,
             headers=self.headers,
             identity=None if first is None else first.identity,

@@ -8,7 +8,8 @@ tries. A leg is either
 - translated: the core's request fitted to the upstream's traits (``max_tokens: 0`` asked as 1, a
   streamed ``echo`` asked whole), the model named as the upstream serves it, the adapter's refusal
   before sending (a prompt past the context; what the proxy cannot serve there), the fan-out's limit on
-  that upstream, then the sources of builder.py and the protocol's output of the core's chunks; or
+  that upstream, then the sources of builder.py (a forced tool call's held and judged first,
+  forced_call.py) and the protocol's output of the core's chunks; or
 - native: the protocol's own request sent to the upstream's own path (native.py), where the protocol
   allows it and the replica serves it so (``--responses native``, the file's key per upstream), unless
   the adapter says that endpoint would not serve this request as asked (tools where a llama.cpp
@@ -29,9 +30,11 @@ from conformance.protocols.sampling import with_stated_sampling
 from conformance.request_info import RequestInfo
 
 from ..adapters.base import fitted_request
+from ..adapters.forced_choice import forced_kind
 from ..routing.replica import Replica
 from .base import Source
 from .builder import SourceBuilder, fan_out_refusal
+from .forced_call import ForcedCall
 from .native import NativeSource
 from .token_prompt import source_for
 
@@ -108,6 +111,8 @@ class RequestPlan:
                 )
             ):
                 raise refused
+        if endpoint == "chat" and (kind := forced_kind(body)) is not None:
+            return ForcedCall(builder, body, kind)  # a call, or an honest error: never text (Q86)
         return source_for(builder, body)
 
     async def _native(self, replica: Replica) -> tuple[Source, Output]:

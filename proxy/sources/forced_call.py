@@ -1,0 +1,164 @@
+"""A request that forces a tool call, answered with a call or an honest error, never with text (issue 37,
+Q86).
+
+The answer is held until it is known to call: a JSON answer is judged whole; a stream's chunks are held
+(inside ``start()``, so nothing reaches the client and its status is not yet sent) until every choice
+has begun a call, or the stream ended. One that ended without a call is asked again the next way
+(proxy/adapters/forced_choice.py: the function named, then as JSON output), and what failed is learned
+of the upstream; when no way gave a call, the client gets the 502 ``tool_choice_not_honoured``, in its
+protocol's words (the front-end's error, as for any failure before the first byte). A stream that calls
+goes out as it came, from its first chunk; one cut by its token limit before any call goes out as cut
+(``finish_reason: "length"``: the limit ended it, not the upstream's reading of ``tool_choice``).
+
+What is held is bounded: a forced call begins at once (OpenAI's, llama-cpp-python's named grammar) or
+after a few words (llama-server's ``required`` grammar lets text come first, Q83), so a stream still
+without a call after ``HELD_EVENTS`` events is judged as one that ended without a call, and its
+upstream request is closed. The held chunks are the normalizer's, one an upstream event: 4,096 of them
+(about 4,000 tokens) held a few MB at most.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.api_errors import APIError
+
+from ..adapters.forced_choice import ForcedKind, forced_attempts, not_honoured, unhonoured_choice
+from ..adapters.tool_emulation import EmulatedCalls
+from ..normalizer import Repairs
+from .base import Source
+from .builder import SourceBuilder
+
+__all__ = ["HELD_EVENTS", "ForcedCall"]
+
+HELD_EVENTS = 4096
+_QUIRK = "Q86"
+
+
+class ForcedCall(Source):
+    """The source of a chat request whose ``tool_choice`` forces a call (``kind``), on one upstream."""
+
+    def __init__(self, builder: SourceBuilder, body: dict[str, Any], kind: ForcedKind) -> None:
+        self._builder = builder
+        self._body = body
+        self._kind = kind
+        self._current: Source | None = None
+        self._spent = Repairs()  # the answers without a call, and the enforcing itself (Q86)
+
+    # Read by the response writer; the attempt that runs now answers.
+    @property
+    def body(self) -> dict[str, Any] | None:  # type: ignore[override]
+        return None if self._current is None else self._current.body
+
+    @property
+    def upstream_status(self) -> int | None:  # type: ignore[override]
+        return None if self._current is None else self._current.upstream_status
+
+    @property
+    def failure(self) -> APIError | None:
+        return None if self._current is None else self._current.failure
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return None if self._current is None else self._current.usage
+
+    @property
+    def repairs(self) -> Repairs:
+        total = Repairs(self._spent)
+        if self._current is not None:
+            total.update(self._current.repairs)
+        return total
+
+    @property
+    def active(self) -> Source:
+        return self if self._current is None else self._current.active
+
+    async def start(self) -> list[dict[str, Any]]:
+        traits = self._builder.upstream.traits
+        attempts = forced_attempts(traits, self._body, self._kind)
+        if not attempts:
+            raise unhonoured_choice(self._kind)
+        for attempt in attempts:
+            emulated = attempt.way == "json_output"
+            reading = EmulatedCalls if emulated else None  # (the JSON read as the call it holds)
+            source = self._current = self._builder.build(attempt.body, reading=reading)
+            held = await self._called(source, await source.start())
+            if held is not None:
+                if emulated:
+                    traits.enforced_schema(True)
+                if attempt.way != "asked":
+                    self._spent.add(_QUIRK)
+                return held
+            attempt.failed(traits, self._kind)
+            self._spent.update(source.repairs)
+            self._spent.add(_QUIRK)
+            await source.aclose()
+        raise not_honoured(self._kind)
+
+    async def _called(self, source: Source, initial: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """The chunks to send first when ``source`` answered with a call in every choice (or was cut by
+        its limit before one): ``initial``, and a stream's chunks up to each choice's first call; None
+        when it answered without one. A stream that failed while held raises its failure: nothing
+        was sent yet."""
+        if source.body is not None:
+            return initial if _answered(_body_choices(source.body)) else None
+        held = list(initial)
+        choices = _Choices()
+        choices.observe(held)
+        wanted = self._builder.info.choices
+        next_batch = source.active.next_batch
+        while sum(choices.called.values()) < wanted:
+            if len(held) > HELD_EVENTS:
+                return None
+            batch = await next_batch()
+            if batch is None:
+                if (failure := source.failure) is not None:
+                    raise failure
+                return held if _answered(choices.judged()) else None
+            held += batch
+            choices.observe(batch)
+        return held
+
+    async def next_batch(self) -> list[dict[str, Any]] | None:
+        return None if self._current is None else await self._current.next_batch()
+
+    async def aclose(self) -> None:
+        if self._current is not None:
+            await self._current.aclose()
+
+
+class _Choices:
+    """Each choice of a held stream: whether it began a call, and its finish reason once it came."""
+
+    def __init__(self) -> None:
+        self.called: dict[Any, bool] = {}
+        self.finishes: dict[Any, Any] = {}
+
+    def observe(self, chunks: list[dict[str, Any]]) -> None:
+        for chunk in chunks:
+            for choice in chunk.get("choices") or ():
+                index = choice.get("index", 0)
+                delta = choice.get("delta")
+                calls = isinstance(delta, dict) and bool(delta.get("tool_calls"))
+                self.called[index] = self.called.get(index, False) or calls
+                if choice.get("finish_reason") is not None:
+                    self.finishes[index] = choice["finish_reason"]
+
+    def judged(self) -> list[tuple[bool, Any]]:
+        """(called, finish reason) of each choice."""
+        return [(called, self.finishes.get(index)) for index, called in self.called.items()]
+
+
+def _body_choices(body: dict[str, Any]) -> list[tuple[bool, Any]]:
+    """(called, finish reason) of each choice of a whole answer."""
+    out = []
+    for choice in body.get("choices") or ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        called = isinstance(message, dict) and bool(message.get("tool_calls"))
+        out.append((called, choice.get("finish_reason") if isinstance(choice, dict) else None))
+    return out
+
+
+def _answered(choices: list[tuple[bool, Any]]) -> bool:
+    """Whether the answer may go out: every choice called, or (uncalled) was cut by the token limit."""
+    return bool(choices) and all(called or finish == "length" for called, finish in choices)
