@@ -18,6 +18,7 @@ from starlette.routing import Route
 from conformance.probe import TIME, WEATHER
 from proxy.adapters.llamacpp_tools import template_calls_tools
 from tests.proxy.conftest import run_proxy, upstream_answer
+from tests.proxy.forced_answers import forced_answer
 from tests.support.servers import RecordingUpstream, run_asgi
 
 CHAT = "/v1/chat/completions"
@@ -32,11 +33,13 @@ def _props(calls_tools: bool | None) -> dict[str, Any]:
 
 
 def _upstream(calls_tools: bool | None, content: str = "Sunny.") -> RecordingUpstream:
-    """llama-server as far as these requests go: its ``/props`` and a chat answer of ``content``."""
+    """llama-server as far as these requests go: its ``/props`` and a chat answer of ``content``, or of
+    the call a request forces."""
 
     async def chat(req: Request) -> Response:
-        upstream.seen.append((req.url.path, await req.json()))
-        message = {"role": "assistant", "content": content}
+        body = await req.json()
+        upstream.seen.append((req.url.path, body))
+        message = forced_answer(body) or {"role": "assistant", "content": content}
         return JSONResponse(
             upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
         )

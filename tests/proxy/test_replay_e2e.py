@@ -24,21 +24,16 @@ from .conftest import completed, judge, run_proxy
 
 pytestmark = pytest.mark.slow
 
-_REQUIRED_IGNORED = (
-    "llama-cpp-python ignores tool_choice 'required' and answers text; the proxy sends its one tool as a "
-    "named choice (or refuses several with a 400), which it does only knowing the upstream is "
-    "llama-cpp-python (tests/live/test_tool_repairs.py)"
-)
-REQUEST_SIDE_ONLY: dict[str, tuple[set[str], str]] = {
-    # Deviations only a change to the request can repair: replayed, the recorded answer is fixed and the
-    # replay server's listing is not llama-cpp-python's, so the proxy asks as the client did. Each stays
-    # judged, with exactly these findings; the repair is proven against the real server instead.
-    "llama-cpp-python-tool-choice-required-stream-completed": (
-        {"tool-choice-required-ignored"},
-        _REQUIRED_IGNORED,
-    ),
-    "llama-cpp-python-parallel-tool-calls-completed": ({"tool-choice-required-ignored"}, _REQUIRED_IGNORED),
+UNHONOURED = {
+    "llama-cpp-python-tool-choice-required-stream-completed",
+    "llama-cpp-python-parallel-tool-calls-completed",
 }
+"""Recorded text answers to ``tool_choice: "required"`` (llama-cpp-python ignores it, Q80): replayed, the
+replay server's listing is not llama-cpp-python's and every way the proxy asks again (the function
+named, JSON output) gets the same text, so the answer is the proxy's honest error (Q86): its 502
+``tool_choice_not_honoured``, or, once the replay upstream is known to ignore every way, its 400
+``unsupported_parameter`` before anything is sent. The repair for the real server is proven against
+it (tests/live/test_tool_repairs.py)."""
 CUT_INSIDE_A_CALL = {
     # An excerpt that stops inside a call's arguments: [DONE] appended cannot complete them, so the
     # proxy never sends the call as whole (issue 37): a 502 where the whole stream came in one read
@@ -46,7 +41,7 @@ CUT_INSIDE_A_CALL = {
     # fragments went out: what the judge names for an upstream's failure mid-stream.
     "vllm-18412-completed": ({"error-in-stream"}, "the excerpt ends inside the call's arguments"),
 }
-NOT_CLEAN = REQUEST_SIDE_ONLY | CUT_INSIDE_A_CALL
+NOT_CLEAN = CUT_INSIDE_A_CALL
 """Transcripts judged with exactly these findings, when each event comes in a read of its own; every
 other one must judge clean."""
 
@@ -69,7 +64,7 @@ def _client(proxy_url: str, name: str) -> openai.OpenAI:
 def test_every_corpus_transcript_judges_clean_through_the_proxy(
     corpus: list[Transcript], proxy_url: str, stream: bool, include_usage: bool
 ) -> None:
-    _judge_corpus(corpus, proxy_url, stream, include_usage, REQUEST_SIDE_ONLY)
+    _judge_corpus(corpus, proxy_url, stream, include_usage, {})
 
 
 def _one_read_per_event(t: Transcript, gap: float = 0.002) -> Transcript:
@@ -105,6 +100,7 @@ def _judge_corpus(
 ) -> None:
     checked = 0
     lost: list[str] = []
+    unhonoured: set[str] = set()
     found: dict[str, set[str]] = {}
     for t in corpus:
         if not t.stream:
@@ -120,6 +116,14 @@ def _judge_corpus(
         if response.status_code == 502 and response.json()["error"]["code"] == TEXT_LOST_CODE:
             lost.append(name)  # no success to judge: the upstream lost the text (test_text_lost.py)
             continue
+        if name in UNHONOURED:
+            error = response.json()["error"]
+            assert (response.status_code, error["code"], error["param"]) in {
+                (502, "tool_choice_not_honoured", "tool_choice"),
+                (400, "unsupported_parameter", "tool_choice"),
+            }, response.text
+            unhonoured.add(name)
+            continue
         verdict = judge(response, path, body)
         if name in not_clean:
             # Still the upstream's deviation, and only that: the repair never sees this transcript.
@@ -132,6 +136,7 @@ def _judge_corpus(
         checked += 1
     assert checked >= 10
     assert lost == ["ik_llama-767-completed"]
+    assert unhonoured == UNHONOURED
     assert found == {name: rules for name, (rules, _) in not_clean.items()}
 
 

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from conformance.probe import TIME, WEATHER
 from tests.proxy.conftest import run_proxy, upstream_answer
+from tests.proxy.forced_answers import forced_answer
 from tests.proxy.test_structured_output import LLAMA_CPP_PYTHON_MODEL
 from tests.support.servers import RecordingUpstream, run_asgi
 
@@ -39,7 +40,7 @@ def _upstream(listing: list[dict[str, Any]]) -> RecordingUpstream:
         if any(m.get("content", "") is None for m in body["messages"]):
             # llama-cpp-python's answer: its assistant message content is a str, not nullable.
             return JSONResponse({"error": {"message": "Input should be a valid string"}}, status_code=500)
-        message = {"role": "assistant", "content": "It is sunny."}
+        message = forced_answer(body) or {"role": "assistant", "content": "It is sunny."}
         return JSONResponse(
             upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
         )
