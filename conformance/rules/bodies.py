@@ -13,6 +13,7 @@ from conformance.rules import (
     logprobs_text,
     reasoning,
     stop,
+    template_tokens,
     text_lost,
     tool_calls,
     tool_use,
@@ -56,6 +57,7 @@ def judge_body_object(ctx: Context, body: dict[str, Any]) -> None:
         logprobs_text.logprobs_past_text_body(ctx, pos, choice, state)
         echo.echo_prompt_body(ctx, pos, choice, state)
         stop.stop_ignored(ctx, None, pos, choice, state)
+        template_tokens.template_tokens(ctx, None, pos, choice, state)
         tool_calls_finish_body(ctx, pos, choice)
         _tool_call_ids(ctx, pos, choice, state)
         tool_use.collect_body(ctx, pos, choice, state)
@@ -94,6 +96,15 @@ def _tool_call_ids(ctx: Context, pos: int, choice: dict[str, Any], state: Choice
     message = choice.get("message")
     calls = message.get("tool_calls") if isinstance(message, dict) else None
     for k, call in enumerate(calls if isinstance(calls, list) else []):
+        where = f"/choices/{pos}/message/tool_calls/{k}/id"
         if isinstance(call, dict) and call.get("id"):
-            where = f"/choices/{pos}/message/tool_calls/{k}/id"
             tool_calls.call_id_unique(ctx, None, where, call["id"], state)
+        elif isinstance(call, dict) and call.get("id") == "":
+            # The schema takes any string; an empty one is no id: the client's tool message cannot name
+            # the call it answers (as a streamed call without one, Q64's missing ids; issue 33).
+            ctx.error(
+                "tool-call-id-missing",
+                "tool call has an empty 'id': the tool result cannot name the call it answers",
+                pointer=where,
+                quirk="Q64",
+            )

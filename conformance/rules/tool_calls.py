@@ -21,14 +21,14 @@ def tool_call_fragments(
         if not isinstance(call, dict):
             continue
         where = f"/choices/{pos}/delta/tool_calls/{k}"
-        index = call.get("index")
-        if not isinstance(index, int) or isinstance(index, bool):
-            continue  # a schema finding (required-key, Q64)
         function = call.get("function")
         name = function.get("name") if isinstance(function, dict) else None
+        given = call.get("index")
+        checked = isinstance(given, int) and not isinstance(given, bool)
+        index: int = given if isinstance(given, int) and checked else _implied_index(call, name, state)
         tool = state.tool_calls.get(index)
         if tool is None:
-            tool = _first_fragment(ctx, event, where, index, call, name, state)
+            tool = _first_fragment(ctx, event, where, index, call, name, state, checked=checked)
         else:
             _later_fragment(ctx, event, where, call, name, tool)
         arguments = function.get("arguments") if isinstance(function, dict) else None
@@ -36,10 +36,29 @@ def tool_call_fragments(
             tool.arguments.append(arguments)
 
 
+def _implied_index(call: dict[str, Any], name: Any, state: ChoiceState) -> int:
+    """The call a fragment without ``index`` belongs to, as a client that reads it anyway takes it: one
+    with an ``id`` or a name opens the next call (Ollama sent each call whole, Q64), any other continues
+    the last. Its missing ``index`` is the schema's finding (``required-key``); judging it as that call
+    keeps the rest of it judged, a missing ``id``, its arguments and its finish, which skipping it hid
+    (issue 33)."""
+    if call.get("id") or name or not state.tool_calls:
+        return len(state.tool_calls)
+    return max(state.tool_calls)
+
+
 def _first_fragment(
-    ctx: Context, event: int, where: str, index: int, call: dict[str, Any], name: Any, state: ChoiceState
+    ctx: Context,
+    event: int,
+    where: str,
+    index: int,
+    call: dict[str, Any],
+    name: Any,
+    state: ChoiceState,
+    *,
+    checked: bool = True,
 ) -> ToolCallState:
-    if index != len(state.tool_calls):
+    if checked and index != len(state.tool_calls):
         ctx.error(
             "tool-call-index-gap",
             f"tool call index {index} appears before index {len(state.tool_calls)}",

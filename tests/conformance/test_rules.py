@@ -147,6 +147,38 @@ def test_tool_call_fragments_done_right() -> None:
     )
 
 
+def test_a_tool_call_fragment_without_index_is_still_judged_as_its_call_q64() -> None:
+    # Issue 33: a fragment without 'index' got only required-key, hiding that the call also had no id,
+    # arguments that are no JSON object and a 'stop' finish, each found once 'index' is present.
+    whole = {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": '}}
+    rest = {"function": {"arguments": '"Paris"}{}'}}
+    body = stream(
+        FIRST, chat_chunk([delta(tool_calls=[whole])]), chat_chunk([delta(tool_calls=[rest])]), FINISH
+    )
+    errors, warnings = judged(body)
+    assert errors == {"required-key", "tool-call-id-missing", "tool-arguments-json"}
+    assert warnings == {"tool-calls-finish-reason"}
+    indexed = stream(
+        FIRST,
+        chat_chunk([delta(tool_calls=[{**whole, "index": 0}])]),
+        chat_chunk([delta(tool_calls=[{**rest, "index": 0}])]),
+        FINISH,
+    )
+    assert judged(indexed) == (errors - {"required-key"}, warnings)
+
+
+def test_a_chat_template_control_token_in_the_content_warns() -> None:
+    # A held-out llama-server answer ended "...<|im_end|>": the client shows the turn marker.
+    leaked = chat_chunk([delta("Paris.<|im_end|>")])
+    assert judged(stream(FIRST, leaked, FINISH)) == (set(), {"template-token-in-content"})
+    message = {"role": "assistant", "content": "Paris.<end_of_turn>", "refusal": None}
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]}
+    assert judged(json.dumps(body).encode(), headers=JSON) == (set(), {"template-token-in-content"})
+    # Text that merely talks about markup is no control token.
+    assert judged(stream(FIRST, chat_chunk([delta("use <s> tags")]), FINISH)) == (set(), set())
+
+
 def test_blank_id_or_name_on_later_tool_call_fragments_q66() -> None:
     call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
     first = chat_chunk([delta(role="assistant", tool_calls=[call])])
