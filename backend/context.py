@@ -5,29 +5,38 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from conformance.settings import Setting, add_settings, boolean, integer, one_of, text
 
 __all__ = [
     "CACHE_TYPES",
     "CONTEXT_SETTINGS",
+    "CacheType",
     "ContextOptions",
     "add_context_arguments",
     "context_options_from_args",
 ]
 
-# ggml type ids (ggml.h) for the KV cache types llama.cpp's server accepts.
+
+class CacheType(NamedTuple):
+    ggml_type: int
+    """The type's id in ggml.h."""
+    value_bytes: float
+    """Bytes a cached value takes: ggml's type size over its block size (q8_0: 34 bytes a block of 32)."""
+
+
+# The KV cache types llama.cpp's server accepts.
 CACHE_TYPES = {
-    "f32": 0,
-    "f16": 1,
-    "bf16": 30,
-    "q8_0": 8,
-    "q4_0": 2,
-    "q4_1": 3,
-    "iq4_nl": 20,
-    "q5_0": 6,
-    "q5_1": 7,
+    "f32": CacheType(0, 4.0),
+    "f16": CacheType(1, 2.0),
+    "bf16": CacheType(30, 2.0),
+    "q8_0": CacheType(8, 34 / 32),
+    "q4_0": CacheType(2, 18 / 32),
+    "q4_1": CacheType(3, 20 / 32),
+    "iq4_nl": CacheType(20, 18 / 32),
+    "q5_0": CacheType(6, 22 / 32),
+    "q5_1": CacheType(7, 24 / 32),
 }
 _FLASH = {"auto": -1, "off": 0, "on": 1}
 
@@ -35,8 +44,9 @@ _FLASH = {"auto": -1, "off": 0, "on": 1}
 CTX_SIZE = Setting(
     "ctx_size",
     integer,
-    8192,
-    "KV cache tokens, all slots together (each slot gets --ctx-size / --parallel)",
+    0,
+    "KV cache tokens, all slots together; 0: the model's training context, capped so that the cache "
+    "takes at most half the memory it lives in (backend/kv_size.py)",
     aliases=("-c",),
     metavar="N",
 )
@@ -80,9 +90,18 @@ BATCH_INVARIANT = Setting(
     "greedy outputs independent of concurrent requests, at some cost in 4-stream throughput",
     kind="switch",
 )
+NO_KV_UNIFIED = Setting(
+    "no_kv_unified",
+    boolean,
+    False,
+    "a KV stream per slot, each of --ctx-size / --parallel tokens, instead of one cache that any slot "
+    "may fill while the others share the rest (--batch-invariant implies it)",
+    kind="switch",
+)
 CONTEXT_SETTINGS: tuple[Setting[Any], ...] = (
     CTX_SIZE,
     PARALLEL,
+    NO_KV_UNIFIED,
     BATCH_SIZE,
     UBATCH_SIZE,
     THREADS,
@@ -102,8 +121,10 @@ class ContextOptions:
     """The context flags' values; each default and its help is its setting's, above."""
 
     ctx_size: int = CTX_SIZE.default
-    """Shared equally by the ``parallel`` slots (llama.cpp's server does the same)."""
+    """0: the model's training context, capped by memory (``backend.kv_size``). With a unified cache any
+    slot may use all of it; with a stream per slot each has an equal share (as llama-server's)."""
     parallel: int = PARALLEL.default
+    no_kv_unified: bool = NO_KV_UNIFIED.default
     batch_size: int = BATCH_SIZE.default
     ubatch_size: int = UBATCH_SIZE.default
     threads: int = THREADS.default
@@ -117,7 +138,9 @@ class ContextOptions:
     def check(self) -> None:
         if self.parallel < 1:
             raise ContextOptionError("--parallel must be at least 1")
-        if self.ctx_size < 16 * self.parallel:
+        if self.ctx_size < 0:
+            raise ContextOptionError("--ctx-size must be 0 (the model's training context) or more")
+        if 0 < self.ctx_size < self.min_ctx_size:
             raise ContextOptionError(
                 f"--ctx-size {self.ctx_size} leaves too little per slot for --parallel {self.parallel}"
             )
@@ -141,12 +164,24 @@ class ContextOptions:
     def quantized_v(self) -> bool:
         return self.cache_type_v not in ("f32", "f16", "bf16")
 
-    def to_params(self) -> Any:
+    @property
+    def min_ctx_size(self) -> int:
+        return 16 * self.parallel
+
+    @property
+    def kv_unified(self) -> bool:
+        """One KV cache for all slots (llama-server's ``--kv-unified``, its default with automatic slots).
+        Batch invariance needs a stream per slot: in one cache a sequence's cells sit wherever the others
+        left room, and the attention's sums over them then group differently than when it runs alone."""
+        return not self.no_kv_unified and not self.batch_invariant
+
+    def to_params(self, n_ctx: int | None = None) -> Any:
+        """llama_context_params, with ``n_ctx`` tokens where ``ctx_size`` is 0 (``backend.kv_size``)."""
         import llama_cpp as ll
 
         self.check()
         params = ll.llama_context_default_params()
-        params.n_ctx = self.ctx_size
+        params.n_ctx = self.ctx_size or n_ctx or 0
         params.n_batch = self.batch_size
         params.n_ubatch = min(self.ubatch_size, self.batch_size)
         params.n_seq_max = self.parallel
@@ -155,9 +190,9 @@ class ContextOptions:
         params.n_threads_batch = threads
         # A quantized V cache forces flash attention on: "auto" could resolve to off and fail late.
         params.flash_attn_type = _FLASH["on"] if self.quantized_v else _FLASH[self.flash_attn]
-        params.type_k = CACHE_TYPES[self.cache_type_k]
-        params.type_v = CACHE_TYPES[self.cache_type_v]
-        params.kv_unified = False
+        params.type_k = CACHE_TYPES[self.cache_type_k].ggml_type
+        params.type_v = CACHE_TYPES[self.cache_type_v].ggml_type
+        params.kv_unified = self.kv_unified
         # Full-size sliding-window cache: a slot's cached prefix stays usable (prompt reuse) on SWA models.
         params.swa_full = True
         params.no_perf = True

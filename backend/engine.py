@@ -6,8 +6,22 @@ would wait for the running streams' rows before its first token. While prompts w
 decode steps alternate, so a new request's first token comes after at most one decode step and a long
 prompt, prefilled in chunks, never stalls running streams. Sequences join and leave between steps.
 A slot keeps its KV cache after its sequence ends, and the next sequence whose prompt shares the
-longest prefix with it reuses that prefix. Running sequences are kept on consecutive sequence ids (see
-``_pack``): llama.cpp runs its whole graph once per run of consecutive ids.
+longest prefix with it reuses that prefix. With a KV stream per slot, running sequences are kept on
+consecutive sequence ids (see ``_pack``): llama.cpp runs its whole graph once per run of consecutive ids.
+
+Cells. By default the slots share one KV cache (llama-server's ``--kv-unified``): any sequence may hold
+up to the whole context, and the others share what it leaves. A prompt that could never fit (as long as
+the context, or with its ``max_tokens`` longer) is refused before the engine sees it
+(``context_length_exceeded``). A waiting sequence is admitted, in arrival order, once its prompt fits
+beside what the running ones hold, with ``_HEADROOM`` cells to spare for each; idle slots' cached
+prefixes are evicted for it (``llama_memory_seq_rm``), least recently used first. Running sequences
+then grow a cell a token; when the next step's cells are not free, idle caches go first, then the
+youngest running sequence pauses: its cells are freed, it keeps its slot, its text so far and its next
+sampled token, and once there is room again (before any new admission) it computes its tokens again
+and goes on. The oldest always goes on, so every sequence ends; a sequence ends with ``length`` only
+at the context's own end or its ``max_tokens``, never for what the others hold, and nothing is cut.
+(llama-server admits whatever arrives and, when a decode finds no free cell, fails every running
+request with "Context size has been exceeded."; tools/server/server-context.cpp, b11434.)
 
 Only the worker thread touches the context. The HTTP side submits :class:`Job` objects and gets
 :class:`Event` objects back through a callback (``loop.call_soon_threadsafe`` into an asyncio queue).
@@ -87,6 +101,12 @@ class EngineStats:
     reused_prompt_tokens: int = 0
     packing_moves: int = 0
     """Running sequences moved down to a lower sequence id, to close a gap (``Engine._pack``)."""
+    waits_for_cells: int = 0
+    """Times the next waiting sequence stayed waiting for room in a unified cache (``Engine._admit``)."""
+    evictions: int = 0
+    """Idle slots' cached prefixes dropped for room in a unified cache."""
+    pauses: int = 0
+    """Running sequences paused for room in a unified cache (``Engine._make_room``)."""
 
 
 class _Text:
@@ -144,19 +164,24 @@ class _Text:
 _GEMM_ROWS = 4
 _VECTOR_ROWS = _GEMM_ROWS - 1
 
-# Packing. Each slot has a KV stream of its own (kv_unified off), and llama.cpp then splits a batch into
-# one ubatch per run of consecutive, increasing sequence ids (llama_batch_allocr::split_equal, sequential)
-# and runs the whole graph once per ubatch. Measured with llama_decode alone (Gemma 3 270M, 2 threads,
-# 16 slots): 4 rows on ids 0-3 took 62 ms a step, on 0, 2, 4, 6 109 ms and on 3, 2, 1, 0 119 ms; 8 rows on
-# 0-3 and 8-11 135 ms against 99 ms on 0-7 (bench/decode_rows.py). So a new sequence takes a free slot
-# next to the running ones unless another free slot's cache saves it at least _MOVE_GAIN prompt tokens,
-# and where the running ids still make more than one run, the fewest of them are moved into one window:
+# Packing, with a KV stream per slot (--no-kv-unified, --batch-invariant) only: one unified cache is one
+# stream, which llama.cpp cuts by size alone (split_simple), whatever the ids. With a stream per slot it
+# splits a batch into one ubatch per run of consecutive, increasing sequence ids (split_equal, sequential)
+# and runs the whole graph once per ubatch. Measured with llama_decode alone (Gemma 3 270M, 2 threads, 16
+# slots): 4 rows on ids 0-3 took 62 ms a step, on 0, 2, 4, 6 109 ms and on 3, 2, 1, 0 119 ms; 8 rows on 0-3
+# and 8-11 135 ms against 99 ms on 0-7 (bench/decode_rows.py). So a new sequence takes a free slot next to
+# the running ones unless another free slot's cache saves it at least _MOVE_GAIN prompt tokens, and where
+# the running ids still make more than one run, the fewest of them are moved into one window:
 # llama_memory_seq_cp across streams copies a whole stream's buffers (6-8 ms for 1,024 cells, 15 ms for
 # 4,096 on Gemma 3 270M; it grows with the slot's context and the model's KV size, not the sequence's
-# length), once, where a gap costs a graph run at every step. A move overwrites the cache of the free
-# slot it lands on (a cross-stream copy resets it), so the window chosen is the one whose free slots'
-# caches are the least recently used.
+# length), once, where a gap costs a graph run at every step. A move overwrites the cache of the free slot
+# it lands on (a cross-stream copy resets it), so the window chosen is the one whose free slots' caches are
+# the least recently used.
 _MOVE_GAIN = 32
+
+_HEADROOM = 64
+"""Cells a sequence is admitted with to spare, per running sequence (see "Cells" in the module's
+docstring): room for their next tokens, so that an admission is not undone by a pause a few steps on."""
 
 _Row = tuple["_Slot", int, str]
 """(slot, token, kind): "gen" and "last" rows are sampled, "prompt" rows give echo logprobs, "cache"
@@ -177,6 +202,17 @@ class _Slot:
         self.text = _Text([])
         self.prompt_logprobs: list[TokenLogprob] = []
         self.last_used = 0
+        self.feed: list[int] = []
+        """What the sequence must have in its cache before it decodes: its prompt, or after a pause the
+        tokens it had then (its next token already sampled)."""
+        self.paused = False
+        """Holds its job but no cells: paused for room in a unified cache (``Engine._make_room``)."""
+        self.admitted = 0
+        """Order of admission: the youngest running sequence is the one paused."""
+
+    def to_prefill(self) -> int:
+        """Tokens of ``feed`` still to compute: cells promised to this sequence, not yet taken."""
+        return len(self.feed) - self.prefilled if self.job is not None and not self.paused else 0
 
     def take_over(self, other: _Slot) -> None:
         """Go on with ``other``'s sequence, whose KV cells were copied here; ``other`` keeps its cache."""
@@ -189,6 +225,7 @@ class _Slot:
         self.text = other.text
         self.prompt_logprobs, other.prompt_logprobs = other.prompt_logprobs, []
         self.last_used = other.last_used
+        self.feed, self.paused, self.admitted = other.feed, other.paused, other.admitted
 
 
 class Engine:
@@ -206,6 +243,9 @@ class Engine:
         self.n_parallel = int(ll.llama_n_seq_max(self.ctx))
         self.n_batch = int(ll.llama_n_batch(self.ctx))
         self.n_ctx_seq = int(ll.llama_n_ctx_seq(self.ctx))
+        """The most tokens one sequence may hold: the whole cache when unified, else a slot's stream."""
+        self.n_cells = int(ll.llama_n_ctx(self.ctx))
+        self.unified = bool(ctx_params.kv_unified)
         self.queue_size = queue_size
         self.batch_invariant = batch_invariant
         # Without batch invariance every running sequence decodes in one call (llama.cpp's 4-row gemm).
@@ -214,8 +254,14 @@ class Engine:
         self.stats = EngineStats()
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
         self._slots = [_Slot(i) for i in range(self.n_parallel)]
-        # Recurrent and hybrid memories keep a state per sequence that a copy shares rather than moves.
-        self._packs = not (ll.llama_model_is_recurrent(model) or ll.llama_model_is_hybrid(model))
+        recurrent = bool(ll.llama_model_is_recurrent(model))
+        # Recurrent and hybrid memories keep a state per sequence that a copy shares rather than moves;
+        # a unified cache is one stream, which llama.cpp never splits by sequence id (see "Packing").
+        self._packs = not (self.unified or recurrent or ll.llama_model_is_hybrid(model))
+        self._shared = self.unified and not recurrent
+        """Whether the sequences take their cells from one cache (see "Cells"); a recurrent model's
+        state is one per sequence whatever its length."""
+        self._admissions = 0
         self._waiting: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._stop = False
@@ -284,6 +330,7 @@ class Engine:
                 self._admit()
             self._release_cancelled()
             self._pack()
+            self._make_room()
             if any(s.job is not None for s in self._slots):
                 try:
                     self._step()
@@ -304,7 +351,10 @@ class Engine:
             job.emit(event)
 
     def _admit(self) -> None:
-        """Move waiting jobs into free slots (``_slot_for`` says which); ``_pack`` then closes any gap."""
+        """Move waiting jobs into free slots (``_slot_for`` says which), in their order, each once its
+        prompt fits the cache (paused sequences first, oldest first); ``_pack`` then closes any gap."""
+        if self._shared and not self._resume():
+            return
         while self._waiting:
             job = self._waiting[0]
             if job.cancelled:
@@ -314,8 +364,92 @@ class Engine:
             free = [s for s in self._slots if s.job is None]
             if not free:
                 return
+            slot = self._slot_for(job, free)
+            if self._shared and not self._room(len(job.prompt), slot):
+                self.stats.waits_for_cells += 1
+                return
             self._waiting.popleft()
-            self._assign(self._slot_for(job, free), job)
+            self._assign(slot, job)
+
+    # ---- cells (a unified cache) -------------------------------------------------------------------
+
+    def _cells_free(self, besides: _Slot | None = None) -> int:
+        """Cells that no slot holds (its cached tokens, ``besides``' aside) nor has been promised (the
+        prompt tokens its sequence has still to compute)."""
+        used = sum(len(s.cached) + s.to_prefill() for s in self._slots if s is not besides)
+        return self.n_cells - used
+
+    def _room(self, tokens: int, slot: _Slot) -> bool:
+        """Whether ``slot`` may take ``tokens`` cells (its own cache is trimmed to what they reuse), with
+        ``_HEADROOM`` to spare for each running sequence's next tokens, or what the cache has where it
+        has less (a sequence alone always fits: a prompt is shorter than the context). Other idle
+        slots' cached prefixes are evicted for it, least recently used first; none where that would not
+        be enough."""
+        running = sum(1 for s in self._slots if s.job is not None and not s.paused and s is not slot)
+        need = min(tokens + _HEADROOM * (running + 1), self.n_cells)
+        free = self._cells_free(besides=slot)
+        idle = sorted(
+            (s for s in self._slots if s.job is None and s.cached and s is not slot),
+            key=lambda s: s.last_used,
+        )
+        if free + sum(len(s.cached) for s in idle) < need:
+            return False
+        for other in idle:
+            if free >= need:
+                break
+            free += len(other.cached)
+            self._evict(other)
+        return True
+
+    def _resume(self) -> bool:
+        """Give paused sequences their cells back, oldest first, while they fit; whether all did."""
+        for slot in sorted((s for s in self._slots if s.paused), key=lambda s: s.admitted):
+            if not self._room(len(slot.feed), slot):
+                return False
+            slot.paused = False
+        return True
+
+    def _make_room(self) -> None:
+        """Before a step, a cell for each sequence about to decode: idle slots' cached prefixes go first
+        (least recently used first), then the youngest running sequence pauses until there is room
+        again. The oldest always goes on: alone, a sequence fits the cache to its end."""
+        if not self._shared:
+            return
+        while True:
+            running = [s for s in self._slots if s.job is not None and not s.paused]
+            decoding = sum(1 for s in running if s.next_token is not None and not s.to_prefill())
+            if self._cells_free() >= decoding:
+                return
+            idle = [s for s in self._slots if s.job is None and s.cached]
+            if idle:
+                self._evict(min(idle, key=lambda s: s.last_used))
+            elif len(running) > 1:
+                self._pause(max(running, key=lambda s: s.admitted))
+            else:
+                return  # (never: a lone sequence ends at the context's end, "length")
+
+    def _evict(self, slot: _Slot) -> None:
+        ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        slot.cached = []
+        slot.reusable = 0
+        self.stats.evictions += 1
+
+    def _pause(self, slot: _Slot) -> None:
+        """Free ``slot``'s cells; it keeps its job and state, and computes its tokens again on resuming:
+        a sequence still reading its prompt reads it anew, a decoding one its tokens so far, then goes
+        on with the next token it had sampled (its sampler untouched, so a grammar goes on too)."""
+        job = slot.job
+        assert job is not None
+        if slot.next_token is None:
+            slot.feed, slot.prompt_logprobs = job.prompt, []
+        elif slot.prefilled >= len(slot.feed):  # (else paused again while resuming: the same tokens)
+            slot.feed = slot.cached
+        ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        slot.cached = []
+        slot.prefilled = 0
+        slot.reusable = 0
+        slot.paused = True
+        self.stats.pauses += 1
 
     def _slot_for(self, job: Job, free: list[_Slot]) -> _Slot:
         """The free slot whose cache shares the longest prefix with the prompt (the least recently used
@@ -371,9 +505,13 @@ class Engine:
             keep = 0
         self.stats.reused_prompt_tokens += keep
         slot.cached = job.prompt[:keep]
+        slot.feed = job.prompt
         slot.prefilled = keep
         slot.reusable = keep
         slot.job = job
+        slot.paused = False
+        self._admissions += 1
+        slot.admitted = self._admissions
         slot.next_token = None
         slot.generated = 0
         slot.text = _Text(job.stop)
@@ -397,12 +535,13 @@ class Engine:
             slot.job.sampler.close()
         slot.job = None
         slot.next_token = None
+        slot.paused = False
         slot.last_used = self.stats.steps
 
     def _step(self) -> None:
-        running = [s for s in self._slots if s.job is not None]
-        decoding = [s for s in running if s.next_token is not None]
-        prefilling = [s for s in running if s.job is not None and s.prefilled < len(s.job.prompt)]
+        running = [s for s in self._slots if s.job is not None and not s.paused]
+        prefilling = [s for s in running if s.prefilled < len(s.feed)]
+        decoding = [s for s in running if s.next_token is not None and s not in prefilling]
         self._prefill_turn = bool(prefilling) and (not decoding or not self._prefill_turn)
         if not decoding and not prefilling:
             return
@@ -429,7 +568,7 @@ class Engine:
         for slot in sorted(prefilling, key=lambda s: s.last_used):
             job = slot.job
             assert job is not None
-            remaining = len(job.prompt) - slot.prefilled
+            remaining = len(slot.feed) - slot.prefilled
             chunk = min(remaining, budget)
             if chunk < remaining:  # only a prompt's last chunk may end off the 4-row grid
                 aligned = chunk - chunk % self._grid
@@ -438,12 +577,13 @@ class Engine:
                 chunk = aligned or chunk
             budget -= chunk
             rows: list[_Row] = []
+            reading = slot.next_token is None  # its prompt (else tokens it had before a pause)
             for i in range(slot.prefilled, slot.prefilled + chunk):
-                last = i == len(job.prompt) - 1
-                kind = "last" if last else "prompt" if job.prompt_logprobs else "cache"
-                rows.append((slot, job.prompt[i], kind))
+                last = reading and i == len(slot.feed) - 1
+                kind = "last" if last else "prompt" if reading and job.prompt_logprobs else "cache"
+                rows.append((slot, slot.feed[i], kind))
             slot.prefilled += chunk
-            if slot.prefilled == len(job.prompt):
+            if slot.prefilled == len(slot.feed):
                 slot.reusable = slot.prefilled - slot.prefilled % self._grid
             self._decode(rows)
 

@@ -479,6 +479,20 @@ class BufferTypes:
         )
 
 
+def gpu_free_memory() -> int:
+    """Bytes free now on the GPUs llama.cpp offloads to (an RPC server's device is one), summed: where
+    the KV cache of offloaded layers goes (backend/kv_size.py)."""
+    ggml = _ggml()
+    free_bytes = 0
+    for i in range(ggml.ggml_backend_dev_count()):
+        dev = ggml.ggml_backend_dev_get(i)
+        if ggml.ggml_backend_dev_type(dev) in (GGML_DEVICE_GPU, GGML_DEVICE_IGPU):
+            free, total = ctypes.c_size_t(), ctypes.c_size_t()
+            ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            free_bytes += free.value
+    return free_bytes
+
+
 _GET_EXTRA_BUFTS = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
 
 
@@ -526,6 +540,10 @@ def _ggml() -> SimpleNamespace:
         "ggml_backend_buft_name": ([ctypes.c_void_p], ctypes.c_char_p),
         "ggml_backend_dev_backend_reg": ([ctypes.c_void_p], ctypes.c_void_p),
         "ggml_backend_reg_get_proc_address": ([ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
+        "ggml_backend_dev_memory": (
+            [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)],
+            None,
+        ),
     }
     bound = SimpleNamespace()
     for name, (argtypes, restype) in signatures.items():

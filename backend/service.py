@@ -20,6 +20,7 @@ from backend.chat_template import ChatTemplate
 from backend.config import QUEUE_SIZE
 from backend.context import ContextOptions
 from backend.engine import Engine, Event, Job
+from backend.kv_size import default_context, startup_line
 from backend.loading import LoadedModel, LoadOptions, load_model
 from backend.request_errors import RequestError
 from backend.requests import GenerationRequest, PromptPart
@@ -215,9 +216,10 @@ class Backend:
         try:
             quiet_llama_log()
             options = context or ContextOptions()
+            size, per_token = default_context(loaded, options)
             engine = Engine(
                 loaded.model,
-                options.to_params(),
+                options.to_params(size.tokens),
                 queue_size=queue_size,
                 batch_invariant=options.batch_invariant,
             )
@@ -225,13 +227,18 @@ class Backend:
             loaded.close()
             raise
         backend = cls(loaded, engine, model_id=model_id)
+        log.info("serving %s as %r, chat template: %s", path, backend.model_id, backend.template.origin)
+        split_by = "--batch-invariant" if options.batch_invariant else "--no-kv-unified"
         log.info(
-            "serving %s as %r: %d slots of %d tokens, chat template: %s",
-            path,
-            backend.model_id,
-            engine.n_parallel,
-            engine.n_ctx_seq,
-            backend.template.origin,
+            "%s",
+            startup_line(
+                size,
+                per_token,
+                n_ctx=engine.n_cells,
+                n_ctx_seq=engine.n_ctx_seq,
+                slots=engine.n_parallel,
+                split_by=None if engine.unified else split_by,
+            ),
         )
         return backend
 

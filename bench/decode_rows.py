@@ -1,13 +1,15 @@
 """What a decode step costs by where its rows sit: ``llama_decode`` alone, one context of 16 sequences,
-the same 4, 8 or 16 rows on different sequence ids, with a KV stream per sequence (how the backend and
-llama-server run by default) and with one unified KV cache.
+the same 4, 8 or 16 rows on different sequence ids, with a KV stream per sequence (the backend's
+``--no-kv-unified`` and ``--batch-invariant``, llama-server's default with ``-np N``) and with one unified
+KV cache (the backend's default, llama-server's ``--kv-unified``).
 
     python bench/decode_rows.py [--model PATH] [--threads 2] [--steps 40]
 
 With a stream per sequence, llama.cpp cuts a batch into one ubatch per run of consecutive, increasing
 sequence ids and runs the whole graph once per ubatch, so rows on scattered ids cost as many graph runs
-as there are runs of ids. This is why the backend keeps its running sequences on the lowest ids with no
-gap (backend/engine.py, ``_pack``). The ratio printed is against the same number of rows on ids 0..n-1.
+as there are runs of ids. This is why the backend, with a stream per slot, keeps its running sequences
+on the lowest ids with no gap (backend/engine.py, ``_pack``); one unified cache is cut by size alone
+(``split_simple``), whatever the ids. The ratio printed is against the same number of rows on ids 0..n-1.
 Also printed: what moving a sequence to another stream costs (``llama_memory_seq_cp`` across streams,
 applied at the next decode), the price of closing a gap.
 """
