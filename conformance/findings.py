@@ -102,6 +102,11 @@ class FindingSink:
             # behind an earlier warning of the same rule: the verdict would pass a failing response.
             self._escalated.add(rule)
 
+    def fired(self, rule: str) -> bool:
+        """Whether ``rule`` has been reported in this response (so a less specific rule on the same fact
+        can stay quiet)."""
+        return rule in self._first
+
     def close(self) -> list[Finding]:
         """The findings in the order their rules first fired, each carrying its count, the other
         pointers and every quirk id cited, with the worst severity any occurrence had."""

@@ -61,7 +61,8 @@ def finish_length(ctx: Context) -> None:
     reasons = {state.finish_reason for state in ctx.choices.values()} - {None}
     used, limit = ctx.completion_tokens, ctx.request.max_tokens
     stopped_early = reasons == {"stop"} and used is not None and limit is not None and used < limit
-    if "length" in reasons or stopped_early:
+    # 'stop' at a limit usage shows reached is finish-stop-at-limit's, the fact said once.
+    if "length" in reasons or stopped_early or ctx.sink.fired("finish-stop-at-limit"):
         return
     ctx.error(
         "finish-length-expected",

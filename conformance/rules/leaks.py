@@ -103,11 +103,14 @@ def error_leaks(ctx: Context, event: int | None, payload: Any, pointer: str | No
 
 
 def model_path(ctx: Context, event: int | None, model: Any) -> None:
-    """``model`` names the served model, never the file it was loaded from (Q09)."""
+    """``model`` names the served model, never the file it was loaded from (Q09). A warning: no client
+    fails on it (openai-python, openai-node, the AI SDK and Codex pass ``model`` on as a string), while it
+    tells whoever reads the answer where the server keeps its files; as an error on every successful
+    llama-server answer it ranked that server below ones that fail requests (issue 33)."""
     if isinstance(model, str) and model:
         path = leaked_path(model)
         if path:
-            ctx.error(
+            ctx.warn(
                 "model-is-local-path",
                 f"`model` is a local file path: {model[:120]!r}",
                 event=event,

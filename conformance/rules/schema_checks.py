@@ -57,6 +57,11 @@ _EXTRA_QUIRK = {
     "prompt_cache_hit_tokens": "Q41",
     "prompt_cache_miss_tokens": "Q41",
 }
+DEFAULTED_KEYS = frozenset({("choices", "*", "message", "refusal"), ("choices", "*", "logprobs")})
+"""Required keys of a chat or completion answer whose absence every strict client reads as null:
+openai-python's types make ``message.refusal`` and ``choices[].logprobs`` optional, and the AI SDK's
+schemas nullish (ik_llama.cpp omits both, Q61). Missing, they are a warning (docs/validate.md, severity
+policy); any other missing key is an error."""
 _INDICES = re.compile(r"/\d+(?=/|$)")
 _NULL_BRANCH = {"type": "null"}
 
@@ -100,22 +105,7 @@ def _report(ctx: Context, event: int | None, error: ValidationError) -> None:
     where = schemas.pointer(error.absolute_path)
     last = error.absolute_path[-1] if error.absolute_path else None
     if error.validator == "required" and isinstance(error.instance, dict):
-        required: Any = error.validator_value
-        # jsonschema gives one error per missing key, each holding the whole list: this one's key is
-        # the one its message names.
-        missing = [key for key in required if key not in error.instance]
-        named = [key for key in missing if error.message.startswith(f"{key!r} ")]
-        for key in named or missing[:1]:
-            ctx.error(
-                "required-key",
-                f"required key {key!r} missing (required even when its value is null)",
-                event=event,
-                pointer=f"{where}/{key}",
-                # A tool-call fragment's index is Q64; a choice's, Q61.
-                quirk="Q64"
-                if key == "index" and "tool_calls" in error.absolute_path
-                else _REQUIRED_QUIRK.get(key, "spec"),
-            )
+        _missing_keys(ctx, event, error, where)
         return
     if error.validator in ("enum", "const") and last == "finish_reason":
         value = error.instance
@@ -137,6 +127,27 @@ def _report(ctx: Context, event: int | None, error: ValidationError) -> None:
         )
         return
     ctx.error("schema", f"{where or '/'}: {_describe(error)}", event=event, pointer=where, quirk="spec")
+
+
+def _missing_keys(ctx: Context, event: int | None, error: ValidationError, where: str) -> None:
+    """``required-key`` for the key a ``required`` violation names: a warning for a key every strict
+    client reads as null (:data:`DEFAULTED_KEYS`), an error for any other."""
+    required: Any = error.validator_value
+    # jsonschema gives one error per missing key, each holding the whole list: this one's key is the
+    # one its message names.
+    instance: Any = error.instance  # a dict: _report checked it
+    missing = [key for key in required if key not in instance]
+    named = [key for key in missing if error.message.startswith(f"{key!r} ")]
+    general = tuple("*" if isinstance(step, int) else step for step in error.absolute_path)
+    for key in named or missing[:1]:
+        quirk = (  # a tool-call fragment's index is Q64; a choice's, Q61
+            "Q64" if key == "index" and "tool_calls" in general else _REQUIRED_QUIRK.get(key, "spec")
+        )
+        message = f"required key {key!r} missing (required even when its value is null)"
+        if (*general, key) in DEFAULTED_KEYS:
+            ctx.warn("required-key", message, event=event, pointer=f"{where}/{key}", quirk=quirk)
+        else:
+            ctx.error("required-key", message, event=event, pointer=f"{where}/{key}", quirk=quirk)
 
 
 def _describe(error: ValidationError) -> str:

@@ -23,7 +23,9 @@ def _finished(ctx: Context, reason: str) -> list[int]:
 def stop_at_limit(ctx: Context) -> None:
     """``finish_reason: "stop"`` although usage shows every sequence reached the token limit, and the
     request named no stop sequence that could have ended it there (spec: ``length`` when the limit is
-    reached). A warning: a model may also pick its end-of-sequence token as the very last one."""
+    reached). An error (docs/validate.md, severity policy): the client takes a cut answer for a whole
+    one, and an agent acts on it (a model that picks its end-of-sequence token as the very last one the
+    limit allows is the rare case this may misjudge)."""
     limit = ctx.request.completion_limit
     completion = ctx.completion_tokens
     if (
@@ -36,7 +38,7 @@ def stop_at_limit(ctx: Context) -> None:
         return
     stopped = _finished(ctx, "stop")
     if stopped:
-        ctx.warn(
+        ctx.error(
             "finish-stop-at-limit",
             f"choice {stopped[0]} finished 'stop', but usage counts {completion} completion tokens: the"
             f" limit of {ctx.request.max_tokens} was reached, which is finish_reason 'length'",

@@ -112,7 +112,7 @@ def test_max_completion_tokens_not_reached_because_the_model_stopped() -> None:
 
 def test_max_completion_tokens_ignored() -> None:
     result, _ = run("max-completion-tokens", lambda body: chat("1, 2, 3, 4, 5", "stop", completion=9))
-    assert errors(result) == {("finish-length-expected", "spec"), ("usage-over-max-tokens", "spec")}
+    assert errors(result) == {("finish-stop-at-limit", "spec"), ("usage-over-max-tokens", "spec")}
     result, _ = run("max-completion-tokens", lambda body: chat("1, 2, 3, 4", "length", completion=4))
     assert errors(result) == {("usage-over-max-tokens", "spec")}
 

@@ -327,9 +327,9 @@ def test_a_tool_call_fragment_without_index_is_q64_not_a_choice_quirk(
 
 
 def _repeated(tmp_path: Path, name: str, server: str) -> Path:
-    """A chat stream whose 9 chunks each change ``created``: one finding, count 8 (the first sets it)."""
+    """A chat stream whose 9 chunks each change ``id``: one finding, count 8 (the first sets it)."""
     chunks = [
-        {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": i, "model": "m", "choices": []}
+        {"id": f"chatcmpl-{i}", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": []}
         for i in range(9)
     ]
     body = b"".join(encode_data(json.dumps(c)) for c in chunks) + DONE_EVENT
@@ -343,18 +343,18 @@ def test_every_format_carries_the_counts_and_the_per_server_summary(
 ) -> None:
     repeated = _repeated(tmp_path, "a", "server-a")
     text = run(capsys, str(repeated), str(GOLDEN))[1]
-    assert "error   created-changed (x8) [Q13] at event 1" in text
+    assert "error   id-changed (x8) [Q03] at event 1" in text
     assert "server-a: 1 responses judged, 1 with errors, " in text
     assert f"{GOLDEN}: 1 responses judged, 0 with errors, 0 distinct rules broken" in text
     report = json.loads(run(capsys, "--format", "json", str(repeated))[1])
-    [finding] = [f for f in report["results"][0]["errors"] if f["rule"] == "created-changed"]
+    [finding] = [f for f in report["results"][0]["errors"] if f["rule"] == "id-changed"]
     assert (finding["count"], finding["event"]) == (8, 1)
     assert report["results"][0]["server"] == "server-a"
     assert [s["server"] for s in report["servers"]] == ["server-a"]
     markdown = run(capsys, "--format", "markdown", str(repeated))[1]
     assert "| server | responses judged | responses with errors | distinct rules |" in markdown
     assert "| server-a | 1 | 1 |" in markdown
-    assert "| error | `created-changed` | Q13 | 8 | 1 |" in markdown
+    assert "| error | `id-changed` | Q03 | 8 | 1 |" in markdown
     junit = ET.fromstring(run(capsys, "--format", "junit", str(repeated))[1])
     suite = junit.find("testsuite")
     assert suite is not None
@@ -363,7 +363,7 @@ def test_every_format_carries_the_counts_and_the_per_server_summary(
     assert properties["server-a.responses"] == "1"
     assert properties["server-a.responses_with_errors"] == "1"
     failure = next(junit.iter("failure"))
-    assert "created-changed (x8)" in (failure.text or "")
+    assert "id-changed (x8)" in (failure.text or "")
 
 
 def test_every_format_lists_each_quirk_a_rule_cited_in_one_finding(

@@ -24,8 +24,6 @@ LLAMA_CPP_PYTHON_DEVIATIONS = [
     ("chat-logprobs-no-top", "logprobs-missing", "Q69"),  # logprobs: null unless top_logprobs is set
     ("max-tokens-zero-echo", "max-tokens-zero-generated", "spec"),  # max_tokens 0 read as "no limit"
     ("max-tokens-zero-echo", "usage-over-max-tokens", "spec"),
-    ("chat-stream", "model-is-local-path", "Q09"),  # the local .gguf path as `model`
-    ("completion", "model-is-local-path", "Q09"),
     # Tools (issue 20): only a named tool_choice gets a grammar and a call; its stream repeats the call's
     # id and the function name on every fragment (and a null legacy function_call beside them).
     ("tool-choice-named-stream", "tool-call-name-repeated", "Q63"),
