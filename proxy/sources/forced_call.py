@@ -109,7 +109,7 @@ class ForcedCall(Source):
         next_batch = source.active.next_batch
         while sum(choices.called.values()) < wanted:
             if len(held) > HELD_EVENTS:
-                return None
+                return None  # (a read's batch is bounded by the read: judged with it, then no more)
             batch = await next_batch()
             if batch is None:
                 if (failure := source.failure) is not None:

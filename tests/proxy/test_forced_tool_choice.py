@@ -21,6 +21,8 @@ import httpx
 import openai
 import pytest
 
+from proxy.sources.forced_call import HELD_EVENTS
+
 from .conftest import run_proxy
 from .rawserver import Record, chunk_payload, http_chunk, json_answer, raw_server, read_request, sse_head
 
@@ -47,8 +49,13 @@ def _way(body: dict[str, Any]) -> str:
     return "required" if choice == "required" else "auto"
 
 
-def _events(body: dict[str, Any], honours: set[str], finish: str) -> list[dict[str, Any]]:
+def _events(body: dict[str, Any], honours: set[str], finish: str, preamble: int = 0) -> list[dict[str, Any]]:
+    """The answer to ``body``: a call where its way is honoured (after ``preamble`` events of text
+    under ``required``), else text."""
     way = _way(body)
+    if way == "required" and preamble:
+        text = [chunk_payload({"content": "so "}) for _ in range(preamble)]
+        return text + _events(body, honours | {"required"}, finish)
     if way == "json_output" and way in honours:
         envelope = {"tool_call": {"name": "get_weather", "arguments": json.loads(ARGUMENTS)}}
         text = json.dumps(envelope)
@@ -103,7 +110,7 @@ def _whole(events: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _upstream(honours: set[str], asked: list[dict[str, Any]], finish: str = "stop") -> Any:
+def _upstream(honours: set[str], asked: list[dict[str, Any]], finish: str = "stop", preamble: int = 0) -> Any:
     """A chat upstream that calls ``get_weather`` when asked a way it ``honours``, else answers text
     finished ``finish``; each request's body goes into ``asked``. Every other path is a 404."""
 
@@ -115,23 +122,30 @@ def _upstream(honours: set[str], asked: list[dict[str, Any]], finish: str = "sto
                 continue
             body = json.loads(payload)
             asked.append(body)
-            events = _events(body, honours, finish)
+            events = _events(body, honours, finish, preamble)
             if not body.get("stream"):
                 writer.write(json_answer(_whole(events)))
                 await writer.drain()
                 continue
-            data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
-            writer.write(sse_head() + http_chunk(data + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            data = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events]
+            writer.write(sse_head())
+            if preamble:
+                writer.write(http_chunk(b"".join(data[:preamble])))
+                await writer.drain()
+                await asyncio.sleep(0.2)  # the rest in a read of its own: the text came first
+            writer.write(http_chunk(b"".join(data[preamble:]) + b"data: [DONE]\n\n") + b"0\r\n\r\n")
             await writer.drain()
 
     return handler
 
 
 @contextlib.contextmanager
-def _proxied(honours: set[str], finish: str = "stop") -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def _proxied(
+    honours: set[str], finish: str = "stop", preamble: int = 0
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     asked: list[dict[str, Any]] = []
     with (
-        raw_server(_upstream(honours, asked, finish)) as (upstream, _),
+        raw_server(_upstream(honours, asked, finish, preamble)) as (upstream, _),
         run_proxy(upstream, upstream_kind="openai") as url,
     ):
         yield url, asked
@@ -321,3 +335,20 @@ def test_text_cut_by_the_limit_before_any_call_goes_out_as_cut_and_is_not_learne
         answer = _openai(url).chat.completions.create(**_chat(max_tokens=3))
         assert [_way(sent) for sent in asked] == ["required"]
     assert answer.choices[0].finish_reason == "length"
+
+
+# -- the held text is bounded ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_text_before_a_call_is_held_up_to_the_bound_then_judged_as_no_call() -> None:
+    """A few words before the call (llama-server's ``required`` grammar allows them) are held and the
+    call goes out; past ``HELD_EVENTS`` the answer is judged as one without a call, and asked again."""
+    with _proxied({"named"}, preamble=3) as (url, asked):
+        content, calls, _ = _streamed(list(_openai(url).chat.completions.create(**_chat(stream=True))))
+        assert [_way(sent) for sent in asked] == ["required"]
+    assert (content, calls) == ("so so so ", [("get_weather", ARGUMENTS)])
+    with _proxied({"named"}, preamble=HELD_EVENTS + 10) as (url, asked):
+        content, calls, _ = _streamed(list(_openai(url).chat.completions.create(**_chat(stream=True))))
+        assert [_way(sent) for sent in asked] == ["required", "named"]
+    assert (content, calls) == ("", [("get_weather", ARGUMENTS)])
