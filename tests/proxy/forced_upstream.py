@@ -1,0 +1,133 @@
+"""A raw chat upstream scripted to honour some ways of asking for a forced tool call and to answer text
+to the others (issue 37, Q86): ``required``, a named function, JSON output (a ``response_format`` JSON
+Schema whose answer is ``{"tool_call": ...}``, proxy/adapters/tool_emulation.py), as servers that
+ignore ``tool_choice`` answer; it records what it was asked. Behind the proxy for the proxy's tests
+(tests/proxy/test_forced_tool_choice.py) and the JavaScript clients' (tests/clients)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from .conftest import run_proxy
+from .rawserver import Record, chunk_payload, http_chunk, json_answer, raw_server, read_request, sse_head
+
+__all__ = ["ARGUMENTS", "TEXT", "proxied", "way"]
+
+TEXT = ["I think", " the weather", " is nice."]
+ARGUMENTS = '{"city": "Paris"}'
+
+
+def way(body: dict[str, Any]) -> str:
+    """How the request asks for a call: ``json_output``, ``named``, ``required``, or ``auto``."""
+    response_format = body.get("response_format") or {}
+    if response_format.get("type") == "json_schema" and "tools" not in body:
+        return "json_output"
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        return "named"
+    return "required" if choice == "required" else "auto"
+
+
+def _events(body: dict[str, Any], honours: set[str], finish: str, preamble: int = 0) -> list[dict[str, Any]]:
+    """The answer to ``body``: a call where its way is honoured (after ``preamble`` events of text
+    under ``required``), else text."""
+    asked = way(body)
+    if asked == "required" and preamble:
+        text = [chunk_payload({"content": "so "}) for _ in range(preamble)]
+        return text + _events(body, honours | {"required"}, finish)
+    if asked == "json_output" and asked in honours:
+        envelope = {"tool_call": {"name": "get_weather", "arguments": json.loads(ARGUMENTS)}}
+        written = json.dumps(envelope)
+        return [
+            chunk_payload({"role": "assistant", "content": written[:10]}),
+            chunk_payload({"content": written[10:]}, "stop"),
+        ]
+    if asked in honours:
+        first = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": ""},
+        }
+        rest = {"index": 0, "function": {"arguments": ARGUMENTS}}
+        return [
+            chunk_payload({"role": "assistant", "tool_calls": [first]}),
+            chunk_payload({"tool_calls": [rest]}, "tool_calls"),
+        ]
+    events = [chunk_payload({"role": "assistant", "content": TEXT[0]})]
+    events += [chunk_payload({"content": piece}) for piece in TEXT[1:]]
+    events[-1]["choices"][0]["finish_reason"] = finish
+    return events
+
+
+def _whole(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The events as one chat completion."""
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    finish = None
+    for event in events:
+        choice = event["choices"][0]
+        delta = choice["delta"]
+        if "content" in delta:
+            message["content"] = (message["content"] or "") + delta["content"]
+        for call in delta.get("tool_calls") or ():
+            if "id" in call:
+                message["tool_calls"] = [
+                    {"id": call["id"], "type": "function", "function": dict(call["function"])}
+                ]
+            else:
+                message["tool_calls"][0]["function"]["arguments"] += call["function"]["arguments"]
+        finish = choice["finish_reason"] or finish
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    choice = {"index": 0, "message": message, "finish_reason": finish}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
+def _upstream(honours: set[str], asked: list[dict[str, Any]], finish: str = "stop", preamble: int = 0) -> Any:
+    """A chat upstream that calls ``get_weather`` when asked a way it ``honours``, else answers text
+    finished ``finish``; each request's body goes into ``asked``. Every other path is a 404."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (raw := await read_request(reader)) is not None:
+            head, payload = raw.split(b"\r\n\r\n", 1)
+            if not head.startswith(b"POST /v1/chat/completions "):
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                continue
+            body = json.loads(payload)
+            asked.append(body)
+            events = _events(body, honours, finish, preamble)
+            if not body.get("stream"):
+                writer.write(json_answer(_whole(events)))
+                await writer.drain()
+                continue
+            data = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events]
+            writer.write(sse_head())
+            if preamble:
+                writer.write(http_chunk(b"".join(data[:preamble])))
+                await writer.drain()
+            writer.write(http_chunk(b"".join(data[preamble:]) + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+
+    return handler
+
+
+@contextlib.contextmanager
+def proxied(
+    honours: set[str], finish: str = "stop", preamble: int = 0
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    asked: list[dict[str, Any]] = []
+    with (
+        raw_server(_upstream(honours, asked, finish, preamble)) as (upstream, _),
+        run_proxy(upstream, upstream_kind="openai") as url,
+    ):
+        yield url, asked
