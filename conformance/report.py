@@ -15,14 +15,25 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.findings import Finding
+from conformance.findings import MAX_POINTERS, Finding
 from conformance.judge import Verdict
 from conformance.version import installed_version
 
-__all__ = ["FORMATS", "UNNAMED_SERVER", "by_server", "exit_status", "json_report", "render", "summary"]
+__all__ = [
+    "FORMATS",
+    "UNNAMED_SERVER",
+    "by_server",
+    "exit_status",
+    "json_report",
+    "ranked",
+    "render",
+    "summary",
+]
 
 FORMATS = ("text", "json", "junit", "markdown")
 UNNAMED_SERVER = "(unnamed)"
+_BRIEF_MESSAGE = 100
+"""Characters of a first message ``--brief`` shows: a rule's line stays one screen line wide."""
 """The server of responses no sidecar or command named."""
 
 
@@ -55,6 +66,19 @@ def by_server(verdicts: Sequence[Verdict]) -> dict[str, list[Verdict]]:
     return groups
 
 
+def ranked(verdicts: Sequence[Verdict]) -> list[tuple[str, list[Verdict]]]:
+    """The servers worst first: by the distinct rules whose errors they gave, then by how many of their
+    responses had errors (issue 33: counting responses alone ranked a server that 500s on valid
+    requests cleanest, as one error rule fired on all of another's answers), then by name."""
+    groups = by_server(verdicts).items()
+
+    def key(item: tuple[str, list[Verdict]]) -> tuple[int, int, str]:
+        totals = summary(item[1])
+        return (-totals["distinct_rules"], -totals["responses_with_errors"], item[0])
+
+    return sorted(groups, key=key)
+
+
 def exit_status(verdicts: Sequence[Verdict], *, strict: bool = False) -> int:
     """0 when nothing failed, 1 when errors (or, with ``strict``, warnings) were found."""
     totals = summary(verdicts)
@@ -71,8 +95,10 @@ def json_report(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     }
 
 
-def render(verdicts: Sequence[Verdict], fmt: str) -> str:
-    """The report in one of :data:`FORMATS`."""
+def render(verdicts: Sequence[Verdict], fmt: str, *, brief: bool = False) -> str:
+    """The report in one of :data:`FORMATS`; ``brief`` text is one line per distinct rule per server."""
+    if brief and fmt == "text":
+        return _brief(verdicts)
     if fmt == "json":
         return json.dumps(json_report(verdicts), indent=2) + "\n"
     if fmt == "junit":
@@ -121,8 +147,35 @@ def _text(verdicts: Sequence[Verdict]) -> str:
         status = "FAIL" if v.errors else ("WARN" if v.warnings else "PASS")
         lines.append(f"{status} {v.source} ({_kind(v)}): {len(v.errors)} errors, {len(v.warnings)} warnings")
         lines += [f"  {_finding_line(f, width=7)}" for f in (*v.errors, *v.warnings)]
-    for name, group in by_server(verdicts).items():
+    for name, group in ranked(verdicts):
         lines.append(_server_line(name, summary(group)))
+    totals = summary(verdicts)
+    lines.append(f"{totals['transcripts']} checked, {totals['errors']} errors, {totals['warnings']} warnings")
+    return "\n".join(lines) + "\n"
+
+
+def _brief(verdicts: Sequence[Verdict]) -> str:
+    """Per server, worst first: its ranking line, then one line per distinct rule it broke, errors
+    first, each with the responses it fired in and its first message; the quirk ids are those of
+    docs/quirks.md."""
+    lines: list[str] = []
+    for name, group in ranked(verdicts):
+        lines.append(_server_line(name, summary(group)))
+        first: dict[tuple[str, str], Finding] = {}
+        seen: Counter[tuple[str, str]] = Counter()
+        for v in group:
+            for f in v.findings:
+                first.setdefault((f.severity, f.rule), f)
+                seen[(f.severity, f.rule)] += 1
+        order = sorted(first, key=lambda k: (k[0] != "error", -seen[k], k[1]))
+        for severity, rule in order:
+            f = first[(severity, rule)]
+            message = (
+                f.message if len(f.message) <= _BRIEF_MESSAGE else f.message[: _BRIEF_MESSAGE - 3] + "..."
+            )
+            lines.append(
+                f"  {severity:<7} {rule}{_quirks(f)} in {seen[(severity, rule)]} of {len(group)}: {message}"
+            )
     totals = summary(verdicts)
     lines.append(f"{totals['transcripts']} checked, {totals['errors']} errors, {totals['warnings']} warnings")
     return "\n".join(lines) + "\n"
@@ -181,7 +234,17 @@ def _finding_line(f: Finding, *, width: int = 0) -> str:
     """One finding as text and JUnit show it; ``width`` pads the severity so text's rules line up."""
     where = _where(f)
     where = f" at {where}" if where else ""
-    return f"{f.severity:<{width}} {f.rule}{_times(f)}{_quirks(f)}{where}: {f.message}"
+    return f"{f.severity:<{width}} {f.rule}{_times(f)}{_quirks(f)}{where}: {f.message}{_also(f)}"
+
+
+def _also(f: Finding) -> str:
+    """Everywhere else a folded finding fired, so ``(x84)`` names each key it stands for, not the first
+    alone (issue 33); the pointers kept are at most ``MAX_POINTERS``."""
+    if not f.pointers:
+        return ""
+    more = f.count - 1 - len(f.pointers)
+    rest = f" and {more} more" if more > 0 and len(f.pointers) >= MAX_POINTERS else ""
+    return f"; also at {', '.join(f.pointers)}{rest}"
 
 
 def _cell(text: str) -> str:

@@ -47,6 +47,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default text)")
     parser.add_argument(
+        "--brief",
+        action="store_true",
+        help="text: one line per distinct rule per server, the worst server first",
+    )
+    parser.add_argument(
         "--output", "-o", type=Path, default=None, help="write the report here (default stdout)"
     )
     parser.add_argument("--record", type=Path, default=None, metavar="DIR", help="save every exchange here")
@@ -143,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"/v1/responses judged by the {args.profile} profile (--profile)")
     for r in results:
         r.verdict.server = args.server or args.url
-    report = render([r.verdict for r in results], args.format)
+    report = render([r.verdict for r in results], args.format, brief=args.brief)
     if args.output is not None:
         write_report(args.output, report)
     else:

@@ -32,6 +32,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="transcript files or folders of them")
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default text)")
+    parser.add_argument(
+        "--brief",
+        action="store_true",
+        help="text: one line per distinct rule per server, the worst server first",
+    )
     parser.add_argument("--output", "-o", type=Path, default=None, help="write the report to FILE")
     parser.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     parser.add_argument(
@@ -86,7 +91,7 @@ def _looks_binary(head: bytes) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     verdicts = validate_paths(args.paths, excerpt=args.excerpt, profile=args.profile)
-    report = render(verdicts, args.format)
+    report = render(verdicts, args.format, brief=args.brief)
     if args.output is not None:
         write_report(args.output, report)
     else:

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
+from conformance.judge import judge_transcript
 from conformance.report import render
 from conformance.sse import DONE_EVENT, encode_data
+from conformance.transcript import load_transcript
 from tests.conformance.test_rules import chat_chunk, delta, stream
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
@@ -429,3 +431,41 @@ def test_excerpt_sidecar_key_quiets_the_end_of_stream_rules(
     status, _, err = run(capsys, str(tmp_path))
     assert status == 2
     assert "'excerpt' must be true or false" in err
+
+
+def test_brief_is_one_line_per_distinct_rule_per_server_the_worst_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 33: a 56-transcript report was 219 lines; --brief gives each server its ranking line and
+    # one line per rule it broke, however many responses broke it.
+    for i in range(3):
+        _repeated(tmp_path, f"a{i}", "server-a")
+    (tmp_path / "golden.sse").write_bytes(GOLDEN.read_bytes())
+    (tmp_path / "golden.json").write_text(json.dumps({"server": "openai", "response": {"status": 200}}))
+    broken = tmp_path / "vllm.sse"
+    broken.write_bytes(BROKEN.read_bytes())
+    (tmp_path / "vllm.json").write_text(json.dumps({"server": "vllm", "response": {"status": 200}}))
+    status, out, _ = run(capsys, "--brief", str(tmp_path))
+    assert status == 1
+    lines = out.splitlines()
+    servers = [line.split(":")[0] for line in lines if not line.startswith(" ")][:-1]
+    assert servers == ["vllm", "server-a", "openai"]  # by distinct error rules broken, worst first
+    a = lines.index(next(line for line in lines if line.startswith("server-a:")))
+    assert lines[a + 1] == (
+        "  error   id-changed [Q03] in 3 of 3: 'id' changed from 'chatcmpl-0' to 'chatcmpl-1';"
+        " every chunk has the same id"
+    )
+    rules_of_vllm = len({f.rule for f in judge_transcript(load_transcript(broken)).findings})
+    assert len(lines) == 3 + rules_of_vllm + 1 + 0 + 1  # three servers, their rules, the totals
+
+
+def test_a_folded_finding_names_every_place_it_stands_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 33: "required-key (x84)" named one of the keys it folded.
+    body = {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": "x"}}]}
+    (tmp_path / "bare.json").write_text(json.dumps(body))
+    out = run(capsys, str(tmp_path / "bare.json"))[1]
+    [line] = [line for line in out.splitlines() if "error   required-key" in line]
+    for key in ("/created", "/model", "/choices/0/index", "/choices/0/finish_reason"):
+        assert key in line
