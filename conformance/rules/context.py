@@ -48,6 +48,8 @@ class ToolCallState:
     """The function name the call's first fragment (or the message) gave."""
     arguments: list[str] = field(default_factory=list)
     """The ``arguments`` fragments in order: joined, one JSON object (rules/tool_use.py)."""
+    arguments_not_text: bool = False
+    """``arguments`` came as a JSON value, not a string: the schema's finding, not one of JSON text."""
 
 
 @dataclass(slots=True)

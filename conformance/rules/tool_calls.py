@@ -34,6 +34,8 @@ def tool_call_fragments(
         arguments = function.get("arguments") if isinstance(function, dict) else None
         if isinstance(arguments, str) and arguments:
             tool.arguments.append(arguments)
+        elif arguments is not None and not isinstance(arguments, str):
+            tool.arguments_not_text = True
 
 
 def _implied_index(call: dict[str, Any], name: Any, state: ChoiceState) -> int:

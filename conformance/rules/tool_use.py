@@ -83,6 +83,7 @@ def collect_body(ctx: Context, pos: int, choice: dict[str, Any], state: ChoiceSt
         tool = ToolCallState(first_event=-1, has_id=bool(call.get("id")), has_name=bool(name))
         tool.name = name if isinstance(name, str) and name else None
         tool.arguments = [arguments] if isinstance(arguments, str) else []
+        tool.arguments_not_text = arguments is not None and not isinstance(arguments, str)
         state.tool_calls[len(state.tool_calls)] = tool
 
 
@@ -115,6 +116,10 @@ def tool_arguments(ctx: Context) -> None:
 
 
 def _arguments_valid(ctx: Context, state: ChoiceState, index: int, tool: ToolCallState, where: str) -> None:
+    if tool.arguments_not_text and not tool.arguments:
+        # Sent as an object, not as JSON text: the schema's finding says so ("must be string"); as JSON
+        # text they were '', which misled (issue 33).
+        return
     joined = "".join(tool.arguments)
     try:
         arguments = json.loads(joined)

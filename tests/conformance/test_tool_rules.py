@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conformance.judge import judge_transcript
+from conformance.judge import judge_response, judge_transcript
 from conformance.live.probes import PROBES
 from conformance.probe import ProbeContext
 from conformance.protocols import recorded_request
@@ -127,6 +127,22 @@ def test_a_body_call_with_an_empty_id_is_an_id_missing() -> None:
     body = json.loads(_call_body(['{"city": "Paris", "unit": "celsius"}']))
     body["choices"][0]["message"]["tool_calls"][0]["id"] = ""
     assert judged(json.dumps(body).encode(), _request(), headers=JSON) == ({"tool-call-id-missing"}, set())
+
+
+def test_arguments_sent_as_an_object_are_the_schema_finding_alone() -> None:
+    # Issue 33: "arguments ... not one JSON object: ''" for arguments sent as an object, besides the
+    # schema's "must be string": one fact, said once.
+    body = json.loads(_call_body(["{}"]))
+    body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris"}
+    verdict = judge_response(json.dumps(body).encode(), request=_request(), status=200, headers=JSON)
+    assert [(f.rule, f.pointer) for f in verdict.errors] == [
+        ("schema", "/choices/0/message/tool_calls/0/function/arguments")
+    ]
+    streamed = json.loads(json.dumps(body))  # the same call as one stream fragment
+    call = streamed["choices"][0]["message"]["tool_calls"][0]
+    first = chat_chunk([delta(role="assistant", tool_calls=[{**call, "index": 0}])])
+    errors, _ = judged(stream(first, chat_chunk([delta(finish="tool_calls")])), _request(stream=True))
+    assert errors == {"schema"}
 
 
 PARALLEL = DATA / "parallel-two-calls-pass.sse"
