@@ -89,7 +89,7 @@ def forced_attempts(traits: UpstreamTraits, body: dict[str, Any], kind: ForcedKi
 
 
 def _described(kind: ForcedKind) -> str:
-    return "'required'" if kind == "required" else "a named function"
+    return "'required'" if kind == "required" else "naming a function"
 
 
 def unhonoured_choice(kind: ForcedKind) -> APIError:

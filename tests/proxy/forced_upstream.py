@@ -18,7 +18,7 @@ from .rawserver import Record, chunk_payload, http_chunk, json_answer, raw_serve
 __all__ = ["ARGUMENTS", "TEXT", "proxied", "way"]
 
 TEXT = ["I think", " the weather", " is nice."]
-ARGUMENTS = '{"city": "Paris"}'
+ARGUMENTS = '{"city": "Paris", "unit": "celsius"}'
 
 
 def way(body: dict[str, Any]) -> str:

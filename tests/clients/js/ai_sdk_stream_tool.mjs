@@ -1,7 +1,8 @@
 // The Vercel AI SDK's streamText() with one tool, through @ai-sdk/openai-compatible.
 // Input: one JSON argument {baseURL, model, prompt, tool: {name, description, parameters}, toolChoice,
 // parallelToolCalls, maxTokens}. Output: one JSON line on stdout: the stream's part types, the tool calls and finish reason
-// the SDK settled on, and any error part. A thrown client error is a JSON line {error, name} and exit 1.
+// the SDK settled on, and any error part. A thrown client error is a JSON line {error, name, parts, errors}
+// (the error parts seen before it) and exit 1.
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { jsonSchema, streamText, tool } from "ai";
 
@@ -10,6 +11,8 @@ const provider = createOpenAICompatible({ name: "conformant", baseURL: spec.base
 const toolChoice =
   spec.toolChoice === "required" ? "required" : { type: "tool", toolName: spec.tool.name };
 
+const parts = [];
+const errors = [];
 try {
   const result = streamText({
     model: provider.chatModel(spec.model),
@@ -27,8 +30,6 @@ try {
     providerOptions: { conformant: { parallel_tool_calls: spec.parallelToolCalls } },
     maxRetries: 0,
   });
-  const parts = [];
-  const errors = [];
   for await (const part of result.fullStream) {
     parts.push(part.type);
     if (part.type === "error" || part.type === "tool-error") {
@@ -43,6 +44,8 @@ try {
   }));
   console.log(JSON.stringify({ parts, errors, toolCalls, finishReason: await result.finishReason }));
 } catch (error) {
-  console.log(JSON.stringify({ error: String(error?.message ?? error), name: error?.constructor?.name }));
+  console.log(
+    JSON.stringify({ error: String(error?.message ?? error), name: error?.constructor?.name, parts, errors }),
+  );
   process.exit(1);
 }
