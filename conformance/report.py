@@ -149,9 +149,22 @@ def _text(verdicts: Sequence[Verdict]) -> str:
         lines += [f"  {_finding_line(f, width=7)}" for f in (*v.errors, *v.warnings)]
     for name, group in ranked(verdicts):
         lines.append(_server_line(name, summary(group)))
+    return "\n".join(lines + _totals(verdicts)) + "\n"
+
+
+QUIRKS_DOC = "docs/quirks.md"
+"""Where a quirk id a finding cites is explained: the catalogue of conformant's repository."""
+
+
+def _totals(verdicts: Sequence[Verdict]) -> list[str]:
+    """The closing lines of a text report: the totals, and where the quirk ids it cites are explained
+    (a bare ``[Q26]`` means nothing to a reader without the catalogue; issue 33)."""
     totals = summary(verdicts)
-    lines.append(f"{totals['transcripts']} checked, {totals['errors']} errors, {totals['warnings']} warnings")
-    return "\n".join(lines) + "\n"
+    lines = [f"{totals['transcripts']} checked, {totals['errors']} errors, {totals['warnings']} warnings"]
+    cited = sorted({q for v in verdicts for f in v.findings for q in f.cited if q[:1] in "QN"})
+    if cited:
+        lines.append(f"quirk ids ({', '.join(cited)}): each explained in conformant's {QUIRKS_DOC}")
+    return lines
 
 
 def _brief(verdicts: Sequence[Verdict]) -> str:
@@ -176,9 +189,7 @@ def _brief(verdicts: Sequence[Verdict]) -> str:
             lines.append(
                 f"  {severity:<7} {rule}{_quirks(f)} in {seen[(severity, rule)]} of {len(group)}: {message}"
             )
-    totals = summary(verdicts)
-    lines.append(f"{totals['transcripts']} checked, {totals['errors']} errors, {totals['warnings']} warnings")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _totals(verdicts)) + "\n"
 
 
 # Characters XML 1.0 cannot carry at all, not even escaped; a server's error text may hold them.

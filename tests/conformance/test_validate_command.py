@@ -448,7 +448,7 @@ def test_brief_is_one_line_per_distinct_rule_per_server_the_worst_first(
     status, out, _ = run(capsys, "--brief", str(tmp_path))
     assert status == 1
     lines = out.splitlines()
-    servers = [line.split(":")[0] for line in lines if not line.startswith(" ")][:-1]
+    servers = [line.split(":")[0] for line in lines if not line.startswith(" ")][:-2]  # totals, quirk ids
     assert servers == ["vllm", "server-a", "openai"]  # by distinct error rules broken, worst first
     a = lines.index(next(line for line in lines if line.startswith("server-a:")))
     assert lines[a + 1] == (
@@ -456,7 +456,7 @@ def test_brief_is_one_line_per_distinct_rule_per_server_the_worst_first(
         " every chunk has the same id"
     )
     rules_of_vllm = len({f.rule for f in judge_transcript(load_transcript(broken)).findings})
-    assert len(lines) == 3 + rules_of_vllm + 1 + 0 + 1  # three servers, their rules, the totals
+    assert len(lines) == 3 + rules_of_vllm + 1 + 0 + 2  # three servers, their rules, the totals
 
 
 def test_a_folded_finding_names_every_place_it_stands_for(
@@ -469,3 +469,10 @@ def test_a_folded_finding_names_every_place_it_stands_for(
     [line] = [line for line in out.splitlines() if "error   required-key" in line]
     for key in ("/created", "/model", "/choices/0/index", "/choices/0/finish_reason"):
         assert key in line
+
+
+def test_the_text_report_says_where_its_quirk_ids_are_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, str(BROKEN))[1]
+    assert out.splitlines()[-1] == "quirk ids (Q63): each explained in conformant's docs/quirks.md"
+    assert "quirk ids" not in run(capsys, str(GOLDEN))[1]  # nothing cited, nothing to explain
+    assert "quirk ids (Q63)" in run(capsys, "--brief", str(BROKEN))[1]
