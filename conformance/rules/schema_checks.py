@@ -60,8 +60,8 @@ _EXTRA_QUIRK = {
 DEFAULTED_KEYS = frozenset({("choices", "*", "message", "refusal"), ("choices", "*", "logprobs")})
 """Required keys of a chat or completion answer whose absence every strict client reads as null:
 openai-python's types make ``message.refusal`` and ``choices[].logprobs`` optional, and the AI SDK's
-openai-compatible schemas do not require them (ik_llama.cpp omits both, Q61). Missing, they are a warning (docs/validate.md, severity
-policy); any other missing key is an error."""
+openai-compatible schemas do not require them (ik_llama.cpp omits both, Q61). Missing, they are a
+warning (docs/validate.md, severity policy); any other missing key is an error."""
 _INDICES = re.compile(r"/\d+(?=/|$)")
 _NULL_BRANCH = {"type": "null"}
 
