@@ -181,6 +181,9 @@ CASES = [
         request=COMPLETIONS_STREAM,
     ),
     case("seeds/llamacpp-docs-completions-stream.sse", set(), request=COMPLETIONS_STREAM),
+    # llama.cpp #14566 as its reporter's curl printed it: Q42's 'error:' line, then [DONE]; the client
+    # sees an empty successful completion (stream-empty).
+    case("seeds/llamacpp-14566-curl.sse", {"sse-error-field", "stream-empty"}, request=CHAT_STREAM),
     case(
         "seeds/minisglang-docs-chat-stream.sse",
         {"object-value", "required-key"},  # Q12 text_completion.chunk; no created/model (Q06, Q11)
