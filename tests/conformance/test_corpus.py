@@ -68,7 +68,7 @@ CASES = [
         request=COMPLETIONS_STREAM,
         excerpt=EXCERPT_UNTERMINATED,
     ),
-    # Q42: error: line, then [DONE]: the client sees an empty successful completion (Q52's finding).
+    # Q42: error: line, then [DONE]: the client sees an empty successful completion (stream-empty).
     case("reports/llamacpp-14566.reconstructed.sse", {"sse-error-field", "stream-empty"}),
     case(
         "reports/llamacpp-16048.sse",
@@ -182,7 +182,7 @@ CASES = [
     ),
     case("seeds/llamacpp-docs-completions-stream.sse", set(), request=COMPLETIONS_STREAM),
     # llama.cpp #14566 as its reporter's curl printed it: Q42's 'error:' line, then [DONE]; the client
-    # sees an empty successful completion (stream-empty).
+    # sees an empty successful completion (stream-empty, Q42).
     case("seeds/llamacpp-14566-curl.sse", {"sse-error-field", "stream-empty"}, request=CHAT_STREAM),
     case(
         "seeds/minisglang-docs-chat-stream.sse",

@@ -357,6 +357,7 @@ def test_an_error_field_line_then_done_is_still_an_empty_success_q42() -> None:
     assert {f.rule for f in verdict.errors} == {"sse-error-field", "stream-empty"}
     [empty] = [f for f in verdict.errors if f.rule == "stream-empty"]
     assert "'error:' line" in empty.message
+    assert empty.quirk == "Q42"  # the catalogue's row for this very stream
 
 
 def test_an_overflow_error_event_in_a_200_stream_is_the_overflow_q42() -> None:
