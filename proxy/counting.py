@@ -3,9 +3,9 @@
 ``CountRoute``): the client's key and body as for generating, the front-end's reading of the body, then
 one of the replicas that serve its model counts the core's chat request as that upstream reads it
 (proxy/adapters: llama.cpp's template and tokenizer; an OpenAI-compatible server's tokenizer on the
-texts and tools alone), else the upstream's own counting route (the bundled backend's: its template,
-its vocabulary). An upstream that can count nothing answers 404 in the protocol's words, which the
-Anthropic SDKs do not retry."""
+texts, with its template's markup estimated: template_overhead.py), else, and before an estimate, the
+upstream's own counting route (the bundled backend's: its template, its vocabulary). An upstream that
+can count nothing answers 404 in the protocol's words, which the Anthropic SDKs do not retry."""
 
 from __future__ import annotations
 
@@ -55,9 +55,10 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
     _, replicas = route
     replica = serving.pool.pick([r for r in replicas if r.available] or replicas, None)
     timeout = config.first_byte_timeout
-    tokens = await replica.adapter.prompt_tokens(replica.upstream, body, timeout)
-    if tokens is None:
-        tokens = await _counted_by_upstream(replica.upstream, counting.path, raw, timeout)
+    counted = await replica.adapter.prompt_tokens(replica.upstream, body, timeout)
+    tokens = None if counted is None else counted.tokens
+    if counted is None or counted.estimated:  # the upstream's own count, where it has one, is exact
+        tokens = await _counted_by_upstream(replica.upstream, counting.path, raw, timeout) or tokens
     if tokens is None:
         unknown = "this server cannot count tokens for the model: its upstream has no tokenizer that answered"
         return refusal(front_end, APIError.make(unknown, 404, code="not_found"), exchange)

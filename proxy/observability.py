@@ -20,6 +20,7 @@ from conformance.api_errors import APIError
 
 from .normalizer import Repairs
 from .normalizer.text_lost import TEXT_LOST_CODE
+from .normalizer.usage import USAGE_ESTIMATED
 
 __all__ = ["MULTIPROCESS_DIRECTORY", "Exchange", "Metrics", "ObservabilityMiddleware", "exchange_of"]
 
@@ -73,6 +74,12 @@ class Exchange:
             self.prompt_tokens = usage.get("prompt_tokens")
             self.completion_tokens = usage.get("completion_tokens")
 
+    @property
+    def usage_estimated(self) -> bool:
+        """Whether the usage is the proxy's estimate, not the upstream's count nor one made with its
+        tokenizer and template (a hop marks it among its repairs: proxy/normalizer/usage.py)."""
+        return bool(self.repairs.get(USAGE_ESTIMATED))
+
 
 def exchange_of(scope: Scope) -> Exchange:
     exchange: Exchange = scope["state"]["conformant_exchange"]
@@ -119,6 +126,13 @@ class Metrics:
             "Answers failed because the upstream counted tokens but sent no text (Q14)",
             registry=self.registry,
         )
+        self.usage_estimated = Counter(
+            "conformant_usage_estimated",
+            "Responses whose usage the proxy estimated: the upstream sent none, and its tokenizer or"
+            " template could not count it (Q28)",
+            ["endpoint"],
+            registry=self.registry,
+        )
 
     def exposed(self) -> CollectorRegistry:
         """What ``/metrics`` shows: this process's metrics, or with ``--workers`` every worker's summed."""
@@ -146,6 +160,8 @@ class Metrics:
             self.disconnects.inc()
         if exchange.error_code == TEXT_LOST_CODE:
             self.texts_lost.inc()
+        if exchange.usage_estimated:
+            self.usage_estimated.labels(exchange.endpoint).inc()
 
 
 def _forget_killed_workers(directory: Path) -> None:
@@ -222,6 +238,7 @@ def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
         "duration_ms": round(duration * 1000, 2),
         "prompt_tokens": exchange.prompt_tokens,
         "completion_tokens": exchange.completion_tokens,
+        "usage_estimated": exchange.usage_estimated,
         "repairs": exchange.repairs.summary(),
         "client_disconnected": exchange.disconnected,
         "error": exchange.error,

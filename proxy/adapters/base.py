@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from conformance.api_errors import APIError
-from conformance.request import Endpoint, integer, message_texts
+from conformance.request import Endpoint, integer
 from conformance.request_info import RequestInfo
 
 from ..upstream import Upstream
@@ -16,10 +15,10 @@ from ..upstream_traits import UpstreamTraits
 __all__ = [
     "LIMIT_KEYS",
     "Adapter",
+    "TokenCount",
     "UpstreamCall",
     "fitted_request",
     "messages_with_reasoning_as",
-    "prompt_text",
     "requested_limit",
     "with_limit",
     "without_streaming",
@@ -96,6 +95,14 @@ def messages_with_reasoning_as(body: dict[str, Any], name: str) -> dict[str, Any
     return {**body, "messages": renamed}
 
 
+class TokenCount(NamedTuple):
+    """A prompt's tokens, and whether they are an estimate: the upstream's template was not had, so
+    its markup was estimated (proxy/adapters/template_overhead.py), or it has no tokenizer."""
+
+    tokens: int
+    estimated: bool
+
+
 class Translate(Protocol):
     def __call__(self, payload: Any, /) -> Any: ...
 
@@ -122,9 +129,15 @@ class Adapter(Protocol):
         """``text``'s tokens by the upstream's tokenizer; None without one, or when it takes longer."""
         ...
 
-    async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
-        """The tokens of a chat request's prompt as the upstream reads it (its messages and tools);
-        None where the upstream cannot say."""
+    async def prompt_tokens(
+        self,
+        upstream: Upstream,
+        body: dict[str, Any],
+        timeout: float,  # noqa: ASYNC109
+    ) -> TokenCount | None:
+        """The tokens of a request's prompt as the upstream reads it: a chat request's messages and
+        tools under its template, a completion's prompt with the start token; None where the upstream's
+        tokenizer cannot say in ``timeout`` seconds."""
         ...
 
     async def native_fits(self, upstream: Upstream, body: dict[str, Any]) -> bool:
@@ -137,13 +150,3 @@ class Adapter(Protocol):
         """The sampling the upstream uses for a field a request leaves out (``temperature``, ``top_p``,
         the penalties: conformance/protocols/sampling.py); None where it does not say."""
         ...
-
-
-def prompt_text(body: dict[str, Any]) -> str:
-    """A chat request's prompt without a template: each message's text a line, then each tool's
-    definition as JSON (what a template writes of them, less its markup)."""
-    messages = body.get("messages")
-    lines = list(message_texts(messages)) if isinstance(messages, list) else []
-    tools = body.get("tools")
-    lines += [json.dumps(tool, ensure_ascii=False) for tool in tools] if isinstance(tools, list) else []
-    return "\n".join(lines)

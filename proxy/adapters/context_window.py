@@ -117,12 +117,18 @@ class ContextWindow:
         templated = await self.templated(upstream, {"messages": messages})
         return [texts if templated is None else templated]
 
-    async def templated(self, upstream: Upstream, body: dict[str, Any]) -> str | None:
+    async def templated(
+        self,
+        upstream: Upstream,
+        body: dict[str, Any],
+        timeout: float = _TIMEOUT,  # noqa: ASYNC109
+    ) -> str | None:
         """The prompt the server's template writes for a chat ``body`` (its messages, and its tools
-        where given), by its ``/apply-template``; None where it has none or does not answer."""
-        if self._templates is False:
+        where given), by its ``/apply-template``; None where it has none or does not answer in
+        ``timeout`` seconds."""
+        if self._templates is False or timeout <= 0:
             return None
-        status, answer = await upstream.answer("POST", "/apply-template", body, timeout=_TIMEOUT)
+        status, answer = await upstream.answer("POST", "/apply-template", body, timeout=timeout)
         templated = answer.get("prompt") if isinstance(answer, dict) else None
         if isinstance(templated, str):
             self._templates = True

@@ -21,6 +21,7 @@ token-id prompt (its text would have to be read back from the server first).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from functools import partial
 from typing import Any
@@ -29,12 +30,13 @@ from conformance.api_errors import APIError
 from conformance.request import Endpoint
 
 from ..upstream import Upstream
-from .base import LIMIT_KEYS, OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, prompt_text, with_limit
+from .base import LIMIT_KEYS, OPENAI_PATHS, TokenCount, UpstreamCall, messages_with_reasoning_as, with_limit
 from .context_window import ContextWindow
 from .llamacpp_tools import TemplateTools, template_calls_tools
 from .media_input import carries_media, media_refusal, modalities
 from .server_props import ServerProps, stated_sampling
 from .structured_output import native_json_schema
+from .template_overhead import TemplateLearner, estimated_chat_prompt
 from .tool_emulation import EmulatedCalls, emulated_request
 from .tool_requests import choice_as_tools, unknown_tool_choice
 
@@ -231,6 +233,7 @@ class LlamaCppAdapter:
         self._props = ServerProps(props)  # read by both: the context size, the template's tool format
         self._window = ContextWindow(partial(self.count_tokens, add_special=True), self._props)
         self._tools = TemplateTools(self._props)
+        self._template = TemplateLearner()
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         if endpoint == "chat":
@@ -310,13 +313,34 @@ class LlamaCppAdapter:
         its ``--temp``, ``--top-p`` and penalties set)."""
         return await self._props.read(upstream, stated_sampling)
 
-    async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
-        """The prompt as the server's template writes it (``/apply-template``, tools included), else its
-        texts, tokenized by its ``/tokenize`` with the start token."""
+    async def prompt_tokens(
+        self,
+        upstream: Upstream,
+        body: dict[str, Any],
+        timeout: float,  # noqa: ASYNC109
+    ) -> TokenCount | None:
+        """The prompt as the server reads it, tokenized by its ``/tokenize`` with the start token: a
+        completion's as given, a chat request's as its template writes it (``/apply-template``, tools
+        included); where it has no such endpoint (ik_llama.cpp before #768), the texts and the
+        template's markup as learned (template_overhead.py), an estimate."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if "messages" not in body:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and all(type(t) is int for t in prompt):  # token ids, counted
+                return TokenCount(len(prompt), estimated=False)
+            tokens = await self.count_tokens(
+                upstream, prompt if isinstance(prompt, str) else "", timeout, add_special=True
+            )
+            return None if tokens is None else TokenCount(tokens, estimated=False)
         asked: dict[str, Any] = {key: body[key] for key in ("messages", "tools") if key in body}
-        templated = await self._window.templated(upstream, asked)
-        text = templated if templated is not None else prompt_text(body)
-        return await self.count_tokens(upstream, text, timeout, add_special=True)
+        templated = await self._window.templated(upstream, asked, timeout)
+        if templated is None:
+            return await estimated_chat_prompt(
+                self._template, upstream, body, partial(self.count_tokens, upstream), deadline - loop.time()
+            )
+        tokens = await self.count_tokens(upstream, templated, deadline - loop.time(), add_special=True)
+        return None if tokens is None else TokenCount(tokens, estimated=False)
 
     async def count_tokens(
         self,

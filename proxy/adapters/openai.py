@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from conformance.api_errors import APIError
@@ -10,9 +11,10 @@ from conformance.request import Endpoint
 
 from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
-from .base import OPENAI_PATHS, UpstreamCall, messages_with_reasoning_as, prompt_text, with_limit
+from .base import OPENAI_PATHS, TokenCount, UpstreamCall, messages_with_reasoning_as, with_limit
 from .server_props import stated_sampling
 from .structured_output import for_llama_cpp_python, unenforced_schema
+from .template_overhead import TemplateLearner, estimated_chat_prompt
 from .tool_requests import (
     asks_tools,
     choice_as_tools,
@@ -37,6 +39,7 @@ class OpenAIAdapter:
         self._default_max_tokens = default_max_tokens
         self._traits = traits or UpstreamTraits()
         self._sampling = stated_sampling(props)
+        self._template = TemplateLearner()
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
         body = with_limit(body, self._default_max_tokens)
@@ -110,10 +113,27 @@ class OpenAIAdapter:
         that answers an unknown path slowly (a test's endless stream did) would hold the request up."""
         return self._sampling
 
-    async def prompt_tokens(self, upstream: Upstream, body: dict[str, Any], timeout: float) -> int | None:  # noqa: ASYNC109
-        """The request's texts and tools by the upstream's tokenizer: an OpenAI-compatible server
-        offers no template endpoint, so the count lacks the template's markup (a few tokens a turn)."""
-        return await self.count_tokens(upstream, prompt_text(body), timeout)
+    async def prompt_tokens(
+        self,
+        upstream: Upstream,
+        body: dict[str, Any],
+        timeout: float,  # noqa: ASYNC109
+    ) -> TokenCount | None:
+        """A completion's prompt by the upstream's tokenizer with the tokens it adds (llama-cpp-python's
+        start token); a chat request's texts by it and its template's markup as learned
+        (template_overhead.py): an OpenAI-compatible server offers no template endpoint."""
+        if "messages" not in body:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and all(type(t) is int for t in prompt):  # token ids, counted
+                return TokenCount(len(prompt), estimated=False)
+            tokens = await self.count_tokens(upstream, prompt if isinstance(prompt, str) else "", timeout)
+            added = upstream.traits.tokenizer_added or 0
+            return None if tokens is None else TokenCount(tokens + added, estimated=False)
+
+        def count(text: str, timeout: float) -> Awaitable[int | None]:
+            return self.count_tokens(upstream, text, timeout)
+
+        return await estimated_chat_prompt(self._template, upstream, body, count, timeout)
 
 
 def _body(path: str, text: str) -> dict[str, str]:

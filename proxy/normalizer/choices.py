@@ -15,6 +15,7 @@ from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
 from .repairs import Repairs
 from .stop import StopScanner
 from .tool_text import Call, ToolTextScanner
+from .usage import estimated_tokens
 
 __all__ = [
     "ChoiceState",
@@ -153,6 +154,7 @@ class ChoiceState:
     __slots__ = (
         "chunk_start",
         "chunk_text",
+        "events",
         "finish",
         "had_tools",
         "held_call_chars",
@@ -191,6 +193,7 @@ class ChoiceState:
         self.finish: str | None = None
         self.shown = False  # the upstream sent output for it (before stop sequences cut any): text_lost
         self.tokens = 0
+        self.events = 0  # output events: a token each where an upstream streams token by token
         self.scanner = StopScanner(stops, echoed) if stops else None
         self.stopped = False
         self.tool_ids: dict[int, str] = {}
@@ -235,10 +238,14 @@ class ChoiceState:
             self.count_output(text)
         return text
 
-    def count_output(self, text: str) -> None:
+    def count_output(self, text: str, *, call: bool = False) -> None:
         """Generated output the usage is counted from when the upstream reports none: content, and also
-        reasoning and tool calls, which are completion tokens as well (a streamed tool call counted 0)."""
-        self.tokens += 1
+        reasoning and tool calls, which are completion tokens as well (a streamed tool call counted 0).
+        Without a tokenizer an event is one token, as servers stream text; a tool call's text is
+        estimated by its pieces (``call``), since an upstream may send a whole call in one event
+        (llama-cpp-python: two calls counted 2, issue 37)."""
+        self.tokens += max(estimated_tokens(text), 1) if call else 1
+        self.events += 1
         if self.parts is not None:
             self.parts.append(text)
             self.held_text += len(text) + 64
@@ -310,7 +317,7 @@ class ChoiceState:
                 arguments = escaped_arguments(strings, arguments, repairs)
                 if index == self.last_call[0]:
                     self.last_call[3].feed(arguments)
-                self.count_output(arguments)
+                self.count_output(arguments, call=True)
             if arguments or named:
                 function = {"name": named, "arguments": arguments} if named else {"arguments": arguments}
                 out.append({"index": index, "function": function})
@@ -325,7 +332,7 @@ class ChoiceState:
         self.tool_ids[index] = first["id"]
         self.next_tool = max(self.next_tool, index + 1)
         self.last_call = (index, call.get("id"), fn.get("name"), _shape(first["function"]["arguments"]))
-        self.count_output(first["function"]["name"] + first["function"]["arguments"])
+        self.count_output(first["function"]["name"] + first["function"]["arguments"], call=True)
         if not first["function"]["name"]:
             self.unnamed.add(index)
         return {"index": index, **first}
@@ -333,7 +340,7 @@ class ChoiceState:
     def _named_later(self, index: int, name: str) -> None:
         """A call that began without a name gets it from a later fragment."""
         self.unnamed.discard(index)
-        self.count_output(name)
+        self.count_output(name, call=True)
         if self.last_call[0] == index:
             self.last_call = (index, self.last_call[1], name, self.last_call[3])
 

@@ -176,6 +176,11 @@ class StreamNormalizer:
     def completion_tokens(self) -> int:
         return sum(state.tokens for state in self._choices.values())
 
+    def completion_events(self) -> int:
+        """The events that carried output: no fewer tokens were generated where an upstream streams a
+        token an event (llama.cpp's servers), whatever the text tokenizes to again."""
+        return sum(state.events for state in self._choices.values())
+
     def connection_broke(self) -> None:
         """The connection broke after [DONE], before the body's end (as the source read it): a choice
         still without its final chunk at the close is then a failure, not a missing finish (Q16)."""

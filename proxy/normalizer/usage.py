@@ -1,7 +1,10 @@
-"""Usage objects: cleaned to OpenAI's integer counts (Q32, Q41) and summed across fan-out requests."""
+"""Usage objects: cleaned to OpenAI's integer counts (Q32, Q41) and summed across fan-out requests; and
+the estimate of a text's tokens where the upstream has no tokenizer to count usage it did not send (Q28).
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -9,7 +12,26 @@ from conformance.request_info import RequestInfo
 
 from .repairs import Repairs
 
-__all__ = ["clean_usage", "counted_usage", "nothing_generated", "sum_usage", "within_limit"]
+__all__ = [
+    "USAGE_ESTIMATED",
+    "clean_usage",
+    "counted_usage",
+    "estimated_tokens",
+    "nothing_generated",
+    "sum_usage",
+    "upstream_text",
+    "within_limit",
+]
+
+USAGE_ESTIMATED = "usage-estimated"
+"""The mark, among a response's repairs, of usage the proxy estimated rather than counted with the
+upstream's tokenizer and template: the access log and ``/metrics`` show it (proxy/observability.py)."""
+
+# A word, a run of punctuation, an underscore: what a BPE vocabulary mostly makes one token each.
+# Measured with Gemma 3's tokenizer (llama-cpp-python's /extras/tokenize): a sentence of prose 12
+# pieces for 12 tokens, '{"city": "Paris", "unit": "celsius"}' 12 for 13, "get_weather" 3 for 3;
+# words alone counted 4 for that JSON, one per streamed event 1 for a whole call (issue 37).
+_PIECE = re.compile(r"[^\W_]+|[^\w\s]+|_")
 
 _COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 _DETAILS = ("prompt_tokens_details", "completion_tokens_details")
@@ -23,6 +45,31 @@ def _count(value: Any) -> int | None:
     if isinstance(value, float) and value >= 0 and value.is_integer():
         return int(value)
     return None
+
+
+def estimated_tokens(text: str) -> int:
+    """``text``'s tokens as estimated without a tokenizer: its words and runs of punctuation."""
+    return sum(1 for _ in _PIECE.finditer(text))
+
+
+def upstream_text(payload: Any) -> str:
+    """The text an upstream's answer or event carries as it sent it (its choices' content or text, or
+    llama.cpp's native ``content``): what it generated, where the proxy reads it as something else (a
+    call asked as JSON output, proxy/adapters/tool_emulation.py)."""
+    if not isinstance(payload, dict):
+        return ""
+    choices = payload.get("choices")
+    if not isinstance(choices, list):
+        content = payload.get("content")
+        return content if isinstance(content, str) else ""
+    texts = []
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        part = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice.get("message")
+        text = part.get("content") if isinstance(part, dict) else choice.get("text")
+        texts.append(text if isinstance(text, str) else "")
+    return "".join(texts)
 
 
 def clean_usage(raw: Any) -> dict[str, Any] | None:

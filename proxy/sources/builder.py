@@ -142,7 +142,6 @@ class SourceBuilder:
             self.adapter,
             request,
             call,
-            prompt=body,
             max_line_bytes=self.max_line_bytes,
             headers=self.headers,
             identity=None if first is None else first.identity,

@@ -15,6 +15,7 @@ from conformance.sse import SSELineTooLong, SSEParser
 
 from ..adapters import Adapter, UpstreamCall
 from ..adapters.base import requested_limit, without_streaming
+from ..adapters.template_overhead import estimated_prompt
 from ..admission import Reservation
 from ..errors import UpstreamTimeout
 from ..normalizer import (
@@ -25,6 +26,7 @@ from ..normalizer import (
     normalize_body,
     within_limit,
 )
+from ..normalizer.usage import USAGE_ESTIMATED, estimated_tokens, upstream_text
 from ..reshape import synthesize_chunks
 from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 from .base import Source
@@ -47,7 +49,6 @@ class UpstreamSource(Source):
         request: RequestInfo,
         call: UpstreamCall,
         *,
-        prompt: str,
         max_line_bytes: int,
         headers: list[tuple[bytes, bytes]] | None = None,
         identity: Identity | None = None,
@@ -65,7 +66,6 @@ class UpstreamSource(Source):
             request = replace(request, max_tokens=limit)
         self._request = request
         self._call = call
-        self._prompt = prompt
         self._headers = headers
         self._repairs = repairs if repairs is not None else Repairs()
         self.identity = identity or Identity(request.endpoint, request.model)
@@ -83,6 +83,7 @@ class UpstreamSource(Source):
         self._pending: bytes | None = None
         self._ended = False
         self._received = 0
+        self._raw_events = 0  # events with output before ``translate`` read them (a token each)
         self._counted: int | None = 0  # completion tokens counted as the stream came; None: not countable
         self._failure: APIError | None = None  # the transport's, or the stream's framing
         self.reservation: Reservation | None = None
@@ -175,6 +176,7 @@ class UpstreamSource(Source):
                 obj = jsoncodec.loads(raw.decode("utf-8", "replace"))
             except ValueError:
                 raise APIError.make("the upstream server sent a body that is not valid JSON", 502) from None
+        generated = upstream_text(obj)  # what the upstream generated, before the proxy reads it
         if self._call.translate is not None:
             obj = self._call.translate(obj)
         body = normalize_body(
@@ -187,9 +189,11 @@ class UpstreamSource(Source):
         self._learn()
         if body["usage"] is None:
             texts = [generated_text(choice) for choice in body["choices"]]
+            if self._call.translate is not None:  # (JSON output read as a call: the JSON was generated)
+                texts = [generated]
             texts = texts if self._request.generates else []  # (an echo, not generated)
-            # No tokenizer and no usage: words are the closest count a JSON body offers.
-            body["usage"] = await self._count_usage(texts, sum(len(t.split()) for t in texts))
+            # No tokenizer and no usage: the texts' pieces are the closest count a JSON body offers.
+            body["usage"] = await self._count_usage(texts, sum(estimated_tokens(t) for t in texts))
         self.body = body
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
@@ -220,7 +224,9 @@ class UpstreamSource(Source):
         translate = self._call.translate
         for block in self._parser.feed(raw):
             if translate is not None and block.data is not None and block.data.strip()[:1] == "{":
-                out += normalizer.feed_payload(translate(jsoncodec.loads(block.data)))
+                payload = jsoncodec.loads(block.data)
+                self._raw_events += bool(upstream_text(payload))
+                out += normalizer.feed_payload(translate(payload))
             else:
                 out += normalizer.feed(block)
             if normalizer.failure is not None:
@@ -252,7 +258,12 @@ class UpstreamSource(Source):
         usage = None
         if normalizer.needs_usage and normalizer.failure is None:
             texts = normalizer.completion_texts()
-            usage = await self._count_usage(texts, normalizer.completion_tokens(), self._counted)
+            usage = await self._count_usage(
+                texts,
+                normalizer.completion_tokens(),
+                self._counted,
+                max(normalizer.completion_events(), self._raw_events),
+            )
         out += normalizer.close(usage)
         self._learn()
         if normalizer.interrupted and normalizer.failure is not None:
@@ -277,26 +288,29 @@ class UpstreamSource(Source):
             return isinstance(failed, UpstreamTimeout)
         return True
 
-    def _counter(self) -> Callable[[str], Awaitable[int | None]]:
+    def _counter(self) -> tuple[Callable[[str], Awaitable[int | None]], Callable[[], float]]:
         """A token counter of texts with the upstream's tokenizer (None when it has none or is slow),
-        all its calls together within a quarter of the idle and first-byte timeouts at most: the client
-        waits for them after its last token (or before its first, on an answer in one read)."""
+        and the seconds left to it: all its calls, the prompt's included, together within a quarter of
+        the idle and first-byte timeouts at most: the client waits for them after its last token (or
+        before its first, on an answer in one read)."""
         config = self._upstream.config
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(_COUNT_TIMEOUT, config.idle_timeout / 4, config.first_byte_timeout / 4)
 
-        async def count(text: str) -> int | None:
-            left = deadline - loop.time()
-            return await self._adapter.count_tokens(self._upstream, text, left) if left > 0 else None
+        def left() -> float:
+            return deadline - loop.time()
 
-        return count
+        async def count(text: str) -> int | None:
+            return await self._adapter.count_tokens(self._upstream, text, left()) if left() > 0 else None
+
+        return count, left
 
     async def _count_as_it_comes(self, texts: list[str]) -> None:
         """Count ``texts`` (taken from a long stream's kept text) into ``_counted``; once a count fails
         the stream's usage is estimated, and what is taken is let go uncounted."""
         if not texts or self._counted is None:
             return
-        count = self._counter()
+        count, _ = self._counter()
         for text in texts:
             counted = await count(text)
             if counted is None:
@@ -305,16 +319,22 @@ class UpstreamSource(Source):
             self._counted += counted
 
     async def _count_usage(
-        self, texts: list[str], fallback_completion: int, counted: int | None = 0
+        self, texts: list[str], fallback_completion: int, counted: int | None = 0, events: int = 0
     ) -> dict[str, Any]:
         """Usage the upstream did not report: counted with its tokenizer when it has one, and answers in
-        time (``counted``: tokens already counted as the stream came, None when that failed); else
-        estimated (the prompt's words, ``fallback_completion``)."""
+        time (``counted``: tokens already counted as the stream came, None when that failed), the
+        prompt as its template writes it (the adapter's ``prompt_tokens``); else estimated (the
+        prompt's pieces, ``fallback_completion``), and marked so (USAGE_ESTIMATED).
+
+        A stream's completion is no fewer than its output ``events``: output generated under a grammar
+        tokenizes again shorter than it was generated (llama-cpp-python counted 24 tokens for a JSON
+        answer its tokenizer makes 17 of, issue 37), and llama.cpp's servers stream a token an event."""
         self._repairs.add("Q28")
-        count = self._counter()
-        prompt = await count(self._prompt) if self._prompt else 0
-        if prompt is None:
-            prompt = len(self._prompt.split())  # no tokenizer: words, the same estimate as the completion's
+        count, left = self._counter()
+        # The prompt the upstream was sent (the proxy's tool emulation adds the tools' description to it):
+        # what the upstream counts.
+        prompt = await self._adapter.prompt_tokens(self._upstream, self._call.body, left())
+        estimated = prompt is None or prompt.estimated
         completion = counted
         for text in texts:
             if completion is None:
@@ -322,9 +342,13 @@ class UpstreamSource(Source):
             tokens = await count(text) if text else 0
             completion = None if tokens is None else completion + tokens
         if completion is None:
-            completion = fallback_completion
-        total = prompt + completion
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+            completion, estimated = fallback_completion, True
+        completion = max(completion, events)
+        if estimated:
+            self._repairs.add(USAGE_ESTIMATED)
+        prompt_tokens = estimated_prompt(self._call.body) if prompt is None else prompt.tokens
+        total = prompt_tokens + completion
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": total}
         # Text tokenized again can take more tokens than were generated (66 for a call cut at 64 by
         # llama-cpp-python): the limit the upstream generated under bounds the count.
         return within_limit(usage, self._request) or usage

@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.normalizer.usage import estimated_tokens
+
 from .conftest import run_proxy, upstream_answer
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
 
@@ -88,17 +90,21 @@ def _usages(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def test_streamed_tool_calls_count_their_tokens_as_the_whole_answer_does() -> None:
     with raw_server(_upstream(tokenizer=True)) as (upstream, _), run_proxy(upstream) as url:
         streamed, whole = _usages(url)
-    expected = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": CALL_TOKENS}
-    assert {k: streamed[k] for k in expected} == expected
+    assert streamed["completion_tokens"] == CALL_TOKENS
+    # An upstream without a template endpoint that reports no usage even unstreamed: the prompt's texts
+    # and tools counted, with the template's markup guessed (proxy/adapters/template_overhead.py).
+    assert streamed["prompt_tokens"] > PROMPT_TOKENS
     assert streamed == whole
 
 
 def test_without_a_tokenizer_streamed_tool_calls_are_still_counted() -> None:
-    """The estimate without a tokenizer: one token per fragment streamed, words of a whole answer."""
+    """The estimate without a tokenizer: a call's text by its pieces, streamed or whole (one token a
+    streamed fragment counted two calls sent whole as 2, issue 37)."""
     with raw_server(_upstream(tokenizer=False)) as (upstream, _), run_proxy(upstream) as url:
         streamed, whole = _usages(url)
-    assert streamed["completion_tokens"] == 1 + len(ARGUMENTS)
-    assert whole["completion_tokens"] > 0
+    pieces = estimated_tokens(NAME) + sum(estimated_tokens(part) for part in ARGUMENTS)
+    assert streamed["completion_tokens"] == pieces == 9
+    assert whole["completion_tokens"] == estimated_tokens(NAME + "".join(ARGUMENTS))
 
 
 def test_streamed_reasoning_counts_as_completion_tokens() -> None:
@@ -133,4 +139,4 @@ def test_a_count_over_the_token_limit_is_held_to_it() -> None:
                 json.loads(response.text.split("data: ")[-2])["usage"] if stream else response.json()["usage"]
             )
             assert usage["completion_tokens"] == limit
-            assert usage["total_tokens"] == PROMPT_TOKENS + limit
+            assert usage["total_tokens"] == usage["prompt_tokens"] + limit

@@ -260,7 +260,6 @@ def _source(upstream: _Upstream, body: dict[str, Any], repairs: Repairs) -> Upst
         OpenAIAdapter(),
         info,
         call,
-        prompt="The capital",
         max_line_bytes=1024,
         repairs=repairs,
     )
