@@ -21,9 +21,6 @@ from tests.support.servers import free_port, run_process
 
 _HERE = Path(__file__).parent
 
-CONTEXT = 16384
-"""Tokens of context for one sequence: Codex CLI's system prompt alone is about 4,500 (4,096 overflow), and
-with its tools rendered by the backend's generic tool prompt one turn measured 6,256 prompt tokens."""
 DEFAULT_MAX_TOKENS = 256
 """The proxy's cap for requests that set none: Codex sets no output limit, and a base model would write to
 the end of the context. Codex fails a turn whose answer the cap cuts ("Incomplete response returned,
@@ -57,31 +54,31 @@ def node_clients() -> NodeClients:
 
 @pytest.fixture(scope="session")
 def proxy_url(node_clients: NodeClients) -> Iterator[str]:
-    """``conformant serve`` on a free port, in front of the bundled backend it starts (one sequence slot of
-    ``CONTEXT`` tokens), or of ``CONFORMANT_CLIENTS_UPSTREAM``. Asks for the clients first, so that a
-    machine without Node.js skips before it loads a model."""
+    """``conformant serve`` on a free port, in front of the bundled backend it starts with its defaults
+    (README's first command: the model's training context in one KV cache for 4 slots, which holds Codex
+    CLI's ~8,700-token first request), or of ``CONFORMANT_CLIENTS_UPSTREAM``. Asks for the clients first,
+    so that a machine without Node.js skips before it loads a model."""
     upstream = os.environ.get(UPSTREAM_VARIABLE)
-    with serve(["--upstream", upstream] if upstream else [], None if upstream else CONTEXT) as url:
+    with serve(["--upstream", upstream] if upstream else []) as url:
         yield url
 
 
 @contextlib.contextmanager
-def serve(args: list[str], context: int | None) -> Iterator[str]:
-    """``conformant serve`` on a free port with ``args``; with ``context``, its bundled backend gets one
-    sequence slot of that many tokens."""
+def serve(args: list[str]) -> Iterator[str]:
+    """``conformant serve`` on a free port with ``args``; the backend it starts (without ``--upstream``)
+    runs with its own context defaults, as a user's does."""
     port = free_port()
     command = ["python", "-m", "conformance", "serve", "--host", "127.0.0.1", "--port", str(port)]
     command += ["--default-max-tokens", str(DEFAULT_MAX_TOKENS), *args]
-    # Read by the backend that serve starts, as its --ctx-size and --parallel.
-    env = {"CONFORMANT_CTX_SIZE": str(context), "CONFORMANT_PARALLEL": "1"} if context else {}
-    with run_process(command, health_path="/health", port=port, timeout=300, env=env) as (url, _):
+    with run_process(command, health_path="/health", port=port, timeout=300) as (url, _):
         yield url
 
 
 SCRIPTED_REPLY = "Hi there."
 SCRIPTED_CONTEXT = 65536
-"""Codex CLI's ~40 KB prompt in the synthetic model's small vocabulary (single letters and short words)
-takes several times Gemma's ~8,700 tokens."""
+"""The scripted model's training context, which the backend then holds: Codex CLI's ~40 KB prompt in the
+synthetic model's small vocabulary (single letters and short words) takes several times Gemma's ~8,700
+tokens."""
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +93,7 @@ def scripted_proxy_url(node_clients: NodeClients, tmp_path_factory: pytest.TempP
         reply=SCRIPTED_REPLY, chat_template=HERMES_TOOLS_TEMPLATE, n_ctx_train=SCRIPTED_CONTEXT
     )
     path = write_synthetic(tmp_path_factory.mktemp("scripted") / "scripted.gguf", spec)
-    with serve(["--model", str(path)], SCRIPTED_CONTEXT) as url:
+    with serve(["--model", str(path)]) as url:
         yield url
 
 

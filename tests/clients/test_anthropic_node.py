@@ -35,7 +35,7 @@ def _llama_cpp_python_proxy() -> Iterator[str]:
     command = [*llama_cpp_server.command(port), "--chat_format", "chatml-function-calling"]
     with (
         run_process(command, health_path="/v1/models", port=port, timeout=180) as (upstream, _),
-        serve(["--upstream", upstream], None) as url,
+        serve(["--upstream", upstream]) as url,
     ):
         yield url
 

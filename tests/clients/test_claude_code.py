@@ -139,7 +139,7 @@ def test_claude_code_runs_a_tool_and_the_model_gets_its_result(
     upstream = call_then_answer(
         "Read", {"file_path": str(note)}, lambda messages: f"The file says: {messages[-1]['content']}"
     )
-    with run_asgi(upstream.app) as upstream_url, serve(["--upstream", upstream_url], None) as proxy_url:
+    with run_asgi(upstream.app) as upstream_url, serve(["--upstream", upstream_url]) as proxy_url:
         run, result, shown = _claude(node_clients, proxy_url, "scripted", tmp_path, f"What does {note} say?")
     assert run.returncode == 0, shown
     assert result.get("is_error") is False, shown

@@ -126,7 +126,7 @@ def test_codex_sends_its_goal_back_without_a_call_id_and_the_turn_completes(
 ) -> None:
     # First a create_goal call; once the goal is sent back as a tool message, the scripted reply.
     upstream = call_then_answer("create_goal", {"objective": "Say hello."}, lambda _: SCRIPTED_REPLY)
-    with run_asgi(upstream.app) as upstream_url, serve(["--upstream", upstream_url], None) as proxy_url:
+    with run_asgi(upstream.app) as upstream_url, serve(["--upstream", upstream_url]) as proxy_url:
         run, shown = _codex_exec(node_clients, proxy_url, "scripted", tmp_path)
     assert run.returncode == 0, shown
     kinds = [event.get("type") for event in _events(run.stdout)]
