@@ -21,19 +21,14 @@ figures go to docs/proxy.md (usage).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -43,60 +38,10 @@ from conformance.protocols.completions.probes import PROBES as COMPLETIONS  # no
 from proxy.app import create_app  # noqa: E402
 from proxy.config import ProxyConfig  # noqa: E402
 from tests.support.servers import run_asgi  # noqa: E402
+from tests.support.usage_relay import relayed  # noqa: E402
 
 _ANSWERED = {"success", "two-calls", "finish-length"}
 _SKIPPED = {"disconnect", "reasoning"}  # a hang-up; a 256-token run that says nothing more on counting
-
-
-def _is_calibration(body: Any) -> bool:
-    """The proxy's template-learning requests: one token, the first message "Hi"."""
-    if not isinstance(body, dict):
-        return False
-    messages = body.get("messages")
-    return body.get("max_tokens") == 1 and isinstance(messages, list) and messages[0].get("content") == "Hi"
-
-
-class Relay:
-    """An upstream in front of ``target`` whose answers carry no ``usage``; what was taken is kept."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.withheld: list[dict[str, Any]] = []
-        self.client = httpx.AsyncClient(base_url=target, timeout=300)
-
-    def _strip(self, payload: Any) -> Any:
-        if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
-            self.withheld.append(payload.pop("usage"))
-        return payload
-
-    async def handle(self, request: Request) -> Response:
-        raw = await request.body()
-        body = json.loads(raw) if raw else None
-        keep = _is_calibration(body) or not request.url.path.startswith("/v1/")
-        upstream = self.client.build_request(
-            request.method,
-            request.url.path,
-            content=raw,
-            headers={"content-type": request.headers.get("content-type", "application/json")},
-        )
-        answer = await self.client.send(upstream, stream=True)
-        if "event-stream" in answer.headers.get("content-type", ""):
-            return StreamingResponse(
-                self._events(answer), status_code=answer.status_code, media_type="text/event-stream"
-            )
-        content = await answer.aread()
-        await answer.aclose()
-        if not keep and answer.status_code == 200:
-            with contextlib.suppress(ValueError):
-                content = json.dumps(self._strip(json.loads(content))).encode()
-        return Response(content, answer.status_code, media_type=answer.headers.get("content-type"))
-
-    async def _events(self, answer: httpx.Response) -> AsyncIterator[bytes]:
-        async for line in answer.aiter_lines():
-            if line.startswith("data: {"):
-                line = "data: " + json.dumps(self._strip(json.loads(line[6:])))
-            yield (line + "\n").encode()
-        await answer.aclose()
 
 
 class AccessLines(logging.Handler):
@@ -140,13 +85,14 @@ def _usage_of(response: httpx.Response, stream: bool) -> dict[str, Any] | None:
 
 
 def measure(upstream: str, label: str) -> list[tuple[str, int, int | None]]:
-    relay = Relay(upstream)
     access = AccessLines()
     logging.getLogger("conformant.access").addHandler(access)
     logging.getLogger("conformant.access").setLevel(logging.INFO)
-    app = Starlette(routes=[Route("/{path:path}", relay.handle, methods=["GET", "POST"])])
     differences: list[tuple[str, int, int | None]] = []
-    with run_asgi(app) as relay_url, run_asgi(create_app(ProxyConfig(upstream=relay_url))) as proxy:
+    with (
+        relayed(upstream) as (relay_url, relay),
+        run_asgi(create_app(ProxyConfig(upstream=relay_url))) as proxy,
+    ):
         client = httpx.Client(timeout=300)
         model = client.get(proxy + "/v1/models").json()["data"][0]["id"]
         # One stream first: the proxy then learns llama-cpp-python's template (its first count waits for

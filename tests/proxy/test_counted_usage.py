@@ -17,7 +17,7 @@ import pytest
 
 from proxy.normalizer.usage import estimated_tokens
 
-from .conftest import run_proxy, upstream_answer
+from .conftest import metric, run_proxy, upstream_answer
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
 
 pytestmark = pytest.mark.slow
@@ -140,3 +140,31 @@ def test_a_count_over_the_token_limit_is_held_to_it() -> None:
             )
             assert usage["completion_tokens"] == limit
             assert usage["total_tokens"] == usage["prompt_tokens"] + limit
+
+
+def test_two_calls_sent_whole_without_a_tokenizer_are_counted_by_their_text_and_marked_estimated(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """llama-cpp-python streams each call whole in one event: counted one token an event, two calls
+    came to ``completion_tokens: 2`` (issue 37). Without a tokenizer the count is an estimate, and the
+    access log and /metrics say so."""
+    calls = [
+        {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": NAME, "arguments": args}}
+        for i, args in enumerate(['{"city": "Paris"}', '{"city": "Tokyo"}'])
+    ]
+    deltas = [{"role": "assistant", "content": None, "tool_calls": [call]} for call in calls]
+    events = [upstream_answer(True, [{"index": 0, "delta": d, "finish_reason": None}]) for d in deltas]
+    events.append(upstream_answer(True, [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]))
+    events = [{**event, "object": "chat.completion.chunk"} for event in events]
+    caplog.set_level("INFO", logger="conformant.access")
+    with raw_server(_upstream(False, events)) as (upstream, _), run_proxy(upstream) as url:
+        asked = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+        response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+        page = httpx.get(url + "/metrics").text
+    assert response.status_code == 200, response.text
+    usage = json.loads(response.text.split("data: ")[-2])["usage"]
+    texts = [call["function"]["name"] + call["function"]["arguments"] for call in calls]
+    assert usage["completion_tokens"] == sum(estimated_tokens(text) for text in texts) == 18
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "conformant.access"]
+    assert [line["usage_estimated"] for line in lines if line["path"] == "/v1/chat/completions"] == [True]
+    assert metric(page, "conformant_usage_estimated_total", endpoint="chat") == 1
