@@ -34,7 +34,7 @@ from ..upstream_traits import UpstreamTraits
 from .tool_emulation import emulated_request
 from .tool_requests import choice_as_tools, function_tools
 
-__all__ = ["Attempt", "forced_attempts", "forced_kind", "not_honoured", "unhonoured_choice"]
+__all__ = ["Attempt", "ForcedKind", "forced_attempts", "forced_kind", "not_honoured", "unhonoured_choice"]
 
 ForcedKind = Literal["required", "named"]
 Way = Literal["asked", "named", "json_output"]

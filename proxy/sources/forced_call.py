@@ -23,7 +23,7 @@ from typing import Any
 
 from conformance.api_errors import APIError
 
-from ..adapters.forced_choice import ForcedKind, forced_attempts, not_honoured, unhonoured_choice
+from ..adapters.forced_choice import Attempt, ForcedKind, forced_attempts, not_honoured, unhonoured_choice
 from ..adapters.tool_emulation import EmulatedCalls
 from ..normalizer import Repairs
 from .base import Source
@@ -79,21 +79,34 @@ class ForcedCall(Source):
         if not attempts:
             raise unhonoured_choice(self._kind)
         for attempt in attempts:
-            emulated = attempt.way == "json_output"
-            reading = EmulatedCalls if emulated else None  # (the JSON read as the call it holds)
-            source = self._current = self._builder.build(attempt.body, reading=reading)
-            held = await self._called(source, await source.start())
+            held = await self._attempt(attempt)
             if held is not None:
-                if emulated:
+                if attempt.way == "json_output":
                     traits.enforced_schema(True)
                 if attempt.way != "asked":
                     self._spent.add(_QUIRK)
                 return held
             attempt.failed(traits, self._kind)
-            self._spent.update(source.repairs)
             self._spent.add(_QUIRK)
-            await source.aclose()
         raise not_honoured(self._kind)
+
+    async def _attempt(self, attempt: Attempt) -> list[dict[str, Any]] | None:
+        """The first chunks of ``attempt``'s answer when it calls (``_called``); None when it did not, or
+        when the upstream refused a way the proxy chose (a 4xx: a server without ``response_format``
+        refuses JSON output), which then counts as failed. The client's own request refused, or any
+        other failure, is raised: nothing was sent yet."""
+        reading = EmulatedCalls if attempt.way == "json_output" else None  # (the JSON read as the call)
+        source = self._current = self._builder.build(attempt.body, reading=reading)
+        try:
+            held = await self._called(source, await source.start())
+        except APIError as failed:
+            if attempt.way == "asked" or not 400 <= failed.status < 500:
+                raise
+            held = None
+        if held is None:
+            self._spent.update(source.repairs)
+            await source.aclose()
+        return held
 
     async def _called(self, source: Source, initial: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """The chunks to send first when ``source`` answered with a call in every choice (or was cut by

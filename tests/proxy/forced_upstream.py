@@ -93,9 +93,12 @@ def _whole(events: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _upstream(honours: set[str], asked: list[dict[str, Any]], finish: str = "stop", preamble: int = 0) -> Any:
-    """A chat upstream that calls ``get_weather`` when asked a way it ``honours``, else answers text
-    finished ``finish``; each request's body goes into ``asked``. Every other path is a 404."""
+def _upstream(
+    honours: set[str], asked: list[dict[str, Any]], finish: str, preamble: int, refuses: frozenset[str]
+) -> Any:
+    """A chat upstream that calls ``get_weather`` when asked a way it ``honours``, refuses the ways it
+    ``refuses`` with a 400, and answers anything else with text finished ``finish``; each request's body
+    goes into ``asked``. Every other path is a 404."""
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         while (raw := await read_request(reader)) is not None:
@@ -105,6 +108,11 @@ def _upstream(honours: set[str], asked: list[dict[str, Any]], finish: str = "sto
                 continue
             body = json.loads(payload)
             asked.append(body)
+            if way(body) in refuses:
+                error = {"message": "Unrecognized request argument", "type": "invalid_request_error"}
+                writer.write(json_answer({"error": error}, "400 Bad Request"))
+                await writer.drain()
+                continue
             events = _events(body, honours, finish, preamble)
             if not body.get("stream"):
                 writer.write(json_answer(_whole(events)))
@@ -123,11 +131,12 @@ def _upstream(honours: set[str], asked: list[dict[str, Any]], finish: str = "sto
 
 @contextlib.contextmanager
 def proxied(
-    honours: set[str], finish: str = "stop", preamble: int = 0
+    honours: set[str], finish: str = "stop", preamble: int = 0, refuses: frozenset[str] = frozenset()
 ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """The proxy in front of the scripted upstream; yields its URL and the bodies the upstream got."""
     asked: list[dict[str, Any]] = []
     with (
-        raw_server(_upstream(honours, asked, finish, preamble)) as (upstream, _),
+        raw_server(_upstream(honours, asked, finish, preamble, refuses)) as (upstream, _),
         run_proxy(upstream, upstream_kind="openai") as url,
     ):
         yield url, asked

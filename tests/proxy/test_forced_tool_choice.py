@@ -149,6 +149,22 @@ def test_a_forced_call_no_way_gives_is_a_502_then_a_400_before_anything_is_sent(
 
 
 @pytest.mark.slow
+def test_a_way_the_upstream_refuses_counts_as_failed_not_as_the_clients_error() -> None:
+    """A server without ``response_format`` refuses JSON output with a 400: the client, who sent no
+    ``response_format``, gets the 502 that no way gave a call, and the next request the 400 before
+    anything is sent."""
+    with proxied(set(), refuses=frozenset({"json_output"})) as (url, asked):
+        client = _openai(url)
+        with pytest.raises(openai.InternalServerError) as failed:
+            client.chat.completions.create(**_chat(tool_choice=NAMED))
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(**_chat(tool_choice=NAMED))
+    assert [way(sent) for sent in asked] == ["named", "json_output"]
+    assert failed.value.code == "tool_choice_not_honoured"
+    assert (refused.value.code, refused.value.param) == ("unsupported_parameter", "tool_choice")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "body"),
     [
