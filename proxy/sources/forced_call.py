@@ -13,8 +13,8 @@ goes out as it came, from its first chunk; one cut by its token limit before any
 What is held is bounded: a forced call begins at once (OpenAI's, llama-cpp-python's named grammar) or
 after a few words (llama-server's ``required`` grammar lets text come first, Q83), so a stream still
 without a call after ``HELD_EVENTS`` events is judged as one that ended without a call, and its
-upstream request is closed. The held chunks are the normalizer's, one an upstream event: 4,096 of them
-(about 4,000 tokens) held a few MB at most.
+upstream request is closed. The held chunks are the normalizer's, one an upstream event: 4,096 of a word
+each took 2.8 MB (tracemalloc; logprobs add their entries).
 """
 
 from __future__ import annotations
