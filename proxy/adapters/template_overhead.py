@@ -3,25 +3,28 @@ template for the proxy, so that the usage the proxy counts where the upstream se
 the prompt as the upstream does.
 
 llama-server renders its template on ``/apply-template`` (proxy/adapters/llamacpp.py); llama-cpp-python
-has no such endpoint (its server's routes: ``/v1/*``, ``/extras/tokenize``, ``/extras/tokenize/count``,
-``/extras/detokenize``; abetlen/llama-cpp-python ``llama_cpp/server/app.py``), nor has ik_llama.cpp
-before its #768. Counted by their texts alone, llama-cpp-python's prompts came out at 3 tokens where it
-counted 13 ("Say hello." on Gemma 3 270M), 11 where it counted 21 with a tool (issue 37).
+has no such endpoint (its server's routes at 0.3.36: ``/v1/*``, ``/extras/tokenize``,
+``/extras/tokenize/count``, ``/extras/detokenize``; abetlen/llama-cpp-python
+``llama_cpp/server/app.py``), nor has ik_llama.cpp before its #768. Counted by their texts alone,
+llama-cpp-python's prompts came out at 3 tokens where it counted 13 ("Say hello." on Gemma 3 270M), 11
+where it counted 21 with a tool (issue 37).
 
-So three requests of one token each are asked once, without streaming (where llama-cpp-python does
-report usage): one user message, the same as three messages, and one message with a tool. Their
-reported ``prompt_tokens`` less their texts' tokens give the markup once per prompt and per message, and
-what a tool's definition adds per token of its JSON (0 where the template does not write tools, as
-Gemma 3's under llama-cpp-python: 24 tokens with a tool and without). Until they answered, or where the
-upstream reports no usage even then, a generic 3 + 5 a message is taken (ChatML's and Gemma's turns: a
-start, the role, a newline, an end and a newline; the assistant turn opened last). Either way the
-prompt's count is an estimate, and said to be one (``TokenCount.estimated``).
+So five requests of one token each are asked once, without streaming (where llama-cpp-python does
+report usage): one "Hi" message, three messages, one message with a tool, and a tool round trip with a
+short and with a long result. Their reported ``prompt_tokens`` less their texts' tokens give the markup
+once per prompt and per message, what a tool's definition adds per token of its JSON, what a tool
+result adds, and how much of the results' texts the template writes (Gemma 3's under llama-cpp-python
+writes neither tools nor results: 24 tokens with a tool and without, a round trip 27 whatever its
+result). Measured with bench/usage_agreement.py on the ``check`` battery: every chat prompt counted as
+llama-cpp-python 0.3.36 counted it (docs/proxy.md, usage). Until they answered, or where the upstream
+reports no usage even then, a generic 3 + 5 a message is taken (ChatML's and Gemma's turns: a start,
+the role, a newline, an end and a newline; the assistant turn opened last). Either way the prompt's
+count is an estimate, and said to be one (``TokenCount.estimated``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -46,7 +49,7 @@ __all__ = [
 TextCounter = Callable[[str, float], Awaitable[int | None]]
 """A text's tokens by the upstream's tokenizer, without the tokens it adds to any text; None if unknown."""
 
-_TRIES = 2  # learning attempts per upstream: a server that reports no usage is not asked for ever
+_TRIES = 3  # learning attempts per upstream: a server that reports no usage is not asked for ever
 _TOOL = {
     "type": "function",
     "function": {
@@ -176,36 +179,32 @@ async def _learned(upstream: Upstream, model: Any, count: TextCounter) -> Templa
 
 
 class TemplateLearner:
-    """One upstream's template overhead: learned in the background once asked for, and waited for as
-    long as the caller can (the count of one answer's usage is bounded; the learning goes on past it)."""
+    """One upstream's template overhead, learned when first asked for, the caller waiting: within a
+    quarter of the idle and first-byte timeouts (the bound of the calls that count an answer's usage,
+    less its 2 s cap: five requests, once), else given up and tried again with a later count, a few
+    times at most. Never left running past the caller: a server that serves one request at a time
+    (llama-cpp-python) breaks off a stream when another request arrives (the learning sent beside the
+    measuring client's next stream broke it, a 502), and that client sends its next request only once
+    it has this count."""
 
     def __init__(self) -> None:
         self.learned: TemplateOverhead | None = None
-        self._task: asyncio.Task[TemplateOverhead | None] | None = None
+        self._learning = False
         self._tries = 0
 
-    async def overhead(
-        self,
-        upstream: Upstream,
-        model: Any,
-        count: TextCounter,
-        timeout: float,  # noqa: ASYNC109
-    ) -> TemplateOverhead | None:
+    async def overhead(self, upstream: Upstream, model: Any, count: TextCounter) -> TemplateOverhead | None:
         """The learned overhead, None while not (yet) known."""
-        if self.learned is not None:
+        if self.learned is not None or self._learning or self._tries >= _TRIES:
             return self.learned
-        if self._task is None and self._tries < _TRIES:
-            self._tries += 1
-            self._task = asyncio.create_task(_learned(upstream, model, count))
-        task = self._task
-        if task is None:
-            return None
-        if timeout > 0:
-            await asyncio.wait({task}, timeout=timeout)
-        if task.done():
-            self._task = None
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                self.learned = task.result()
+        self._learning, self._tries = True, self._tries + 1
+        config = upstream.config
+        try:
+            async with asyncio.timeout(min(config.idle_timeout, config.first_byte_timeout) / 4):
+                self.learned = await _learned(upstream, model, count)
+        except TimeoutError:
+            pass
+        finally:
+            self._learning = False
         return self.learned
 
 
@@ -225,7 +224,8 @@ async def estimated_chat_prompt(
     texts = await count(plain, timeout)
     if texts is None:
         return None
-    overhead = await learner.overhead(upstream, body.get("model"), count, deadline - loop.time()) or GENERIC
+    overhead = await learner.overhead(upstream, body.get("model"), count) or GENERIC
+    deadline = max(deadline, loop.time() + timeout)  # (the learning, once, has its own bound)
     tools = tools_text(body)
     tool_tokens = result_tokens = 0
     if tools and overhead.per_tool_token > 0:
