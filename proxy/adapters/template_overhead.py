@@ -168,6 +168,8 @@ async def _learned(upstream: Upstream, model: Any, count: TextCounter) -> Templa
     hi, hi_three, tool, result, long_result = (c or 0 for c in counts)
     per_message = ((three - hi_three) - (one - hi)) / 2
     fixed = one - hi - per_message
+    if per_message < 0 or fixed < 0:  # no count of these prompts (one usage for every answer): not learned
+        return None
     ratio = max(long - short, 0) / max(long_result - hi, 1)
     return TemplateOverhead(
         fixed=fixed,
