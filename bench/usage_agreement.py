@@ -11,7 +11,7 @@ that are answered (intent ``success``, ``two-calls``, ``finish-length``), each s
 is the one it gave the same request unstreamed, and the completion is compared on the unstreamed probes
 alone.
 
-    python bench/usage_agreement.py --upstream http://127.0.0.1:8080 [--label llama-server]
+    python bench/usage_agreement.py --upstream http://127.0.0.1:8080 [--label llama-server] [--only NAME...]
 
 Prints one line per answer (the upstream's prompt and completion tokens, the proxy's, and whether the
 proxy marked its usage estimated in the access log) and the largest differences. Not a timed test: the
@@ -56,10 +56,10 @@ class AccessLines(logging.Handler):
         self.lines[line["request_id"]] = line
 
 
-def _requests(model: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+def _requests(model: str, only: set[str]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     context = ProbeContext(model=model)
     for probe in (*CHAT, *COMPLETIONS):
-        if probe.intent not in _ANSWERED or probe.name in _SKIPPED:
+        if probe.intent not in _ANSWERED or probe.name in _SKIPPED or (only and probe.name not in only):
             continue
         spec = probe.request(context)
         body = {k: v for k, v in spec.body.items() if k not in ("stream", "stream_options")}
@@ -84,7 +84,7 @@ def _usage_of(response: httpx.Response, stream: bool) -> dict[str, Any] | None:
     return None
 
 
-def measure(upstream: str, label: str) -> list[tuple[str, int, int | None]]:
+def measure(upstream: str, label: str, only: set[str]) -> list[tuple[str, int, int | None]]:
     access = AccessLines()
     logging.getLogger("conformant.access").addHandler(access)
     logging.getLogger("conformant.access").setLevel(logging.INFO)
@@ -100,7 +100,7 @@ def measure(upstream: str, label: str) -> list[tuple[str, int, int | None]]:
         hello = {"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
         client.post(proxy + "/v1/chat/completions", json={**hello, "stream": True})
         prompts: dict[str, int] = {}
-        for name, path, body in _requests(model):
+        for name, path, body in _requests(model, only):
             for stream in (False, True):
                 asked = (
                     {**body, "stream": True, "stream_options": {"include_usage": True}} if stream else body
@@ -112,6 +112,9 @@ def measure(upstream: str, label: str) -> list[tuple[str, int, int | None]]:
                     continue
                 theirs = _summed(relay.withheld[before:], body.get("n", 1))
                 if theirs is None:  # no usage in its stream: the prompt's count from the same request whole
+                    if name not in prompts:  # (none unstreamed either: llama.cpp's native route)
+                        print(f"{label} {name} stream={stream}: no usage from the server to compare with")
+                        continue
                     theirs = {"prompt_tokens": prompts[name], "completion_tokens": None}
                 prompts[name] = theirs["prompt_tokens"]
                 ours = _usage_of(answer, stream) or {}
@@ -137,8 +140,9 @@ def main() -> None:
     )
     parser.add_argument("--upstream", required=True, help="the real server's base URL")
     parser.add_argument("--label", default="upstream")
+    parser.add_argument("--only", nargs="*", default=[], help="these probes alone (by name)")
     args = parser.parse_args()
-    differences = measure(args.upstream.rstrip("/"), args.label)
+    differences = measure(args.upstream.rstrip("/"), args.label, set(args.only))
     prompt = max(differences, key=lambda d: abs(d[1]))
     completions = [d for d in differences if d[2] is not None]
     print(f"{args.label}: {len(differences)} answers; largest prompt difference {prompt[1]:+d} ({prompt[0]})")
