@@ -14,7 +14,9 @@ What is held is bounded: a forced call begins at once (OpenAI's, llama-cpp-pytho
 after a few words (llama-server's ``required`` grammar lets text come first, Q83), so a stream still
 without a call after ``HELD_EVENTS`` events is judged as one that ended without a call, and its
 upstream request is closed. The held chunks are the normalizer's, one an upstream event: 4,096 of a word
-each took 2.8 MB (tracemalloc; logprobs add their entries).
+each took 2.8 MB (tracemalloc; logprobs add their entries). A count of events alone does not bound a
+hostile upstream's few huge events (a line may hold 4 MiB, proxy/transport.py), so the text held is
+bounded too, at ``HELD_CHARS``: far more than the words any grammar lets come before a call.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from ..normalizer import Repairs
 from .base import Source
 from .builder import SourceBuilder
 
-__all__ = ["HELD_EVENTS", "ForcedCall"]
+__all__ = ["HELD_CHARS", "HELD_EVENTS", "ForcedCall"]
 
 HELD_EVENTS = 4096
+HELD_CHARS = 1 << 16
 _QUIRK = "Q86"
 
 
@@ -121,7 +124,7 @@ class ForcedCall(Source):
         wanted = self._builder.info.choices
         next_batch = source.active.next_batch
         while sum(choices.called.values()) < wanted:
-            if len(held) > HELD_EVENTS:
+            if len(held) > HELD_EVENTS or choices.text > HELD_CHARS:
                 return None  # (a read's batch is bounded by the read: judged with it, then no more)
             batch = await next_batch()
             if batch is None:
@@ -140,12 +143,17 @@ class ForcedCall(Source):
             await self._current.aclose()
 
 
+_TEXTS = frozenset({"content", "reasoning_content", "reasoning", "refusal"})
+
+
 class _Choices:
-    """Each choice of a held stream: whether it began a call, and its finish reason once it came."""
+    """Each choice of a held stream: whether it began a call, and its finish reason once it came; and
+    the characters of text held, all choices together."""
 
     def __init__(self) -> None:
         self.called: dict[Any, bool] = {}
         self.finishes: dict[Any, Any] = {}
+        self.text = 0
 
     def observe(self, chunks: list[dict[str, Any]]) -> None:
         for chunk in chunks:
@@ -153,6 +161,8 @@ class _Choices:
                 index = choice.get("index", 0)
                 delta = choice.get("delta")
                 calls = isinstance(delta, dict) and bool(delta.get("tool_calls"))
+                if isinstance(delta, dict):
+                    self.text += sum(len(v) for k, v in delta.items() if k in _TEXTS and isinstance(v, str))
                 self.called[index] = self.called.get(index, False) or calls
                 if choice.get("finish_reason") is not None:
                     self.finishes[index] = choice["finish_reason"]

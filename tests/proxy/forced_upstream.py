@@ -32,12 +32,14 @@ def way(body: dict[str, Any]) -> str:
     return "required" if choice == "required" else "auto"
 
 
-def _events(body: dict[str, Any], honours: set[str], finish: str, preamble: int = 0) -> list[dict[str, Any]]:
-    """The answer to ``body``: a call where its way is honoured (after ``preamble`` events of text
+def _events(
+    body: dict[str, Any], honours: set[str], finish: str, preamble: int = 0, word: str = "so "
+) -> list[dict[str, Any]]:
+    """The answer to ``body``: a call where its way is honoured (after ``preamble`` events of ``word``
     under ``required``), else text."""
     asked = way(body)
     if asked == "required" and preamble:
-        text = [chunk_payload({"content": "so "}) for _ in range(preamble)]
+        text = [chunk_payload({"content": word}) for _ in range(preamble)]
         return text + _events(body, honours | {"required"}, finish)
     if asked == "json_output" and asked in honours:
         envelope = {"tool_call": {"name": "get_weather", "arguments": json.loads(ARGUMENTS)}}
@@ -94,7 +96,11 @@ def _whole(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _upstream(
-    honours: set[str], asked: list[dict[str, Any]], finish: str, preamble: int, refuses: frozenset[str]
+    honours: set[str],
+    asked: list[dict[str, Any]],
+    finish: str,
+    preamble: tuple[int, str],
+    refuses: frozenset[str],
 ) -> Any:
     """A chat upstream that calls ``get_weather`` when asked a way it ``honours``, refuses the ways it
     ``refuses`` with a 400, and answers anything else with text finished ``finish``; each request's body
@@ -113,17 +119,17 @@ def _upstream(
                 writer.write(json_answer({"error": error}, "400 Bad Request"))
                 await writer.drain()
                 continue
-            events = _events(body, honours, finish, preamble)
+            events = _events(body, honours, finish, *preamble)
             if not body.get("stream"):
                 writer.write(json_answer(_whole(events)))
                 await writer.drain()
                 continue
             data = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events]
             writer.write(sse_head())
-            if preamble:
-                writer.write(http_chunk(b"".join(data[:preamble])))
+            if preamble[0]:
+                writer.write(http_chunk(b"".join(data[: preamble[0]])))
                 await writer.drain()
-            writer.write(http_chunk(b"".join(data[preamble:]) + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            writer.write(http_chunk(b"".join(data[preamble[0] :]) + b"data: [DONE]\n\n") + b"0\r\n\r\n")
             await writer.drain()
 
     return handler
@@ -131,12 +137,17 @@ def _upstream(
 
 @contextlib.contextmanager
 def proxied(
-    honours: set[str], finish: str = "stop", preamble: int = 0, refuses: frozenset[str] = frozenset()
+    honours: set[str],
+    finish: str = "stop",
+    preamble: int = 0,
+    refuses: frozenset[str] = frozenset(),
+    word: str = "so ",
 ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """The proxy in front of the scripted upstream; yields its URL and the bodies the upstream got."""
+    """The proxy in front of the scripted upstream; yields its URL and the bodies the upstream got
+    (``preamble`` events of ``word`` before a call asked as ``required``)."""
     asked: list[dict[str, Any]] = []
     with (
-        raw_server(_upstream(honours, asked, finish, preamble, refuses)) as (upstream, _),
+        raw_server(_upstream(honours, asked, finish, (preamble, word), refuses)) as (upstream, _),
         run_proxy(upstream, upstream_kind="openai") as url,
     ):
         yield url, asked

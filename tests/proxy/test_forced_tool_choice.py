@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.sources.forced_call import HELD_EVENTS
+from proxy.sources.forced_call import HELD_CHARS, HELD_EVENTS
 
 from .forced_upstream import ARGUMENTS, TEXT, proxied, way
 
@@ -246,6 +246,18 @@ def test_text_before_a_call_is_held_up_to_the_bound_then_judged_as_no_call() -> 
     assert (content, calls) == ("so so so ", [("get_weather", ARGUMENTS)])
     # Twice the bound: the call comes more reads after it than a read holds (256 KiB, proxy/transport.py).
     with proxied({"named"}, preamble=2 * HELD_EVENTS) as (url, asked):
+        content, calls, _ = _streamed(list(_openai(url).chat.completions.create(**_chat(stream=True))))
+        assert [way(sent) for sent in asked] == ["required", "named"]
+    assert (content, calls) == ("", [("get_weather", ARGUMENTS)])
+
+
+@pytest.mark.slow
+def test_a_few_huge_text_events_before_a_call_are_held_only_up_to_the_text_bound() -> None:
+    """Six events of ``HELD_CHARS`` characters each: few events, but more text than the bound holds;
+    judged as an answer without a call, and asked again, rather than held whole (a hostile upstream's
+    4 MiB lines would otherwise be held 4,096 times). Six: more than a read holds (256 KiB,
+    proxy/transport.py), so the call cannot come in the read that passes the bound."""
+    with proxied({"named"}, preamble=6, word="x" * HELD_CHARS) as (url, asked):
         content, calls, _ = _streamed(list(_openai(url).chat.completions.create(**_chat(stream=True))))
         assert [way(sent) for sent in asked] == ["required", "named"]
     assert (content, calls) == ("", [("get_weather", ARGUMENTS)])
