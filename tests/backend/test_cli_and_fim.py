@@ -126,6 +126,38 @@ def test_quantized_v_cache_without_flash_attention_is_refused_up_front(tmp_path:
     assert "Traceback" not in result.stderr
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (reaped, or a zombie waiting for its new parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_the_bundled_backend_stops_when_serve_is_killed(tmp_path: Path) -> None:
+    """Out of serve's group, the backend outlived a serve that was killed (SIGKILL, the OOM killer, a
+    harness's deadline): its memory and port held for ever. It now gets SIGTERM when serve is gone."""
+    model = write_synthetic(tmp_path / "small.gguf", SyntheticSpec())
+    port = free_port()
+    args = [sys.executable, "-m", "conformance", "serve", "--port", str(port), "--model", str(model)]
+    quiet = subprocess.DEVNULL
+    proc = subprocess.Popen(args, stdout=quiet, stderr=quiet, start_new_session=True)
+    backend = 0
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 120, proc)
+        backend = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+        proc.kill()
+        proc.wait()
+        wait_for(lambda: _gone(backend), timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if backend and not _gone(backend):
+            os.kill(backend, signal.SIGKILL)
+
+
 def test_serve_on_the_bundled_backend_stops_on_a_terminals_second_ctrl_c_without_a_traceback(
     tmp_path: Path,
 ) -> None:
