@@ -21,7 +21,7 @@ from conformance.protocols.front_end import CHUNKS, Output
 
 from ..normalizer import Repairs
 
-__all__ = ["Source"]
+__all__ = ["Attempts", "Source"]
 
 
 class Source:
@@ -73,3 +73,38 @@ class Source:
 
     async def aclose(self) -> None:
         raise NotImplementedError
+
+
+class Attempts(Source):
+    """A source that answers through the attempt it runs now (``_current``): a replica's leg
+    (failover.py), one way of asking for a forced call (forced_call.py). Its body, status, usage and
+    the rest of its stream are that attempt's; its repairs are that attempt's with those of the
+    attempts that did not answer (``_spent``). The subclass sets both in its ``__init__``."""
+
+    _current: Source | None
+    _spent: Repairs
+
+    @property
+    def body(self) -> dict[str, Any] | None:  # type: ignore[override]
+        return None if self._current is None else self._current.body
+
+    @property
+    def upstream_status(self) -> int | None:  # type: ignore[override]
+        return None if self._current is None else self._current.upstream_status
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return None if self._current is None else self._current.usage
+
+    @property
+    def repairs(self) -> Repairs:
+        current = Repairs() if self._current is None else self._current.repairs
+        if not self._spent:  # the first attempt answered: the usual request, without a copy
+            return current
+        total = Repairs(self._spent)
+        total.update(current)
+        return total
+
+    @property
+    def active(self) -> Source:
+        return self if self._current is None else self._current.active

@@ -23,13 +23,13 @@ from ..normalizer import Repairs
 from ..observability import Exchange
 from ..routing.pool import Router, retryable
 from ..routing.replica import Replica
-from .base import Source
+from .base import Attempts, Source
 from .plan import RequestPlan
 
 __all__ = ["FailoverSource"]
 
 
-class FailoverSource(Source):
+class FailoverSource(Attempts):
     """The request of ``plan`` on one of ``replicas`` (those of its model), another when one fails first."""
 
     def __init__(
@@ -59,14 +59,6 @@ class FailoverSource(Source):
         self._secret: str | None = None
 
     @property
-    def body(self) -> dict[str, Any] | None:  # type: ignore[override]
-        return None if self._current is None else self._current.body
-
-    @property
-    def upstream_status(self) -> int | None:  # type: ignore[override]
-        return None if self._current is None else self._current.upstream_status
-
-    @property
     def secret(self) -> str | None:  # type: ignore[override]
         return self._secret
 
@@ -76,22 +68,9 @@ class FailoverSource(Source):
         return None if failure is None else failure.redacted(self._secret)
 
     @property
-    def usage(self) -> dict[str, Any] | None:
-        return None if self._current is None else self._current.usage
-
-    @property
     def output(self) -> Output:  # type: ignore[override]
         """The leg's output, once ``start()`` chose the replica."""
         return self._output
-
-    @property
-    def repairs(self) -> Repairs:
-        current = Repairs() if self._current is None else self._current.repairs
-        if not self._spent:  # the first replica answered: the usual request, without a copy
-            return current
-        total = Repairs(self._spent)
-        total.update(current)
-        return total
 
     async def prepare(self) -> None:
         """The first replica and the request's leg on it, before that upstream is asked: the proxy's
@@ -157,10 +136,6 @@ class FailoverSource(Source):
             self._current = None
             self._finish(None, None)
             raise
-
-    @property
-    def active(self) -> Source:
-        return self if self._current is None else self._current.active
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
         assert self._current is not None

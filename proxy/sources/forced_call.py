@@ -28,7 +28,7 @@ from conformance.api_errors import APIError
 from ..adapters.forced_choice import Attempt, ForcedKind, forced_attempts, not_honoured, unhonoured_choice
 from ..adapters.tool_emulation import EmulatedCalls
 from ..normalizer import Repairs
-from .base import Source
+from .base import Attempts, Source
 from .builder import SourceBuilder
 
 __all__ = ["HELD_CHARS", "HELD_EVENTS", "ForcedCall"]
@@ -38,7 +38,7 @@ HELD_CHARS = 1 << 16
 _QUIRK = "Q86"
 
 
-class ForcedCall(Source):
+class ForcedCall(Attempts):
     """The source of a chat request whose ``tool_choice`` forces a call (``kind``), on one upstream."""
 
     def __init__(self, builder: SourceBuilder, body: dict[str, Any], kind: ForcedKind) -> None:
@@ -48,33 +48,9 @@ class ForcedCall(Source):
         self._current: Source | None = None
         self._spent = Repairs()  # the answers without a call, and the enforcing itself (Q86)
 
-    # Read by the response writer; the attempt that runs now answers.
-    @property
-    def body(self) -> dict[str, Any] | None:  # type: ignore[override]
-        return None if self._current is None else self._current.body
-
-    @property
-    def upstream_status(self) -> int | None:  # type: ignore[override]
-        return None if self._current is None else self._current.upstream_status
-
     @property
     def failure(self) -> APIError | None:
         return None if self._current is None else self._current.failure
-
-    @property
-    def usage(self) -> dict[str, Any] | None:
-        return None if self._current is None else self._current.usage
-
-    @property
-    def repairs(self) -> Repairs:
-        total = Repairs(self._spent)
-        if self._current is not None:
-            total.update(self._current.repairs)
-        return total
-
-    @property
-    def active(self) -> Source:
-        return self if self._current is None else self._current.active
 
     async def start(self) -> list[dict[str, Any]]:
         traits = self._builder.upstream.traits
