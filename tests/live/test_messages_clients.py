@@ -79,7 +79,7 @@ def test_create_whole_and_streamed(server_url: str) -> None:
     assert message.usage.output_tokens <= 16
 
 
-def test_the_stream_helper_and_count_tokens(server_url: str) -> None:
+def test_the_stream_helper_and_count_tokens(server_url: str, request: pytest.FixtureRequest) -> None:
     client = _client(server_url)
     with client.messages.stream(**HELLO, extra_body=GREEDY) as stream:
         text = "".join(stream.text_stream)
@@ -88,7 +88,12 @@ def test_the_stream_helper_and_count_tokens(server_url: str) -> None:
     assert final.usage.output_tokens > 0
     counted = client.messages.count_tokens(model="gemma", messages=HELLO["messages"])
     with_tool = client.messages.count_tokens(model="gemma", messages=HELLO["messages"], tools=[TOOL])
-    assert 0 < counted.input_tokens < with_tool.input_tokens
+    if request.node.callspec.params["server_url"] == "llama-cpp-python":
+        # Counted as that server reads the prompt: Gemma 3's template under llama-cpp-python writes no
+        # tools (it reported 24 prompt tokens with a tool and without, docs/proxy.md, usage agreement).
+        assert 0 < counted.input_tokens <= with_tool.input_tokens
+    else:
+        assert 0 < counted.input_tokens < with_tool.input_tokens
     response = httpx.post(
         server_url + "/v1/messages/count_tokens", json={"model": "gemma", "messages": HELLO["messages"]}
     )

@@ -30,6 +30,9 @@ def bundled_backend() -> Iterator[str]:
     # Batch-invariant: the test compares a streamed and a whole reply to the same greedy request.
     args = ["python", "-m", "conformance", "backend", "--host", "127.0.0.1", "--port", str(port)]
     args.append("--batch-invariant")
+    # The context llama-cpp-python's server gets, so that the overflow below overflows both (the
+    # backend's own default is now the model's training context, 32,768 tokens).
+    args += ["--ctx-size", str(llama_cpp_server.CONTEXT), "--parallel", "1"]
     with run_process(args, health_path="/health", port=port, timeout=300) as (url, _):
         yield url
 
