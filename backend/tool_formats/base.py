@@ -9,31 +9,30 @@ content, so a model that answers in prose is still answered.
 
 from __future__ import annotations
 
-import json
 import secrets
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from backend.requests import Tool, ToolChoice
-from conformance.generic_tools import decode_json_at
+from conformance.tool_formats.base import (
+    CallSyntax,
+    ParsedCall,
+    ParsedOutput,
+    arguments_text,
+    call_from_object,
+    decode_json_at,
+)
 
-__all__ = ["GrammarPlan", "ParsedCall", "ParsedOutput", "ToolFormat", "arguments_text", "decode_json_at"]
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedCall:
-    name: str
-    arguments: str
-    """The arguments as a JSON text (OpenAI sends ``function.arguments`` as a string)."""
-    id: str | None = None
-    """The id the model wrote itself (Mistral's), else None: the server makes one."""
-
-
-@dataclass(slots=True)
-class ParsedOutput:
-    content: str
-    calls: list[ParsedCall] = field(default_factory=list)
+__all__ = [
+    "GrammarPlan",
+    "ParsedCall",
+    "ParsedOutput",
+    "ToolFormat",
+    "arguments_text",
+    "call_from_object",
+    "decode_json_at",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,52 +49,12 @@ class GrammarPlan:
         return bool(self.triggers)
 
 
-def arguments_text(value: Any) -> str | None:
-    """A call's arguments as OpenAI's JSON string: an object is dumped, a string holding an object is
-    kept (some models quote them); anything else is no arguments at all."""
-    if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, str):
-        found = decode_json_at(value, 0)
-        if found is not None and isinstance(found[0], dict) and not value[found[1] :].strip():
-            return value.strip()
-    return None
+class ToolFormat(CallSyntax):
+    """The interface one format module implements (see the module docstring): a syntax's reading
+    (conformance/tool_formats, shared with the proxy and the judge) and the grammar that writes it."""
 
-
-def call_from_object(obj: Any, *, arguments_keys: tuple[str, ...] = ("arguments",)) -> ParsedCall | None:
-    """``{"name": ..., "arguments": {...}}`` (or another arguments key) -> a call; None if not one."""
-    if not isinstance(obj, dict):
-        return None
-    if obj.get("type") == "function" and isinstance(obj.get("function"), dict):
-        obj = obj["function"]  # OpenAI's own shape, which some fine-tunes copy
-    name = obj.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    for key in arguments_keys:
-        if key in obj:
-            arguments = arguments_text(obj[key])
-            if arguments is None:
-                return None
-            call_id = obj.get("id")
-            return ParsedCall(name, arguments, call_id if isinstance(call_id, str) else None)
-    return ParsedCall(name, "{}")
-
-
-class ToolFormat:
-    """The interface one format module implements (see the module docstring)."""
-
-    name: str = ""
-    markers: tuple[str, ...] = ()
-    """Text that opens a call; content streams until one shows up."""
-    leading_only: bool = False
-    """Whether a call can only open the answer (Llama 3.x JSON, the generic format): then the whole
-    answer is held until it is clear whether it is a call."""
     whole_json: bool = False
     """Whether every answer is one JSON document (the generic format): nothing streams as content."""
-
-    def parse(self, text: str, *, final: bool) -> ParsedOutput:
-        """Calls in ``text`` and the content around them; with ``final`` False only whole calls count."""
-        raise NotImplementedError
 
     def grammar(
         self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None

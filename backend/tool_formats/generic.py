@@ -29,6 +29,7 @@ from backend.tool_formats.base import (
 from backend.tool_formats.grammar import allowed_tools, call_schema, one_of, schema_rules
 from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_response, whole_calls
 from conformance.schema_refs import definitions_prefix, localized
+from conformance.tool_formats.base import Schemas
 
 __all__ = ["Generic"]
 
@@ -42,7 +43,7 @@ class Generic(ToolFormat):
     leading_only = True
     whole_json = True
 
-    def parse(self, text: str, *, final: bool) -> ParsedOutput:
+    def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:
         found = decode_json_at(text, 0)
         if found is None or not isinstance(found[0], dict) or text[found[1] :].strip():
             # Not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are.
