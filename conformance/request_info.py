@@ -14,6 +14,7 @@ from typing import Any
 
 from conformance.model_names import clean_model_name
 from conformance.request import Endpoint, Request
+from conformance.tool_formats.offered import NO_TOOLS, OfferedTools
 
 __all__ = ["RequestInfo"]
 
@@ -23,20 +24,6 @@ def _echoed(request: Request) -> tuple[str, int]:
     if not request.echo or request.prompts != 1:
         return "", 0
     return (request.prompt_texts[0] if request.prompt_texts else ""), request.prompt_token_ids
-
-
-def _tool_names(body: dict[str, Any]) -> tuple[str, ...]:
-    """The function names of the request's ``tools``; none when ``tool_choice`` is ``"none"``."""
-    tools = body.get("tools")
-    if not isinstance(tools, list) or body.get("tool_choice") == "none":
-        return ()
-    names = []
-    for tool in tools:
-        function = tool.get("function") if isinstance(tool, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
-        if isinstance(name, str) and name:
-            names.append(name)
-    return tuple(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +44,9 @@ class RequestInfo:
     """The prompt a completion's text begins with (``echo`` and a text prompt): no stop sequence in it."""
     echoed_tokens: int = 0
     """How many token ids the prompt a completion's text begins with has (``echo``, a token prompt)."""
-    tools: tuple[str, ...] = ()
-    """The names of the functions the request offers as tools, unless ``tool_choice`` is ``"none"``: a
-    call the upstream left as text in the content is repaired only into one of these (tool_text)."""
+    tools: OfferedTools = NO_TOOLS
+    """The functions the request offers as tools, unless ``tool_choice`` is ``"none"``: a call the
+    upstream left as text in the content is repaired only into a call of one of these (tool_text)."""
     reasoning_field: str = "reasoning_content"
     """The field the reasoning goes out in (``--reasoning-field``, Q39)."""
     generates: bool = True
@@ -95,7 +82,7 @@ class RequestInfo:
             alternatives=endpoint != "chat" or bool(request.top_logprobs),
             echoed=echoed,
             echoed_tokens=echoed_tokens,
-            tools=_tool_names(body) if endpoint == "chat" else (),
+            tools=OfferedTools.from_body(body) if endpoint == "chat" else NO_TOOLS,
             reasoning_field=reasoning_field,
             generates=request.generates,
         )

@@ -19,6 +19,7 @@ from conformance import jsoncodec
 from conformance.api_errors import APIError
 
 from .normalizer import Repairs
+from .normalizer.repairs import TOOL_TEXT_UNPARSED
 from .normalizer.text_lost import TEXT_LOST_CODE
 from .normalizer.usage import USAGE_ESTIMATED
 
@@ -80,6 +81,11 @@ class Exchange:
         tokenizer and template (a hop marks it among its repairs: proxy/normalizer/usage.py)."""
         return bool(self.repairs.get(USAGE_ESTIMATED))
 
+    @property
+    def tool_text_unparsed(self) -> bool:
+        """Whether markup that opened tool calls in the text did not parse, and went out as text."""
+        return bool(self.repairs.get(TOOL_TEXT_UNPARSED))
+
 
 def exchange_of(scope: Scope) -> Exchange:
     exchange: Exchange = scope["state"]["conformant_exchange"]
@@ -133,6 +139,13 @@ class Metrics:
             ["endpoint"],
             registry=self.registry,
         )
+        self.tool_text_unparsed = Counter(
+            "conformant_tool_text_unparsed",
+            "Responses whose text opened tool calls in a model's syntax that did not parse as calls of the"
+            " offered functions, sent on as text (Q79)",
+            ["endpoint"],
+            registry=self.registry,
+        )
 
     def exposed(self) -> CollectorRegistry:
         """What ``/metrics`` shows: this process's metrics, or with ``--workers`` every worker's summed."""
@@ -162,6 +175,8 @@ class Metrics:
             self.texts_lost.inc()
         if exchange.usage_estimated:
             self.usage_estimated.labels(exchange.endpoint).inc()
+        if exchange.tool_text_unparsed:
+            self.tool_text_unparsed.labels(exchange.endpoint).inc()
 
 
 def _forget_killed_workers(directory: Path) -> None:
@@ -239,6 +254,7 @@ def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
         "prompt_tokens": exchange.prompt_tokens,
         "completion_tokens": exchange.completion_tokens,
         "usage_estimated": exchange.usage_estimated,
+        "tool_text_unparsed": exchange.tool_text_unparsed,
         "repairs": exchange.repairs.summary(),
         "client_disconnected": exchange.disconnected,
         "error": exchange.error,

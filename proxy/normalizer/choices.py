@@ -8,13 +8,15 @@ from typing import Any
 
 from conformance import jsoncodec
 from conformance.api_errors import APIError
+from conformance.tool_formats.base import ParsedCall
+from conformance.tool_formats.offered import NO_TOOLS, OfferedTools
 
 from .call_shape import ObjectShape
 from .control_characters import ArgumentStrings
 from .logprobs import empty_logprobs, logprobs_up_to, merged_logprobs
-from .repairs import Repairs
+from .repairs import TOOL_TEXT_UNPARSED, Repairs
 from .stop import StopScanner
-from .tool_text import Call, ToolTextScanner
+from .tool_text import ToolTextScanner
 from .usage import estimated_tokens
 
 __all__ = [
@@ -166,6 +168,7 @@ class ChoiceState:
         "next_tool",
         "parts",
         "raw_chars",
+        "reasoning_tool_text",
         "role_sent",
         "saw_logprobs",
         "scanner",
@@ -186,7 +189,7 @@ class ChoiceState:
         stops: tuple[str, ...],
         keep_text: bool,
         echoed: str = "",
-        tools: tuple[str, ...] = (),
+        tools: OfferedTools = NO_TOOLS,
     ) -> None:
         self.index = index
         self.role_sent = False
@@ -223,6 +226,7 @@ class ChoiceState:
         self.sent_chars = 0
         # Calls the upstream sent as text (Q79), looked for only where the request offered tools.
         self.tool_text = ToolTextScanner(tools) if tools else None
+        self.reasoning_tool_text = ToolTextScanner(tools) if tools else None
 
     def pass_text(self, text: str) -> str:
         """Text after stop-sequence enforcement (Q76); marks the choice stopped on a hit."""
@@ -372,10 +376,28 @@ class ChoiceState:
         shape = self.last_call[3]
         return self.had_tools and not shape.blank and not shape.whole
 
-    def text_calls(self, calls: list[Call], repairs: Repairs) -> list[dict[str, Any]]:
+    def flush_tool_text(self, tail: str, repairs: Repairs) -> tuple[str, str, list[dict[str, Any]]]:
+        """At the stream's end, what the tool-text scanners held (Q79): the content's last text (after
+        ``tail``, what the stop scanner held), the reasoning's, and the calls they completed."""
+        reasoning = ""
+        found: list[ParsedCall] = []
+        if self.tool_text is not None:
+            tail, found = self.tool_text.feed(tail)
+            rest, more = self.tool_text.finish()
+            tail += rest
+            found += more
+        if self.reasoning_tool_text is not None:
+            reasoning, more = self.reasoning_tool_text.finish()
+            found += more
+        if any(s is not None and s.unparsed for s in (self.tool_text, self.reasoning_tool_text)):
+            repairs.add(TOOL_TEXT_UNPARSED)
+        return tail, reasoning, self.text_calls(found, repairs)
+
+    def text_calls(self, calls: list[ParsedCall], repairs: Repairs) -> list[dict[str, Any]]:
         """Tool-call deltas, each whole, for calls taken out of the content (Q79)."""
         out: list[dict[str, Any]] = []
-        for name, arguments in calls:
+        for call in calls:
+            name, arguments = call.name, call.arguments
             repairs.add("Q79")
             index = self.next_tool
             self.next_tool += 1

@@ -45,7 +45,7 @@ from conformance.request_info import RequestInfo
 from .choices import ChoiceState, as_dict, fix_tool_call, is_json_object, new_tool_call_id, unnamed_call
 from .finish import FAILURE_REASONS, map_finish_reason
 from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
-from .repairs import Repairs
+from .repairs import TOOL_TEXT_UNPARSED, Repairs
 from .stop import truncate_at_stop
 from .tool_text import calls_in_text
 
@@ -373,11 +373,18 @@ def delta_reasoning(d: Delta) -> bool:
     for key in REASONING_KEYS:
         value = d.delta.get(key)
         if isinstance(value, str) and value:
-            d.out[d.request.reasoning_field] = value
-            d.has_output = True
             d.state.count_output(value)
             if key == "reasoning":
                 d.repairs.add("Q39")
+            scanner = d.state.reasoning_tool_text  # calls written in the reasoning (Q79)
+            if scanner is not None:
+                value, calls = scanner.feed(value)
+                if calls:
+                    d.out["tool_calls"] = d.out.get("tool_calls", []) + d.state.text_calls(calls, d.repairs)
+                    d.has_output = True
+            if value:
+                d.out[d.request.reasoning_field] = value
+                d.has_output = True
             break  # one name read: text under both would otherwise go out (and count) twice
     return True
 
@@ -600,26 +607,40 @@ def message_tool_text(m: Message) -> bool:
     content = m.content
     if not m.request.tools or not isinstance(content, str) or m.out.get("tool_calls"):
         return True
-    found = calls_in_text(content, m.request.tools)
-    if found is None:
-        return True
-    m.content, calls = found
-    m.out["content"] = m.content
-    m.out["tool_calls"] = []
-    for name, arguments in calls:
-        m.repairs.add("Q79")
-        function = {"name": name, "arguments": arguments}
-        m.out["tool_calls"].append({"id": new_tool_call_id(), "type": "function", "function": function})
+    left = _take_text_calls(m, content)
+    if left is not None:
+        m.content = m.out["content"] = left or None
     return True
+
+
+def _take_text_calls(m: Message, text: str) -> str | None:
+    """The calls written in ``text`` as the message's ``tool_calls`` (Q79), and the text left (None where
+    ``text`` held none)."""
+    left, calls, unparsed = calls_in_text(text, m.request.tools)
+    if unparsed:
+        m.repairs.add(TOOL_TEXT_UNPARSED)
+    if not calls:
+        return None
+    m.out["tool_calls"] = []
+    for call in calls:
+        m.repairs.add("Q79")
+        function = {"name": call.name, "arguments": call.arguments}
+        m.out["tool_calls"].append({"id": new_tool_call_id(), "type": "function", "function": function})
+    return left or ""
 
 
 def message_reasoning(m: Message) -> bool:
     """The reasoning in the one field the proxy sends, under whichever name the upstream sent it (Q39,
-    as ``delta_reasoning``)."""
+    as ``delta_reasoning``); a call written in it, where the message has none (a thinking model whose
+    server never saw its reasoning end), taken out as in the content (Q79)."""
     for key in REASONING_KEYS:
         reasoning = m.message.get(key)
         if isinstance(reasoning, str) and reasoning:
-            m.out[m.request.reasoning_field] = reasoning
+            if m.request.tools and not m.out.get("tool_calls"):
+                left = _take_text_calls(m, reasoning)
+                reasoning = reasoning if left is None else left
+            if reasoning:
+                m.out[m.request.reasoning_field] = reasoning
             if key == "reasoning":
                 m.repairs.add("Q39")
             break

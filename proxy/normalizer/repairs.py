@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-__all__ = ["Repairs"]
+__all__ = ["TOOL_TEXT_UNPARSED", "Repairs"]
+
+TOOL_TEXT_UNPARSED = "tool-text-unparsed"
+"""Not a repair but its refusal, counted beside them: markup that opened tool calls in the text did not
+parse as calls of the offered functions, and went out as the text it was (tool_text)."""
 
 
 class Repairs(Counter[str]):

@@ -242,17 +242,14 @@ class StreamNormalizer:
         """The chunk of the text the stop-sequence scanner still held, and of the calls or text the
         tool-text scanner held (Q79); none when they held nothing."""
         tail = state.scanner.flush() if state.scanner is not None and not state.stopped else ""
-        calls: list[dict[str, Any]] = []
-        if state.tool_text is not None:
-            tail, found = state.tool_text.feed(tail)
-            rest, more = state.tool_text.finish()
-            tail += rest
-            calls = state.text_calls(found + more, self.repairs)
-        if not tail and not calls:
+        tail, reasoning, calls = state.flush_tool_text(tail, self.repairs)
+        if not tail and not reasoning and not calls:
             return []
         choice = self._content_choice(index, tail)
         if not tail:
             del choice["delta"]["content"]
+        if reasoning:
+            choice["delta"][self.request.reasoning_field] = reasoning
         if calls:
             choice["delta"]["tool_calls"] = calls
         choice["logprobs"] = state.flush_logprobs(self._chat) if state.scanner is not None else None

@@ -16,16 +16,19 @@ import pytest
 from conformance.judge import judge_response
 from conformance.request_info import RequestInfo
 from conformance.sse import encode_data
+from conformance.tool_formats.mistral import MARKER as MISTRAL_MARKER
+from conformance.tool_formats.offered import OfferedTools
 from proxy.normalizer import StreamNormalizer, normalize_body
 from proxy.normalizer.repairs import Repairs
-from proxy.normalizer.tool_text import MISTRAL_MARKER, ToolTextScanner, calls_in_text
+from proxy.normalizer.tool_text import ToolTextScanner, calls_in_text
 
 TOOLS = [
     {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
     for name in ("get_current_temperature", "get_temperature_date", "get_current_weather")
 ]
 
-NAMES = ("get_current_temperature", "get_temperature_date", "get_current_weather")
+BODY: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS}
+NAMES = OfferedTools.from_body(BODY)
 QWEN = (
     '<tool_call>\n{"name": "get_current_temperature", "arguments": {"location": "San Francisco, CA, USA"}}\n'
     "</tool_call>\n"
@@ -37,11 +40,16 @@ MISTRAL_V3 = (
     '"format": "celsius"}}]'
 )
 MISTRAL_V11 = '[TOOL_CALLS]get_current_weather[ARGS]{"location": "Paris, France"}'
-BODY: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS}
+
+
+def _found(text: str, offered: OfferedTools = NAMES) -> tuple[str | None, list[tuple[str, str]]] | None:
+    """What ``calls_in_text`` takes out of ``text``, as (content, [(name, arguments)]); None: no call."""
+    content, calls, _ = calls_in_text(text, offered)
+    return (content, [(c.name, c.arguments) for c in calls]) if calls else None
 
 
 def test_hermes_blocks_become_calls_and_the_text_around_them_stays() -> None:
-    content, calls = calls_in_text("Let me check.\n" + QWEN, NAMES) or (None, [])
+    content, calls = _found("Let me check.\n" + QWEN, NAMES) or (None, [])
     assert content == "Let me check."
     assert calls == [
         ("get_current_temperature", '{"location": "San Francisco, CA, USA"}'),
@@ -51,7 +59,7 @@ def test_hermes_blocks_become_calls_and_the_text_around_them_stays() -> None:
 
 @pytest.mark.parametrize("text", [MISTRAL_V3, MISTRAL_V11])
 def test_mistral_answers_become_calls(text: str) -> None:
-    content, calls = calls_in_text(text, NAMES) or ("left", [])
+    content, calls = _found(text, NAMES) or ("left", [])
     assert content is None
     assert [name for name, _ in calls] == ["get_current_weather"]
     assert json.loads(calls[0][1])["location"] == "Paris, France"
@@ -63,36 +71,44 @@ def test_mistral_answers_become_calls(text: str) -> None:
         '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',  # a function the request did not offer
         '<tool_call>{"name": "get_current_weather", "arguments": [1]}</tool_call>',  # arguments not an object
         '<tool_call>{"name": "get_current_weather", "arguments": {"a": 1}</tool_call>',  # not JSON
-        '<tool_call>{"name": "get_current_weather"}',  # never closed
+        '<tool_call>{"name": "get_current_weather", "arguments": {',  # cut inside the call
         'The tag <tool_call> starts a call; {"name": "x"} is its body.',
         "[TOOL_CALLS] not a call",
         'Use [TOOL_CALLS] like this: [{"name": "get_current_weather", "arguments": {}}]',  # not at the start
     ],
 )
 def test_text_that_is_not_unambiguously_a_call_is_left(text: str) -> None:
-    assert calls_in_text(text, NAMES) is None
+    assert _found(text, NAMES) is None
+
+
+def test_a_whole_call_whose_close_never_came_is_a_call() -> None:
+    """The answer ended right after the call's JSON: a server that took ``</tool_call>`` as a stop
+    string, or a model that ended its turn there; the call is whole (llama.cpp's Hermes parser, and the
+    bundled backend's, read it so)."""
+    assert _found('<tool_call>{"name": "get_current_weather"}') == (None, [("get_current_weather", "{}")])
 
 
 def test_without_tools_nothing_is_repaired() -> None:
-    assert calls_in_text(QWEN, ()) is None
+    assert _found(QWEN, OfferedTools()) is None
 
 
 def _scan(pieces: list[str]) -> tuple[str, list[tuple[str, str]]]:
     scanner = ToolTextScanner(NAMES)
-    out, calls = [], []
+    out: list[str] = []
+    calls: list[tuple[str, str]] = []
     for piece in pieces:
         text, found = scanner.feed(piece)
         out.append(text)
-        calls += found
+        calls += [(c.name, c.arguments) for c in found]
     text, found = scanner.finish()
-    return "".join(out) + text, calls + found
+    return "".join(out) + text, calls + [(c.name, c.arguments) for c in found]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7])
 def test_the_scanner_finds_markers_split_over_tokens(size: int) -> None:
     for text in ("Let me check.\n" + QWEN, MISTRAL_V3, MISTRAL_V11):
         pieces = [text[i : i + size] for i in range(0, len(text), size)]
-        whole = calls_in_text(text, NAMES)
+        whole = _found(text, NAMES)
         assert whole is not None
         content, calls = _scan(pieces)
         assert calls == whole[1]
@@ -222,7 +238,7 @@ def test_a_stream_with_calls_as_text_streams_tool_calls(text: str) -> None:
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     content = "".join(d.get("content") or "" for d in deltas)
     calls = [call for d in deltas for call in d.get("tool_calls", ())]
-    expected = calls_in_text(text, NAMES)
+    expected = _found(text, NAMES)
     assert expected is not None
     assert content.strip() == (expected[0] or "")
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == expected[1]
@@ -259,7 +275,7 @@ error in the proxy", or cut a stream already under way with no error event and n
     ids=["hermes", "mistral-v3", "mistral-v11"],
 )
 def test_a_call_nested_past_what_json_reads_stays_text(text: str) -> None:
-    assert calls_in_text(text, NAMES) is None
+    assert _found(text, NAMES) is None
     out, repairs = _body(text, BODY)
     assert out["choices"][0]["message"]["content"] == text
     assert "Q79" not in repairs
