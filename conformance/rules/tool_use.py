@@ -20,9 +20,12 @@ judge what the calls say once whole, the same for a stream (fragments joined) an
   agent loops that dispatch on it find no call to run. (Calls finished otherwise:
   ``tool-calls-finish-reason``, Q64.)
 - ``tool-call-in-content``: the request offered tools and the content holds a call written out in a
-  model's own format (Hermes/Qwen ``<tool_call>``, Mistral ``[TOOL_CALLS]``, Llama 3.x ``<|python_tag|>``):
-  a template whose output the server does not parse (issue 20; llama.cpp's docs/function-calling.md
-  names these formats). The client sees text, never a call.
+  model's own syntax (the markers of conformance/tool_formats/catalog.py: Hermes/Qwen ``<tool_call>``,
+  Mistral ``[TOOL_CALLS]``, Llama 3.x ``<|python_tag|>``, Granite, DeepSeek, Kimi K2, gpt-oss harmony,
+  FunctionGemma): a template whose output the server does not parse (issue 20, issue 34; llama.cpp's
+  common/chat.cpp parses these formats). The client sees text, never a call. Without tools offered the
+  same markup is ``tool-markup-in-content``, a warning: a model wrote a call nobody offered it, or wrote
+  about one.
 
 A choice cut off by its token limit (``finish_reason: "length"``) is not held to whole arguments: OpenAI's
 are cut there too. Nor is a choice that never finished (a stream cut short, an excerpt pasted from a
@@ -36,6 +39,7 @@ from typing import Any
 
 from conformance.rules.context import ChoiceState, Context, ToolCallState
 from conformance.schemas import schema_error
+from conformance.tool_formats.catalog import MARKERS
 
 __all__ = [
     "TOOL_CALL_MARKERS",
@@ -49,13 +53,14 @@ __all__ = [
     "wants_content",
 ]
 
-TOOL_CALL_MARKERS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
-"""Openings of a tool call written as text by Hermes/Qwen, Mistral and Llama 3.x templates."""
+TOOL_CALL_MARKERS = MARKERS
+"""Openings of a tool call written as text, in every syntax the project reads."""
 
 
 def wants_content(request: Any) -> bool:
-    """Whether a rule reads the chat content whole: the request offered tools or asked for JSON."""
-    return bool(request.tools) or request.response_format_type in ("json_object", "json_schema")
+    """Whether a rule reads the chat content whole: always, since markup of a call left as text is looked
+    for with tools offered or not (``tool_call_in_content``)."""
+    return True
 
 
 def collect_content(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
@@ -252,18 +257,27 @@ def finish_without_calls(ctx: Context) -> None:
 
 
 def tool_call_in_content(ctx: Context) -> None:
-    """A call written out as text in ``content`` while the request offered tools (issue 20, item 6)."""
-    if not ctx.request.tools:
-        return
+    """A call written out as text in ``content``: an error where the request offered tools (issue 20,
+    item 6; issue 34), a warning where it did not."""
     for state in _judged(ctx):
         text = "".join(state.content)
-        marker = next((m for m in TOOL_CALL_MARKERS if m in text), None)
-        if marker is not None:
-            ctx.error(
-                "tool-call-in-content",
+        marker = next((m for m in TOOL_CALL_MARKERS if m in text), None) if text else None
+        if marker is None:
+            continue
+        pointer = f"/choices/{state.index}"
+        if ctx.request.tools:
+            message = (
                 f"choice {state.index}'s content holds a tool call as text ({marker!r}): the server did not"
-                " parse its template's call format, so the client gets text instead of a call",
-                event=state.finished_event,
-                pointer=f"/choices/{state.index}",
-                quirk="spec",
+                " parse its template's call format, so the client gets text instead of a call"
+            )
+            ctx.error(
+                "tool-call-in-content", message, event=state.finished_event, pointer=pointer, quirk="Q79"
+            )
+        else:
+            message = (
+                f"choice {state.index}'s content holds a tool call's markup ({marker!r}) though the request"
+                " offered no tools: a call nobody offered, left as text by a server that did not parse it"
+            )
+            ctx.warn(
+                "tool-markup-in-content", message, event=state.finished_event, pointer=pointer, quirk="Q79"
             )

@@ -180,6 +180,7 @@ SEVERITIES = {
     "tool-choice-named-ignored": ERROR,
     "tool-choice-none-called": ERROR,
     "tool-choice-required-ignored": ERROR,
+    "tool-markup-in-content": WARNING,
     "unknown-field": WARNING,
     "unknown-model-accepted": WARNING,
     "usage-arithmetic": ERROR,
