@@ -127,6 +127,13 @@ class CallSyntax:
     leading_only: bool = False
     """Whether a call can only open the answer (Llama 3.x JSON): then the answer's start is held until
     it is clear whether it is a call."""
+    opens_call: bool = True
+    """Whether a marker always opens a call (False for harmony, whose markers open any message: one that
+    never reaches an end was no call, not a call that failed to parse)."""
+
+    def ends_of(self, marker: str) -> tuple[str, ...]:
+        """The ends of what ``marker`` opened (a syntax with two markers may close each its own way)."""
+        return self.ends
 
     def opens_answer(self, lead: str) -> bool | None:
         """For a leading-only syntax: whether an answer that begins with ``lead`` (white space taken

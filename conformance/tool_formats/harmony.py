@@ -86,6 +86,7 @@ class Harmony(CallSyntax):
     # from there, as content from the first marker on depends on whether a call comes.
     markers = (CHANNEL, START)
     ends = (CALL,)
+    opens_call = False
     leading_only = False
 
     def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:

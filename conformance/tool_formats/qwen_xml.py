@@ -74,6 +74,12 @@ class QwenXml(CallSyntax):
     name = "qwen-xml"
     markers = (BLOCK_OPEN, FUNCTION_OPEN)
     ends = (BLOCK_CLOSE, FUNCTION_CLOSE)
+
+    def ends_of(self, marker: str) -> tuple[str, ...]:
+        # A block ends at its close, not at its function's (a stream read at ``</function>`` would find
+        # the block not yet whole); a bare function, at its own close.
+        return (BLOCK_CLOSE,) if marker == BLOCK_OPEN else (FUNCTION_CLOSE,)
+
     leading_only = False
 
     def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:

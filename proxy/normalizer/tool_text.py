@@ -84,7 +84,17 @@ class ToolTextScanner:
     end), ``off`` (markup that did not parse: the rest passes as the model wrote it).
     """
 
-    __slots__ = ("_candidates", "_held", "_lead", "_markers", "_offered", "_state", "_tail", "unparsed")
+    __slots__ = (
+        "_candidates",
+        "_ends",
+        "_held",
+        "_lead",
+        "_markers",
+        "_offered",
+        "_state",
+        "_tail",
+        "unparsed",
+    )
 
     def __init__(self, offered: OfferedTools, syntaxes: tuple[CallSyntax, ...] = SYNTAXES) -> None:
         self._offered = offered
@@ -92,6 +102,7 @@ class ToolTextScanner:
         self._state = "start" if self._markers.leading else "text"
         self._held: list[str] = []  # the text held back, in the pieces it came in
         self._candidates: tuple[CallSyntax, ...] = ()  # (region) the syntaxes its marker opens
+        self._ends: tuple[str, ...] = ()  # (region) the text that may end it
         self._tail = ""  # (region) the held text's last characters, where an end may have begun
         self._lead = ""  # (start) the answer's first characters after its white space
         self.unparsed = False
@@ -125,7 +136,7 @@ class ToolTextScanner:
             found = self._decide(held, self._candidates)
             if found is not None:
                 return found
-            self.unparsed = True
+            self.unparsed = any(syntax.opens_call for syntax in self._candidates)
         return held, []
 
     def _take(self) -> str:
@@ -164,10 +175,9 @@ class ToolTextScanner:
                 return "".join(out), calls
             if text[: found.start()].strip():  # (white space before a call is template layout)
                 out.append(text[: found.start()])
-            self._state = "region"
-            self._candidates = self._markers.by_marker[found.group()]
+            self._open(found.group())
             region = text[found.start() :]
-            end = self._end(region, 0)
+            end = self._end(region)
             if end is None:
                 self._held = [region]
                 self._tail = region[-self._end_room() :]
@@ -187,23 +197,24 @@ class ToolTextScanner:
         """A piece of an open region: held, until one of its ends comes."""
         self._held.append(text)
         window = self._tail + text
-        if self._end(window, 0) is None:
+        if self._end(window) is None:
             self._tail = window[-self._end_room() :]
             return "", []
         # Found in the window: read the region once, from its marker.
         return self._scan(self._take())
 
-    def _end_room(self) -> int:
-        return max((len(e) for s in self._candidates for e in s.ends), default=1) - 1 or 1
+    def _open(self, marker: str) -> None:
+        self._state = "region"
+        self._candidates = self._markers.by_marker[marker]
+        self._ends = tuple({end for syntax in self._candidates for end in syntax.ends_of(marker)})
 
-    def _end(self, region: str, start: int) -> int | None:
-        """Where the first of the region's syntaxes' ends closes in ``region`` (the index after it)."""
-        ends = [
-            found + len(end)
-            for syntax in self._candidates
-            for end in syntax.ends
-            if (found := region.find(end, start)) >= 0
-        ]
+    def _end_room(self) -> int:
+        """How much of the held text's end to keep: all but the last character of the longest end."""
+        return max(map(len, self._ends), default=2) - 1
+
+    def _end(self, region: str) -> int | None:
+        """Where the first of the region's ends closes in ``region`` (the index after it)."""
+        ends = [found + len(end) for end in self._ends if (found := region.find(end)) >= 0]
         return min(ends) if ends else None
 
     def _decide(self, region: str, syntaxes: tuple[CallSyntax, ...]) -> tuple[str, list[ParsedCall]] | None:
