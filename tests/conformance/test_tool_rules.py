@@ -34,6 +34,17 @@ TRANSCRIPTS: dict[str, tuple[set[str], set[str]]] = {
     "finish-tool-calls-no-call.sse": ({"finish-tool-calls-without-calls"}, set()),
     "tool-call-in-content-hermes.sse": ({"tool-call-in-content"}, set()),
     "tool-call-in-content-mistral.sse": ({"tool-call-in-content"}, set()),
+    # One per syntax of conformance/tool_formats/catalog.py (tests/support/tool_syntax_samples.py).
+    "tool-call-in-content-qwen-xml.sse": ({"tool-call-in-content"}, set()),
+    "tool-call-in-content-glm.sse": ({"tool-call-in-content"}, set()),
+    "tool-call-in-content-granite.sse": ({"tool-call-in-content"}, set()),
+    "tool-call-in-content-deepseek.sse": ({"tool-call-in-content"}, set()),
+    "tool-call-in-content-kimi.sse": ({"tool-call-in-content"}, set()),
+    # The analysis message before the call ends with harmony's <|end|>, a turn marker left in the text.
+    "tool-call-in-content-harmony.sse": ({"tool-call-in-content"}, {"template-token-in-content"}),
+    "tool-call-in-content-gemma.sse": ({"tool-call-in-content"}, set()),
+    "tool-call-in-content-llama3.sse": ({"tool-call-in-content"}, set()),
+    "tool-markup-in-content-no-tools.sse": (set(), {"tool-markup-in-content"}),
     "tool-round-trip-pass.sse": (set(), set()),
     "json-object-fenced.sse": ({"json-object-invalid"}, set()),
     "json-schema-missing-keys.sse": ({"json-schema-invalid"}, set()),
