@@ -628,10 +628,13 @@ class Engine:
         assert job is not None
         token = job.sampler.sample(self.ctx, row)
         info = self._logprob(row, token, job.logprobs) if job.logprobs is not None else None
-        slot.generated += 1
         if self.vocab.is_eog(token) and not job.ignore_eos:
+            # The end-of-turn token is not counted, as llama-cpp-python does not: usage then counts what
+            # the client received, and a model that ends its turn on the last token the limit allows is
+            # not read as an answer cut and called complete (finish-stop-at-limit).
             self._finish(slot, "stop")
             return
+        slot.generated += 1
         text, infos, stopped = slot.text.add(self.vocab.piece(token), info)
         if text or infos:  # (the count so far: a thinking model's reasoning tokens are counted by it)
             self._emit(job, Event(job.index, text=text, logprobs=infos, completion_tokens=slot.generated))

@@ -175,6 +175,17 @@ def test_a_scripted_model_answers_its_reply_and_ends_at_any_temperature(tmp_path
                 assert answer["choices"][0]["message"]["content"] == "Hi there."
                 assert answer["choices"][0]["finish_reason"] == "stop"
                 assert answer["usage"]["prompt_tokens"] > 2000  # a long prompt, answered all the same
+            # The end-of-turn token drawn as the last the limit allows: not counted (the client got the
+            # reply's tokens), so usage does not read as an answer cut at the limit and called "stop".
+            spelled = len(reply_tokens("Hi there.", spec.n_embd))
+            body = {
+                "model": "scripted",
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": spelled + 1,
+            }
+            answer = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
+            assert answer["choices"][0]["finish_reason"] == "stop"
+            assert answer["usage"]["completion_tokens"] == spelled
     finally:
         backend.close()
 
