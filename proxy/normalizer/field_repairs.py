@@ -342,12 +342,16 @@ def delta_tool_text(d: Delta) -> bool:
     """Tool calls sent as text in the content (Q79, ``tool_text``): the content the scanner lets
     through, and the calls it completed."""
     scanner = d.state.tool_text
-    if scanner is None:  # most requests: no tools
+    content = d.out.get("content")
+    if scanner is None or content is None:  # most requests: no tools
         return True
-    content = d.out.pop("content", "")
-    content, calls = scanner.feed(content)
-    if content:
-        d.out["content"] = content
+    sent, calls = scanner.feed(content)
+    if sent is content and not calls:  # most pieces: no marker, nor the beginning of one
+        return True
+    if sent:
+        d.out["content"] = sent
+    else:
+        del d.out["content"]
     if calls:
         d.out["tool_calls"] = d.state.text_calls(calls, d.repairs)
     d.has_output = "content" in d.out or "tool_calls" in d.out

@@ -48,6 +48,8 @@ class _Markers:
     by_marker: dict[str, tuple[CallSyntax, ...]]
     longest: int
     leading: tuple[CallSyntax, ...]
+    prefixes: frozenset[str]
+    """Every beginning of a marker short of the whole: what a piece may end with while a marker comes."""
 
 
 @cache
@@ -63,16 +65,23 @@ def _markers(syntaxes: tuple[CallSyntax, ...]) -> _Markers:
         {marker: tuple(found) for marker, found in by_marker.items()},
         max(map(len, ordered), default=1),
         tuple(s for s in syntaxes if s.leading_only),
+        frozenset(marker[:size] for marker in ordered for size in range(1, len(marker))),
     )
 
 
 def _could_begin_marker(text: str, markers: _Markers) -> int:
-    """Where the end of ``text`` that could still grow into a marker starts (len(text) if none)."""
+    """Where the end of ``text`` that could still grow into a marker starts (len(text) if none): looked
+    for only from a ``<`` or ``[`` (every marker's first character), in C, then by one set lookup."""
     start = max(0, len(text) - markers.longest + 1)
-    for position in range(start, len(text)):
-        if text[position] in "<[" and any(m.startswith(text[position:]) for m in markers.by_marker):
-            return position
-    return len(text)
+    best = len(text)
+    for first in "<[":
+        position = text.find(first, start)
+        while 0 <= position < best:
+            if text[position:] in markers.prefixes:
+                best = position
+                break
+            position = text.find(first, position + 1)
+    return best
 
 
 class ToolTextScanner:
@@ -122,8 +131,10 @@ class ToolTextScanner:
             return self._region(text)
         if state == "start":
             return self._start(text)
-        self._held.append(text)
-        return self._scan(self._take())
+        if self._held:
+            self._held.append(text)
+            text = self._take()
+        return self._scan(text)
 
     def finish(self) -> tuple[str, list[ParsedCall]]:
         """At the stream's end: the calls of what was held, or it as text."""
@@ -170,9 +181,10 @@ class ToolTextScanner:
             found = self._markers.opens.search(text)
             if found is None:
                 cut = _could_begin_marker(text, self._markers)
-                self._held = [text[cut:]] if cut < len(text) else []
-                out.append(text[:cut])
-                return "".join(out), calls
+                if cut < len(text):
+                    self._held = [text[cut:]]
+                    text = text[:cut]
+                return ("".join(out) + text if out else text), calls
             if text[: found.start()].strip():  # (white space before a call is template layout)
                 out.append(text[: found.start()])
             self._open(found.group())
