@@ -39,7 +39,7 @@ from typing import Any
 
 from conformance.rules.context import ChoiceState, Context, ToolCallState
 from conformance.schemas import schema_error
-from conformance.tool_formats.catalog import MARKERS
+from conformance.tool_formats.catalog import MARKERS, markup_in
 
 __all__ = [
     "TOOL_CALL_MARKERS",
@@ -261,7 +261,7 @@ def tool_call_in_content(ctx: Context) -> None:
     item 6; issue 34), a warning where it did not."""
     for state in _judged(ctx):
         text = "".join(state.content)
-        marker = next((m for m in TOOL_CALL_MARKERS if m in text), None) if text else None
+        marker = markup_in(text, ctx.request.tool_schemas) if text else None
         if marker is None:
             continue
         pointer = f"/choices/{state.index}"

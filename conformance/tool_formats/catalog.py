@@ -4,6 +4,8 @@ own body, so the order only saves work)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from conformance.tool_formats.base import CallSyntax
 from conformance.tool_formats.deepseek import DeepSeek
 from conformance.tool_formats.gemma import Gemma
@@ -16,7 +18,7 @@ from conformance.tool_formats.llama3 import Llama3
 from conformance.tool_formats.mistral import Mistral
 from conformance.tool_formats.qwen_xml import QwenXml
 
-__all__ = ["MARKERS", "SYNTAXES"]
+__all__ = ["MARKERS", "SYNTAXES", "markup_in"]
 
 SYNTAXES: tuple[CallSyntax, ...] = (
     Hermes(),
@@ -35,3 +37,19 @@ MARKERS: tuple[str, ...] = tuple(
     dict.fromkeys(marker for syntax in SYNTAXES for marker in syntax.markers if marker != "{")
 )
 """The text that opens a call in any of them (not a bare ``{``, which opens any JSON answer too)."""
+
+
+def markup_in(text: str, offered: Collection[str] = ()) -> str | None:
+    """The first call markup ``text`` holds: a marker, or the opening of an answer that a leading-only
+    syntax reads as a call of one of the ``offered`` functions (Llama 3.x's bare ``{"name": ...,
+    "parameters": ...}``: without the name of an offered function it is any JSON answer); None if none."""
+    marker = next((m for m in MARKERS if m in text), None)
+    if marker is not None or not offered:
+        return marker
+    lead = text.lstrip()
+    for syntax in SYNTAXES:
+        if syntax.leading_only and syntax.opens_answer(lead):
+            calls = syntax.parse(text, final=True).calls
+            if calls and all(call.name in offered for call in calls):
+                return lead[: lead.find(":") + 1]
+    return None
