@@ -17,7 +17,16 @@ from backend.requests import Tool, ToolChoice
 from backend.schema_support import enforceable, normalized, unsupported
 from conformance.schema_refs import definitions_prefix, hoisted, localized
 
-__all__ = ["allowed_tools", "call_schema", "one_of", "schema_rules"]
+__all__ = [
+    "allowed_tools",
+    "call_schema",
+    "literal",
+    "one_of",
+    "parameters_of",
+    "schema_rules",
+    "text_without",
+    "value_rules",
+]
 
 CALL_RULE = "tool-call"
 
@@ -78,3 +87,40 @@ def literal(text: str) -> str:
     """A GBNF string literal."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
+
+
+def parameters_of(tool: Tool) -> dict[str, Any]:
+    """The tool's parameters schema as its grammar enforces it (see ``call_schema``)."""
+    return _parameters(tool)
+
+
+def value_rules(schemas: list[dict[str, Any]], prefix: str) -> tuple[str, list[str]]:
+    """Rules for several JSON values written apart (each tool's arguments after its own markers, each
+    argument of an XML call), from one conversion so the converter's shared rules (``space``,
+    ``string``) are written once: the values become the properties ``PREFIX-0``, ``PREFIX-1``... of one
+    object, and each one's rule is read off the converter's ``"\\"KEY\\"" space ":" space RULE`` line."""
+    keys = [f"{prefix}-{i}" for i in range(len(schemas))]
+    wrapper = {"type": "object", "properties": dict(zip(keys, schemas, strict=True))}
+    gbnf = schema_rules(wrapper, rule=f"{prefix}-all")
+    rules = []
+    for key in keys:
+        line = re.search(
+            r'^\S+ ::= "\\"' + re.escape(key) + r'\\"" space ":" space (\S+)$', gbnf, re.MULTILINE
+        )
+        if line is None:  # the converter's layout changed: fail loudly, never write a wrong grammar
+            raise RuntimeError(f"no rule for {key} in the converted grammar")
+        rules.append(line.group(1))
+    return gbnf, rules
+
+
+def text_without(name: str, end: str) -> str:
+    """A rule ``name`` for any text that does not hold ``end`` (a value written as text up to its closing
+    tag, as llama.cpp's ``not-end`` rule of common_chat_params_init_gpt_oss writes it): each branch
+    matches a prefix of ``end`` followed by a character that breaks it."""
+    branches = [f"[^{_char_class(end[0])}]"]
+    branches += [f"{literal(end[:k])} [^{_char_class(end[k])}]" for k in range(1, len(end))]
+    return f"{name} ::= ( {' | '.join(branches)} )*\n"
+
+
+def _char_class(char: str) -> str:
+    return "\\" + char if char in "]^\\-" else char

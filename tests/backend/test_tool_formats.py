@@ -1,19 +1,31 @@
 """Each tool-call parser on outputs its model family really writes, as published by the family's makers
 (or recorded by llama.cpp's own tests), streamed and whole; and the format picked from the template."""
 
+# ruff: noqa: RUF001 -- DeepSeek's tokens are spelled with full-width bars (U+FF5C).
+
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
+from backend.requests import Tool, ToolChoice
 from backend.tool_formats import (
+    DeepSeek,
     Generic,
+    Glm,
+    Granite,
+    Harmony,
     Hermes,
+    Kimi,
     Llama3,
     Mistral,
     ParsedCall,
+    QwenXml,
     ToolCallStream,
     ToolFormat,
     detect_format,
@@ -234,3 +246,181 @@ def test_generic_reply_streams_as_written_and_survives_a_cut() -> None:
     assert out == ["", "Hel", "lo ", 'été "x', '" and']
     assert stream.finish() == ("", [])
     assert Generic().parse('{"response": "cut \\u00', final=True).content == "cut "
+
+
+# ---- the families beyond Hermes, Mistral and Llama 3: detection, and grammars that write what parses ----
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city", "days"],
+}
+ARGUMENTS = {"city": "Paris", "days": 3}
+
+
+@dataclass(frozen=True)
+class Family:
+    fmt: ToolFormat
+    template: str
+    """A snippet of the family's chat template that holds the markers llama.cpp detects it by."""
+    call: str
+    """A call to get_weather(city="Paris", days=3) as the family writes it."""
+
+
+FAMILIES = [
+    Family(
+        DeepSeek(v3_1=True),
+        "{%- if message['prefix'] is defined and message['prefix'] and thinking %}<｜tool▁calls▁begin｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        '{"city": "Paris", "days": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    ),
+    Family(
+        DeepSeek(),
+        "{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>'}}",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+        '{"city": "Paris", "days": 3}```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    ),
+    Family(
+        Kimi(),
+        "<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|tool_calls_section_begin|>",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+        '{"city": "Paris", "days": 3}<|tool_call_end|><|tool_calls_section_end|>',
+    ),
+    Family(
+        Granite(),
+        "{%- elif thinking %}{{- '<|tool_call|>' + tool_calls | tojson }}",
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
+    ),
+    Family(
+        Harmony(),
+        "{{- '<|start|>assistant<|channel|>commentary to=functions.' + name }}",
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        '{"city": "Paris", "days": 3}<|call|>',
+    ),
+    Family(
+        QwenXml(),
+        "<tool_call>\n<function={{ name }}>\n<parameter={{ key }}>\n",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+    ),
+    Family(
+        Glm(),
+        "[gMASK]<sop><tool_call>{{ name }}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value>",
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+        "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A synthetic model's vocabulary, loaded alone: grammars are checked over its byte tokens."""
+    ll = pytest.importorskip("llama_cpp")
+    from backend.synthetic import SyntheticSpec, write_synthetic
+
+    path = write_synthetic(tmp_path_factory.mktemp("vocab") / "vocab.gguf", SyntheticSpec())
+    params = ll.llama_model_default_params()
+    params.vocab_only = True
+    model = ll.llama_model_load_from_file(str(path).encode(), params)
+    assert model
+    yield ll.llama_model_get_vocab(model)
+    ll.llama_model_free(model)
+
+
+def _accepts(vocab: Any, gbnf: str, text: str) -> bool:
+    """Whether the grammar takes ``text`` whole (fed byte by byte) and may end after it."""
+    import llama_cpp as ll
+
+    from backend.lazy_grammar import _fits, grammar_sampler
+    from backend.synthetic import vocabulary
+
+    tokens = vocabulary()[0]
+    grammar = grammar_sampler(vocab, gbnf)
+    assert grammar, "the grammar does not parse"
+    try:
+        for byte in text.encode():
+            token = tokens.index(f"<0x{byte:02X}>")
+            if not _fits(grammar, token):
+                return False
+            ll.llama_sampler_accept(grammar, token)
+        return _fits(grammar, ll.llama_vocab_eos(vocab))
+    finally:
+        ll.llama_sampler_free(grammar)
+
+
+def _weather_tools() -> list[Tool]:
+    return [Tool("get_time", None, {"type": "object"}), Tool("get_weather", None, WEATHER)]
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt.name)
+def test_a_family_is_detected_from_its_template(family: Family) -> None:
+    assert detect_format(family.template).name == family.fmt.name
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt.name)
+def test_a_familys_call_parses_back_whole_and_streamed(family: Family) -> None:
+    parsed = family.fmt.parse(family.call, final=True, schemas={"get_weather": WEATHER})
+    assert (parsed.content, _calls(parsed.calls)) == ("", [("get_weather", ARGUMENTS)])
+    stream = ToolCallStream(family.fmt)
+    content, fragments = "", list[CallFragment]()
+    for i in range(0, len(family.call), 5):
+        text, new = stream.feed(family.call[i : i + 5])
+        content, fragments = content + text, fragments + new
+    text, new = stream.finish()
+    assert (content + text, _joined(fragments + new)) == ("", [("get_weather", ARGUMENTS)])
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt.name)
+@pytest.mark.parametrize(
+    "choice", [ToolChoice("required"), ToolChoice("named", "get_weather")], ids=lambda c: c.mode
+)
+def test_a_forced_grammar_writes_the_familys_call(family: Family, choice: ToolChoice, vocab: Any) -> None:
+    plan = family.fmt.grammar(_weather_tools(), choice, True, None)
+    assert plan is not None
+    assert not plan.lazy
+    assert _accepts(vocab, plan.gbnf, family.call)
+    other = family.call.replace("get_weather", "get_wether")
+    assert not _accepts(vocab, plan.gbnf, other)  # only the offered functions
+    assert not _accepts(vocab, plan.gbnf, family.call.replace("3", "three"))  # days is an integer
+    assert family.fmt.grammar(_weather_tools(), ToolChoice("none"), True, None) is None
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.fmt.name)
+def test_a_lazy_grammar_starts_at_the_familys_marker(family: Family, vocab: Any) -> None:
+    plan = family.fmt.grammar(_weather_tools(), ToolChoice("auto"), True, None)
+    assert plan is not None
+    assert plan.lazy
+    prose = "Let me look that up. "
+    starts = [m.start() for t in plan.triggers if (m := re.search(t, prose + family.call))]
+    assert starts == [len(prose)] or min(starts) == len(prose)
+    assert not any(re.search(t, prose) for t in plan.triggers)
+    assert _accepts(vocab, plan.gbnf, family.call)
+
+
+def test_a_named_choice_writes_only_that_function(vocab: Any) -> None:
+    tools = [Tool("get_time", None, {"type": "object"}), Tool("get_weather", None, WEATHER)]
+    plan = Kimi().grammar(tools, ToolChoice("named", "get_time"), True, None)
+    assert plan is not None
+    call = (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0<|tool_call_argument_begin|>{}"
+        "<|tool_call_end|><|tool_calls_section_end|>"
+    )
+    assert _accepts(vocab, plan.gbnf, call)
+    assert not _accepts(vocab, plan.gbnf, FAMILIES[2].call)
+
+
+def test_an_xml_string_value_is_any_text_without_its_closing_tag(vocab: Any) -> None:
+    plan = QwenXml().grammar(_weather_tools(), ToolChoice("required"), False, None)
+    assert plan is not None
+    code = "if a < b:\n    print('<b>x</b>')"
+    assert _accepts(vocab, plan.gbnf, FAMILIES[5].call.replace("Paris", code))
+    assert not _accepts(vocab, plan.gbnf, FAMILIES[5].call.replace("Paris", "a\n</parameter>\nb"))
+
+
+def test_harmony_forced_may_think_first(vocab: Any) -> None:
+    plan = Harmony().grammar(_weather_tools(), ToolChoice("required"), False, None)
+    assert plan is not None
+    thought = "<|channel|>analysis<|message|>The user wants <b>weather</b>.<|end|><|start|>assistant"
+    assert _accepts(vocab, plan.gbnf, thought + FAMILIES[4].call)
+    parsed = Harmony().parse(thought + FAMILIES[4].call, final=True)
+    assert _calls(parsed.calls) == [("get_weather", ARGUMENTS)]
