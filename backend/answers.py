@@ -250,7 +250,7 @@ class AnswerBuilder:
                 )
                 message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": None}
                 if self.req.tool_format is not None:
-                    parsed = self.req.tool_format.parse(c.text, final=True)
+                    parsed = self.req.tool_format.read(c.text, final=True)
                     for call in parsed.calls:
                         self._tool_call(c, call)
                     if c.tool_calls:

@@ -9,6 +9,7 @@ content, so a model that answers in prose is still answered.
 
 from __future__ import annotations
 
+import copy
 import secrets
 import string
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from conformance.tool_formats.base import (
     CallSyntax,
     ParsedCall,
     ParsedOutput,
+    Schemas,
     arguments_text,
     call_from_object,
     decode_json_at,
@@ -55,6 +57,19 @@ class ToolFormat(CallSyntax):
 
     whole_json: bool = False
     """Whether every answer is one JSON document (the generic format): nothing streams as content."""
+    schemas: Schemas | None = None
+    """(A format bound to a request's tools) each function's parameters: how values a syntax writes as
+    text are typed (Qwen3-Coder's ``"5"`` stays a string where the parameter is one)."""
+
+    def bound(self, tools: list[Tool]) -> ToolFormat:
+        """This format for one request: reading its answer with its tools' schemas."""
+        bound = copy.copy(self)
+        bound.schemas = {tool.name: tool.parameters for tool in tools}
+        return bound
+
+    def read(self, text: str, *, final: bool) -> ParsedOutput:
+        """``parse`` with the request's schemas."""
+        return self.parse(text, final=final, schemas=self.schemas)
 
     def grammar(
         self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None

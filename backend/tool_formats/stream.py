@@ -91,7 +91,7 @@ class ToolCallStream:
         if self.open is not None:  # cut off inside the arguments (max_tokens): what came is what there is
             fragments += self._advance(self.text[self.call_start :], closing=True)
             self.calls_done += 1
-        parsed = self.fmt.parse(self.text[self.call_start :], final=True)
+        parsed = self.fmt.read(self.text[self.call_start :], final=True)
         content = parsed.content if parsed.calls or not self.has_calls else ""
         if self.reply_sent and content.startswith(self.reply_sent):
             content = content[len(self.reply_sent) :]
@@ -135,7 +135,7 @@ class ToolCallStream:
     def _fragments(self, *, final: bool) -> list[CallFragment]:
         assert self.call_start is not None
         body = self.text[self.call_start :]
-        parsed = self.fmt.parse(body, final=final)
+        parsed = self.fmt.read(body, final=final)
         out: list[CallFragment] = []
         for index in range(self.calls_done, len(parsed.calls)):
             call = parsed.calls[index]

@@ -424,3 +424,23 @@ def test_harmony_forced_may_think_first(vocab: Any) -> None:
     assert _accepts(vocab, plan.gbnf, thought + FAMILIES[4].call)
     parsed = Harmony().parse(thought + FAMILIES[4].call, final=True)
     assert _calls(parsed.calls) == [("get_weather", ARGUMENTS)]
+
+
+def test_a_format_bound_to_a_requests_tools_types_text_values_by_their_schema() -> None:
+    """A value a syntax writes as text is read by its parameter's type: ``"5"`` for a string parameter
+    stays the string it was (unbound, it reads as the number 5)."""
+    from backend.tool_formats.qwen_xml import QwenXml
+
+    tool = Tool(
+        "lookup",
+        None,
+        {"type": "object", "properties": {"zip": {"type": "string"}, "n": {"type": "integer"}}},
+    )
+    text = (
+        "<tool_call>\n<function=lookup>\n<parameter=zip>\n5\n</parameter>\n"
+        "<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>"
+    )
+    (call,) = QwenXml().bound([tool]).read(text, final=True).calls
+    assert json.loads(call.arguments) == {"zip": "5", "n": 5}
+    (unbound,) = QwenXml().read(text, final=True).calls
+    assert json.loads(unbound.arguments) == {"zip": 5, "n": 5}
