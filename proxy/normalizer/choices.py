@@ -168,6 +168,7 @@ class ChoiceState:
         "next_tool",
         "parts",
         "raw_chars",
+        "reasoning_calls",
         "reasoning_tool_text",
         "role_sent",
         "saw_logprobs",
@@ -226,7 +227,10 @@ class ChoiceState:
         self.sent_chars = 0
         # Calls the upstream sent as text (Q79), looked for only where the request offered tools.
         self.tool_text = ToolTextScanner(tools) if tools else None
-        self.reasoning_tool_text = ToolTextScanner(tools) if tools else None
+        # Calls written in the reasoning (Q79) wait for the stream's end: a choice that calls otherwise
+        # (in its content, or the upstream's own calls) wrote drafts there, which stay reasoning.
+        self.reasoning_tool_text = ToolTextScanner(tools, keep_taken=True) if tools else None
+        self.reasoning_calls: list[ParsedCall] = []
 
     def pass_text(self, text: str) -> str:
         """Text after stop-sequence enforcement (Q76); marks the choice stopped on a hit."""
@@ -388,7 +392,11 @@ class ChoiceState:
             found += more
         if self.reasoning_tool_text is not None:
             reasoning, more = self.reasoning_tool_text.finish()
-            found += more
+            drafts = self.reasoning_calls + more
+            if drafts and (self.had_tools or found):
+                reasoning += "".join(self.reasoning_tool_text.taken or ())  # given back, as written
+            else:
+                found += drafts
         if any(s is not None and s.unparsed for s in (self.tool_text, self.reasoning_tool_text)):
             repairs.add(TOOL_TEXT_UNPARSED)
         return tail, reasoning, self.text_calls(found, repairs)

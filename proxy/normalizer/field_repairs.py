@@ -380,12 +380,10 @@ def delta_reasoning(d: Delta) -> bool:
             d.state.count_output(value)
             if key == "reasoning":
                 d.repairs.add("Q39")
-            scanner = d.state.reasoning_tool_text  # calls written in the reasoning (Q79)
+            scanner = d.state.reasoning_tool_text  # calls written in the reasoning (Q79): held to the end
             if scanner is not None:
                 value, calls = scanner.feed(value)
-                if calls:
-                    d.out["tool_calls"] = d.out.get("tool_calls", []) + d.state.text_calls(calls, d.repairs)
-                    d.has_output = True
+                d.state.reasoning_calls += calls
             if value:
                 d.out[d.request.reasoning_field] = value
                 d.has_output = True

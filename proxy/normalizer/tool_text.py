@@ -90,7 +90,8 @@ class ToolTextScanner:
     States: ``start`` (only white space so far: a leading-only call may open the answer), ``leading``
     (it did: the answer is held to its end), ``text`` (content passes; the end that could begin a marker
     is held), ``region`` (a marker opened calls: held until one of its syntaxes' ends, or the stream's
-    end), ``off`` (markup that did not parse: the rest passes as the model wrote it).
+    end), ``between`` (calls, then only white space: held, as layout unless text follows), ``off``
+    (markup that did not parse: the rest passes as the model wrote it).
     """
 
     __slots__ = (
@@ -102,10 +103,13 @@ class ToolTextScanner:
         "_offered",
         "_state",
         "_tail",
+        "taken",
         "unparsed",
     )
 
-    def __init__(self, offered: OfferedTools, syntaxes: tuple[CallSyntax, ...] = SYNTAXES) -> None:
+    def __init__(
+        self, offered: OfferedTools, syntaxes: tuple[CallSyntax, ...] = SYNTAXES, *, keep_taken: bool = False
+    ) -> None:
         self._offered = offered
         self._markers = _markers(syntaxes)
         self._state = "start" if self._markers.leading else "text"
@@ -116,6 +120,8 @@ class ToolTextScanner:
         self._lead = ""  # (start) the answer's first characters after its white space
         self.unparsed = False
         """Whether a marker opened calls that did not parse (they went out as text)."""
+        self.taken: list[str] | None = [] if keep_taken else None
+        """(With ``keep_taken``) the text of each stretch taken out as calls, as the model wrote it."""
 
     def feed(self, text: str) -> tuple[str, list[ParsedCall]]:
         """The text that can go out now, and the calls completed by ``text``."""
@@ -131,7 +137,13 @@ class ToolTextScanner:
             return self._region(text)
         if state == "start":
             return self._start(text)
-        if self._held:
+        if state == "between":
+            self._held.append(text)
+            if not text or text.isspace():
+                return "", []  # (white space after a call: layout, unless text follows)
+            self._state = "text"
+            text = self._take()
+        elif self._held:
             self._held.append(text)
             text = self._take()
         return self._scan(text)
@@ -139,16 +151,25 @@ class ToolTextScanner:
     def finish(self) -> tuple[str, list[ParsedCall]]:
         """At the stream's end: the calls of what was held, or it as text."""
         held = self._take()
+        if self._state == "between":
+            self._keep(held)  # (white space after the last call: layout)
+            return "", []
         if self._state == "leading" or (self._state == "start" and held.strip()):
             found = self._decide(held, self._markers.leading)
             if found is not None:
+                self._keep(held)
                 return found
         elif self._state == "region":
             found = self._decide(held, self._candidates)
             if found is not None:
+                self._keep(held)
                 return found
             self.unparsed = any(syntax.opens_call for syntax in self._candidates)
         return held, []
+
+    def _keep(self, taken: str) -> None:
+        if self.taken is not None:
+            self.taken.append(taken)
 
     def _take(self) -> str:
         held = "".join(self._held)
@@ -180,15 +201,21 @@ class ToolTextScanner:
         while True:
             found = self._markers.opens.search(text)
             if found is None:
+                if calls and not text:
+                    self._state = "between"
+                    return "".join(out), calls
                 cut = _could_begin_marker(text, self._markers)
                 if cut < len(text):
+                    cut = 0 if text[:cut].isspace() else cut  # (layout before what may be a call)
                     self._held = [text[cut:]]
                     text = text[:cut]
                 return ("".join(out) + text if out else text), calls
-            if text[: found.start()].strip():  # (white space before a call is template layout)
-                out.append(text[: found.start()])
+            # White space before a call is template layout: it goes with the call (given back with it
+            # where the call does not parse), not out as content.
+            start = 0 if not text[: found.start()].strip() else found.start()
+            out.append(text[:start])
             self._open(found.group())
-            region = text[found.start() :]
+            region = text[start:]
             end = self._end(region)
             if end is None:
                 self._held = [region]
@@ -204,6 +231,7 @@ class ToolTextScanner:
             out.append(decided[0])
             calls += decided[1]
             text = region[end:].lstrip()  # (white space after a call too)
+            self._keep(region[: len(region) - len(text)])
 
     def _region(self, text: str) -> tuple[str, list[ParsedCall]]:
         """A piece of an open region: held, until one of its ends comes."""

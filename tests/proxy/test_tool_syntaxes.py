@@ -179,6 +179,32 @@ def test_a_sample_in_the_reasoning_gets_its_calls_and_the_reasoning_around_them(
     assert _errors(json.dumps(out).encode(), BODY, stream=False) == []
 
 
+def test_a_call_drafted_in_the_reasoning_and_made_in_the_content_is_one_call() -> None:
+    """A thinking model that wrote its call in its reasoning and then made it: the client gets the call
+    once (an agent would run it twice), and the reasoning keeps its draft as the model wrote it."""
+    sample = next(s for s in SAMPLES if s.syntax == "hermes")
+    draft = "I will call it: " + sample.text
+    normalizer = StreamNormalizer(RequestInfo.from_body("chat", {**BODY, "stream": True}))
+    out: list[dict[str, Any]] = []
+    for piece in [draft[i : i + 7] for i in range(0, len(draft), 7)]:
+        out += normalizer.feed_payload(_chunk({"reasoning_content": piece}))
+    for piece in [sample.text[i : i + 7] for i in range(0, len(sample.text), 7)]:
+        out += normalizer.feed_payload(_chunk({"content": piece}))
+    out += normalizer.feed_payload(_chunk({}, "stop"))
+    normalizer.upstream_done = True
+    out += normalizer.close()
+    deltas = _deltas(out)
+    _assert_calls([c for d in deltas for c in d.get("tool_calls", ())], sample, streamed=True)
+    assert _joined(deltas, "reasoning_content") == draft
+    assert normalizer.repairs["Q79"] == sample.calls
+    message = {"role": "assistant", "content": sample.text, "reasoning_content": draft}
+    upstream = {"id": "x", "object": "chat.completion", "created": 1, "model": "m", "usage": USAGE}
+    upstream["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+    body = normalize_body(upstream, RequestInfo.from_body("chat", BODY), repairs=Repairs())
+    _assert_calls(body["choices"][0]["message"]["tool_calls"], sample, streamed=False)
+    assert body["choices"][0]["message"]["reasoning_content"] == draft
+
+
 # --- what stays text ---
 
 

@@ -283,3 +283,15 @@ def test_a_call_nested_past_what_json_reads_stays_text(text: str) -> None:
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     assert "".join(d.get("content") or "" for d in deltas) == text
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("size", [1, 3, 100])
+def test_white_space_before_a_block_that_does_not_parse_is_given_back_with_it(size: int) -> None:
+    """Layout before a call goes with the call: out of the content where it is one, back where not."""
+    text = 'Hi\n\n<tool_call>{"name": "nope", "arguments": {}}</tool_call>\n and more'
+    assert _scan([text[i : i + size] for i in range(0, len(text), size)]) == (text, [])
+    good = '\n<tool_call>{"name": "get_current_weather", "arguments": {}}</tool_call>\n'
+    assert _scan([good[i : i + size] for i in range(0, len(good), size)]) == (
+        "",
+        [("get_current_weather", "{}")],
+    )
