@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from backend.tool_formats.base import GrammarPlan, ParsedCall, ParsedOutput, ToolFormat
 from backend.tool_formats.deepseek import V3_1_MARK, DeepSeek
+from backend.tool_formats.gemma import Gemma
 from backend.tool_formats.generic import Generic
 from backend.tool_formats.glm import Glm
 from backend.tool_formats.granite import Granite
@@ -29,6 +30,7 @@ from backend.tool_formats.stream import ToolCallStream
 __all__ = [
     "DETECTION",
     "DeepSeek",
+    "Gemma",
     "Generic",
     "Glm",
     "GrammarPlan",
@@ -50,6 +52,7 @@ DETECTION: tuple[tuple[tuple[str, ...], Callable[[], ToolFormat]], ...] = (
     ((V3_1_MARK,), lambda: DeepSeek(v3_1=True)),
     (("<｜tool▁calls▁begin｜>",), DeepSeek),
     (("<|tool_call|>",), Granite),
+    (("<start_function_call>",), Gemma),
     (("<arg_key>", "<arg_value>"), Glm),
     (("<tool_call>", "<function=", "<parameter="), QwenXml),
     (("<tool_call>",), Hermes),

@@ -52,6 +52,11 @@ FAMILIES = [
         '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
     ),
     Family(
+        "gemma",
+        "<start_function_call>call:",
+        "<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:3}<end_function_call>",
+    ),
+    Family(
         "harmony",
         "<|start|>assistant<|channel|>commentary to=functions.",
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"

@@ -16,6 +16,7 @@ import pytest
 from backend.requests import Tool, ToolChoice
 from backend.tool_formats import (
     DeepSeek,
+    Gemma,
     Generic,
     Glm,
     Granite,
@@ -302,6 +303,11 @@ FAMILIES = [
         "<tool_call>\n<function={{ name }}>\n<parameter={{ key }}>\n",
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+    ),
+    Family(
+        Gemma(),
+        "{{- '<start_function_call>call:' + function['name'] + '{' -}}",
+        "<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:3}<end_function_call>",
     ),
     Family(
         Glm(),
