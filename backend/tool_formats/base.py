@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.requests import Tool, ToolChoice
+from backend.tool_formats.grammar import allowed_tools, many_calls
 from conformance.tool_formats.base import (
     CallSyntax,
     ParsedCall,
@@ -71,10 +72,26 @@ class ToolFormat(CallSyntax):
         """``parse`` with the request's schemas."""
         return self.parse(text, final=final, schemas=self.schemas)
 
+    triggers: tuple[str, ...] = ()
+    """The regexes that switch the grammar on under ``auto`` (lazy: the model may answer in prose);
+    forced (``required``, a named function) the grammar holds from the first token."""
+
     def grammar(
         self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
     ) -> GrammarPlan | None:
-        """The grammar for this request (None: generate freely). ``reply`` is the response_format schema."""
+        """The grammar for this request (None: generate freely). ``reply`` is the response_format schema.
+
+        What every format's grammar shares, as llama.cpp's common_chat_params_init_* share it: none
+        under ``none``; the calls of the allowed tools only; lazy, from ``triggers``, under ``auto``."""
+        if choice.mode == "none":
+            return None
+        lazy = choice.mode == "auto"
+        gbnf = self.calls_grammar(allowed_tools(tools, choice), many=many_calls(choice, parallel), lazy=lazy)
+        return GrammarPlan(gbnf, self.triggers if lazy else ())
+
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        """The GBNF (its ``root`` first) of the calls to ``tools``: several where ``many``, ``lazy`` where
+        it starts at a trigger rather than at the answer's first token."""
         raise NotImplementedError
 
     def partial_content(self, text: str) -> str | None:

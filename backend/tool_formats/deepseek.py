@@ -14,11 +14,10 @@ the real token or the misspellings the R1 distills write (then all is constraine
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat
-from backend.tool_formats.grammar import allowed_tools, literal, parameters_of, value_rules
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat
+from backend.tool_formats.grammar import literal, parameters_of, value_rules
 from conformance.tool_formats.deepseek import (
     CALL_BEGIN,
     CALL_END,
@@ -35,24 +34,18 @@ V3_1_MARK = "message['prefix'] is defined and message['prefix'] and thinking"
 
 
 class DeepSeek(DeepSeekSyntax, ToolFormat):
+    triggers = ("(?:" + "|".join(re.escape(m) for m in CALLS_BEGIN_VARIANTS) + ")",)
+
     def __init__(self, *, v3_1: bool = False) -> None:
         self.v3_1 = v3_1
         self.name = "deepseek-v3.1" if v3_1 else "deepseek-r1"
 
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
-        allowed = allowed_tools(tools, choice)
-        rules, args = value_rules([parameters_of(t) for t in allowed], "args")
-        calls = [self._call(t.name, rule) for t, rule in zip(allowed, args, strict=True)]
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        rules, args = value_rules([parameters_of(t) for t in tools], "args")
+        calls = [self._call(t.name, rule) for t, rule in zip(tools, args, strict=True)]
         opening = " | ".join(literal(m) for m in CALLS_BEGIN_VARIANTS)
-        many = "+" if parallel and choice.mode != "named" else ""
-        gbnf = f"root ::= ( {opening} ) ( {' | '.join(calls)} ){many} {literal(CALLS_END)} space\n" + rules
-        lazy = choice.mode == "auto"
-        trigger = "(?:" + "|".join(re.escape(m) for m in CALLS_BEGIN_VARIANTS) + ")"
-        return GrammarPlan(gbnf, (trigger,) if lazy else ())
+        repeat = "+" if many else ""
+        return f"root ::= ( {opening} ) ( {' | '.join(calls)} ){repeat} {literal(CALLS_END)} space\n" + rules
 
     def _call(self, name: str, args: str) -> str:
         if self.v3_1:

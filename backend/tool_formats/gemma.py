@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat
-from backend.tool_formats.grammar import allowed_tools, literal, parameters_of, text_without, value_rules
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat
+from backend.tool_formats.grammar import literal, parameters_of, repeated, text_without, value_rules
 from conformance.tool_formats.gemma import CALL_BEGIN, CALL_END, ESCAPE
 from conformance.tool_formats.gemma import Gemma as GemmaSyntax
 
@@ -71,21 +71,15 @@ def _call(name: str, parameters: dict[str, Any], scalars: dict[int, str]) -> str
 
 
 class Gemma(GemmaSyntax, ToolFormat):
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
-        chosen = allowed_tools(tools, choice)
-        parameters = [parameters_of(t) for t in chosen]
+    triggers = (re.escape(CALL_BEGIN),)
+
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        parameters = [parameters_of(t) for t in tools]
         typed = [
             schema for p in parameters for schema in (p.get("properties") or {}).values() if _scalar(schema)
         ]
         rules, names = value_rules(typed, "fg-json") if typed else ("", [])
         scalars = dict(zip(map(id, typed), names, strict=True))
-        calls = [_call(t.name, p, scalars) for t, p in zip(chosen, parameters, strict=True)]
-        many = parallel and choice.mode != "named"
-        root = "root ::= fg-call ( fg-call )*\n" if many else "root ::= fg-call\n"
-        gbnf = root + f"fg-call ::= {' | '.join(calls)}\n" + _NESTED + text_without("fg-text", ESCAPE) + rules
-        lazy = choice.mode == "auto"
-        return GrammarPlan(gbnf, (re.escape(CALL_BEGIN),) if lazy else ())
+        calls = [_call(t.name, p, scalars) for t, p in zip(tools, parameters, strict=True)]
+        root = f"root ::= {repeated('fg-call', many)}\n"
+        return root + f"fg-call ::= {' | '.join(calls)}\n" + _NESTED + text_without("fg-text", ESCAPE) + rules

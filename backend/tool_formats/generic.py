@@ -26,7 +26,7 @@ from backend.tool_formats.base import (
     call_from_object,
     decode_json_at,
 )
-from backend.tool_formats.grammar import allowed_tools, call_schema, one_of, schema_rules
+from backend.tool_formats.grammar import allowed_tools, call_schema, many_calls, one_of, schema_rules
 from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_response, whole_calls
 from conformance.schema_refs import definitions_prefix, localized
 from conformance.tool_formats.base import Schemas
@@ -77,7 +77,7 @@ class Generic(ToolFormat):
         self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
     ) -> dict[str, Any]:
         call = one_of([call_schema(t) for t in allowed_tools(tools, choice)])
-        if parallel and choice.mode != "named":
+        if many_calls(choice, parallel):
             wrapper: dict[str, Any] = {
                 "type": "object",
                 "properties": {"tool_calls": {"type": "array", "items": call, "minItems": 1}},

@@ -12,12 +12,11 @@ as GLM-4.7's template writes none), a value being text or JSON by its schema
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat
-from backend.tool_formats.grammar import allowed_tools, literal
-from backend.tool_formats.xml_grammar import XmlArguments, xml_calls
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat
+from backend.tool_formats.grammar import literal
+from backend.tool_formats.xml_grammar import XmlArguments, xml_blocks
 from conformance.tool_formats.glm import CLOSE_TAG, OPEN_TAG
 from conformance.tool_formats.glm import Glm as GlmSyntax
 
@@ -32,16 +31,7 @@ _FORM = XmlArguments(
 
 
 class Glm(GlmSyntax, ToolFormat):
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
-        bodies, rules = xml_calls(
-            allowed_tools(tools, choice), _FORM, lambda name: f'{literal(OPEN_TAG + name)} "\\n"?'
-        )
-        block = f"( {' | '.join(bodies)} ) {literal(CLOSE_TAG)}"
-        many = parallel and choice.mode != "named"
-        root = 'root ::= block ( "\\n"? block )*\n' if many else "root ::= block\n"
-        lazy = choice.mode == "auto"
-        return GrammarPlan(root + f"block ::= {block}\n" + rules, (re.escape(OPEN_TAG),) if lazy else ())
+    triggers = (re.escape(OPEN_TAG),)
+
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        return xml_blocks(tools, _FORM, lambda name: f'{literal(OPEN_TAG + name)} "\\n"?', CLOSE_TAG, many)

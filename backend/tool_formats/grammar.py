@@ -18,17 +18,22 @@ from backend.schema_support import enforceable, normalized, unsupported
 from conformance.schema_refs import definitions_prefix, hoisted, localized
 
 __all__ = [
+    "OPTIONAL_NEWLINE",
     "allowed_tools",
     "call_schema",
     "literal",
+    "many_calls",
     "one_of",
     "parameters_of",
+    "repeated",
     "schema_rules",
     "text_without",
     "value_rules",
 ]
 
 CALL_RULE = "tool-call"
+OPTIONAL_NEWLINE = '"\\n"?'
+"""GBNF for the newline a template may write between two calls or around a tag, or leave out."""
 
 
 def allowed_tools(tools: list[Tool], choice: ToolChoice) -> list[Tool]:
@@ -36,6 +41,20 @@ def allowed_tools(tools: list[Tool], choice: ToolChoice) -> list[Tool]:
     if choice.mode == "named":
         return [t for t in tools if t.name == choice.name]
     return [t for t in tools if choice.allowed is None or t.name in choice.allowed]
+
+
+def many_calls(choice: ToolChoice, parallel: bool) -> bool:
+    """Whether the model may write several calls: ``parallel_tool_calls`` asks for them, and no one
+    function is named (a named choice is one call to it)."""
+    return parallel and choice.mode != "named"
+
+
+def repeated(item: str, many: bool, separator: str = "") -> str:
+    """``item``, or with ``many`` one or more of them, ``separator`` (GBNF) between each two."""
+    if not many:
+        return item
+    following = f"{separator} {item}" if separator else item
+    return f"{item} ( {following} )*"
 
 
 def _parameters(tool: Tool) -> dict[str, Any]:

@@ -10,11 +10,10 @@ function or without parallel calls); lazy under ``auto`` from the marker.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat
-from backend.tool_formats.grammar import CALL_RULE, allowed_tools, call_schema, literal, one_of, schema_rules
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat
+from backend.tool_formats.grammar import CALL_RULE, call_schema, literal, one_of, repeated, schema_rules
 from conformance.tool_formats.granite import MARKER
 from conformance.tool_formats.granite import Granite as GraniteSyntax
 
@@ -22,14 +21,9 @@ __all__ = ["Granite"]
 
 
 class Granite(GraniteSyntax, ToolFormat):
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
-        schema = one_of([call_schema(t) for t in allowed_tools(tools, choice)])
-        many = parallel and choice.mode != "named"
-        items = f'{CALL_RULE} ( "," space {CALL_RULE} )*' if many else CALL_RULE
-        gbnf = f'root ::= {literal(MARKER)} space "[" space {items} space "]"\n' + schema_rules(schema)
-        lazy = choice.mode == "auto"
-        return GrammarPlan(gbnf, (re.escape(MARKER),) if lazy else ())
+    triggers = (re.escape(MARKER),)
+
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        schema = one_of([call_schema(t) for t in tools])
+        items = repeated(CALL_RULE, many, '"," space')
+        return f'root ::= {literal(MARKER)} space "[" space {items} space "]"\n' + schema_rules(schema)

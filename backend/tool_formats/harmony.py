@@ -16,11 +16,9 @@ the recipient before the channel only after ``<|start|>assistant``, as the share
 
 from __future__ import annotations
 
-from typing import Any
-
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat
-from backend.tool_formats.grammar import allowed_tools, literal, parameters_of, text_without, value_rules
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat
+from backend.tool_formats.grammar import literal, parameters_of, text_without, value_rules
 from conformance.tool_formats.harmony import CALL, CHANNEL, MESSAGE, START
 from conformance.tool_formats.harmony import Harmony as HarmonySyntax
 
@@ -28,25 +26,21 @@ __all__ = ["Harmony"]
 
 _CHANNEL = f'{literal(CHANNEL)} ( "commentary" | "analysis" )'
 _CONSTRAINT = f'( " " {literal("<|constrain|>")} "json" | " json" )?'
-_TRIGGERS = (r"<\|channel\|>(?:commentary|analysis) to", r"<\|start\|>assistant to")
 
 
 class Harmony(HarmonySyntax, ToolFormat):
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
-        allowed = allowed_tools(tools, choice)
-        rules, args = value_rules([parameters_of(t) for t in allowed], "args")
-        heads = [literal(" to=functions." + t.name) for t in allowed]
+    triggers = (r"<\|channel\|>(?:commentary|analysis) to", r"<\|start\|>assistant to")
+
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        # One call whatever ``many`` says: a call message ends the answer.
+        rules, args = value_rules([parameters_of(t) for t in tools], "args")
+        heads = [literal(" to=functions." + t.name) for t in tools]
         tails = [f"{_CONSTRAINT} {literal(MESSAGE)} {rule} ( {literal(CALL)} )?" for rule in args]
         in_channel = " | ".join(f"{head} {tail}" for head, tail in zip(heads, tails, strict=True))
         in_role = " | ".join(f"{head} {_CHANNEL} {tail}" for head, tail in zip(heads, tails, strict=True))
         call = f"{literal(START + 'assistant')} ( {in_role} | channel-call ) | channel-call"
         rules = f"channel-call ::= {_CHANNEL} ( {in_channel} )\n" + rules
-        if choice.mode == "auto":
-            return GrammarPlan(f"root ::= {call}\n" + rules, _TRIGGERS)
+        if lazy:
+            return f"root ::= {call}\n" + rules
         thinking = f"{literal(CHANNEL + 'analysis' + MESSAGE)} not-end {literal('<|end|>')}"
-        gbnf = f"root ::= ( {thinking} )? ( {call} )\n" + text_without("not-end", "<|end|>") + rules
-        return GrammarPlan(gbnf)
+        return f"root ::= ( {thinking} )? ( {call} )\n" + text_without("not-end", "<|end|>") + rules

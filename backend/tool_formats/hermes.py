@@ -8,11 +8,18 @@ does, by ``<tool_call>`` in the chat template. The grammar, lazy under ``auto`` 
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat
-from backend.tool_formats.grammar import CALL_RULE, allowed_tools, call_schema, literal, one_of, schema_rules
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat
+from backend.tool_formats.grammar import (
+    CALL_RULE,
+    OPTIONAL_NEWLINE,
+    call_schema,
+    literal,
+    one_of,
+    repeated,
+    schema_rules,
+)
 from conformance.tool_formats.hermes import CLOSE, OPEN
 from conformance.tool_formats.hermes import Hermes as HermesSyntax
 
@@ -20,17 +27,12 @@ __all__ = ["Hermes"]
 
 
 class Hermes(HermesSyntax, ToolFormat):
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
-        schema = one_of([call_schema(t) for t in allowed_tools(tools, choice)])
+    triggers = (re.escape(OPEN),)
+
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        schema = one_of([call_schema(t) for t in tools])
         # The tags on lines of their own, as Hermes and Qwen templates write them (a newline before the
         # closing tag refused, a token that wrote it broke the grammar mid-piece).
-        one = f'{literal(OPEN)} "\\n"? {CALL_RULE} "\\n"? {literal(CLOSE)}'
-        many = parallel and choice.mode != "named"
-        root = 'root ::= tagged-call ( "\\n"? tagged-call )*\n' if many else "root ::= tagged-call\n"
-        gbnf = root + f"tagged-call ::= {one}\n" + schema_rules(schema)
-        lazy = choice.mode == "auto"
-        return GrammarPlan(gbnf, (re.escape(OPEN),) if lazy else ())
+        one = f"{literal(OPEN)} {OPTIONAL_NEWLINE} {CALL_RULE} {OPTIONAL_NEWLINE} {literal(CLOSE)}"
+        root = f"root ::= {repeated('tagged-call', many, OPTIONAL_NEWLINE)}\n"
+        return root + f"tagged-call ::= {one}\n" + schema_rules(schema)

@@ -12,11 +12,10 @@ opening.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat
-from backend.tool_formats.grammar import allowed_tools, literal, parameters_of, value_rules
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat
+from backend.tool_formats.grammar import literal, parameters_of, value_rules
 from conformance.tool_formats.kimi import ARGUMENT_BEGIN, CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END
 from conformance.tool_formats.kimi import Kimi as KimiSyntax
 
@@ -24,22 +23,16 @@ __all__ = ["Kimi"]
 
 
 class Kimi(KimiSyntax, ToolFormat):
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
-        allowed = allowed_tools(tools, choice)
-        rules, args = value_rules([parameters_of(t) for t in allowed], "args")
+    triggers = (re.escape(SECTION_BEGIN),)
+
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        rules, args = value_rules([parameters_of(t) for t in tools], "args")
         calls = [
             f"{literal(CALL_BEGIN + 'functions.' + t.name + ':')} [0-9]+ {literal(ARGUMENT_BEGIN)} {rule} "
             f"{literal(CALL_END)}"
-            for t, rule in zip(allowed, args, strict=True)
+            for t, rule in zip(tools, args, strict=True)
         ]
-        many = "+" if parallel and choice.mode != "named" else ""
-        gbnf = (
-            f"root ::= {literal(SECTION_BEGIN)} ( {' | '.join(calls)} ){many} {literal(SECTION_END)}\n"
-            + rules
+        return (
+            f"root ::= {literal(SECTION_BEGIN)} ( {' | '.join(calls)} ){'+' if many else ''} "
+            f"{literal(SECTION_END)}\n" + rules
         )
-        lazy = choice.mode == "auto"
-        return GrammarPlan(gbnf, (re.escape(SECTION_BEGIN),) if lazy else ())

@@ -8,11 +8,10 @@ one).
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat
-from backend.tool_formats.grammar import CALL_RULE, allowed_tools, call_schema, literal, one_of, schema_rules
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat
+from backend.tool_formats.grammar import CALL_RULE, call_schema, literal, one_of, schema_rules
 from conformance.tool_formats.llama3 import PYTHON_TAG
 from conformance.tool_formats.llama3 import Llama3 as Llama3Syntax
 
@@ -20,15 +19,10 @@ __all__ = ["Llama3"]
 
 
 class Llama3(Llama3Syntax, ToolFormat):
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
-        schema = one_of([call_schema(t, arguments_key="parameters") for t in allowed_tools(tools, choice)])
-        gbnf = f"root ::= {literal(PYTHON_TAG)}? {CALL_RULE}\n" + schema_rules(schema)
-        if choice.mode != "auto":
-            return GrammarPlan(gbnf)
-        # Lazy: from the python tag, or from a '{"name"' that opens the answer.
-        trigger = r"^\s*(" + re.escape(PYTHON_TAG) + r'|\{\s*"name")[\s\S]*$'
-        return GrammarPlan(gbnf, (trigger,))
+    # Lazy: from the python tag, or from a '{"name"' that opens the answer.
+    triggers = (r"^\s*(" + re.escape(PYTHON_TAG) + r'|\{\s*"name")[\s\S]*$',)
+
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        # One call whatever ``many`` says: the Llama 3.x templates render one.
+        schema = one_of([call_schema(t, arguments_key="parameters") for t in tools])
+        return f"root ::= {literal(PYTHON_TAG)}? {CALL_RULE}\n" + schema_rules(schema)

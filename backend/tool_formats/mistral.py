@@ -10,11 +10,10 @@ array form.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat, alnum_id
-from backend.tool_formats.grammar import CALL_RULE, allowed_tools, call_schema, literal, one_of, schema_rules
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat, alnum_id
+from backend.tool_formats.grammar import CALL_RULE, call_schema, literal, one_of, repeated, schema_rules
 from conformance.tool_formats.mistral import MARKER
 from conformance.tool_formats.mistral import Mistral as MistralSyntax
 
@@ -22,18 +21,13 @@ __all__ = ["Mistral"]
 
 
 class Mistral(MistralSyntax, ToolFormat):
+    triggers = (re.escape(MARKER),)
+
     def new_call_id(self) -> str:
         return alnum_id()
 
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
         id_schema = {"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"}
-        schema = one_of([call_schema(t, extra={"id": id_schema}) for t in allowed_tools(tools, choice)])
-        many = parallel and choice.mode != "named"
-        items = f'{CALL_RULE} ( "," space-sep {CALL_RULE} )*' if many else CALL_RULE
-        gbnf = f'root ::= {literal(MARKER)} " "? "[" {items} "]"\nspace-sep ::= " "?\n' + schema_rules(schema)
-        lazy = choice.mode == "auto"
-        return GrammarPlan(gbnf, (re.escape(MARKER),) if lazy else ())
+        schema = one_of([call_schema(t, extra={"id": id_schema}) for t in tools])
+        items = repeated(CALL_RULE, many, '"," space-sep')
+        return f'root ::= {literal(MARKER)} " "? "[" {items} "]"\nspace-sep ::= " "?\n' + schema_rules(schema)

@@ -12,12 +12,11 @@ lazy under ``auto`` from ``<tool_call>``.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from backend.requests import Tool, ToolChoice
-from backend.tool_formats.base import GrammarPlan, ToolFormat
-from backend.tool_formats.grammar import allowed_tools, literal
-from backend.tool_formats.xml_grammar import XmlArguments, xml_calls
+from backend.requests import Tool
+from backend.tool_formats.base import ToolFormat
+from backend.tool_formats.grammar import literal
+from backend.tool_formats.xml_grammar import XmlArguments, xml_blocks
 from conformance.tool_formats.qwen_xml import BLOCK_CLOSE, BLOCK_OPEN
 from conformance.tool_formats.qwen_xml import QwenXml as QwenXmlSyntax
 
@@ -31,16 +30,13 @@ _FORM = XmlArguments(
 
 
 class QwenXml(QwenXmlSyntax, ToolFormat):
-    def grammar(
-        self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None
-    ) -> GrammarPlan | None:
-        if choice.mode == "none":
-            return None
-        bodies, rules = xml_calls(
-            allowed_tools(tools, choice), _FORM, lambda name: literal(f"{BLOCK_OPEN}\n<function={name}>\n")
+    triggers = (re.escape(BLOCK_OPEN),)
+
+    def calls_grammar(self, tools: list[Tool], *, many: bool, lazy: bool) -> str:
+        return xml_blocks(
+            tools,
+            _FORM,
+            lambda name: literal(f"{BLOCK_OPEN}\n<function={name}>\n"),
+            f"</function>\n{BLOCK_CLOSE}",
+            many,
         )
-        block = f"( {' | '.join(bodies)} ) {literal('</function>' + chr(10) + BLOCK_CLOSE)}"
-        many = parallel and choice.mode != "named"
-        root = 'root ::= block ( "\\n"? block )*\n' if many else "root ::= block\n"
-        lazy = choice.mode == "auto"
-        return GrammarPlan(root + f"block ::= {block}\n" + rules, (re.escape(BLOCK_OPEN),) if lazy else ())

@@ -15,9 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.requests import Tool
-from backend.tool_formats.grammar import literal, parameters_of, text_without, value_rules
+from backend.tool_formats.grammar import (
+    OPTIONAL_NEWLINE,
+    literal,
+    parameters_of,
+    repeated,
+    text_without,
+    value_rules,
+)
 
-__all__ = ["XmlArguments", "xml_calls"]
+__all__ = ["XmlArguments", "xml_blocks", "xml_calls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,3 +75,13 @@ def xml_calls(tools: list[Tool], form: XmlArguments, head: Callable[[str], str])
             parts.append(part if key in required else part + "?")
         bodies.append(" ".join([head(tool.name), *parts]))
     return bodies, text_without("xml-text", form.after) + rules
+
+
+def xml_blocks(
+    tools: list[Tool], form: XmlArguments, head: Callable[[str], str], close: str, many: bool
+) -> str:
+    """The grammar of calls written as blocks (``head(NAME)``, the arguments, then ``close``), several
+    where ``many`` with a newline between two or none."""
+    bodies, rules = xml_calls(tools, form, head)
+    block = f"( {' | '.join(bodies)} ) {literal(close)}"
+    return f"root ::= {repeated('block', many, OPTIONAL_NEWLINE)}\nblock ::= {block}\n" + rules

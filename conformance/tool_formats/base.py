@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance import jsoncodec
+from conformance.tool_formats._scanning import skip_space
 
 __all__ = [
     "CallSyntax",
@@ -30,14 +31,13 @@ __all__ = [
     "arguments_text",
     "call_from_object",
     "decode_json_at",
+    "parameter_schema",
     "typed_value",
 ]
 
 Schemas = Mapping[str, Any]
 """The offered functions' ``parameters`` schemas by name: how a syntax that writes arguments as text
 (Qwen3-Coder's XML, GLM's ``<arg_value>``) tells the string ``"5"`` from the number 5."""
-
-_SPACE = " \t\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +60,7 @@ def decode_json_at(text: str, start: int) -> tuple[Any, int] | None:
 
     A value nested deeper than jsoncodec reads is None too: a model's arguments nested 5,000 deep made
     the standard parser raise RecursionError, which is no ValueError (issue 18)."""
-    while start < len(text) and text[start] in _SPACE:
-        start += 1
+    start = skip_space(text, start)
     try:
         value, end = _DECODER.raw_decode(text, start)
     except (ValueError, RecursionError):
@@ -114,6 +113,17 @@ def typed_value(text: str, schema: Any) -> Any:
     if found is None or text[found[1] :].strip():
         return text
     return found[0]
+
+
+def parameter_schema(schemas: Schemas | None, name: str, key: str) -> Any:
+    """The schema of parameter ``key`` of function ``name``, or None where the request says nothing."""
+    if not isinstance(schemas, Mapping):
+        return None
+    parameters = schemas.get(name)
+    if not isinstance(parameters, Mapping):
+        return None
+    properties = parameters.get("properties")
+    return properties.get(key) if isinstance(properties, Mapping) else None
 
 
 class CallSyntax:

@@ -26,14 +26,9 @@ from __future__ import annotations
 
 import re
 
-from conformance.tool_formats.base import (
-    CallSyntax,
-    ParsedCall,
-    ParsedOutput,
-    Schemas,
-    arguments_text,
-    decode_json_at,
-)
+from conformance.tool_formats._scanning import skip_space
+from conformance.tool_formats._sections import SectionSyntax, calls_in
+from conformance.tool_formats.base import ParsedCall, Schemas, arguments_text, decode_json_at
 
 __all__ = ["DeepSeek"]
 
@@ -53,75 +48,17 @@ SEP = "<｜tool▁sep｜>"
 _R1_HEAD = "function" + SEP
 _R1_FENCE = "```json\n"
 
-_SPACE = " \t\r\n"
-_OPENER = re.compile("|".join(re.escape(marker) for marker in CALLS_BEGIN_VARIANTS))
 
-
-class DeepSeek(CallSyntax):
+class DeepSeek(SectionSyntax):
     """DeepSeek V3 / R1 (```json fenced) and V3.1 (bare JSON) calls in a ``tool▁calls`` section."""
 
     name = "deepseek"
     markers = CALLS_BEGIN_VARIANTS
     ends = (CALLS_END,)
-    leading_only = False
+    opening = re.compile("|".join(re.escape(marker) for marker in CALLS_BEGIN_VARIANTS))
 
-    def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:
-        if not final:
-            text = _without_partial_marker(text, self.markers)
-        pieces: list[str] = []
-        calls: list[ParsedCall] = []
-        pos = 0
-        while True:
-            opened = _OPENER.search(text, pos)
-            if opened is None:
-                pieces.append(text[pos:])
-                break
-            close_at = text.find(CALLS_END, opened.end())
-            if close_at < 0:
-                # Unclosed: verbatim at the answer's end; in a stream it may still close.
-                pieces.append(text[pos:] if final else text[pos : opened.start()])
-                break
-            end = close_at + len(CALLS_END)
-            found = _read_calls(text[opened.end() : close_at])
-            if found:
-                pieces.append(text[pos : opened.start()])
-                calls.extend(found)
-            else:
-                pieces.append(text[pos:end])
-            # A section that does not parse is skipped whole, never rescanned: linear time.
-            pos = end
-        return ParsedOutput(_content("".join(pieces), calls, final), calls)
-
-
-def _content(content: str, calls: list[ParsedCall], final: bool) -> str:
-    """Calls found: the layout around them goes. In a stream, trailing white space is held back too,
-    as it may be the layout before a call still to come."""
-    if calls:
-        return content.strip()
-    return content if final else content.rstrip()
-
-
-def _without_partial_marker(text: str, markers: tuple[str, ...]) -> str:
-    """``text`` less a tail that may be the start of a marker still arriving."""
-    longest = max(len(marker) for marker in markers)
-    for cut in range(max(0, len(text) - longest + 1), len(text)):
-        tail = text[cut:]
-        if any(marker.startswith(tail) for marker in markers):
-            return text[:cut]
-    return text
-
-
-def _read_calls(body: str) -> list[ParsedCall]:
-    """The calls of a section's body, or none if anything in it is not a whole call."""
-    calls: list[ParsedCall] = []
-    pos = _skip_space(body, 0)
-    while pos < len(body):
-        found = _read_call(body, pos)
-        if found is None:
-            return []
-        calls.append(found[0])
-        pos = _skip_space(body, found[1])
-    return calls
+    def calls(self, body: str, schemas: Schemas | None) -> list[ParsedCall]:
+        return calls_in(body, _read_call)
 
 
 def _read_call(body: str, pos: int) -> tuple[ParsedCall, int] | None:
@@ -144,7 +81,7 @@ def _read_fenced_call(body: str, pos: int) -> tuple[ParsedCall, int] | None:
     if not name or found is None:
         return None
     arguments, after = found
-    after = _skip_space(body, after)
+    after = skip_space(body, after)
     if not body.startswith("```", after):
         return None
     return _closed(ParsedCall(name, arguments), body, after + 3)
@@ -163,7 +100,7 @@ def _read_bare_call(body: str, pos: int) -> tuple[ParsedCall, int] | None:
 
 
 def _closed(call: ParsedCall, body: str, pos: int) -> tuple[ParsedCall, int] | None:
-    pos = _skip_space(body, pos)
+    pos = skip_space(body, pos)
     if not body.startswith(CALL_END, pos):
         return None
     return call, pos + len(CALL_END)
@@ -176,9 +113,3 @@ def _read_arguments(body: str, pos: int) -> tuple[str, int] | None:
         return None
     arguments = arguments_text(found[0])
     return None if arguments is None else (arguments, found[1])
-
-
-def _skip_space(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in _SPACE:
-        pos += 1
-    return pos

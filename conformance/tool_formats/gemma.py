@@ -28,14 +28,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from conformance.tool_formats.base import (
-    CallSyntax,
-    ParsedCall,
-    ParsedOutput,
-    Schemas,
-    arguments_text,
-    typed_value,
-)
+from conformance.tool_formats._scanning import SPACE, skip_space
+from conformance.tool_formats._sections import SectionSyntax
+from conformance.tool_formats.base import ParsedCall, Schemas, arguments_text, typed_value
 
 __all__ = ["Gemma"]
 
@@ -43,81 +38,45 @@ CALL_BEGIN = "<start_function_call>"
 CALL_END = "<end_function_call>"
 ESCAPE = "<escape>"
 _CALL = "call:"
-_SPACE = " \t\r\n"
 _BARE_END = re.compile(r"[,}\]]")
 _MAX_DEPTH = 64
 """Deeper nesting is no call: it keeps hostile text from exhausting the stack."""
 
 
-class Gemma(CallSyntax):
-    """FunctionGemma's ``<start_function_call>call:NAME{...}<end_function_call>``."""
+class Gemma(SectionSyntax):
+    """FunctionGemma's ``<start_function_call>call:NAME{...}<end_function_call>``: a section is one call."""
 
     name = "gemma"
     markers = (CALL_BEGIN,)
     ends = (CALL_END,)
-    leading_only = False
+    opening = re.compile(re.escape(CALL_BEGIN))
 
-    def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:
-        if not final:
-            text = _without_partial_marker(text, CALL_BEGIN)
-        pieces: list[str] = []
-        calls: list[ParsedCall] = []
-        pos = 0
-        while True:
-            opened = text.find(CALL_BEGIN, pos)
-            if opened < 0:
-                pieces.append(text[pos:])
-                break
-            body_at = opened + len(CALL_BEGIN)
-            close_at = text.find(CALL_END, body_at)
-            if close_at < 0:
-                # Unclosed: verbatim at the answer's end; in a stream it may still close.
-                pieces.append(text[pos:] if final else text[pos:opened])
-                break
-            end = close_at + len(CALL_END)
-            call = _read_call(text[body_at:close_at], schemas or {})
-            pieces.append(text[pos:opened] if call else text[pos:end])
-            if call:
-                calls.append(call)
-            # A call that does not read is skipped whole, never rescanned: linear time.
-            pos = end
-        content = "".join(pieces)
-        if calls:
-            content = content.strip()
-        elif not final:
-            content = content.rstrip()  # may be the layout before a call still to come
-        return ParsedOutput(content, calls)
-
-
-def _without_partial_marker(text: str, marker: str) -> str:
-    """``text`` less a tail that may be the start of ``marker`` still arriving."""
-    for cut in range(max(0, len(text) - len(marker) + 1), len(text)):
-        if marker.startswith(text[cut:]):
-            return text[:cut]
-    return text
+    def calls(self, body: str, schemas: Schemas | None) -> list[ParsedCall]:
+        call = _read_call(body, schemas or {})
+        return [call] if call else []
 
 
 def _read_call(body: str, schemas: Schemas) -> ParsedCall | None:
     """``call:NAME{...}`` (the text between the markers) -> a call, or None."""
-    pos = _skip_space(body, 0)
+    pos = skip_space(body, 0)
     if not body.startswith(_CALL, pos):
         return None
     brace = body.find("{", pos)
     name = body[pos + len(_CALL) : brace].strip()
-    if brace < 0 or not name or any(char in _SPACE or char in "<>{}:," for char in name):
+    if brace < 0 or not name or any(char in SPACE or char in "<>{}:," for char in name):
         return None
     try:
         found = _mapping(body, brace, schemas.get(name), 0)
     except RecursionError:  # defensive: _MAX_DEPTH keeps well below the limit
         return None
-    if found is None or _skip_space(body, found[1]) != len(body):
+    if found is None or skip_space(body, found[1]) != len(body):
         return None
     arguments = arguments_text(found[0])
     return None if arguments is None else ParsedCall(name, arguments)
 
 
 def _value(text: str, pos: int, schema: Any, depth: int) -> tuple[Any, int] | None:
-    pos = _skip_space(text, pos)
+    pos = skip_space(text, pos)
     if text.startswith(ESCAPE, pos):
         return _escaped(text, pos)
     if text.startswith("{", pos):
@@ -150,7 +109,7 @@ def _mapping(text: str, pos: int, schema: Any, depth: int) -> tuple[dict[str, An
         return None
     properties = schema.get("properties") if isinstance(schema, dict) else None
     result: dict[str, Any] = {}
-    pos = _skip_space(text, pos + 1)
+    pos = skip_space(text, pos + 1)
     if text.startswith("}", pos):
         return result, pos + 1
     while True:
@@ -162,10 +121,10 @@ def _mapping(text: str, pos: int, schema: Any, depth: int) -> tuple[dict[str, An
         if found is None:
             return None
         result[key[0]] = found[0]
-        pos = _skip_space(text, found[1])
+        pos = skip_space(text, found[1])
         if not text.startswith(",", pos):
             return (result, pos + 1) if text.startswith("}", pos) else None
-        pos = _skip_space(text, pos + 1)
+        pos = skip_space(text, pos + 1)
 
 
 def _key(text: str, pos: int) -> tuple[str, int] | None:
@@ -174,7 +133,7 @@ def _key(text: str, pos: int) -> tuple[str, int] | None:
         found = _escaped(text, pos)
         if found is None:
             return None
-        key, colon = found[0], _skip_space(text, found[1])
+        key, colon = found[0], skip_space(text, found[1])
     else:
         colon = text.find(":", pos)
         key = text[pos:colon].strip()
@@ -189,7 +148,7 @@ def _sequence(text: str, pos: int, schema: Any, depth: int) -> tuple[list[Any], 
         return None
     items = schema.get("items") if isinstance(schema, dict) else None
     result: list[Any] = []
-    pos = _skip_space(text, pos + 1)
+    pos = skip_space(text, pos + 1)
     if text.startswith("]", pos):
         return result, pos + 1
     while True:
@@ -197,13 +156,7 @@ def _sequence(text: str, pos: int, schema: Any, depth: int) -> tuple[list[Any], 
         if found is None:
             return None
         result.append(found[0])
-        pos = _skip_space(text, found[1])
+        pos = skip_space(text, found[1])
         if not text.startswith(",", pos):
             return (result, pos + 1) if text.startswith("]", pos) else None
-        pos = _skip_space(text, pos + 1)
-
-
-def _skip_space(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in _SPACE:
-        pos += 1
-    return pos
+        pos = skip_space(text, pos + 1)

@@ -32,11 +32,11 @@ The body must be a name and argument pairs only: Qwen's ``<function=`` body or H
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from conformance.tool_formats._scan import NAME, OPEN, Finder, Outcome, parameter_schema, read, skip_space
-from conformance.tool_formats.base import CallSyntax, ParsedCall, ParsedOutput, Schemas, typed_value
+from conformance.tool_formats._marker_scan import MarkerSyntax, Outcome, TagReader
+from conformance.tool_formats._scanning import Finder, skip_space
+from conformance.tool_formats.base import ParsedCall, Schemas, parameter_schema, typed_value
 
 __all__ = ["Glm"]
 
@@ -48,60 +48,36 @@ _VALUE_OPEN = "<arg_value>"
 _VALUE_CLOSE = "</arg_value>"
 
 
-class Glm(CallSyntax):
+class Glm(MarkerSyntax):
     name = "glm"
     markers = (OPEN_TAG,)
     ends = (CLOSE_TAG,)
-    leading_only = False
 
-    def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:
-        reader = _Reader(text, schemas)
-        return read(
-            text,
-            final=final,
-            next_marker=reader.opens.next,
-            attempt=reader.attempt,
-            needles=self.markers,
-        )
+    def reader(self, text: str, schemas: Schemas | None, final: bool) -> _Reader:
+        return _Reader(text, schemas)
 
 
-class _Reader:
-    """One text's scan, each tag searched for once (Finder)."""
-
+class _Reader(TagReader):
     def __init__(self, text: str, schemas: Schemas | None) -> None:
-        self.text = text
-        self.schemas = schemas
+        super().__init__(text, schemas)
         self.opens = Finder(text, OPEN_TAG)
         self.closes = Finder(text, CLOSE_TAG)
         self.key_opens = Finder(text, _KEY_OPEN)
         self.key_closes = Finder(text, _KEY_CLOSE)
         self.value_closes = Finder(text, _VALUE_CLOSE)
-        # How far the current attempt read before it failed: a marker before there is markup of the
-        # block that failed (it would be read again, and fail again, at every nested marker: quadratic).
-        self.reached = 0
+
+    def next_marker(self, pos: int) -> int | None:
+        return self.opens.next(pos)
 
     def attempt(self, start: int) -> Outcome:
-        body = start + len(OPEN_TAG)
-        close = self.closes.next(body)
-        if close is None:
-            return OPEN
-        self.reached = body
-        call = self._call(body, close)
-        if call is None:
-            return Outcome(self.reached)  # a block nested in it after that may still be whole
-        return Outcome(close + len(CLOSE_TAG), (call,))
+        return self.enclosed(start, OPEN_TAG, CLOSE_TAG, self.closes, self._call)
 
     def _call(self, i: int, stop: int) -> ParsedCall | None:
         """The call in ``text[i:stop]``: a name, then argument pairs; None if it is anything else."""
         first_key = self.key_opens.next(i, stop)
         name_end = stop if first_key is None else first_key
         name = self.text[i:name_end].strip() if name_end - i <= 256 else ""
-        if not NAME.fullmatch(name):
-            return None
-        arguments = self._arguments(name, name_end, stop)
-        if arguments is None:
-            return None
-        return ParsedCall(name, json.dumps(arguments, ensure_ascii=False))
+        return self.named_call(name, name_end, stop, self._arguments)
 
     def _arguments(self, name: str, i: int, stop: int) -> dict[str, Any] | None:
         text = self.text

@@ -26,15 +26,9 @@ conformance/tool_formats/hermes.py, not this module.
 
 from __future__ import annotations
 
-from conformance.tool_formats._scan import OPEN, Finder, Outcome, read
-from conformance.tool_formats.base import (
-    CallSyntax,
-    ParsedCall,
-    ParsedOutput,
-    Schemas,
-    call_from_object,
-    decode_json_at,
-)
+from conformance.tool_formats._marker_scan import OPEN, MarkerSyntax, Outcome
+from conformance.tool_formats._scanning import Finder
+from conformance.tool_formats.base import ParsedCall, Schemas, call_from_object, decode_json_at
 
 __all__ = ["Granite"]
 
@@ -45,21 +39,13 @@ to the text's end (an unclosed string spanning the later markers), so trying eve
 markers would be quadratic; a model's own answer holds one marker."""
 
 
-class Granite(CallSyntax):
+class Granite(MarkerSyntax):
     name = "granite"
     markers = (MARKER,)
     ends = ()  # the array ends the answer: only the answer's end says the calls are whole
-    leading_only = False
 
-    def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:
-        reader = _Reader(text, final)
-        return read(
-            text,
-            final=final,
-            next_marker=reader.markers.next,
-            attempt=reader.attempt,
-            needles=self.markers,
-        )
+    def reader(self, text: str, schemas: Schemas | None, final: bool) -> _Reader:
+        return _Reader(text, final)
 
 
 class _Reader:
@@ -68,6 +54,9 @@ class _Reader:
         self.final = final
         self.markers = Finder(text, MARKER)
         self.failed = 0
+
+    def next_marker(self, pos: int) -> int | None:
+        return self.markers.next(pos)
 
     def attempt(self, start: int) -> Outcome:
         after = start + len(MARKER)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from conformance.tool_formats._scanning import SPACE
 from conformance.tool_formats.base import (
     CallSyntax,
     ParsedCall,
@@ -62,7 +63,6 @@ _CALL_BEFORE = re.compile(
 _CALL_AFTER = re.compile(_ASSISTANT + r"<\|channel\|>(?:analysis|commentary)" + _RECIPIENT + _CONSTRAINT)
 _SHOWN = re.compile(_ASSISTANT + r"<\|channel\|>(?:final|commentary)" + _CONSTRAINT)
 _ANALYSIS = re.compile(_ASSISTANT + r"<\|channel\|>analysis" + _CONSTRAINT)
-_SPACE = " \t\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +195,7 @@ def _read_message(text: str, message: _Message, final: bool) -> ParsedCall | str
 def _call(name: str, body: str) -> ParsedCall | None:
     """A call's body must be one JSON object and nothing else."""
     found = decode_json_at(body, 0)
-    if found is None or not isinstance(found[0], dict) or body[found[1] :].strip(_SPACE):
+    if found is None or not isinstance(found[0], dict) or body[found[1] :].strip(SPACE):
         return None
     arguments = arguments_text(found[0])
     return None if arguments is None else ParsedCall(name, arguments)

@@ -44,19 +44,11 @@ A block must hold exactly one such function and nothing else: Hermes's JSON body
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from conformance.tool_formats._scan import (
-    NAME,
-    OPEN,
-    Finder,
-    Outcome,
-    parameter_schema,
-    read,
-    skip_space,
-)
-from conformance.tool_formats.base import CallSyntax, ParsedCall, ParsedOutput, Schemas, typed_value
+from conformance.tool_formats._marker_scan import OPEN, MarkerSyntax, Outcome, TagReader
+from conformance.tool_formats._scanning import Finder, skip_space
+from conformance.tool_formats.base import ParsedCall, Schemas, parameter_schema, typed_value
 
 __all__ = ["QwenXml"]
 
@@ -70,7 +62,7 @@ _PARAMETER_CLOSE = "</parameter>"
 _MAX_NAME = 256  # a name or key longer than this is no tag: stop looking for its ">" there
 
 
-class QwenXml(CallSyntax):
+class QwenXml(MarkerSyntax):
     name = "qwen-xml"
     markers = (BLOCK_OPEN, FUNCTION_OPEN)
     ends = (BLOCK_CLOSE, FUNCTION_CLOSE)
@@ -80,25 +72,18 @@ class QwenXml(CallSyntax):
         # the block not yet whole); a bare function, at its own close.
         return (BLOCK_CLOSE,) if marker == BLOCK_OPEN else (FUNCTION_CLOSE,)
 
-    leading_only = False
+    def reader(self, text: str, schemas: Schemas | None, final: bool) -> _Reader:
+        return _Reader(text, schemas)
 
-    def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:
-        reader = _Reader(text, schemas)
-        return read(
-            text,
-            final=final,
-            next_marker=reader.next_marker,
-            attempt=reader.attempt,
-            needles=(*self.markers, BLOCK_CLOSE),  # a cut stray close may still join a bare call
-        )
+    def needles(self) -> tuple[str, ...]:
+        return (*self.markers, BLOCK_CLOSE)  # a cut stray close may still join a bare call
 
 
-class _Reader:
+class _Reader(TagReader):
     """One text's scan: the tags found once (Finder), and where a block that did not parse ends."""
 
     def __init__(self, text: str, schemas: Schemas | None) -> None:
-        self.text = text
-        self.schemas = schemas
+        super().__init__(text, schemas)
         self.blocks = Finder(text, BLOCK_OPEN)
         self.block_ends = Finder(text, BLOCK_CLOSE)
         self.bare = Finder(text, FUNCTION_OPEN)
@@ -107,9 +92,6 @@ class _Reader:
         # A <function= inside a block that did not parse is that block's markup, not a bare call: it
         # stays content with the block (never a call guessed out of a broken one).
         self.guard = 0
-        # How far the current attempt read before it failed: a marker before there is markup of the
-        # block that failed (it would be read again, and fail again, at every nested marker: quadratic).
-        self.reached = 0
 
     def next_marker(self, pos: int) -> int | None:
         found = [at for at in (self.blocks.next(pos), self.bare.next(max(pos, self.guard))) if at is not None]
@@ -121,17 +103,13 @@ class _Reader:
         return self._bare(start)
 
     def _block(self, start: int) -> Outcome:
-        body = start + len(BLOCK_OPEN)
-        close = self.block_ends.next(body)
-        if close is None:
-            return OPEN
-        end = close + len(BLOCK_CLOSE)
-        self.reached = body
-        call = self._function(body, close, lenient=True)
-        if call is None:
-            self.guard = max(self.guard, end)
-            return Outcome(self.reached)  # a block nested in it after that may still be whole
-        return Outcome(end, (call,))
+        return self.enclosed(start, BLOCK_OPEN, BLOCK_CLOSE, self.block_ends, self._lenient_function)
+
+    def failed(self, end: int) -> None:
+        self.guard = max(self.guard, end)
+
+    def _lenient_function(self, i: int, stop: int) -> ParsedCall | None:
+        return self._function(i, stop, lenient=True)
 
     def _bare(self, start: int) -> Outcome:
         close = self.function_ends.next(start)
@@ -142,7 +120,7 @@ class _Reader:
         call = self._function(start, end, lenient=False)
         if call is None:
             return Outcome(self.reached)
-        after = skip_space(self.text, end, len(self.text))
+        after = skip_space(self.text, end)
         if self.text.startswith(BLOCK_CLOSE, after):
             end = after + len(BLOCK_CLOSE)
         return Outcome(end, (call,))
@@ -158,12 +136,7 @@ class _Reader:
         else:
             return None
         name, i = _tag_value(text, i, stop)
-        if name is None or not NAME.fullmatch(name):
-            return None
-        arguments = self._parameters(name, i, stop)
-        if arguments is None:
-            return None
-        return ParsedCall(name, json.dumps(arguments, ensure_ascii=False))
+        return self.named_call(name, i, stop, self._parameters)
 
     def _parameters(self, name: str, i: int, stop: int) -> dict[str, Any] | None:
         """The parameters from ``i`` through ``</function>``, which only white space may follow."""
