@@ -33,7 +33,12 @@ from conformance.tool_formats.base import CallSyntax, ParsedCall
 from conformance.tool_formats.catalog import SYNTAXES
 from conformance.tool_formats.offered import OfferedTools
 
-__all__ = ["ToolTextScanner", "calls_in_text"]
+__all__ = ["MOST_HELD", "ToolTextScanner", "calls_in_text"]
+
+MOST_HELD = 8 << 20
+"""Characters held for one call that has not ended: a call's arguments may be a whole file, but an
+upstream's markup that never closes may not grow the proxy's memory without bound (as the unnamed calls'
+bound in choices.py): past this, what was held goes out as text, counted as unparsed."""
 
 _LEAD_ROOM = 64
 """The most of an answer's start read to tell whether a leading-only call opens it: a call's opening
@@ -98,6 +103,7 @@ class ToolTextScanner:
         "_candidates",
         "_ends",
         "_held",
+        "_held_size",
         "_lead",
         "_markers",
         "_offered",
@@ -114,6 +120,7 @@ class ToolTextScanner:
         self._markers = _markers(syntaxes)
         self._state = "start" if self._markers.leading else "text"
         self._held: list[str] = []  # the text held back, in the pieces it came in
+        self._held_size = 0  # (region, leading) its characters
         self._candidates: tuple[CallSyntax, ...] = ()  # (region) the syntaxes its marker opens
         self._ends: tuple[str, ...] = ()  # (region) the text that may end it
         self._tail = ""  # (region) the held text's last characters, where an end may have begun
@@ -131,15 +138,15 @@ class ToolTextScanner:
         if state == "text" and not self._held and "<" not in text and "[" not in text:
             return text, []  # most pieces: no marker, nor the beginning of one
         if state == "leading":
-            self._held.append(text)
-            return "", []
+            return self._hold(text)
         if state == "region":
             return self._region(text)
         if state == "start":
             return self._start(text)
         if state == "between":
             self._held.append(text)
-            if not text or text.isspace():
+            self._held_size += len(text)
+            if (not text or text.isspace()) and self._held_size <= MOST_HELD:
                 return "", []  # (white space after a call: layout, unless text follows)
             self._state = "text"
             text = self._take()
@@ -174,6 +181,7 @@ class ToolTextScanner:
     def _take(self) -> str:
         held = "".join(self._held)
         self._held = []
+        self._held_size = 0
         return held
 
     def _start(self, text: str) -> tuple[str, list[ParsedCall]]:
@@ -181,6 +189,10 @@ class ToolTextScanner:
         the pieces it came in and judged by its first characters only, so that white space streamed
         before an answer costs no more than the answer (issue 32: 200,000 deltas of it took 10.3 s)."""
         self._held.append(text)
+        self._held_size += len(text)
+        if self._held_size > MOST_HELD:  # (white space without end: no answer a call opens)
+            self._state = "text"
+            return self._scan(self._take())
         if not self._lead and (not text or text.isspace()):
             return "", []
         self._lead = self._lead + text if self._lead else text.lstrip()
@@ -218,7 +230,7 @@ class ToolTextScanner:
             region = text[start:]
             end = self._end(region)
             if end is None:
-                self._held = [region]
+                self._held, self._held_size = [region], len(region)
                 self._tail = region[-self._end_room() :]
                 return "".join(out), calls
             decided = self._decide(region[:end], self._candidates)
@@ -233,9 +245,22 @@ class ToolTextScanner:
             text = region[end:].lstrip()  # (white space after a call too)
             self._keep(region[: len(region) - len(text)])
 
+    def _hold(self, text: str) -> tuple[str, list[ParsedCall]]:
+        """``text`` held with what may be a call, up to ``MOST_HELD`` characters: past them, all of it
+        goes out as the text it is, and the rest of the answer passes as it comes."""
+        self._held.append(text)
+        self._held_size += len(text)
+        if self._held_size <= MOST_HELD:
+            return "", []
+        self._state = "off"
+        self.unparsed = True
+        return self._take(), []
+
     def _region(self, text: str) -> tuple[str, list[ParsedCall]]:
         """A piece of an open region: held, until one of its ends comes."""
-        self._held.append(text)
+        held = self._hold(text)
+        if self._state == "off":
+            return held
         window = self._tail + text
         if self._end(window) is None:
             self._tail = window[-self._end_room() :]

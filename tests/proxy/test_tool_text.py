@@ -295,3 +295,26 @@ def test_white_space_before_a_block_that_does_not_parse_is_given_back_with_it(si
         "",
         [("get_current_weather", "{}")],
     )
+
+
+@pytest.mark.parametrize(
+    "opening",
+    ['<tool_call>{"name": "get_current_weather", "arguments": {"a": "', '{"name": "get_current_weather"', ""],
+    ids=["open block", "leading call", "white space"],
+)
+def test_what_is_held_for_a_call_is_bounded_and_then_goes_out_as_it_came(
+    opening: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upstream's call (or white space before one) that never ends does not grow the proxy's memory
+    without bound: past ``MOST_HELD`` characters, what was held goes out as the text it was, the rest as
+    it comes, and the markup is counted as unparsed."""
+    from proxy.normalizer import tool_text
+
+    monkeypatch.setattr(tool_text, "MOST_HELD", 1000)
+    scanner = ToolTextScanner(NAMES)
+    out = [scanner.feed(opening)[0]]
+    out += [scanner.feed(" " * 10)[0] for _ in range(150)]
+    assert len("".join(out)) > 1000  # released past the bound, not held to the end
+    out.append(scanner.finish()[0])
+    assert "".join(out) == opening + " " * 1500  # nothing lost
+    assert scanner.unparsed is bool(opening)  # a call that opened (white space opens none)
