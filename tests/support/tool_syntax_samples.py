@@ -112,9 +112,9 @@ SAMPLES: tuple[Sample, ...] = (
         "harmony",
         "<|channel|>analysis<|message|>The user wants the weather; call the tool.<|end|>"
         f"<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{_W}"
-        "<|call|>",
+        f"<|call|><|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>"
+        f"{_T}<|call|>",
         "",
-        calls=1,
     ),
     Sample(
         "gemma",
@@ -123,5 +123,9 @@ SAMPLES: tuple[Sample, ...] = (
         "<end_function_call>",
         "Let me look.",
     ),
-    Sample("llama3", f'{{"name": "get_weather", "parameters": {_W}}}', "", calls=1),
+    Sample(
+        "llama3",
+        f'{{"name": "get_weather", "parameters": {_W}}}; {{"name": "get_time", "parameters": {_T}}}',
+        "",
+    ),
 )
