@@ -107,6 +107,7 @@ REQUEST_CHOICE_RULES: tuple[tuple[Callable[[Request], bool], ChoiceRule], ...] =
     (lambda request: request.logprobs, logprobs.chat_top_count),
     (lambda request: request.known and request.max_tokens == 0, zero_limit.generated_past_zero),
     (tool_use.wants_content, tool_use.collect_content),
+    (tool_use.no_tools, tool_use.tool_markup_in_chunk),
 )
 
 

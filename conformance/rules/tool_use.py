@@ -35,9 +35,10 @@ report): what its calls would have said is unknown.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from conformance.rules.context import ChoiceState, Context, ToolCallState
+from conformance.rules.context import ChoiceState, Context, ToolCallState, choice_text
 from conformance.schemas import schema_error
 from conformance.tool_formats.catalog import MARKERS, markup_in
 
@@ -46,10 +47,12 @@ __all__ = [
     "collect_body",
     "collect_content",
     "finish_without_calls",
+    "no_tools",
     "parallel_off",
     "tool_arguments",
     "tool_call_in_content",
     "tool_choice_honoured",
+    "tool_markup_in_chunk",
     "wants_content",
 ]
 
@@ -58,9 +61,40 @@ TOOL_CALL_MARKERS = MARKERS
 
 
 def wants_content(request: Any) -> bool:
-    """Whether a rule reads the chat content whole: always, since markup of a call left as text is looked
-    for with tools offered or not (``tool_call_in_content``)."""
-    return True
+    """Whether a rule reads the chat content whole: the request offered tools or asked for JSON (a judge
+    that kept every answer's text would no longer judge a long stream in bounded memory)."""
+    return bool(request.tools) or request.response_format_type in ("json_object", "json_schema")
+
+
+def no_tools(request: Any) -> bool:
+    """Whether the request offered no tools (``tool_markup_in_chunk`` looks for a call's markup)."""
+    return not request.tools
+
+
+_MARKUP = re.compile("|".join(re.escape(marker) for marker in MARKERS))
+
+
+def tool_markup_in_chunk(
+    ctx: Context, event: int | None, pos: int, choice: dict[str, Any], state: ChoiceState | None
+) -> None:
+    """A call's markup in the text of a chat answer to a request that offered no tools: a warning, once
+    a response (a call nobody offered, left as text by a server that did not parse it). Judged piece by
+    piece, as the template tokens are (a server emits a marker as one token), so that an answer's text
+    is not kept for it."""
+    if ctx.endpoint != "chat" or ctx.sink.fired("tool-markup-in-content"):
+        return
+    text = choice_text(choice)
+    found = _MARKUP.search(text) if isinstance(text, str) and text else None
+    if found is None:
+        return
+    ctx.warn(
+        "tool-markup-in-content",
+        f"choice {pos}'s content holds a tool call's markup ({found.group()!r}) though the request offered"
+        " no tools: a call nobody offered, left as text by a server that did not parse it",
+        event=event,
+        pointer=f"/choices/{pos}",
+        quirk="Q79",
+    )
 
 
 def collect_content(ctx: Context, event: int, pos: int, choice: dict[str, Any], state: ChoiceState) -> None:
@@ -257,27 +291,20 @@ def finish_without_calls(ctx: Context) -> None:
 
 
 def tool_call_in_content(ctx: Context) -> None:
-    """A call written out as text in ``content``: an error where the request offered tools (issue 20,
-    item 6; issue 34), a warning where it did not."""
+    """A call written out as text in ``content`` where the request offered tools (issue 20, item 6;
+    issue 34; without tools: ``tool_markup_in_chunk``)."""
+    if not ctx.request.tools:
+        return
     for state in _judged(ctx):
         text = "".join(state.content)
         marker = markup_in(text, ctx.request.tool_schemas) if text else None
         if marker is None:
             continue
-        pointer = f"/choices/{state.index}"
-        if ctx.request.tools:
-            message = (
-                f"choice {state.index}'s content holds a tool call as text ({marker!r}): the server did not"
-                " parse its template's call format, so the client gets text instead of a call"
-            )
-            ctx.error(
-                "tool-call-in-content", message, event=state.finished_event, pointer=pointer, quirk="Q79"
-            )
-        else:
-            message = (
-                f"choice {state.index}'s content holds a tool call's markup ({marker!r}) though the request"
-                " offered no tools: a call nobody offered, left as text by a server that did not parse it"
-            )
-            ctx.warn(
-                "tool-markup-in-content", message, event=state.finished_event, pointer=pointer, quirk="Q79"
-            )
+        ctx.error(
+            "tool-call-in-content",
+            f"choice {state.index}'s content holds a tool call as text ({marker!r}): the server did not"
+            " parse its template's call format, so the client gets text instead of a call",
+            event=state.finished_event,
+            pointer=f"/choices/{state.index}",
+            quirk="Q79",
+        )
