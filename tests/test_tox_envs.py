@@ -8,9 +8,11 @@ test needs llama-cpp-python, so this runs in the backend env.
 from __future__ import annotations
 
 import configparser
+import os
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -60,18 +62,28 @@ def _collect(args: list[str], *, prelude: str = "") -> tuple[set[str], str]:
     return ids, run.stdout + run.stderr
 
 
+def _collect_each(runs: list[tuple[list[str], str]]) -> list[tuple[set[str], str]]:
+    """``_collect`` of each (args, prelude), side by side: each is a process that imports the whole
+    suite, and one after the other they took 98 s of the backend env's time in CI."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return list(pool.map(lambda run: _collect(run[0], prelude=run[1]), runs))
+
+
+def _prelude(tox: configparser.ConfigParser, env: str) -> str:
+    return "" if _installs_llama_cpp(tox, env) else _BLOCK_LLAMA_CPP
+
+
 def test_every_test_runs_in_some_env_and_pytest_warns_of_nothing() -> None:
     pytest.importorskip("llama_cpp")
     tox = _tox()
     envs = _pytest_args(tox)
     assert envs, "no env in tox.ini runs pytest"
-    everything, output = _collect([])
+    runs = [([], ""), *((args, _prelude(tox, env)) for env, args in envs.items())]
+    (everything, output), *per_env = _collect_each(runs)
     assert len(everything) > 500
     assert "warnings summary" not in output, output[-3000:]
     run_by_some_env: set[str] = set()
-    for env, args in envs.items():
-        prelude = "" if _installs_llama_cpp(tox, env) else _BLOCK_LLAMA_CPP
-        collected, output = _collect(args, prelude=prelude)
+    for env, (collected, output) in zip(envs, per_env, strict=True):
         assert "warnings summary" not in output, (env, output[-3000:])
         run_by_some_env |= collected
     missed = sorted(everything - run_by_some_env)
@@ -107,11 +119,14 @@ def test_the_clients_env_alone_runs_the_client_tests_and_ci_runs_it() -> None:
     pytest.importorskip("llama_cpp")
     tox = _tox()
     assert "clients" in [env.strip() for env in tox["tox"]["env_list"].split(",")]
-    client_tests, _ = _collect(["tests/clients"])
+    envs = _pytest_args(tox)
+    runs = [
+        (["tests/clients"], ""),
+        *(([*args, "tests/clients"], _prelude(tox, env)) for env, args in envs.items()),
+    ]
+    (client_tests, _), *per_env = _collect_each(runs)  # that folder only: quick
     assert client_tests
-    for env, args in _pytest_args(tox).items():
-        prelude = "" if _installs_llama_cpp(tox, env) else _BLOCK_LLAMA_CPP
-        collected, _ = _collect([*args, "tests/clients"], prelude=prelude)  # that folder only: quick
+    for env, (collected, _) in zip(envs, per_env, strict=True):
         assert collected == (client_tests if env == "clients" else set()), env
     # npm installs into the env's own folder, never into the repo tree.
     assert "CONFORMANT_CLIENTS_JS_DIR = {env_dir}" in tox["testenv:clients"]["set_env"]
