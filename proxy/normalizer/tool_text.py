@@ -213,8 +213,9 @@ class ToolTextScanner:
         while True:
             found = self._markers.opens.search(text)
             if found is None:
-                if calls and not text:
+                if calls and not text.strip():  # calls, then layout or nothing yet
                     self._state = "between"
+                    self._held = [text] if text else []
                     return "".join(out), calls
                 cut = _could_begin_marker(text, self._markers)
                 if cut < len(text):
@@ -242,8 +243,8 @@ class ToolTextScanner:
             self._state = "text"
             out.append(decided[0])
             calls += decided[1]
-            text = region[end:].lstrip()  # (white space after a call too)
-            self._keep(region[: len(region) - len(text)])
+            text = region[end:]  # (white space after it goes with the text that follows, if any)
+            self._keep(region[:end])
 
     def _hold(self, text: str) -> tuple[str, list[ParsedCall]]:
         """``text`` held with what may be a call, up to ``MOST_HELD`` characters: past them, all of it

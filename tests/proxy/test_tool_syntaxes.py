@@ -134,6 +134,28 @@ def _assert_streamed(pieces: list[str], sample: Sample, field: str = "content") 
     return chunks
 
 
+CLOSED = [s for s in SAMPLES if s.syntax not in ("mistral", "granite", "llama3")]
+"""The syntaxes whose calls end with a marker, after which a model may write on (Mistral's and Granite
+3.x's calls run to the answer's end; a Llama 3.x call is the whole answer)."""
+AFTER = "\nI will wait for the results."
+
+
+@pytest.mark.parametrize("sample", CLOSED, ids=[s.syntax for s in CLOSED])
+def test_text_after_the_calls_stays_content_split_anywhere(sample: Sample) -> None:
+    text = sample.text + AFTER
+    expected = f"{sample.content}{AFTER}".split()
+    for cut in range(len(text) + 1):
+        chunks, repairs = _stream([text[:cut], text[cut:]], BODY)
+        deltas = _deltas(chunks)
+        _assert_calls([c for d in deltas for c in d.get("tool_calls", ())], sample, streamed=True)
+        assert _joined(deltas, "content").split() == expected, cut
+        assert repairs["Q79"] == sample.calls
+    out, _ = _body(text, BODY)
+    _assert_calls(out["choices"][0]["message"]["tool_calls"], sample, streamed=False)
+    assert out["choices"][0]["message"]["content"].split() == expected
+    assert _errors(json.dumps(out).encode(), BODY, stream=False) == []
+
+
 @pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
 def test_a_sample_split_in_two_anywhere_streams_its_calls(sample: Sample) -> None:
     text = sample.text

@@ -166,7 +166,7 @@ def test_a_block_held_over_many_pieces_closes_and_the_rest_of_its_piece_is_read(
     close = len(block) - 5  # inside "</tool_call>"
     pieces = ["Hi ", *block[:close], block[close:] + "\n" + block + " bye <tool", "_call"]
     content, calls = _scan(pieces)
-    assert content == "Hi bye <tool_call"  # (white space after a block is layout)
+    assert content == "Hi  bye <tool_call"  # (white space after the last block goes with the text after it)
     assert [name for name, _ in calls] == ["get_current_weather"] * 2
 
 
