@@ -88,10 +88,6 @@ def client(proxy: str) -> Iterator[openai.OpenAI]:
         yield made
 
 
-def _expected(sample: Sample) -> list[tuple[str, dict[str, Any]]]:
-    return CALLS[: sample.calls]
-
-
 def _chat_request(sample: Sample) -> dict[str, Any]:
     return {"model": sample.syntax, "messages": [{"role": "user", "content": PROMPT}], "tools": TOOLS}
 
@@ -107,7 +103,7 @@ def _check_chat(choice: dict[str, Any], sample: Sample) -> None:
     message = choice["message"]
     calls = message.get("tool_calls") or []
     got = [(call["function"]["name"], json.loads(call["function"]["arguments"])) for call in calls]
-    assert got == _expected(sample), message
+    assert got == CALLS, message
     assert choice["finish_reason"] == "tool_calls", choice
     assert all(call["type"] == "function" for call in calls), calls
     _check_ids([call["id"] for call in calls])
@@ -119,7 +115,7 @@ def _check_responses(response: dict[str, Any], streamed_text: str | None, sample
     assert response["status"] == "completed", response
     output = response["output"]
     calls = [item for item in output if item["type"] == "function_call"]
-    assert [(item["name"], json.loads(item["arguments"])) for item in calls] == _expected(sample), output
+    assert [(item["name"], json.loads(item["arguments"])) for item in calls] == CALLS, output
     _check_ids([item["call_id"] for item in calls])
     texts = [
         part["text"]
@@ -150,7 +146,7 @@ def test_openai_python_chat_stream_helper_gets_the_calls(client: openai.OpenAI, 
             elif event.type == "content.delta":
                 text += event.delta
         final = stream.get_final_completion()
-    assert done == _expected(sample)
+    assert done == CALLS
     assert text.strip() == sample.content, text
     _check_chat(final.choices[0].model_dump(), sample)
 
@@ -195,7 +191,7 @@ def test_openai_node_chat_stream_helper_gets_the_calls(
     helper = node_results[sample.syntax]["chat"]
     assert "error" not in helper, helper
     done = [(call["name"], json.loads(call["arguments"])) for call in helper["argumentsDone"]]
-    assert done == _expected(sample), helper
+    assert done == CALLS, helper
     assert helper["text"].strip() == sample.content, helper
     _check_chat(helper["final"]["choices"][0], sample)
 
@@ -218,5 +214,5 @@ def test_the_ai_sdk_gets_the_calls(node_results: dict[str, dict[str, Any]], samp
     assert got["finishReason"] == "tool-calls", got
     calls = got["toolCalls"]
     assert not any(call["invalid"] for call in calls), calls
-    assert [(call["toolName"], call["input"]) for call in calls] == _expected(sample), got
+    assert [(call["toolName"], call["input"]) for call in calls] == CALLS, got
     assert got["text"].strip() == sample.content, got

@@ -101,19 +101,13 @@ def _joined(deltas: list[dict[str, Any]], key: str) -> str:
     return "".join(d.get(key) or "" for d in deltas)
 
 
-def _expected(sample: Sample) -> list[tuple[str, dict[str, Any]]]:
-    return CALLS[: sample.calls]
-
-
-def _assert_calls(calls: list[dict[str, Any]], sample: Sample, *, streamed: bool) -> None:
-    """``calls`` are the sample's calls, whole, each an OpenAI function call."""
-    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == _expected(
-        sample
-    )
+def _assert_calls(calls: list[dict[str, Any]], *, streamed: bool) -> None:
+    """``calls`` are every sample's calls, whole, each an OpenAI function call."""
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == CALLS
     assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls), calls
     assert len({c["id"] for c in calls}) == len(calls)
     if streamed:
-        assert [c["index"] for c in calls] == list(range(sample.calls))
+        assert [c["index"] for c in calls] == list(range(len(CALLS)))
 
 
 def _assert_streamed(pieces: list[str], sample: Sample, field: str = "content") -> list[dict[str, Any]]:
@@ -121,7 +115,7 @@ def _assert_streamed(pieces: list[str], sample: Sample, field: str = "content") 
     the proxy's chunks."""
     chunks, repairs = _stream(pieces, BODY, field)
     deltas = _deltas(chunks)
-    _assert_calls([c for d in deltas for c in d.get("tool_calls", ())], sample, streamed=True)
+    _assert_calls([c for d in deltas for c in d.get("tool_calls", ())], streamed=True)
     if field == "content":
         assert _joined(deltas, "content").strip() == sample.content
         assert not any(d.get("reasoning_content") for d in deltas)
@@ -129,7 +123,7 @@ def _assert_streamed(pieces: list[str], sample: Sample, field: str = "content") 
         assert _joined(deltas, "reasoning_content").strip() == sample.content
         assert not any(d.get("content") for d in deltas)
     assert [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")][-1] == "tool_calls"
-    assert repairs["Q79"] == sample.calls
+    assert repairs["Q79"] == len(CALLS)
     assert TOOL_TEXT_UNPARSED not in repairs
     return chunks
 
@@ -147,11 +141,11 @@ def test_text_after_the_calls_stays_content_split_anywhere(sample: Sample) -> No
     for cut in range(len(text) + 1):
         chunks, repairs = _stream([text[:cut], text[cut:]], BODY)
         deltas = _deltas(chunks)
-        _assert_calls([c for d in deltas for c in d.get("tool_calls", ())], sample, streamed=True)
+        _assert_calls([c for d in deltas for c in d.get("tool_calls", ())], streamed=True)
         assert _joined(deltas, "content").split() == expected, cut
-        assert repairs["Q79"] == sample.calls
+        assert repairs["Q79"] == len(CALLS)
     out, _ = _body(text, BODY)
-    _assert_calls(out["choices"][0]["message"]["tool_calls"], sample, streamed=False)
+    _assert_calls(out["choices"][0]["message"]["tool_calls"], streamed=False)
     assert out["choices"][0]["message"]["content"].split() == expected
     assert _errors(json.dumps(out).encode(), BODY, stream=False) == []
 
@@ -174,10 +168,10 @@ def test_a_sample_one_character_a_chunk_streams_its_calls(sample: Sample) -> Non
 def test_a_sample_as_a_body_gets_its_calls(sample: Sample) -> None:
     out, repairs = _body(sample.text, BODY)
     choice = out["choices"][0]
-    _assert_calls(choice["message"]["tool_calls"], sample, streamed=False)
+    _assert_calls(choice["message"]["tool_calls"], streamed=False)
     assert (choice["message"]["content"] or "").strip() == sample.content
     assert choice["finish_reason"] == "tool_calls"
-    assert repairs["Q79"] == sample.calls
+    assert repairs["Q79"] == len(CALLS)
     assert TOOL_TEXT_UNPARSED not in repairs
     assert _errors(json.dumps(out).encode(), BODY, stream=False) == []
 
@@ -193,11 +187,11 @@ def test_a_sample_in_the_reasoning_gets_its_calls_and_the_reasoning_around_them(
     chunks = _assert_streamed(list(sample.text), sample, "reasoning_content")
     out, repairs = _body(sample.text, BODY, "reasoning_content")
     message = out["choices"][0]["message"]
-    _assert_calls(message["tool_calls"], sample, streamed=False)
+    _assert_calls(message["tool_calls"], streamed=False)
     assert (message.get("reasoning_content") or "").strip() == sample.content
     assert message["content"] is None
     assert out["choices"][0]["finish_reason"] == "tool_calls"
-    assert repairs["Q79"] == sample.calls
+    assert repairs["Q79"] == len(CALLS)
     assert _errors(json.dumps(out).encode(), BODY, stream=False) == []
 
 
@@ -216,14 +210,14 @@ def test_a_call_drafted_in_the_reasoning_and_made_in_the_content_is_one_call() -
     normalizer.upstream_done = True
     out += normalizer.close()
     deltas = _deltas(out)
-    _assert_calls([c for d in deltas for c in d.get("tool_calls", ())], sample, streamed=True)
+    _assert_calls([c for d in deltas for c in d.get("tool_calls", ())], streamed=True)
     assert _joined(deltas, "reasoning_content") == draft
-    assert normalizer.repairs["Q79"] == sample.calls
+    assert normalizer.repairs["Q79"] == len(CALLS)
     message = {"role": "assistant", "content": sample.text, "reasoning_content": draft}
     upstream = {"id": "x", "object": "chat.completion", "created": 1, "model": "m", "usage": USAGE}
     upstream["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
     body = normalize_body(upstream, RequestInfo.from_body("chat", BODY), repairs=Repairs())
-    _assert_calls(body["choices"][0]["message"]["tool_calls"], sample, streamed=False)
+    _assert_calls(body["choices"][0]["message"]["tool_calls"], streamed=False)
     assert body["choices"][0]["message"]["reasoning_content"] == draft
 
 
@@ -414,7 +408,7 @@ def test_through_the_proxy_a_sample_is_calls_on_chat_and_responses(sample: Sampl
             assert response.status_code == 200, response.text[:500]
             assert _errors(response.content, BODY, stream) == []
             calls, content, finish = _chat_calls(response, stream)
-            _assert_calls(calls, sample, streamed=stream)
+            _assert_calls(calls, streamed=stream)
             assert (content.strip(), finish) == (sample.content, "tool_calls")
 
             asked = {"model": "m", "input": "Weather?", "tools": RESPONSES_TOOLS, "stream": stream}
@@ -435,7 +429,7 @@ def test_through_the_proxy_a_sample_is_calls_on_chat_and_responses(sample: Sampl
                 check_response(final)
             assert final["status"] == "completed"
             items = [i for i in final["output"] if i["type"] == "function_call"]
-            assert [(i["name"], json.loads(i["arguments"])) for i in items] == _expected(sample)
+            assert [(i["name"], json.loads(i["arguments"])) for i in items] == CALLS
             assert all(i["status"] == "completed" and i["call_id"] for i in items), items
             texts = [p["text"] for i in final["output"] if i["type"] == "message" for p in i["content"]]
             assert "".join(texts).strip() == sample.content

@@ -43,7 +43,7 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("get_weather", {"city": "Paris", "days": 2}),
     ("get_time", {"city": "Tokyo"}),
 ]
-"""The calls every sample holds, in order."""
+"""The calls every sample holds, in order (Llama 3.x's joined by ``;``, harmony's in two messages)."""
 
 _W, _T = (json.dumps(arguments) for _, arguments in CALLS)
 _FENCE = "```"
@@ -55,8 +55,6 @@ class Sample:
     text: str
     content: str
     """The content left once the calls are taken out."""
-    calls: int = 2
-    """How many of ``CALLS`` it holds (a format that writes one call per answer holds the first)."""
 
 
 SAMPLES: tuple[Sample, ...] = (
