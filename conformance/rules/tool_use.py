@@ -40,7 +40,7 @@ from typing import Any
 
 from conformance.rules.context import ChoiceState, Context, ToolCallState, choice_text
 from conformance.schemas import schema_error
-from conformance.tool_formats.catalog import MARKERS, markup_in
+from conformance.tool_formats.catalog import CALL_MARKERS, MARKERS, markup_in
 
 __all__ = [
     "TOOL_CALL_MARKERS",
@@ -71,7 +71,7 @@ def no_tools(request: Any) -> bool:
     return not request.tools
 
 
-_MARKUP = re.compile("|".join(re.escape(marker) for marker in MARKERS))
+_MARKUP = re.compile("|".join(re.escape(marker) for marker in CALL_MARKERS))
 
 
 def tool_markup_in_chunk(

@@ -18,7 +18,7 @@ from conformance.tool_formats.llama3 import Llama3
 from conformance.tool_formats.mistral import Mistral
 from conformance.tool_formats.qwen_xml import QwenXml
 
-__all__ = ["MARKERS", "SYNTAXES", "markup_in"]
+__all__ = ["CALL_MARKERS", "MARKERS", "SYNTAXES", "markup_in"]
 
 SYNTAXES: tuple[CallSyntax, ...] = (
     Hermes(),
@@ -38,14 +38,25 @@ MARKERS: tuple[str, ...] = tuple(
 )
 """The text that opens a call in any of them (not a bare ``{``, which opens any JSON answer too)."""
 
+CALL_MARKERS: tuple[str, ...] = tuple(
+    dict.fromkeys(m for syntax in SYNTAXES if syntax.opens_call for m in syntax.markers if m != "{")
+)
+"""Those that open nothing but a call (harmony's ``<|channel|>`` opens any message: a final answer too)."""
+
 
 def markup_in(text: str, offered: Collection[str] = ()) -> str | None:
     """The first call markup ``text`` holds: a marker, or the opening of an answer that a leading-only
     syntax reads as a call of one of the ``offered`` functions (Llama 3.x's bare ``{"name": ...,
     "parameters": ...}``: without the name of an offered function it is any JSON answer); None if none."""
-    marker = next((m for m in MARKERS if m in text), None)
-    if marker is not None or not offered:
+    marker = next((m for m in CALL_MARKERS if m in text), None)
+    if marker is not None:
         return marker
+    for syntax in SYNTAXES:  # (harmony's markup: markup of a call only where it reads as one)
+        found = None if syntax.opens_call else next((m for m in syntax.markers if m in text), None)
+        if found is not None and syntax.parse(text, final=True).calls:
+            return found
+    if not offered:
+        return None
     lead = text.lstrip()
     for syntax in SYNTAXES:
         if syntax.leading_only and syntax.opens_answer(lead):

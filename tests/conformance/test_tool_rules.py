@@ -16,7 +16,7 @@ from conformance.probe import ProbeContext
 from conformance.protocols import recorded_request
 from conformance.request import Request
 from conformance.transcript import load_transcript
-from tests.conformance.test_rules import JSON, chat_chunk, delta, judged, stream
+from tests.conformance.test_rules import FIRST, JSON, chat_chunk, chat_request, delta, judged, stream
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts" / "tools"
 
@@ -252,3 +252,19 @@ def test_request_reads_tools_choice_and_formats() -> None:
         schema,
         False,
     )
+
+
+def test_harmony_text_that_holds_no_call_is_no_call_in_content() -> None:
+    """gpt-oss's harmony markup left in the content opens any message: a final answer written so is a
+    leaked template (its ``<|end|>`` a template token), not a call; one that addresses a function is."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    request = chat_request(tools=tools)
+    end = chat_chunk([delta(finish="stop")])
+    answer = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi."
+    errors, _ = judged(stream(FIRST, chat_chunk([delta(answer)]), end), request)
+    assert "tool-call-in-content" not in errors
+    call = (
+        '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+    )
+    errors, _ = judged(stream(FIRST, chat_chunk([delta(call)]), end), request)
+    assert "tool-call-in-content" in errors
