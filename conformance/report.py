@@ -13,9 +13,11 @@ import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from conformance.findings import MAX_POINTERS, Finding
+from conformance.harms import HARM_WEIGHTS, answer_harm, harm_of, weight
 from conformance.judge import Verdict
 from conformance.version import installed_version
 
@@ -32,17 +34,22 @@ __all__ = [
 
 FORMATS = ("text", "json", "junit", "markdown")
 UNNAMED_SERVER = "(unnamed)"
-_BRIEF_MESSAGE = 100
-"""Characters of a first message ``--brief`` shows: a rule's line stays one screen line wide."""
 """The server of responses no sidecar or command named."""
+LINE_WIDTH = 120
+"""Columns of a summary or ``--brief`` line: one line of a terminal, however long the message."""
+TOP_PROBLEMS = 3
+"""Error rules the text report's ranking names under each server: the worst, one line each."""
+BRIEF_ERRORS = 8
+"""Error rules ``--brief`` gives a line each per server; the rest are named on one more line."""
 
 
 def summary(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     """Totals over ``verdicts`` (docs/validate.md, SUMMARY): responses judged, responses with errors,
-    distinct rules broken; ``transcripts``, ``errors`` and ``warnings`` as before (findings, now one
-    per rule per response), ``occurrences`` what the findings' counts add up to, ``rules`` in how many
-    responses each error rule fired, most first."""
+    distinct rules broken and their ``weight`` (what they break, conformance/harms.py); ``transcripts``,
+    ``errors`` and ``warnings`` as before (findings, now one per rule per response), ``occurrences`` what
+    the findings' counts add up to, ``rules`` in how many responses each error rule fired, most first."""
     error_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.errors})
+    answered = [v for v in verdicts if not _declined(v)]
     warning_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.warnings})
     return {
         "transcripts": len(verdicts),
@@ -53,9 +60,22 @@ def summary(verdicts: Sequence[Verdict]) -> dict[str, Any]:
         "responses_with_warnings": sum(1 for v in verdicts if v.warnings),
         "distinct_rules": len(error_rules),
         "distinct_warning_rules": len(warning_rules),
+        "weight": weight(error_rules),
+        "answered": len(answered),
+        "harm_per_answer": round(
+            sum(answer_harm(f.rule for f in v.errors) for v in answered) / len(answered), 2
+        )
+        if answered
+        else 0.0,
         "occurrences": sum(f.count for v in verdicts for f in v.findings),
         "rules": dict(sorted(error_rules.items(), key=lambda item: (-item[1], item[0]))),
     }
+
+
+def _declined(v: Verdict) -> bool:
+    """A feature (or a whole protocol's route) the server declined with a clean 4xx and nothing else
+    wrong: no answer the client could be hurt by, and none it could use; left out of the harm."""
+    return not v.errors and any(f.rule == "feature-unsupported" for f in v.warnings)
 
 
 def by_server(verdicts: Sequence[Verdict]) -> dict[str, list[Verdict]]:
@@ -67,14 +87,16 @@ def by_server(verdicts: Sequence[Verdict]) -> dict[str, list[Verdict]]:
 
 
 def ranked(verdicts: Sequence[Verdict]) -> list[tuple[str, list[Verdict]]]:
-    """The servers worst first: by the distinct rules whose errors they gave, then by how many of their
-    responses had errors (issue 33: counting responses alone ranked a server that 500s on valid
-    requests cleanest, as one error rule fired on all of another's answers), then by name."""
+    """The servers worst first: by the harm of an answer they served, on average (each answer weighs
+    what its heaviest error does to a client, conformance/harms.py: a rate, so that a folder of five
+    transcripts and one of sixty compare, and a feature declined cleanly is no answer), then by the
+    weight of the distinct rules whose errors they gave, then by the number of those rules, then by
+    name (docs/validate.md, "Ranking")."""
     groups = by_server(verdicts).items()
 
-    def key(item: tuple[str, list[Verdict]]) -> tuple[int, int, str]:
+    def key(item: tuple[str, list[Verdict]]) -> tuple[float, int, int, str]:
         totals = summary(item[1])
-        return (-totals["distinct_rules"], -totals["responses_with_errors"], item[0])
+        return (-totals["harm_per_answer"], -totals["weight"], -totals["distinct_rules"], item[0])
 
     return sorted(groups, key=key)
 
@@ -137,8 +159,45 @@ def _server_line(name: str, totals: dict[str, Any]) -> str:
     """One server's ranking: what a reader compares servers by."""
     return (
         f"{name}: {totals['responses']} responses judged, {totals['responses_with_errors']} with errors,"
-        f" {totals['distinct_rules']} distinct rules broken"
+        f" {totals['distinct_rules']} distinct rules broken (weight {totals['weight']}),"
+        f" harm {totals['harm_per_answer']:.2f} an answer"
     )
+
+
+@dataclass
+class _RuleTally:
+    """One rule of one severity over a server's responses: its first finding, in how many it fired."""
+
+    first: Finding
+    responses: int = 0
+
+    def order(self) -> tuple[int, int, int, str]:
+        """Errors first, the heaviest harm first, then the most responses, then by name."""
+        f = self.first
+        harm = HARM_WEIGHTS[harm_of(f.rule)] if f.severity == "error" else 0
+        return (f.severity != "error", -harm, -self.responses, f.rule)
+
+
+def _tallies(group: Sequence[Verdict]) -> list[_RuleTally]:
+    """Each distinct (severity, rule) of ``group``, in :meth:`_RuleTally.order`."""
+    tallies: dict[tuple[str, str], _RuleTally] = {}
+    for v in group:
+        for f in v.findings:
+            tallies.setdefault((f.severity, f.rule), _RuleTally(f)).responses += 1
+    return sorted(tallies.values(), key=_RuleTally.order)
+
+
+def _problem_line(tally: _RuleTally, judged: int) -> str:
+    """One rule as a problem to act on: what it breaks, how often, what the client sees, one line."""
+    f = tally.first
+    harm = f" ({harm_of(f.rule)})" if f.severity == "error" else ""
+    return _one_line(f"  {f.rule}{harm}{_quirks(f)} in {tally.responses} of {judged}: {f.message}")
+
+
+def _one_line(text: str) -> str:
+    """``text`` cut to :data:`LINE_WIDTH` columns: a line of a report stays one line on screen."""
+    text = " ".join(text.split("\n"))
+    return text if len(text) <= LINE_WIDTH else text[: LINE_WIDTH - 3] + "..."
 
 
 def _text(verdicts: Sequence[Verdict]) -> str:
@@ -149,6 +208,8 @@ def _text(verdicts: Sequence[Verdict]) -> str:
         lines += [f"  {_finding_line(f, width=7)}" for f in (*v.errors, *v.warnings)]
     for name, group in ranked(verdicts):
         lines.append(_server_line(name, summary(group)))
+        errors = [t for t in _tallies(group) if t.first.severity == "error"]
+        lines += [_problem_line(t, len(group)) for t in errors[:TOP_PROBLEMS]]
     return "\n".join(lines + _totals(verdicts)) + "\n"
 
 
@@ -156,40 +217,49 @@ QUIRKS_DOC = "docs/quirks.md"
 """Where a quirk id a finding cites is explained: the catalogue of conformant's repository."""
 
 
-def _totals(verdicts: Sequence[Verdict]) -> list[str]:
+def _totals(verdicts: Sequence[Verdict], *, brief: bool = False) -> list[str]:
     """The closing lines of a text report: the totals, and where the quirk ids it cites are explained
-    (a bare ``[Q26]`` means nothing to a reader without the catalogue; issue 33)."""
+    (a bare ``[Q26]`` means nothing to a reader without the catalogue; issue 33); ``brief`` names the
+    catalogue without listing the ids again."""
     totals = summary(verdicts)
     lines = [f"{totals['transcripts']} checked, {totals['errors']} errors, {totals['warnings']} warnings"]
     cited = sorted({q for v in verdicts for f in v.findings for q in f.cited if q[:1] in "QN"})
-    if cited:
+    if cited and brief:
+        lines.append(f"[Q..] and [N..]: quirk ids, each explained in conformant's {QUIRKS_DOC}")
+    elif cited:
         lines.append(f"quirk ids ({', '.join(cited)}): each explained in conformant's {QUIRKS_DOC}")
     return lines
 
 
 def _brief(verdicts: Sequence[Verdict]) -> str:
-    """Per server, worst first: its ranking line, then one line per distinct rule it broke, errors
-    first, each with the responses it fired in and its first message; the quirk ids are those of
-    docs/quirks.md."""
+    """Per server, worst first: its ranking line, then a line per error rule it broke, the heaviest
+    harm first (at most :data:`BRIEF_ERRORS`, the rest named on one line), then its warnings on one
+    line; the quirk ids are those of docs/quirks.md. A 56-transcript folder fits one screen."""
     lines: list[str] = []
     for name, group in ranked(verdicts):
         lines.append(_server_line(name, summary(group)))
-        first: dict[tuple[str, str], Finding] = {}
-        seen: Counter[tuple[str, str]] = Counter()
-        for v in group:
-            for f in v.findings:
-                first.setdefault((f.severity, f.rule), f)
-                seen[(f.severity, f.rule)] += 1
-        order = sorted(first, key=lambda k: (k[0] != "error", -seen[k], k[1]))
-        for severity, rule in order:
-            f = first[(severity, rule)]
-            message = (
-                f.message if len(f.message) <= _BRIEF_MESSAGE else f.message[: _BRIEF_MESSAGE - 3] + "..."
-            )
-            lines.append(
-                f"  {severity:<7} {rule}{_quirks(f)} in {seen[(severity, rule)]} of {len(group)}: {message}"
-            )
-    return "\n".join(lines + _totals(verdicts)) + "\n"
+        tallies = _tallies(group)
+        errors = [t for t in tallies if t.first.severity == "error"]
+        lines += [_problem_line(t, len(group)) for t in errors[:BRIEF_ERRORS]]
+        lines += _folded("  and", errors[BRIEF_ERRORS:])
+        lines += _folded("  warnings:", [t for t in tallies if t.first.severity != "error"])
+    return "\n".join(lines + _totals(verdicts, brief=True)) + "\n"
+
+
+def _folded(lead: str, tallies: Sequence[_RuleTally]) -> list[str]:
+    """Rules named in a list after ``lead``, each with the responses it fired in, wrapped at
+    :data:`LINE_WIDTH` (every rule named, none cut off)."""
+    if not tallies:
+        return []
+    lines: list[str] = []
+    line = lead.rstrip()
+    for i, t in enumerate(tallies):
+        name = f"{t.first.rule} ({t.responses})" + ("," if i < len(tallies) - 1 else "")
+        if len(line) + 1 + len(name) > LINE_WIDTH:
+            lines.append(line)
+            line = "     "
+        line += " " + name
+    return [*lines, line]
 
 
 # Characters XML 1.0 cannot carry at all, not even escaped; a server's error text may hold them.
@@ -269,14 +339,14 @@ def _markdown(verdicts: Sequence[Verdict]) -> str:
         "",
         f"{totals['transcripts']} checked, **{totals['errors']} errors**, {totals['warnings']} warnings.",
         "",
-        "| server | responses judged | responses with errors | distinct rules |",
-        "|---|---:|---:|---:|",
+        "| server | responses judged | responses with errors | distinct rules | weight |",
+        "|---|---:|---:|---:|---:|",
     ]
-    for name, group in by_server(verdicts).items():
+    for name, group in ranked(verdicts):
         counts = summary(group)
         lines.append(
             f"| {_cell(name)} | {counts['responses']} | {counts['responses_with_errors']} |"
-            f" {counts['distinct_rules']} |"
+            f" {counts['distinct_rules']} | {counts['weight']} |"
         )
     lines += [
         "",

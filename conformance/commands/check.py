@@ -144,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
                 )
     except ServerUnreachable as exc:
         raise CommandError(str(exc)) from None
-    console.print(_summary(results))
+    if not args.brief:  # --brief is the whole report: one screen, without the table of probes
+        console.print(_summary(results))
     console.print(f"/v1/responses judged by the {args.profile} profile (--profile)")
     for r in results:
         r.verdict.server = args.server or args.url

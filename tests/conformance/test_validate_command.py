@@ -76,6 +76,9 @@ def test_json_report_is_the_documented_format(capsys: pytest.CaptureFixture[str]
         "responses_with_warnings": 0,
         "distinct_rules": 3,
         "distinct_warning_rules": 0,
+        "weight": 6,  # three rules whose deviations make a client fail, 2 each (conformance/harms.py)
+        "answered": 2,
+        "harm_per_answer": 1.0,  # the golden answer harms nothing, the broken one makes a client fail
         "occurrences": 4,
         "rules": dict.fromkeys(rules, 1),
     }
@@ -449,10 +452,13 @@ def test_brief_is_one_line_per_distinct_rule_per_server_the_worst_first(
     assert status == 1
     lines = out.splitlines()
     servers = [line.split(":")[0] for line in lines if not line.startswith(" ")][:-2]  # totals, quirk ids
-    assert servers == ["vllm", "server-a", "openai"]  # by distinct error rules broken, worst first
+    assert servers == ["vllm", "server-a", "openai"]  # by the weight of their error rules, worst first
     a = lines.index(next(line for line in lines if line.startswith("server-a:")))
+    assert lines[a] == (
+        "server-a: 3 responses judged, 3 with errors, 1 distinct rules broken (weight 2), harm 2.00 an answer"
+    )
     assert lines[a + 1] == (
-        "  error   id-changed [Q03] in 3 of 3: 'id' changed from 'chatcmpl-0' to 'chatcmpl-1';"
+        "  id-changed (client fails) [Q03] in 3 of 3: 'id' changed from 'chatcmpl-0' to 'chatcmpl-1';"
         " every chunk has the same id"
     )
     rules_of_vllm = len({f.rule for f in judge_transcript(load_transcript(broken)).findings})
@@ -475,4 +481,43 @@ def test_the_text_report_says_where_its_quirk_ids_are_explained(capsys: pytest.C
     out = run(capsys, str(BROKEN))[1]
     assert out.splitlines()[-1] == "quirk ids (Q63): each explained in conformant's docs/quirks.md"
     assert "quirk ids" not in run(capsys, str(GOLDEN))[1]  # nothing cited, nothing to explain
-    assert "quirk ids (Q63)" in run(capsys, "--brief", str(BROKEN))[1]
+    brief = run(capsys, "--brief", str(BROKEN))[1].splitlines()
+    assert brief[-1] == "[Q..] and [N..]: quirk ids, each explained in conformant's docs/quirks.md"
+
+
+def test_brief_of_the_shipped_corpus_fits_one_screen(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 33: --brief on the 55-transcript corpus was 67 lines, many wider than a terminal. Past the
+    # eighth, a server's error rules share one line; its warnings share one; no line wraps.
+    corpus = Path(__file__).resolve().parents[2] / "conformance" / "corpus"
+    status, out, _ = run(capsys, "--brief", str(corpus))
+    lines = out.splitlines()
+    assert status == 1
+    assert len(lines) <= 50
+    assert max(len(line) for line in lines) <= 120
+    heaviest = next(i for i, line in enumerate(lines) if line.startswith("llama-cpp-python-0.3.36:"))
+    assert lines[heaviest + 1].startswith("  error-leaks-path (exposes internals) [spec] in 5 of 42:")
+    assert lines[heaviest + 9].startswith("  and ")  # the ninth rule on, named with its count
+    warned = next(i for i in range(heaviest, len(lines)) if lines[i].startswith("  warnings: "))
+    folded = " ".join(lines[heaviest + 9 : warned])  # wrapped, never cut: every rule is named
+    for rule in ("usage-missing (2)", "error-message-empty (1)", "tool-call-name-repeated (1)"):
+        assert rule in folded
+    assert lines[warned].startswith("  warnings: model-is-local-path (32), required-key (12)")
+
+
+def test_the_text_report_names_each_servers_worst_problems(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 33: the ranking says what to fix first, one line each: a wrong result before a failure.
+    broken = tmp_path / "vllm.sse"
+    broken.write_bytes(BROKEN.read_bytes())
+    sidecar = {"server": "vllm", "excerpt": True, "response": {"status": 200}}
+    (tmp_path / "vllm.json").write_text(json.dumps(sidecar))
+    lines = run(capsys, str(tmp_path))[1].splitlines()
+    ranking = lines.index(
+        "vllm: 1 responses judged, 1 with errors, 3 distinct rules broken (weight 6), harm 2.00 an answer"
+    )
+    assert [line.split(" [")[0] for line in lines[ranking + 1 : ranking + 4]] == [
+        "  tool-call-id-missing (client fails)",
+        "  tool-call-name-repeated (client fails)",
+        "  tool-call-type-missing (client fails)",
+    ]
