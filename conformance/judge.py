@@ -27,6 +27,7 @@ from conformance.rules import (
     framing,
     intents,
 )
+from conformance.rules import usage as usage_rules
 from conformance.rules.context import OPENAI_PROFILE
 from conformance.rules.schema_checks import schema_findings
 from conformance.sse import SSEBlock, SSELineTooLong, SSEParser
@@ -131,6 +132,27 @@ def judge_transcript(t: Transcript, *, profile: str | None = None) -> Verdict:
     """Judge a recorded (or live-captured) response. Raises TranscriptError for unreadable bodies.
     ``profile``: the specification a protocol that two define is judged by (rules/context.py); None:
     the one the transcript's sidecar names, else OpenAI's."""
+    ctx = _context_for(t, profile)
+    errors.http_status(ctx)
+    acceptance.request_acceptance(ctx)
+    if t.failure is not None:
+        # The client gave up (a timeout, a reset): what came is judged as cut by the client, and an
+        # exchange that brought nothing has nothing else to judge.
+        ctx.error("no-response", f"no complete response: {t.failure}", quirk="spec")
+    answered = t.failure is None or t.status is not None
+    cut = t.excerpt or t.failure is not None
+    if answered:
+        _judge_answer(ctx, t, cut=cut)
+        intents.intent_findings(ctx)
+    source = str(t.body_path) if t.body_path is not None else t.name
+    findings = ctx.sink.close()
+    if cut:
+        findings = [f for f in findings if f.rule not in EXCERPT_QUIET_RULES]
+    return Verdict(source, ctx.endpoint, ctx.stream, findings, server=t.server, excerpt=t.excerpt)
+
+
+def _context_for(t: Transcript, profile: str | None) -> Context:
+    """The judging state of ``t``: its request, status and intent, its protocol's rules where it has one."""
     protocol = protocol_for_path((t.request or {}).get("path"))
     request = recorded_request(t.request)
     profile = profile or t.profile or OPENAI_PROFILE
@@ -138,8 +160,11 @@ def judge_transcript(t: Transcript, *, profile: str | None = None) -> Verdict:
     if protocol is not None:
         _take_protocol(ctx, protocol.name)
     ctx.choice_rules = choice_rules(request)
-    errors.http_status(ctx)
-    acceptance.request_acceptance(ctx)
+    return ctx
+
+
+def _judge_answer(ctx: Context, t: Transcript, *, cut: bool) -> None:
+    """The body or the stream that came, as what it is (a stream that is a JSON document is a body)."""
     failed = t.status is not None and t.status >= 400
     if ctx.stream and not failed and _looks_like_json(t.head()):
         ctx.error(
@@ -149,17 +174,11 @@ def judge_transcript(t: Transcript, *, profile: str | None = None) -> Verdict:
         )
         ctx.stream = False
     if acceptance.route_missing(ctx):
-        pass  # no Responses API: the body is the server's "no such route", not an answer
-    elif ctx.stream and not failed:
-        _judge_stream(ctx, t.iter_body(), excerpt=t.excerpt)
+        return  # no Responses API: the body is the server's "no such route", not an answer
+    if ctx.stream and not failed:
+        _judge_stream(ctx, t.iter_body(), excerpt=cut)
     else:
         _judge_body(ctx, t.read_body())
-    intents.intent_findings(ctx)
-    source = str(t.body_path) if t.body_path is not None else t.name
-    findings = ctx.sink.close()
-    if t.excerpt:
-        findings = [f for f in findings if f.rule not in EXCERPT_QUIET_RULES]
-    return Verdict(source, ctx.endpoint, ctx.stream, findings, server=t.server, excerpt=t.excerpt)
 
 
 def judge_response(
@@ -171,9 +190,10 @@ def judge_response(
     source: str = "<live>",
     intent: str | None = None,
     profile: str | None = None,
+    failure: str | None = None,
 ) -> Verdict:
     """Judge a response held in memory (a live probe, the proxy's own output); ``intent`` is what the
-    exchange was meant to show (:mod:`conformance.rules.intents`)."""
+    exchange was meant to show (:mod:`conformance.rules.intents`), ``failure`` why it did not complete."""
     transcript = Transcript(
         name=source,
         body_path=None,
@@ -182,6 +202,7 @@ def judge_response(
         headers={k.lower(): v for k, v in (headers or {}).items()},
         body=body,
         intent=intent,
+        failure=failure,
     )
     return judge_transcript(transcript, profile=profile)
 
@@ -203,7 +224,11 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes], *, excerpt: bool = Fals
         ctx.error("sse-line-too-long", str(exc), event=ctx.last_event, quirk="spec")
     framing.bom(ctx, parser.bom)
     if ctx.intent == intents.HANG_UP:
-        return  # the client closed the stream on purpose: its end is not the server's
+        # The client closed the stream on purpose: its end is not the server's, but usage sent
+        # unasked on the events that came is (issue 33: ik_llama.cpp's usage on every chunk).
+        if ctx.protocol is None:
+            usage_rules.usage_requested(ctx)
+        return
     if tail is not None and not (excerpt and _cut_mid_json(tail)):
         _block(ctx, tail)
     if ctx.data_events == 0:  # an `error:` line (Q42) is dropped by clients: still an empty stream
@@ -326,6 +351,7 @@ def _judge_body(ctx: Context, raw: bytes) -> None:
     except RecursionError:
         _too_deep(ctx, None)
         return
+    errors.json_content_type(ctx)
     if failed or errors.is_error_payload(body) or (isinstance(body, dict) and body.get("object") == "error"):
         own = ctx.protocol.error if ctx.protocol is not None else None
         (own or errors.error_body)(ctx, body)

@@ -62,6 +62,9 @@ class Transcript:
     profile: str | None = None
     """The sidecar's ``profile``: the specification ``check`` judged the exchange by (rules/context.py),
     so that ``validate`` judges it alike; None: the judge's default."""
+    failure: str | None = None
+    """The sidecar's ``failure``: why the exchange did not complete (a timeout, a reset), so that the
+    bytes that came are judged as what they are, a response cut by the client, not by the server."""
 
     @property
     def request_body(self) -> dict[str, Any]:
@@ -229,6 +232,7 @@ def _take_sidecar(transcript: Transcript, sidecar: dict[str, Any], side_path: Pa
     transcript.server = server if isinstance(server, str) else None
     transcript.intent = _typed(sidecar, "expect", str, side_path, "a string")
     transcript.profile = _typed(sidecar, "profile", str, side_path, "a string")
+    transcript.failure = _typed(sidecar, "failure", str, side_path, "a string")
     excerpt = _typed(sidecar, "excerpt", bool, side_path, "true or false")
     if excerpt is None:  # the sidecar does not say: the note beside it may (a quote from a report)
         note = read_note(Path(transcript.name))
@@ -280,11 +284,13 @@ def save_transcript(
     intent: str | None = None,
     excerpt: bool = False,
     profile: str | None = None,
+    failure: str | None = None,
 ) -> Transcript:
     """Write ``base.sse`` and ``base.json``; request and response headers are scrubbed of credentials.
 
-    ``intent`` is written as the sidecar's ``expect`` and ``profile`` as its ``profile``, so
-    ``validate`` judges the exchange as ``check`` did."""
+    ``intent`` is written as the sidecar's ``expect``, ``profile`` as its ``profile`` and ``failure`` (why
+    the exchange did not complete) as its ``failure``, so ``validate`` judges the exchange as ``check``
+    did."""
     base = Path(base)
     base.parent.mkdir(parents=True, exist_ok=True)
     if base.suffix in {".sse", ".json"}:
@@ -307,6 +313,8 @@ def save_transcript(
         sidecar["expect"] = intent
     if profile:
         sidecar["profile"] = profile
+    if failure:
+        sidecar["failure"] = failure
     sidecar["response"] = {"status": status, "headers": scrub_headers(headers or {})}
     timing = [[round(t, 6), n] for t, n in chunk_timing]
     if timing:

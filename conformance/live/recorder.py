@@ -104,4 +104,5 @@ def save_recording(
         server=server,
         intent=intent,
         profile=profile,
+        failure=recording.error,
     )

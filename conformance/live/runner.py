@@ -15,7 +15,7 @@ from typing import Literal
 
 import httpx
 
-from conformance.findings import ERROR, Finding
+from conformance.findings import Finding
 from conformance.judge import Verdict, judge_response
 from conformance.live.recorder import Recording, record, save_recording
 from conformance.probe import Probe, ProbeContext, RequestSpec
@@ -111,10 +111,8 @@ def _judge(probe: Probe, recording: Recording, profile: str) -> Verdict:
         source=probe.name,
         intent=probe.intent,
         profile=profile,
+        failure=recording.error,
     )
-    if recording.error is not None:
-        message = f"no complete response: {recording.error}"
-        verdict.findings.append(Finding("no-response", ERROR, message, quirk="spec"))
     return verdict
 
 

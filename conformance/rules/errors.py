@@ -17,6 +17,7 @@ __all__ = [
     "error_text",
     "http_status",
     "is_error_payload",
+    "json_content_type",
     "overflow_code",
     "says_overflow",
 ]
@@ -130,12 +131,21 @@ def http_status(ctx: Context) -> None:
     elif status in STATUS_INSTEAD:
         why, quirk = _WHY_NOT[status]
         ctx.warn("http-status-nonstandard", f"HTTP {status}: {why}", quirk=quirk)
-    content_type = (ctx.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
-    if not content_type:
-        return
-    if status == 200 and ctx.stream and content_type != "text/event-stream":
+    content_type = _content_type(ctx)
+    if status == 200 and ctx.stream and content_type and content_type != "text/event-stream":
         ctx.error("content-type", f"stream sent as {content_type!r}, not 'text/event-stream'", quirk="spec")
-    elif (status >= 400 or not ctx.stream) and not content_type.endswith("json"):
+
+
+def _content_type(ctx: Context) -> str:
+    return (ctx.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+
+
+def json_content_type(ctx: Context) -> None:
+    """A body that is JSON says so (spec). Judged once the body parsed: a body that is not JSON, sent
+    as ``text/plain``, is labelled truly, and its fault is the body's (``body-not-json``,
+    ``error-body-shape``), not said twice (issue 33: llama-cpp-python's plain-text 500)."""
+    content_type = _content_type(ctx)
+    if content_type and not content_type.endswith("json"):
         ctx.error("content-type", f"JSON body sent as {content_type!r}", quirk="spec")
 
 
@@ -159,19 +169,39 @@ def error_body(ctx: Context, body: Any) -> None:
 
 
 def error_shape(ctx: Context, body: Any) -> None:
-    """The body is OpenAI's error object, wrapped in ``error`` (Q45, Q46)."""
+    """The body is OpenAI's error object, wrapped in ``error`` (Q45, Q46). A difference every strict
+    client reads past (:func:`_tolerated`) is a warning; one that loses what went wrong is an error."""
     if isinstance(body, dict) and body.get("object") == "error" and "error" not in body:
         ctx.error("error-body-shape", "top-level error object without the 'error' wrapper", quirk="Q46")
         return
-    result = schemas.check("error", body)
-    for error in result.errors:
+    quirk = "Q45" if isinstance(body, dict) and isinstance(body.get("error"), str) else "spec"
+    for error in schemas.check("error", body).errors:
         where = schemas.pointer(error.absolute_path)
-        ctx.error(
-            "error-body-shape",
-            f"{where or '/'}: {error.message[:160]}",
-            pointer=where,
-            quirk="Q45" if isinstance(body, dict) and isinstance(body.get("error"), str) else "spec",
-        )
+        message = f"{where or '/'}: {error.message[:160]}"
+        if _tolerated(error, where):
+            ctx.warn("error-body-shape", message, pointer=where, quirk=quirk)
+        else:
+            ctx.error("error-body-shape", message, pointer=where, quirk=quirk)
+
+
+_LOOSE_KEYS = frozenset({"type", "param", "code"})
+"""Keys of the error object that strict clients read loosely: openai-python reads each with ``get``,
+and the AI SDK's openai-compatible error schema makes them optional (``type`` a string, ``param`` any
+value, ``code`` a string or a number: llama-server's integer ``code``, issue 33). Only ``message`` is
+what a client must have to tell its user what failed."""
+
+
+def _tolerated(error: Any, where: str) -> bool:
+    """A schema difference of the error object that no strict client fails on: one of
+    :data:`_LOOSE_KEYS` missing, ``param`` of any type, or ``code`` a number."""
+    if where == "/error" and error.validator == "required":
+        quoted = str(error.message).split("'")  # "'param' is a required property"
+        return len(quoted) > 1 and quoted[1] in _LOOSE_KEYS
+    if where == "/error/param":
+        return True
+    if where == "/error/code":
+        return isinstance(error.instance, (int, float)) and not isinstance(error.instance, bool)
+    return False
 
 
 def client_error_status(ctx: Context, status: int, err: dict[str, Any], text: str, overflow: bool) -> None:
@@ -184,6 +214,8 @@ def client_error_status(ctx: Context, status: int, err: dict[str, Any], text: st
     )
     if status < 500 or not (named or overflow or refused):
         return
+    if ctx.sink.fired("feature-server-error") or ctx.sink.fired("invalid-request-status"):
+        return  # the request's own rule said it got a 5xx: one fact, reported by its most specific rule
     if named:
         what = f"client error ({named})"
     else:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conformance.rules.acceptance import declined_feature
+from conformance.rules.acceptance import declined_feature, route_missing
 from conformance.rules.context import Context
 from conformance.rules.reasoning import reasoning_shown
 
@@ -75,7 +75,11 @@ def finish_length(ctx: Context) -> None:
 def context_overflow(ctx: Context) -> None:
     """The status of an overflow; its stream and its code are judged where every response's are: an
     empty 200 stream is ``stream-empty`` (Q52), a 400 without ``context_length_exceeded`` is
-    ``context-overflow-code`` (errors.overflow_code, told the intent)."""
+    ``context-overflow-code`` (errors.overflow_code, told the intent). A server without the route said
+    nothing about the prompt (``feature-unsupported``), and a 200 whose usage shows the prompt cut is
+    ``prompt-truncated``'s fact (Q50), which says the 400 that was owed: each is said once."""
+    if route_missing(ctx) or ctx.sink.fired("prompt-truncated"):
+        return
     if ctx.status == 200 and ctx.stream:
         if ctx.data_events == 0:
             return  # framing.stream_empty reported it (Q52)
@@ -109,6 +113,8 @@ def two_calls(ctx: Context) -> None:
     success(ctx)
     if ctx.status != 200:
         return
+    if ctx.sink.fired("tool-choice-required-ignored"):
+        return  # no call at all, where one was required: said by that rule
     for state in ctx.choices.values():
         # A choice its token limit cut may have been cut before its second call: nothing to say.
         if len(state.tool_calls) < 2 and state.finish_reason != "length":

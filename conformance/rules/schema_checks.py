@@ -57,20 +57,32 @@ _EXTRA_QUIRK = {
     "prompt_cache_hit_tokens": "Q41",
     "prompt_cache_miss_tokens": "Q41",
 }
-DEFAULTED_KEYS = frozenset({("choices", "*", "message", "refusal"), ("choices", "*", "logprobs")})
+DEFAULTED_KEYS = frozenset(
+    {
+        ("choices", "*", "message", "refusal"),
+        ("choices", "*", "logprobs"),
+        ("choices", "*", "logprobs", "refusal"),
+    }
+)
 """Required keys of a chat or completion answer whose absence every strict client reads as null:
-openai-python's types make ``message.refusal`` and ``choices[].logprobs`` optional, and the AI SDK's
-openai-compatible schemas do not require them (ik_llama.cpp omits both, Q61). Missing, they are a
+openai-python's types make ``message.refusal``, ``choices[].logprobs`` and the logprobs' ``refusal``
+list optional, and the AI SDK's openai-compatible schemas do not require them (ik_llama.cpp omits the
+first two, Q61; llama-server b11434 the last, its logprobs carrying ``content`` alone). Missing, they are a
 warning (docs/validate.md, severity policy); any other missing key is an error."""
 _INDICES = re.compile(r"/\d+(?=/|$)")
 _NULL_BRANCH = {"type": "null"}
 
 
-def schema_findings(ctx: Context, event: int | None, doc: Any, name: str) -> None:
-    """Validate ``doc`` against schema ``name``; each violation becomes one finding."""
+def schema_findings(
+    ctx: Context, event: int | None, doc: Any, name: str, *, judged_elsewhere: frozenset[str] = frozenset()
+) -> None:
+    """Validate ``doc`` against schema ``name``; each violation becomes one finding, except at the
+    pointers of ``judged_elsewhere``, whose values a more specific rule of the caller judges."""
     result = schemas.check(name, doc)
     for error in result.errors:
-        _report(ctx, event, _deepest(error))
+        deepest = _deepest(error)
+        if schemas.pointer(deepest.absolute_path) not in judged_elsewhere:
+            _report(ctx, event, deepest)
     unknown_fields(ctx, event, result.extras)
 
 

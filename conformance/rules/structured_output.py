@@ -11,8 +11,9 @@ content into the caller's Pydantic model and fails on anything else, and servers
 - ``json-schema-invalid``: with ``json_schema`` the object breaks the schema.
 
 A choice cut off by its token limit (``finish_reason: "length"``) is let pass: OpenAI's JSON is cut there
-too, and openai-python raises ``LengthFinishReasonError`` before it parses. So is a choice that called
-tools instead of answering, and one that never finished (a stream cut short).
+too, and openai-python raises ``LengthFinishReasonError`` before it parses; so is one whose usage shows
+the limit reached under ``stop`` (``finish-stop-at-limit`` reports that cut: ik_llama.cpp, issue 33).
+So is a choice that called tools instead of answering, and one that never finished (a stream cut short).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ __all__ = ["json_content"]
 def json_content(ctx: Context) -> None:
     """Each finished choice's content is the JSON object (and, with a schema, the shape) asked for."""
     kind = ctx.request.response_format_type
-    if kind not in ("json_object", "json_schema"):
-        return
+    if kind not in ("json_object", "json_schema") or ctx.sink.fired("finish-stop-at-limit"):
+        return  # JSON cut by the limit, reported 'stop': the cut is that rule's fact, not the JSON's
     for state in ctx.choices.values():
         if state.finish_reason in (None, "length") or state.tool_calls:
             continue  # unfinished, cut off by the limit, or a call instead of an answer

@@ -86,8 +86,8 @@ def usage_within_limit(ctx: Context, event: int | None, usage: Any, where: str) 
     """No more completion tokens than the request allowed: ``max_completion_tokens`` (else ``max_tokens``)
     for each sequence generated. ``completion_tokens`` already includes reasoning tokens, which count
     toward the limit too, so the details are not added again."""
-    if not isinstance(usage, dict):
-        return
+    if not isinstance(usage, dict) or ctx.request.max_tokens == 0:
+        return  # a limit of 0 is judged whole at the end (zero_limit): the text first, then the count
     limit = ctx.request.completion_limit
     completion = usage.get("completion_tokens")
     if (
@@ -97,14 +97,9 @@ def usage_within_limit(ctx: Context, event: int | None, usage: Any, where: str) 
         or completion <= limit
     ):
         return
-    if ctx.request.max_tokens == 0:
-        message = f"max_tokens 0 asks for no generated token, but usage counts {completion} completion tokens"
-    else:
-        copies = limit // (ctx.request.max_tokens or 1)
-        per = f" x {copies} sequences" if copies > 1 else ""
-        message = (
-            f"completion_tokens {completion} exceeds the limit of {ctx.request.max_tokens}{per} asked for"
-        )
+    copies = limit // (ctx.request.max_tokens or 1)
+    per = f" x {copies} sequences" if copies > 1 else ""
+    message = f"completion_tokens {completion} exceeds the limit of {ctx.request.max_tokens}{per} asked for"
     ctx.error(
         "usage-over-max-tokens", message, event=event, pointer=f"{where}/completion_tokens", quirk="spec"
     )

@@ -34,12 +34,16 @@ def _allowed(ctx: Context, state: ChoiceState) -> int | None:
 
 
 def zero_limit_end(ctx: Context) -> None:
-    """At the end of a stream or body: no choice carried more than its echoed prompt."""
+    """At the end of a stream or body: no choice carried more than its echoed prompt, and, where none
+    did, usage counts no generated token. Text generated past the limit is the deviation; usage that
+    counts it truly is not a second one (issue 33: both were reported for llama-cpp-python's answer)."""
     if ctx.request.max_tokens != 0 or not ctx.request.known:
         return
+    generated = False
     for state in ctx.choices.values():
         allowed = _allowed(ctx, state)
         if allowed is not None and state.text_chars > allowed:
+            generated = True
             what = "after the echoed prompt" if allowed else "of text"
             ctx.error(
                 "max-tokens-zero-generated",
@@ -47,3 +51,12 @@ def zero_limit_end(ctx: Context) -> None:
                 pointer=f"/choices/{state.index}",
                 quirk="spec",
             )
+    completion = ctx.completion_tokens
+    if not generated and completion:
+        ctx.error(
+            "usage-over-max-tokens",
+            f"max_tokens 0 asks for no generated token, but usage counts {completion} completion tokens",
+            event=ctx.usage_seen_event,
+            pointer="/usage/completion_tokens",
+            quirk="spec",
+        )

@@ -131,7 +131,8 @@ def test_max_tokens_zero_read_as_no_limit() -> None:
     result, _ = run(
         "max-tokens-zero-echo", lambda body: completion(body["prompt"] + ", there was", "stop", 3)
     )
-    assert errors(result) == {("max-tokens-zero-generated", "spec"), ("usage-over-max-tokens", "spec")}
+    # Usage that truly counts the text generated past the limit is not a second deviation (issue 33).
+    assert errors(result) == {("max-tokens-zero-generated", "spec")}
 
 
 def test_max_tokens_zero_without_the_echo_q72() -> None:

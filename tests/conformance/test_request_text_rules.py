@@ -151,10 +151,14 @@ def test_max_tokens_zero_generates_nothing() -> None:
     verdict = judge_response(
         body(choice(PROMPT + " Paris"), usage=usage(1)), request=scoring, status=200, headers=JSON
     )
-    over, generated = verdict.errors
+    # The text generated is the deviation; usage that counts it truly is not a second one (issue 33).
+    [generated] = verdict.errors
+    assert (generated.rule, generated.quirk) == ("max-tokens-zero-generated", "spec")
+    # Usage that counts tokens where no text came past the prompt is the count's own deviation.
+    verdict = judge_response(body(choice(PROMPT), usage=usage(1)), request=scoring, status=200, headers=JSON)
+    [over] = verdict.errors
     assert (over.rule, over.quirk) == ("usage-over-max-tokens", "spec")
     assert "max_tokens 0" in over.message
-    assert (generated.rule, generated.quirk) == ("max-tokens-zero-generated", "spec")
 
 
 def test_max_completion_tokens_counts_reasoning_once() -> None:

@@ -379,7 +379,11 @@ def test_finish_length_intent_wants_incomplete() -> None:
     )
     events = events_for(text_events(["Hel", "lo"]), final)
     errors = judged(encode(events), request(max_output_tokens=16), intent="finish-length")[0]
-    assert errors == {"responses-limit-completed", "responses-incomplete-expected"}
+    assert errors == {"responses-limit-completed"}  # the intent's rule says it once, not again
+    # Without usage at the limit the intent's own rule says it.
+    events = events_for(text_events(["Hel", "lo"]), response(output=[message("Hello")], usage=None))
+    errors = judged(encode(events), request(max_output_tokens=16), intent="finish-length")[0]
+    assert "responses-incomplete-expected" in errors
 
 
 def test_failed_stream_is_an_error_only_where_success_was_meant() -> None:

@@ -287,9 +287,16 @@ def test_error_bodies_q43_q46() -> None:
     llamacpp = json.dumps(
         {"error": {"message": "prompt is required", "type": "invalid_request_error", "code": 400}}
     ).encode()
-    assert judged(llamacpp, None, status=400, headers=JSON) == ({"error-body-shape"}, set())
+    # An integer code and no param: every strict client reads them loosely (issue 33), a warning.
+    assert judged(llamacpp, None, status=400, headers=JSON) == (set(), {"error-body-shape"})
+    # HTML labelled text/html is labelled truly: its fault is not being JSON, said once (issue 33).
     assert judged(b"<html>502</html>", None, status=502, headers={"content-type": "text/html"}) == (
-        {"error-body-shape", "content-type"},
+        {"error-body-shape"},
+        set(),
+    )
+    as_text = json.dumps({"error": {"message": "x", "type": "t", "param": None, "code": None}}).encode()
+    assert judged(as_text, None, status=400, headers={"content-type": "text/plain"}) == (
+        {"content-type"},
         set(),
     )
     in_200 = error_bytes("bad", 400)

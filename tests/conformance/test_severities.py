@@ -38,7 +38,7 @@ SEVERITIES = {
     "done-missing": ERROR,
     "done-unterminated": WARNING,
     "echo-ignored": ERROR,
-    "error-body-shape": ERROR,
+    "error-body-shape": BOTH,
     "error-event-shape": WARNING,
     "error-in-stream": ERROR,
     "error-leaks-path": ERROR,
@@ -99,6 +99,7 @@ SEVERITIES = {
     "messages-tool-use-without-calls": ERROR,
     "messages-usage-over-limit": ERROR,
     "model-is-local-path": WARNING,
+    "no-response": ERROR,
     "object-value": ERROR,
     "parallel-calls-fewer": WARNING,
     "parallel-tool-calls-off": ERROR,
@@ -195,7 +196,9 @@ SEVERITIES = {
 }
 """Rule id -> severity. ``BOTH``: a warning in the one case the policy names (``required-key`` for
 ``refusal`` and ``choices[].logprobs``, which clients read as null; ``invalid-request-accepted`` for
-``max_output_tokens`` below OpenAI's floor of 16), an error otherwise."""
+``max_output_tokens`` below OpenAI's floor of 16; ``error-body-shape`` for an error object's ``type``,
+``param`` or ``code`` missing, ``param`` of another type or a numeric ``code``, which every strict client
+reads loosely), an error otherwise."""
 
 # Rule ids the source builds rather than writes out, with their severities, and the call sites that
 # build them (file, the id's expression).
@@ -269,3 +272,11 @@ def test_every_rule_is_documented_with_the_policy() -> None:
     assert "## Severity" in documented
     missing = sorted(r for r in {*SEVERITIES, *NAMED_BY_EXPRESSION} if f"`{r}`" not in documented)
     assert missing == []
+
+
+def test_every_harm_named_is_of_an_error_rule() -> None:
+    # Servers are ranked by what their errors break (conformance/harms.py); a warning weighs nothing,
+    # so a harm named for a rule that is not an error, or for no rule at all, would be a typo.
+    from conformance.harms import LEAK, WRONG_RESULT
+
+    assert {rule for rule in WRONG_RESULT | LEAK if SEVERITIES.get(rule) not in (ERROR, BOTH)} == set()

@@ -213,8 +213,13 @@ def judge_message(ctx: Context, event: int | None, message: Mapping[str, Any], w
 def error_payload(ctx: Context, event: int | None, payload: Any) -> None:
     """An error, as a body (``event`` None) or a stream's ``error`` event: Anthropic's shape, no leak, a
     type that fits its status, and a context overflow worded as Anthropic (and Claude Code) word it."""
+    status = ctx.status
+    expected = ERROR_TYPES.get(status) if status is not None and event is None else None
     schema = "anthropic_error" if event is None else "message_stream_event#/$defs/error"
-    schema_findings(ctx, event, payload, schema)
+    # Where the status names the type Anthropic gives, messages-error-type judges it (a warning: the
+    # SDKs raise by status); the schema's list of types would report the same value again as an error.
+    skip = frozenset({"/error/type"}) if expected is not None else frozenset()
+    schema_findings(ctx, event, payload, schema, judged_elsewhere=skip)
     error_leaks(ctx, event, payload)
     error = payload.get("error") if isinstance(payload, Mapping) else None
     if not isinstance(error, Mapping):
@@ -223,8 +228,7 @@ def error_payload(ctx: Context, event: int | None, payload: Any) -> None:
         ctx.in_band_errors += 1
         return
     ctx.error_object = dict(error)
-    status, kind = ctx.status, error.get("type")
-    expected = ERROR_TYPES.get(status) if status is not None else None
+    kind = error.get("type")
     if expected is not None and kind != expected and not (status == 503 and kind == "api_error"):
         ctx.warn(
             "messages-error-type",

@@ -39,6 +39,7 @@ from typing import Any
 from conformance.rules.context import Context, ProtocolRules
 from conformance.rules.leaks import model_path
 from conformance.rules.schema_checks import schema_findings
+from conformance.rules.template_tokens import TokenScan, text_tokens
 from conformance.sse import SSEBlock
 
 from .open_responses import response_fields
@@ -54,6 +55,7 @@ __all__ = [
     "ResponsesState",
     "arguments_delta",
     "arguments_done",
+    "body_tokens",
     "created_first",
     "done_sentinel",
     "event_line",
@@ -77,6 +79,7 @@ __all__ = [
     "terminal_response",
     "text_delta",
     "text_done",
+    "text_tokens_delta",
 ]
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
@@ -198,6 +201,11 @@ class ResponsesState:
     late_reported: bool = False
     final: Mapping[str, Any] | None = None
     """The finished Response: a body, or the terminal event's ``response``."""
+    text_key: tuple[Any, ...] | None = None
+    """The output text the last ``output_text`` delta added to (its item id, output and content index)."""
+    tokens: TokenScan = field(default_factory=TokenScan)
+    """That text's scan for a chat template's control tokens (a bounded tail): one text at a time, as
+    a stream sends them, so it needs no open part (llama-server's deltas named no index)."""
 
 
 def state(ctx: Context) -> ResponsesState:
@@ -484,6 +492,32 @@ def text_delta(ctx: Context, state: ResponsesState, event: int, payload: Mapping
         part.text.add(payload["delta"])
 
 
+def text_tokens_delta(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str, Any]) -> None:
+    """An output text, joined across its deltas, holds no chat template's control token."""
+    if payload.get("type") != "response.output_text.delta":
+        return
+    key = tuple(
+        value if isinstance(value, (str, int)) else None
+        for value in (payload.get("item_id"), payload.get("output_index"), payload.get("content_index"))
+    )
+    if key != state.text_key:  # another text begins: a token does not span two
+        state.text_key, state.tokens = key, TokenScan()
+    text_tokens(ctx, state.tokens, payload.get("delta"), event, "/delta")
+
+
+def body_tokens(ctx: Context, body: Mapping[str, Any]) -> None:
+    """A body's output texts hold no chat template's control token. Not judge_response's: a stream's
+    terminal response is judged there too, and its text was judged delta by delta, where the client saw
+    it."""
+    output = body.get("output")
+    for index, item in enumerate(output if isinstance(output, list) else ()):
+        content = item.get("content") if isinstance(item, Mapping) else None
+        for position, part in enumerate(content if isinstance(content, list) else ()):
+            if isinstance(part, Mapping) and part.get("type") == "output_text":
+                where = f"/output/{index}/content/{position}/text"
+                text_tokens(ctx, TokenScan(), part.get("text"), None, where)
+
+
 def text_done(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str, Any]) -> None:
     """A text's ``.done`` repeats its deltas joined."""
     kind = str(payload.get("type"))
@@ -637,6 +671,7 @@ EVENT_RULES: tuple[EventRule, ...] = (
     part_added,
     part_done,
     text_delta,
+    text_tokens_delta,
     text_done,
     arguments_delta,
     arguments_done,
@@ -717,6 +752,8 @@ def limit_reached(ctx: Context) -> None:
     stopped_early = status == "completed" and used is not None and limit is not None and used < limit
     if reason == "max_output_tokens" or stopped_early or status == "failed":
         return  # failed: stream_failed or the status rules said it
+    if ctx.sink.fired("responses-limit-completed"):
+        return  # usage already showed the limit reached under 'completed': one fact, said once
     ctx.error(
         "responses-incomplete-expected",
         f"max_output_tokens {limit} was meant to be reached ({used} output tokens) but the response is "
@@ -730,6 +767,7 @@ def judge_body(ctx: Context, body: dict[str, Any]) -> None:
     state(ctx).final = body
     schema_findings(ctx, None, body, "response")
     judge_response(ctx, None, body, "")
+    body_tokens(ctx, body)
 
 
 END_RULES = (terminal_missing, items_done, done_sentinel, stream_failed)
