@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conformance.findings import ERROR, WARNING, Finding, FindingSink, Severity
 from conformance.request import Request, integer
 from conformance.sse import SSEBlock
+
+if TYPE_CHECKING:  # template_tokens reads ChoiceState: imported at run time, the two would be a cycle
+    from conformance.rules.template_tokens import TokenScan
 
 __all__ = [
     "OPENAI_PROFILE",
@@ -82,6 +85,9 @@ class ChoiceState:
     """A chunk of the choice carried non-null logprobs (Q69: asked for, and null on every chunk)."""
     content: list[str] = field(default_factory=list)
     """The chat content in pieces, kept only where a rule reads it whole (tools, a JSON response format)."""
+    tokens: TokenScan | None = None
+    """The content's scan for a chat template's control tokens, made at its first text
+    (rules/template_tokens.py): a bounded tail, not the text."""
 
 
 @dataclass(slots=True)

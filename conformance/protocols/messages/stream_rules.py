@@ -31,6 +31,7 @@ from typing import Any
 
 from conformance.rules.context import Context, ProtocolRules
 from conformance.rules.schema_checks import schema_findings
+from conformance.rules.template_tokens import TokenScan, text_tokens
 from conformance.rules.tool_use import wants_content
 from conformance.sse import SSEBlock
 
@@ -47,6 +48,7 @@ __all__ = [
     "block_start",
     "block_stop",
     "blocks_stopped",
+    "body_tokens",
     "count_answer",
     "delta_missing",
     "done_sentinel",
@@ -96,6 +98,8 @@ class BlockState:
     """The block as the message holds it: a text block's text (where kept), a call's ``partial_json``."""
     pieces: list[str] = field(default_factory=list)
     stopped: bool = False
+    tokens: TokenScan = field(default_factory=TokenScan)
+    """A text block's scan for a chat template's control tokens across its deltas (a bounded tail)."""
 
 
 @dataclass(slots=True)
@@ -295,8 +299,10 @@ def block_delta(ctx: Context, stream: MessagesState, event: int, payload: Mappin
         return
     if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
         state.pieces.append(delta["partial_json"])
-    elif kind == "text_delta" and isinstance(delta.get("text"), str) and wants_content(ctx.request):
-        state.pieces.append(delta["text"])
+    elif kind == "text_delta":
+        text_tokens(ctx, state.tokens, delta.get("text"), event, "/delta/text")
+        if isinstance(delta.get("text"), str) and wants_content(ctx.request):
+            state.pieces.append(delta["text"])
 
 
 def block_stop(ctx: Context, stream: MessagesState, event: int, payload: Mapping[str, Any]) -> None:
@@ -435,6 +441,16 @@ def judge_body(ctx: Context, body: dict[str, Any]) -> None:
     _state(ctx).final = body
     schema_findings(ctx, None, body, "message")
     judge_message(ctx, None, body)
+    body_tokens(ctx, body)
+
+
+def body_tokens(ctx: Context, body: Mapping[str, Any]) -> None:
+    """A body's text blocks hold no chat template's control token. Not judge_message's: a stream's
+    message is judged there too, and its text was judged delta by delta, where the client saw it."""
+    content = body.get("content")
+    for index, block in enumerate(content if isinstance(content, list) else ()):
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            text_tokens(ctx, TokenScan(), block.get("text"), None, f"/content/{index}/text")
 
 
 def count_answer(ctx: Context, body: Mapping[str, Any]) -> None:
