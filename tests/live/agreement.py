@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conformance.cli import main
 
-__all__ = ["Disagreement", "check_then_validate", "disagreements"]
+__all__ = ["Disagreement", "by_source", "check_then_validate", "disagreements"]
 
 Findings = Counter[tuple[str, str, tuple[str, ...]]]
 Disagreement = tuple[str, Findings, Findings]
@@ -22,7 +22,7 @@ HANG_UP_RECORDING = "disconnect-hangup"
 """The disconnect probe's first exchange, recorded but not reported by ``check`` (it judges the second)."""
 
 
-def _by_source(report: Path) -> dict[str, Findings]:
+def by_source(report: Path) -> dict[str, Findings]:
     results = json.loads(report.read_text())["results"]
     out: dict[str, Findings] = {}
     for result in results:
@@ -40,7 +40,7 @@ def check_then_validate(
     record, checked, validated = folder / "recorded", folder / "check.json", folder / "validate.json"
     main(["check", url, "--record", str(record), "--format", "json", "-o", str(checked), *extra])
     main(["validate", str(record), "--format", "json", "-o", str(validated)])
-    return _by_source(checked), _by_source(validated)
+    return by_source(checked), by_source(validated)
 
 
 def disagreements(checked: dict[str, Findings], validated: dict[str, Findings]) -> list[Disagreement]:

@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cli import main
 from conformance.live.probes import PROBES
-from tests.live.agreement import check_then_validate, disagreements
+from conformance.replay import create_replay_app
+from conformance.transcript import discover
+from tests.live.agreement import HANG_UP_RECORDING, by_source, check_then_validate, disagreements
 from tests.live.conftest import OVERFLOW_WORDS
+from tests.support.servers import run_asgi
 
 
 def test_replayed_llama_cpp_python(
@@ -49,3 +53,25 @@ def test_bundled_backend(backend_url: str, tmp_path: Path) -> None:
     checked, validated = check_then_validate(backend_url, tmp_path)
     assert disagreements(checked, validated) == []
     assert len(checked) == len(PROBES)
+
+
+BATTERIES = Path(__file__).resolve().parents[1] / "data" / "batteries"
+
+
+@pytest.mark.parametrize("folder", sorted(p for p in BATTERIES.iterdir() if p.is_dir()), ids=lambda p: p.name)
+def test_replayed_batteries(folder: Path, tmp_path: Path) -> None:
+    # Issue 33: each reviewed battery (tests/conformance/test_batteries.py) replayed byte for byte;
+    # check judging the replay and validate judging the recording agree, probe for probe, and with
+    # validate of the battery itself (the bytes the review read).
+    recorded = discover([str(folder)])
+    probes = sorted({t.name.rsplit("/", 1)[-1] for t in recorded} - {HANG_UP_RECORDING})
+    model = next(t.request_body["model"] for t in recorded if t.name.endswith("/chat"))
+    extra = ("--model", model, "--overflow-words", OVERFLOW_WORDS, "--only", *probes)
+    with run_asgi(create_replay_app(recorded, pace=None)) as url:
+        checked, validated = check_then_validate(url, tmp_path, *extra)
+    assert sorted(checked) == probes  # every probe replayed and judged, none unmatched
+    assert disagreements(checked, validated) == []
+    assert sum(len(found) for found in checked.values()) > 50  # deviations of every kind, not silence
+    original = tmp_path / "original.json"
+    main(["validate", str(folder), "--format", "json", "-o", str(original)])
+    assert by_source(original) == validated
