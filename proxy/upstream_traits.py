@@ -91,6 +91,10 @@ class UpstreamTraits:
     schema_enforced: bool | None = None
     listing_read: bool = False
     native_paths: dict[str, bool] = field(default_factory=dict)
+    chat_logprobs_unfilled: bool = False
+    """Whether its chat answers leave ``logprobs`` null though they were asked (ik_llama.cpp before its
+    #768: its sampler never fills them on the OpenAI routes): such a request is refused with a 400 naming
+    ``logprobs`` (proxy/sources/upstream.py), never answered as if they had been given."""
 
     def learn_listing(self, entries: Any) -> None:
         """What a ``/v1/models`` listing read now tells: llama-cpp-python's serves one request at a time,

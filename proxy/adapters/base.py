@@ -125,6 +125,12 @@ class Adapter(Protocol):
         """The error to answer before sending a request the upstream would mishandle, else None."""
         ...
 
+    def instead_of_refused(self, call: UpstreamCall, refused: APIError) -> UpstreamCall | APIError | None:
+        """What to do about ``call``, which the upstream refused (``refused``, before any byte of an
+        answer): another call that serves it another way, or the error the client gets in the refusal's
+        place (the spec's words for what the upstream said in its own); None: the refusal stands."""
+        ...
+
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109
         """``text``'s tokens by the upstream's tokenizer; None without one, or when it takes longer."""
         ...

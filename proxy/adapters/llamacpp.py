@@ -32,12 +32,12 @@ from conformance.request import Endpoint
 from ..upstream import Upstream
 from .base import LIMIT_KEYS, OPENAI_PATHS, TokenCount, UpstreamCall, messages_with_reasoning_as, with_limit
 from .context_window import ContextWindow
-from .llamacpp_tools import TemplateTools, template_calls_tools
-from .media_input import carries_media, media_refusal, modalities
+from .llamacpp_tools import TemplateTools
+from .media_input import TEXT_ONLY, UNREAD_PART, carries_media, media_refusal, modalities
 from .server_props import ServerProps, stated_sampling
 from .structured_output import native_json_schema
 from .template_overhead import TemplateLearner, estimated_chat_prompt
-from .tool_emulation import EmulatedCalls, emulated_request
+from .tool_emulation import EmulatedCalls, emulated_request, refuses_tools, without_tools
 from .tool_requests import choice_as_tools, unknown_tool_choice
 
 __all__ = ["LlamaCppAdapter", "is_llamacpp_props", "native_completion_body", "translate_native_event"]
@@ -248,7 +248,25 @@ class LlamaCppAdapter:
             required = body.get("tool_choice") == "required"
             sent = with_limit(emulated_request(body, tools, required=required), self._default_max_tokens)
             return UpstreamCall(OPENAI_PATHS["chat"], sent, EmulatedCalls())
+        if self._tools.refused and body.get("tools") and body.get("tool_choice") == "none":
+            body = without_tools(body)  # no call to make: nothing to show of the tools it refuses
         return UpstreamCall(OPENAI_PATHS["chat"], with_limit(body, self._default_max_tokens))
+
+    def instead_of_refused(self, call: UpstreamCall, refused: APIError) -> UpstreamCall | APIError | None:
+        """What to do about ``call``, which the server refused with ``refused``. A request with tools
+        refused because the server takes none (ik_llama.cpp and llama.cpp started without ``--jinja``:
+        "tools param requires --jinja flag") is learned, and made again through JSON output
+        (tool_emulation.py), which such a server enforces (issue 37: every tool probe was declined). An
+        image its model cannot read, refused with a 500 ("Unsupported content part type", where its
+        ``/props`` has no ``modalities`` to refuse it by first), is the spec's 400 for it."""
+        if call.path != OPENAI_PATHS["chat"]:
+            return None
+        if UNREAD_PART.search(refused.message) and carries_media(call.body):
+            return media_refusal(call.body, TEXT_ONLY)
+        if not call.body.get("tools") or self._tools.refused or not refuses_tools(refused):
+            return None
+        self._tools.learn_refused()
+        return self._chat_call(call.body)
 
     def _completion_call(self, body: dict[str, Any]) -> UpstreamCall:
         # The native stream is read for its text and logprobs; what it cannot answer (echo, several
@@ -304,7 +322,7 @@ class LlamaCppAdapter:
             return False
         if isinstance(body.get("tool_choice"), dict) or isinstance(body.get("response_format"), dict):
             return False
-        if not body.get("tools") or await self._props.read(upstream, template_calls_tools) is not False:
+        if not body.get("tools") or await self._tools.read_calls_tools(upstream) is not False:
             return True
         return self._tools.emulated(choice_as_tools(body, named=True)) is None
 

@@ -48,11 +48,28 @@ class TemplateTools:
 
     def __init__(self, props: ServerProps) -> None:
         self._props = props
+        self._refused = False
 
     @property
     def calls_tools(self) -> bool | None:
-        """What the server's last ``/props`` answer says (None: it has not said)."""
-        return template_calls_tools(self._props.answer)
+        """False once the server refused tools outright (:meth:`learn_refused`), else what its last
+        ``/props`` answer says (None: it has not said)."""
+        return False if self._refused else template_calls_tools(self._props.answer)
+
+    def learn_refused(self) -> None:
+        """The server answered a request with ``tools`` by refusing tools themselves (started without
+        ``--jinja``: ik_llama.cpp, older llama.cpp): from now on every request with tools goes as JSON
+        output, as for a template without a tool-call format, which such a server's is to it."""
+        self._refused = True
+
+    @property
+    def refused(self) -> bool:
+        """Whether the server refused tools outright (:meth:`learn_refused`)."""
+        return self._refused
+
+    async def read_calls_tools(self, upstream: Upstream) -> bool | None:
+        """:attr:`calls_tools`, asking the server's ``/props`` where nothing is known yet."""
+        return False if self._refused else await self._props.read(upstream, template_calls_tools)
 
     def emulated(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The function tools of ``body`` (as it will be sent) when they are to go as JSON output
@@ -73,7 +90,7 @@ class TemplateTools:
         is unknown. The template's ability is read from ``/props`` on the first request with tools."""
         if not body.get("tools"):
             return None
-        if await self._props.read(upstream, template_calls_tools) is not False:
+        if await self.read_calls_tools(upstream) is not False:
             return None
         if self.emulated(body) is not None and body.get("logprobs"):
             return APIError.make(

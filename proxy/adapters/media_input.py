@@ -6,16 +6,18 @@ mmproj") for an ``image_url`` part to a model started without a projector, which
 request then sees a server fault and retries it (issue 38: the Open Responses suite's image test, relayed
 as a 500). Its ``/props`` says what the model reads (``modalities``: ``vision``, ``audio``, ``video``): a
 part the model cannot read is refused as OpenAI refuses an image to a text-only model, naming the part;
-where ``/props`` does not say (an older build), the request goes as it is.
+where ``/props`` does not say (an older build), the request goes as it is, and the server's own refusal
+of the part, where it words one (``UNREAD_PART``), is answered as that 400.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from conformance.api_errors import APIError
 
-__all__ = ["carries_media", "media_refusal", "modalities"]
+__all__ = ["TEXT_ONLY", "UNREAD_PART", "carries_media", "media_refusal", "modalities"]
 
 _PART_MODALITY = {
     "image_url": "vision",
@@ -43,6 +45,14 @@ def modalities(props: Any) -> dict[str, bool] | None:
     if not isinstance(found, dict):
         return None
     return {name: value for name, value in found.items() if isinstance(value, bool)}
+
+
+TEXT_ONLY = {"vision": False, "audio": False, "video": False}
+"""The modalities of a model that reads text alone."""
+UNREAD_PART = re.compile(r"Unsupported content part type")
+"""How a llama.cpp server without a multimodal projector refuses an image part (ik_llama.cpp at
+540a26514, tests/data/batteries/ik_llama.cpp-540a265: a 500 ``Failed to parse messages: Unsupported
+content part type: "image_url"``)."""
 
 
 def media_refusal(body: dict[str, Any], reads: dict[str, bool] | None) -> APIError | None:

@@ -56,6 +56,9 @@ class OpenAIAdapter:
             body = {**body, "top_logprobs": 0}
         return UpstreamCall(OPENAI_PATHS[endpoint], body)
 
+    def instead_of_refused(self, call: UpstreamCall, refused: APIError) -> UpstreamCall | APIError | None:
+        return None  # (an OpenAI-compatible server's refusal is the client's answer)
+
     async def refusal(self, upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]) -> APIError | None:
         # (An OpenAI-compatible server's context is unknown: it refuses a prompt it cannot serve.)
         traits = upstream.traits

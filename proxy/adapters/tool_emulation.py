@@ -28,13 +28,14 @@ import re
 from typing import Any
 
 from conformance import jsoncodec
+from conformance.api_errors import APIError
 from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_response
 from conformance.request import content_texts
 from conformance.schema_refs import definitions_prefix, hoisted, localized
 
 from ..normalizer.choices import new_tool_call_id
 
-__all__ = ["EmulatedCalls", "emulated_request"]
+__all__ = ["EmulatedCalls", "emulated_request", "refuses_tools", "without_tools"]
 
 _RESPONSE = {
     "type": "object",
@@ -78,6 +79,27 @@ def emulated_request(body: dict[str, Any], tools: list[dict[str, Any]], *, requi
         "json_schema": {"name": "answer", "schema": schema, "strict": True},
     }
     return sent
+
+
+def without_tools(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` under ``tool_choice: "none"`` for a server that refuses tools: no tools, no call to make,
+    and the conversation's calls and their results written as the JSON output route writes them."""
+    sent = {k: v for k, v in body.items() if k not in ("tools", "tool_choice", "parallel_tool_calls")}
+    sent["messages"] = _without_tool_turns(body.get("messages"))
+    return sent
+
+
+_REFUSES_TOOLS = re.compile(r"tools param requires --jinja", re.IGNORECASE)
+"""What a llama.cpp server started without ``--jinja`` answers a request with ``tools``: ik_llama.cpp
+at 540a26514 (tests/data/batteries/ik_llama.cpp-540a265/tools.sse: 500 ``tools param requires --jinja
+flag``; its message, and llama.cpp's before jinja became its default, utils.hpp
+``oaicompat_completion_params_parse``)."""
+
+
+def refuses_tools(error: APIError) -> bool:
+    """Whether an upstream's error answer says it takes no ``tools`` at all, as opposed to refusing
+    this request's: the request is then served through JSON output."""
+    return _REFUSES_TOOLS.search(error.message) is not None
 
 
 def _text(content: Any) -> str:
@@ -143,7 +165,7 @@ class EmulatedCalls:
         if isinstance(message, dict):  # a body
             text, call, finish = _read(_text(message.get("content")), finish)
             if call is None:
-                return {**choice, "message": {**message, "content": text}}
+                return {**choice, "message": {**message, "content": text}, "finish_reason": finish}
             message = {**message, "content": None, "tool_calls": [call]}
             return {**choice, "message": message, "finish_reason": finish}
         delta = choice.get("delta")
@@ -157,7 +179,7 @@ class EmulatedCalls:
         text, call, finish = _read("".join(held), finish)
         held.clear()
         if call is None:
-            return {**choice, "delta": {**delta, "content": text}}
+            return {**choice, "delta": {**delta, "content": text}, "finish_reason": finish}
         return {
             **choice,
             "delta": {**delta, "tool_calls": [{"index": 0, **call}]},
@@ -174,11 +196,17 @@ def _read(text: str, finish: Any) -> tuple[str, dict[str, Any] | None, Any]:
     """(the text to show, the call, the finish) of an answer: ``{"tool_call": ...}`` a call (finished
     ``tool_calls``, also where the limit fell on the whitespace the grammar allows after it),
     ``{"response": ...}`` its text; one cut off by its limit, what it holds so far (a call cut off
-    finishes ``length``, as OpenAI's); one in neither shape, the text it was."""
+    finishes ``length``, as OpenAI's); one in neither shape, the text it was. The schema's grammar ends
+    only a whole envelope, so one that does not parse was cut by the limit whatever the finish says
+    (ik_llama.cpp finishes ``stop`` at its limit: its cut envelope went out as the answer's text)."""
     try:
         value = jsoncodec.loads(text)  # (json.loads: RecursionError on 1,000-deep arguments, a 500)
+    except jsoncodec.TooDeep:
+        return text, None, finish  # whole, but past what the proxy reads: the text it was
     except ValueError:
-        return (*_read_cut(text), finish) if finish == "length" else (text, None, finish)
+        if finish == "length" or _envelope_opened(text):
+            return (*_read_cut(text), "length")
+        return text, None, finish
     if not isinstance(value, dict):
         return text, None, finish
     if isinstance(value.get("response"), str):
@@ -189,6 +217,11 @@ def _read(text: str, finish: Any) -> tuple[str, dict[str, Any] | None, Any]:
     if not isinstance(name, str) or not isinstance(arguments, dict):
         return text, None, finish
     return "", _tool_call(name, json.dumps(arguments, ensure_ascii=False)), "tool_calls"
+
+
+def _envelope_opened(text: str) -> bool:
+    """Whether ``text`` begins the format's envelope: a response's or a call's, up to its name."""
+    return partial_response(text) is not None or _CUT_CALL.match(text) is not None
 
 
 def _read_cut(text: str) -> tuple[str, dict[str, Any] | None]:

@@ -33,6 +33,17 @@ from .base import Source
 
 __all__ = ["UpstreamSource"]
 
+
+def _logprobs_refused() -> APIError:
+    """The 400 for chat logprobs an upstream does not give (``chat_logprobs_unfilled``)."""
+    return APIError.make(
+        "logprobs cannot be given by this upstream server: its chat answers leave them out",
+        400,
+        code="unsupported_parameter",
+        param="logprobs",
+    )
+
+
 _DRAIN_TIMEOUT = 0.05
 _COUNT_TIMEOUT = 2.0  # seconds for the calls to the upstream's tokenizer of one answer
 # A stream whose usage the proxy counts holds its text only up to this (a choice's characters and a
@@ -113,6 +124,8 @@ class UpstreamSource(Source):
         return chunks
 
     async def start(self) -> list[dict[str, Any]]:
+        if self._upstream.traits.chat_logprobs_unfilled and self._asks_chat_logprobs():
+            raise _logprobs_refused()
         stream = await self._open(self._call.body)
         content_type = stream.content_type
         if "event-stream" not in content_type:
@@ -136,9 +149,19 @@ class UpstreamSource(Source):
             self._call.path, body, headers=self._headers, reservation=self.reservation
         )
         self.upstream_status = stream.status
-        if stream.status >= 300:
-            raise await stream.error()
-        return stream
+        if stream.status < 300:
+            return stream
+        refused = await stream.error()
+        instead = self._adapter.instead_of_refused(self._call, refused)
+        if instead is None:
+            raise refused
+        if isinstance(instead, APIError):
+            raise instead
+        # Refused before any answer, for a reason the adapter serves another way (a server that takes
+        # no tools: the calls asked as JSON output): asked once more that way.
+        self._repairs.add("Q87")
+        self._call = instead
+        return await self._open(instead.body)
 
     async def _first_batch(self) -> list[dict[str, Any]]:
         """The stream's first chunks to send ([] when it ended or failed first)."""
@@ -187,6 +210,12 @@ class UpstreamSource(Source):
             unshown_tokens=self._unshown_tokens,
         )
         self._learn()
+        if self._asks_chat_logprobs() and _logprobs_unfilled(body):
+            # Answered without the logprobs asked for: a wrong result that looks right (Q69). Nothing
+            # was sent yet: the client gets the refusal instead, and so does every later request.
+            self._upstream.traits.chat_logprobs_unfilled = True
+            self._repairs.add("Q69")
+            raise _logprobs_refused()
         if body["usage"] is None:
             texts = [generated_text(choice) for choice in body["choices"]]
             if self._call.translate is not None:  # (JSON output read as a call: the JSON was generated)
@@ -270,6 +299,9 @@ class UpstreamSource(Source):
             # A choice was left without its final chunk (the close failed it).
             self._upstream.traits.broke_off_stream()
         return out
+
+    def _asks_chat_logprobs(self) -> bool:
+        return self._request.endpoint == "chat" and self._request.logprobs
 
     def _learn(self) -> None:
         """What the answer taught of the upstream: reasoning sent as ``reasoning`` (Q39) is read so too."""
@@ -357,3 +389,9 @@ class UpstreamSource(Source):
         if self._stream is not None:
             stream, self._stream = self._stream, None
             await stream.aclose()
+
+
+def _logprobs_unfilled(body: dict[str, Any]) -> bool:
+    """Whether a chat answer's choices that carry text all lack logprobs (and one carries text)."""
+    texts = [c for c in body.get("choices") or () if isinstance(c, dict) and generated_text(c)]
+    return bool(texts) and all(c.get("logprobs") is None for c in texts)

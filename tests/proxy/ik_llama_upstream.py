@@ -9,6 +9,11 @@ commit serving Gemma 3 270M with ``-c 2048``; field names and shapes as recorded
   limit it generates on through a shifting context (recorded: ``max_completion_tokens: 3`` streamed 63
   tokens in 8 s and went on; here: ``ENDLESS`` tokens, then ``length``);
 - a prompt longer than the context is cut and answered 200 (3,000 words: ``prompt_tokens`` 1978);
+- started without ``--jinja``, it refuses any chat request with ``tools`` (500 ``tools param requires
+  --jinja flag``) and an image part (500 ``Failed to parse messages: Unsupported content part type:
+  "image_url"``), while it enforces ``response_format``'s JSON Schema (here: the first function the
+  schema names is called with ``CALLED_WITH``, or, where the schema has no call, a ``response``) and
+  finishes ``stop`` (it finishes ``stop`` at its limit too: ``send_final_response``);
 - ``logprobs`` on its OpenAI endpoints come back ``null`` (chat, stream: no key at all), while native
   ``/completion`` with ``n_probs`` carries ``completion_probabilities`` as
   ``[{"content": token, "probs": [{"tok_str", "prob"}]}]``, greedy: the chosen token 1.0, the rest 0.0;
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,11 +38,15 @@ from starlette.routing import Route
 
 from tests.support.servers import RecordingUpstream
 
-__all__ = ["ENDLESS", "WORDS", "IkLlama"]
+__all__ = ["CALLED_WITH", "ENDLESS", "WORDS", "IkLlama"]
 
 WORDS = (" one", " two", " three", " four", " five")
 ENDLESS = 300
 """Tokens generated for a request without a limit read by the server (it would go on for ever)."""
+
+
+CALLED_WITH = {"city": "Paris"}
+"""The arguments of a call the server writes as JSON output."""
 
 
 def tokenize(text: str) -> list[int]:
@@ -130,8 +140,14 @@ class IkLlama(RecordingUpstream):
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
         self.seen.append(("/v1/chat/completions", body))
+        refused = _refusal(body)
+        if refused is not None:
+            error = {"code": 500, "message": refused, "type": "server_error"}
+            return JSONResponse({"error": error}, status_code=500)
         prompt = " ".join(str(m.get("content", "")) for m in body["messages"])
         tokens, prompt_tokens, finish = self._generated(body, len(tokenize(prompt)) + 6)
+        if (answer := _json_output(body)) is not None:
+            tokens, finish = [answer], "stop"
         usage = _usage(prompt_tokens, len(tokens))
         head = {"id": "chatcmpl-ik", "created": 1, "model": "gemma"}
         if not body.get("stream"):
@@ -150,6 +166,30 @@ class IkLlama(RecordingUpstream):
             yield chunk({}, finish)
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _refusal(body: dict[str, Any]) -> str | None:
+    """What the server without ``--jinja`` refuses a chat request with, if it does."""
+    if body.get("tools"):
+        return "tools param requires --jinja flag"
+    for message in body["messages"]:
+        parts = message.get("content")
+        for part in parts if isinstance(parts, list) else ():
+            if part.get("type") != "text":
+                return f'Failed to parse messages: Unsupported content part type: "{part.get("type")}"'
+    return None
+
+
+def _json_output(body: dict[str, Any]) -> str | None:
+    """The JSON a ``json_schema`` format makes it write: a call of the schema's first function, or a
+    response where it names none."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    names = re.findall(r'"const": "([^"]+)"', json.dumps(fmt["json_schema"]["schema"]))
+    if names:
+        return json.dumps({"tool_call": {"name": names[0], "arguments": CALLED_WITH}})
+    return json.dumps({"response": "one two"})
 
 
 def _probs(token: str, n_probs: int) -> dict[str, Any]:

@@ -76,15 +76,17 @@ async def _complete(request: Request) -> Response:
     return StreamingResponse(burst() if mode == "burst" else events(), media_type="text/event-stream")
 
 
+APP = Starlette(
+    routes=[
+        Route("/v1/chat/completions", _complete, methods=["POST"]),
+        Route("/v1/completions", _complete, methods=["POST"]),
+    ]
+)
+
+
 @pytest.fixture(scope="module")
 def proxy_url() -> Iterator[str]:
-    app = Starlette(
-        routes=[
-            Route("/v1/chat/completions", _complete, methods=["POST"]),
-            Route("/v1/completions", _complete, methods=["POST"]),
-        ]
-    )
-    with run_asgi(app) as upstream, run_proxy(upstream, upstream_kind="openai") as url:
+    with run_asgi(APP) as upstream, run_proxy(upstream, upstream_kind="openai") as url:
         yield url
 
 
@@ -194,7 +196,11 @@ def test_chat_logprobs_without_top_logprobs_are_asked_for_with_top_logprobs_0(pr
     seen.clear()
     for asked, sent in (({}, 0), ({"top_logprobs": 3}, 3)):
         body = {"model": "m", **CHAT, "logprobs": True, **asked}
-        httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=20)  # (this upstream has none)
+        # A fresh proxy each: this upstream answers without logprobs, which the proxy learns (and then
+        # refuses logprobs before sending: test_llamacpp_ik.py).
+        with run_asgi(APP) as upstream, run_proxy(upstream, upstream_kind="openai") as url:
+            refused = httpx.post(url + "/v1/chat/completions", json=body, timeout=20)
+        assert refused.json()["error"]["param"] == "logprobs"
         assert seen[-1]["top_logprobs"] == sent
 
 

@@ -23,7 +23,7 @@ from tests.support.servers import free_port, run_asgi, run_process
 
 from .conftest import post_judged as _judged
 from .conftest import run_proxy
-from .ik_llama_upstream import ENDLESS, WORDS, IkLlama
+from .ik_llama_upstream import CALLED_WITH, ENDLESS, WORDS, IkLlama
 
 pytestmark = pytest.mark.slow
 
@@ -222,3 +222,87 @@ def test_serve_takes_the_default_limit_from_its_flag_or_variable(ik: tuple[IkLla
     )
     assert bad.returncode == 2
     assert "'0' is not a positive integer (from the flag or CONFORMANT_DEFAULT_MAX_TOKENS)" in bad.stderr
+
+
+# -- issue 37, point 5: a server that refuses tools outright gets them as JSON output ------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+ASKED = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+@pytest.fixture
+def refusing() -> Iterator[tuple[IkLlama, str]]:
+    """A fresh server and proxy: what the proxy learns of the refusal starts from nothing."""
+    fake = IkLlama(n_ctx=4096)
+    with run_asgi(fake.app) as upstream, run_proxy(upstream) as url:
+        yield fake, url
+
+
+def _sent_tools(fake: IkLlama) -> list[bool]:
+    return [bool(body.get("tools")) for path, body in fake.seen if path == "/v1/chat/completions"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "choice", ["auto", "required", {"type": "function", "function": {"name": "get_weather"}}]
+)
+def test_tools_refused_by_the_server_are_called_through_json_output(
+    refusing: tuple[IkLlama, str], stream: bool, choice: Any
+) -> None:
+    fake, proxy = refusing
+    body = {"messages": ASKED, "tools": [WEATHER], "tool_choice": choice, "stream": stream, "max_tokens": 64}
+    response = _judged(proxy, "/v1/chat/completions", body)
+    if stream:
+        events = _events(response)
+        [call] = [c for e in events for c in e["choices"][0]["delta"].get("tool_calls") or ()]
+        finish = [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1]
+    else:
+        [call] = response.json()["choices"][0]["message"]["tool_calls"]
+        finish = response.json()["choices"][0]["finish_reason"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == CALLED_WITH
+    assert finish == "tool_calls"
+    # Refused once, with the tools; asked again as JSON output, and asked so from then on.
+    assert _sent_tools(fake) == [True, False]
+    _judged(proxy, "/v1/chat/completions", body)
+    assert _sent_tools(fake) == [True, False, False]
+
+
+def test_tool_choice_none_goes_without_the_tools_it_refuses(refusing: tuple[IkLlama, str]) -> None:
+    fake, proxy = refusing
+    _judged(proxy, "/v1/chat/completions", {"messages": ASKED, "tools": [WEATHER], "max_tokens": 4})
+    body = {"messages": ASKED, "tools": [WEATHER], "tool_choice": "none", "max_tokens": 4}
+    answer = _judged(proxy, "/v1/chat/completions", body).json()["choices"][0]["message"]
+    assert answer["content"]
+    assert not answer.get("tool_calls")
+    assert _sent_tools(fake)[-1] is False
+
+
+def test_an_image_the_server_cannot_parse_is_the_specs_400(refusing: tuple[IkLlama, str]) -> None:
+    _, proxy = refusing
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    content = [{"type": "text", "text": "What is this?"}, image]
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 4}
+    error = _judged(proxy, "/v1/chat/completions", body, status=400).json()["error"]
+    assert (error["code"], error["param"]) == ("unsupported_content", "messages[0].content[1]")
+
+
+def test_chat_logprobs_it_leaves_out_are_refused_never_answered_without(
+    refusing: tuple[IkLlama, str],
+) -> None:
+    # Its chat answers carry "logprobs": null however asked (Q69): answered so, the client silently has
+    # none. The first such answer is replaced by the 400 (nothing was sent yet); later requests, streamed
+    # or not, get it before anything is sent.
+    fake, proxy = refusing
+    body = {"messages": ASKED, "max_tokens": 3, "logprobs": True, "top_logprobs": 2}
+    for stream in (False, True, False):
+        error = _judged(proxy, "/v1/chat/completions", {**body, "stream": stream}, status=400).json()["error"]
+        assert (error["code"], error["param"]) == ("unsupported_parameter", "logprobs")
+    assert len(_sent_tools(fake)) == 1  # asked once, learned
+    _judged(proxy, "/v1/chat/completions", {"messages": ASKED, "max_tokens": 3})  # without logprobs: served

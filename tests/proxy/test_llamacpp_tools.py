@@ -40,9 +40,11 @@ def _upstream(calls_tools: bool | None, content: str = "Sunny.") -> RecordingUps
         body = await req.json()
         upstream.seen.append((req.url.path, body))
         message = forced_answer(body) or {"role": "assistant", "content": content}
-        return JSONResponse(
-            upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
-        )
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        if body.get("logprobs") and isinstance(message.get("content"), str):  # (as llama-server gives them)
+            entry = {"token": message["content"], "logprob": -0.5, "bytes": None, "top_logprobs": []}
+            choice["logprobs"] = {"content": [entry]}
+        return JSONResponse(upstream_answer(True, [choice]))
 
     async def props(req: Request) -> Response:
         upstream.seen.append((req.url.path, {}))

@@ -133,3 +133,16 @@ def test_an_answer_cut_off_by_its_limit_gives_what_it_holds_never_the_envelope()
     whole = EmulatedCalls()(_body('{"tool_call": {"name": "get_time", "arguments": {}}}\n  ', "length"))
     assert whole["choices"][0]["finish_reason"] == "tool_calls"
     assert EmulatedCalls()(_body('{"response": "It is', "length")) == _body("It is", "length")
+
+
+def test_an_envelope_that_does_not_parse_was_cut_whatever_the_finish_says() -> None:
+    # ik_llama.cpp finishes 'stop' at its limit: its cut envelope went out as the answer's text. The
+    # schema's grammar ends only a whole envelope, so one that does not parse was cut by the limit.
+    assert EmulatedCalls()(_body('{\n  "response": "The weather is 10', "stop")) == _body(
+        "The weather is 10", "length"
+    )
+    cut_call = EmulatedCalls()(_body('{"tool_call": {"name": "get_time", "arguments": {"city": "Os', "stop"))
+    answer = cut_call["choices"][0]
+    assert answer["finish_reason"] == "length"
+    assert answer["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Os'
+    assert EmulatedCalls()(_body("[1, 2", "stop")) == _body("[1, 2", "stop")  # not the envelope: as it came
