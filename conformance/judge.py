@@ -157,6 +157,8 @@ def _context_for(t: Transcript, profile: str | None) -> Context:
     request = recorded_request(t.request)
     profile = profile or t.profile or OPENAI_PROFILE
     ctx = Context(None, t.stream, request, t.status, t.headers, intent=t.intent, profile=profile)
+    path = (t.request or {}).get("path")
+    ctx.path = path if isinstance(path, str) else None
     if protocol is not None:
         _take_protocol(ctx, protocol.name)
     ctx.choice_rules = choice_rules(request)
@@ -174,7 +176,10 @@ def _judge_answer(ctx: Context, t: Transcript, *, cut: bool) -> None:
         )
         ctx.stream = False
     if acceptance.route_missing(ctx):
-        return  # no Responses API: the body is the server's "no such route", not an answer
+        # No Responses API: the body is the server's "no such route", not an answer; only its size is
+        # kept, so that a message quoting the status and the body's bytes tells the truth.
+        ctx.body_bytes = sum(len(data) for data in t.iter_body())
+        return
     if ctx.stream and not failed:
         _judge_stream(ctx, t.iter_body(), excerpt=cut)
     else:

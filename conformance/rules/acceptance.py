@@ -80,6 +80,10 @@ def _clean_client_error(ctx: Context) -> bool:
     return ctx.status is not None and 400 <= ctx.status < 500
 
 
+_PATH_SHOWN = 80
+"""The most of a recorded request path a finding names."""
+
+
 def route_missing(ctx: Context) -> bool:
     """A request of a protocol served by translation (the Responses API) answered as a path the server
     has no route for: a server need not speak it."""
@@ -100,7 +104,10 @@ def request_acceptance(ctx: Context) -> None:
         return
     if route_missing(ctx):
         assert ctx.protocol is not None
-        ctx.warn("feature-unsupported", f"the server has no {ctx.protocol.route} (HTTP {status})")
+        # The path asked for (``/v1/messages/count_tokens``), not the protocol's main route.
+        path = ctx.path.split("?", 1)[0] if ctx.path else ctx.protocol.route
+        path = path if len(path) <= _PATH_SHOWN else f"{path[:_PATH_SHOWN]}..."
+        ctx.warn("feature-unsupported", f"the server has no {path} (HTTP {status})")
         return
     why = refusal(request)
     if why is not None:

@@ -25,6 +25,7 @@ __all__ = [
     "Request",
     "ToolCallState",
     "choice_text",
+    "clipped",
     "usage_count",
 ]
 
@@ -34,6 +35,12 @@ OPEN_RESPONSES_PROFILE = "open-responses"
 PROFILES = (OPENAI_PROFILE, OPEN_RESPONSES_PROFILE)
 """The specifications a protocol that two define is judged by (``--profile``): OpenAI's own, or Open
 Responses' stricter ``/v1/responses`` (conformance/protocols/responses/open_responses.py)."""
+
+
+def clipped(value: str, limit: int) -> str:
+    """``value`` quoted as a finding quotes it: whole up to ``limit`` characters, else its start and
+    "...", so that a reader sees it was cut (an id or a path cut silently reads as the server's value)."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}..."
 
 
 def usage_count(usage: Any, key: str) -> int | None:
@@ -181,6 +188,10 @@ class Context:
         """Data events other than ``[DONE]``: a 200 stream with none is empty (Q52)."""
         self.usage_seen_event: int | None = None
         """First event with any non-null usage (usage_event is the proper choices: [] usage chunk)."""
+        self.usage_last_event: int | None = None
+        """Event of the last usage object (:attr:`usage`, whose counts the rules quote); None: a body."""
+        self.path: str | None = None
+        """The path the request was sent to, as recorded (None when unknown)."""
         self.done_event: int | None = None
         self.in_band_errors = 0
         self.unknown_seen: set[str] = set()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.rules.context import ChoiceState, Context
+from conformance.rules.context import ChoiceState, Context, clipped
 
 __all__ = ["echo_prompt", "echo_prompt_body", "echo_whole"]
 
@@ -38,8 +38,8 @@ def echo_prompt(
         where = "" if not matched else f" after its first {matched} characters"
         ctx.error(
             "echo-ignored",
-            f"echo: true, but the text leaves the prompt{where}: {head[:40]!r} where the prompt has "
-            f"{prompt[matched : matched + len(head)][:40]!r}",
+            f"echo: true, but the text leaves the prompt{where}: {clipped(head, 40)} where the prompt has "
+            f"{clipped(prompt[matched : matched + len(head)], 40)}",
             event=event,
             pointer=f"/choices/{pos}/text",
             quirk="Q72",

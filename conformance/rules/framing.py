@@ -8,7 +8,7 @@ BOM loses the first event; non-JSON data raises. OpenAI itself sends only ``data
 
 from __future__ import annotations
 
-from conformance.rules.context import Context
+from conformance.rules.context import Context, clipped
 from conformance.sse import SSEBlock
 
 __all__ = [
@@ -92,7 +92,7 @@ def nonstandard_field(ctx: Context, block: SSEBlock) -> None:
         else:
             ctx.error(
                 "sse-unknown-field",
-                f"line with unknown SSE field {name[:40]!r}; clients drop it (a raw JSON line, Q50?)",
+                f"line with unknown SSE field {clipped(name, 40)}; clients drop it (a raw JSON line, Q50?)",
                 event=block.index,
                 quirk="Q50" if name.startswith("{") else "N2",
             )
@@ -103,7 +103,8 @@ def comment_lines(ctx: Context, block: SSEBlock) -> None:
     if block.comments:
         ctx.warn(
             "sse-comment",
-            f"SSE comment {block.comments[0][:40]!r}; legal, but OpenAI sends none and naive parsers break",
+            f"SSE comment {clipped(block.comments[0], 40)}; legal, but OpenAI sends none and naive"
+            " parsers break",
             event=block.index,
             quirk="Q57",
         )

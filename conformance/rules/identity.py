@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.rules.context import Context
+from conformance.rules.context import Context, clipped
 from conformance.rules.leaks import model_path
 
 __all__ = ["created_stable", "id_prefix", "id_stable", "model_stable"]
@@ -34,7 +34,7 @@ def _stable_text(
     elif value != seen:
         ctx.error(
             f"{key}-changed",
-            f"{key!r} changed from {seen[:60]!r} to {value[:60]!r}{hint}",
+            f"{key!r} changed from {clipped(seen, 60)} to {clipped(value, 60)}{hint}",
             event=event,
             pointer=f"/{key}",
             quirk=changed,
@@ -55,7 +55,7 @@ def id_prefix(ctx: Context, event: int | None, chunk: dict[str, Any]) -> None:
     if isinstance(value, str) and value and not value.startswith(prefix):
         ctx.warn(
             "id-prefix",
-            f"id {value[:60]!r} does not start with {prefix!r}",
+            f"id {clipped(value, 60)} does not start with {prefix!r}",
             event=event,
             pointer="/id",
             quirk="Q04" if value.startswith("chatcmpl-") else "Q07",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from conformance.rules.context import Context
+from conformance.rules.context import Context, clipped
 
 __all__ = ["error_leaks", "leaked_path", "model_path", "traceback_frame"]
 
@@ -75,7 +75,7 @@ def error_leaks(ctx: Context, event: int | None, payload: Any, pointer: str | No
     if frame:
         ctx.error(
             "error-leaks-traceback",
-            f"the error shows a stack frame ({frame[:80]!r}); a client must get a message, not the"
+            f"the error shows a stack frame ({clipped(frame, 80)}); a client must get a message, not the"
             " server's code",
             event=event,
             pointer=pointer,
@@ -86,7 +86,7 @@ def error_leaks(ctx: Context, event: int | None, payload: Any, pointer: str | No
     if path:
         ctx.error(
             "error-leaks-path",
-            f"the error shows a local path ({path[:80]!r})",
+            f"the error shows a local path ({clipped(path, 80)})",
             event=event,
             pointer=pointer,
             quirk="spec",
@@ -102,7 +102,7 @@ def error_leaks(ctx: Context, event: int | None, payload: Any, pointer: str | No
         )
 
 
-def model_path(ctx: Context, event: int | None, model: Any) -> None:
+def model_path(ctx: Context, event: int | None, model: Any, pointer: str = "/model") -> None:
     """``model`` names the served model, never the file it was loaded from (Q09). A warning: no client
     fails on it (openai-python, openai-node, the AI SDK and Codex pass ``model`` on as a string), while it
     tells whoever reads the answer where the server keeps its files; as an error on every successful
@@ -112,8 +112,8 @@ def model_path(ctx: Context, event: int | None, model: Any) -> None:
         if path:
             ctx.warn(
                 "model-is-local-path",
-                f"`model` is a local file path: {model[:120]!r}",
+                f"`model` is a local file path: {clipped(model, 120)}",
                 event=event,
-                pointer="/model",
+                pointer=pointer,
                 quirk="Q09",
             )

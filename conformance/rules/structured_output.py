@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from conformance.rules.context import Context
+from conformance.rules.context import Context, clipped
 from conformance.schemas import schema_error
 
 __all__ = ["json_content"]
@@ -44,7 +44,7 @@ def json_content(ctx: Context) -> None:
             ctx.error(
                 "json-object-invalid",
                 f"response_format {kind} asks for a JSON object; choice {state.index}'s content is"
-                f" {text[:80]!r}",
+                f" {clipped(text, 80)}",
                 event=state.finished_event,
                 pointer=pointer,
                 quirk="spec",

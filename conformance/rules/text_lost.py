@@ -69,7 +69,7 @@ def text_lost(ctx: Context) -> None:
         ctx.error(
             "text-lost",
             f"usage counts {completion} completion tokens, but no choice carried any text or tool call",
-            event=ctx.usage_seen_event,
+            event=ctx.usage_last_event,
             pointer="/usage/completion_tokens",
             quirk="Q14",
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.rules.context import ChoiceState, Context, ToolCallState
+from conformance.rules.context import ChoiceState, Context, ToolCallState, clipped
 
 __all__ = ["call_id_unique", "tool_call_fragments", "tool_calls_finish"]
 
@@ -108,7 +108,8 @@ def _later_fragment(
     if call.get("id"):
         ctx.error(
             "tool-call-id-repeated",
-            "tool call 'id' sent again on a later fragment; openai-python concatenates it",
+            "tool call 'id' sent again on a later fragment; openai-python's stream helper"
+            " (accumulate_delta) appends it to the first id",
             event=event,
             pointer=f"{where}/id",
             quirk="Q63",
@@ -116,7 +117,8 @@ def _later_fragment(
     if name:
         ctx.error(
             "tool-call-name-repeated",
-            "function name sent again on a later fragment; clients concatenate it (get_weatherget_weather)",
+            "function name sent again on a later fragment; openai-python's stream helper (accumulate_delta)"
+            f" appends it to the first: {clipped((tool.name or '') + str(name), 80)}",
             event=event,
             pointer=f"{where}/function/name",
             quirk="Q63",

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from conformance.rules.context import ChoiceState, Context, ToolCallState, choice_text
+from conformance.rules.context import ChoiceState, Context, ToolCallState, choice_text, clipped
 from conformance.schemas import schema_error
 from conformance.tool_formats.catalog import CALL_MARKERS, MARKERS, markup_in
 
@@ -167,7 +168,7 @@ def _arguments_valid(ctx: Context, state: ChoiceState, index: int, tool: ToolCal
     if not isinstance(arguments, dict):
         ctx.error(
             "tool-arguments-json",
-            f"call {index}'s arguments joined are not one JSON object: {joined[:80]!r}",
+            f"call {index}'s arguments joined are not one JSON object: {clipped(joined, 80)}",
             event=state.finished_event,
             pointer=f"{where}/arguments",
             quirk="spec",
@@ -185,6 +186,34 @@ def _arguments_valid(ctx: Context, state: ChoiceState, index: int, tool: ToolCal
         )
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """A choice as the request's protocol names it in a tool-choice finding."""
+
+    who: str
+    """``choice 0``, ``the message`` (Anthropic's Messages), ``the response`` (the Responses API)."""
+    call: str
+    """What a call is there: a ``call``, a ``tool_use block``, a ``function_call item``."""
+    pointer: str | None
+    """Where the calls would be: ``/choices/0``, ``/content``, ``/output``; None where no one event
+    holds them (a Messages stream builds its content over many)."""
+
+
+def _answer(ctx: Context, state: ChoiceState) -> _Answer:
+    if ctx.request.endpoint == "messages":
+        return _Answer("the message", "tool_use block", None if ctx.stream else "/content")
+    if ctx.request.endpoint == "responses":
+        return _Answer("the response", "function_call item", "/response/output" if ctx.stream else "/output")
+    return _Answer(f"choice {state.index}", "call", f"/choices/{state.index}")
+
+
+def _choice_named(ctx: Context, mode: str) -> str:
+    """``tool_choice`` as the request wrote it: Anthropic's is an object (``{"type": "any"}``)."""
+    if ctx.request.endpoint == "messages":
+        return f"tool_choice type {'any' if mode == 'required' else mode!r}"
+    return f"tool_choice {mode!r}"
+
+
 def tool_choice_honoured(ctx: Context) -> None:
     """``tool_choice`` as OpenAI reads it: ``none`` no call, ``required`` at least one, a named function
     that function; an ``allowed_tools`` choice no call outside its list. A choice cut off by its token
@@ -192,47 +221,48 @@ def tool_choice_honoured(ctx: Context) -> None:
     answer is the call from its first token, so prose there means the choice was not honoured
     (llama-server ignoring a named choice answers text until its limit, Q83). Not judged: a choice cut
     off with no call and no output, or with text that may open a call the server had not yet parsed
-    (``{``, ``[``, a format's marker or a piece of one)."""
+    (``{``, ``[``, a format's marker or a piece of one). Worded in the request's protocol: a Messages
+    request's ``{"type": "any"}`` is chat's ``required``, its calls ``tool_use`` blocks."""
     mode = ctx.request.tool_choice_mode
     if mode is None or (mode == "auto" and ctx.request.tool_choice_allowed is None):
         return
     for state in ctx.choices.values():
         names = [tool.name for tool in state.tool_calls.values()]
-        pointer = f"/choices/{state.index}"
+        answer = _answer(ctx, state)
         cut = state.finish_reason == "length" and not names and _may_open_a_call("".join(state.content))
         if state.finish_reason is None or cut:
             continue
         if mode == "none" and names:
             ctx.error(
                 "tool-choice-none-called",
-                f"tool_choice 'none' forbids calls; choice {state.index} called {_names(names)}",
+                f"{_choice_named(ctx, mode)} forbids calls; {answer.who} called {_names(names)}",
                 event=state.finished_event,
-                pointer=pointer,
+                pointer=answer.pointer,
                 quirk="spec",
             )
         elif mode == "required" and not names:
             ctx.error(
                 "tool-choice-required-ignored",
-                f"tool_choice 'required' asks for at least one call; choice {state.index} made none",
+                f"{_choice_named(ctx, mode)} asks for at least one {answer.call}; {answer.who} made none",
                 event=state.finished_event,
-                pointer=pointer,
+                pointer=answer.pointer,
                 quirk="spec",
             )
         elif mode == "function":
-            _named_choice(ctx, state, names, pointer)
-        _allowed_choice(ctx, state, names, pointer)
+            _named_choice(ctx, state, names, answer)
+        _allowed_choice(ctx, state, names, answer)
 
 
-def _named_choice(ctx: Context, state: ChoiceState, names: list[str | None], pointer: str) -> None:
+def _named_choice(ctx: Context, state: ChoiceState, names: list[str | None], answer: _Answer) -> None:
     wanted = ctx.request.tool_choice_function
     if names and all(name == wanted for name in names):
         return
-    made = f"called {_names(names)}" if names else "made no call"
+    made = f"called {_names(names)}" if names else f"made no {answer.call}"
     ctx.error(
         "tool-choice-named-ignored",
-        f"tool_choice names {wanted!r}; choice {state.index} {made}",
+        f"tool_choice names {wanted!r}; {answer.who} {made}",
         event=state.finished_event,
-        pointer=pointer,
+        pointer=answer.pointer,
         quirk="spec",
     )
 
@@ -244,16 +274,16 @@ def _may_open_a_call(content: str) -> bool:
     return not text or text[0] in "{[" or any(m.startswith(text[: len(m)]) for m in TOOL_CALL_MARKERS)
 
 
-def _allowed_choice(ctx: Context, state: ChoiceState, names: list[str | None], pointer: str) -> None:
+def _allowed_choice(ctx: Context, state: ChoiceState, names: list[str | None], answer: _Answer) -> None:
     allowed = ctx.request.tool_choice_allowed
     others = [name for name in names if allowed is not None and name not in allowed]
     if others:
         assert allowed is not None
         ctx.error(
             "tool-choice-allowed-ignored",
-            f"tool_choice allows only {_names(list(allowed))}; choice {state.index} called {_names(others)}",
+            f"tool_choice allows only {_names(list(allowed))}; {answer.who} called {_names(others)}",
             event=state.finished_event,
-            pointer=pointer,
+            pointer=answer.pointer,
             quirk="spec",
         )
 

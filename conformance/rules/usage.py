@@ -17,6 +17,11 @@ __all__ = [
 ]
 
 
+def _unasked(ctx: Context) -> bool:
+    """Whether the request is known and did not ask for usage (``stream_options.include_usage``)."""
+    return ctx.request.known and not ctx.request.include_usage
+
+
 def usage_chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
     """Usage rides alone in one ``choices: []`` chunk, never on content chunks (Q26, Q27, Q29, Q32)."""
     usage = chunk.get("usage")
@@ -26,12 +31,15 @@ def usage_chunk(ctx: Context, event: int, chunk: dict[str, Any]) -> None:
         ctx.usage_seen_event = event
     if isinstance(usage, dict):
         ctx.usage = usage
+        ctx.usage_last_event = event
     choices = chunk.get("choices")
     if ctx.stream and isinstance(choices, list) and choices:
+        # Unasked, usage belongs nowhere (usage-unrequested says so): no hint where it would go.
+        where = "" if _unasked(ctx) else "; usage comes alone in a final choices: [] chunk"
         ctx.error(
             "usage-in-choice-chunk",
-            "non-null 'usage' on a chunk with choices; usage comes alone in a final choices: [] chunk "
-            "(the OpenAI Node SDK treats any truthy usage as the usage chunk)",
+            f"non-null 'usage' on a chunk with choices{where} (the OpenAI Node SDK treats any truthy usage"
+            " as the usage chunk)",
             event=event,
             pointer="/usage",
             quirk=_usage_quirk(usage, choices, again=ctx.usage_seen_event != event),

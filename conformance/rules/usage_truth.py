@@ -42,6 +42,7 @@ def stop_at_limit(ctx: Context) -> None:
             "finish-stop-at-limit",
             f"choice {stopped[0]} finished 'stop', but usage counts {completion} completion tokens: the"
             f" limit of {ctx.request.max_tokens} was reached, which is finish_reason 'length'",
+            event=ctx.usage_last_event,
             pointer="/usage/completion_tokens",
             quirk="spec",
         )

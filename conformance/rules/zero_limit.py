@@ -56,7 +56,7 @@ def zero_limit_end(ctx: Context) -> None:
         ctx.error(
             "usage-over-max-tokens",
             f"max_tokens 0 asks for no generated token, but usage counts {completion} completion tokens",
-            event=ctx.usage_seen_event,
+            event=ctx.usage_last_event,
             pointer="/usage/completion_tokens",
             quirk="spec",
         )

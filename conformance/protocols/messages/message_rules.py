@@ -28,7 +28,7 @@ from typing import Any
 
 from conformance.request import integer
 from conformance.rules import structured_output, tool_use
-from conformance.rules.context import ChoiceState, Context, ToolCallState
+from conformance.rules.context import ChoiceState, Context, ToolCallState, clipped
 from conformance.rules.intents import CONTEXT_OVERFLOW_INTENT
 from conformance.rules.leaks import error_leaks, model_path
 from conformance.rules.schema_checks import schema_findings
@@ -72,7 +72,7 @@ def message_id(ctx: Context, event: int | None, message: Mapping[str, Any], wher
     elif not given.startswith("msg_"):
         ctx.warn(
             "messages-id-prefix",
-            f"the message's id {given[:40]!r} does not start with 'msg_', as Anthropic's do",
+            f"the message's id {clipped(given, 40)} does not start with 'msg_', as Anthropic's do",
             event=event,
             pointer=f"{where}/id",
             quirk="spec",
@@ -85,7 +85,7 @@ def tool_use_ids(ctx: Context, event: int | None, message: Mapping[str, Any], wh
     for position, block in enumerate(_calls(message)):
         given = block.get("id")
         if not isinstance(given, str) or not given or given in seen:
-            what = "an empty id" if not given else f"the id {str(given)[:40]!r} of an earlier call"
+            what = "an empty id" if not given else f"the id {clipped(str(given), 40)} of an earlier call"
             ctx.error(
                 "messages-tool-use-id",
                 f"tool_use {position} has {what}: its tool_result cannot name it",
@@ -120,7 +120,8 @@ def stop_reason_agrees(ctx: Context, event: int | None, message: Mapping[str, An
     if reason == "stop_sequence" and ctx.request.known and matched not in ctx.request.stop:
         ctx.error(
             "messages-stop-sequence",
-            f"stop_reason 'stop_sequence' with stop_sequence {str(matched)[:40]!r}, not one the request gave",
+            f"stop_reason 'stop_sequence' with stop_sequence {clipped(str(matched), 40)}, not one the"
+            " request gave",
             event=event,
             pointer=f"{where}/stop_sequence",
             quirk="spec",
@@ -154,8 +155,9 @@ def usage_limit(ctx: Context, event: int | None, message: Mapping[str, Any], whe
         )
 
 
-MESSAGE_RULES = (message_id, tool_use_ids, stop_reason_agrees, usage_limit)
-"""The rules on a finished message of this protocol's own."""
+MESSAGE_RULES = (tool_use_ids, stop_reason_agrees, usage_limit)
+"""The rules on a finished message of this protocol's own (and ``message_id``, judged where the message
+started)."""
 CHAT_RULES = (
     tool_use.tool_arguments,
     tool_use.tool_choice_honoured,
@@ -195,9 +197,14 @@ def _chat_view(ctx: Context, event: int | None, message: Mapping[str, Any]) -> N
     ctx.choices = {0: state}
 
 
-def judge_message(ctx: Context, event: int | None, message: Mapping[str, Any], where: str = "") -> None:
-    """Every rule on a finished message (a body, or the message a stream built)."""
-    model_path(ctx, event, message.get("model"))
+def judge_message(
+    ctx: Context, event: int | None, message: Mapping[str, Any], where: str = "", started: int | None = None
+) -> None:
+    """Every rule on a finished message (a body, or the message a stream built, finished at ``event``
+    and started at ``started``: its ``message_start``, where its id and model are)."""
+    opened = event if started is None else started
+    model_path(ctx, opened, message.get("model"), f"{where}/model")
+    message_id(ctx, opened, message, where)
     content = message.get("content")
     if isinstance(content, list) and any(
         isinstance(b, Mapping) and b.get("type") == "thinking" for b in content
@@ -232,7 +239,7 @@ def error_payload(ctx: Context, event: int | None, payload: Any) -> None:
     if expected is not None and kind != expected and not (status == 503 and kind == "api_error"):
         ctx.warn(
             "messages-error-type",
-            f"HTTP {status} with error type {str(kind)[:40]!r}; Anthropic's is {expected!r}",
+            f"HTTP {status} with error type {clipped(str(kind), 40)}; Anthropic's is {expected!r}",
             pointer="/error/type",
             quirk="spec",
         )
@@ -241,7 +248,7 @@ def error_payload(ctx: Context, event: int | None, payload: Any) -> None:
     if ctx.intent == CONTEXT_OVERFLOW_INTENT and isinstance(message, str) and not worded:
         ctx.error(
             "messages-overflow-words",
-            f"a prompt longer than the context refused as {message[:80]!r}; Anthropic says "
+            f"a prompt longer than the context refused as {clipped(message, 80)}; Anthropic says "
             f"{OVERFLOW_WORDS[0]!r}, which Claude Code reads to compact its history and retry",
             pointer="/error/message",
             quirk="spec",

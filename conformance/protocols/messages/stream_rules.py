@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.rules.context import Context, ProtocolRules
+from conformance.rules.context import Context, ProtocolRules, clipped
 from conformance.rules.schema_checks import schema_findings
 from conformance.rules.template_tokens import TokenScan, text_tokens
 from conformance.rules.tool_use import wants_content
@@ -110,6 +110,8 @@ class MessagesState:
     message: dict[str, Any] | None = None
     """The message of ``message_start``, its stop reason and usage updated by ``message_delta``."""
     blocks: list[BlockState] = field(default_factory=list)
+    start_event: int | None = None
+    """The ``message_start`` event: where the message's id and model are."""
     delta_event: int | None = None
     terminal_event: int | None = None
     terminal_type: str | None = None
@@ -160,7 +162,7 @@ def _finished(ctx: Context, stream: MessagesState, event: int) -> None:
         elif state.kind == "tool_use":
             state.block["partial_json"] = "".join(state.pieces)
     stream.final = message
-    judge_message(ctx, event, message, "/message")
+    judge_message(ctx, event, message, "/message", started=stream.start_event)
 
 
 def event_line(ctx: Context, stream: MessagesState, event: int, block: SSEBlock, kind: Any) -> None:
@@ -170,15 +172,16 @@ def event_line(ctx: Context, stream: MessagesState, event: int, block: SSEBlock,
             stream.unnamed_reported = True
             ctx.error(
                 "messages-event-line-missing",
-                f"a {str(kind)[:40]!r} event without its 'event:' line: the Anthropic SDKs skip it, and its"
-                " data is lost",
+                f"a {clipped(str(kind), 40)} event without its 'event:' line: the Anthropic SDKs skip it,"
+                " and its data is lost",
                 event=event,
                 quirk="spec",
             )
     elif isinstance(kind, str) and block.event != kind:
         ctx.error(
             "messages-event-line",
-            f"'event: {block.event[:40]}' on an event whose type is {kind[:40]!r}: the SDKs read the name",
+            f"'event: {block.event[:40]}' on an event whose type is {clipped(kind, 40)}: the SDKs read"
+            " the name",
             event=event,
             quirk="spec",
         )
@@ -190,7 +193,8 @@ def started_first(ctx: Context, stream: MessagesState, event: int, payload: Mapp
     if stream.first_type is None and kind not in ("message_start", "error"):
         ctx.error(
             "messages-start-first",
-            f"the stream opens with {str(kind)[:40]!r}, not message_start: the SDKs build the message on it",
+            f"the stream opens with {clipped(str(kind), 40)}, not message_start: the SDKs build the"
+            " message on it",
             event=event,
             quirk="spec",
         )
@@ -203,7 +207,7 @@ def terminal_last(ctx: Context, stream: MessagesState, event: int, payload: Mapp
     stream.late_reported = True
     ctx.error(
         "messages-event-after-end",
-        f"a {str(payload.get('type'))[:40]!r} event after {stream.terminal_type}",
+        f"a {clipped(str(payload.get('type')), 40)} event after {stream.terminal_type}",
         event=event,
         quirk="spec",
     )
@@ -219,6 +223,7 @@ def message_start(ctx: Context, stream: MessagesState, event: int, payload: Mapp
             ctx.error("messages-start-twice", "a second message_start", event=event, quirk="spec")
         return
     stream.message = dict(given)
+    stream.start_event = event
     if given.get("content"):
         ctx.error(
             "messages-start-content",
@@ -427,7 +432,7 @@ def limit_reached(ctx: Context) -> None:
     ctx.error(
         "messages-max-tokens-expected",
         f"max_tokens {limit} was meant to be reached ({used} output tokens) but stop_reason is "
-        f"{str(reason)[:40]!r}, not 'max_tokens'",
+        f"{clipped(str(reason), 40)}, not 'max_tokens'",
         quirk="spec",
     )
 
@@ -460,7 +465,7 @@ def count_answer(ctx: Context, body: Mapping[str, Any]) -> None:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         ctx.error(
             "messages-count-tokens",
-            f"count_tokens answered input_tokens {str(count)[:40]!r}, not a positive integer",
+            f"count_tokens answered input_tokens {clipped(str(count), 40)}, not a positive integer",
             pointer="/input_tokens",
             quirk="spec",
         )

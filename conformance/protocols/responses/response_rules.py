@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conformance.request import integer
-from conformance.rules.context import Context
+from conformance.rules.context import Context, clipped
 from conformance.rules.leaks import model_path
 from conformance.rules.logprobs import top_count
 from conformance.schemas import schema_error
@@ -60,7 +60,7 @@ def judge_response(ctx: Context, event: int | None, response: Mapping[str, Any],
     """Every rule on a finished Response (a body, or a stream's terminal event's ``response``)."""
     response_id(ctx, event, response, where)
     response_fields(ctx, event, response, where)
-    model_path(ctx, event, response.get("model"))
+    model_path(ctx, event, response.get("model"), f"{where}/model")
     status_details(ctx, event, response, where)
     usage_present(ctx, event, response, where)
     usage_limit(ctx, event, response, where)
@@ -86,7 +86,7 @@ def response_id(ctx: Context, event: int | None, response: Mapping[str, Any], wh
     if not value.startswith(RESPONSE_PREFIX):
         ctx.warn(
             "responses-id-prefix",
-            f"response id {value[:60]!r} does not start with {RESPONSE_PREFIX!r}",
+            f"response id {clipped(value, 60)} does not start with {RESPONSE_PREFIX!r}",
             event=event,
             pointer=f"{where}/id",
             quirk="spec",
@@ -96,7 +96,8 @@ def response_id(ctx: Context, event: int | None, response: Mapping[str, Any], wh
     elif value != ctx.id:
         ctx.error(
             "responses-id-changed",
-            f"the response id changed from {str(ctx.id)[:60]!r} to {value[:60]!r} within one stream",
+            f"the response id changed from {clipped(str(ctx.id), 60)} to {clipped(value, 60)} within"
+            " one stream",
             event=event,
             pointer=f"{where}/id",
             quirk="spec",
@@ -116,7 +117,7 @@ def item_id_prefix(ctx: Context, event: int | None, item: Mapping[str, Any], whe
     elif isinstance(value, str) and not value.startswith(prefix):
         ctx.warn(
             "responses-item-id-prefix",
-            f"{kind} item id {value[:60]!r} does not start with {prefix!r}",
+            f"{kind} item id {clipped(value, 60)} does not start with {prefix!r}",
             event=event,
             pointer=f"{where}/id",
             quirk="spec",
@@ -260,7 +261,8 @@ def function_call_arguments(ctx: Context, event: int | None, item: Mapping[str, 
     if ctx.request.known and functions and name not in functions:
         ctx.error(
             "responses-function-unknown",
-            f"a call to {str(name)[:60]!r}, not one of the request's functions ({', '.join(functions)})",
+            f"a call to {clipped(str(name), 60)}, not one of the request's functions"
+            f" ({', '.join(functions)})",
             event=event,
             pointer=f"{where}/name",
             quirk="spec",
@@ -278,7 +280,7 @@ def function_call_arguments(ctx: Context, event: int | None, item: Mapping[str, 
     if problem is not None:
         ctx.error(
             "responses-function-arguments",
-            f"the arguments of {str(name)[:60]!r} are {problem}",
+            f"the arguments of {clipped(str(name), 60)} are {problem}",
             event=event,
             pointer=f"{where}/arguments",
             quirk="spec",

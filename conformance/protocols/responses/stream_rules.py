@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.rules.context import Context, ProtocolRules
+from conformance.rules.context import Context, ProtocolRules, clipped
 from conformance.rules.leaks import model_path
 from conformance.rules.schema_checks import schema_findings
 from conformance.rules.template_tokens import TokenScan, text_tokens
@@ -238,7 +238,7 @@ def event_line(ctx: Context, event: int, block: SSEBlock, kind: Any) -> None:
     if block.event is not None and isinstance(kind, str) and block.event != kind:
         ctx.warn(
             "responses-event-line",
-            f"'event: {block.event[:60]}' on an event whose type is {kind[:60]!r}",
+            f"'event: {block.event[:60]}' on an event whose type is {clipped(kind, 60)}",
             event=event,
             quirk="spec",
         )
@@ -275,7 +275,7 @@ def created_first(ctx: Context, state: ResponsesState, event: int, payload: Mapp
     if kind != "response.created" and kind != "error":
         ctx.error(
             "responses-created-first",
-            f"the stream starts with {str(kind)[:60]!r}, not 'response.created'",
+            f"the stream starts with {clipped(str(kind), 60)}, not 'response.created'",
             event=event,
             pointer="/type",
             quirk="spec",
@@ -291,7 +291,7 @@ def terminal_last(ctx: Context, state: ResponsesState, event: int, payload: Mapp
     again = kind in TERMINAL
     ctx.error(
         "responses-terminal-last" if not again else "responses-terminal-once",
-        f"{str(kind)[:60]!r} after the terminal {state.terminal_type!r} (event {state.terminal_event})"
+        f"{clipped(str(kind), 60)} after the terminal {state.terminal_type!r} (event {state.terminal_event})"
         + ("; a stream ends with exactly one" if again else "; it ends the stream"),
         event=event,
         pointer="/type",
@@ -309,12 +309,12 @@ def response_started(ctx: Context, state: ResponsesState, event: int, payload: M
     response_fields(ctx, event, response, "/response")
     if ctx.unset(ctx.model) and isinstance(response.get("model"), str):
         ctx.model = response["model"]
-        model_path(ctx, event, ctx.model)
+        model_path(ctx, event, ctx.model, "/response/model")
     status = response.get("status")
     if status not in (None, "in_progress", "queued"):
         ctx.error(
             "responses-status-early",
-            f"{payload.get('type')} with status {str(status)[:40]!r}: the response has not finished",
+            f"{payload.get('type')} with status {clipped(str(status), 40)}: the response has not finished",
             event=event,
             pointer="/response/status",
             quirk="spec",
@@ -331,7 +331,7 @@ def terminal_response(ctx: Context, state: ResponsesState, event: int, payload: 
     if status != _STATUS[kind]:
         ctx.error(
             "responses-terminal-status",
-            f"{kind} carries a response with status {str(status)[:40]!r}, not {_STATUS[kind]!r}",
+            f"{kind} carries a response with status {clipped(str(status), 40)}, not {_STATUS[kind]!r}",
             event=event,
             pointer="/response/status",
             quirk="spec",
@@ -419,7 +419,8 @@ def _item(ctx: Context, state: ResponsesState, event: int, payload: Mapping[str,
     if isinstance(item_id, str) and item.item_id is not None and item_id != item.item_id:
         ctx.error(
             "responses-item-id-mismatch",
-            f"{kind} names item {item_id[:60]!r} at output_index {index}, which is {item.item_id[:60]!r}",
+            f"{kind} names item {clipped(item_id, 60)} at output_index {index}, which is"
+            f" {clipped(item.item_id, 60)}",
             event=event,
             pointer="/item_id" if "item_id" in payload else "/item/id",
             quirk="spec",
@@ -619,11 +620,11 @@ def _item_mismatch(state: ItemState, item: Mapping[str, Any]) -> str | None:
 
 def _kind_mismatch(state: ItemState, item: Mapping[str, Any]) -> str | None:
     if item.get("type") != state.kind:
-        return f"type {str(item.get('type'))[:40]!r}, added as {state.kind!r}"
+        return f"type {clipped(str(item.get('type')), 40)}, added as {state.kind!r}"
     for key in ("call_id", "name"):
         added = state.added.get(key)
         if added and item.get(key) != added:
-            return f"{key} {str(item.get(key))[:60]!r}, added as {str(added)[:60]!r}"
+            return f"{key} {clipped(str(item.get(key)), 60)}, added as {clipped(str(added), 60)}"
     return None
 
 
@@ -757,7 +758,8 @@ def limit_reached(ctx: Context) -> None:
     ctx.error(
         "responses-incomplete-expected",
         f"max_output_tokens {limit} was meant to be reached ({used} output tokens) but the response is "
-        f"{str(status)[:40]!r} with incomplete_details {details!r}, not 'incomplete' for 'max_output_tokens'",
+        f"{clipped(str(status), 40)} with incomplete_details {details!r}, not 'incomplete' for"
+        " 'max_output_tokens'",
         quirk="spec",
     )
 
