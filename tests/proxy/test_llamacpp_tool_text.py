@@ -56,8 +56,8 @@ def test_check_reports_the_call_the_server_left_as_text(
     for probe in probes:
         # Chat: the markup in the content. Responses (llama-server's own /v1/responses): the named
         # function never called, its call being text in the output.
-        leak = "made no call" if probe.startswith("responses") else "tool-call-in-content:"
-        assert any(leak in e for e in errors.get(probe, [])), errors
+        leak = "tool-choice-named-ignored:" if probe.startswith("responses") else "tool-call-in-content:"
+        assert any(e.startswith(leak) for e in errors.get(probe, [])), errors
 
 
 def test_through_the_proxy_the_same_probes_get_the_call(
