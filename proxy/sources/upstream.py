@@ -158,7 +158,9 @@ class UpstreamSource(Source):
         if isinstance(instead, APIError):
             raise instead
         # Refused before any answer, for a reason the adapter serves another way (a server that takes
-        # no tools: the calls asked as JSON output): asked once more that way.
+        # no tools: the calls asked as JSON output): asked once more that way, on a connection of its
+        # own (the refusal's is given back first, not left for the collector).
+        await stream.aclose()
         self._repairs.add("Q87")
         self._call = instead
         return await self._open(instead.body)
