@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conformance.findings import ERROR, WARNING, Finding, FindingSink, Severity
 from conformance.request import Request, integer
+from conformance.rules.token_scan import TokenScan
 from conformance.sse import SSEBlock
-
-if TYPE_CHECKING:  # template_tokens reads ChoiceState: imported at run time, the two would be a cycle
-    from conformance.rules.template_tokens import TokenScan
 
 __all__ = [
     "OPENAI_PROFILE",
