@@ -40,14 +40,16 @@ LINE_WIDTH = 120
 TOP_PROBLEMS = 3
 """Error rules the text report's ranking names under each server: the worst, one line each."""
 BRIEF_ERRORS = 8
-"""Error rules ``--brief`` gives a line each per server; the rest are named on one more line."""
+"""Error rules ``--brief`` gives a line each per server; the rest are named on the lines after."""
 
 
 def summary(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     """Totals over ``verdicts`` (docs/validate.md, SUMMARY): responses judged, responses with errors,
-    distinct rules broken and their ``weight`` (what they break, conformance/harms.py); ``transcripts``,
-    ``errors`` and ``warnings`` as before (findings, now one per rule per response), ``occurrences`` what
-    the findings' counts add up to, ``rules`` in how many responses each error rule fired, most first."""
+    distinct rules broken and their ``weight`` (what they break, conformance/harms.py), the responses
+    ``answered`` (not a feature declined cleanly) and the ``harm_per_answer`` servers are ranked by;
+    ``transcripts``, ``errors`` and ``warnings`` as before (findings, now one per rule per response),
+    ``occurrences`` what the findings' counts add up to, ``rules`` in how many responses each error rule
+    fired, most first."""
     error_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.errors})
     answered = [v for v in verdicts if not _declined(v)]
     warning_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.warnings})
