@@ -25,6 +25,7 @@ __all__ = [
     "WRONG_RESULT",
     "answer_harm",
     "harm_of",
+    "rule_weight",
     "weight",
 ]
 
@@ -89,11 +90,16 @@ def harm_of(rule: str) -> str:
     return FAILS
 
 
+def rule_weight(rule: str) -> int:
+    """The weight of the error rule ``rule``: what its harm weighs."""
+    return HARM_WEIGHTS[harm_of(rule)]
+
+
 def weight(error_rules: Iterable[str]) -> int:
     """The weight of a set of distinct error rules: what a server's errors break, added up."""
-    return sum(HARM_WEIGHTS[harm_of(rule)] for rule in set(error_rules))
+    return sum(rule_weight(rule) for rule in set(error_rules))
 
 
 def answer_harm(error_rules: Iterable[str]) -> int:
     """What one answer does to the client that gets it: the weight of its heaviest error, 0 for none."""
-    return max((HARM_WEIGHTS[harm_of(rule)] for rule in error_rules), default=0)
+    return max((rule_weight(rule) for rule in error_rules), default=0)

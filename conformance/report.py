@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.findings import MAX_POINTERS, Finding
-from conformance.harms import HARM_WEIGHTS, answer_harm, harm_of, weight
+from conformance.harms import answer_harm, harm_of, rule_weight, weight
 from conformance.judge import Verdict
 from conformance.version import installed_version
 
@@ -176,7 +176,7 @@ class _RuleTally:
     def order(self) -> tuple[int, int, int, str]:
         """Errors first, the heaviest harm first, then the most responses, then by name."""
         f = self.first
-        harm = HARM_WEIGHTS[harm_of(f.rule)] if f.severity == "error" else 0
+        harm = rule_weight(f.rule) if f.severity == "error" else 0
         return (f.severity != "error", -harm, -self.responses, f.rule)
 
 

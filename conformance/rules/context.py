@@ -90,9 +90,9 @@ class ChoiceState:
     """A chunk of the choice carried non-null logprobs (Q69: asked for, and null on every chunk)."""
     content: list[str] = field(default_factory=list)
     """The chat content in pieces, kept only where a rule reads it whole (tools, a JSON response format)."""
-    tokens: TokenScan | None = None
-    """The content's scan for a chat template's control tokens, made at its first text
-    (rules/template_tokens.py): a bounded tail, not the text."""
+    tokens: TokenScan = field(default_factory=TokenScan)
+    """The content's scan for a chat template's control tokens (rules/template_tokens.py): a bounded
+    tail, not the text."""
 
 
 @dataclass(slots=True)

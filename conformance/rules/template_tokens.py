@@ -47,7 +47,5 @@ def template_tokens(
     """A chat choice's content, joined across its deltas (``state`` keeps the scan of each choice)."""
     if ctx.endpoint != "chat":
         return
-    if state.tokens is None:  # the choice's first chunk: its scan starts
-        state.tokens = TokenScan()
     part = "message" if event is None else "delta"
     text_tokens(ctx, state.tokens, choice_text(choice), event, f"/choices/{pos}/{part}/content")
