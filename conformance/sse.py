@@ -119,6 +119,38 @@ class SSEParser:
         self._buffer = rest
         return out
 
+    def data_events(self, chunk: bytes) -> bytes | None:
+        """The whole events ``chunk`` completes, where each is one ``data: `` line with an LF line end
+        (a token stream's usual read: the proxy relays those without making blocks of them): their
+        bytes, the last blank line included; the rest, the next event's beginning, is held as ``feed``
+        holds it. None where the read is anything else; ``chunk`` is then ``feed``'s. The events count
+        as parsed."""
+        if self._current is not None or self._skip_lf or b"\r" in chunk:
+            return None
+        if self._first:
+            if _BOM.startswith(chunk[:3]):  # a byte-order mark, or its beginning: ``feed`` strips it
+                return None
+            self._first = False
+        buffer = self._buffer + chunk if self._buffer else chunk
+        end = buffer.rfind(b"\n\n") + 2
+        if end < 2 or (self._max_line is not None and end > self._max_line):  # ``feed`` bounds a line
+            return None
+        events = buffer.count(b"\n\ndata: ", 0, end) + 1
+        # Each line end one of an event's two: no event of several lines, blank lines or other fields.
+        if buffer[:6] != b"data: " or buffer.count(b"\n", 0, end) != 2 * events:
+            return None
+        self._buffer = b""
+        self._consumed += end
+        self._blocks += events
+        if end < len(buffer):
+            self.feed(buffer[end:])  # (it holds no blank line: no block ends in it)
+        return buffer[:end]
+
+    def block_of(self, data: bytes) -> SSEBlock:
+        """The block of one event's data out of ``data_events``, as ``feed`` would have made it (but for
+        its index and offset: nothing that reads a relayed stream asks for them)."""
+        return SSEBlock(index=self._blocks - 1, offset=self._consumed, data=data.decode("utf-8", "replace"))
+
     def close(self) -> SSEBlock | None:
         """End of stream: returns the cut-off block, if any (marked ``complete=False``)."""
         if self._buffer:

@@ -18,7 +18,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from conformance import jsoncodec
 from conformance.api_errors import REDACTED, APIError, secret_in_bodies
-from conformance.protocols.front_end import CHUNKS, Output, Pieces, pieces_of
+from conformance.protocols.front_end import CHUNKS, DataLines, Output, Pieces, pieces_of
 from conformance.protocols.spooled_text import SpoolUnreadable
 from conformance.request_info import RequestInfo
 
@@ -421,8 +421,15 @@ def _redacted(failure: APIError | None, secret: str | None) -> APIError | None:
 async def _write_batches(writer: _CoalescingWriter, source: Source, output: Output) -> APIError | None:
     """Each batch of the source's chunks written, to the source's end or to the output's failure (a
     Response's text the server could not keep), which is returned."""
+    if isinstance(output, DataLines):
+        next_lines = source.active.next_lines  # past a wrapper's own call, on the per-chunk path
+        encode = output.events
+        while (lines := await next_lines(encode)) is not None:
+            if lines:
+                await writer.write(lines)
+        return None
     events = output.events
-    next_batch = source.active.next_batch  # past a wrapper's own call, on the per-chunk path
+    next_batch = source.active.next_batch
     while (batch := await next_batch()) is not None:
         if batch:
             await writer.write(events(batch))

@@ -191,6 +191,8 @@ class DataLines(Output):
         return _data_lines(chunks)
 
     def events(self, chunks: list[dict[str, Any]]) -> bytes:
+        # Each chunk goes out alone as one line, whatever came before it: a source may write the chunks
+        # that need no repair itself (``Source.next_lines``, proxy/sources/upstream.py).
         return _data_lines(chunks)
 
     async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:

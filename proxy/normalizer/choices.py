@@ -232,6 +232,19 @@ class ChoiceState:
         self.reasoning_tool_text = ToolTextScanner(tools, keep_taken=True) if tools else None
         self.reasoning_calls: list[ParsedCall] = []
 
+    def plain(self) -> bool:
+        """Whether a chunk of content alone changes nothing here but the count of output: the role was
+        sent, and no stop-sequence or tool-text scanner, held call or finish reason reads the text."""
+        return (
+            self.role_sent
+            and self.scanner is None
+            and self.tool_text is None
+            and self.reasoning_tool_text is None
+            and self.finish is None
+            and not self.unnamed
+            and self.held_calls is None
+        )
+
     def pass_text(self, text: str) -> str:
         """Text after stop-sequence enforcement (Q76); marks the choice stopped on a hit."""
         if self.scanner is not None:
@@ -257,6 +270,17 @@ class ChoiceState:
         if self.parts is not None:
             self.parts.append(text)
             self.held_text += len(text) + 64
+
+    def count_plain(self, texts: list[bytes]) -> None:
+        """Content events relayed by their bytes (plain_chunks.py), counted as ``count_output`` counts
+        each: ``texts`` are their contents' UTF-8."""
+        self.tokens += len(texts)
+        self.events += len(texts)
+        if self.parts is not None:
+            for text in texts:
+                decoded = text.decode()
+                self.parts.append(decoded)
+                self.held_text += len(decoded) + 64
 
     def pass_logprobs(self, logprobs: Any, *, chat: bool, had_text: bool, sends_text: bool) -> Any:
         """This chunk's logprobs once its text goes out: with stop sequences, a chunk's wait while the

@@ -153,6 +153,19 @@ class StreamNormalizer:
     def needs_usage(self) -> bool:
         return self.emit_usage and self.usage is None
 
+    def plain_choice(self) -> ChoiceState | None:
+        """The stream's one chat choice where a chunk of content alone needs nothing but to be counted
+        (proxy/normalizer/plain_chunks.py): its role sent, no stop sequence, tool-text or call state
+        that reads the text, no finish yet, the stream still open; else None."""
+        if not self._chat or len(self._choices) != 1 or self.failure is not None:
+            return None
+        if self.closed or self.upstream_done:
+            return None
+        (state,) = self._choices.values()
+        if not state.plain():
+            return None
+        return state
+
     def completion_texts(self) -> list[str]:
         return ["".join(s.parts or ()) for _, s in sorted(self._choices.items())]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from conformance import jsoncodec
 from conformance.api_errors import APIError
@@ -26,12 +26,15 @@ from ..normalizer import (
     normalize_body,
     within_limit,
 )
+from ..normalizer.plain_chunks import Encode, PlainChunks
 from ..normalizer.usage import USAGE_ESTIMATED, estimated_tokens, upstream_text
 from ..reshape import synthesize_chunks
 from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 from .base import Source
 
 __all__ = ["UpstreamSource"]
+
+T = TypeVar("T")
 
 
 def _logprobs_refused() -> APIError:
@@ -45,6 +48,7 @@ def _logprobs_refused() -> APIError:
 
 
 _DRAIN_TIMEOUT = 0.05
+_OPENING_EVENTS = 64  # a first read's events normalized before its first chunks go (``_events_batch``)
 _COUNT_TIMEOUT = 2.0  # seconds for the calls to the upstream's tokenizer of one answer
 # A stream whose usage the proxy counts holds its text only up to this (a choice's characters and a
 # string object's cost for each part); past it the text is counted and let go. Kept whole, a 200 MB
@@ -90,6 +94,9 @@ class UpstreamSource(Source):
             unshown_tokens=self._unshown_tokens,
         )
         self._parser = SSEParser(max_line_bytes=max_line_bytes)
+        self._plain: PlainChunks | None = None  # once the writer asks for data lines (next_lines)
+        self._held = b""  # whole data events read and parsed, not yet normalized (``_events_batch``)
+        self._starting = False
         self._stream: UpstreamStream | None = None
         self._pending: bytes | None = None
         self._ended = False
@@ -134,7 +141,9 @@ class UpstreamSource(Source):
                 await self._read_body(first + await stream.read_all(MAX_JSON_BODY))
                 return []
             self._pending = first
+        self._starting = True
         batch = await self._first_batch()
+        self._starting = False
         failure = self.failure
         if failure is None:
             return batch
@@ -229,15 +238,23 @@ class UpstreamSource(Source):
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
         """The next normalized chunks ([] when a read gave nothing to send), None at the end."""
+        return await self._step(self._batch)
+
+    async def next_lines(self, encode: Encode) -> bytes | None:
+        """The next chunks as data lines: a chat stream's chunks that need no repair relayed by their
+        bytes (``PlainChunks``), the others normalized and ``encode``d as ``next_batch`` would give them."""
+        if self._request.endpoint != "chat" or self._call.translate is not None:
+            return await super().next_lines(encode)
+        if self._plain is None:
+            self._plain = PlainChunks(self.normalizer, self._parser, encode)
+        return await self._step(self._lines)
+
+    async def _step(self, take: Callable[[], Awaitable[T]]) -> T | None:
+        """What ``take`` makes of the events held or the next read, None once the source ended."""
         if self._ended or self._stream is None:
             return None
         try:
-            raw = self._pending if self._pending is not None else await self._stream.read()
-            self._pending = None
-            if raw is None:
-                return await self._finish(self._parser.close())
-            self._received += len(raw)
-            return await self._normalized(raw)
+            return await take()
         except SSELineTooLong:
             self._failure = APIError.make("the upstream server sent an SSE line over the size limit", 502)
         except ValueError:
@@ -247,12 +264,50 @@ class UpstreamSource(Source):
         await self._end()
         return None
 
+    async def _read(self) -> bytes | None:
+        assert self._stream is not None
+        raw = self._pending if self._pending is not None else await self._stream.read()
+        self._pending = None
+        if raw is not None:
+            self._received += len(raw)
+        return raw
+
+    async def _batch(self) -> list[dict[str, Any]]:
+        if self._held:
+            events, self._held = self._held, b""
+            return await self._events_batch(events)
+        return await self._batch_of(await self._read())
+
+    async def _batch_of(self, raw: bytes | None) -> list[dict[str, Any]]:
+        if raw is None:
+            return await self._finish(self._parser.close())
+        return await self._normalized(raw)
+
+    async def _lines(self) -> bytes:
+        plain = self._plain
+        assert plain is not None
+        events: bytes | None = self._held
+        self._held = b""
+        if not events:
+            raw = await self._read()
+            events = None if raw is None else self._parser.data_events(raw)
+            if events is None:
+                return plain.encode(await self._batch_of(raw))
+        lines = plain.lines(events)
+        if self.normalizer.failure is not None:
+            await self._end()
+            return lines
+        tail = await self._after_read()
+        return lines + plain.encode(tail) if tail else lines
+
     async def _normalized(self, raw: bytes) -> list[dict[str, Any]]:
         """The chunks the normalizer makes of the events in ``raw``; the source ends where it fails,
         or where the upstream is done."""
         normalizer = self.normalizer
-        out: list[dict[str, Any]] = []
         translate = self._call.translate
+        if translate is None and (events := self._parser.data_events(raw)) is not None:
+            return await self._events_batch(events)
+        out: list[dict[str, Any]] = []
         for block in self._parser.feed(raw):
             if translate is not None and block.data is not None and block.data.strip()[:1] == "{":
                 payload = jsoncodec.loads(block.data)
@@ -263,19 +318,46 @@ class UpstreamSource(Source):
             if normalizer.failure is not None:
                 await self._end()
                 return out
+        return out + await self._after_read()
+
+    async def _events_batch(self, events: bytes) -> list[dict[str, Any]]:
+        """``_normalized`` of whole data events (``SSEParser.data_events``). While the source starts, a
+        long read's events past the first ``_OPENING_EVENTS`` are held for the next batch once a chunk
+        exists: the client's first token does not wait for thousands of others to be normalized, and
+        they may then be relayed (``next_lines``). A short answer read whole is still judged whole
+        before its status is chosen."""
+        normalizer = self.normalizer
+        out: list[dict[str, Any]] = []
+        start, end, count = 0, len(events), 0
+        while start < end:
+            stop = events.index(b"\n\n", start)
+            out += normalizer.feed(self._parser.block_of(events[start + 6 : stop]))
+            start, count = stop + 2, count + 1
+            if normalizer.failure is not None:
+                await self._end()
+                return out
+            if self._starting and out and count >= _OPENING_EVENTS and start < end:
+                self._held = events[start:]
+                return out
+        return out + await self._after_read()
+
+    async def _after_read(self) -> list[dict[str, Any]]:
+        """After a read's events: the text held for counting counted once it is long, and the stream's
+        last chunks where the upstream is done."""
+        normalizer = self.normalizer
         if normalizer.needs_usage:
             await self._count_as_it_comes(normalizer.take_texts(_COUNT_PIECE))
         if normalizer.upstream_done or normalizer.all_stopped:
             if normalizer.all_stopped and self._request.generates:
                 self._repairs.add("Q76")
-            return out + (await self._finish(None) or [])
-        return out
+            return await self._finish(None)
+        return []
 
     async def _end(self) -> None:
         await self.aclose()
         self._ended = True
 
-    async def _finish(self, tail: Any) -> list[dict[str, Any]] | None:
+    async def _finish(self, tail: Any) -> list[dict[str, Any]]:
         """End of the upstream: cancel what is left of it, then close the normalizer."""
         self._ended = True
         normalizer = self.normalizer

@@ -14,7 +14,7 @@ from conformance.request_info import RequestInfo
 from proxy.adapters import OpenAIAdapter
 from proxy.adapters.base import without_streaming
 from proxy.config import ProxyConfig
-from proxy.errors import UpstreamTimeout, error_from_http
+from proxy.errors import UpstreamTimeout
 from proxy.normalizer import Identity, Repairs, StreamNormalizer
 from proxy.sources.base import Source
 from proxy.sources.builder import SourceBuilder
@@ -22,7 +22,8 @@ from proxy.sources.fan_out import ConcurrentFanOut, SerialFanOut
 from proxy.sources.token_prompt import TextPromptFallback, source_for
 from proxy.sources.upstream import UpstreamSource
 from proxy.upstream import Upstream
-from proxy.upstream_traits import UpstreamTraits
+
+from .memory_upstream import HeldAnswer, HeldUpstream
 
 _BODY = {"model": "m", "prompt": "The capital", "max_tokens": 4, "n": 2, "stream": True}
 
@@ -209,50 +210,7 @@ def test_builder_sends_one_request_as_it_is_and_wraps_a_token_prompt_in_its_text
     assert isinstance(source_for(_builder(_info(single)), single), UpstreamSource)
 
 
-class _Answer:
-    """An upstream response held in memory: its status, content type and the reads it gives."""
-
-    def __init__(self, content_type: str, reads: list[bytes | APIError], status: int = 200) -> None:
-        self.status = status
-        self.content_type = content_type
-        self._reads = reads
-
-    async def read(self, timeout: float | None = None) -> bytes | None:  # noqa: ASYNC109
-        if not self._reads:
-            return None
-        read = self._reads.pop(0)
-        if isinstance(read, APIError):
-            raise read
-        return read
-
-    async def read_all(self, limit: int) -> bytes:
-        return b"".join(r for r in self._reads if isinstance(r, bytes))
-
-    async def error(self) -> APIError:
-        return error_from_http(self.status, self.content_type, await self.read_all(1 << 16))
-
-    async def aclose(self) -> None:
-        pass
-
-
-class _Upstream:
-    """The upstream's side that a source uses: requests answered from a list, no tokenizer."""
-
-    def __init__(self, answers: list[_Answer]) -> None:
-        self.config = ProxyConfig(upstream="http://127.0.0.1:9/v1")
-        self.traits = UpstreamTraits()
-        self.sent: list[dict[str, Any]] = []
-        self._answers = answers
-
-    async def open(self, path: str, body: Any, *, headers: Any = None, reservation: Any = None) -> _Answer:
-        self.sent.append(body)
-        return self._answers.pop(0)
-
-    async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
-        return None
-
-
-def _source(upstream: _Upstream, body: dict[str, Any], repairs: Repairs) -> UpstreamSource:
+def _source(upstream: HeldUpstream, body: dict[str, Any], repairs: Repairs) -> UpstreamSource:
     info = RequestInfo.from_body("completions", body)
     call = OpenAIAdapter().call("completions", body)
     return UpstreamSource(
@@ -276,8 +234,8 @@ def test_a_stream_ended_before_its_first_byte_is_asked_again_whole() -> None:
     whole = {"id": "x", "object": "text_completion", "created": 1, "model": "m",
              "choices": [{"text": " is Paris", "index": 0, "logprobs": None, "finish_reason": "stop"}],
              "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}}  # fmt: skip
-    upstream = _Upstream(
-        [_Answer("text/event-stream", []), _Answer("application/json", [json.dumps(whole).encode()])]
+    upstream = HeldUpstream(
+        [HeldAnswer("text/event-stream", []), HeldAnswer("application/json", [json.dumps(whole).encode()])]
     )
     repairs = Repairs()
     source = _source(upstream, body, repairs)
@@ -292,7 +250,7 @@ def test_a_stream_ended_before_its_first_byte_is_asked_again_whole() -> None:
 def test_a_stream_that_failed_after_its_first_byte_is_not_asked_again() -> None:
     body = {"model": "m", "prompt": "The capital", "max_tokens": 4, "stream": True}
     cut = APIError.make("the upstream connection failed: ReadError", 502)
-    upstream = _Upstream([_Answer("text/event-stream", [b": ping\n\n", cut])])
+    upstream = HeldUpstream([HeldAnswer("text/event-stream", [b": ping\n\n", cut])])
     source = _source(upstream, body, Repairs())
 
     async def scenario() -> APIError:
@@ -312,7 +270,7 @@ def test_a_stream_broken_off_after_done_fails_and_teaches_that_the_upstream_serv
              "choices": [{"text": " is", "index": 0, "logprobs": None, "finish_reason": None}]}  # fmt: skip
     sse = b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n"
     reset = APIError.make("the upstream connection failed: ReadError", 502)
-    upstream = _Upstream([_Answer("text/event-stream", [sse, reset])])
+    upstream = HeldUpstream([HeldAnswer("text/event-stream", [sse, reset])])
     source = _source(upstream, body, Repairs())
 
     async def scenario() -> APIError:
@@ -327,7 +285,7 @@ def test_a_stream_broken_off_after_done_fails_and_teaches_that_the_upstream_serv
 
 
 def test_a_refused_token_prompt_is_built_again_from_the_upstreams_text_of_it() -> None:
-    class Detokenizing(_Upstream):
+    class Detokenizing(HeldUpstream):
         async def answer(
             self,
             method: str,
@@ -343,11 +301,11 @@ def test_a_refused_token_prompt_is_built_again_from_the_upstreams_text_of_it() -
                 return None
             return {"text": " ".join(f"t{token}" for token in body["tokens"])}
 
-    refused = _Answer("application/json", [b'{"error": {"message": "no"}}'], status=500)
+    refused = HeldAnswer("application/json", [b'{"error": {"message": "no"}}'], status=500)
     whole = {"id": "x", "object": "text_completion", "created": 1, "model": "m",
              "choices": [{"text": " up", "index": 0, "logprobs": None, "finish_reason": "stop"}],
              "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}}  # fmt: skip
-    upstream = Detokenizing([refused, _Answer("application/json", [json.dumps(whole).encode()])])
+    upstream = Detokenizing([refused, HeldAnswer("application/json", [json.dumps(whole).encode()])])
     body = {"model": "m", "prompt": [1, 2], "max_tokens": 4}
     info = _info(body)
     source = source_for(_builder(info, upstream=upstream), body)
