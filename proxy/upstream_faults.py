@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Literal, NoReturn
 
 import httpx
 
@@ -27,7 +27,7 @@ from conformance.api_errors import APIError
 
 from .errors import UpstreamBroke, UpstreamError, UpstreamInvalidData, UpstreamRefused, UpstreamTimeout
 
-__all__ = ["BODY", "REQUEST", "Phase", "mapped", "upstream_fault"]
+__all__ = ["BODY", "REQUEST", "Phase", "mapped", "raise_mapped", "upstream_fault"]
 
 Phase = Literal["request", "body"]
 REQUEST: Phase = "request"
@@ -79,13 +79,18 @@ def upstream_fault(exc: BaseException, phase: Phase) -> APIError | None:
     return None
 
 
+def raise_mapped(exc: Exception, phase: Phase) -> NoReturn:
+    """Raise the proxy's error in place of ``exc``, met in ``phase`` (``upstream_fault``), else ``exc``."""
+    error = upstream_fault(exc, phase)
+    if error is None:
+        raise exc
+    raise error from None
+
+
 @contextmanager
 def mapped(phase: Phase) -> Iterator[None]:
-    """Raise the proxy's error in place of a lower one raised inside (``upstream_fault``)."""
+    """Raise the proxy's error in place of a lower one raised inside (``raise_mapped``)."""
     try:
         yield
     except Exception as exc:
-        error = upstream_fault(exc, phase)
-        if error is None:
-            raise
-        raise error from None
+        raise_mapped(exc, phase)

@@ -305,6 +305,13 @@ class _CoalescingWriter:
             return
         await self._write(data)
 
+    async def send_at_once(self, data: bytes) -> None:
+        """``data`` sent now, by the producer: for one that writes each read's chunks as one part (the
+        core's data lines, already joined) and nothing through ``write``, to which the helper's task
+        switch and join add nothing but cost (issue 35). The transport's flow control still holds the
+        producer back while a slow client does not read."""
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
     async def _write(self, data: bytes) -> None:
         if self._task.done():
             self._task.result()  # the client connection failed: raise it here
@@ -426,7 +433,7 @@ async def _write_batches(writer: _CoalescingWriter, source: Source, output: Outp
         encode = output.events
         while (lines := await next_lines(encode)) is not None:
             if lines:
-                await writer.write(lines)
+                await writer.send_at_once(lines)
         return None
     events = output.events
     next_batch = source.active.next_batch

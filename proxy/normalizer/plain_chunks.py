@@ -32,28 +32,58 @@ __all__ = ["PlainChunks"]
 
 _NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]')
 """What a JSON string's bytes hold where they are not its text."""
-_TEXT = rb'([^"\\\x00-\x1f]+)'
-"""A JSON string's bytes that are its text, as a pattern."""
+_CONTROL = re.compile(rb"[\x00-\x09\x0b-\x1f]")
+"""Control characters but the line feed, which ends events."""
 
 Encode = Callable[[list[dict[str, Any]]], bytes]
+_LAST_EVENTS = 3
+"""How many of a read's last events may end its run of plain chunks: a finish, usage and [DONE]."""
 
 
 class _Shape:
-    """The learned shape of a plain chunk: the upstream's events and the proxy's lines of it."""
+    """The learned shape of a plain chunk: the upstream's event and the proxy's line around the text.
 
-    __slots__ = ("event", "events", "joint", "line_head", "line_tail", "repairs", "same")
+    A run of events is read without a pattern compiled for it (Python compiled one in 0.8 ms, more than
+    a short stream's relay saves): split at the bytes between two texts, the run is of this shape when
+    it splits into as many texts as it holds events, none empty, and between the separators it holds
+    no more quotes, backslashes and line feeds than they do, nor any other control character.
+    """
+
+    __slots__ = ("head", "joint", "line_head", "line_tail", "quotes", "repairs", "same", "separator", "tail")
 
     def __init__(
         self, event_head: bytes, event_tail: bytes, head: bytes, tail: bytes, repairs: tuple[str, ...]
-    ):
-        one = re.escape(b"data: " + event_head) + _TEXT + re.escape(event_tail + b"\n\n")
-        self.event = re.compile(one)
-        self.events = re.compile(b"(?:" + one + b")+")
+    ) -> None:
+        self.head = b"data: " + event_head
+        self.tail = event_tail + b"\n\n"
+        self.separator = self.tail + self.head
+        self.quotes = (self.separator.count(b'"'), self.separator.count(b"\\"), self.separator.count(b"\n"))
         self.line_head = b"data: " + head
         self.line_tail = tail + b"\n\n"
         self.joint = self.line_tail + self.line_head
-        self.same = (event_head, event_tail) == (head, tail)  # the lines are the events as they came
+        self.same = (self.line_head, self.line_tail) == (self.head, self.tail)  # the lines are the events
         self.repairs = repairs
+
+    def texts(self, run: bytes, events: int) -> list[bytes] | None:
+        """The texts of ``run`` (``events`` whole data events) where each is a plain chunk of this shape."""
+        if not run.startswith(self.head) or not run.endswith(self.tail):
+            return None
+        inner = run[len(self.head) : len(run) - len(self.tail)]
+        if events == 1:  # a token stream's usual read
+            return [inner] if inner and _NOT_PLAIN.search(inner) is None else None
+        texts = inner.split(self.separator)
+        if len(texts) != events or b"" in texts:
+            return None
+        quotes, backslashes, line_feeds = self.quotes
+        separators = events - 1
+        if (
+            inner.count(b'"') != quotes * separators
+            or inner.count(b"\\") != backslashes * separators
+            or inner.count(b"\n") != line_feeds * separators
+            or _CONTROL.search(inner) is not None
+        ):
+            return None
+        return texts
 
 
 class PlainChunks:
@@ -71,36 +101,50 @@ class PlainChunks:
         self._candidate: tuple[bytes, bytes, bytes, bytes, tuple[str, ...]] | None = None
 
     def lines(self, events: bytes) -> bytes:
-        """What to send for ``events`` (``SSEParser.data_events``): runs of plain ones as the proxy's
-        lines of their texts, each other one through the normalizer. Stops after an event that ends
-        the stream or fails it (the rest is not the normalizer's to see, as ``feed`` would not)."""
+        """What to send for ``events`` (``SSEParser.data_events``): all of them relayed where they are
+        plain chunks of the learned shape (a token stream's usual read); else the plain run before a
+        read's last events (the stream's end: its finish, usage and [DONE]) relayed and the rest one
+        by one, each relayed if plain or through the normalizer, up to one that fails the stream (the
+        rest is not the normalizer's to see, as ``feed`` would not)."""
+        count = events.count(b"\n\n")
+        relayed = self._relayed(events, count)
+        if relayed is not None:
+            return relayed
+        parts = events[:-2].split(b"\n\n")
+        cut = len(events)
+        for last in range(1, min(_LAST_EVENTS, count - 1) + 1):
+            cut -= len(parts[-last]) + 2
+            relayed = self._relayed(events[:cut], count - last)
+            if relayed is not None:
+                return relayed + self._each(parts[-last:])
+        return self._each(parts)
+
+    def _each(self, events: list[bytes]) -> bytes:
+        """The lines of ``events`` (each ``data: `` and its data) one by one."""
         out: list[bytes] = []
-        start, end = 0, len(events)
         normalizer = self._normalizer
-        while start < end:
-            state, shape = self._state, self._shape
-            if state is not None and shape is not None and (run := shape.events.match(events, start)):
-                out.append(self._relayed(run.group(), state, shape))
-                start = run.end()
-                continue
-            stop = events.index(b"\n\n", start)
-            out.append(self._normalized(events[start + 6 : stop]))
-            start = stop + 2
+        for event in events:
+            line = self._relayed(event + b"\n\n", 1)
+            out.append(self._normalized(event[6:]) if line is None else line)
             if normalizer.failure is not None:
                 break
         return b"".join(out)
 
-    def _relayed(self, run: bytes, state: ChoiceState, shape: _Shape) -> bytes:
-        texts = shape.event.findall(run)
+    def _relayed(self, run: bytes, events: int) -> bytes | None:
+        """The lines of ``run`` where its ``events`` are all plain chunks of the learned shape, counted
+        as the normalizer counts them; else None."""
+        state, shape = self._state, self._shape
+        if state is None or shape is None or (texts := shape.texts(run, events)) is None:
+            return None
         if not run.isascii():
             try:
                 run.decode()
-            except UnicodeDecodeError:  # the parser would read it with U+FFFD: each the normalizer's
-                return b"".join([self._normalized(data) for data in _datas(run)])
+            except UnicodeDecodeError:  # the parser reads it with U+FFFD: the normalizer's to judge
+                return None
         state.count_plain(texts)
         repairs = self._normalizer.repairs
         for quirk in shape.repairs:
-            repairs[quirk] += len(texts)
+            repairs[quirk] += events
         if shape.same:
             return run
         return shape.line_head + shape.joint.join(texts) + shape.line_tail
@@ -122,11 +166,6 @@ class PlainChunks:
             self._state = state
         self._candidate = shape
         return encoded
-
-
-def _datas(run: bytes) -> list[bytes]:
-    """The data of each event of ``run`` (``data: `` lines, each ended by a blank line)."""
-    return [event[6:] for event in run[:-2].split(b"\n\n")]
 
 
 def _shape(

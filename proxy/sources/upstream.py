@@ -294,9 +294,12 @@ class UpstreamSource(Source):
             if events is None:
                 return plain.encode(await self._batch_of(raw))
         lines = plain.lines(events)
-        if self.normalizer.failure is not None:
+        normalizer = self.normalizer
+        if normalizer.failure is not None:
             await self._end()
             return lines
+        if not (normalizer.needs_usage or normalizer.upstream_done or normalizer.all_stopped):
+            return lines  # (most reads: nothing for ``_after_read`` to do)
         tail = await self._after_read()
         return lines + plain.encode(tail) if tail else lines
 
