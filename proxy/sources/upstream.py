@@ -48,7 +48,6 @@ def _logprobs_refused() -> APIError:
 
 
 _DRAIN_TIMEOUT = 0.05
-_OPENING_EVENTS = 64  # a first read's events normalized before its first chunks go (``_events_batch``)
 _COUNT_TIMEOUT = 2.0  # seconds for the calls to the upstream's tokenizer of one answer
 # A stream whose usage the proxy counts holds its text only up to this (a choice's characters and a
 # string object's cost for each part); past it the text is counted and let go. Kept whole, a 200 MB
@@ -324,22 +323,22 @@ class UpstreamSource(Source):
         return out + await self._after_read()
 
     async def _events_batch(self, events: bytes) -> list[dict[str, Any]]:
-        """``_normalized`` of whole data events (``SSEParser.data_events``). While the source starts, a
-        long read's events past the first ``_OPENING_EVENTS`` are held for the next batch once a chunk
-        exists: the client's first token does not wait for thousands of others to be normalized, and
-        they may then be relayed (``next_lines``). A short answer read whole is still judged whole
-        before its status is chosen."""
+        """``_normalized`` of whole data events (``SSEParser.data_events``). While the source starts, the
+        events after the first chunk are held for the next batch where the rest of the read neither
+        ends the stream nor carries an error: the client's first token does not wait for the others
+        (and they may then be relayed, ``next_lines``), while an answer read whole, or failed in the
+        read that began it, is still judged whole before its status is chosen."""
         normalizer = self.normalizer
         out: list[dict[str, Any]] = []
-        start, end, count = 0, len(events), 0
+        start, end = 0, len(events)
         while start < end:
             stop = events.index(b"\n\n", start)
             out += normalizer.feed(self._parser.block_of(events[start + 6 : stop]))
-            start, count = stop + 2, count + 1
+            start = stop + 2
             if normalizer.failure is not None:
                 await self._end()
                 return out
-            if self._starting and out and count >= _OPENING_EVENTS and start < end:
+            if out and self._starting and start < end and not _may_end(events, start):
                 self._held = events[start:]
                 return out
         return out + await self._after_read()
@@ -476,6 +475,11 @@ class UpstreamSource(Source):
         if self._stream is not None:
             stream, self._stream = self._stream, None
             await stream.aclose()
+
+
+def _may_end(events: bytes, start: int) -> bool:
+    """Whether the data events from ``start`` on may end the stream or fail it: [DONE], or an error."""
+    return events.find(b"[DONE]", start) >= 0 or events.find(b'"error"', start) >= 0
 
 
 def _logprobs_unfilled(body: dict[str, Any]) -> bool:
