@@ -431,9 +431,10 @@ async def _write_batches(writer: _CoalescingWriter, source: Source, output: Outp
     if isinstance(output, DataLines):
         next_lines = source.active.next_lines  # past a wrapper's own call, on the per-chunk path
         encode = output.events
+        send = writer.send_at_once
         while (lines := await next_lines(encode)) is not None:
             if lines:
-                await writer.send_at_once(lines)
+                await send(lines)
         return None
     events = output.events
     next_batch = source.active.next_batch

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from conformance import jsoncodec
 from conformance.api_errors import APIError
@@ -33,8 +33,6 @@ from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 from .base import Source
 
 __all__ = ["UpstreamSource"]
-
-T = TypeVar("T")
 
 
 def _logprobs_refused() -> APIError:
@@ -237,31 +235,60 @@ class UpstreamSource(Source):
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
         """The next normalized chunks ([] when a read gave nothing to send), None at the end."""
-        return await self._step(self._batch)
-
-    async def next_lines(self, encode: Encode) -> bytes | None:
-        """The next chunks as data lines: a chat stream's chunks that need no repair relayed by their
-        bytes (``PlainChunks``), the others normalized and ``encode``d as ``next_batch`` would give them."""
-        if self._request.endpoint != "chat" or self._call.translate is not None:
-            return await super().next_lines(encode)
-        if self._plain is None:
-            self._plain = PlainChunks(self.normalizer, self._parser, encode)
-        return await self._step(self._lines)
-
-    async def _step(self, take: Callable[[], Awaitable[T]]) -> T | None:
-        """What ``take`` makes of the events held or the next read, None once the source ended."""
         if self._ended or self._stream is None:
             return None
         try:
-            return await take()
-        except SSELineTooLong:
+            return await self._batch()
+        except (SSELineTooLong, ValueError, APIError) as exc:
+            await self._failed(exc)
+            return None
+
+    async def next_lines(self, encode: Encode) -> bytes | None:
+        """The next chunks as data lines: a chat stream's chunks that need no repair relayed by their
+        bytes (``PlainChunks``), the others normalized and ``encode``d as ``next_batch`` would give them.
+        One coroutine deep to the upstream's read: each level more cost every read (issue 35)."""
+        plain = self._plain
+        if plain is None:
+            if self._request.endpoint != "chat" or self._call.translate is not None:
+                return await super().next_lines(encode)
+            plain = self._plain = PlainChunks(self.normalizer, self._parser, encode)
+        if self._ended or (stream := self._stream) is None:
+            return None
+        try:
+            events: bytes | None = self._held
+            self._held = b""
+            if not events:
+                raw = self._pending if self._pending is not None else await stream.read()
+                self._pending = None
+                events = None
+                if raw is not None:
+                    self._received += len(raw)
+                    events = self._parser.data_events(raw)
+                if events is None:
+                    return plain.encode(await self._batch_of(raw))
+            lines = plain.lines(events)
+            normalizer = self.normalizer
+            if normalizer.failure is not None:
+                await self._end()
+                return lines
+            if not (normalizer.needs_usage or normalizer.upstream_done or normalizer.all_stopped):
+                return lines  # (most reads: nothing for ``_after_read`` to do)
+            tail = await self._after_read()
+            return lines + plain.encode(tail) if tail else lines
+        except (SSELineTooLong, ValueError, APIError) as exc:
+            await self._failed(exc)
+            return None
+
+    async def _failed(self, exc: Exception) -> None:
+        """The source ended by a failure of the stream's framing or the transport's (the normalizer
+        reports its own in ``failure``)."""
+        if isinstance(exc, SSELineTooLong):
             self._failure = APIError.make("the upstream server sent an SSE line over the size limit", 502)
-        except ValueError:
-            self._failure = APIError.make("the upstream server sent an event that is not valid JSON", 502)
-        except APIError as exc:  # the transport's (the normalizer reports its own in ``failure``)
+        elif isinstance(exc, APIError):
             self._failure = exc
+        else:
+            self._failure = APIError.make("the upstream server sent an event that is not valid JSON", 502)
         await self._end()
-        return None
 
     async def _read(self) -> bytes | None:
         assert self._stream is not None
@@ -281,26 +308,6 @@ class UpstreamSource(Source):
         if raw is None:
             return await self._finish(self._parser.close())
         return await self._normalized(raw)
-
-    async def _lines(self) -> bytes:
-        plain = self._plain
-        assert plain is not None
-        events: bytes | None = self._held
-        self._held = b""
-        if not events:
-            raw = await self._read()
-            events = None if raw is None else self._parser.data_events(raw)
-            if events is None:
-                return plain.encode(await self._batch_of(raw))
-        lines = plain.lines(events)
-        normalizer = self.normalizer
-        if normalizer.failure is not None:
-            await self._end()
-            return lines
-        if not (normalizer.needs_usage or normalizer.upstream_done or normalizer.all_stopped):
-            return lines  # (most reads: nothing for ``_after_read`` to do)
-        tail = await self._after_read()
-        return lines + plain.encode(tail) if tail else lines
 
     async def _normalized(self, raw: bytes) -> list[dict[str, Any]]:
         """The chunks the normalizer makes of the events in ``raw``; the source ends where it fails,
