@@ -125,15 +125,16 @@ class SSEParser:
         bytes, the last blank line included; the rest, the next event's beginning, is held as ``feed``
         holds it. None where the read is anything else; ``chunk`` is then ``feed``'s. The events count
         as parsed."""
-        if self._current is not None or self._skip_lf or b"\r" in chunk:
+        # (What ``feed`` holds has no line end: an event ends in ``chunk`` or not in this read at all.)
+        if self._current is not None or self._skip_lf or b"\n\n" not in chunk or b"\r" in chunk:
             return None
+        buffer = self._buffer + chunk if self._buffer else chunk
         if self._first:
-            if _BOM.startswith(chunk[:3]):  # a byte-order mark, or its beginning: ``feed`` strips it
+            if _BOM.startswith(buffer[:3]):  # the stream's first bytes a byte-order mark: ``feed`` strips it
                 return None
             self._first = False
-        buffer = self._buffer + chunk if self._buffer else chunk
         end = buffer.rfind(b"\n\n") + 2
-        if end < 2 or (self._max_line is not None and end > self._max_line):  # ``feed`` bounds a line
+        if self._max_line is not None and end > self._max_line:  # ``feed`` judges a read past the bound
             return None
         events = buffer.count(b"\n\ndata: ", 0, end) + 1
         # Each line end one of an event's two: no event of several lines, blank lines or other fields.

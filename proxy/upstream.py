@@ -94,11 +94,6 @@ class UpstreamStream:
         """
         if self._inflate is not None:
             return await self._read_inflated(timeout)
-        if timeout is None:  # a stream's every read: no coroutine more than it needs (issue 35)
-            try:
-                return await self._body.read()
-            except Exception as exc:
-                raise_mapped(exc, BODY)
         return await self._read_raw(timeout)
 
     async def _read_inflated(self, timeout: float | None) -> bytes | None:  # noqa: ASYNC109

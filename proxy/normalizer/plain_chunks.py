@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from conformance import jsoncodec
 from conformance.sse import SSEParser
@@ -36,8 +36,22 @@ _CONTROL = re.compile(rb"[\x00-\x09\x0b-\x1f]")
 """Control characters but the line feed, which ends events."""
 
 Encode = Callable[[list[dict[str, Any]]], bytes]
+_CONTENT_KEY = re.compile(rb'"content"\s*:\s*"$')
+"""How the bytes before a chunk's content end: the slot is found by the content's value, and must be
+the ``content`` key's (another key holding the same text, the content escaped otherwise, would not do)."""
 _LAST_EVENTS = 3
 """How many of a read's last events may end its run of plain chunks: a finish, usage and [DONE]."""
+
+
+class _Learned(NamedTuple):
+    """What one event taught: the bytes around its content, in the upstream's event and in the
+    proxy's line, and the repairs the normalizer counted for it."""
+
+    event_head: bytes
+    event_tail: bytes
+    head: bytes
+    tail: bytes
+    repairs: tuple[str, ...]
 
 
 class _Shape:
@@ -98,7 +112,13 @@ class PlainChunks:
         """How the stream's chunks are written as data lines (``DataLines.events``)."""
         self._state: ChoiceState | None = None  # set while the learned shape may be used
         self._shape: _Shape | None = None
-        self._candidate: tuple[bytes, bytes, bytes, bytes, tuple[str, ...]] | None = None
+        self._candidate: _Learned | None = None
+
+    def forget(self) -> None:
+        """What was learned let go: the normalizer is given events past the relay (a read it did not
+        take), after which a plain chunk is judged by two events again."""
+        self._state = None
+        self._candidate = None
 
     def lines(self, events: bytes) -> bytes:
         """What to send for ``events`` (``SSEParser.data_events``): all of them relayed where they are
@@ -111,6 +131,8 @@ class PlainChunks:
         if relayed is not None:
             return relayed
         parts = events[:-2].split(b"\n\n")
+        if self._state is None:  # nothing learned yet (or no longer): each through the normalizer
+            return self._each(parts)
         cut = len(events)
         for last in range(1, min(_LAST_EVENTS, count - 1) + 1):
             cut -= len(parts[-last]) + 2
@@ -170,7 +192,7 @@ class PlainChunks:
 
 def _shape(
     data: bytes, chunks: list[dict[str, Any]], encoded: bytes, repairs: tuple[str, ...]
-) -> tuple[bytes, bytes, bytes, bytes, tuple[str, ...]] | None:
+) -> _Learned | None:
     """The heads and tails around the content of an event the normalizer made one chunk of content
     alone of (in the upstream's data, and in the line the proxy sent without its ``data: `` and blank
     line), and its repairs; None for any other event, or where the content is not found once."""
@@ -188,8 +210,11 @@ def _shape(
     at, sent_at = data.find(string), line.find(string)
     if at < 0 or sent_at < 0 or data.find(string, at + 1) >= 0 or line.find(string, sent_at + 1) >= 0:
         return None
+    head = data[: at + 1]
+    if _CONTENT_KEY.search(head) is None:
+        return None
     end, sent_end = at + len(string) - 1, sent_at + len(string) - 1
-    return data[: at + 1], data[end:], line[: sent_at + 1], line[sent_end:], repairs
+    return _Learned(head, data[end:], line[: sent_at + 1], line[sent_end:], repairs)
 
 
 def _added(before: dict[str, int], after: dict[str, int]) -> tuple[str, ...]:

@@ -14,13 +14,13 @@ another replica when the first fails before its first byte (failover.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from conformance.api_errors import APIError
 from conformance.protocols.front_end import CHUNKS, Output
 
 from ..normalizer import Repairs
+from ..normalizer.plain_chunks import Encode
 
 __all__ = ["Attempts", "Source"]
 
@@ -62,7 +62,7 @@ class Source:
     async def next_batch(self) -> list[dict[str, Any]] | None:
         raise NotImplementedError
 
-    async def next_lines(self, encode: Callable[[list[dict[str, Any]]], bytes]) -> bytes | None:
+    async def next_lines(self, encode: Encode) -> bytes | None:
         """``next_batch`` as the core's data lines (``encode``: ``DataLines.events``), for the core's own
         wire, where each chunk goes out alone as one; None at the end. A source that reads an
         upstream's stream relays the chunks that need no repair by their bytes (upstream.py)."""

@@ -139,8 +139,10 @@ class UpstreamSource(Source):
                 return []
             self._pending = first
         self._starting = True
-        batch = await self._first_batch()
-        self._starting = False
+        try:
+            batch = await self._first_batch()
+        finally:
+            self._starting = False
         failure = self.failure
         if failure is None:
             return batch
@@ -252,27 +254,26 @@ class UpstreamSource(Source):
             if self._request.endpoint != "chat" or self._call.translate is not None:
                 return await super().next_lines(encode)
             plain = self._plain = PlainChunks(self.normalizer, self._parser, encode)
-        if self._ended or (stream := self._stream) is None:
+        if self._ended or self._stream is None:
             return None
         try:
-            events: bytes | None = self._held
-            self._held = b""
-            if not events:
-                raw = self._pending if self._pending is not None else await stream.read()
-                self._pending = None
-                events = None
-                if raw is not None:
-                    self._received += len(raw)
-                    events = self._parser.data_events(raw)
-                if events is None:
-                    return plain.encode(await self._batch_of(raw))
-            lines = plain.lines(events)
-            normalizer = self.normalizer
-            if normalizer.failure is not None:
+            held, self._held = self._held, b""
+            if held:
+                lines = plain.lines(held)
+            else:
+                raw = await self._read()
+                events = None if raw is None else self._parser.data_events(raw)
+                if events is None:  # the stream's end, or a read of other events or a cut one
+                    plain.forget()  # (the normalizer sees it: what the relay learned may no longer hold)
+                    if raw is None:
+                        return plain.encode(await self._finish(self._parser.close()))
+                    return plain.encode(await self._blocks_batch(raw))
+                lines = plain.lines(events)
+            if self.normalizer.failure is not None:
                 await self._end()
                 return lines
-            if not (normalizer.needs_usage or normalizer.upstream_done or normalizer.all_stopped):
-                return lines  # (most reads: nothing for ``_after_read`` to do)
+            if not self._after_read_due:  # (most reads)
+                return lines
             tail = await self._after_read()
             return lines + plain.encode(tail) if tail else lines
         except (SSELineTooLong, ValueError, APIError) as exc:
@@ -312,10 +313,14 @@ class UpstreamSource(Source):
     async def _normalized(self, raw: bytes) -> list[dict[str, Any]]:
         """The chunks the normalizer makes of the events in ``raw``; the source ends where it fails,
         or where the upstream is done."""
+        if self._call.translate is None and (events := self._parser.data_events(raw)) is not None:
+            return await self._events_batch(events)
+        return await self._blocks_batch(raw)
+
+    async def _blocks_batch(self, raw: bytes) -> list[dict[str, Any]]:
+        """``_normalized`` of a read the SSE parser makes blocks of."""
         normalizer = self.normalizer
         translate = self._call.translate
-        if translate is None and (events := self._parser.data_events(raw)) is not None:
-            return await self._events_batch(events)
         out: list[dict[str, Any]] = []
         for block in self._parser.feed(raw):
             if translate is not None and block.data is not None and block.data.strip()[:1] == "{":
@@ -332,9 +337,12 @@ class UpstreamSource(Source):
     async def _events_batch(self, events: bytes) -> list[dict[str, Any]]:
         """``_normalized`` of whole data events (``SSEParser.data_events``). While the source starts, the
         events after the first chunk are held for the next batch where the rest of the read neither
-        ends the stream nor carries an error: the client's first token does not wait for the others
-        (and they may then be relayed, ``next_lines``), while an answer read whole, or failed in the
-        read that began it, is still judged whole before its status is chosen."""
+        holds [DONE] nor an error object (``_may_end``): the client's first token does not wait for
+        the others (and they may then be relayed, ``next_lines``), and an answer read whole, or one
+        whose upstream reported an error in the read that began it, is still judged whole before its
+        status is chosen. Any other failure in the held rest (an event that is not JSON, a choice
+        index past those asked for) then ends the stream with its error event after the first chunk,
+        as it would had it come in the next read."""
         normalizer = self.normalizer
         out: list[dict[str, Any]] = []
         start, end = 0, len(events)
@@ -349,6 +357,12 @@ class UpstreamSource(Source):
                 self._held = events[start:]
                 return out
         return out + await self._after_read()
+
+    @property
+    def _after_read_due(self) -> bool:
+        """Whether ``_after_read`` has anything to do: text held for counting, or the upstream done."""
+        normalizer = self.normalizer
+        return normalizer.needs_usage or normalizer.upstream_done or normalizer.all_stopped
 
     async def _after_read(self) -> list[dict[str, Any]]:
         """After a read's events: the text held for counting counted once it is long, and the stream's
@@ -485,7 +499,8 @@ class UpstreamSource(Source):
 
 
 def _may_end(events: bytes, start: int) -> bool:
-    """Whether the data events from ``start`` on may end the stream or fail it: [DONE], or an error."""
+    """Whether the data events from ``start`` on may end the stream or report the upstream's error:
+    they hold [DONE] or an ``"error"`` key (no other failure is looked for: ``_events_batch``)."""
     return events.find(b"[DONE]", start) >= 0 or events.find(b'"error"', start) >= 0
 
 

@@ -43,7 +43,16 @@ def _fixed_identity(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _served(request: dict[str, Any], reads: list[bytes], lines: bool) -> dict[str, Any]:
     """What the source gives for an upstream stream of ``reads``: its bytes as the client gets them
-    (through ``next_lines``, or ``next_batch`` encoded as the writer encodes it), and its state."""
+    (through ``next_lines``; or, the reference, through ``next_batch`` encoded as the writer encodes
+    it, with every read given to the SSE parser's blocks, as before the relay), and its state."""
+    if not lines:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(SSEParser, "data_events", lambda self, chunk: None)
+            return _served_from(request, reads, lines)
+    return _served_from(request, reads, lines)
+
+
+def _served_from(request: dict[str, Any], reads: list[bytes], lines: bool) -> dict[str, Any]:
     upstream = HeldUpstream([HeldAnswer("text/event-stream", list(reads))])
     info = RequestInfo.from_body("chat", request)
     repairs = Repairs()
@@ -92,7 +101,12 @@ def _splits(body: bytes) -> dict[str, list[bytes]]:
         step = rng.randint(1, 400)
         cuts.append(body[at : at + step])
         at += step
-    return {"whole": [body], "events": events, "cut": cuts}
+    # Each event cut between its two line ends: no read holds a whole event, every one goes to the
+    # SSE parser's blocks, and what the relay learned must be let go.
+    line_ends = [piece for event in events for piece in (event[:-1], event[-1:])]
+    # A byte-order mark read apart from what follows it.
+    first = [body[:1], body[1:2], body[2:]] if body.startswith(b"\xef\xbb\xbf") else [body]
+    return {"whole": [body], "events": events, "cut": cuts, "line-ends": line_ends, "mark-apart": first}
 
 
 def _assert_same(request: dict[str, Any], body: bytes) -> None:
@@ -152,6 +166,15 @@ def _usage(i: int) -> dict[str, int]:
     return {"prompt_tokens": 1, "completion_tokens": i, "total_tokens": i + 1}
 
 
+def _escaped_beside(text: str, beside: str) -> bytes:
+    """A chunk whose content the upstream escaped needlessly (its first letter as ``\\u00XX``) after
+    another key: where that key holds the same text plainly, the relay must not take its slot for the
+    content's (a later chunk's key holds another text, the content the same)."""
+    escaped = f"\\u{ord(text[0]):04x}{text[1:]}"
+    chunk = _text(text).replace(f'"content": "{text}"'.encode(), f'"content": "{escaped}"'.encode())
+    return chunk.replace(b"data: {", f'data: {{"x": "{beside}", '.encode(), 1)
+
+
 def _words(words: list[bytes], old: bytes = b"", new: bytes = b"") -> bytes:
     return b"".join(w.replace(old, new) if old else w for w in words)
 
@@ -182,6 +205,9 @@ EDGES = {
     "second-choice": _ROLE + _words(_WORDS[:10]) + _text(" other").replace(b'"index": 0', b'"index": 1')
     + _words(_WORDS[10:20]) + _STOP + _DONE,
     "byte-order-mark": b"\xef\xbb\xbf" + _ROLE + _words(_WORDS) + _STOP + _DONE,
+    "same-text-beside-escaped-content": _ROLE + b"".join(_escaped_beside("hi", "hi") for i in range(4))
+    + b"".join(_escaped_beside("hi", f"other{i}") for i in range(4, 12)) + _STOP + _DONE,
+    "finish-then-plain": _ROLE + _words(_WORDS[:6]) + _STOP + _words(_WORDS[6:12]) + _DONE,
 }  # fmt: skip
 """Streams made for the relay's edges: each must be served as the normalizer's own path serves it."""
 
@@ -196,6 +222,27 @@ def test_an_edge_stream_is_served_the_same_relayed_or_parsed(name: str, usage: b
     if stop:
         request["stop"] = stop
     _assert_same(request, EDGES[name])
+
+
+def test_a_transport_failure_mid_stream_is_served_the_same_relayed_or_parsed() -> None:
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    broke = APIError.make("the upstream connection failed: ReadError", 502)
+    reads: list[Any] = [_ROLE, *_WORDS[:10], broke, *_WORDS[10:]]
+    relayed, parsed = _served(request, reads, lines=True), _served(request, reads, lines=False)
+    assert relayed == parsed
+    assert relayed["failure"] == (502, "the upstream connection failed: ReadError")
+
+
+def test_a_failure_in_the_first_reads_rest_ends_the_stream_after_its_first_chunk() -> None:
+    """The rest of a first read is held once a chunk exists, unless it holds [DONE] or an error object:
+    an event that is not JSON there ends the stream after the first chunk (as from the next read);
+    an upstream's error object in it is still answered with its status."""
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    served = _served(request, [_ROLE + _words(_WORDS[:3]) + b"data: {not json\n\n"], lines=True)
+    assert served["failure"] == (502, "the upstream server sent an event that is not valid JSON")
+    assert served["sent"].count(b"data: ") == 4  # the first chunk and the three words, then the error
+    reported = _served(request, [_ROLE + _words(_WORDS[:3]) + _ERROR], lines=True)
+    assert reported == {"raised": (500, "boom")}
 
 
 def test_a_long_plain_stream_is_relayed_not_parsed_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,8 +261,8 @@ def test_a_long_plain_stream_is_relayed_not_parsed_chunk_by_chunk(monkeypatch: p
         served = _served(request, split, lines=True)
         assert served["tokens"] == 2000
         assert served["failure"] is None
-        if how == "whole":  # an answer read whole is judged whole before its status is chosen
-            assert len(fed) == 2003
+        if how in ("whole", "line-ends", "mark-apart"):  # read whole, or no read of whole events
+            assert len(fed) == 2003, how
             continue
         # The role chunk, the two plain chunks the shape is learned from, the finish, [DONE]; and the
         # event cut by each read's end where reads are cut anywhere (it waits for the next read).
