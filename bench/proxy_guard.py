@@ -84,6 +84,9 @@ def main() -> int:
                 settle(targets)
                 short = _cpu(target, 1, REQUESTS, CHUNKS)
                 cpu[target.name] = (long, short)
+            if not all(all(pair) for pair in cpu.values()):  # no per-thread accounting (not Linux)
+                print("proxy guard: skipped, this system gives no per-thread CPU time (/proc/*/schedstat)")
+                return 0
             # Chunks per CPU-second, proxy over floor: the floor's CPU over the proxy's for the same chunks.
             chunk_ratios.append(cpu[floor.name][0] / cpu[proxy.name][0])
             request_ratios.append(cpu[proxy.name][1] / cpu[floor.name][1])
