@@ -268,8 +268,7 @@ class ChoiceState:
         self.tokens += max(estimated_tokens(text), 1) if call else 1
         self.events += 1
         if self.parts is not None:
-            self.parts.append(text)
-            self.held_text += len(text) + 64
+            self._keep(text)
 
     def count_plain(self, texts: list[bytes]) -> None:
         """Content events relayed by their bytes (plain_chunks.py), counted as ``count_output`` counts
@@ -278,9 +277,13 @@ class ChoiceState:
         self.events += len(texts)
         if self.parts is not None:
             for text in texts:
-                decoded = text.decode()
-                self.parts.append(decoded)
-                self.held_text += len(decoded) + 64
+                self._keep(text.decode())
+
+    def _keep(self, text: str) -> None:
+        """``text`` kept for counting, and what it holds: its characters and a string object's cost."""
+        assert self.parts is not None
+        self.parts.append(text)
+        self.held_text += len(text) + 64
 
     def pass_logprobs(self, logprobs: Any, *, chat: bool, had_text: bool, sends_text: bool) -> Any:
         """This chunk's logprobs once its text goes out: with stop sequences, a chunk's wait while the

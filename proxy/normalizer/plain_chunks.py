@@ -65,18 +65,16 @@ class _Shape:
 
     __slots__ = ("head", "joint", "line_head", "line_tail", "quotes", "repairs", "same", "separator", "tail")
 
-    def __init__(
-        self, event_head: bytes, event_tail: bytes, head: bytes, tail: bytes, repairs: tuple[str, ...]
-    ) -> None:
-        self.head = b"data: " + event_head
-        self.tail = event_tail + b"\n\n"
+    def __init__(self, learned: _Learned) -> None:
+        self.head = b"data: " + learned.event_head
+        self.tail = learned.event_tail + b"\n\n"
         self.separator = self.tail + self.head
         self.quotes = (self.separator.count(b'"'), self.separator.count(b"\\"), self.separator.count(b"\n"))
-        self.line_head = b"data: " + head
-        self.line_tail = tail + b"\n\n"
+        self.line_head = b"data: " + learned.head
+        self.line_tail = learned.tail + b"\n\n"
         self.joint = self.line_tail + self.line_head
         self.same = (self.line_head, self.line_tail) == (self.head, self.tail)  # the lines are the events
-        self.repairs = repairs
+        self.repairs = learned.repairs
 
     def texts(self, run: bytes, events: int) -> list[bytes] | None:
         """The texts of ``run`` (``events`` whole data events) where each is a plain chunk of this shape."""
@@ -184,7 +182,7 @@ class PlainChunks:
             return encoded
         shape = _shape(data, chunks, encoded, _added(before, normalizer.repairs))
         if shape is not None and shape == self._candidate:
-            self._shape = _Shape(*shape)
+            self._shape = _Shape(shape)
             self._state = state
         self._candidate = shape
         return encoded
