@@ -3,7 +3,8 @@ model, same threads, same llama.cpp settings, measured side by side in one run: 
 4, 8 and 16 concurrent streams (``--streams``), a new request's time to first token while 3 streams run
 versus idle, a prefill-heavy mix: long prompts arriving one after another while 4 streams decode
 (the decoding streams' tokens/s, and the long prompts' TTFT), and an agent's 12,000-token first prompt
-while 3 streams decode (its TTFT; nan where a server refuses it as past its context). llama-server joins
+while 3 streams decode (its TTFT; nan where a server refuses it as past its context; in the first
+``--agent-rounds`` rounds only, since it takes as long as the rest of a round). llama-server joins
 when it is on PATH (or given with ``--llama-server``), with the same slots, context and batch; once per
 ``--llama-server-args``, so that one run compares the backend (one unified KV cache by default) with
 llama-server's default (a stream per slot, with ``-np``) and its ``--kv-unified``:
@@ -14,7 +15,7 @@ llama-server's default (a stream per slot, with ``-np``) and its ``--kv-unified`
     python bench/backend_throughput.py [--model PATH] [--threads 2] [--tokens 64] [--rounds 3]
                                        [--streams 1,4,8,16] [--llama-server PATH]
                                        [--llama-server-args FLAGS]... [--only-llama-server]
-                                       [--rates-only]
+                                       [--rates-only] [--agent-rounds 1]
 
 Fair by construction:
 - Every request must produce exactly ``--tokens`` tokens. llama-cpp-python's server ignores
@@ -233,7 +234,13 @@ Measure = Callable[[Target], dict[str, float]]
 
 
 def measurements(
-    tokens: int, probes: int, streams: list[int], prompts: Iterator[list[int]], *, rates_only: bool = False
+    tokens: int,
+    probes: int,
+    streams: list[int],
+    prompts: Iterator[list[int]],
+    *,
+    rates_only: bool = False,
+    with_agent: bool = True,
 ) -> list[Measure]:
     """Each figure of a round, as a call on one target: every target takes one before the next begins."""
 
@@ -248,13 +255,15 @@ def measurements(
             return {}
         mix_tps, mix_ttft = prefill_mix(target, tokens * 4)
         figures = {"ttft_load": ttft_under_load(target, probes), "mix_tps": mix_tps, "mix_ttft": mix_ttft}
-        return figures | {"agent_ttft": agent_ttft(target, prompts)}
+        return figures | ({"agent_ttft": agent_ttft(target, prompts)} if with_agent else {})
 
     return [rate(n) for n in streams] + ([] if rates_only else [idle, loaded])
 
 
 def _medians(rounds: list[dict[str, float]]) -> dict[str, float]:
-    return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    # A figure taken in some rounds only (agent_ttft, --agent-rounds) is the median of those.
+    keys = dict.fromkeys(k for r in rounds for k in r)
+    return {k: statistics.median(r[k] for r in rounds if k in r) for k in keys}
 
 
 def _ratio(label: str, value: float, goal: str) -> None:
@@ -358,7 +367,7 @@ def print_paired(
         if math.isnan(native[key]) or math.isnan(mine[key]):
             print(f"{label + ':':52s}ours {mine[key]:.3f}, theirs {native[key]:.3f} (nan: refused)")
             return
-        each = statistics.median(o[key] / n[key] for o, n in zip(ours, theirs, strict=True))
+        each = statistics.median(o[key] / n[key] for o, n in zip(ours, theirs, strict=True) if key in o)
         print(
             f"{label + ':':52s}{each:.2f}x  ({mine[key] / native[key]:.2f}x)"
             + (f"  goal {goal}" if goal else "")
@@ -396,6 +405,12 @@ def main() -> int:
         "--only-llama-server", action="store_true", help="compare with llama-server only (a shorter run)"
     )
     parser.add_argument("--rates-only", action="store_true", help="only the tokens/s figures, no TTFT")
+    parser.add_argument(
+        "--agent-rounds",
+        type=int,
+        default=1,
+        help="rounds that also take the 12,000-token prompt's TTFT (about 5 minutes a server on 2 cores)",
+    )
     a = parser.parse_args()
     streams = sorted({int(n) for n in a.streams.split(",")})
     if not 1 <= streams[0] <= streams[-1] <= len(PROMPTS):
@@ -474,7 +489,11 @@ def main() -> int:
             target.complete(PROMPTS[0], 4)  # warm up
         for round_ in range(1, a.rounds + 1):
             taken: dict[str, dict[str, float]] = {target.name: {} for target in targets}
-            for take in measurements(a.tokens, a.probes, streams, agent, rates_only=a.rates_only):
+            with_agent = round_ <= a.agent_rounds
+            takes = measurements(
+                a.tokens, a.probes, streams, agent, rates_only=a.rates_only, with_agent=with_agent
+            )
+            for take in takes:
                 # Back to back, in an order that turns each round: the machine's drift (2x between
                 # rounds on a shared VM) then falls on every target's figure alike.
                 for target in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
