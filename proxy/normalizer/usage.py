@@ -17,6 +17,7 @@ __all__ = [
     "clean_usage",
     "counted_usage",
     "estimated_tokens",
+    "generated_tokens",
     "nothing_generated",
     "sum_usage",
     "upstream_text",
@@ -50,6 +51,18 @@ def _count(value: Any) -> int | None:
 def estimated_tokens(text: str) -> int:
     """``text``'s tokens as estimated without a tokenizer: its words and runs of punctuation."""
     return sum(1 for _ in _PIECE.finditer(text))
+
+
+def generated_tokens(payload: Any) -> int | None:
+    """The tokens a llama.cpp server says it generated for a one-choice answer (``timings.predicted_n``,
+    Q35), where it sent no usage: its own count, exact where counting the text again is not (JSON made
+    under a grammar tokenizes again in fewer tokens than it was generated in: 31 for 61, issue 37)."""
+    if not isinstance(payload, dict) or not isinstance(timings := payload.get("timings"), dict):
+        return None
+    choices = payload.get("choices")
+    if isinstance(choices, list) and len(choices) != 1:
+        return None
+    return _count(timings.get("predicted_n"))
 
 
 def upstream_text(payload: Any) -> str:

@@ -27,7 +27,7 @@ from ..normalizer import (
     within_limit,
 )
 from ..normalizer.plain_chunks import Encode, PlainChunks
-from ..normalizer.usage import USAGE_ESTIMATED, estimated_tokens, upstream_text
+from ..normalizer.usage import USAGE_ESTIMATED, estimated_tokens, generated_tokens, upstream_text
 from ..reshape import synthesize_chunks
 from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 from .base import Source
@@ -210,6 +210,7 @@ class UpstreamSource(Source):
             except ValueError:
                 raise APIError.make("the upstream server sent a body that is not valid JSON", 502) from None
         generated = upstream_text(obj)  # what the upstream generated, before the proxy reads it
+        generated_count = generated_tokens(obj)
         if self._call.translate is not None:
             obj = self._call.translate(obj)
         body = normalize_body(
@@ -232,7 +233,9 @@ class UpstreamSource(Source):
                 texts = [generated]
             texts = texts if self._request.generates else []  # (an echo, not generated)
             # No tokenizer and no usage: the texts' pieces are the closest count a JSON body offers.
-            body["usage"] = await self._count_usage(texts, sum(estimated_tokens(t) for t in texts))
+            fallback = sum(estimated_tokens(t) for t in texts)
+            told = generated_count if self._request.generates else None
+            body["usage"] = await self._count_usage(texts, fallback, generated=told)
         self.body = body
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
@@ -458,7 +461,13 @@ class UpstreamSource(Source):
             self._counted += counted
 
     async def _count_usage(
-        self, texts: list[str], fallback_completion: int, counted: int | None = 0, events: int = 0
+        self,
+        texts: list[str],
+        fallback_completion: int,
+        counted: int | None = 0,
+        events: int = 0,
+        *,
+        generated: int | None = None,
     ) -> dict[str, Any]:
         """Usage the upstream did not report: counted with its tokenizer when it has one, and answers in
         time (``counted``: tokens already counted as the stream came, None when that failed), the
@@ -467,22 +476,20 @@ class UpstreamSource(Source):
 
         A stream's completion is no fewer than its output ``events``: output generated under a grammar
         tokenizes again shorter than it was generated (llama-cpp-python counted 24 tokens for a JSON
-        answer its tokenizer makes 17 of, issue 37), and llama.cpp's servers stream a token an event."""
+        answer its tokenizer makes 17 of, issue 37), and llama.cpp's servers stream a token an event.
+        ``generated``: the upstream's own count of the tokens it generated (``generated_tokens``), taken
+        as it is; the texts are then not counted."""
         self._repairs.add("Q28")
         count, left = self._counter()
         # The prompt the upstream was sent (the proxy's tool emulation adds the tools' description to it):
         # what the upstream counts.
         prompt = await self._adapter.prompt_tokens(self._upstream, self._call.body, left())
         estimated = prompt is None or prompt.estimated
-        completion = counted
-        for text in texts:
-            if completion is None:
-                break
-            tokens = await count(text) if text else 0
-            completion = None if tokens is None else completion + tokens
+        completion = generated if generated is not None else await _tokens_of(texts, count, counted)
         if completion is None:
             completion, estimated = fallback_completion, True
-        completion = max(completion, events)
+        if generated is None:
+            completion = max(completion, events)
         if estimated:
             self._repairs.add(USAGE_ESTIMATED)
         prompt_tokens = estimated_prompt(self._call.body) if prompt is None else prompt.tokens
@@ -496,6 +503,18 @@ class UpstreamSource(Source):
         if self._stream is not None:
             stream, self._stream = self._stream, None
             await stream.aclose()
+
+
+async def _tokens_of(
+    texts: list[str], count: Callable[[str], Awaitable[int | None]], counted: int | None
+) -> int | None:
+    """``counted`` and the tokens of ``texts`` as ``count`` counts them; None once a count fails."""
+    for text in texts:
+        if counted is None:
+            break
+        tokens = await count(text) if text else 0
+        counted = None if tokens is None else counted + tokens
+    return counted
 
 
 def _may_end(events: bytes, start: int) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.normalizer.usage import estimated_tokens
+from proxy.normalizer.usage import estimated_tokens, generated_tokens
 
 from .conftest import metric, run_proxy, upstream_answer
 from .rawserver import Record, http_chunk, raw_server, read_request, sse_head
@@ -44,9 +44,12 @@ def _whole() -> dict[str, Any]:
     return upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "tool_calls"}])
 
 
-def _upstream(tokenizer: bool, events: list[dict[str, Any]] | None = None) -> Any:
+def _upstream(
+    tokenizer: bool, events: list[dict[str, Any]] | None = None, whole: dict[str, Any] | None = None
+) -> Any:
     """Tool calls without usage, streamed or whole as asked (``events`` instead, when given, for
-    both); ``/tokenize`` (llama.cpp's) when ``tokenizer``, else 404 for it."""
+    both; ``whole`` instead of the whole answer, when given); ``/tokenize`` (llama.cpp's) when
+    ``tokenizer``, else 404 for it."""
 
     def answer(status: str, content_type: str, data: bytes) -> bytes:
         head = f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {len(data)}\r\n\r\n"
@@ -67,7 +70,8 @@ def _upstream(tokenizer: bool, events: list[dict[str, Any]] | None = None) -> An
                 data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in sent)
                 writer.write(sse_head() + http_chunk(data + b"data: [DONE]\n\n") + b"0\r\n\r\n")
             else:
-                writer.write(answer("200 OK", "application/json", json.dumps(_whole()).encode()))
+                sent = whole if whole is not None else _whole()
+                writer.write(answer("200 OK", "application/json", json.dumps(sent).encode()))
             await writer.drain()
 
     return handler
@@ -168,3 +172,36 @@ def test_two_calls_sent_whole_without_a_tokenizer_are_counted_by_their_text_and_
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "conformant.access"]
     assert [line["usage_estimated"] for line in lines if line["path"] == "/v1/chat/completions"] == [True]
     assert metric(page, "conformant_usage_estimated_total", endpoint="chat") == 1
+
+
+def test_a_whole_answer_without_usage_counts_the_tokens_the_server_says_it_generated() -> None:
+    """llama.cpp's servers say in ``timings.predicted_n`` how many tokens they generated (Q35): JSON
+    made under a grammar tokenizes again in fewer (llama-server: 31 for 61 on a call the proxy asked as
+    JSON output, issue 37), so where no usage came their own count is taken, not the text's."""
+    generated = CALL_TOKENS + 12  # more than the text tokenizes to (one token a character here)
+    answer = {**_whole(), "timings": {"prompt_n": 3, "predicted_n": generated}}
+    with raw_server(_upstream(True, whole=answer)) as (upstream, _), run_proxy(upstream) as url:
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10)
+    assert response.status_code == 200, response.text
+    usage = response.json()["usage"]
+    assert usage["completion_tokens"] == generated
+    assert usage["total_tokens"] == usage["prompt_tokens"] + generated
+    assert "timings" not in response.json()  # (read, not relayed: Q35)
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ({"choices": [{}], "timings": {"predicted_n": 7}}, 7),
+        ({"content": "x", "timings": {"predicted_n": 7}}, 7),  # (llama.cpp's native route)
+        ({"choices": [{}, {}], "timings": {"predicted_n": 7}}, None),  # (whose tokens?)
+        ({"choices": [{}], "timings": {"predicted_n": -1}}, None),
+        ({"choices": [{}], "timings": {"predicted_n": True}}, None),
+        ({"choices": [{}], "timings": {"predicted_n": "7"}}, None),
+        ({"choices": [{}], "timings": [7]}, None),
+        ({"choices": [{}]}, None),
+        ([], None),
+    ],
+)
+def test_the_generated_count_is_read_only_where_it_is_one_answers_count(payload: Any, expected: Any) -> None:
+    assert generated_tokens(payload) == expected
