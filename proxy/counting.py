@@ -18,7 +18,7 @@ from conformance.protocols.front_end import CountRoute, FrontEnd
 
 from .item_limit import too_many_items
 from .observability import exchange_of
-from .serving import Serving, authorized, read_body, refusal
+from .serving import Serving, read_body, refusal, refused_client
 from .upstream import Upstream
 
 __all__ = ["count"]
@@ -29,8 +29,8 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
     exchange.endpoint = front_end.name
     config = serving.config
     try:
-        if not authorized(request, config.api_key):
-            raise APIError.make("invalid or missing API key", 401, code="invalid_api_key")
+        if (turned_away := refused_client(request, config)) is not None:
+            raise turned_away
         raw = await read_body(request, config.max_body)
     except APIError as refused:
         return refusal(front_end, refused, exchange)

@@ -29,7 +29,7 @@ from conformance.request_info import RequestInfo
 from .item_limit import too_many_items
 from .observability import exchange_of
 from .routing import prefix_key
-from .serving import NOT_FORWARDED_TO_GENERATION, Serving, authorized, forward_headers, read_body, refusal
+from .serving import NOT_FORWARDED_TO_GENERATION, Serving, forward_headers, read_body, refusal, refused_client
 from .sources.builder import fan_out_refusal
 from .sources.failover import FailoverSource
 from .sources.plan import RequestPlan
@@ -43,10 +43,8 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
     exchange = exchange_of(request.scope)
     exchange.endpoint = front_end.name
     config = serving.config
-    if not authorized(request, config.api_key):
-        return refusal(
-            front_end, APIError.make("invalid or missing API key", 401, code="invalid_api_key"), exchange
-        )
+    if (turned_away := refused_client(request, config)) is not None:
+        return refusal(front_end, turned_away, exchange)
     try:
         raw = await read_body(request, config.max_body)
     except APIError as refused:

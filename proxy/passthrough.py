@@ -18,7 +18,7 @@ from .observability import Exchange, exchange_of
 from .relay import has_dot_segment, relay
 from .routing.replica import Replica
 from .served_names import ServedNames
-from .serving import NOT_FORWARDED, Serving, authorized, forward_headers, read_body, refused_key, unknown_url
+from .serving import NOT_FORWARDED, Serving, forward_headers, read_body, refused_client, unknown_url
 from .writer import HeldResponse
 
 __all__ = ["PASSTHROUGH_PATH", "passthrough"]
@@ -29,8 +29,8 @@ _METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 async def passthrough(serving: Serving, request: Request) -> Response:
     """Another ``/v1/*`` path, sent to the upstream as it is (see the module's docstring)."""
-    if not authorized(request, serving.config.api_key):
-        return refused_key()
+    if (turned_away := refused_client(request, serving.config)) is not None:
+        return turned_away.response()
     scope = request.scope
     if has_dot_segment(scope["path"]):
         return unknown_url(request)

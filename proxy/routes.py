@@ -33,7 +33,7 @@ from .generation import generate
 from .listing import model, models
 from .observability import exchange_of
 from .passthrough import PASSTHROUGH_PATH, passthrough
-from .serving import Serving, authorized, refused_key
+from .serving import Serving, refusal, refused_client
 from .sockets import serve_socket
 
 __all__ = ["RouteTable", "front_ends", "route_table"]
@@ -97,8 +97,8 @@ async def _state_route(
     """A route of a protocol's own state (``GET /v1/responses/{id}``), behind the API key: answered from
     the proxy's store, never the upstream's."""
     exchange_of(request.scope).endpoint = front_end.name
-    if not authorized(request, serving.config.api_key):
-        return refused_key()
+    if (turned_away := refused_client(request, serving.config)) is not None:
+        return refusal(front_end, turned_away, exchange_of(request.scope))
     return await state.handle(request)
 
 

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Scope
 
 from conformance.api_errors import REDACTED, APIError, error_response, secret_in_bodies
+from conformance.browser_origin import refused_origin
 from conformance.protocols.front_end import FrontEnd
 
 from .config import ProxyConfig
@@ -31,6 +32,7 @@ __all__ = [
     "forward_headers",
     "read_body",
     "refusal",
+    "refused_client",
     "unknown_url",
 ]
 
@@ -93,6 +95,22 @@ def authorized(request: HTTPConnection, api_key: str | None) -> bool:
     else:
         supplied = headers.get("x-api-key") or headers.get("api-key", "")
     return hmac.compare_digest(supplied.encode(), api_key.encode())
+
+
+_READ_ONLY = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def refused_client(request: Request, config: ProxyConfig) -> APIError | None:
+    """Why the proxy will not take ``request``, if it will not: a browser page of an origin
+    ``--cors-origin`` does not allow asking it to do something (conformance/browser_origin.py: a 403),
+    or a missing or wrong API key (401)."""
+    if request.method not in _READ_ONLY:
+        refused = refused_origin(request.headers, config.cors_origins, "Requests")
+        if refused is not None:
+            return refused
+    if not authorized(request, config.api_key):
+        return APIError.make("invalid or missing API key", 401, code="invalid_api_key")
+    return None
 
 
 def refused_key() -> JSONResponse:

@@ -696,6 +696,53 @@ def test_cors_preflight_and_response_headers(upstream: tuple[str, Upstream]) -> 
             assert "origin" not in server.requests[-1]["headers"]
 
 
+def test_a_page_of_another_origin_cannot_make_the_proxy_act(upstream: tuple[str, Upstream]) -> None:
+    """A browser sends a "simple" POST (``content-type: text/plain``) from any page without a preflight,
+    and the proxy read its body as JSON all the same: any site a user had open could make a keyless
+    local server generate, store Responses or post through to the upstream (issue 38's review). A
+    request whose ``Origin`` ``--cors-origin`` does not name is a 403 in its protocol's words before it
+    is read, and the upstream never sees it; clients that are no browser send no ``Origin``."""
+    url, server = upstream
+    page = {"origin": "https://evil.example", "content-type": "text/plain"}
+    messages = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    asked = [
+        ("/v1/chat/completions", CHAT),
+        ("/v1/completions", {"model": "m", "prompt": "hi"}),
+        ("/v1/responses", {"model": "m", "input": "hi", "store": True}),
+        ("/v1/messages", messages),
+        ("/v1/messages/count_tokens", messages),
+        ("/v1/files", {"purpose": "x"}),  # (passed through)
+    ]
+    with run_proxy(url, upstream_kind="openai") as proxy:  # no key: a local server as README starts it
+        for path, body in asked:
+            refused = httpx.post(proxy + path, content=json.dumps(body), headers=page, timeout=10)
+            assert refused.status_code == 403, (path, refused.text)
+            if path.startswith("/v1/messages"):  # (Anthropic's error shape)
+                assert refused.json()["error"]["type"] == "permission_error", refused.text
+            else:
+                assert _assert_openai_error(refused, 403)["code"] == "origin_not_allowed"
+        deleted = httpx.delete(proxy + "/v1/responses/resp_1", headers=page, timeout=10)
+        assert _assert_openai_error(deleted, 403)["code"] == "origin_not_allowed"
+        assert server.requests == []
+        # Without an Origin, the same body is served; a page's GET does nothing, and reads nothing
+        # without CORS.
+        plain = httpx.post(
+            proxy + "/v1/chat/completions", content=json.dumps(CHAT), headers={"content-type": "text/plain"}
+        )
+        assert plain.status_code == 200, plain.text
+        assert httpx.get(proxy + "/v1/models", headers=page, timeout=10).status_code == 200
+    with run_proxy(url, cors_origins=("https://app.example",), upstream_kind="openai") as proxy:
+        allowed = {**page, "origin": "https://app.example"}
+        served = httpx.post(proxy + "/v1/chat/completions", content=json.dumps(CHAT), headers=allowed)
+        assert served.status_code == 200, served.text
+        assert served.headers["access-control-allow-origin"] == "https://app.example"
+        other = httpx.post(proxy + "/v1/chat/completions", content=json.dumps(CHAT), headers=page)
+        assert _assert_openai_error(other, 403)["code"] == "origin_not_allowed"
+    with run_proxy(url, cors_origins=("*",), upstream_kind="openai") as proxy:
+        anyone = httpx.post(proxy + "/v1/chat/completions", content=json.dumps(CHAT), headers=page)
+        assert anyone.status_code == 200, anyone.text
+
+
 def test_a_proxy_bug_is_an_openai_500_without_the_traceback(
     upstream: tuple[str, Upstream], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,7 +47,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from conformance import jsoncodec
-from conformance.api_errors import APIError, error_response, quoted
+from conformance.api_errors import APIError, quoted
+from conformance.browser_origin import refused_origin
 from conformance.openai_errors import error_body
 from conformance.request_validation import parse_json_object
 
@@ -94,17 +95,9 @@ own, and a request id, which each turn gets anew."""
 def origin_refusal(websocket: WebSocket, allowed: Sequence[str] = ()) -> Response | None:
     """The 403 for a handshake from a browser page whose origin ``allowed`` does not list (``*``: any),
     else None. A browser lets any page open a WebSocket to a local server and read what comes back, where
-    ``fetch`` hides a response without CORS; browsers always send ``Origin``, other clients (openai-python,
-    the ``websockets`` library, Codex CLI) none."""
-    origin = websocket.headers.get("origin")
-    if origin is None or "*" in allowed or origin in allowed:
-        return None
-    return error_response(
-        "WebSocket connections from this origin are not allowed; start the server with --cors-origin "
-        "naming it.",
-        403,
-        code="origin_not_allowed",
-    )
+    ``fetch`` hides a response without CORS (conformance/browser_origin.py)."""
+    refused = refused_origin(websocket.headers, allowed, "WebSocket connections")
+    return None if refused is None else refused.response()
 
 
 class SocketStore:
