@@ -54,6 +54,8 @@ class Exchange:
     """The upstream that answered, when the proxy routes to several (``--config``)."""
     queued_ms: float | None = None
     """Time the request waited for a slot of an upstream at its ``max_concurrency``."""
+    socket: str | None = None
+    """The request id of the WebSocket whose turn this request is (proxy/sockets.py)."""
 
     def take_error(self, error: APIError) -> None:
         """The error the client got (an HTTP error or the stream's error event), for the log line."""
@@ -201,12 +203,18 @@ class ObservabilityMiddleware:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._socket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request_id = _header(scope, b"x-request-id") or "req_" + os.urandom(12).hex()
         exchange = Exchange(request_id=request_id, started=time.perf_counter())
-        scope.setdefault("state", {})["conformant_exchange"] = exchange
+        state = scope.setdefault("state", {})
+        socket = state.get("conformant_exchange")  # a WebSocket turn's request carries its socket's
+        exchange.socket = socket.request_id if isinstance(socket, Exchange) else None
+        state["conformant_exchange"] = exchange
         raw_id = request_id.encode("latin-1", "replace")
 
         async def send_with_id(message: Message) -> None:
@@ -225,6 +233,27 @@ class ObservabilityMiddleware:
                 exchange.status = 499 if exchange.disconnected else 500
             self.metrics.record(exchange, duration)
             _log(scope, exchange, duration)
+
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket: one line when it ends, with the handshake's outcome (101 accepted, else the
+        denial's status and error: a refused key or origin was logged nowhere) and its whole duration;
+        each of its turns has a line of its own, naming the socket (``socket``). Not counted in the
+        metrics, whose request durations a socket's life would swamp."""
+        request_id = _header(scope, b"x-request-id") or "ws_" + os.urandom(12).hex()
+        exchange = Exchange(request_id=request_id, started=time.perf_counter())
+        scope.setdefault("state", {})["conformant_exchange"] = exchange
+
+        async def send_noted(message: Message) -> None:
+            if message["type"] == "websocket.accept":
+                exchange.status = 101
+            elif message["type"] == "websocket.http.response.start":
+                exchange.status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noted)
+        finally:
+            _log(scope, exchange, time.perf_counter() - exchange.started)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -245,7 +274,7 @@ def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
     line = {
         "request_id": exchange.request_id,
         "client": client[0] if client else None,  # behind a trusted proxy, the forwarded one
-        "method": scope["method"],
+        "method": scope.get("method", "GET"),  # (a WebSocket's handshake is a GET)
         "path": scope["path"],
         "status": exchange.status,
         "upstream_status": exchange.upstream_status,
@@ -260,6 +289,10 @@ def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
         "error": exchange.error,
         "error_code": exchange.error_code,
     }
+    if scope["type"] == "websocket":
+        line["websocket"] = True
+    if exchange.socket is not None:  # a WebSocket's turn
+        line["socket"] = exchange.socket
     if exchange.upstream is not None:  # routed (--config): which upstream, and the wait for it
         line["upstream"] = exchange.upstream
         line["queued_ms"] = exchange.queued_ms

@@ -31,12 +31,13 @@ from starlette.routing import request_response
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
+from conformance.api_errors import APIError
+from conformance.browser_origin import refused_origin
 from conformance.protocols.front_end import FrontEnd, SocketRoute
-from conformance.protocols.responses.websocket import origin_refusal
 
 from .generation import generate
-from .observability import ObservabilityMiddleware
-from .serving import Serving, authorized, refused_key
+from .observability import ObservabilityMiddleware, exchange_of
+from .serving import Serving, authorized
 
 __all__ = ["QuietDenials", "serve_socket"]
 
@@ -44,12 +45,13 @@ __all__ = ["QuietDenials", "serve_socket"]
 async def serve_socket(serving: Serving, socket: SocketRoute, websocket: WebSocket) -> None:
     """A WebSocket to ``socket``'s path: refused from a browser origin not allowed and without the key,
     else served by its protocol."""
-    refused = origin_refusal(websocket, serving.config.cors_origins)
+    exchange = exchange_of(websocket.scope)
+    refused = refused_origin(websocket.headers, serving.config.cors_origins, "WebSocket connections")
+    if refused is None and not authorized(websocket, serving.config.api_key):
+        refused = APIError.make("invalid or missing API key", 401, code="invalid_api_key")
     if refused is not None:
-        await websocket.send_denial_response(refused)
-        return
-    if not authorized(websocket, serving.config.api_key):
-        await websocket.send_denial_response(refused_key())
+        exchange.take_error(refused)  # (the socket's access-log line)
+        await websocket.send_denial_response(refused.response())
         return
     await socket.serve(websocket, partial(_answering, serving))
 

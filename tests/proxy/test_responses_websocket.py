@@ -221,9 +221,11 @@ def test_a_browser_page_of_another_origin_is_refused_at_the_handshake() -> None:
             assert refused.value.response.status_code == 403
 
 
-def test_serve_logs_no_error_for_a_refused_handshake(tmp_path: Path) -> None:
+def test_serve_logs_each_socket_and_its_turns_and_no_error_for_a_refused_handshake(tmp_path: Path) -> None:
     """uvicorn's WebSocket layer logged "ASGI callable returned without completing handshake" at ERROR
-    after every denial (a wrong key, a foreign origin): an operator read a fault into each."""
+    after every denial (a wrong key, a foreign origin): an operator read a fault into each. The access
+    log had no line for a refused handshake, and logged a turn as a plain POST: now a socket's line
+    says how its handshake ended, and each turn's line names its socket."""
     handler = scripted(said("Hi"), seen=[])
     port, log = free_port(), tmp_path / "serve.log"
     args = ["python", "-m", "conformance", "serve", "--upstream", "UPSTREAM", "--port", str(port)]
@@ -240,6 +242,17 @@ def test_serve_logs_no_error_for_a_refused_handshake(tmp_path: Path) -> None:
     assert "conformant serve: http://" in text  # (the log is the server's)
     assert "without completing handshake" not in text
     assert "ERROR" not in text
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith('{"request_id"')]
+    sockets = [line for line in lines if line.get("websocket")]
+    assert [(line["method"], line["status"], line["error_code"]) for line in sockets] == [
+        ("GET", 401, "invalid_api_key"),
+        ("GET", 403, "origin_not_allowed"),
+        ("GET", 101, None),
+    ]
+    (turned,) = [line for line in lines if "socket" in line]
+    assert (turned["method"], turned["path"], turned["status"]) == ("POST", "/v1/responses", 200)
+    assert turned["socket"] == sockets[-1]["request_id"]
+    assert sockets[-1]["duration_ms"] >= turned["duration_ms"]
 
 
 def test_messages_that_are_no_response_create_are_answered_and_the_socket_goes_on() -> None:
