@@ -223,11 +223,17 @@ class LimitedWebSocketProtocol(WebSocketsSansIOProtocol):
     trusted proxy), which the socket's scope then names."""
 
     def __init__(
-        self, *args: Any, held: str | None = None, client: tuple[str, int] | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        held: str | None = None,
+        client: tuple[str, int] | None = None,
+        shutdown_timeout: float = 0.0,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._client = held
         self._handshake_client = client
+        self._shutdown_timeout = shutdown_timeout
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -238,6 +244,17 @@ class LimitedWebSocketProtocol(WebSocketsSansIOProtocol):
         client, self._client = self._client, None
         _counted_out(client)
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """uvicorn's server is stopping: an open socket is not closed now (uvicorn closed it with 1012 at
+        once, cancelling the turn under way upstream), but by the app once its turn is answered, or at
+        the deadline where the turn is ended as an HTTP response is (proxy/graceful.py); uvicorn waits
+        for it as for a connection still sending."""
+        if not self.handshake_complete or self.close_sent:
+            super().shutdown()
+            return
+        self.stop_keepalive()
+        graceful.begin_shutdown(self.loop, self._shutdown_timeout)
 
 
 def proxy_config_of(app: Any) -> ProxyConfig | None:
@@ -345,7 +362,12 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
         else:
             held, self._client = self._client, None
         self._count_out()  # (this protocol's connection_lost is never called: the socket's is)
-        socket = functools.partial(LimitedWebSocketProtocol, held=held, client=self.scope["client"])
+        socket = functools.partial(
+            LimitedWebSocketProtocol,
+            held=held,
+            client=self.scope["client"],
+            shutdown_timeout=self._shutdown_timeout,
+        )
         self.ws_protocol_class = socket  # type: ignore[assignment]
         super().handle_websocket_upgrade()
 

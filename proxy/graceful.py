@@ -45,6 +45,7 @@ __all__ = [
     "on_second_stop",
     "shutdown_failure",
     "shutting_down_error",
+    "stopping",
     "track",
 ]
 
@@ -62,6 +63,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _open: dict[asyncio.AbstractEventLoop, set[Callable[[], None]]] = {}
 _deadlines: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
 _passed: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+_stopping: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Event] = weakref.WeakKeyDictionary()
 
 
 def shutting_down_error() -> APIError:
@@ -83,9 +85,21 @@ def track(end: Callable[[], None]) -> Callable[[], None]:
     return forget
 
 
+def stopping() -> asyncio.Event:
+    """Set once the server on this event loop begins to stop (``begin_shutdown``): an open WebSocket
+    closes when it is set, after the turn it is answering (conformance/protocols/responses/websocket.py)."""
+    loop = asyncio.get_running_loop()
+    event = _stopping.get(loop)
+    if event is None:
+        event = _stopping[loop] = asyncio.Event()
+    return event
+
+
 def begin_shutdown(loop: asyncio.AbstractEventLoop, timeout: float) -> None:
     """The server began to stop: in ``timeout`` seconds the responses still open are ended (once).
     Said at once where some are open: a Ctrl-C with a stream open printed nothing for 31 s (issue 32)."""
+    if (event := _stopping.get(loop)) is not None:
+        event.set()
     if loop not in _deadlines and loop not in _passed:
         _deadlines[loop] = loop.call_later(timeout, _end_open_responses, loop, _AT_THE_DEADLINE)
         if open_now := len(_open.get(loop, ())):

@@ -34,7 +34,9 @@ from starlette.websockets import WebSocket
 from conformance.api_errors import APIError
 from conformance.browser_origin import refused_origin
 from conformance.protocols.front_end import FrontEnd, SocketRoute
+from conformance.protocols.responses.websocket import STOPPING
 
+from . import graceful
 from .generation import generate
 from .observability import ObservabilityMiddleware, exchange_of
 from .serving import Serving, authorized
@@ -53,6 +55,7 @@ async def serve_socket(serving: Serving, socket: SocketRoute, websocket: WebSock
         exchange.take_error(refused)  # (the socket's access-log line)
         await websocket.send_denial_response(refused.response())
         return
+    websocket.scope.setdefault("state", {})[STOPPING] = graceful.stopping()  # (closed after its turn)
     await socket.serve(websocket, partial(_answering, serving))
 
 

@@ -354,3 +354,61 @@ def test_openai_python_responses_connect(hello: tuple[str, list[dict[str, Any]]]
     assert kinds[0] == "response.created"
     assert kinds[-1] == "response.completed"
     assert "response.output_text.delta" in kinds
+
+
+def _slow(pause: float) -> Any:
+    """An upstream that says "Hel", waits ``pause`` seconds (for ever where it is infinite), then "lo"."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        await read_request(reader)
+        writer.write(sse_head() + http_chunk(chunk("Hel")))
+        await writer.drain()
+        if pause == float("inf"):
+            await wait_peer_close(reader, record)
+            return
+        await asyncio.sleep(pause)
+        ending = chunk("lo", "stop") + _usage() + b"data: [DONE]\n\n"
+        writer.write(http_chunk(ending) + b"0\r\n\r\n")
+        await writer.drain()
+
+    return handler
+
+
+def _closed_with(ws: ClientConnection) -> int | None:
+    """The close code the server sent, once it closed (a message sent before that fails the test)."""
+    with pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=10)
+    return closed.value.rcvd.code if closed.value.rcvd is not None else None
+
+
+@pytest.mark.parametrize(("pause", "timeout"), [(1.5, "10"), (float("inf"), "1")])
+def test_a_stop_closes_a_socket_after_its_turn_and_an_idle_one_at_once(pause: float, timeout: str) -> None:
+    """uvicorn closed every socket at once (1012) when the server stopped, and a turn under way was
+    cancelled upstream as a request whose client left. Now an idle socket closes at once, and one
+    answering a turn closes after the turn's end: the answer whole where it ends within
+    --shutdown-timeout, else ``response.failed`` at the deadline, as an HTTP stream gets it."""
+    port = free_port()
+    args = ["python", "-m", "conformance", "serve", "--port", str(port), "--upstream-kind", "openai"]
+    args += ["--shutdown-timeout", timeout, "--upstream", "UPSTREAM"]
+    with raw_server(_slow(pause)) as (upstream, _):
+        args[-1] = upstream
+        with run_process(args, health_path="/health", port=port) as (url, proc):
+            with connect(socket_url(url)) as busy, connect(socket_url(url)) as idle:
+                send(busy, input="hi")
+                first = [json.loads(busy.recv(timeout=10)) for _ in range(5)]
+                assert first[-1]["type"] == "response.output_text.delta", first
+                stopped = time.monotonic()
+                proc.terminate()
+                assert _closed_with(idle) == 1012
+                assert time.monotonic() - stopped < 1.0  # (not held by the other socket's turn)
+                rest = read_turn(busy)
+                assert _closed_with(busy) == 1012
+            proc.wait(timeout=30)
+    final = rest[-1]
+    if pause == float("inf"):
+        assert final["type"] == "response.failed", rest
+        assert final["response"]["error"]["message"] == "the server is shutting down; retry the request"
+    else:
+        assert final["type"] == "response.completed", rest
+        assert final["response"]["output"][0]["content"][0]["text"] == "Hello"
+    check_events(first + rest)

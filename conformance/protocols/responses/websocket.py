@@ -31,6 +31,12 @@ response and fails (an error message, ``response.failed``) forgets it, so that a
 state it knows rather than from a response whose continuation broke. A socket lasts
 ``CONNECTION_LIFETIME`` (the spec's 60 minutes): then, between turns, it gets an error message
 ``websocket_connection_limit_reached`` and is closed (1000), and the client opens another.
+
+When the server stops, a socket closes (1012, Service Restart, as uvicorn closes it) once the turn under
+way is answered, not before: uvicorn closed every socket at once, and a turn under way was cancelled
+upstream as a request whose client left. The server says it stops by an ``asyncio.Event`` in the
+socket scope's ``state`` under ``STOPPING`` (the proxy's: proxy/graceful.py); a turn still running at its
+shutdown deadline is ended as an HTTP response is (``response.failed``), then the socket closes.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope
@@ -61,6 +67,7 @@ from .stored import input_items
 __all__ = [
     "CONNECTION_LIFETIME",
     "MAX_MESSAGE",
+    "STOPPING",
     "WAITING",
     "SocketStore",
     "error_event",
@@ -84,6 +91,12 @@ under 16 MiB took it to 73 to 103 MB over its idle size, past issue 32's 100 MB;
 messages read; past it, an error message points the client at HTTP streaming, which writes a long event
 in pieces."""
 CLOSE_NORMAL = 1000
+CLOSE_SERVICE_RESTART = 1012
+STOPPING = "conformant.stopping"
+"""The key, in a socket scope's ``state``, of the server's stop: an ``asyncio.Event`` set when it
+begins to stop (see the module's docstring)."""
+_WAKE: Message = {"type": "conformant.wake"}
+"""Queued when the server begins to stop, so that a socket waiting for its next message closes."""
 _FORBIDDEN = ("stream", "stream_options", "background")
 """Fields of the HTTP request a ``response.create`` must not carry (the spec's schema)."""
 _TERMINAL = frozenset({b"response.completed", b"response.incomplete", b"response.failed"})
@@ -187,9 +200,14 @@ async def serve_socket(
     front-end on ``store``) until the client leaves or the socket's ``lifetime`` ends."""
     await websocket.accept()
     socket = _Socket(websocket, app, store, max_bytes)
+    stopping = (websocket.scope.get("state") or {}).get(STOPPING)
     reader = asyncio.create_task(socket.read())
+    waker = asyncio.create_task(socket.wake_on(stopping)) if isinstance(stopping, asyncio.Event) else None
     try:
-        if await socket.serve(asyncio.get_running_loop().time() + lifetime):
+        ended = await socket.serve(asyncio.get_running_loop().time() + lifetime, stopping)
+        if ended == "stopping":
+            await socket.close(CLOSE_SERVICE_RESTART, "server_shutting_down")
+        elif ended == "lifetime":
             await socket.send_event(
                 _refusal(
                     400,
@@ -201,6 +219,8 @@ async def serve_socket(
             await socket.close(CLOSE_NORMAL, "websocket_connection_limit_reached")
     finally:
         reader.cancel()
+        if waker is not None:
+            waker.cancel()
 
 
 @dataclass(slots=True)
@@ -240,20 +260,32 @@ class _Socket:
             self.gone.set()
             self.messages.put_nowait(None)
 
-    async def serve(self, deadline: float) -> bool:
-        """Answer messages in order; True when the socket's lifetime ended, False when it closed."""
+    async def wake_on(self, stopping: asyncio.Event) -> None:
+        """Wake ``serve`` where it waits for a message, once the server begins to stop."""
+        await stopping.wait()
+        self.messages.put_nowait(_WAKE)
+
+    async def serve(
+        self, deadline: float, stopping: asyncio.Event | None = None
+    ) -> Literal["lifetime", "closed", "stopping"]:
+        """Answer messages in order, until the socket's lifetime ends, it closes, or the server stops
+        (``stopping``: no turn starts once it is set)."""
         while True:
+            if stopping is not None and stopping.is_set():
+                return "stopping"
             try:
                 async with asyncio.timeout_at(deadline):
                     message = await self.messages.get()
             except TimeoutError:
-                return True
+                return "lifetime"
             if message is None or self.gone.is_set():  # (what waited for a client now gone: dropped)
-                return False
+                return "closed"
+            if message is _WAKE:
+                continue
             self.room.release()
             await self._turn(message)
             if asyncio.get_running_loop().time() >= deadline:
-                return True
+                return "lifetime"
 
     async def _turn(self, message: Message) -> None:
         request = await self._request(message)
