@@ -364,6 +364,8 @@ def print_paired(
     mine, native = _medians(ours), _medians(theirs)
 
     def paired(key: str, label: str, goal: str) -> None:
+        if key not in native or key not in mine:  # (not taken: --agent-rounds 0)
+            return
         if math.isnan(native[key]) or math.isnan(mine[key]):
             print(f"{label + ':':52s}ours {mine[key]:.3f}, theirs {native[key]:.3f} (nan: refused)")
             return
