@@ -41,6 +41,7 @@ from typing import Any
 import llama_cpp as ll
 import numpy as np
 
+from backend.parking import Parking
 from backend.sampling import Sampler
 from backend.vocab import Vocab
 
@@ -107,6 +108,8 @@ class EngineStats:
     """Idle slots' cached prefixes dropped for room in a unified cache."""
     pauses: int = 0
     """Running sequences paused for room in a unified cache (``Engine._make_room``)."""
+    parked: int = 0
+    """Idle slots' cells moved out of a unified cache into host memory (backend/parking.py)."""
 
 
 class _Text:
@@ -209,6 +212,12 @@ class _Slot:
         """Holds its job but no cells: paused for room in a unified cache (``Engine._make_room``)."""
         self.admitted = 0
         """Order of admission: the youngest running sequence is the one paused."""
+        self.parked = False
+        """Its ``cached`` cells are held in host memory, not in the cache (backend/parking.py)."""
+
+    def cells(self) -> int:
+        """Cells of the cache this slot's sequence holds."""
+        return 0 if self.parked else len(self.cached)
 
     def to_prefill(self) -> int:
         """Tokens of ``feed`` still to compute: cells promised to this sequence, not yet taken."""
@@ -261,6 +270,7 @@ class Engine:
         self._shared = self.unified and not recurrent
         """Whether the sequences take their cells from one cache (see "Cells"); a recurrent model's
         state is one per sequence whatever its length."""
+        self._parking = Parking(self.ctx) if self._shared else None
         self._admissions = 0
         self._waiting: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
@@ -376,7 +386,7 @@ class Engine:
     def _cells_free(self, besides: _Slot | None = None) -> int:
         """Cells that no slot holds (its cached tokens, ``besides``' aside) nor has been promised (the
         prompt tokens its sequence has still to compute)."""
-        used = sum(len(s.cached) + s.to_prefill() for s in self._slots if s is not besides)
+        used = sum(s.cells() + s.to_prefill() for s in self._slots if s is not besides)
         return self.n_cells - used
 
     def _room(self, tokens: int, slot: _Slot) -> bool:
@@ -389,7 +399,7 @@ class Engine:
         need = min(tokens + _HEADROOM * (running + 1), self.n_cells)
         free = self._cells_free(besides=slot)
         idle = sorted(
-            (s for s in self._slots if s.job is None and s.cached and s is not slot),
+            (s for s in self._slots if s.job is None and s.cells() and s is not slot),
             key=lambda s: s.last_used,
         )
         if free + sum(len(s.cached) for s in idle) < need:
@@ -420,7 +430,7 @@ class Engine:
             decoding = sum(1 for s in running if s.next_token is not None and not s.to_prefill())
             if self._cells_free() >= decoding:
                 return
-            idle = [s for s in self._slots if s.job is None and s.cached]
+            idle = [s for s in self._slots if s.job is None and s.cells()]
             if idle:
                 self._evict(min(idle, key=lambda s: s.last_used))
             elif len(running) > 1:
@@ -429,10 +439,44 @@ class Engine:
                 return  # (never: a lone sequence ends at the context's end, "length")
 
     def _evict(self, slot: _Slot) -> None:
-        ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        self._forget(slot)
+        self.stats.evictions += 1
+
+    def _forget(self, slot: _Slot) -> None:
+        """``slot`` holds nothing more, in the cache or parked."""
+        if slot.parked and self._parking is not None:
+            self._parking.drop(slot.seq_id)
+        else:
+            ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
         slot.cached = []
         slot.reusable = 0
-        self.stats.evictions += 1
+        slot.parked = False
+
+    def _park_idle(self, besides: _Slot) -> None:
+        """Every idle slot's cells but ``besides``' out of the cache into host memory (backend/parking.py):
+        the running sequences then attend over their own cells alone."""
+        if self._parking is None:
+            return
+        for slot in self._slots:
+            if slot.job is not None or slot is besides or slot.parked or not slot.cached:
+                continue
+            dropped = self._parking.park(slot.seq_id)
+            if dropped is None:
+                continue  # (kept in the cache: evicted there if room is wanted)
+            ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+            slot.parked = True
+            self.stats.parked += 1
+            for seq_id in dropped:
+                gone = self._slots[seq_id]
+                gone.cached, gone.reusable, gone.parked = [], 0, False
+
+    def _unpark(self, slot: _Slot) -> None:
+        """``slot``'s parked cells back in the cache; none where they do not fit."""
+        assert self._parking is not None
+        slot.parked = False
+        if not self._parking.restore(slot.seq_id):
+            ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+            slot.cached, slot.reusable = [], 0
 
     def _pause(self, slot: _Slot) -> None:
         """Free ``slot``'s cells; it keeps its job and state, and computes its tokens again on resuming:
@@ -495,6 +539,9 @@ class Engine:
             self.stats.packing_moves += 1
 
     def _assign(self, slot: _Slot, job: Job) -> None:
+        self._park_idle(besides=slot)
+        if slot.parked:
+            self._unpark(slot)
         keep = 0
         if job.cache_prompt and not job.prompt_logprobs:
             # At least one prompt token must be decoded again: its logits give the first sampled token.
