@@ -470,13 +470,15 @@ class Engine:
                 gone = self._slots[seq_id]
                 gone.cached, gone.reusable, gone.parked = [], 0, False
 
-    def _unpark(self, slot: _Slot) -> None:
-        """``slot``'s parked cells back in the cache; none where they do not fit."""
+    def _unpark(self, slot: _Slot) -> bool:
+        """``slot``'s parked cells back in the cache; whether they fit (else it holds none)."""
         assert self._parking is not None
         slot.parked = False
-        if not self._parking.restore(slot.seq_id):
-            ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-            slot.cached, slot.reusable = [], 0
+        if self._parking.restore(slot.seq_id):
+            return True
+        ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        slot.cached, slot.reusable = [], 0
+        return False
 
     def _pause(self, slot: _Slot) -> None:
         """Free ``slot``'s cells; it keeps its job and state, and computes its tokens again on resuming:
@@ -540,13 +542,14 @@ class Engine:
 
     def _assign(self, slot: _Slot, job: Job) -> None:
         self._park_idle(besides=slot)
-        if slot.parked:
-            self._unpark(slot)
         keep = 0
         if job.cache_prompt and not job.prompt_logprobs:
             # At least one prompt token must be decoded again: its logits give the first sampled token.
             keep = min(_common_prefix(self._reusable(slot), job.prompt), len(job.prompt) - 1)
             keep -= keep % self._grid
+        if slot.parked and not (keep and self._unpark(slot)):  # (nothing to reuse: not copied back)
+            self._forget(slot)
+            keep = 0
         if not ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
             ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
             keep = 0
