@@ -6,6 +6,7 @@ each turn answered by the generating route: issue 38). The model listing and hea
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from starlette.requests import Request
@@ -17,12 +18,15 @@ from starlette.websockets import WebSocket
 from backend.counting import count
 from backend.generation import SAMPLING_DEFAULTS, Generation, generate
 from conformance.api_errors import error_response
+from conformance.browser_origin import refused_origin
 from conformance.protocols import chat, completions, messages, responses
 from conformance.protocols.front_end import FrontEnd, SocketRoute
 from conformance.protocols.responses.store_base import Store
 from conformance.protocols.responses.websocket import origin_refusal
 
 __all__ = ["front_ends", "route_table"]
+
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 def front_ends(store: Store) -> tuple[FrontEnd, ...]:
@@ -38,11 +42,14 @@ def front_ends(store: Store) -> tuple[FrontEnd, ...]:
 def route_table(generation: Generation, served: tuple[FrontEnd, ...]) -> list[BaseRoute]:
     routes: list[BaseRoute] = []
     for front_end in served:
-        handler = partial(generate, generation, front_end)
+        handler = _no_page(front_end, partial(generate, generation, front_end))
         routes += [Route(path, handler, methods=["POST"]) for path in front_end.paths]
-        routes += [Route(state.path, state.handle, methods=list(state.methods)) for state in front_end.routes]
+        routes += [
+            Route(state.path, _no_page(front_end, state.handle), methods=list(state.methods))
+            for state in front_end.routes
+        ]
         if front_end.counting is not None:
-            counter = partial(count, generation, front_end, front_end.counting)
+            counter = _no_page(front_end, partial(count, generation, front_end, front_end.counting))
             routes.append(Route(front_end.counting.path, counter, methods=["POST"]))
         if front_end.socket is not None:
             socket = partial(_socket, generation, front_end.socket)
@@ -54,6 +61,20 @@ def route_table(generation: Generation, served: tuple[FrontEnd, ...]) -> list[Ba
         Route("/props", partial(_props, generation), methods=["GET"]),
     ]
     return routes
+
+
+def _no_page(front_end: FrontEnd, handler: Handler) -> Handler:
+    """``handler``, refusing a browser page's request that does something (not a GET) with a 403 in
+    the protocol's words: the backend has no CORS to allow a page (conformance/browser_origin.py)."""
+
+    async def from_no_page(request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            refused = refused_origin(request.headers, (), "Requests")
+            if refused is not None:
+                return JSONResponse(front_end.error(refused.body, refused.status), status_code=refused.status)
+        return await handler(request)
+
+    return from_no_page
 
 
 async def _props(generation: Generation, _: Request) -> Response:

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from conformance.protocols.front_end import named_events
@@ -277,6 +278,35 @@ def test_the_websocket_mode_continues_a_store_false_response(gemma_url: str) -> 
     with connect(socket) as ws:
         (missing,) = turn(ws, input="And now?", previous_response_id=first[-1]["response"]["id"])
     assert missing["error"]["code"] == "previous_response_not_found"
+
+
+def test_a_browser_page_cannot_make_the_backend_act(gemma_url: str) -> None:
+    """A page of any origin may send a text/plain POST without a preflight, and open a WebSocket, which
+    no same-origin rule covers: the backend has no CORS to allow one, so each is a 403 in its
+    protocol's words before anything is read or generated (conformance/browser_origin.py)."""
+    page = {"origin": "https://evil.example", "content-type": "text/plain"}
+    messages = {"model": "gemma", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    asked = [
+        ("/v1/chat/completions", {"model": "gemma", "messages": messages["messages"], "max_tokens": 4}),
+        ("/v1/responses", {"model": "gemma", "input": "hi", "max_output_tokens": 4}),
+        ("/v1/messages", messages),
+        ("/v1/messages/count_tokens", messages),
+    ]
+    for path, body in asked:
+        refused = httpx.post(gemma_url + path, content=json.dumps(body), headers=page, timeout=30)
+        assert refused.status_code == 403, (path, refused.text)
+        error = refused.json()["error"]
+        assert error["type" if path.startswith("/v1/messages") else "code"] in (
+            "permission_error",
+            "origin_not_allowed",
+        ), refused.text
+    deleted = httpx.delete(gemma_url + "/v1/responses/resp_1", headers=page, timeout=30)
+    assert deleted.json()["error"]["code"] == "origin_not_allowed"
+    socket = "ws" + gemma_url.removeprefix("http") + "/v1/responses"
+    with pytest.raises(InvalidStatus) as handshake:
+        connect(socket, origin="https://evil.example")
+    assert handshake.value.response.status_code == 403
+    assert httpx.get(gemma_url + "/v1/models", headers=page, timeout=30).status_code == 200
 
 
 def test_a_compaction_is_read_back_as_input(gemma_url: str) -> None:
