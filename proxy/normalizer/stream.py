@@ -23,7 +23,7 @@ from .field_repairs import CHAT_DELTA_REPAIRS, TEXT_DELTA_REPAIRS, Delta, Finish
 from .identity import Identity
 from .repairs import Repairs
 from .text_lost import text_lost
-from .usage import counted_usage, nothing_generated, within_limit
+from .usage import counted_usage, generated_tokens, nothing_generated, within_limit
 
 __all__ = ["StreamNormalizer"]
 
@@ -59,6 +59,8 @@ class StreamNormalizer:
         self.index_base = index_base
         self.emit_usage = request.include_usage if emit_usage is None else emit_usage
         self.usage: dict[str, Any] | None = None
+        self.generated: int | None = None
+        """The tokens the upstream says it generated, where it says so (``generated_tokens``)."""
         self.failure: APIError | None = None
         self.upstream_done = False
         self.interrupted = False  # [DONE], then a broken connection (connection_broke)
@@ -120,6 +122,8 @@ class StreamNormalizer:
         raw_usage = obj.get("usage")
         if raw_usage is not None:
             self._take_usage(raw_usage, bool(choices))
+        if "timings" in obj and (told := generated_tokens(obj)) is not None:
+            self.generated = told  # (cumulative where a server sends it on every event)
         if not isinstance(choices, list):
             self.repairs.add("Q40")  # a non-chunk object in the stream
             return []

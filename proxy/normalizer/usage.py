@@ -54,13 +54,11 @@ def estimated_tokens(text: str) -> int:
 
 
 def generated_tokens(payload: Any) -> int | None:
-    """The tokens a llama.cpp server says it generated for a one-choice answer (``timings.predicted_n``,
-    Q35), where it sent no usage: its own count, exact where counting the text again is not (JSON made
-    under a grammar tokenizes again in fewer tokens than it was generated in: 31 for 61, issue 37)."""
+    """The tokens a llama.cpp server says it generated (``timings.predicted_n``, Q35, on an answer and on
+    a stream's last events), where it sent no usage: its own count, exact where counting the text again
+    is not (JSON made under a grammar tokenizes again in fewer tokens than it was generated in: 31 for
+    61, issue 37). One choice's count: the caller takes it for a request of one choice only."""
     if not isinstance(payload, dict) or not isinstance(timings := payload.get("timings"), dict):
-        return None
-    choices = payload.get("choices")
-    if isinstance(choices, list) and len(choices) != 1:
         return None
     return _count(timings.get("predicted_n"))
 

@@ -234,7 +234,8 @@ class UpstreamSource(Source):
             texts = texts if self._request.generates else []  # (an echo, not generated)
             # No tokenizer and no usage: the texts' pieces are the closest count a JSON body offers.
             fallback = sum(estimated_tokens(t) for t in texts)
-            told = generated_count if self._request.generates else None
+            one = self._request.generates and self._request.choices == 1
+            told = generated_count if one else None
             body["usage"] = await self._count_usage(texts, fallback, generated=told)
         self.body = body
 
@@ -402,6 +403,7 @@ class UpstreamSource(Source):
                 normalizer.completion_tokens(),
                 self._counted,
                 max(normalizer.completion_events(), self._raw_events),
+                generated=normalizer.generated if self._request.choices == 1 else None,
             )
         out += normalizer.close(usage)
         self._learn()

@@ -194,7 +194,7 @@ def test_a_whole_answer_without_usage_counts_the_tokens_the_server_says_it_gener
     [
         ({"choices": [{}], "timings": {"predicted_n": 7}}, 7),
         ({"content": "x", "timings": {"predicted_n": 7}}, 7),  # (llama.cpp's native route)
-        ({"choices": [{}, {}], "timings": {"predicted_n": 7}}, None),  # (whose tokens?)
+        ({"choices": [], "timings": {"predicted_n": 7}}, 7),  # (a stream's usage event)
         ({"choices": [{}], "timings": {"predicted_n": -1}}, None),
         ({"choices": [{}], "timings": {"predicted_n": True}}, None),
         ({"choices": [{}], "timings": {"predicted_n": "7"}}, None),
@@ -203,5 +203,21 @@ def test_a_whole_answer_without_usage_counts_the_tokens_the_server_says_it_gener
         ([], None),
     ],
 )
-def test_the_generated_count_is_read_only_where_it_is_one_answers_count(payload: Any, expected: Any) -> None:
+def test_the_generated_count_is_read_only_where_it_is_a_count(payload: Any, expected: Any) -> None:
     assert generated_tokens(payload) == expected
+
+
+def test_a_stream_without_usage_counts_the_tokens_the_server_says_it_generated() -> None:
+    """The same for a stream: llama.cpp's servers put ``timings`` on its last events (and on every event
+    in some builds, counted so far); the last count is the completion's, not the events nor the text."""
+    generated = CALL_TOKENS + 12
+    events = _stream_events()
+    events[1] = {**events[1], "timings": {"predicted_n": 2}}
+    events[-1] = {**events[-1], "timings": {"predicted_n": generated}}
+    with raw_server(_upstream(True, events)) as (upstream, _), run_proxy(upstream) as url:
+        asked = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+        response = httpx.post(url + "/v1/chat/completions", json=asked, timeout=10)
+    assert response.status_code == 200, response.text
+    usage = json.loads(response.text.split("data: ")[-2])["usage"]
+    assert usage["completion_tokens"] == generated
+    assert "timings" not in response.text  # (read, not relayed: Q35)
