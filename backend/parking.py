@@ -35,9 +35,6 @@ class Parking:
         self._held: collections.OrderedDict[int, ctypes.Array[ctypes.c_uint8]] = collections.OrderedDict()
         self.bytes = 0
 
-    def __contains__(self, seq_id: int) -> bool:
-        return seq_id in self._held
-
     def park(self, seq_id: int) -> list[int] | None:
         """Copy ``seq_id``'s cells out (the caller then removes them from the cache); the ids whose states
         were dropped to make room for it, or None where it could not be held (too large, or the copy
