@@ -22,7 +22,6 @@ from conformance.browser_origin import refused_origin
 from conformance.protocols import chat, completions, messages, responses
 from conformance.protocols.front_end import FrontEnd, SocketRoute
 from conformance.protocols.responses.store_base import Store
-from conformance.protocols.responses.websocket import origin_refusal
 
 __all__ = ["front_ends", "route_table"]
 
@@ -88,9 +87,10 @@ async def _props(generation: Generation, _: Request) -> Response:
 
 
 async def _socket(generation: Generation, socket: SocketRoute, websocket: WebSocket) -> None:
-    refused = origin_refusal(websocket)  # (no browser page: the backend has no CORS to allow one)
+    # (no browser page: the backend has no CORS to allow one)
+    refused = refused_origin(websocket.headers, (), "WebSocket connections")
     if refused is not None:
-        await websocket.send_denial_response(refused)
+        await websocket.send_denial_response(refused.response())
         return
     await socket.serve(websocket, partial(_answering, generation))
 

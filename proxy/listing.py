@@ -15,7 +15,7 @@ from conformance.model_names import clean_model_name
 
 from .observability import Exchange, exchange_of
 from .served_names import served_name
-from .serving import Serving, authorized, failed, refused_key
+from .serving import Serving, failed, refused_client
 
 __all__ = ["model", "models"]
 
@@ -24,8 +24,8 @@ async def models(serving: Serving, request: Request) -> Response:
     """``GET /v1/models``: the pool's models as OpenAI lists them, named as clients may ask."""
     exchange = exchange_of(request.scope)
     exchange.endpoint = "models"
-    if not authorized(request, serving.config.api_key):
-        return refused_key()
+    if (turned_away := refused_client(request, serving.config)) is not None:
+        return turned_away.response()
     try:
         data = await _listed(serving, exchange)
     except APIError as raised:
@@ -37,8 +37,8 @@ async def model(serving: Serving, request: Request) -> Response:
     """``GET /v1/models/{model}``: one entry of the listing (404 ``model_not_found`` if none)."""
     exchange = exchange_of(request.scope)
     exchange.endpoint = "models"
-    if not authorized(request, serving.config.api_key):
-        return refused_key()
+    if (turned_away := refused_client(request, serving.config)) is not None:
+        return turned_away.response()
     name = request.path_params["model"].rstrip("/")
     try:
         data = await _listed(serving, exchange)

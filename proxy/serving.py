@@ -100,21 +100,20 @@ def authorized(request: HTTPConnection, api_key: str | None) -> bool:
 _READ_ONLY = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def refused_client(request: Request, config: ProxyConfig) -> APIError | None:
-    """Why the proxy will not take ``request``, if it will not: a browser page of an origin
-    ``--cors-origin`` does not allow asking it to do something (conformance/browser_origin.py: a 403),
-    or a missing or wrong API key (401)."""
-    if request.method not in _READ_ONLY:
-        refused = refused_origin(request.headers, config.cors_origins, "Requests")
+def refused_client(connection: HTTPConnection, config: ProxyConfig) -> APIError | None:
+    """Why the proxy will not take a request or a WebSocket's handshake, if it will not: a browser page
+    of an origin ``--cors-origin`` does not allow asking it to do something (any method but a read; a
+    WebSocket, whose answers no same-origin rule hides: conformance/browser_origin.py), a 403; or a
+    missing or wrong API key, a 401."""
+    scope = connection.scope
+    if scope.get("method") not in _READ_ONLY:
+        what = "WebSocket connections" if scope["type"] == "websocket" else "Requests"
+        refused = refused_origin(connection.headers, config.cors_origins, what)
         if refused is not None:
             return refused
-    if not authorized(request, config.api_key):
+    if not authorized(connection, config.api_key):
         return APIError.make("invalid or missing API key", 401, code="invalid_api_key")
     return None
-
-
-def refused_key() -> JSONResponse:
-    return error_response("invalid or missing API key", 401, code="invalid_api_key")
 
 
 async def read_body(request: Request, limit: int) -> bytes | Response:

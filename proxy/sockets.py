@@ -31,15 +31,13 @@ from starlette.routing import request_response
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
-from conformance.api_errors import APIError
-from conformance.browser_origin import refused_origin
 from conformance.protocols.front_end import FrontEnd, SocketRoute
 from conformance.protocols.responses.websocket import STOPPING
 
 from . import graceful
 from .generation import generate
 from .observability import ObservabilityMiddleware, exchange_of
-from .serving import Serving, authorized
+from .serving import Serving, refused_client
 
 __all__ = ["QuietDenials", "serve_socket"]
 
@@ -47,12 +45,9 @@ __all__ = ["QuietDenials", "serve_socket"]
 async def serve_socket(serving: Serving, socket: SocketRoute, websocket: WebSocket) -> None:
     """A WebSocket to ``socket``'s path: refused from a browser origin not allowed and without the key,
     else served by its protocol."""
-    exchange = exchange_of(websocket.scope)
-    refused = refused_origin(websocket.headers, serving.config.cors_origins, "WebSocket connections")
-    if refused is None and not authorized(websocket, serving.config.api_key):
-        refused = APIError.make("invalid or missing API key", 401, code="invalid_api_key")
+    refused = refused_client(websocket, serving.config)
     if refused is not None:
-        exchange.take_error(refused)  # (the socket's access-log line)
+        exchange_of(websocket.scope).take_error(refused)  # (the socket's access-log line)
         await websocket.send_denial_response(refused.response())
         return
     websocket.scope.setdefault("state", {})[STOPPING] = graceful.stopping()  # (closed after its turn)

@@ -48,13 +48,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from conformance import jsoncodec
 from conformance.api_errors import APIError, quoted
-from conformance.browser_origin import refused_origin
 from conformance.openai_errors import error_body
 from conformance.request_validation import parse_json_object
 
@@ -71,7 +69,6 @@ __all__ = [
     "WAITING",
     "SocketStore",
     "error_event",
-    "origin_refusal",
     "serve_socket",
 ]
 
@@ -103,14 +100,6 @@ _TERMINAL = frozenset({b"response.completed", b"response.incomplete", b"response
 _NOT_CARRIED = frozenset({b"upgrade", b"connection", b"content-length", b"content-type", b"x-request-id"})
 """Handshake headers a turn's HTTP request does not carry (nor any ``sec-websocket-*``): the socket's
 own, and a request id, which each turn gets anew."""
-
-
-def origin_refusal(websocket: WebSocket, allowed: Sequence[str] = ()) -> Response | None:
-    """The 403 for a handshake from a browser page whose origin ``allowed`` does not list (``*``: any),
-    else None. A browser lets any page open a WebSocket to a local server and read what comes back, where
-    ``fetch`` hides a response without CORS (conformance/browser_origin.py)."""
-    refused = refused_origin(websocket.headers, allowed, "WebSocket connections")
-    return None if refused is None else refused.response()
 
 
 class SocketStore:
