@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -432,7 +433,11 @@ def test_a_replica_killed_under_load(tmp_path: Path) -> None:
         assert all(done and not error for text, error, done in first_results if not text.startswith("r0"))
         assert all(done and not error and not text.startswith("r0") for text, error, done in later_results)
         metrics = httpx.get(url + "/metrics").text
-        assert f'conformant_upstream_ejections_total{{upstream="{urls[0]}"}}' in metrics
+        # Each cut stream is an upstream error. Whether it also counts as an ejection depends on who saw
+        # the death first: the health check (every 0.2 s here) already leaves it out, and a replica out
+        # of rotation is not ejected again (CI saw that order once).
+        errors = re.search(rf'conformant_upstream_errors_total{{upstream="{re.escape(urls[0])}"}} (\S+)', metrics)
+        assert errors and float(errors[1]) >= len(cut), metrics
         assert f'conformant_upstream_healthy{{upstream="{urls[0]}"}} 0.0' in metrics
 
         # Back on its port: the health check finds it, and it takes requests again.
