@@ -64,11 +64,13 @@ class OpenAIAdapter:
         traits = upstream.traits
         if not traits.listing_read and (isinstance(body.get("response_format"), dict) or asks_tools(body)):
             # Asked once a response format or a tool request comes: the listing tells llama-cpp-python
-            # from the rest.
-            answer = await upstream.json("GET", "/v1/models", timeout=_LISTING_TIMEOUT)
+            # from the rest. Any answer but a 5xx is learned from, a 404 or a body with no list too
+            # (llama-cpp-python lists its models): asked again on every such request, an upstream
+            # without a listing cost each one a round trip to it (issue 35's profile).
+            status, answer = await upstream.answer("GET", "/v1/models", timeout=_LISTING_TIMEOUT)
             entries = answer.get("data") if isinstance(answer, dict) else None
-            if isinstance(entries, list):
-                traits.learn_listing(entries)
+            if isinstance(entries, list) or (status is not None and status < 500):
+                traits.learn_listing(entries if isinstance(entries, list) else [])
         if endpoint == "chat" and (
             refused := unknown_tool_choice(body) or unforceable_tool_choice(traits, choice_as_tools(body))
         ):

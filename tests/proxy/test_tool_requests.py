@@ -151,3 +151,27 @@ def test_an_allowed_tools_choice_of_several_is_refused_for_llama_cpp_python() ->
     assert answers[0].status_code == 400
     assert answers[0].json()["error"]["param"] == "tool_choice"
     assert upstream.bodies(CHAT) == []
+
+
+@pytest.mark.parametrize(("status", "asked"), [(404, 1), (200, 1), (503, 3)], ids=["404", "no-list", "503"])
+def test_an_upstream_without_a_listing_is_asked_for_it_once_not_on_every_tool_request(
+    status: int, asked: int
+) -> None:
+    # Any answer tells the upstream is not llama-cpp-python (which lists its models); only a 5xx, which
+    # may pass, is asked again. Before, each tool request to such an upstream cost a round trip more.
+    listings: list[int] = []
+
+    async def chat(request: Request) -> Response:
+        message = {"role": "assistant", "content": "It is sunny."}
+        return JSONResponse(upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}]))
+
+    async def models(_: Request) -> Response:
+        listings.append(status)
+        return JSONResponse({"object": "list"} if status == 200 else {"error": "no"}, status_code=status)
+
+    upstream = RecordingUpstream([Route(CHAT, chat, methods=["POST"]), Route("/v1/models", models)])
+    body = {"model": "m", "messages": ASK, "tools": [WEATHER]}
+    with run_asgi(upstream.app) as url, run_proxy(url) as proxy:
+        answers = [httpx.post(proxy + CHAT, json=body, timeout=30) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 200], answers[0].text
+    assert len(listings) == asked
