@@ -436,8 +436,10 @@ def test_a_replica_killed_under_load(tmp_path: Path) -> None:
         # Each cut stream is an upstream error. Whether it also counts as an ejection depends on who saw
         # the death first: the health check (every 0.2 s here) already leaves it out, and a replica out
         # of rotation is not ejected again (CI saw that order once).
-        errors = re.search(rf'conformant_upstream_errors_total{{upstream="{re.escape(urls[0])}"}} (\S+)', metrics)
-        assert errors and float(errors[1]) >= len(cut), metrics
+        counted = rf'conformant_upstream_errors_total{{upstream="{re.escape(urls[0])}"}} (\S+)'
+        errors = re.search(counted, metrics)
+        assert errors, metrics
+        assert float(errors[1]) >= len(cut), metrics
         assert f'conformant_upstream_healthy{{upstream="{urls[0]}"}} 0.0' in metrics
 
         # Back on its port: the health check finds it, and it takes requests again.

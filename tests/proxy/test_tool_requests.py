@@ -163,7 +163,9 @@ def test_an_upstream_without_a_listing_is_asked_for_it_once_not_on_every_tool_re
 
     async def chat(request: Request) -> Response:
         message = {"role": "assistant", "content": "It is sunny."}
-        return JSONResponse(upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}]))
+        return JSONResponse(
+            upstream_answer(True, [{"index": 0, "message": message, "finish_reason": "stop"}])
+        )
 
     async def models(_: Request) -> Response:
         listings.append(status)
