@@ -42,7 +42,7 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 
 def worth_steps(raw: bytes) -> bool:
     """Whether ``raw`` may hold so many values that one C call reading it would hold the loop."""
-    return raw.count(b",") > MANY_VALUES
+    return len(raw) > MANY_VALUES and raw.count(b",") > MANY_VALUES  # (a count costs 24 us per 55 KB)
 
 
 def loads_in_steps(text: str, decoder: json.JSONDecoder) -> Any:

@@ -79,3 +79,18 @@ def test_loads_refuses_json_nested_deeper_than_it_can_write_back(inner: str, dep
     assert jsoncodec.dumps(jsoncodec.loads("[" * most + inner + "]" * most)).startswith(b"[[[")
     with pytest.raises(APIError, match="nested too deeply"):
         parse_request("chat_completion_request", ('{"messages": [], "x": ' + deep + "}").encode())
+
+
+@pytest.mark.parametrize("inner", ["1", f"{BIG}"], ids=["orjson", "standard library"])
+@pytest.mark.parametrize("padding", [0, 5000], ids=["brackets counted", "written again"])
+def test_the_depth_bound_is_exact_on_short_and_long_documents(inner: str, padding: int) -> None:
+    # Up to 4 KiB the brackets are counted first; past it orjson's writing measures the depth (and the
+    # walk, where orjson refuses a big integer): the bound is the same either way.
+    pad = '"' + "x" * padding + '", '
+
+    def nested(depth: int) -> str:
+        return "[" * depth + pad + inner + "]" * depth
+
+    assert jsoncodec.loads(nested(jsoncodec.MAX_DEPTH))
+    with pytest.raises(ValueError, match="nested too deeply"):
+        jsoncodec.loads(nested(jsoncodec.MAX_DEPTH + 1).encode())
