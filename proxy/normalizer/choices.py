@@ -233,17 +233,24 @@ class ChoiceState:
         self.reasoning_calls: list[ParsedCall] = []
 
     def plain(self) -> bool:
-        """Whether a chunk of content alone changes nothing here but the count of output: the role was
-        sent, and no stop-sequence or tool-text scanner, held call or finish reason reads the text."""
+        """Whether a chunk of content alone may change nothing here but the count of output: the role was
+        sent, and no stop-sequence scanner, held call or finish reason reads the text, nor a tool-text
+        scanner that holds some (one that passes text asks ``relays`` of each chunk's). The reasoning's
+        scanner reads no content."""
         return (
             self.role_sent
             and self.scanner is None
-            and self.tool_text is None
-            and self.reasoning_tool_text is None
+            and (self.tool_text is None or self.tool_text.passes([]))
             and self.finish is None
             and not self.unnamed
             and self.held_calls is None
         )
+
+    def relays(self, texts: list[bytes]) -> bool:
+        """Whether chunks of content alone with ``texts`` (UTF-8) change nothing but the count (``plain``
+        was true): with tools offered, none of them may begin a call written as text. Without this
+        every chunk of an agent's stream went through the normalizer (issue 35: 18 of 19 events)."""
+        return self.tool_text is None or self.tool_text.passes(texts)
 
     def pass_text(self, text: str) -> str:
         """Text after stop-sequence enforcement (Q76); marks the choice stopped on a hit."""

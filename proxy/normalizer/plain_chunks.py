@@ -12,8 +12,9 @@ row giving the same heads, tails and repairs make the shape learned; from then o
 are that head, a plain JSON string (no quote, backslash or control character: its text is its bytes)
 and that tail goes out as the proxy's head, the same bytes and the proxy's tail, counted as the
 normalizer would count it and with the repairs it would make. Anything else, and every event while the
-choice's state reads the text (stop sequences, tool-text scanning, a held call: ``ChoiceState.plain``)
-or the stream has ended, goes through the normalizer as before, byte for byte what it would send.
+choice's state reads the text (stop sequences, a held call, tool-text scanning that holds text or meets
+a character a call written as text may begin with: ``ChoiceState.plain`` and ``relays``) or the stream
+has ended, goes through the normalizer as before, byte for byte what it would send.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ class PlainChunks:
         as the normalizer counts them; else None."""
         state, shape = self._state, self._shape
         if state is None or shape is None or (texts := shape.texts(run, events)) is None:
+            return None
+        if not state.relays(texts):
             return None
         if not run.isascii():
             try:

@@ -155,6 +155,15 @@ class ToolTextScanner:
             text = self._take()
         return self._scan(text)
 
+    def passes(self, texts: list[bytes]) -> bool:
+        """Whether ``texts`` (content as UTF-8, in turn) would all go out as they are, leaving the scanner
+        as it was: ``feed``'s first two returns. A stream's content relayed by its bytes
+        (plain_chunks.py) is asked this instead of being fed."""
+        state = self._state
+        if state == "off":
+            return True
+        return state == "text" and not self._held and not any(b"<" in t or b"[" in t for t in texts)
+
     def finish(self) -> tuple[str, list[ParsedCall]]:
         """At the stream's end: the calls of what was held, or it as text."""
         held = self._take()

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from conformance.api_errors import APIError
+from conformance.probe import WEATHER
 from conformance.protocols.front_end import CHUNKS
 from conformance.replay import load_corpus
 from conformance.request_info import RequestInfo
@@ -162,6 +163,14 @@ _ASCII_ESCAPED = _text(" \u00e9").replace("\u00e9".encode(), b"\\u00e9")
 _ERROR = b'data: {"error": {"message": "boom", "code": 500}}\n\n'
 
 
+_CALL_AS_TEXT = _text(' <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>')
+"""A call written as text (Q79, Hermes): taken out where the request offered the tool."""
+_CALL_IN_PIECES = b"".join(
+    _text(piece)
+    for piece in [" <", "tool", "_call", ">", '{"name": "get_weather", ', '"arguments": {}}', "</tool_call>"]
+)
+
+
 def _usage(i: int) -> dict[str, int]:
     return {"prompt_tokens": 1, "completion_tokens": i, "total_tokens": i + 1}
 
@@ -208,19 +217,32 @@ EDGES = {
     "same-text-beside-escaped-content": _ROLE + b"".join(_escaped_beside("hi", "hi") for i in range(4))
     + b"".join(_escaped_beside("hi", f"other{i}") for i in range(4, 12)) + _STOP + _DONE,
     "finish-then-plain": _ROLE + _words(_WORDS[:6]) + _STOP + _words(_WORDS[6:12]) + _DONE,
+    "call-as-text-between": _ROLE + _words(_WORDS[:8]) + _CALL_AS_TEXT + _words(_WORDS[8:16]) + _STOP + _DONE,
+    "call-as-text-in-pieces": _ROLE + _words(_WORDS[:8]) + _CALL_IN_PIECES + _words(_WORDS[8:16]) + _STOP
+    + _DONE,
+    "brackets-in-prose": _ROLE + _words(_WORDS[:8]) + _text(" a < b") + _words(_WORDS[8:12]) + _text(" [1]")
+    + _words(_WORDS[12:20]) + _text(" [TOOL") + _words(_WORDS[20:28]) + _STOP + _DONE,
+    "call-as-text-at-the-end": _ROLE + _words(_WORDS[:12]) + _CALL_AS_TEXT + _STOP + _DONE,
 }  # fmt: skip
 """Streams made for the relay's edges: each must be served as the normalizer's own path serves it."""
 
 
+@pytest.mark.parametrize("tools", [False, True], ids=["no-tools", "tools"])
 @pytest.mark.parametrize("stop", [None, ["word7"]], ids=["no-stop", "stop"])
 @pytest.mark.parametrize("usage", [False, True], ids=["no-usage", "usage"])
 @pytest.mark.parametrize("name", list(EDGES))
-def test_an_edge_stream_is_served_the_same_relayed_or_parsed(name: str, usage: bool, stop: Any) -> None:
+def test_an_edge_stream_is_served_the_same_relayed_or_parsed(
+    name: str, usage: bool, stop: Any, tools: bool
+) -> None:
+    # With tools offered, the text is scanned for calls written in it (Q79): relayed only where the
+    # scanner would pass it as it is.
     request: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     if usage:
         request["stream_options"] = {"include_usage": True}
     if stop:
         request["stop"] = stop
+    if tools:
+        request["tools"] = [WEATHER]
     _assert_same(request, EDGES[name])
 
 
@@ -245,12 +267,17 @@ def test_a_failure_in_the_first_reads_rest_ends_the_stream_after_its_first_chunk
     assert reported == {"raised": (500, "boom")}
 
 
-def test_a_long_plain_stream_is_relayed_not_parsed_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("tools", [False, True], ids=["no-tools", "tools"])
+def test_a_long_plain_stream_is_relayed_not_parsed_chunk_by_chunk(
+    monkeypatch: pytest.MonkeyPatch, tools: bool
+) -> None:
     fed: list[Any] = []
     feed = StreamNormalizer.feed
     monkeypatch.setattr(StreamNormalizer, "feed", lambda self, block: fed.append(block) or feed(self, block))
     words = _ROLE + b"".join(_WORDS[i % 40] for i in range(2000))
-    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    request: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    if tools:  # an agent's request: its text is scanned for calls, and plain text still relayed
+        request["tools"] = [WEATHER]
     reads = {
         "first-read-long": [words, _STOP + _DONE],
         "whole": [words + _STOP + _DONE],
