@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from jsonschema import ValidationError
 from jsonschema.exceptions import best_match
@@ -189,16 +189,106 @@ def _exact_keys(schema: str) -> frozenset[str]:
     return frozenset(keys)
 
 
+_OBJECT_CONSTRAINTS = frozenset(
+    {
+        "properties", "patternProperties", "additionalProperties", "propertyNames", "required",
+        "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "unevaluatedProperties",
+        "allOf", "oneOf", "not", "if", "enum", "const", "$ref",
+    }
+)  # fmt: skip
+
+
+def _any_object(schema: Any) -> bool:
+    """Whether ``schema`` takes every object: nothing in it reads an object's keys or values (an
+    ``anyOf`` of such a branch and others, such as ``null``, too)."""
+    if not isinstance(schema, dict) or _OBJECT_CONSTRAINTS & schema.keys():
+        return False
+    kinds = schema.get("type", "object")
+    if "object" not in (kinds if isinstance(kinds, list) else [kinds]):
+        return False
+    branches = schema.get("anyOf")
+    return branches is None or any(_any_object(branch) for branch in branches)
+
+
+def _no_object(schema: Any) -> bool:
+    """Whether ``schema`` refuses every object, whatever it holds (a ``logit_bias`` value's number)."""
+    if not isinstance(schema, dict) or {"$ref", "allOf", "oneOf", "not", "if"} & schema.keys():
+        return False
+    kinds = schema.get("type")
+    if kinds is None or "object" in (kinds if isinstance(kinds, list) else [kinds]):
+        return False
+    return all(_no_object(branch) for branch in schema.get("anyOf", ()))
+
+
+@cache
+def _opaque_keys(schema: str) -> frozenset[str]:
+    """The object keys whose objects the request schema takes whatever they hold, wherever the key is
+    named (a function's ``parameters``, a JSON Schema of the client's): such an object's shape is only
+    that it is one. An agent's tools carry their schemas on every turn; walked key by key, they were
+    most of the shape's cost (issue 35). None where a schema of the values of any key (a map's
+    ``additionalProperties``) reads some objects' contents: a key of that name there would be judged
+    by its contents."""
+    free: dict[str, bool] = {}
+    maps: list[Any] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                for key, sub in properties.items():
+                    free[key] = free.get(key, True) and _any_object(sub)
+            maps.append(node.get("additionalProperties"))
+            maps.extend((node.get("patternProperties") or {}).values())
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(load_schema(schema))
+    if not all(m is None or isinstance(m, bool) or _any_object(m) or _no_object(m) for m in maps):
+        return frozenset()
+    return frozenset(key for key, is_free in free.items() if is_free)
+
+
+class _Keys(NamedTuple):
+    """The keys a shape reads specially: ``exact`` (``_exact_keys``) and ``opaque`` (``_opaque_keys``)."""
+
+    exact: frozenset[str]
+    opaque: frozenset[str]
+
+
+@cache
+def _keys(schema: str) -> _Keys:
+    return _Keys(_exact_keys(schema), _opaque_keys(schema))
+
+
+_AN_OBJECT = ("{", "...")
+"""The shape of an object under an ``opaque`` key."""
+
+
 def _is_token_array(items: list[Any]) -> bool:
     return bool(items) and all(type(t) is int for t in items) and min(items) >= 0
 
 
-def _shape(value: Any, keys: frozenset[str], *, in_array: bool = False, exact: bool = False) -> Any:
+def _shape(value: Any, keys: _Keys, *, in_array: bool = False, exact: bool = False) -> Any:
     """What of ``value`` its validity depends on (see above), as a hashable value; ``keys``: the keys
-    whose strings count as they are (``_exact_keys``)."""
+    whose strings count as they are, and those whose objects count only as objects."""
     kind = type(value)
     if kind is dict:
-        return ("{", *[(key, _shape(item, keys, exact=key in keys)) for key, item in value.items()])
+        opaque = keys.opaque
+        return (
+            "{",
+            *[
+                (
+                    key,
+                    _AN_OBJECT
+                    if key in opaque and type(item) is dict
+                    else _shape(item, keys, exact=key in keys.exact),
+                )
+                for key, item in value.items()
+            ],
+        )
     if kind is list:
         if _is_token_array(value):  # the common token prompt, without a walk
             return ("[", min(len(value), _LENGTH_BOUND), ("int", True))
@@ -234,12 +324,12 @@ def _remember(key: tuple[str, Any]) -> None:
     _held_bytes += size
 
 
-def _reduce(value: Any, keys: frozenset[str], origins: dict[int, list[int]], exact: bool = False) -> Any:
+def _reduce(value: Any, keys: _Keys, origins: dict[int, list[int]], exact: bool = False) -> Any:
     """``value`` with each array cut to its first item of each shape, padded to the length its shape
     counts; ``origins`` maps each cut array to the indexes its items had."""
     kind = type(value)
     if kind is dict:
-        return {key: _reduce(item, keys, origins, key in keys) for key, item in value.items()}
+        return {key: _reduce(item, keys, origins, key in keys.exact) for key, item in value.items()}
     if kind is not list:
         return value
     if _is_token_array(value):
@@ -273,7 +363,7 @@ def _client_path(reduced: Any, path: Any, origins: dict[int, list[int]]) -> list
 def validate_request(schema: str, body: dict[str, Any]) -> None:
     """Raise a 400 :class:`InvalidRequest` naming the first bad parameter of ``body`` against the request
     schema ``schema`` (schemas/); return when the body is fine."""
-    keys = _exact_keys(schema)
+    keys = _keys(schema)
     key = (schema, _shape(body, keys))
     if key in _valid_shapes:
         return

@@ -211,6 +211,28 @@ def test_the_shape_cache_is_bounded_in_bytes_not_only_in_entries() -> None:
     assert _rejection("chat", {**usual, "extra": extra, "n": -1})["param"] == "n"  # still validated
 
 
+def test_a_tools_schema_is_shaped_as_an_object_and_what_is_around_it_still_checked() -> None:
+    """A function's ``parameters`` (any JSON Schema) is shaped as an object, whatever it holds: an agent
+    sends its tools' schemas on every turn, and two turns' schemas share one cached shape; what is not
+    an object there, or a bad value beside it, is still refused."""
+    from conformance import request_validation
+
+    def body(parameters: Any, **function: Any) -> dict[str, Any]:
+        tool = {"type": "function", "function": {"name": "f", "parameters": parameters, **function}}
+        return {"messages": [{"role": "user", "content": "hi"}], "tools": [tool]}
+
+    request_validation._valid_shapes.clear()
+    request_validation._held_bytes = 0
+    one = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris"]}}}
+    other = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(30)}, "x": [1, {}]}
+    validate_request("chat_completion_request", body(one))
+    validate_request("chat_completion_request", body(other))
+    assert len(request_validation._valid_shapes) == 1  # one shape for both
+    assert _rejection("chat", body("a schema"))["param"] == "tools[0].function.parameters"
+    assert _rejection("chat", body(one, strict="yes"))["param"] == "tools[0].function.strict"
+    assert _rejection("chat", body(other, name="no spaces allowed"))["param"] == "tools[0].function.name"
+
+
 _JSON_LEAF = st.one_of(
     st.none(),
     st.booleans(),
