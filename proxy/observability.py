@@ -166,8 +166,8 @@ class Metrics:
             mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
     def _child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, kept: prometheus_client checks and locks on each call (five a
-        request, 18 us of a request's 850). The labels are endpoints, statuses and quirk ids: few."""
+        """``metric.labels(*labels)``, kept: prometheus_client checks and locks on each call (1.5 us,
+        five a request; 0.3 us kept). The labels are endpoints, statuses and quirk ids: few."""
         key = (metric, labels)
         child = self._children.get(key)
         if child is None:
