@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from proxy.client_limits import LimitedClientProtocol
 from proxy.config import ProxyConfig
 from proxy.upstream import Upstream
 from tests.live import llama_cpp_server
+from tests.support.postgres import PostgresServer, postgres_binaries, running_postgres
 from tests.support.servers import free_port, run_asgi, run_process
 
 
@@ -133,3 +135,37 @@ def llama_cpp_python() -> Iterator[str]:
     command = llama_cpp_server.command(port)
     with run_process(command, health_path="/v1/models", port=port, timeout=180) as (url, _):
         yield url
+
+
+# --- a PostgreSQL server for the response store's tests ---------------------------------------------------
+
+
+def psycopg_or_skip() -> Any:
+    """The psycopg module, or the test skipped: the postgres extra is not installed."""
+    return pytest.importorskip("psycopg", reason="the postgres extra (psycopg) is not installed")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for the session (tests/support/postgres.py), or the test skipped
+    where none can run here."""
+    psycopg_or_skip()
+    binaries = postgres_binaries()
+    if binaries is None:
+        pytest.skip(
+            "no PostgreSQL server programs (initdb, pg_ctl, postgres) on PATH or in /usr/lib/postgresql"
+        )
+    with running_postgres(binaries) as server:
+        yield server
+
+
+@pytest.fixture
+def database(postgres: PostgresServer) -> Iterator[str]:
+    """The URL (password included) of a new, empty database, dropped after the test."""
+    psycopg = psycopg_or_skip()
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres.url("postgres"), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield postgres.url(name)
+    with psycopg.connect(postgres.url("postgres"), autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")

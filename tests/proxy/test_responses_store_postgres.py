@@ -1,7 +1,9 @@
-"""The PostgreSQL response store (conformance/protocols/responses/store_postgres.py, issue 38, point 5):
-what the SQLite store keeps, bounds and refuses, against a real PostgreSQL server; shared by several
-``conformant serve`` processes, each key's responses its own; and a database that cannot be reached,
-or a driver that is missing, stopping ``serve`` in one line that shows no password.
+"""The PostgreSQL response store (conformance/protocols/responses/store_postgres.py, issue 38, point 5),
+against a real PostgreSQL server: what only it does (a spooled answer sent by COPY, its row locks under
+concurrent writers, connections the server ended), shared by several ``conformant serve`` processes,
+each key's responses its own; and a database that cannot be reached, or a driver that is missing,
+stopping ``serve`` in one line that shows no password. What every store does (kept, continued, deleted,
+bounded) is tests/proxy/test_responses_store_contract.py, run on this one too.
 
 A throwaway server (tests/support/postgres.py) serves the whole session; each test gets a database of
 its own. Without PostgreSQL's server programs here, the tests that need one skip and say so.
@@ -16,7 +18,6 @@ import os
 import subprocess
 import sys
 import tracemalloc
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,44 +28,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from conformance.protocols.responses import store as store_module
 from conformance.protocols.responses.store import StoreUnavailable, owner_of
 from conformance.protocols.responses.store_base import is_postgres_url, passwords_in, redacted_url
 from conformance.protocols.spooled_text import SpooledJSON, TextSpool
-from tests.support.postgres import PASSWORD, PostgresServer, postgres_binaries, running_postgres
+from tests.proxy.conftest import psycopg_or_skip
+from tests.proxy.stored_responses import DAY, MiB, response, run, user
+from tests.support.postgres import PASSWORD, PostgresServer
 from tests.support.servers import RecordingUpstream, free_port, run_asgi, run_process
 
-MiB = 1024 * 1024
-DAY = 24 * 3600.0
 SERVE = [sys.executable, "-m", "conformance", "serve"]
-
-
-def _psycopg() -> Any:
-    return pytest.importorskip("psycopg", reason="the postgres extra (psycopg) is not installed")
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
-    _psycopg()
-    binaries = postgres_binaries()
-    if binaries is None:
-        pytest.skip(
-            "no PostgreSQL server programs (initdb, pg_ctl, postgres) on PATH or in /usr/lib/postgresql"
-        )
-    with running_postgres(binaries) as server:
-        yield server
-
-
-@pytest.fixture
-def database(postgres: PostgresServer) -> Iterator[str]:
-    """The URL (password included) of a new, empty database, dropped after the test."""
-    psycopg = _psycopg()
-    name = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(postgres.url("postgres"), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    yield postgres.url(name)
-    with psycopg.connect(postgres.url("postgres"), autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def _store(url: str, *, max_bytes: int = MiB, max_age: float = DAY, key: str | None = None) -> Any:
@@ -74,7 +46,7 @@ def _store(url: str, *, max_bytes: int = MiB, max_age: float = DAY, key: str | N
 
 
 def _sql(url: str, query: str) -> list[tuple[Any, ...]]:
-    with _psycopg().connect(url, autocommit=True) as connection:
+    with psycopg_or_skip().connect(url, autocommit=True) as connection:
         rows: list[tuple[Any, ...]] = connection.execute(query).fetchall()
         return rows
 
@@ -87,25 +59,6 @@ def _totals(url: str) -> tuple[int, int]:
         " FROM conformant_responses_total",
     )
     return int(kept), int(summed)
-
-
-def _response(key: str, text: str = "hi", **extra: Any) -> dict[str, Any]:
-    message = {"type": "message", "id": "msg_" + key, "role": "assistant", "status": "completed"}
-    message["content"] = [{"type": "output_text", "text": text, "annotations": []}]
-    return {"id": "resp_" + key, "object": "response", "status": "completed", "output": [message], **extra}
-
-
-def _user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
-def _run(store: Any, *calls: Any) -> list[Any]:
-    """Each call (a function of the store returning an awaitable), in turn, on one event loop."""
-
-    async def main() -> list[Any]:
-        return [await call(store) for call in calls]
-
-    return asyncio.run(main())
 
 
 @pytest.mark.parametrize(
@@ -145,86 +98,11 @@ def test_only_a_postgresql_url_names_a_database() -> None:
 # --- the store ---------------------------------------------------------------------------------------
 
 
-def test_a_stored_response_is_read_back_with_its_conversation_and_forgotten_on_delete(database: str) -> None:
-    store = _store(database)
-    response = _response("a", "Paris.", instructions="Be brief.")
-    saved, found, deleted, again, missing = _run(
-        store,
-        lambda s: s.save(response, [_user("Capital of France?")]),
-        lambda s: s.load("resp_a"),
-        lambda s: s.delete("resp_a"),
-        lambda s: s.delete("resp_a"),
-        lambda s: s.load("resp_a"),
-    )
-    assert saved is True
-    assert found.response == response
-    assert found.input_items == [_user("Capital of France?")]
-    assert found.conversation == [_user("Capital of France?"), response["output"][0]]
-    assert (deleted, again, missing) == (True, False, None)
-    assert _totals(database) == (0, 0)
-    asyncio.run(store.aclose())
-
-
-def test_each_key_sees_only_its_own_responses(database: str) -> None:
-    """Servers of two keys on one database: B finds, deletes and continues nothing of A's."""
-    a, b = _store(database, key="sk-team-a"), _store(database, key="sk-team-b")
-    _run(a, lambda s: s.save(_response("a"), [_user("secret plans")]))
-    assert _run(b, lambda s: s.load("resp_a"), lambda s: s.delete("resp_a")) == [None, False]
-    found = _run(a, lambda s: s.load("resp_a"))[0]
-    assert found is not None
-    assert found.input_items == [_user("secret plans")]
-    assert _sql(database, "SELECT owner FROM conformant_responses") == [(owner_of("sk-team-a"),)]  # a digest
-    asyncio.run(a.aclose())
-    asyncio.run(b.aclose())
-
-
-def test_an_entry_older_than_the_max_age_is_gone_and_deleted_by_the_next_write(
-    database: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = _store(database)
-    now = 1_000_000.0
-    monkeypatch.setattr(store_module.time, "time", lambda: now)
-    _run(store, lambda s: s.save(_response("old"), []))
-    now += DAY + 1
-    assert _run(store, lambda s: s.load("resp_old"), lambda s: s.delete("resp_old")) == [None, False]
-    _run(store, lambda s: s.save(_response("new"), []))
-    assert _sql(database, "SELECT id FROM conformant_responses") == [("resp_new",)]
-    kept, summed = _totals(database)
-    assert kept == summed
-    asyncio.run(store.aclose())
-
-
-def test_past_the_max_bytes_the_oldest_entries_go_first(database: str) -> None:
-    store = _store(database, max_bytes=10_000)
-    text = "x" * 2_000  # each entry a little over 2 KB: four fit in 10 KB, not five
-    _run(store, *(lambda s, i=i: s.save(_response(str(i), text), []) for i in range(6)))
-    found = _run(store, *(lambda s, i=i: s.load(f"resp_{i}") for i in range(6)))
-    assert [entry is not None for entry in found] == [False, False, True, True, True, True]
-    kept, summed = _totals(database)
-    assert kept == summed <= 10_000
-    asyncio.run(store.aclose())
-
-
-def test_an_entry_larger_than_the_bound_by_itself_is_not_stored_and_evicts_nothing(database: str) -> None:
-    store = _store(database, max_bytes=10_000)
-    saved = _run(
-        store,
-        lambda s: s.save(_response("small"), []),
-        lambda s: s.save(_response("big", "x" * 10_000), []),
-        lambda s: s.load("resp_small"),
-        lambda s: s.load("resp_big"),
-    )
-    assert saved[:2] == [True, False]
-    assert saved[2] is not None
-    assert saved[3] is None
-    asyncio.run(store.aclose())
-
-
 def test_what_is_read_passes_through_redact(database: str) -> None:
     store = _store(database)
-    _run(store, lambda s: s.save(_response("a", "the key is sk-upstream-1"), []))
+    run(store, lambda s: s.save(response("a", "the key is sk-upstream-1"), []))
     store.redact = lambda text: text.replace("sk-upstream-1", "[redacted]")
-    found = _run(store, lambda s: s.load("resp_a"))[0]
+    found = run(store, lambda s: s.load("resp_a"))[0]
     assert found.response["output"][0]["content"][0]["text"] == "the key is [redacted]"
     asyncio.run(store.aclose())
 
@@ -242,8 +120,8 @@ def _spooled_response(key: str, megabytes: int) -> tuple[SpooledJSON, str]:
         spool.append(SPOOLED_PIECE)
     spool.finish()
     assert spool.spilled
-    response = _response(key, spool.token, store=True)
-    return SpooledJSON(response, {spool.token: spool}), SPOOLED_PIECE * (megabytes * 16)
+    spooled = response(key, spool.token, store=True)
+    return SpooledJSON(spooled, {spool.token: spool}), SPOOLED_PIECE * (megabytes * 16)
 
 
 def test_a_spooled_response_is_stored_a_piece_at_a_time_and_read_back_the_same(database: str) -> None:
@@ -257,12 +135,12 @@ def test_a_spooled_response_is_stored_a_piece_at_a_time_and_read_back_the_same(d
     store = _store(database, max_bytes=64 * MiB)
     spooled, text = _spooled_response("long", 8)
     written = spooled.whole()
-    _run(store, lambda s: s.save(_response("warm"), []))  # the connection and its tables, made once
+    run(store, lambda s: s.save(response("warm"), []))  # the connection and its tables, made once
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
-        saved = _run(store, lambda s: s.save(spooled, [_user("go on")]))[0]
+        saved = run(store, lambda s: s.save(spooled, [user("go on")]))[0]
         peak = tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()
@@ -272,11 +150,11 @@ def test_a_spooled_response_is_stored_a_piece_at_a_time_and_read_back_the_same(d
         database, "SELECT response, input, size FROM conformant_responses WHERE id = 'resp_long'"
     )
     assert stored.encode() == written
-    assert items == json.dumps([_user("go on")], separators=(",", ":"), ensure_ascii=False)
+    assert items == json.dumps([user("go on")], separators=(",", ":"), ensure_ascii=False)
     assert size == len(written) + len(items.encode())
-    found = _run(store, lambda s: s.load("resp_long"))[0]
-    assert found.response == _response("long", text, store=True)
-    assert found.input_items == [_user("go on")]
+    found = run(store, lambda s: s.load("resp_long"))[0]
+    assert found.response == response("long", text, store=True)
+    assert found.input_items == [user("go on")]
     kept, summed = _totals(database)
     assert kept == summed
     asyncio.run(store.aclose())
@@ -288,12 +166,12 @@ def test_a_spooled_response_whose_id_is_stored_already_leaves_that_entry(databas
     store = _store(database, max_bytes=64 * MiB)
     first, text = _spooled_response("same", 2)
     second, _ = _spooled_response("same", 3)
-    assert _run(store, lambda s: s.save(first, []), lambda s: s.save(second, [_user("again")])) == [
+    assert run(store, lambda s: s.save(first, []), lambda s: s.save(second, [user("again")])) == [
         True,
         True,
     ]
-    found = _run(store, lambda s: s.load("resp_same"))[0]
-    assert found.response == _response("same", text, store=True)
+    found = run(store, lambda s: s.load("resp_same"))[0]
+    assert found.response == response("same", text, store=True)
     assert found.input_items == []
     kept, summed = _totals(database)
     assert kept == summed == len(first.whole()) + len(b"[]")
@@ -325,7 +203,7 @@ def test_two_processes_writing_at_once_keep_the_total_and_the_bound(database: st
     assert (last, last - first + 1) == (300, count)
     store = _store(database, max_bytes=20_000)
     ((newest,),) = _sql(database, "SELECT id FROM conformant_responses ORDER BY seq DESC LIMIT 1")
-    assert _run(store, lambda s: s.load(newest))[0] is not None
+    assert run(store, lambda s: s.load(newest))[0] is not None
     asyncio.run(store.aclose())
 
 
@@ -356,11 +234,11 @@ def test_a_save_waiting_for_another_writer_leaves_the_event_loop_free(database: 
     other work, and completes once the lock is released."""
     store = _store(database)
     store.open_now()
-    holder = _psycopg().connect(database)
+    holder = psycopg_or_skip().connect(database)
     holder.execute("SELECT bytes FROM conformant_responses_total FOR UPDATE")
 
     async def main() -> tuple[bool, int]:
-        saving = asyncio.ensure_future(store.save(_response("a"), []))
+        saving = asyncio.ensure_future(store.save(response("a"), []))
         ticks = 0
         while ticks < 50:
             await asyncio.sleep(0.002)
@@ -371,7 +249,7 @@ def test_a_save_waiting_for_another_writer_leaves_the_event_loop_free(database: 
 
     assert asyncio.run(main()) == (True, 50)
     holder.close()
-    assert _run(store, lambda s: s.load("resp_a"))[0] is not None
+    assert run(store, lambda s: s.load("resp_a"))[0] is not None
     asyncio.run(store.aclose())
 
 
@@ -379,7 +257,7 @@ def test_connections_the_server_ended_are_replaced_without_a_failure(database: s
     """The database restarted or failed over while the store's connections were idle: the next calls
     connect again instead of failing once per connection."""
     store = _store(database)
-    _run(store, *(lambda s, i=i: s.save(_response(str(i)), []) for i in range(8)))
+    run(store, *(lambda s, i=i: s.save(response(str(i)), []) for i in range(8)))
 
     async def at_once() -> list[Any]:
         return list(await asyncio.gather(*(store.load(f"resp_{i}") for i in range(8))))
@@ -414,7 +292,7 @@ def test_a_failing_database_is_store_unavailable_in_words_that_name_nothing(
             store.open_now()
         assert str(opening.value) == f"the response store cannot be opened: {reason}"
         with pytest.raises(StoreUnavailable) as loading:
-            _run(store, lambda s: s.load("resp_a"))
+            run(store, lambda s: s.load("resp_a"))
         assert str(loading.value) == f"the response store failed: {reason}"
         asyncio.run(store.aclose())
     logged = caplog.text
@@ -536,7 +414,7 @@ def test_servers_on_one_database_share_conversations_and_keep_each_keys_own(
 
 def test_a_database_that_cannot_be_reached_stops_serve_in_one_line_without_the_password() -> None:
     """Given as the variable this time (the flag's path is the same)."""
-    _psycopg()
+    psycopg_or_skip()
     url = f"postgresql://conformant:{PASSWORD}@127.0.0.1:{free_port()}/responses"
     result = subprocess.run(
         [*SERVE, "--upstream", "http://127.0.0.1:9", "--port", str(free_port())],
