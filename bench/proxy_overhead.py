@@ -501,7 +501,7 @@ def _verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-floor", type=int, help=argparse.SUPPRESS)
@@ -540,12 +540,16 @@ def main() -> int:
         default=3000,
         help="requests per proxy when routed and one-upstream requests alternate (the routing goal)",
     )
+    return parser
+
+
+def main() -> int:
+    parser = _parser()
     args = parser.parse_args()
     if args.workers < 1:
         parser.error("--workers must be at least 1")
-    pace = args.pace_ms / 1000
     if args.serve_upstream:
-        serve_upstream(args.serve_upstream, pace)
+        serve_upstream(args.serve_upstream, args.pace_ms / 1000)
         return 0
     if args.serve_floor:
         serve_floor(args.serve_floor, args.upstream)
@@ -553,87 +557,12 @@ def main() -> int:
 
     print(f"machine: {machine()}")
     with contextlib.ExitStack() as stack:
-        directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        port = free_port()
-        command = ["python", __file__, "--serve-upstream", str(port), "--pace-ms", str(args.pace_ms)]
-        upstream, proc = stack.enter_context(run_process(command, health_path="/health", port=port))
-        targets = [Target("direct", upstream, proc.pid)]
-        for workers in sorted({1, args.workers}):
-            port = free_port()
-            serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
-            serve += ["--api-key", KEY, "--upstream-kind", "openai", "--workers", str(workers)]
-            url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
-            targets.append(Target(_conformant(workers), url, proc.pid))
-        if args.baseline:
-            targets.append(_baseline_target(stack, args.baseline, upstream))
-        if args.routed:
-            targets.append(_routed_target(stack, args, directory, upstream))
-        port = free_port()
-        floor = ["python", __file__, "--serve-floor", str(port), "--upstream", upstream]
-        url, proc = stack.enter_context(run_process(floor, health_path="/health", port=port))
-        targets.append(Target("floor", url, proc.pid))
-        if args.no_litellm:
-            print("LiteLLM: skipped (--no-litellm)")
-        elif not LITELLM.exists():
-            print(f"LiteLLM: skipped, {LITELLM} is missing (see this script's docstring to install it)")
-        else:
-            port = free_port()
-            config = litellm_config(upstream, directory)
-            command = [str(LITELLM), "--config", str(config), "--port", str(port)]
-            env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
-            url, proc = stack.enter_context(
-                run_process(command, health_path="/health/liveliness", port=port, timeout=180, env=env)
-            )
-            targets.append(Target("litellm", url, proc.pid))
-
-        levels = [
-            Level("1 stream", 1, args.requests, args.chunks, 0.0, goal=True),
-            Level(
-                f"64 streams, {args.pace_ms:g} ms/chunk",
-                64,
-                args.paced_requests,
-                args.paced_chunks,
-                pace,
-                True,
-            ),
-            Level("64 streams, saturated", 64, args.requests, args.chunks, 0.0, goal=False),
-        ]
-        for target in targets:  # warm up connections, imports and caches
-            load(target.url, 8, 64, args.chunks)
-        cpu_per_request: dict[str, list[float]] = {}
-        for round_ in range(args.rounds):
-            for level in levels:
-                for target in targets:
-                    settle(targets)
-                    cpu = cpu_seconds(target.pid) if target.pid else 0.0
-                    result = load(target.url, level.streams, level.requests, level.chunks, level.pace)
-                    if level is levels[0] and target.pid:  # the proxy's CPU per request, at 1 stream
-                        used = (cpu_seconds(target.pid) - cpu) / level.requests
-                        cpu_per_request.setdefault(target.name, []).append(used)
-                    if result.failures:
-                        raise RuntimeError(f"{target.name}: {result.failures} requests failed")
-                    target.ttft.setdefault(level.label, []).extend(result.ttft)
-            print(f"round {round_ + 1}/{args.rounds} done", flush=True)
-
+        targets = _targets(stack, args, Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        levels = _levels(args)
+        cpu_per_request = _measure_ttft(targets, levels, args.rounds, args.chunks)
         print(f"\ntime to first token (ms), {args.rounds} rounds")
         added = _ttft_table(targets, levels)
-
-        total = args.long_chunks * args.long_streams
-        print(f"\nthroughput, {args.long_streams} streams x {args.long_chunks} chunks")
-        print(f"{'target':<15}{'chunks/s':>12}{'chunks/CPU-s':>14}  (CPU of the target's processes)")
-        rates: dict[str, float] = {}
-        for target in targets:
-            settle(targets)
-            cpu_before = cpu_seconds(target.pid) if target.pid else 0.0
-            started = time.perf_counter()
-            result = load(target.url, args.long_streams, args.long_streams, args.long_chunks)
-            wall = time.perf_counter() - started
-            cpu = (cpu_seconds(target.pid) if target.pid else 0.0) - cpu_before
-            if result.chunks < total:
-                raise RuntimeError(f"{target.name}: {result.chunks} of {total} chunks arrived")
-            rates[target.name] = total / cpu if cpu else float("nan")
-            print(f"{target.name:<15}{total / wall:>12,.0f}{rates[target.name]:>14,.0f}")
-
+        rates = _throughput(targets, args.long_streams, args.long_chunks)
         f50, f99 = added["floor", levels[1].label]
         print(f"\nthe stack floor adds {f50 * 1e3:.3f} ms p50, {f99 * 1e3:.3f} ms p99 at {levels[1].label}")
         for target in targets:
@@ -641,27 +570,134 @@ def main() -> int:
                 _print_goals(target.name, added, rates, levels)
         if args.baseline:
             _print_baseline(added, rates, levels)
-            now, before = (next(t for t in targets if t.name == n) for n in (_conformant(1), BASELINE))
-            settle(targets)
-            body = stream_body(MODEL, args.chunks)
-            posts = [Post(url, "/v1/chat/completions", body) for url in (before.url, now.url)]
-            difference, low, high = p50_difference(
-                *(r.ttft for r in interleaved(posts, args.interleaved_requests))
-            )
-            print(
-                f"  TTFT p50, their requests interleaved one by one ({args.interleaved_requests} each): this "
-                f"checkout {difference * 1e6:+.0f} us (95% {low * 1e6:+.0f} to {high * 1e6:+.0f})"
-            )
+            _print_baseline_interleaved(targets, args)
         if args.routed:
-            single, routed = (next(t for t in targets if t.name == n) for n in (_conformant(1), ROUTED))
-            settle(targets)
-            body = stream_body(MODEL, args.chunks)
-            posts = [Post(url, "/v1/chat/completions", body) for url in (single.url, routed.url)]
-            results = interleaved(posts, args.interleaved_requests)
-            routing = p50_difference(results[0].ttft, results[1].ttft)
+            single, routed = (_named(targets, n) for n in (_conformant(1), ROUTED))
+            routing = _interleaved_difference(targets, single, routed, args)
             _print_routing_goal(args.routed, added, levels, cpu_per_request, routing)
     print(f"\nafter: load average {os.getloadavg()[0]:.2f}")
     return 0
+
+
+def _targets(stack: contextlib.ExitStack, args: argparse.Namespace, directory: Path) -> list[Target]:
+    """The upstream (``direct``), the proxies asked for, the floor and LiteLLM where it is installed,
+    each started in ``stack``."""
+    port = free_port()
+    command = ["python", __file__, "--serve-upstream", str(port), "--pace-ms", str(args.pace_ms)]
+    upstream, proc = stack.enter_context(run_process(command, health_path="/health", port=port))
+    targets = [Target("direct", upstream, proc.pid)]
+    for workers in sorted({1, args.workers}):
+        port = free_port()
+        serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
+        serve += ["--api-key", KEY, "--upstream-kind", "openai", "--workers", str(workers)]
+        url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
+        targets.append(Target(_conformant(workers), url, proc.pid))
+    if args.baseline:
+        targets.append(_baseline_target(stack, args.baseline, upstream))
+    if args.routed:
+        targets.append(_routed_target(stack, args, directory, upstream))
+    port = free_port()
+    floor = ["python", __file__, "--serve-floor", str(port), "--upstream", upstream]
+    url, proc = stack.enter_context(run_process(floor, health_path="/health", port=port))
+    targets.append(Target("floor", url, proc.pid))
+    litellm = _litellm_target(stack, args, directory, upstream)
+    return targets + ([litellm] if litellm is not None else [])
+
+
+def _litellm_target(
+    stack: contextlib.ExitStack, args: argparse.Namespace, directory: Path, upstream: str
+) -> Target | None:
+    if args.no_litellm:
+        print("LiteLLM: skipped (--no-litellm)")
+        return None
+    if not LITELLM.exists():
+        print(f"LiteLLM: skipped, {LITELLM} is missing (see this script's docstring to install it)")
+        return None
+    port = free_port()
+    config = litellm_config(upstream, directory)
+    command = [str(LITELLM), "--config", str(config), "--port", str(port)]
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    url, proc = stack.enter_context(
+        run_process(command, health_path="/health/liveliness", port=port, timeout=180, env=env)
+    )
+    return Target("litellm", url, proc.pid)
+
+
+def _levels(args: argparse.Namespace) -> list[Level]:
+    paced = f"64 streams, {args.pace_ms:g} ms/chunk"
+    return [
+        Level("1 stream", 1, args.requests, args.chunks, 0.0, goal=True),
+        Level(paced, 64, args.paced_requests, args.paced_chunks, args.pace_ms / 1000, goal=True),
+        Level("64 streams, saturated", 64, args.requests, args.chunks, 0.0, goal=False),
+    ]
+
+
+def _measure_ttft(
+    targets: list[Target], levels: list[Level], rounds: int, chunks: int
+) -> dict[str, list[float]]:
+    """Every level on every target, in alternating rounds, into each target's ``ttft``; returns each
+    target's CPU per request at the first level (1 stream), one figure per round."""
+    for target in targets:  # warm up connections, imports and caches
+        load(target.url, 8, 64, chunks)
+    cpu_per_request: dict[str, list[float]] = {}
+    for round_ in range(rounds):
+        for level in levels:
+            for target in targets:
+                settle(targets)
+                cpu = cpu_seconds(target.pid) if target.pid else 0.0
+                result = load(target.url, level.streams, level.requests, level.chunks, level.pace)
+                if level is levels[0] and target.pid:  # the proxy's CPU per request, at 1 stream
+                    used = (cpu_seconds(target.pid) - cpu) / level.requests
+                    cpu_per_request.setdefault(target.name, []).append(used)
+                if result.failures:
+                    raise RuntimeError(f"{target.name}: {result.failures} requests failed")
+                target.ttft.setdefault(level.label, []).extend(result.ttft)
+        print(f"round {round_ + 1}/{rounds} done", flush=True)
+    return cpu_per_request
+
+
+def _throughput(targets: list[Target], streams: int, chunks: int) -> dict[str, float]:
+    """Chunks per CPU-second of each target's processes over ``streams`` long streams; printed."""
+    total = chunks * streams
+    print(f"\nthroughput, {streams} streams x {chunks} chunks")
+    print(f"{'target':<15}{'chunks/s':>12}{'chunks/CPU-s':>14}  (CPU of the target's processes)")
+    rates: dict[str, float] = {}
+    for target in targets:
+        settle(targets)
+        cpu_before = cpu_seconds(target.pid) if target.pid else 0.0
+        started = time.perf_counter()
+        result = load(target.url, streams, streams, chunks)
+        wall = time.perf_counter() - started
+        cpu = (cpu_seconds(target.pid) if target.pid else 0.0) - cpu_before
+        if result.chunks < total:
+            raise RuntimeError(f"{target.name}: {result.chunks} of {total} chunks arrived")
+        rates[target.name] = total / cpu if cpu else float("nan")
+        print(f"{target.name:<15}{total / wall:>12,.0f}{rates[target.name]:>14,.0f}")
+    return rates
+
+
+def _named(targets: list[Target], name: str) -> Target:
+    return next(t for t in targets if t.name == name)
+
+
+def _interleaved_difference(
+    targets: list[Target], first: Target, second: Target, args: argparse.Namespace
+) -> tuple[float, float, float]:
+    """``second``'s TTFT p50 minus ``first``'s, their requests interleaved one by one, and its interval."""
+    settle(targets)
+    body = stream_body(MODEL, args.chunks)
+    posts = [Post(url, "/v1/chat/completions", body) for url in (first.url, second.url)]
+    results = interleaved(posts, args.interleaved_requests)
+    return p50_difference(results[0].ttft, results[1].ttft)
+
+
+def _print_baseline_interleaved(targets: list[Target], args: argparse.Namespace) -> None:
+    now, before = _named(targets, _conformant(1)), _named(targets, BASELINE)
+    difference, low, high = _interleaved_difference(targets, before, now, args)
+    print(
+        f"  TTFT p50, their requests interleaved one by one ({args.interleaved_requests} each): this "
+        f"checkout {difference * 1e6:+.0f} us (95% {low * 1e6:+.0f} to {high * 1e6:+.0f})"
+    )
 
 
 TTFT_GOALS = ((0, "p50", 1.5), (1, "p99", 2.0))
