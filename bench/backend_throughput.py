@@ -385,7 +385,7 @@ def print_paired(
     print()
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -413,16 +413,18 @@ def main() -> int:
         default=1,
         help="rounds that also take the 12,000-token prompt's TTFT (about 5 minutes a server on 2 cores)",
     )
+    return parser
+
+
+def main() -> int:
+    parser = _parser()
     a = parser.parse_args()
     streams = sorted({int(n) for n in a.streams.split(",")})
     if not 1 <= streams[0] <= streams[-1] <= len(PROMPTS):
         parser.error(f"--streams must be between 1 and {len(PROMPTS)}")
     slots = max(streams[-1], 4)  # the TTFT and prefill measures run 4 streams at once
-    llama_server = a.llama_server or shutil.which("llama-server")
     a.model = model_path(a.model)
-    t = str(a.threads)
     eog = end_of_generation_tokens(a.model)
-    agent = agent_prompts(a.model)
     ban = {str(token): -100.0 for token in eog}
     repack, repack_why = repack_setting()
     print(f"model {Path(a.model).name}, {a.threads} threads, {a.tokens} tokens per request, temperature 0")
@@ -432,15 +434,21 @@ def main() -> int:
         f"attention off, logits for the last prompt token only, weight repacking {repack_why}"
     )
     start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        targets = _targets(stack, a, slots, repack, ban)
+        results = _rounds(targets, a, streams, agent_prompts(a.model))
+    _report(results, a, streams)
+    print(f"bench time {time.perf_counter() - start:.0f}s")
+    return 0
 
-    ours_port, peer_port, invariant_port = free_port(), free_port(), free_port()
-    ours_args = backend_command(a.model, ours_port, a.threads, slots, repack=repack)
-    peer_args = [
-        *("python", "-c", _LLAMA_CPP_SERVER, "--model", a.model, "--port", str(peer_port)),
-        *("--n_threads", t, "--n_threads_batch", t, "--n_ctx", str(CTX_PER_SEQUENCE)),
-        *("--n_batch", str(BATCH), "--n_ubatch", str(BATCH), "--flash_attn", "False"),
-        *("--logits_all", "False", "--interrupt_requests", "False", "--verbose", "False"),
-    ]
+
+def _targets(
+    stack: contextlib.ExitStack, a: argparse.Namespace, slots: int, repack: bool, ban: dict[str, float]
+) -> list[Target]:
+    """The servers measured, started in ``stack``: the backend; unless ``--only-llama-server``,
+    llama-cpp-python's server and the backend with ``--batch-invariant``; one llama-server per
+    ``--llama-server-args``."""
+    llama_server = a.llama_server or shutil.which("llama-server")
     same = same_library(llama_server)
     print(
         "llama.cpp library of the Python servers: "
@@ -450,61 +458,89 @@ def main() -> int:
             else "llama-cpp-python's own (pass --llama-server for the same)"
         )
     )
-    peer_env = {"CONFORMANT_BENCH_REPACK": "1" if repack else "0", **same}
-    results: dict[str, list[dict[str, float]]] = {}
-    with contextlib.ExitStack() as stack:
-        ours_url, _ = stack.enter_context(
-            run_process(ours_args, health_path="/v1/models", port=ours_port, timeout=180, env=same)
-        )
-        targets = [Target("conformant backend", ours_url, ban, ttft_under_load=True)]
-        if not a.only_llama_server:
-            invariant_args = backend_command(a.model, invariant_port, a.threads, slots, repack=repack)
-            invariant_args.append("--batch-invariant")
-            invariant_url, _ = stack.enter_context(
-                run_process(
-                    invariant_args, health_path="/v1/models", port=invariant_port, timeout=180, env=same
-                )
-            )
-            peer_url, _ = stack.enter_context(
-                run_process(peer_args, health_path="/v1/models", port=peer_port, timeout=180, env=peer_env)
-            )
-            targets += [
-                Target("llama-cpp-python server", peer_url, ban, ttft_under_load=False),
-                Target("ours --batch-invariant", invariant_url, ban, ttft_under_load=True),
-            ]
-        if llama_server:
-            for flags in a.llama_server_args or [""]:
-                port = free_port()
-                native_args = [
-                    *(llama_server, "-m", a.model, "--port", str(port), "-t", t, "-np", str(slots)),
-                    *("-c", str(CTX_PER_SEQUENCE * slots), "-b", str(BATCH), "-fa", "off"),
-                    *([] if repack else ["--no-repack"]),
-                    *shlex.split(flags),
-                ]
-                url, _ = stack.enter_context(
-                    run_process(native_args, health_path="/health", port=port, timeout=180)
-                )
-                targets.append(Target(f"llama-server {flags}".strip(), url, ban, ttft_under_load=True))
-        else:
-            print("llama-server: not on PATH and not given (--llama-server), skipped")
-        for target in targets:
-            target.complete(PROMPTS[0], 4)  # warm up
-        for round_ in range(1, a.rounds + 1):
-            taken: dict[str, dict[str, float]] = {target.name: {} for target in targets}
-            with_agent = round_ <= a.agent_rounds
-            takes = measurements(
-                a.tokens, a.probes, streams, agent, rates_only=a.rates_only, with_agent=with_agent
-            )
-            for take in takes:
-                # Back to back, in an order that turns each round: the machine's drift (2x between
-                # rounds on a shared VM) then falls on every target's figure alike.
-                for target in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
-                    taken[target.name].update(take(target))
-            for target in targets:
-                results.setdefault(target.name, []).append(taken[target.name])
-                line = "  ".join(f"{k}={v:.3f}" for k, v in taken[target.name].items())
-                print(f"round {round_}  {target.name:24s} {line}", flush=True)
+    ours_port = free_port()
+    ours_args = backend_command(a.model, ours_port, a.threads, slots, repack=repack)
+    ours_url, _ = stack.enter_context(
+        run_process(ours_args, health_path="/v1/models", port=ours_port, timeout=180, env=same)
+    )
+    targets = [Target("conformant backend", ours_url, ban, ttft_under_load=True)]
+    if not a.only_llama_server:
+        targets += _python_peers(stack, a, slots, repack, ban, same)
+    if not llama_server:
+        print("llama-server: not on PATH and not given (--llama-server), skipped")
+        return targets
+    t = str(a.threads)
+    for flags in a.llama_server_args or [""]:
+        port = free_port()
+        native_args = [
+            *(llama_server, "-m", a.model, "--port", str(port), "-t", t, "-np", str(slots)),
+            *("-c", str(CTX_PER_SEQUENCE * slots), "-b", str(BATCH), "-fa", "off"),
+            *([] if repack else ["--no-repack"]),
+            *shlex.split(flags),
+        ]
+        url, _ = stack.enter_context(run_process(native_args, health_path="/health", port=port, timeout=180))
+        targets.append(Target(f"llama-server {flags}".strip(), url, ban, ttft_under_load=True))
+    return targets
 
+
+def _python_peers(
+    stack: contextlib.ExitStack,
+    a: argparse.Namespace,
+    slots: int,
+    repack: bool,
+    ban: dict[str, float],
+    same: dict[str, str],
+) -> list[Target]:
+    """llama-cpp-python's server and the backend with ``--batch-invariant``."""
+    t = str(a.threads)
+    peer_port, invariant_port = free_port(), free_port()
+    peer_args = [
+        *("python", "-c", _LLAMA_CPP_SERVER, "--model", a.model, "--port", str(peer_port)),
+        *("--n_threads", t, "--n_threads_batch", t, "--n_ctx", str(CTX_PER_SEQUENCE)),
+        *("--n_batch", str(BATCH), "--n_ubatch", str(BATCH), "--flash_attn", "False"),
+        *("--logits_all", "False", "--interrupt_requests", "False", "--verbose", "False"),
+    ]
+    peer_env = {"CONFORMANT_BENCH_REPACK": "1" if repack else "0", **same}
+    invariant_args = backend_command(a.model, invariant_port, a.threads, slots, repack=repack)
+    invariant_args.append("--batch-invariant")
+    invariant_url, _ = stack.enter_context(
+        run_process(invariant_args, health_path="/v1/models", port=invariant_port, timeout=180, env=same)
+    )
+    peer_url, _ = stack.enter_context(
+        run_process(peer_args, health_path="/v1/models", port=peer_port, timeout=180, env=peer_env)
+    )
+    return [
+        Target("llama-cpp-python server", peer_url, ban, ttft_under_load=False),
+        Target("ours --batch-invariant", invariant_url, ban, ttft_under_load=True),
+    ]
+
+
+def _rounds(
+    targets: list[Target], a: argparse.Namespace, streams: list[int], agent: Any
+) -> dict[str, list[dict[str, float]]]:
+    """Every measurement on every target, round after round: each target's figures per round."""
+    for target in targets:
+        target.complete(PROMPTS[0], 4)  # warm up
+    results: dict[str, list[dict[str, float]]] = {}
+    for round_ in range(1, a.rounds + 1):
+        taken: dict[str, dict[str, float]] = {target.name: {} for target in targets}
+        with_agent = round_ <= a.agent_rounds
+        takes = measurements(
+            a.tokens, a.probes, streams, agent, rates_only=a.rates_only, with_agent=with_agent
+        )
+        for take in takes:
+            # Back to back, in an order that turns each round: the machine's drift (2x between
+            # rounds on a shared VM) then falls on every target's figure alike.
+            for target in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
+                taken[target.name].update(take(target))
+        for target in targets:
+            results.setdefault(target.name, []).append(taken[target.name])
+            line = "  ".join(f"{k}={v:.3f}" for k, v in taken[target.name].items())
+            print(f"round {round_}  {target.name:24s} {line}", flush=True)
+    return results
+
+
+def _report(results: dict[str, list[dict[str, float]]], a: argparse.Namespace, streams: list[int]) -> None:
     med = {name: _medians(rounds) for name, rounds in results.items()}
     ours = med["conformant backend"]
     print()
@@ -517,19 +553,25 @@ def main() -> int:
     for native in (name for name in results if name.startswith("llama-server")):
         print_paired(results["conformant backend"], results[native], native, streams, rates_only=a.rates_only)
     if not a.only_llama_server:
-        peer, invariant = med["llama-cpp-python server"], med["ours --batch-invariant"]
-        if 1 in streams:
-            _ratio("single stream vs llama-cpp-python", ours["tps1"] / peer["tps1"], ">= 0.95")
-        for n in streams[1:]:
-            _ratio(f"{n}-stream aggregate vs llama-cpp-python", ours[f"tps{n}"] / peer[f"tps{n}"], "")
-        for n in streams:
-            _ratio(f"--batch-invariant: {n} streams vs ours", invariant[f"tps{n}"] / ours[f"tps{n}"], "")
-        if not a.rates_only:
-            _ratio("idle TTFT vs llama-cpp-python", ours["ttft_idle"] / peer["ttft_idle"], "")
+        _report_python_peers(med, streams, rates_only=a.rates_only)
     if not a.rates_only:
         _ratio("TTFT under 3 streams vs idle (ours)", ours["ttft_load"] / ours["ttft_idle"], "<= 2")
-    print(f"bench time {time.perf_counter() - start:.0f}s")
-    return 0
+
+
+def _report_python_peers(med: dict[str, dict[str, float]], streams: list[int], *, rates_only: bool) -> None:
+    ours, peer, invariant = (
+        med["conformant backend"],
+        med["llama-cpp-python server"],
+        med["ours --batch-invariant"],
+    )
+    if 1 in streams:
+        _ratio("single stream vs llama-cpp-python", ours["tps1"] / peer["tps1"], ">= 0.95")
+    for n in streams[1:]:
+        _ratio(f"{n}-stream aggregate vs llama-cpp-python", ours[f"tps{n}"] / peer[f"tps{n}"], "")
+    for n in streams:
+        _ratio(f"--batch-invariant: {n} streams vs ours", invariant[f"tps{n}"] / ours[f"tps{n}"], "")
+    if not rates_only:
+        _ratio("idle TTFT vs llama-cpp-python", ours["ttft_idle"] / peer["ttft_idle"], "")
 
 
 if __name__ == "__main__":
