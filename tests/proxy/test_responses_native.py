@@ -259,3 +259,55 @@ def test_with_config_each_upstream_serves_the_route_as_its_table_says(tmp_path: 
             assert response.json()["output"][0]["content"][0]["text"] == "Hi from chat"
             assert chat_record.requests == 1
             assert native_record.requests == 1
+
+
+def _call_events() -> list[dict[str, Any]]:
+    """A message, then a function call, as llama-server streams them."""
+    opened = {"type": "function_call", "id": "fc_1", "name": "f", "call_id": "c1", "status": "in_progress"}
+    closed = {**opened, "arguments": "{}", "status": "completed"}
+    message = _upstream_events()[1:7]
+    call = [
+        {"type": "response.output_item.added", "item": opened},
+        {"type": "response.output_item.done", "item": closed},
+    ]
+    done = [e["item"] for e in message + call if e["type"] == "response.output_item.done"]
+    final = {**_RESPONSE, "status": "completed", "output": json.loads(json.dumps(done))}
+    return [_upstream_events()[0], *message, *call, {"type": "response.completed", "response": final}]
+
+
+@pytest.mark.parametrize(
+    ("events", "phase"), [(_upstream_events, "final_answer"), (_call_events, "commentary")]
+)
+def test_a_native_message_gets_its_phase_when_what_follows_it_tells(events: Any, phase: str) -> None:
+    """Open Responses' ``phase``, which llama-server's own route leaves out: a message's
+    ``output_item.done`` waits for the next event (a call opening: ``commentary``), the sequence
+    numbers still in order; the final Response and a whole answer say the same."""
+    from conformance.protocols.responses.native import NativeEvents, normalize_response
+
+    normalizer = NativeEvents({"model": "m", "input": "hi"}, None)
+    sent = [out for event in events() for out in normalizer.feed(event)]
+    assert [e["sequence_number"] for e in sent] == list(range(len(sent)))
+    assert len(sent) == len(events())
+    done = [
+        e["item"]["phase"]
+        for e in sent
+        if e["type"] == "response.output_item.done" and e["item"]["type"] == "message"
+    ]
+    assert done == [phase]
+    final = [i["phase"] for i in sent[-1]["response"]["output"] if i["type"] == "message"]
+    assert final == [phase]
+    whole = normalize_response(events()[-1]["response"], {"input": "hi"}, response_id="resp_1", model=None)
+    assert [i.get("phase") for i in whole["output"] if i["type"] == "message"] == [phase]
+
+
+def test_a_held_message_is_sent_before_the_failure_of_a_stream_cut_after_it() -> None:
+    from conformance.protocols.responses.native import NativeEvents
+
+    normalizer = NativeEvents({"model": "m", "input": "hi"}, None)
+    sent = [out for event in _upstream_events()[:-1] for out in normalizer.feed(event)]
+    assert sent[-1]["type"] == "response.content_part.done"  # the message's done is held
+    ended = normalizer.fail(None)
+    assert [e["type"] for e in ended] == ["response.output_item.done", "response.failed"]
+    assert ended[0]["item"]["phase"] == "final_answer"
+    assert [e["sequence_number"] for e in sent + ended] == list(range(len(sent) + len(ended)))
+    assert [i["id"] for i in ended[-1]["response"]["output"]] == ["msg_1"]

@@ -6,8 +6,10 @@ path, and said ``completed`` when ``max_output_tokens`` cut the answer (docs/res
 same rules as the chat route's apply here as far as they can: one ``resp_`` id on every Response, the
 model as the client may name it (Q09: no local path, or ``--model-alias``), ``sequence_number`` from 0
 without a gap, every item's ``output_index`` and every part's ``content_index``, ``incomplete`` with
-``incomplete_details.reason: "max_output_tokens"`` for an answer that used all of its limit, and a
-stream that breaks off ends with ``response.failed`` instead of being cut.
+``incomplete_details.reason: "max_output_tokens"`` for an answer that used all of its limit, each
+message's ``phase`` (Open Responses 2026-04-24: ``commentary`` where a call is the next item, else
+``final_answer``; a message's ``output_item.done`` waits for the next event to tell), and a stream that
+breaks off ends with ``response.failed`` instead of being cut.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..front_end import Pieces
 from ..sampling import SAMPLING_FIELDS, sampling_used
 from ..spooled_text import SpoolFile, TextSpool
 from .output import written_events
-from .response import failed_error, listed_tool, new_item_id, new_response_id, settings_echo
+from .response import failed_error, listed_tool, new_item_id, new_response_id, phase_of, settings_echo
 from .store_base import Store
 from .stored import remember, remember_terminal
 
@@ -71,6 +73,9 @@ def normalize_response(
         response["model"] = model
     elif isinstance(upstream_model, str) and upstream_model:
         response["model"] = clean_model_name(upstream_model)
+    output = response.get("output")
+    if isinstance(output, list):
+        _phases(output)
     usage = response.get("usage")
     if isinstance(usage, dict):
         response["usage"] = usage = _usage(usage)
@@ -149,12 +154,28 @@ def _complete_part(part: Any) -> None:
         part.setdefault("logprobs", [])
 
 
+def _is_call(item: Any) -> bool:
+    return isinstance(item, Mapping) and str(item.get("type", "")).endswith("call")
+
+
+def _unphased_message(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "message" and "phase" not in item
+
+
+def _phases(output: list[Any]) -> None:
+    """Each message of ``output`` without a ``phase`` given one: ``commentary`` where a call follows it
+    at once, else ``final_answer`` (the translated route's rule: events.py closes a message so when
+    a call opens after it)."""
+    for index, item in enumerate(output):
+        if _unphased_message(item):
+            following = output[index + 1] if index + 1 < len(output) else None
+            item["phase"] = phase_of(_is_call(following))
+
+
 def _called(response: Mapping[str, Any]) -> bool:
     """Whether the answer ended in a tool call (which stops generation by itself)."""
     output = response.get("output")
-    return isinstance(output, list) and any(
-        isinstance(item, Mapping) and str(item.get("type", "")).endswith("call") for item in output
-    )
+    return isinstance(output, list) and any(_is_call(item) for item in output)
 
 
 def _prefix(item: Mapping[str, Any]) -> str:
@@ -184,6 +205,8 @@ class NativeEvents:
         """The texts that placeholders in the failure's events stand for (protocols/spooled_text.py)."""
         self._spool_file = SpoolFile()
         self._done: list[dict[str, Any]] = []
+        self._held: dict[str, Any] | None = None
+        """A message's ``output_item.done``, sent with the next event, which tells its ``phase``."""
         self.ended = False
         self.last_response: dict[str, Any] | None = None
 
@@ -191,6 +214,18 @@ class NativeEvents:
         kind = event.get("type")
         if not isinstance(kind, str) or self.ended:
             return []
+        held = self._release(_is_call(event.get("item")) and kind == "response.output_item.added")
+        return [*held, *self._feed(event, kind)]
+
+    def _release(self, call_follows: bool) -> list[dict[str, Any]]:
+        """The held message's ``output_item.done``, its ``phase`` told by what follows it."""
+        event, self._held = self._held, None
+        if event is None:
+            return []
+        event["item"].setdefault("phase", phase_of(call_follows))
+        return [self._stamped(event)]
+
+    def _feed(self, event: dict[str, Any], kind: str) -> list[dict[str, Any]]:
         response = event.get("response")
         if isinstance(response, dict):
             event["response"] = normalize_response(
@@ -231,9 +266,11 @@ class NativeEvents:
             self._follow_parts(event, kind)
         if kind in _TERMINAL:
             self.ended = True
-        event["sequence_number"] = self._sequence
-        self._sequence += 1
-        return [event]
+        item = event.get("item")
+        if kind == "response.output_item.done" and _unphased_message(item):
+            self._held = event
+            return []
+        return [self._stamped(event)]
 
     def _fill_indexes(self, event: dict[str, Any], kind: str) -> None:
         item_id = event.get("item_id")
@@ -305,7 +342,7 @@ class NativeEvents:
     def fail(self, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         """The events that end a stream that broke off before its own terminal event: its open items
         ended as incomplete, then ``response.failed``."""
-        out = self._closed()
+        out = [*self._release(False), *self._closed()]
         response = normalize_response(
             dict(self.last_response or {}),
             self._request,
