@@ -153,12 +153,15 @@ def test_an_allowed_tools_choice_of_several_is_refused_for_llama_cpp_python() ->
     assert upstream.bodies(CHAT) == []
 
 
-@pytest.mark.parametrize(("status", "asked"), [(404, 1), (200, 1), (503, 3)], ids=["404", "no-list", "503"])
+@pytest.mark.parametrize(
+    ("status", "asked"), [(404, 1), (200, 1), (503, 3), (429, 3)], ids=["404", "no-list", "503", "429"]
+)
 def test_an_upstream_without_a_listing_is_asked_for_it_once_not_on_every_tool_request(
     status: int, asked: int
 ) -> None:
-    # Any answer tells the upstream is not llama-cpp-python (which lists its models); only a 5xx, which
-    # may pass, is asked again. Before, each tool request to such an upstream cost a round trip more.
+    # An answer about the route tells the upstream is not llama-cpp-python (which lists its models); a
+    # refusal that may pass (a 5xx, a 429) is asked again. Before, each tool request to such an upstream
+    # cost a round trip more.
     listings: list[int] = []
 
     async def chat(request: Request) -> Response:
