@@ -296,6 +296,10 @@ def test_a_native_message_gets_its_phase_when_what_follows_it_tells(events: Any,
     assert done == [phase]
     final = [i["phase"] for i in sent[-1]["response"]["output"] if i["type"] == "message"]
     assert final == [phase]
+    # The order the upstream sent them in: the message's done before the call opens.
+    assert [(e["type"], e.get("item", {}).get("id")) for e in sent] == [
+        (e["type"], e.get("item", {}).get("id")) for e in events()
+    ]
     whole = normalize_response(events()[-1]["response"], {"input": "hi"}, response_id="resp_1", model=None)
     assert [i.get("phase") for i in whole["output"] if i["type"] == "message"] == [phase]
 
@@ -311,3 +315,33 @@ def test_a_held_message_is_sent_before_the_failure_of_a_stream_cut_after_it() ->
     assert ended[0]["item"]["phase"] == "final_answer"
     assert [e["sequence_number"] for e in sent + ended] == list(range(len(sent) + len(ended)))
     assert [i["id"] for i in ended[-1]["response"]["output"]] == ["msg_1"]
+
+
+def test_a_message_done_after_the_call_opened_is_commentary_at_once() -> None:
+    """An upstream that opens the call before it ends the message: the item after the message is known,
+    and the stream says what the final Response says."""
+    from conformance.protocols.responses.native import NativeEvents
+
+    events = _call_events()
+    message_done = events[6]
+    reordered = [*events[:6], events[7], message_done, *events[8:]]
+    normalizer = NativeEvents({"model": "m", "input": "hi"}, None)
+    sent = [out for event in reordered for out in normalizer.feed(event)]
+    assert [(e["type"], e.get("item", {}).get("id")) for e in sent] == [
+        (e["type"], e.get("item", {}).get("id")) for e in reordered
+    ]
+    [done] = [e for e in sent if e["type"] == "response.output_item.done" and e["item"]["type"] == "message"]
+    assert done["item"]["phase"] == "commentary"
+    assert [i.get("phase") for i in sent[-1]["response"]["output"]] == ["commentary", None]
+
+
+@pytest.mark.parametrize("item", [{"type": "message"}, {"type": "function_call"}, {}])
+def test_an_item_done_that_was_never_added_gets_an_id_and_no_failure(item: dict[str, Any]) -> None:
+    from conformance.protocols.responses.native import NativeEvents
+
+    normalizer = NativeEvents({"model": "m", "input": "hi"}, None)
+    sent = normalizer.feed({"type": "response.output_item.done", "item": dict(item)})
+    sent += normalizer.feed(_upstream_events()[-1])
+    [done] = [e for e in sent if e["type"] == "response.output_item.done"]
+    assert done["item"]["id"]
+    assert [e["sequence_number"] for e in sent] == list(range(len(sent)))

@@ -207,6 +207,7 @@ class NativeEvents:
         self._done: list[dict[str, Any]] = []
         self._held: dict[str, Any] | None = None
         """A message's ``output_item.done``, sent with the next event, which tells its ``phase``."""
+        self._kinds: dict[int, Any] = {}  # each output index's item type, as added
         self.ended = False
         self.last_response: dict[str, Any] | None = None
 
@@ -218,7 +219,8 @@ class NativeEvents:
         return [*held, *self._feed(event, kind)]
 
     def _release(self, call_follows: bool) -> list[dict[str, Any]]:
-        """The held message's ``output_item.done``, its ``phase`` told by what follows it."""
+        """The held message's ``output_item.done``, its ``phase`` told by what follows it: a call
+        opening next (as ``_phases`` reads the final output: the item after it), else its last word."""
         event, self._held = self._held, None
         if event is None:
             return []
@@ -238,39 +240,46 @@ class NativeEvents:
             self.last_response = event["response"]
             if kind == "response.completed" and event["response"]["status"] == "incomplete":
                 kind = event["type"] = "response.incomplete"
-        if kind == "response.output_item.added":
-            item = event.get("item")
-            if isinstance(item, dict):
-                item_id = item.get("id") or new_item_id(_prefix(item))
-                item["id"] = item_id
-                index = event.get("output_index")
-                self._indexes[item_id] = index if isinstance(index, int) else self._items
-                self._items = max(self._items, self._indexes[item_id] + 1)
-                self._current = item_id
-                self._open[item_id] = item
-        elif kind == "response.output_item.done":
-            item = event.get("item")
-            if isinstance(item, dict):
-                if not item.get("id") and self._current is not None:
-                    item["id"] = self._current
-                self._open.pop(item["id"], None)
-                self._done.append(item)
-                if (spool := self._texts.pop(item["id"], None)) is not None:
-                    spool.close()  # the upstream's own event has the text: none of it is held
-                    if not self._texts:  # nothing open refers to the file: a new one, the old one
-                        self._spool_file = SpoolFile()  # gone with its texts (else it grew all along)
-        _complete_parts(event.get("item"))
+        item = event.get("item")
+        if isinstance(item, dict) and kind == "response.output_item.added":
+            self._added(item, event.get("output_index"))
+        elif isinstance(item, dict) and kind == "response.output_item.done":
+            self._ended_item(item)
+        _complete_parts(item)
         _complete_part(event.get("part"))
         if kind.startswith("response.") and kind not in _TERMINAL and "response" not in event:
             self._fill_indexes(event, kind)
             self._follow_parts(event, kind)
         if kind in _TERMINAL:
             self.ended = True
-        item = event.get("item")
-        if kind == "response.output_item.done" and _unphased_message(item):
-            self._held = event
-            return []
+        if kind == "response.output_item.done" and isinstance(item, dict) and _unphased_message(item):
+            following = self._kinds.get(self._indexes.get(item["id"], -2) + 1)
+            if following is None:  # the next item is not known yet: the next event tells
+                self._held = event
+                return []
+            item["phase"] = phase_of(_is_call({"type": following}))
         return [self._stamped(event)]
+
+    def _added(self, item: dict[str, Any], index: Any) -> None:
+        """An item opened: its id (made where it has none), output index and type noted."""
+        item_id = item.get("id") or new_item_id(_prefix(item))
+        item["id"] = item_id
+        self._indexes[item_id] = index if isinstance(index, int) else self._items
+        self._items = max(self._items, self._indexes[item_id] + 1)
+        self._kinds[self._indexes[item_id]] = item.get("type")
+        self._current = item_id
+        self._open[item_id] = item
+
+    def _ended_item(self, item: dict[str, Any]) -> None:
+        """An item done: no longer open, kept for the output of a ``fail``, its held text let go."""
+        if not item.get("id"):  # (a done with no added before it: an id of its own)
+            item["id"] = self._current if self._current is not None else new_item_id(_prefix(item))
+        self._open.pop(item["id"], None)
+        self._done.append(item)
+        if (spool := self._texts.pop(item["id"], None)) is not None:
+            spool.close()  # the upstream's own event has the text: none of it is held
+            if not self._texts:  # nothing open refers to the file: a new one, the old one
+                self._spool_file = SpoolFile()  # gone with its texts (else it grew all along)
 
     def _fill_indexes(self, event: dict[str, Any], kind: str) -> None:
         item_id = event.get("item_id")
