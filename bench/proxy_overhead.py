@@ -718,9 +718,13 @@ def _print_goals(
         ours, floor = added[name, level.label], added["floor", level.label]
         goals = TTFT_GOALS if level.goal else ((0, "p50", SATURATED_GOAL),)
         for which, label, most in goals:
-            ratio = ours[which] / floor[which] if floor[which] > 0 else float("nan")
-            shown = f"{ours[which] * 1e3:.3f} / {floor[which] * 1e3:.3f} ms = {ratio:.2f}x"
-            print(f"  added TTFT {label} at {level.label} <= {most:g}x: {shown}  {_verdict(ratio <= most)}")
+            shown = f"{ours[which] * 1e3:.3f} / {floor[which] * 1e3:.3f} ms"
+            if floor[which] <= 0:  # the floor measured no slower than direct: no ratio to judge by
+                print(f"  added TTFT {label} at {level.label} <= {most:g}x: {shown}, the floor added nothing")
+                continue
+            ratio = ours[which] / floor[which]
+            verdict = _verdict(ratio <= most)
+            print(f"  added TTFT {label} at {level.label} <= {most:g}x: {shown} = {ratio:.2f}x  {verdict}")
     if name != _conformant(1):
         return  # the chunk rate per worker and LiteLLM (one worker) are compared with one worker
     rate = rates[name]

@@ -111,3 +111,15 @@ def test_a_file_from_before_owners_is_opened_and_its_responses_are_no_keys(tmp_p
     assert run(keyed, lambda s: s.load("resp_old"))[0] is None
     asyncio.run(keyless.aclose())
     asyncio.run(keyed.aclose())
+
+
+def test_the_key_is_in_no_byte_of_the_file(tmp_path: Path) -> None:
+    """The owner is the key's digest (test_responses_store_contract.py reads the rows): nowhere in the
+    file, nor in its write-ahead log, is the key itself."""
+    path = tmp_path / "responses.sqlite3"
+    store = ResponseStore(path, max_bytes=MiB, max_age=DAY, owner=owner_of("sk-team-a"))
+    run(store, lambda s: s.save(response("a"), []))
+    written = b"".join(p.read_bytes() for p in tmp_path.glob("responses.sqlite3*"))
+    assert owner_of("sk-team-a").encode() in written
+    assert b"sk-team-a" not in written
+    asyncio.run(store.aclose())
