@@ -53,13 +53,13 @@ class ServedNames:
         self._reading: asyncio.Task[list[Any] | None] | None = None
 
     async def listing(self, timeout: float = 10.0) -> list[Any] | None:  # noqa: ASYNC109
-        """The upstream's ``/v1/models`` entries now (None when it lists none), learned from; asked for
-        at most ``timeout`` seconds, or the first-byte timeout when it is shorter."""
+        """The upstream's ``/v1/models`` entries now (None when it lists none), its names and traits
+        learned from them (``Upstream.listing``); asked for at most ``timeout`` seconds, or the
+        first-byte timeout when it is shorter."""
         timeout = min(timeout, self._upstream.config.first_byte_timeout)
-        answer = await self._upstream.json("GET", "/v1/models", timeout=timeout)
-        entries = answer.get("data") if isinstance(answer, dict) else None
+        entries = await self._upstream.listing(timeout)
         self.learn(entries)
-        return entries if isinstance(entries, list) else None
+        return entries
 
     def learn(self, entries: Any) -> None:
         """Take the names from the ``data`` of an upstream listing read now (not a list: none read)."""
@@ -121,9 +121,7 @@ class ServedNames:
         listing: llama-cpp-python's (``owned_by: "me"`` and ``permissions``) has one model lock, and
         breaks a stream off for each request that waits. Read now, learned from like any listing; left
         unknown when it could not be read (asked again next time)."""
-        entries = await self.listing(_LOOKUP_TIMEOUT)
-        if entries is not None:
-            self._upstream.traits.learn_listing(entries)
+        await self.listing(_LOOKUP_TIMEOUT)
 
     async def upstream_name(self, model: Any) -> Any:
         """The name to send the upstream for ``model``, as a client asked for it."""

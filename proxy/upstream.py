@@ -25,6 +25,8 @@ __all__ = ["MAX_ERROR_BODY", "MAX_JSON_BODY", "Upstream", "UpstreamStream", "usa
 
 MAX_ERROR_BODY = 64 * 1024
 _KEEPALIVE_EXPIRY = 30.0
+_NO_LISTING = frozenset({200, 404, 405, 410, 501})
+"""Statuses of a model listing's answer that say the upstream has no listing (200: none in the body)."""
 MAX_JSON_BODY = 64 * 1024 * 1024
 """The most of an upstream's answer the proxy holds at once (a JSON body, an aggregated stream); past it
 the answer is a 502 rather than memory that grows with whatever the upstream sends (issue 18)."""
@@ -283,6 +285,22 @@ class Upstream:
                 reservation=reservation,
             )
         return UpstreamStream(response)
+
+    async def listing(self, timeout: float) -> list[Any] | None:  # noqa: ASYNC109
+        """The upstream's ``/v1/models`` entries now (None when it lists none), and what a listing tells
+        of it learned (``UpstreamTraits.learn_listing``: llama-cpp-python's or another's). An answer
+        about the route without a list (a 404, a body with none) tells it is no llama-cpp-python, which
+        lists its models: asked again on each request that needs to know, such an upstream cost every one
+        a round trip more (issue 35's profile). A refusal that may pass (a 5xx, 429, 401) or no answer
+        leaves it unknown, asked again next time."""
+        status, answer = await self.answer("GET", "/v1/models", timeout=timeout)
+        entries = answer.get("data") if isinstance(answer, dict) else None
+        if isinstance(entries, list):
+            self.traits.learn_listing(entries)
+            return entries
+        if status in _NO_LISTING:
+            self.traits.learn_listing([])
+        return None
 
     async def json(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
         """A small request whose JSON answer is wanted (models, tokenize, probes); None on any failure,

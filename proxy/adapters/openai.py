@@ -27,8 +27,6 @@ __all__ = ["OpenAIAdapter"]
 
 
 _TOKENIZERS = ("/extras/tokenize/count", "/tokenize")  # llama-cpp-python's, llama.cpp's
-_NO_LISTING = frozenset({200, 404, 405, 410, 501})
-"""Statuses of a model listing's answer that say the upstream has no listing (200: none in the body)."""
 _LISTING_TIMEOUT = 5.0  # seconds for the model listing that tells how the upstream takes a schema
 
 
@@ -66,14 +64,8 @@ class OpenAIAdapter:
         traits = upstream.traits
         if not traits.listing_read and (isinstance(body.get("response_format"), dict) or asks_tools(body)):
             # Asked once a response format or a tool request comes: the listing tells llama-cpp-python
-            # from the rest. An answer about the route is learned from, a 404 or a body with no list
-            # too (llama-cpp-python lists its models): asked again on every such request, an upstream
-            # without a listing cost each one a round trip to it (issue 35's profile). A refusal that
-            # may pass (a 5xx, 429, 401...) is asked again next time.
-            status, answer = await upstream.answer("GET", "/v1/models", timeout=_LISTING_TIMEOUT)
-            entries = answer.get("data") if isinstance(answer, dict) else None
-            if isinstance(entries, list) or status in _NO_LISTING:
-                traits.learn_listing(entries if isinstance(entries, list) else [])
+            # from the rest.
+            await upstream.listing(_LISTING_TIMEOUT)
         if endpoint == "chat" and (
             refused := unknown_tool_choice(body) or unforceable_tool_choice(traits, choice_as_tools(body))
         ):

@@ -13,7 +13,7 @@ from proxy.served_names import ServedNames
 
 
 class _Listing:
-    """Stands in for ``Upstream.json``: the upstream's /v1/models, or None while it is down."""
+    """Stands in for ``Upstream.listing``: the upstream's /v1/models entries, or None while it is down."""
 
     config = ProxyConfig(upstream="http://127.0.0.1:1")
 
@@ -22,11 +22,10 @@ class _Listing:
         self.down = False
         self.reads = 0
 
-    async def json(self, method: str, path: str, timeout: float = 10.0) -> Any:  # noqa: ASYNC109
-        assert (method, path) == ("GET", "/v1/models")
+    async def listing(self, timeout: float) -> list[Any] | None:  # noqa: ASYNC109
         self.reads += 1
         await asyncio.sleep(0)
-        return None if self.down else {"data": [{"id": m} for m in self.models]}
+        return None if self.down else [{"id": m} for m in self.models]
 
 
 def _later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:

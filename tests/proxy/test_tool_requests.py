@@ -153,15 +153,17 @@ def test_an_allowed_tools_choice_of_several_is_refused_for_llama_cpp_python() ->
     assert upstream.bodies(CHAT) == []
 
 
+@pytest.mark.parametrize("asking", [{"tools": [WEATHER]}, {"n": 2}], ids=["tools", "fan-out"])
 @pytest.mark.parametrize(
     ("status", "asked"), [(404, 1), (200, 1), (503, 3), (429, 3)], ids=["404", "no-list", "503", "429"]
 )
 def test_an_upstream_without_a_listing_is_asked_for_it_once_not_on_every_tool_request(
-    status: int, asked: int
+    status: int, asked: int, asking: dict[str, Any]
 ) -> None:
     # An answer about the route tells the upstream is not llama-cpp-python (which lists its models); a
     # refusal that may pass (a 5xx, a 429) is asked again. Before, each tool request to such an upstream
-    # cost a round trip more.
+    # cost a round trip more, and each fan-out (n: 2) one more again, to learn whether it serves one
+    # request at a time.
     listings: list[int] = []
 
     async def chat(request: Request) -> Response:
@@ -175,7 +177,7 @@ def test_an_upstream_without_a_listing_is_asked_for_it_once_not_on_every_tool_re
         return JSONResponse({"object": "list"} if status == 200 else {"error": "no"}, status_code=status)
 
     upstream = RecordingUpstream([Route(CHAT, chat, methods=["POST"]), Route("/v1/models", models)])
-    body = {"model": "m", "messages": ASK, "tools": [WEATHER]}
+    body = {"model": "m", "messages": ASK, **asking}
     with run_asgi(upstream.app) as url, run_proxy(url) as proxy:
         answers = [httpx.post(proxy + CHAT, json=body, timeout=30) for _ in range(3)]
     assert [a.status_code for a in answers] == [200, 200, 200], answers[0].text
