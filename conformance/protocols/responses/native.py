@@ -207,7 +207,7 @@ class NativeEvents:
         self._done: list[dict[str, Any]] = []
         self._held: dict[str, Any] | None = None
         """A message's ``output_item.done``, sent with the next event, which tells its ``phase``."""
-        self._kinds: dict[int, Any] = {}  # each output index's item type, as added
+        self._calls: dict[int, bool] = {}  # whether each output index's item, as added, is a call
         self.ended = False
         self.last_response: dict[str, Any] | None = None
 
@@ -253,20 +253,20 @@ class NativeEvents:
         if kind in _TERMINAL:
             self.ended = True
         if kind == "response.output_item.done" and isinstance(item, dict) and _unphased_message(item):
-            following = self._kinds.get(self._indexes.get(item["id"], -2) + 1)
-            if following is None:  # the next item is not known yet: the next event tells
+            call_follows = self._calls.get(self._indexes.get(item["id"], -2) + 1)
+            if call_follows is None:  # the next item is not known yet: the next event tells
                 self._held = event
                 return []
-            item["phase"] = phase_of(_is_call({"type": following}))
+            item["phase"] = phase_of(call_follows)
         return [self._stamped(event)]
 
     def _added(self, item: dict[str, Any], index: Any) -> None:
-        """An item opened: its id (made where it has none), output index and type noted."""
+        """An item opened: its id (made where it has none), output index and whether it is a call noted."""
         item_id = item.get("id") or new_item_id(_prefix(item))
         item["id"] = item_id
         self._indexes[item_id] = index if isinstance(index, int) else self._items
         self._items = max(self._items, self._indexes[item_id] + 1)
-        self._kinds[self._indexes[item_id]] = item.get("type")
+        self._calls[self._indexes[item_id]] = _is_call(item)
         self._current = item_id
         self._open[item_id] = item
 
