@@ -12,6 +12,7 @@ here: many local clients omit it and one-model servers ignore it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from functools import cache
 from typing import Any, NamedTuple, NoReturn
 
@@ -171,22 +172,29 @@ def _exact_keys(schema: str) -> frozenset[str]:
     strings as they are. Read off the schemas, so that a key a schema constrains later is kept too (the
     shape kept only ``role``, and a body with ``truncation: "middle"`` passed once one with ``"auto"``
     had been seen)."""
-    keys: set[str] = set()
-
-    def walk(node: Any, document: dict[str, Any]) -> None:
-        if isinstance(node, dict):
-            properties = node.get("properties")
-            if isinstance(properties, dict):
-                keys.update(k for k, sub in properties.items() if _constrains_strings(sub, document))
-            for value in node.values():
-                walk(value, document)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value, document)
-
     document = load_schema(schema)
-    walk(document, document)
-    return frozenset(keys)
+    return frozenset(
+        key
+        for node in _schema_objects(document)
+        for key, sub in _properties(node)
+        if _constrains_strings(sub, document)
+    )
+
+
+def _schema_objects(node: Any) -> Iterator[dict[str, Any]]:
+    """Every object of a schema document, at any depth (schemas, and what holds them)."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _schema_objects(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _schema_objects(value)
+
+
+def _properties(node: dict[str, Any]) -> Iterable[tuple[str, Any]]:
+    properties = node.get("properties")
+    return properties.items() if isinstance(properties, dict) else ()
 
 
 _OBJECT_CONSTRAINTS = frozenset(
@@ -230,22 +238,11 @@ def _opaque_keys(schema: str) -> frozenset[str]:
     by its contents."""
     free: dict[str, bool] = {}
     maps: list[Any] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            properties = node.get("properties")
-            if isinstance(properties, dict):
-                for key, sub in properties.items():
-                    free[key] = free.get(key, True) and _any_object(sub)
-            maps.append(node.get("additionalProperties"))
-            maps.extend((node.get("patternProperties") or {}).values())
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(load_schema(schema))
+    for node in _schema_objects(load_schema(schema)):
+        for key, sub in _properties(node):
+            free[key] = free.get(key, True) and _any_object(sub)
+        maps.append(node.get("additionalProperties"))
+        maps.extend((node.get("patternProperties") or {}).values())
     if not all(m is None or isinstance(m, bool) or _any_object(m) or _no_object(m) for m in maps):
         return frozenset()
     return frozenset(key for key, is_free in free.items() if is_free)
