@@ -23,6 +23,7 @@ import json
 import random
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import proxy_overhead as overhead  # noqa: E402
-
-from tests.support.servers import free_port, run_process  # noqa: E402
 
 _WORDS = [
     "the",
@@ -100,35 +99,16 @@ def agent_body(chunks: int) -> bytes:
     return json.dumps(body).encode()
 
 
-async def _measure(url: str, body: bytes, requests: int) -> overhead.Result:
-    host, port = url.removeprefix("http://").split(":")
-    connection = overhead.Connection(host, int(port), "/v1/chat/completions")
-    result = overhead.Result()
-    try:
-        for _ in range(requests):
-            await connection.post(body, result)
-    finally:
-        await connection.close()
-    return result
+def _measure(url: str, body: bytes, requests: int) -> overhead.Result:
+    """``requests`` of ``body`` one after another on one connection (a single post ``interleaved``)."""
+    return overhead.interleaved([overhead.Post(url, "/v1/chat/completions", body)], requests)[0]
 
 
 def _targets(stack: contextlib.ExitStack, args: argparse.Namespace) -> list[overhead.Target]:
-    port = free_port()
-    command = ["python", overhead.__file__, "--serve-upstream", str(port)]
-    upstream, proc = stack.enter_context(run_process(command, health_path="/health", port=port))
-    targets = [overhead.Target("direct", upstream, proc.pid)]
-    port = free_port()
-    floor = ["python", overhead.__file__, "--serve-floor", str(port), "--upstream", upstream]
-    url, proc = stack.enter_context(run_process(floor, health_path="/health", port=port))
-    targets.append(overhead.Target("floor", url, proc.pid))
-    port = free_port()
-    serve = ["python", "-m", "conformance", "serve", "--upstream", upstream, "--port", str(port)]
-    serve += ["--api-key", overhead.KEY, "--upstream-kind", "openai"]
-    url, proc = stack.enter_context(run_process(serve, health_path="/health", port=port))
-    targets.append(overhead.Target("conformant", url, proc.pid))
-    if args.baseline:
-        targets.append(overhead._baseline_target(stack, args.baseline, upstream))
-    return targets
+    """bench/proxy_overhead.py's: the upstream (``direct``), one ``conformant serve``, ``--baseline``'s
+    where given, and the floor."""
+    wanted = argparse.Namespace(pace_ms=20.0, workers=1, baseline=args.baseline, routed=0)
+    return overhead._targets(stack, wanted, Path(stack.enter_context(tempfile.TemporaryDirectory())))
 
 
 def main() -> int:
@@ -147,14 +127,12 @@ def main() -> int:
         targets = _targets(stack, args)
         cpu: dict[str, list[float]] = {t.name: [] for t in targets}
         for target in targets:  # warm: the first requests of a process pay for its imports and caches
-            overhead._run(_measure(target.url, body, 50))
+            _measure(target.url, body, 50)
         for _ in range(args.rounds):
             for target in targets:
                 overhead.settle(targets)
                 before = overhead.cpu_seconds(target.pid) if target.pid else 0.0
-                result = overhead._run(_measure(target.url, body, args.requests))
-                if result.failures:
-                    raise SystemExit(f"{target.name}: {result.failures} requests failed")
+                result = _measure(target.url, body, args.requests)  # (a failure raises)
                 used = (overhead.cpu_seconds(target.pid) if target.pid else 0.0) - before
                 cpu[target.name].append(used / args.requests)
                 target.ttft.setdefault("agent", []).extend(result.ttft)

@@ -557,7 +557,10 @@ def main() -> int:
 
     print(f"machine: {machine()}")
     with contextlib.ExitStack() as stack:
-        targets = _targets(stack, args, Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        targets = _targets(stack, args, directory)
+        litellm = _litellm_target(stack, args, directory, targets[0].url)
+        targets += [litellm] if litellm is not None else []
         levels = _levels(args)
         cpu_per_request = _measure_ttft(targets, levels, args.rounds, args.chunks)
         print(f"\ntime to first token (ms), {args.rounds} rounds")
@@ -580,8 +583,8 @@ def main() -> int:
 
 
 def _targets(stack: contextlib.ExitStack, args: argparse.Namespace, directory: Path) -> list[Target]:
-    """The upstream (``direct``), the proxies asked for, the floor and LiteLLM where it is installed,
-    each started in ``stack``."""
+    """The upstream (``direct``, first), the proxies asked for (``--workers``, ``--baseline``,
+    ``--routed``) and the floor, each started in ``stack``."""
     port = free_port()
     command = ["python", __file__, "--serve-upstream", str(port), "--pace-ms", str(args.pace_ms)]
     upstream, proc = stack.enter_context(run_process(command, health_path="/health", port=port))
@@ -600,8 +603,7 @@ def _targets(stack: contextlib.ExitStack, args: argparse.Namespace, directory: P
     floor = ["python", __file__, "--serve-floor", str(port), "--upstream", upstream]
     url, proc = stack.enter_context(run_process(floor, health_path="/health", port=port))
     targets.append(Target("floor", url, proc.pid))
-    litellm = _litellm_target(stack, args, directory, upstream)
-    return targets + ([litellm] if litellm is not None else [])
+    return targets
 
 
 def _litellm_target(
