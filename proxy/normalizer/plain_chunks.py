@@ -31,10 +31,16 @@ from .stream import StreamNormalizer
 
 __all__ = ["PlainChunks"]
 
-_NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]')
-"""What a JSON string's bytes hold where they are not its text."""
-_CONTROL = re.compile(rb"[\x00-\x09\x0b-\x1f]")
-"""Control characters but the line feed, which ends events."""
+_NOT_PLAIN = b'"\\' + bytes(range(0x20))
+"""What a JSON string's bytes hold where they are not its text: a quote, a backslash, a control character.
+Found by deleting them (``bytes.translate``, 0.9 ns a byte): a regular expression's character class
+took 8.5 ns a byte, 1.5 us of a relayed chunk's 5 (a 61 KB read of 350 events: 517 us against 56)."""
+
+
+def _not_plain(data: bytes) -> int:
+    """How many of ``data``'s bytes are ``_NOT_PLAIN``."""
+    return len(data) - len(data.translate(None, _NOT_PLAIN))
+
 
 Encode = Callable[[list[dict[str, Any]]], bytes]
 _CONTENT_KEY = re.compile(rb'"content"\s*:\s*"$')
@@ -59,42 +65,37 @@ class _Shape:
     """The learned shape of a plain chunk: the upstream's event and the proxy's line around the text.
 
     A run of events is read without a pattern compiled for it (Python compiled one in 0.8 ms, more than
-    a short stream's relay saves): split at the bytes between two texts, the run is of this shape when
-    it splits into as many texts as it holds events, none empty, and between the separators it holds
-    no more quotes, backslashes and line feeds than they do, nor any other control character.
+    a short stream's relay saves), nor split at the bytes between two texts (``bytes.split`` prepares a
+    long separator again for every piece: 327 us for a 61 KB read of 350 events): each event's text is
+    cut out between the head's and the tail's lengths, and the run is of this shape when it is exactly
+    the texts joined by them, none empty and none holding a byte a plain string cannot (0.57 us an
+    event, against 1.3 split).
     """
 
-    __slots__ = ("head", "joint", "line_head", "line_tail", "quotes", "repairs", "same", "separator", "tail")
+    __slots__ = ("head", "joint", "line_head", "line_tail", "repairs", "same", "separator", "tail")
 
     def __init__(self, learned: _Learned) -> None:
         self.head = b"data: " + learned.event_head
         self.tail = learned.event_tail + b"\n\n"
         self.separator = self.tail + self.head
-        self.quotes = (self.separator.count(b'"'), self.separator.count(b"\\"), self.separator.count(b"\n"))
         self.line_head = b"data: " + learned.head
         self.line_tail = learned.tail + b"\n\n"
         self.joint = self.line_tail + self.line_head
         self.same = (self.line_head, self.line_tail) == (self.head, self.tail)  # the lines are the events
         self.repairs = learned.repairs
 
-    def texts(self, run: bytes, events: int) -> list[bytes] | None:
-        """The texts of ``run`` (``events`` whole data events) where each is a plain chunk of this shape."""
-        if not run.startswith(self.head) or not run.endswith(self.tail):
-            return None
-        inner = run[len(self.head) : len(run) - len(self.tail)]
-        if events == 1:  # a token stream's usual read
-            return [inner] if inner and _NOT_PLAIN.search(inner) is None else None
-        texts = inner.split(self.separator)
-        if len(texts) != events or b"" in texts:
-            return None
-        quotes, backslashes, line_feeds = self.quotes
-        separators = events - 1
-        if (
-            inner.count(b'"') != quotes * separators
-            or inner.count(b"\\") != backslashes * separators
-            or inner.count(b"\n") != line_feeds * separators
-            or _CONTROL.search(inner) is not None
-        ):
+    def texts(self, run: bytes, events: list[bytes]) -> list[bytes] | None:
+        """The texts of ``run`` (whole data events: ``events`` are its lines without their blank line)
+        where each is a plain chunk of this shape."""
+        head, tail = self.head, self.tail
+        if len(events) == 1:  # a token stream's usual read
+            if not run.startswith(head) or not run.endswith(tail):
+                return None
+            inner = run[len(head) : len(run) - len(tail)]
+            return [inner] if inner and not _not_plain(inner) else None
+        start, end = len(head), len(tail) - 2
+        texts = [event[start : len(event) - end] for event in events]
+        if b"" in texts or _not_plain(b"".join(texts)) or head + self.separator.join(texts) + tail != run:
             return None
         return texts
 
@@ -125,17 +126,16 @@ class PlainChunks:
         read's last events (the stream's end: its finish, usage and [DONE]) relayed and the rest one
         by one, each relayed if plain or through the normalizer, up to one that fails the stream (the
         rest is not the normalizer's to see, as ``feed`` would not)."""
-        count = events.count(b"\n\n")
-        relayed = self._relayed(events, count)
+        parts = events[:-2].split(b"\n\n")
+        relayed = self._relayed(events, parts)
         if relayed is not None:
             return relayed
-        parts = events[:-2].split(b"\n\n")
         if self._state is None:  # nothing learned yet (or no longer): each through the normalizer
             return self._each(parts)
         cut = len(events)
-        for last in range(1, min(_LAST_EVENTS, count - 1) + 1):
+        for last in range(1, min(_LAST_EVENTS, len(parts) - 1) + 1):
             cut -= len(parts[-last]) + 2
-            relayed = self._relayed(events[:cut], count - last)
+            relayed = self._relayed(events[:cut], parts[:-last])
             if relayed is not None:
                 return relayed + self._each(parts[-last:])
         return self._each(parts)
@@ -145,15 +145,15 @@ class PlainChunks:
         out: list[bytes] = []
         normalizer = self._normalizer
         for event in events:
-            line = self._relayed(event + b"\n\n", 1)
+            line = self._relayed(event + b"\n\n", [event])
             out.append(self._normalized(event[6:]) if line is None else line)
             if normalizer.failure is not None:
                 break
         return b"".join(out)
 
-    def _relayed(self, run: bytes, events: int) -> bytes | None:
-        """The lines of ``run`` where its ``events`` are all plain chunks of the learned shape, counted
-        as the normalizer counts them; else None."""
+    def _relayed(self, run: bytes, events: list[bytes]) -> bytes | None:
+        """The lines of ``run`` where its ``events`` (its lines) are all plain chunks of the learned
+        shape, counted as the normalizer counts them; else None."""
         state, shape = self._state, self._shape
         if state is None or shape is None or (texts := shape.texts(run, events)) is None:
             return None
@@ -167,7 +167,7 @@ class PlainChunks:
         state.count_plain(texts)
         repairs = self._normalizer.repairs
         for quirk in shape.repairs:
-            repairs[quirk] += events
+            repairs[quirk] += len(events)
         if shape.same:
             return run
         return shape.line_head + shape.joint.join(texts) + shape.line_tail
@@ -205,7 +205,7 @@ def _shape(
     if len(delta) != 1 or not isinstance(text, str) or not text or choice["logprobs"] is not None:
         return None
     string = jsoncodec.dumps(text)
-    if _NOT_PLAIN.search(string, 1, len(string) - 1) is not None:
+    if _not_plain(string[1:-1]):
         return None
     line = encoded[6:-2]
     at, sent_at = data.find(string), line.find(string)
