@@ -223,6 +223,11 @@ EDGES = {
     "brackets-in-prose": _ROLE + _words(_WORDS[:8]) + _text(" a < b") + _words(_WORDS[8:12]) + _text(" [1]")
     + _words(_WORDS[12:20]) + _text(" [TOOL") + _words(_WORDS[20:28]) + _STOP + _DONE,
     "call-as-text-at-the-end": _ROLE + _words(_WORDS[:12]) + _CALL_AS_TEXT + _STOP + _DONE,
+    # A control byte unescaped in a JSON string (not JSON: the normalizer's error), amid plain chunks.
+    "raw-control-byte": _ROLE + _words(_WORDS[:8]) + _text(" t-b").replace(b"t-b", b"t\x01b")
+    + _words(_WORDS[8:16]) + _STOP + _DONE,
+    "raw-tab": _ROLE + _words(_WORDS[:8]) + _text(" t-b").replace(b"t-b", b"t\tb") + _words(_WORDS[8:16])
+    + _STOP + _DONE,
 }  # fmt: skip
 """Streams made for the relay's edges: each must be served as the normalizer's own path serves it."""
 
