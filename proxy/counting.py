@@ -5,7 +5,9 @@ one of the replicas that serve its model counts the core's chat request as that 
 (proxy/adapters: llama.cpp's template and tokenizer; an OpenAI-compatible server's tokenizer on the
 texts, with its template's markup estimated: template_overhead.py), else, and before an estimate, the
 upstream's own counting route (the bundled backend's: its template, its vocabulary). An upstream that
-can count nothing answers 404 in the protocol's words, which the Anthropic SDKs do not retry."""
+can count nothing answers 404 in the protocol's words, which the Anthropic SDKs do not retry; one that
+answered nothing at all (down, refused, silent) a 502, which they retry: a 404 there told a client the
+model could never be counted while its upstream was only restarting."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from conformance import jsoncodec
 from conformance.api_errors import APIError
 from conformance.protocols.front_end import CountRoute, FrontEnd
 
+from .errors import UpstreamError
 from .item_limit import too_many_items
 from .observability import exchange_of
 from .serving import Serving, read_body, refusal, refused_client
@@ -57,17 +60,29 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
     timeout = config.first_byte_timeout
     counted = await replica.adapter.prompt_tokens(replica.upstream, body, timeout)
     tokens = None if counted is None else counted.tokens
+    answered = True
     if counted is None or counted.estimated:  # the upstream's own count, where it has one, is exact
-        tokens = await _counted_by_upstream(replica.upstream, counting.path, raw, timeout) or tokens
+        answered, own = await _counted_by_upstream(replica.upstream, counting.path, raw, timeout)
+        tokens = own if own is not None else tokens
+    if tokens is None and not answered:
+        silent = UpstreamError.of("the upstream server did not answer a request to count the tokens")
+        return refusal(front_end, silent, exchange)
     if tokens is None:
         unknown = "this server cannot count tokens for the model: its upstream has no tokenizer that answered"
         return refusal(front_end, APIError.make(unknown, 404, code="not_found"), exchange)
     return JSONResponse(counting.answer(tokens))
 
 
-async def _counted_by_upstream(upstream: Upstream, path: str, raw: bytes, timeout: float) -> int | None:  # noqa: ASYNC109
+async def _counted_by_upstream(
+    upstream: Upstream,
+    path: str,
+    raw: bytes,
+    timeout: float,  # noqa: ASYNC109
+) -> tuple[bool, int | None]:
     """The count of the upstream's own counting route (the bundled backend's, llama-server's), asked
-    with the client's body, where the adapter could not count: its ``input_tokens``, or None."""
-    answer = await upstream.json("POST", path, jsoncodec.loads(raw), timeout=timeout)
+    with the client's body, where the adapter could not count: whether the upstream answered at all,
+    and its ``input_tokens`` or None."""
+    status, answer = await upstream.answer("POST", path, jsoncodec.loads(raw), timeout=timeout)
     count = answer.get("input_tokens") if isinstance(answer, dict) else None
-    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+    valid = isinstance(count, int) and not isinstance(count, bool) and count >= 0
+    return status is not None, count if valid else None

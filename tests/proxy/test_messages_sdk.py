@@ -16,6 +16,7 @@ import pytest
 
 from proxy.adapters.template_overhead import GENERIC
 from tests.support.messages_checks import check_message, judged, message_events
+from tests.support.servers import free_port
 
 from .chat_upstream import handle_chat
 from .conftest import run_proxy
@@ -259,3 +260,15 @@ def test_count_tokens_without_a_tokenizer_asks_the_upstreams_own_count(own_count
             assert response.json() == {"input_tokens": 42}
         else:
             assert response.json()["error"]["type"] == "not_found_error"
+
+
+def test_count_tokens_while_the_upstream_is_down_is_a_502_the_sdk_retries() -> None:
+    # Nothing listens there: the upstream said nothing about its counting, so not the 404 of an upstream
+    # that has no tokenizer, which the SDKs take as final.
+    with run_proxy(f"http://127.0.0.1:{free_port()}", upstream_kind="openai") as url:
+        body = {"model": "gemma", "messages": HELLO["messages"]}
+        response = httpx.post(url + "/v1/messages/count_tokens", json=body, timeout=30)
+        assert response.status_code == 502, response.text
+        assert response.json()["type"] == "error"
+        assert response.json()["error"]["type"] == "api_error"
+        judged(response.content, body, 502, response.headers, path="/v1/messages/count_tokens")
