@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from conformance.api_errors import error_response
+from conformance.api_errors import APIError, error_response
 
 from . import graceful
 from .config import ProxyConfig
@@ -34,11 +34,15 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own refusals (an unknown path: 404; a method the route does not take: 405, with its
-    Allow header) as OpenAI errors, which is what clients of an OpenAI endpoint can read."""
+    Allow header) as errors of the protocol the path belongs to (OpenAI's outside the front-ends')."""
     assert isinstance(exc, HTTPException)
+    path = request.url.path
     if exc.status_code == 404:
-        return unknown_url(request)
-    response = error_response(f"{exc.detail}: {request.method} {request.url.path}", exc.status_code)
+        error = unknown_url(request)
+    else:
+        error = APIError.make(f"{exc.detail}: {request.method} {path}", exc.status_code)
+    serving: Serving = request.app.state.serving
+    response = serving.refused_at(path, error)
     response.headers.update(exc.headers or {})
     return response
 

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from conformance import jsoncodec
-from conformance.api_errors import APIError, error_response
+from conformance.api_errors import APIError
 
 from .observability import Exchange, exchange_of
 from .relay import has_dot_segment, relay
@@ -29,24 +29,26 @@ _METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 async def passthrough(serving: Serving, request: Request) -> Response:
     """Another ``/v1/*`` path, sent to the upstream as it is (see the module's docstring)."""
-    if (turned_away := refused_client(request, serving.config)) is not None:
-        return turned_away.response()
     scope = request.scope
-    if has_dot_segment(scope["path"]):
-        return unknown_url(request)
+    path = scope["path"]
+    if (turned_away := refused_client(request, serving.config)) is not None:
+        return serving.refused_at(path, turned_away)
+    if has_dot_segment(path):
+        return serving.refused_at(path, unknown_url(request))
     allowed = _own_methods(request)
     if allowed:  # another method on a path the proxy answers itself
-        response = error_response(f"Method Not Allowed: {request.method} {scope['path']}", 405)
+        not_allowed = APIError.make(f"Method Not Allowed: {request.method} {path}", 405)
+        response = serving.refused_at(path, not_allowed)
         response.headers["allow"] = allowed
         return response
     try:
         raw = await read_body(request, serving.config.max_body)
     except APIError as refused:
-        return refused.response()
+        return serving.refused_at(path, refused)
     if isinstance(raw, Response):
         return raw
     exchange = exchange_of(scope)
-    chosen = _replica(serving, raw, exchange)
+    chosen = _replica(serving, path, raw, exchange)
     if isinstance(chosen, Response):
         return chosen
     upstream, secret = chosen.upstream, chosen.config.upstream_api_key
@@ -79,7 +81,7 @@ def _own_methods(request: Request) -> str | None:
     return ", ".join(m for m in _METHOD_ORDER if m in methods) or None
 
 
-def _replica(serving: Serving, raw: bytes, exchange: Exchange) -> Replica | Response:
+def _replica(serving: Serving, path: str, raw: bytes, exchange: Exchange) -> Replica | Response:
     """The upstream a pass-through request goes to: one of its ``model``'s replicas (404 for a model
     none serves), or any ready replica for a body naming none."""
     pool = serving.pool
@@ -88,7 +90,8 @@ def _replica(serving: Serving, raw: bytes, exchange: Exchange) -> Replica | Resp
         route = pool.route(model)
         if route is None:
             missing = f"The model '{model}' does not exist"
-            return error_response(missing, 404, code="model_not_found", param="model")
+            unknown = APIError.make(missing, 404, code="model_not_found", param="model")
+            return serving.refused_at(path, unknown)
         replicas = route[1]
     else:
         replicas = list(pool.replicas.values())

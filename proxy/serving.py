@@ -14,7 +14,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Scope
 
-from conformance.api_errors import REDACTED, APIError, error_response, secret_in_bodies
+from conformance.api_errors import REDACTED, APIError, secret_in_bodies
 from conformance.browser_origin import refused_origin
 from conformance.protocols.front_end import FrontEnd
 
@@ -69,6 +69,21 @@ class Serving:
     pool: Router
     metrics: Metrics
     front_ends: tuple[FrontEnd, ...]
+
+    def front_end_at(self, path: str) -> FrontEnd | None:
+        """The front-end whose path ``path`` is or lies under (``/v1/messages/batches``: the Messages
+        API's), whose protocol a client there speaks; None for any other path."""
+        for front_end in self.front_ends:
+            if any(path == own or path.startswith(own + "/") for own in front_end.paths):
+                return front_end
+        return None
+
+    def refused_at(self, path: str, error: APIError) -> JSONResponse:
+        """The proxy's own refusal of a request to ``path`` off the front-ends' routes (a method they do
+        not take, a path relayed to the upstream), in the words of the protocol that path belongs to:
+        an Anthropic client's ``GET /v1/messages`` had an OpenAI body, which its SDK cannot read."""
+        front_end = self.front_end_at(path)
+        return error.response(None if front_end is None else front_end.error(error.body, error.status))
 
     def without_keys(self, text: str) -> str:
         """``text`` (a stored answer or its input, read back as JSON) with every upstream key the proxy
@@ -158,10 +173,11 @@ def failed(raised: APIError, exchange: Exchange, secret: str | None) -> Response
     return error.response()
 
 
-def unknown_url(request: Request) -> JSONResponse:
-    return error_response(
-        f"unknown request URL: {request.method} {request.url.path}", 404, code="unknown_url"
-    )
+def unknown_url(request: Request) -> APIError:
+    """The 404 of a path nothing answers, naming it as far as it can be shown (a control character in
+    it, ``%00`` in the URL, is written as its code: the path is the client's, echoed)."""
+    path = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in request.url.path[:300])
+    return APIError.make(f"unknown request URL: {request.method} {path}", 404, code="unknown_url")
 
 
 def refusal(front_end: FrontEnd, error: APIError, exchange: Exchange) -> Response:

@@ -272,3 +272,32 @@ def test_count_tokens_while_the_upstream_is_down_is_a_502_the_sdk_retries() -> N
         assert response.json()["type"] == "error"
         assert response.json()["error"]["type"] == "api_error"
         judged(response.content, body, 502, response.headers, path="/v1/messages/count_tokens")
+
+
+def test_the_proxys_own_refusals_under_the_messages_path_are_anthropic_errors() -> None:
+    # Off the route's own method, and on a path beneath it the proxy relays: an Anthropic client there
+    # gets a body its SDK reads (they were OpenAI's).
+    with raw_server(handle_chat) as (upstream, record), run_proxy(upstream, api_key="secret") as url:
+        key = {"x-api-key": "secret"}
+        for method, path, headers, status in [
+            ("GET", "/v1/messages", key, 405),
+            ("PUT", "/v1/messages", key, 405),
+            ("GET", "/v1/messages", {}, 401),
+            ("POST", "/v1/messages/batches", {}, 401),
+            ("GET", "/v1/messages/count_tokens", key, 405),
+        ]:
+            response = httpx.request(method, url + path, headers=headers, timeout=10)
+            assert response.status_code == status, (method, path, response.text)
+            body = response.json()
+            assert body["type"] == "error", (method, path, body)
+            assert set(body["error"]) == {"type", "message"}, body
+            if status == 405:
+                assert response.headers["allow"] == "POST"
+        client = anthropic.Anthropic(base_url=url, api_key="nope", max_retries=0)
+        with pytest.raises(anthropic.AuthenticationError):
+            client.messages.batches.list()
+        # Elsewhere the words stay OpenAI's.
+        response = httpx.get(url + "/v1/chat/completions", headers={"authorization": "Bearer secret"})
+        assert response.status_code == 405
+        assert set(response.json()) == {"error"}
+        assert record.requests == 0

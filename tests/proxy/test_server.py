@@ -813,6 +813,9 @@ def test_unknown_paths_and_methods_are_openai_errors(upstream: tuple[str, Upstre
             error = _assert_openai_error(httpx.post(proxy + path, json=CHAT, timeout=10), 404)
             assert error["code"] == "unknown_url"
             assert path in error["message"]
+        # A control character in the path is named by its code, not echoed.
+        error = _assert_openai_error(httpx.post(proxy + "/x%00y/z", json=CHAT, timeout=10), 404)
+        assert error["message"] == "unknown request URL: POST /x\\x00y/z"
         for method, path, allowed in (
             ("POST", "/health", "GET"),
             ("POST", "/metrics", "GET"),
