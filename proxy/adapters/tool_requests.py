@@ -130,7 +130,16 @@ def choice_as_tools(body: dict[str, Any], *, named: bool = False) -> dict[str, A
 
 def unknown_tool_choice(body: dict[str, Any]) -> APIError | None:
     """OpenAI's 400 for a named or ``allowed_tools`` choice naming a function ``tools`` does not offer:
-    checked here because llama-server would serve it as ``auto`` (Q83), every tool callable."""
+    checked here because llama-server would serve it as ``auto`` (Q83), every tool callable; and for a
+    ``tool_choice`` without ``tools``, which llama-server answered with text under ``required`` (the
+    bundled backend refuses it with the same words)."""
+    if body.get("tool_choice") is not None and not body.get("tools"):
+        return APIError.make(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+            400,
+            code="invalid_value",
+            param="tool_choice",
+        )
     chosen = _chosen(body)
     offered = {tool["function"]["name"] for tool in function_tools(body) or ()}
     unknown = [name for name in chosen[1] if name not in offered] if chosen else []

@@ -182,3 +182,19 @@ def test_an_upstream_without_a_listing_is_asked_for_it_once_not_on_every_tool_re
         answers = [httpx.post(proxy + CHAT, json=body, timeout=30) for _ in range(3)]
     assert [a.status_code for a in answers] == [200, 200, 200], answers[0].text
     assert len(listings) == asked
+
+
+@pytest.mark.parametrize(
+    "listing", [[VLLM_MODEL], [LLAMA_CPP_PYTHON_MODEL]], ids=["vllm", "llama-cpp-python"]
+)
+def test_a_tool_choice_without_tools_is_openais_400_never_sent(listing: list[dict[str, Any]]) -> None:
+    # llama-server answered "required" without tools with text: a forced call that never came.
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    bodies = [{"messages": ASK, "tool_choice": choice} for choice in ("required", "none", named)]
+    answers, upstream = _post(listing, *bodies, {"messages": ASK, "tools": [], "tool_choice": "auto"})
+    assert [a.status_code for a in answers] == [400] * 4
+    for answer in answers:
+        error = answer.json()["error"]
+        assert error["param"] == "tool_choice"
+        assert "only allowed when 'tools' are specified" in error["message"]
+    assert upstream.bodies(CHAT) == []
