@@ -23,6 +23,7 @@ __all__ = [
     "INSTRUCTION",
     "REQUIRED_INSTRUCTION",
     "decode_json_at",
+    "partial_call",
     "partial_response",
     "whole_calls",
 ]
@@ -39,6 +40,9 @@ REQUIRED_INSTRUCTION = "Respond in JSON format with `tool_call` (a request to ca
 _DECODER = json.JSONDecoder()
 _RESPONSE_OPEN = re.compile(r'\s*\{\s*"response"\s*:\s*"')
 _CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
+_CALL_OPEN = re.compile(
+    r'\s*\{\s*"tool_call"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"arguments"\s*:\s*(.*)', re.DOTALL
+)
 _COMMA = re.compile(r"\s*,")
 _STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')  # a JSON string's text up to its closing quote
 
@@ -72,6 +76,14 @@ def whole_calls(text: str, read: Callable[[Any], T | None]) -> list[T]:
         if comma is None:
             return calls
         pos = comma.end()
+
+
+def partial_call(text: str) -> tuple[str, str] | None:
+    """The function's name and the arguments' text so far of an answer that opens ``{"tool_call":
+    {"name": ..., "arguments": `` (cut off by its token limit, it is OpenAI's cut call: the arguments
+    as far as they came, finished ``length``); None for any other answer."""
+    opened = _CALL_OPEN.match(text)
+    return None if opened is None else (opened.group(1), opened.group(2).rstrip())
 
 
 def partial_response(text: str) -> str | None:

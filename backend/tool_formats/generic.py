@@ -27,7 +27,13 @@ from backend.tool_formats.base import (
     decode_json_at,
 )
 from backend.tool_formats.grammar import allowed_tools, call_schema, many_calls, one_of, schema_rules
-from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_response, whole_calls
+from conformance.generic_tools import (
+    INSTRUCTION,
+    REQUIRED_INSTRUCTION,
+    partial_call,
+    partial_response,
+    whole_calls,
+)
 from conformance.schema_refs import definitions_prefix, localized
 from conformance.tool_formats.base import Schemas
 
@@ -52,6 +58,8 @@ class Generic(ToolFormat):
                 return ParsedOutput("", whole)
             if final and (reply := partial_response(text)) is not None:  # a reply cut off by max_tokens
                 return ParsedOutput(reply)
+            if final and (cut := partial_call(text)) is not None:  # a call cut off: as it streamed
+                return ParsedOutput("", [ParsedCall(*cut)])
             return ParsedOutput(text if final else "")
         obj = found[0]
         calls: list[ParsedCall] = []

@@ -29,7 +29,7 @@ from typing import Any
 
 from conformance import jsoncodec
 from conformance.api_errors import APIError
-from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_response
+from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_call, partial_response
 from conformance.request import content_texts
 from conformance.schema_refs import definitions_prefix, hoisted, localized
 
@@ -187,11 +187,6 @@ class EmulatedCalls:
         }
 
 
-_CUT_CALL = re.compile(
-    r'\s*\{\s*"tool_call"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"arguments"\s*:\s*(.*)', re.DOTALL
-)
-
-
 def _read(text: str, finish: Any) -> tuple[str, dict[str, Any] | None, Any]:
     """(the text to show, the call, the finish) of an answer: ``{"tool_call": ...}`` a call (finished
     ``tool_calls``, also where the limit fell on the whitespace the grammar allows after it),
@@ -221,7 +216,7 @@ def _read(text: str, finish: Any) -> tuple[str, dict[str, Any] | None, Any]:
 
 def _envelope_opened(text: str) -> bool:
     """Whether ``text`` begins the format's envelope: a response's or a call's, up to its name."""
-    return partial_response(text) is not None or _CUT_CALL.match(text) is not None
+    return partial_response(text) is not None or partial_call(text) is not None
 
 
 def _read_cut(text: str) -> tuple[str, dict[str, Any] | None]:
@@ -229,8 +224,8 @@ def _read_cut(text: str) -> tuple[str, dict[str, Any] | None]:
     call with its name and its arguments' text so far; ``""`` before either began."""
     if (reply := partial_response(text)) is not None:
         return reply, None
-    if (call := _CUT_CALL.match(text)) is not None:
-        return "", _tool_call(call.group(1), call.group(2).rstrip())
+    if (call := partial_call(text)) is not None:
+        return "", _tool_call(*call)
     return text, None  # cut before a name: what the model wrote (never an empty success, Q14)
 
 

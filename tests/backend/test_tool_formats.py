@@ -249,6 +249,23 @@ def test_generic_reply_streams_as_written_and_survives_a_cut() -> None:
     assert Generic().parse('{"response": "cut \\u00', final=True).content == "cut "
 
 
+def test_a_generic_call_cut_off_is_read_whole_as_it_streamed_not_as_its_envelope() -> None:
+    # A whole answer that max_tokens cut inside the call's arguments: the call with its arguments so far
+    # (the answer finishes "length", as OpenAI's cut call), as the stream gave it; the envelope's JSON
+    # was the message's text, which a client showed.
+    cut = '{ "tool_call": {"name": "get_weather", "arguments": {"city'
+    parsed = Generic().parse(cut, final=True)
+    assert parsed.content == ""
+    assert parsed.calls == [ParsedCall("get_weather", '{"city')]
+    stream = ToolCallStream(Generic())
+    streamed = [stream.feed(cut), stream.finish()]
+    assert [f for _, fragments in streamed for f in fragments] == [
+        CallFragment(0, "get_weather", ""),
+        CallFragment(0, None, '{"city'),
+    ]
+    assert Generic().parse('{ "tool_call": {"na', final=True).content == '{ "tool_call": {"na'  # no name yet
+
+
 # ---- the families beyond Hermes, Mistral and Llama 3: detection, and grammars that write what parses ----
 
 WEATHER = {
