@@ -82,8 +82,7 @@ class Serving:
         """The proxy's own refusal of a request to ``path`` off the front-ends' routes (a method they do
         not take, a path relayed to the upstream), in the words of the protocol that path belongs to:
         an Anthropic client's ``GET /v1/messages`` had an OpenAI body, which its SDK cannot read."""
-        front_end = self.front_end_at(path)
-        return error.response(None if front_end is None else front_end.error(error.body, error.status))
+        return _worded(self.front_end_at(path), error)
 
     def without_keys(self, text: str) -> str:
         """``text`` (a stored answer or its input, read back as JSON) with every upstream key the proxy
@@ -184,4 +183,9 @@ def refusal(front_end: FrontEnd, error: APIError, exchange: Exchange) -> Respons
     """The proxy's own refusal of a request, in the protocol's words, and on the request's log line (it
     logged ``"error": null`` for these, issue 32)."""
     exchange.take_error(error)
-    return error.response(front_end.error(error.body, error.status))
+    return _worded(front_end, error)
+
+
+def _worded(front_end: FrontEnd | None, error: APIError) -> JSONResponse:
+    """``error`` as ``front_end``'s protocol words it (OpenAI's without one)."""
+    return error.response(None if front_end is None else front_end.error(error.body, error.status))
