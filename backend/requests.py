@@ -17,7 +17,13 @@ from typing import Any, Literal
 from backend.grammars import grammar_for_schema, json_grammar
 from backend.request_errors import RequestError
 from backend.schema_support import MAX_REPETITION, gbnf_repeats_too_often
-from conformance.request import allowed_tools_choice, limit_parameter, named_function
+from conformance.request import (
+    CHOICE_WITHOUT_TOOLS,
+    allowed_tools_choice,
+    limit_parameter,
+    named_function,
+    unoffered_function,
+)
 from conformance.schemas import load_schema
 
 __all__ = [
@@ -507,20 +513,14 @@ def _tool_choice(body: dict[str, Any], tools: list[Tool]) -> ToolChoice:
     if value is None:
         return ToolChoice("auto" if tools else "none")
     if not tools:
-        raise RequestError(
-            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
-            "tool_choice",
-        )
+        raise RequestError(CHOICE_WITHOUT_TOOLS, "tool_choice")
     if value in ("none", "auto", "required"):
         return ToolChoice(value)
     kind = value.get("type") if isinstance(value, dict) else None
     name = named_function(value) if kind == "function" else None
     if name is not None:
         if not any(t.name == name for t in tools):
-            raise RequestError(
-                f"Invalid value for 'tool_choice': no function named {name!r} was specified in 'tools'.",
-                "tool_choice",
-            )
+            raise RequestError(unoffered_function(name), "tool_choice")
         return ToolChoice("named", name)
     if kind == "allowed_tools":
         return _allowed_tools(value, tools)
@@ -545,8 +545,7 @@ def _allowed_tools(value: dict[str, Any], tools: list[Tool]) -> ToolChoice:
     for k, name in enumerate(names):
         if not any(t.name == name for t in tools):
             raise RequestError(
-                f"Invalid value for 'tool_choice.allowed_tools.tools[{k}]': no function named {name!r} was "
-                "specified in 'tools'.",
+                unoffered_function(name, f"tool_choice.allowed_tools.tools[{k}]"),
                 "tool_choice",
                 code="invalid_value",
             )

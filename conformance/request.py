@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "CHOICE_WITHOUT_TOOLS",
     "Endpoint",
     "Request",
     "allowed_tools_choice",
@@ -35,6 +36,7 @@ __all__ = [
     "message_texts",
     "named_function",
     "prompt_text",
+    "unoffered_function",
 ]
 
 Endpoint = Literal["completions", "chat"]
@@ -109,6 +111,17 @@ def function_schemas(tools: Any) -> Mapping[str, Any]:
             parameters = function.get("parameters")
             schemas[name] = parameters if isinstance(parameters, Mapping) else {}
     return schemas
+
+
+CHOICE_WITHOUT_TOOLS = (
+    "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+)
+"""OpenAI's words for a ``tool_choice`` sent without ``tools``: the bundled backend's and the proxy's."""
+
+
+def unoffered_function(name: str, param: str = "tool_choice") -> str:
+    """OpenAI's words for a ``tool_choice`` (at ``param``) naming a function ``tools`` does not offer."""
+    return f"Invalid value for '{param}': no function named {name!r} was specified in 'tools'."
 
 
 def named_function(choice: Any) -> str | None:

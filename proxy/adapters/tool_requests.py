@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.api_errors import APIError
-from conformance.request import allowed_tools_choice, named_function
+from conformance.request import CHOICE_WITHOUT_TOOLS, allowed_tools_choice, named_function, unoffered_function
 
 from ..upstream_traits import UpstreamTraits
 
@@ -134,19 +134,14 @@ def unknown_tool_choice(body: dict[str, Any]) -> APIError | None:
     ``tool_choice`` without ``tools``, which llama-server answered with text under ``required`` (the
     bundled backend refuses it with the same words)."""
     if body.get("tool_choice") is not None and not body.get("tools"):
-        return APIError.make(
-            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
-            400,
-            code="invalid_value",
-            param="tool_choice",
-        )
+        return APIError.make(CHOICE_WITHOUT_TOOLS, 400, code="invalid_value", param="tool_choice")
     chosen = _chosen(body)
     offered = {tool["function"]["name"] for tool in function_tools(body) or ()}
     unknown = [name for name in chosen[1] if name not in offered] if chosen else []
     if not unknown:
         return None
     return APIError.make(
-        f"Invalid value for 'tool_choice': no function named {unknown[0]!r} was specified in 'tools'.",
+        unoffered_function(unknown[0]),
         400,
         code="invalid_value",
         param="tool_choice",
