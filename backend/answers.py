@@ -18,6 +18,7 @@ from backend.reasoning import ChoiceReasoning, ThinkingMarkers
 from backend.requests import GenerationRequest
 from backend.service import Prompt
 from backend.tool_formats import ParsedCall, ToolCallStream
+from conformance.protocols.front_end import with_stop_named
 
 __all__ = ["AnswerBuilder", "Choice"]
 
@@ -36,6 +37,7 @@ class Choice:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     prompt_logprobs: list[TokenLogprob] | None = None
     finish_reason: str | None = None
+    stop_sequence: str | None = None
     completion_tokens: int = 0
     started: bool = False
     tool_stream: ToolCallStream | None = None
@@ -53,8 +55,11 @@ class AnswerBuilder:
         model: str,
         piece: Any,
         thinking: ThinkingMarkers | None = None,
+        *,
+        names_stop: bool = False,
     ) -> None:
         self.req = req
+        self.names_stop = names_stop  # the client's protocol names the stop sequence met (a Message)
         self.prompts = prompts
         self.model = model
         self.piece = piece  # token id -> bytes, for echoed prompt tokens
@@ -166,7 +171,7 @@ class AnswerBuilder:
         if event.finish_reason is not None:
             if choice.reasoning is not None and (held := choice.reasoning.end()):
                 out.append(self._delta(event.index, held, None))
-            out.append(self._delta(event.index, {}, None, event.finish_reason))
+            out.append(self._finished(event.index, event.finish_reason, event.stop_sequence))
         return out
 
     def _tool_chunks(self, choice: Choice, event: Event) -> list[dict[str, Any]]:
@@ -197,7 +202,8 @@ class AnswerBuilder:
                 delta = {"tool_calls": [{"index": fragment.index, "function": {"arguments": piece}}]}
                 out.append(self._delta(event.index, delta, None))
         if event.finish_reason is not None:
-            out.append(self._delta(event.index, {}, None, _finish_reason(choice, event.finish_reason)))
+            reason = _finish_reason(choice, event.finish_reason)
+            out.append(self._finished(event.index, reason, event.stop_sequence))
         return out
 
     def _tool_call(self, choice: Choice, call: ParsedCall) -> dict[str, Any]:
@@ -218,6 +224,15 @@ class AnswerBuilder:
             [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]
         )
 
+    def _finished(self, index: int, reason: str, stop_sequence: str | None) -> dict[str, Any]:
+        """A chat choice's finish chunk, marked with the stop sequence met where the protocol names it,
+        and with llama-server's ``__verbose`` where the request asks."""
+        chunk = self._delta(index, {}, None, reason)
+        with_stop_named(chunk["choices"][0], stop_sequence if self.names_stop else None)
+        if self.req.verbose:
+            chunk["__verbose"] = _stop_report(reason, stop_sequence)
+        return chunk
+
     def usage_chunk(self) -> dict[str, Any]:
         chunk = self._envelope([])
         chunk["usage"] = self.usage()
@@ -235,6 +250,7 @@ class AnswerBuilder:
             choice.reasoning.delta(event.text, event.completion_tokens)
         if event.finish_reason is not None:
             choice.finish_reason = event.finish_reason
+            choice.stop_sequence = event.stop_sequence
             choice.completion_tokens = event.completion_tokens
             if choice.reasoning is not None:
                 choice.reasoning.end()
@@ -262,14 +278,13 @@ class AnswerBuilder:
                     message["content"] = "".join(c.reasoning.content)
                     if c.reasoning.reasoning:
                         message["reasoning_content"] = "".join(c.reasoning.reasoning)
-                choices.append(
-                    {
-                        "index": i,
-                        "message": message,
-                        "logprobs": lp,
-                        "finish_reason": _finish_reason(c, c.finish_reason or "stop"),
-                    }
-                )
+                whole = {
+                    "index": i,
+                    "message": message,
+                    "logprobs": lp,
+                    "finish_reason": _finish_reason(c, c.finish_reason or "stop"),
+                }
+                choices.append(with_stop_named(whole, c.stop_sequence if self.names_stop else None))
             else:
                 prompt = self.prompt_of(i)
                 text, legacy = c.text, None
@@ -285,6 +300,8 @@ class AnswerBuilder:
                 )
         out = self._envelope(choices)
         out["usage"] = self.usage()
+        if self.req.verbose and self.choices:
+            out["__verbose"] = _stop_report(choices[0]["finish_reason"], self.choices[0].stop_sequence)
         return out
 
     # ---- logprobs ----------------------------------------------------------------------------------
@@ -340,3 +357,10 @@ def _pieces(arguments: str) -> list[str]:
 def _finish_reason(choice: Choice, reason: str) -> str:
     """``tool_calls`` when the answer made calls and ended by itself (a cut-off answer stays ``length``)."""
     return "tool_calls" if choice.tool_calls and reason == "stop" else reason
+
+
+def _stop_report(reason: str, stop_sequence: str | None) -> dict[str, Any]:
+    """llama-server's ``stop_type`` and ``stopping_word`` of a finished choice (``req.verbose``)."""
+    if stop_sequence is not None:
+        return {"stop_type": "word", "stopping_word": stop_sequence}
+    return {"stop_type": "limit" if reason == "length" else "eos", "stopping_word": ""}

@@ -72,6 +72,8 @@ class Event:
     prompt_logprobs: list[TokenLogprob] | None = None
     """Echo with logprobs: one entry per prompt token after the first (which has no logprob)."""
     finish_reason: str | None = None
+    stop_sequence: str | None = None
+    """The stop string that ended the text (``finish_reason`` ``stop``), for a protocol that names it."""
     completion_tokens: int = 0
     error: str | None = None
 
@@ -121,15 +123,18 @@ class _Text:
         self.pending = ""
         self.tokens: list[tuple[TokenLogprob | None, int]] = []  # (logprob, start offset in pending)
 
-    def add(self, piece: bytes, info: TokenLogprob | None) -> tuple[str, list[TokenLogprob], bool]:
+    def add(self, piece: bytes, info: TokenLogprob | None) -> tuple[str, list[TokenLogprob], str | None]:
+        """The text to send now, its tokens' logprobs, and the stop string met (None: none yet; of two
+        at one place, the first given)."""
         self.tokens.append((info, len(self.pending)))
         self.pending += self.decoder.decode(piece)
         if not self.stops:
-            return (*self._emit(len(self.pending)), False)
-        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+            return (*self._emit(len(self.pending)), None)
+        hits = [(at, n) for n, at in enumerate(self.pending.find(s) for s in self.stops) if at >= 0]
         if hits:
-            return (*self._emit(min(hits), drop_rest=True), True)
-        return (*self._emit(len(self.pending) - self._held()), False)
+            at, n = min(hits)
+            return (*self._emit(at, drop_rest=True), self.stops[n])
+        return (*self._emit(len(self.pending) - self._held()), None)
 
     def flush(self) -> tuple[str, list[TokenLogprob]]:
         self.pending += self.decoder.decode(b"", final=True)
@@ -688,8 +693,8 @@ class Engine:
         text, infos, stopped = slot.text.add(self.vocab.piece(token), info)
         if text or infos:  # (the count so far: a thinking model's reasoning tokens are counted by it)
             self._emit(job, Event(job.index, text=text, logprobs=infos, completion_tokens=slot.generated))
-        if stopped:
-            self._finish(slot, "stop", flush=False)
+        if stopped is not None:
+            self._finish(slot, "stop", flush=False, stop_sequence=stopped)
         elif (job.max_tokens is not None and slot.generated >= job.max_tokens) or len(
             slot.cached
         ) + 1 >= self.n_ctx_seq:
@@ -698,7 +703,13 @@ class Engine:
             slot.next_token = token
 
     def _finish(
-        self, slot: _Slot, reason: str | None = None, *, flush: bool = True, error: str | None = None
+        self,
+        slot: _Slot,
+        reason: str | None = None,
+        *,
+        flush: bool = True,
+        error: str | None = None,
+        stop_sequence: str | None = None,
     ) -> None:
         job = slot.job
         if job is None:
@@ -707,7 +718,16 @@ class Engine:
             text, infos = slot.text.flush()
             if text or infos:
                 self._emit(job, Event(job.index, text=text, logprobs=infos, completion_tokens=slot.generated))
-        self._emit(job, Event(job.index, finish_reason=reason, completion_tokens=slot.generated, error=error))
+        self._emit(
+            job,
+            Event(
+                job.index,
+                finish_reason=reason,
+                stop_sequence=stop_sequence,
+                completion_tokens=slot.generated,
+                error=error,
+            ),
+        )
         self._release(slot)
 
     def _logprob(self, row: int, token: int, top: int) -> TokenLogprob:

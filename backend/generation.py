@@ -64,7 +64,8 @@ async def generate(generation: Generation, front_end: FrontEnd, request: Request
     except APIError as refused:
         return JSONResponse(refused.body, status_code=refused.status)  # worded by the front-end
     assert translation.body is not None  # (a refusal is kept only where asked to)
-    started = _start(generation, translation.body, PARSERS[front_end.endpoint], front_end.error)
+    parse = PARSERS[front_end.endpoint]
+    started = _start(generation, translation.body, parse, front_end.error, names_stop=translation.names_stop)
     if isinstance(started, Response):
         return started
     output = translation.output(generation.backend.model_id, SAMPLING_DEFAULTS)
@@ -84,10 +85,16 @@ class _Started:
 
 
 def _start(
-    generation: Generation, body: Any, parse: Callable[[Any], GenerationRequest], worded: _Worded
+    generation: Generation,
+    body: Any,
+    parse: Callable[[Any], GenerationRequest],
+    worded: _Worded,
+    *,
+    names_stop: bool = False,
 ) -> _Started | Response:
     """The request checked, tokenized and its jobs submitted; or the error to answer (``worded``: in
-    the names of the protocol the client sent, for a translated one)."""
+    the names of the protocol the client sent, for a translated one; ``names_stop``: it names the stop
+    sequence met, ``Translation.names_stop``)."""
     backend = generation.backend
     queue: asyncio.Queue[Event] = asyncio.Queue()
     emit = LoopInbox.of(asyncio.get_running_loop()).sender(queue)
@@ -104,7 +111,9 @@ def _start(
             job.sampler.close()
         busy = error_body(f"The server is busy: {exc}. Retry shortly.", 429)
         return JSONResponse(worded(busy, 429), status_code=429, headers={"Retry-After": "1"})
-    builder = AnswerBuilder(req, prompts, backend.model_id, backend.vocab.piece, generation.thinking)
+    builder = AnswerBuilder(
+        req, prompts, backend.model_id, backend.vocab.piece, generation.thinking, names_stop=names_stop
+    )
     return _Started(builder, queue, jobs)
 
 

@@ -146,6 +146,10 @@ class GenerationRequest:
     reasoning_effort: str | None = None
     """The request's ``reasoning_effort``, given to the chat template as that variable (gpt-oss's reads
     it; a template that does not ignores it)."""
+    verbose: bool = False
+    """llama-server's request field: a chat answer's last chunk (or its body) carries ``__verbose``, here
+    with its ``stop_type`` and ``stopping_word`` only: the stop sequence met, which a proxy in front
+    names for a protocol that has it (a Message's ``stop_sequence``; /props says it is served)."""
 
 
 def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
@@ -607,6 +611,7 @@ def _common(body: Any, endpoint: Endpoint) -> dict[str, Any]:
         "stop": _stop(body),
         "n": _integer(body, "n", 1, 1, MAX_N) or 1,
         "cache_prompt": _boolean(body, "cache_prompt", True),
+        "verbose": endpoint == "chat" and _boolean(body, "verbose"),
     }
 
 

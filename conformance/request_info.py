@@ -49,6 +49,10 @@ class RequestInfo:
     upstream left as text in the content is repaired only into a call of one of these (tool_text)."""
     reasoning_field: str = "reasoning_content"
     """The field the reasoning goes out in (``--reasoning-field``, Q39)."""
+    names_stop: bool = False
+    """Whether the client's protocol names the stop sequence that ended the text (the Messages API's
+    ``stop_sequence``): the finish chunk then carries it as ``stop_reason`` (vLLM's name for it), for
+    the protocol's output to read; a chat client never sees that key."""
     generates: bool = True
     """False for ``max_tokens: 0`` (a prompt scored with ``echo``): no generated text at all. The
     upstream is asked for one token (for 0 some generate without end), which an empty stop sequence,
@@ -62,9 +66,11 @@ class RequestInfo:
         *,
         alias: str | None = None,
         reasoning_field: str = "reasoning_content",
+        names_stop: bool = False,
     ) -> RequestInfo:
         """What ``body`` asks for; the model reported is ``alias`` when given, else the body's, cleaned;
-        the reasoning sent in ``reasoning_field``."""
+        the reasoning sent in ``reasoning_field``; ``names_stop``: the client's protocol names the stop
+        sequence met."""
         request = Request.from_body(endpoint, body)
         limit = request.max_tokens
         asked = request.model
@@ -84,6 +90,7 @@ class RequestInfo:
             echoed_tokens=echoed_tokens,
             tools=OfferedTools.from_body(body) if endpoint == "chat" else NO_TOOLS,
             reasoning_field=reasoning_field,
+            names_stop=names_stop and bool(request.stop),
             generates=request.generates,
         )
 

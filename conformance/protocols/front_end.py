@@ -62,6 +62,7 @@ __all__ = [
     "Translation",
     "named_events",
     "pieces_of",
+    "with_stop_named",
 ]
 
 _dumps = jsoncodec.dumps
@@ -253,6 +254,15 @@ class NativeCall:
     sampling defaults where the core knows them (conformance/protocols/sampling.py)."""
 
 
+def with_stop_named(choice: dict[str, Any], matched: str | None) -> dict[str, Any]:
+    """A finished choice of the core marked with the stop sequence that ended it, ``matched``
+    (``Translation.names_stop``), as vLLM names it: ``stop_reason``, which the protocol's output reads
+    (a Message's ``stop_sequence``). Only a choice that finished ``stop`` met one."""
+    if matched is not None and choice.get("finish_reason") == "stop":
+        choice["stop_reason"] = matched
+    return choice
+
+
 class Translation:
     """One client request as the core serves it."""
 
@@ -281,6 +291,11 @@ class Translation:
     """Whether the protocol's answer states the sampling it was generated with (a Response does): the
     core then gives ``output`` its defaults, or asks with every sampling field named where it does not
     know them (conformance/protocols/sampling.py)."""
+
+    names_stop = False
+    """Whether the protocol's answer names the stop sequence that ended the text (a Message's
+    ``stop_sequence``): the core then marks its finished choice with it (``with_stop_named``); a chat
+    client never gets that mark."""
 
     def output(self, model: str | None, sampling: Mapping[str, float] | None = None) -> Output:
         """The output of the answer, naming the model ``model`` (None: as the answer names it);

@@ -149,3 +149,22 @@ def test_a_tool_round_trip(request: pytest.FixtureRequest, upstream: str) -> Non
     assert _post(url, {**second, **GREEDY}).status_code == 200
     answer = _client(url).messages.create(**second, extra_body=GREEDY)
     assert answer.stop_reason in ("end_turn", "max_tokens", "tool_use")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_stop_sequence_met_is_named(
+    server_url: str, stream: bool, request: pytest.FixtureRequest
+) -> None:
+    """``stop_reason: "stop_sequence"`` with the sequence, where the server that generates names it:
+    the bundled backend (asked by the proxy as llama-server is, ``verbose``). llama-cpp-python's server
+    says nothing of which ended its text: the Message says ``end_turn`` there (docs/messages.md)."""
+    body = {**HELLO, **GREEDY, "max_tokens": 30, "stop_sequences": ["e"]}
+    if stream:
+        events = message_events(_post(server_url, {**body, "stream": True}).content)
+        ended = events[-2]["delta"]
+    else:
+        ended = _post(server_url, body).json()
+    unnamed = request.node.callspec.params["server_url"] == "llama-cpp-python"
+    assert (ended["stop_reason"], ended["stop_sequence"]) == (
+        ("end_turn", None) if unnamed else ("stop_sequence", "e")
+    )
