@@ -108,5 +108,9 @@ def _request_info(serving: Serving, front_end: FrontEnd, translation: Translatio
     config = serving.config
     body: dict[str, Any] = translation.body or {"model": translation.model, "stream": translation.stream}
     return RequestInfo.from_body(
-        front_end.endpoint, body, alias=config.model_alias, reasoning_field=config.reasoning_field
+        front_end.endpoint,
+        body,
+        alias=config.model_alias,
+        reasoning_field=config.reasoning_field,
+        names_stop=translation.names_stop,
     )

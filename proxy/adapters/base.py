@@ -21,6 +21,7 @@ __all__ = [
     "messages_with_reasoning_as",
     "requested_limit",
     "with_limit",
+    "with_stop_asked",
     "without_streaming",
 ]
 
@@ -38,6 +39,20 @@ def requested_limit(body: dict[str, Any]) -> int | None:
         if value is not None:
             return value
     return None
+
+
+# A chat answer says nothing of which stop sequence ended it (the Messages API names it: its
+# ``stop_sequence``). Asked with ``verbose`` (llama-server reads it per request since its request schema,
+# b11434; the bundled backend too, its /props says ``names_stop``), the last chunk or body carries
+# ``__verbose``, the native answer's fields, narrowed by ``response_fields`` to these two (else
+# llama-server sends the whole prompt back in it): normalizer/finish.py reads them, and the normalizer
+# drops the key as it drops ``timings`` (Q35). Servers that read neither field ignore them.
+_STOP_ASKED = {"verbose": True, "response_fields": ["stop_type", "stopping_word"]}
+
+
+def with_stop_asked(body: dict[str, Any]) -> dict[str, Any]:
+    """A chat ``body`` with stop sequences asking that the one met be named (``_STOP_ASKED``)."""
+    return {**body, **_STOP_ASKED} if body.get("stop") else body
 
 
 def with_limit(body: dict[str, Any], default: int | None) -> dict[str, Any]:

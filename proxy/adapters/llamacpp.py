@@ -30,7 +30,15 @@ from conformance.api_errors import APIError
 from conformance.request import Endpoint
 
 from ..upstream import Upstream
-from .base import LIMIT_KEYS, OPENAI_PATHS, TokenCount, UpstreamCall, messages_with_reasoning_as, with_limit
+from .base import (
+    LIMIT_KEYS,
+    OPENAI_PATHS,
+    TokenCount,
+    UpstreamCall,
+    messages_with_reasoning_as,
+    with_limit,
+    with_stop_asked,
+)
 from .context_window import ContextWindow
 from .llamacpp_tools import TemplateTools
 from .media_input import TEXT_ONLY, UNREAD_PART, carries_media, media_refusal, modalities
@@ -250,7 +258,7 @@ class LlamaCppAdapter:
             return UpstreamCall(OPENAI_PATHS["chat"], sent, EmulatedCalls())
         if self._tools.refused and body.get("tools") and body.get("tool_choice") == "none":
             body = without_tools(body)  # no call to make: nothing to show of the tools it refuses
-        return UpstreamCall(OPENAI_PATHS["chat"], with_limit(body, self._default_max_tokens))
+        return UpstreamCall(OPENAI_PATHS["chat"], with_limit(with_stop_asked(body), self._default_max_tokens))
 
     def instead_of_refused(self, call: UpstreamCall, refused: APIError) -> UpstreamCall | APIError | None:
         """What to do about ``call``, which the server refused with ``refused``. A request with tools

@@ -11,7 +11,14 @@ from conformance.request import Endpoint
 
 from ..upstream import Upstream
 from ..upstream_traits import NO_TOKENIZER, UpstreamTraits
-from .base import OPENAI_PATHS, TokenCount, UpstreamCall, messages_with_reasoning_as, with_limit
+from .base import (
+    OPENAI_PATHS,
+    TokenCount,
+    UpstreamCall,
+    messages_with_reasoning_as,
+    with_limit,
+    with_stop_asked,
+)
 from .server_props import stated_sampling
 from .structured_output import for_llama_cpp_python, unenforced_schema
 from .template_overhead import TemplateLearner, estimated_chat_prompt
@@ -39,6 +46,8 @@ class OpenAIAdapter:
         self._default_max_tokens = default_max_tokens
         self._traits = traits or UpstreamTraits()
         self._sampling = stated_sampling(props)
+        # The bundled backend names the stop sequence met when asked as llama-server is (base.py).
+        self._names_stop = isinstance(props, dict) and props.get("names_stop") is True
         self._template = TemplateLearner()
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
@@ -49,6 +58,8 @@ class OpenAIAdapter:
             if traits.schema_format == "json_object_schema":
                 body = for_llama_cpp_python(body)
             body = tool_request_for(traits, choice_as_tools(body))
+            if self._names_stop:
+                body = with_stop_asked(body)
         wants_logprobs = endpoint == "chat" and body.get("logprobs") is True
         if wants_logprobs and "top_logprobs" not in body and self._traits.chat_logprobs_need_top:
             # 0 is within the spec for every upstream, and the alternatives it brings are taken out

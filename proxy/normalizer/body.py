@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from conformance.api_errors import APIError
+from conformance.protocols.front_end import with_stop_named
 from conformance.request_info import RequestInfo
 
 from ..errors import error_from_payload, is_error_payload
 from .choices import as_dict
 from .field_repairs import CHAT_MESSAGE_REPAIRS, TEXT_MESSAGE_REPAIRS, Message, choice_index
+from .finish import stopping_word
 from .identity import Identity
 from .repairs import Repairs
 from .text_lost import text_lost
@@ -51,7 +53,8 @@ def normalize_body(
         usage = within
     if not request.generates:
         usage = nothing_generated(usage)
-    choices, shown = _choices(raw_choices, request, repairs, usage)
+    word = stopping_word(obj, request.stop) if request.names_stop and len(raw_choices) == 1 else None
+    choices, shown = _choices(raw_choices, request, repairs, usage, word)
     if request.generates:
         lost = text_lost(
             [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)],
@@ -98,9 +101,14 @@ def _upstream_choices(obj: Any, status: int) -> list[Any]:
 
 
 def _choices(
-    raw_choices: list[Any], request: RequestInfo, repairs: Repairs, usage: dict[str, Any] | None
+    raw_choices: list[Any],
+    request: RequestInfo,
+    repairs: Repairs,
+    usage: dict[str, Any] | None,
+    word: str | None,
 ) -> tuple[list[dict[str, Any]], list[bool]]:
-    """The choices repaired (field_repairs, in its order), and whether each showed output (text_lost)."""
+    """The choices repaired (field_repairs, in its order), and whether each showed output (text_lost);
+    ``word``: the stop sequence llama-server says its one choice met (``stopping_word``)."""
     chat = request.endpoint == "chat"
     order = CHAT_MESSAGE_REPAIRS if chat else TEXT_MESSAGE_REPAIRS
     # The upstream's count of completion tokens is the choice's only when there is one choice (Q21).
@@ -116,23 +124,20 @@ def _choices(
         for repair in order:
             repair(message)
         if chat:
-            choices.append(
-                {
-                    "index": index,
-                    "message": message.out,
-                    "logprobs": message.logprobs,
-                    "finish_reason": message.reason,
-                }
-            )
+            choice = {
+                "index": index,
+                "message": message.out,
+                "logprobs": message.logprobs,
+                "finish_reason": message.reason,
+            }
         else:
-            choices.append(
-                {
-                    "text": message.text,
-                    "index": index,
-                    "logprobs": message.logprobs,
-                    "finish_reason": message.reason,
-                }
-            )
+            choice = {
+                "text": message.text,
+                "index": index,
+                "logprobs": message.logprobs,
+                "finish_reason": message.reason,
+            }
+        choices.append(with_stop_named(choice, (message.matched or word) if request.names_stop else None))
     return choices, shown
 
 

@@ -165,6 +165,7 @@ class ChoiceState:
         "held_text",
         "index",
         "last_call",
+        "matched",
         "next_tool",
         "parts",
         "raw_chars",
@@ -200,6 +201,7 @@ class ChoiceState:
         self.events = 0  # output events: a token each where an upstream streams token by token
         self.scanner = StopScanner(stops, echoed) if stops else None
         self.stopped = False
+        self.matched: str | None = None  # the stop sequence met, where known (RequestInfo.names_stop)
         self.tool_ids: dict[int, str] = {}
         self.strings: dict[int, ArgumentStrings] = {}  # each call's place in its arguments' JSON (Q82)
         self.next_tool = 0
@@ -261,6 +263,7 @@ class ChoiceState:
             text = self.scanner.feed(text)
             if self.scanner.hit:
                 self.stopped = True
+                self.matched = self.scanner.matched
             self.sent_chars += len(text)
         if text:
             self.count_output(text)

@@ -43,7 +43,7 @@ from conformance.api_errors import APIError
 from conformance.request_info import RequestInfo
 
 from .choices import ChoiceState, as_dict, fix_tool_call, is_json_object, new_tool_call_id, unnamed_call
-from .finish import FAILURE_REASONS, map_finish_reason
+from .finish import FAILURE_REASONS, map_finish_reason, named_stop
 from .logprobs import chat_logprobs, legacy_logprobs, logprobs_within
 from .repairs import TOOL_TEXT_UNPARSED, Repairs
 from .stop import truncate_at_stop
@@ -440,6 +440,8 @@ def delta_finish(d: Delta) -> bool:
     elif d.has_output:
         d.repairs.add("Q23")
     state.finish = reason
+    if d.request.names_stop and state.matched is None:
+        state.matched = named_stop(raw, d.request.stop)
     return True
 
 
@@ -531,6 +533,7 @@ class Message:
         "content",
         "index",
         "logprobs",
+        "matched",
         "message",
         "out",
         "raw",
@@ -555,6 +558,7 @@ class Message:
         self.content: Any = None
         self.text = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop sequence met, where known (RequestInfo.names_stop)
         self.reason = "stop"
         self.logprobs: Any = None
 
@@ -564,7 +568,8 @@ def _enforce_stop(text: str, m: Message) -> str:
     request = m.request
     if not request.stop:
         return text
-    text, m.stopped = truncate_at_stop(text, request.stop, request.echoed)
+    text, m.matched = truncate_at_stop(text, request.stop, request.echoed)
+    m.stopped = m.matched is not None
     if m.stopped and request.generates:
         m.repairs.add("Q76")
     return text
@@ -662,6 +667,8 @@ def message_finish(m: Message) -> bool:
         call_cut=_last_call_cut(m.out.get("tool_calls")),
     )
     m.reason = final_reason(finish)
+    if m.matched is None and m.reason == "stop" and m.request.names_stop:
+        m.matched = named_stop(m.raw, m.request.stop)
     return True
 
 

@@ -1,4 +1,5 @@
-"""``finish_reason`` values mapped to OpenAI's enum (quirks section B)."""
+"""``finish_reason`` values mapped to OpenAI's enum (quirks section B), and the stop sequence an upstream
+says it stopped at, for a protocol that names it (a Message's ``stop_sequence``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from conformance.request import Endpoint
 
-__all__ = ["FAILURE_REASONS", "map_finish_reason"]
+__all__ = ["FAILURE_REASONS", "map_finish_reason", "named_stop", "stopping_word"]
 
 # value -> (OpenAI value, quirk that sends it)
 _MAP: dict[str, tuple[str, str]] = {
@@ -47,3 +48,24 @@ def map_finish_reason(value: Any, endpoint: Endpoint) -> tuple[str | None, str |
     if mapped:
         return mapped
     return "stop", "Q19"
+
+
+def named_stop(choice: dict[str, Any], stops: tuple[str, ...]) -> str | None:
+    """The stop sequence a finished choice says it met, where it is one of ``stops``: vLLM's
+    ``stop_reason`` (Q37; a token id there is the end-of-turn token, no sequence) or SGLang's
+    ``matched_stop`` (Q38)."""
+    for key in ("stop_reason", "matched_stop"):
+        value = choice.get(key)
+        if isinstance(value, str) and value in stops:
+            return value
+    return None
+
+
+def stopping_word(payload: dict[str, Any], stops: tuple[str, ...]) -> str | None:
+    """The stop sequence llama-server met, from the ``__verbose`` object it adds to its last chunk (or
+    its whole body) when asked (adapters/llamacpp.py): ``stop_type`` ``"word"`` and ``stopping_word``."""
+    verbose = payload.get("__verbose")
+    if not isinstance(verbose, dict) or verbose.get("stop_type") != "word":
+        return None
+    word = verbose.get("stopping_word")
+    return word if isinstance(word, str) and word in stops else None

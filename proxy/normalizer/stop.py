@@ -16,16 +16,18 @@ from __future__ import annotations
 __all__ = ["StopScanner", "truncate_at_stop"]
 
 
-def truncate_at_stop(text: str, stops: tuple[str, ...], echoed: str = "") -> tuple[str, bool]:
-    """The text up to the earliest stop sequence, and whether one was found. ``echoed``: the prompt
-    the text begins with (``echo``), where stop sequences do not apply: they end the generated text."""
+def truncate_at_stop(text: str, stops: tuple[str, ...], echoed: str = "") -> tuple[str, str | None]:
+    """The text up to the earliest stop sequence, and the one found there (None: none was; of two at
+    one place, the first given). ``echoed``: the prompt the text begins with (``echo``), where stop
+    sequences do not apply: they end the generated text."""
     start = len(echoed) if echoed and text.startswith(echoed) else 0
     cut = -1
+    matched = None
     for stop in stops:
         at = text.find(stop, start)
         if at != -1 and (cut == -1 or at < cut):
-            cut = at
-    return (text, False) if cut == -1 else (text[:cut], True)
+            cut, matched = at, stop
+    return (text, None) if matched is None else (text[:cut], matched)
 
 
 class _Prefixes:
@@ -65,7 +67,7 @@ class _Prefixes:
 
 
 class StopScanner:
-    __slots__ = ("_echo", "_held", "_prefixes", "_stops", "hit")
+    __slots__ = ("_echo", "_held", "_prefixes", "_stops", "hit", "matched")
 
     def __init__(self, stops: tuple[str, ...], echoed: str = "") -> None:
         self._stops = stops
@@ -73,6 +75,8 @@ class StopScanner:
         self._held = ""
         self._echo = echoed  # what is left of the echoed prompt, passed on unscanned
         self.hit = False
+        self.matched: str | None = None
+        """The stop sequence that was hit (``hit``), for a protocol that names it."""
 
     def feed(self, text: str) -> str:
         """The part of ``text`` safe to send now; after a hit, everything past the stop is dropped."""
@@ -90,7 +94,8 @@ class StopScanner:
         if not text:
             return echo
         buffer = self._held + text
-        found, self.hit = truncate_at_stop(buffer, self._stops)
+        found, self.matched = truncate_at_stop(buffer, self._stops)
+        self.hit = self.matched is not None
         if self.hit:
             self._held = ""
             return echo + found

@@ -14,12 +14,14 @@ from typing import Any
 
 from conformance import jsoncodec
 from conformance.api_errors import APIError
+from conformance.protocols.front_end import with_stop_named
 from conformance.request_info import RequestInfo
 from conformance.sse import SSEBlock
 
 from ..errors import error_from_payload, is_error_payload
 from .choices import ChoiceState, unnamed_call
 from .field_repairs import CHAT_DELTA_REPAIRS, TEXT_DELTA_REPAIRS, Delta, Finish, choice_index, final_reason
+from .finish import stopping_word
 from .identity import Identity
 from .repairs import Repairs
 from .text_lost import text_lost
@@ -140,6 +142,9 @@ class StreamNormalizer:
                 return []
             if choice is not None:
                 out.append(choice)
+        if "__verbose" in obj and self.request.names_stop and len(self._choices) == 1:
+            (state,) = self._choices.values()  # llama-server's: one choice
+            state.matched = state.matched or stopping_word(obj, self.request.stop)
         if not out:
             return []
         return [self._chunk(out)]
@@ -230,7 +235,7 @@ class StreamNormalizer:
             if reason is None:
                 return out
             judged.append((index, state.shown, reason))
-            finals.append(self._final_choice(index, reason))
+            finals.append(self._final_choice(index, reason, state.matched))
         lost = (
             text_lost(judged, self.usage, unshown_tokens=self.unshown_tokens)
             if self.request.generates
@@ -354,10 +359,12 @@ class StreamNormalizer:
             return {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
         return {"text": text, "index": index, "logprobs": None, "finish_reason": None}
 
-    def _final_choice(self, index: int, reason: str) -> dict[str, Any]:
+    def _final_choice(self, index: int, reason: str, matched: str | None) -> dict[str, Any]:
         if self._chat:
-            return {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
-        return {"text": "", "index": index, "logprobs": None, "finish_reason": reason}
+            choice = {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"text": "", "index": index, "logprobs": None, "finish_reason": reason}
+        return with_stop_named(choice, matched if self.request.names_stop else None)
 
     def _tokens(self, state: ChoiceState) -> int | None:
         """The completion tokens the choice generated: the upstream's count when it is the only choice;

@@ -21,6 +21,7 @@ from conformance.protocols.messages import MESSAGES
 from tests.live.llama_cpp_server import OVERFLOW_WORDS
 from tests.support.check_report import check_results, errors_by_probe
 from tests.support.llama_server import gemma_llama_server
+from tests.support.messages_checks import message_events
 
 from .conftest import post_judged, run_proxy
 
@@ -71,6 +72,20 @@ def test_echo_with_logprobs_is_declined(proxy: str) -> None:
 def test_chat_logprobs_have_openais_keys(proxy: str, stream: bool) -> None:
     body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "logprobs": True}
     _judged(proxy, "/v1/chat/completions", body | {"top_logprobs": 2, "stream": stream})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_stop_sequence_met_is_named_in_a_message(proxy: str, stream: bool) -> None:
+    """A Message names the stop sequence that ended it (``stop_reason: "stop_sequence"``): llama-server's
+    chat answer says which when asked (``verbose``); a chat client never sees that it was asked."""
+    poem = [{"role": "user", "content": "Write a short poem about the sea."}]
+    body = {"model": "gemma", "max_tokens": 30, "temperature": 0, "messages": poem, "stream": stream}
+    answer = _judged(proxy, "/v1/messages", body | {"stop_sequences": ["e"]})
+    ended = message_events(answer.content)[-2]["delta"] if stream else answer.json()
+    assert (ended["stop_reason"], ended["stop_sequence"]) == ("stop_sequence", "e")
+    chat = _judged(proxy, "/v1/chat/completions", body | {"stop": ["e"]})
+    assert "stop_reason" not in chat.text
+    assert "__verbose" not in chat.text
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -27,7 +27,7 @@ def _scan_by_definition(chunks: list[str], stops: tuple[str, ...]) -> list[str]:
     for chunk in chunks:
         buffer = held + chunk
         found, hit = truncate_at_stop(buffer, stops)
-        if hit:
+        if hit is not None:
             return [*out, found]
         keep = _longest_partial_tail(buffer, stops)
         held = buffer[len(buffer) - keep :]

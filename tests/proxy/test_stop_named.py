@@ -1,0 +1,119 @@
+"""The stop sequence that ended a choice, named for a protocol that names it (a Message's
+``stop_sequence``, ``RequestInfo.names_stop``): from vLLM's ``stop_reason`` (Q37), SGLang's
+``matched_stop`` (Q38), llama-server's ``__verbose`` (asked by the adapter), or the proxy's own cut
+where the upstream ignored the sequence (Q76). A chat client's finish never carries the mark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conformance.request_info import RequestInfo
+from proxy.adapters.base import with_stop_asked
+from proxy.normalizer.body import normalize_body
+from proxy.normalizer.repairs import Repairs
+from proxy.normalizer.stream import StreamNormalizer
+
+STOPS = ["END", "e"]
+ASKED = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": STOPS}
+
+
+def _info(names_stop: bool, stream: bool) -> RequestInfo:
+    return RequestInfo.from_body("chat", {**ASKED, "stream": stream}, names_stop=names_stop)
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish, **extra.pop("choice", {})}
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [choice],
+        **extra,
+    }
+
+
+def _streamed_finish(names_stop: bool, chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    normalizer = StreamNormalizer(_info(names_stop, True))
+    out = [c for chunk in chunks for c in normalizer.feed_payload(chunk)]
+    out += normalizer.close()
+    assert normalizer.failure is None
+    finals = [c["choices"][0] for c in out if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert len(finals) == 1
+    return finals[0]
+
+
+def _whole_choice(names_stop: bool, choice: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    body = {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice], **extra}
+    normalized = normalize_body(body, _info(names_stop, False), repairs=Repairs())
+    return dict(normalized["choices"][0])
+
+
+UPSTREAM_NAMES = [
+    pytest.param({"choice": {"stop_reason": "END"}}, id="vllm-stop_reason"),
+    pytest.param({"choice": {"matched_stop": "END"}}, id="sglang-matched_stop"),
+    pytest.param({"__verbose": {"stop_type": "word", "stopping_word": "END"}}, id="llama-server-verbose"),
+]
+
+
+@pytest.mark.parametrize("named", UPSTREAM_NAMES)
+def test_a_stream_names_the_stop_the_upstream_says_it_met(named: dict[str, Any]) -> None:
+    chunks = [_chunk({"role": "assistant", "content": "abc"}), _chunk({}, "stop", **named)]
+    assert _streamed_finish(True, chunks)["stop_reason"] == "END"
+    assert "stop_reason" not in _streamed_finish(False, chunks)
+
+
+@pytest.mark.parametrize("named", UPSTREAM_NAMES)
+def test_a_whole_answer_names_the_stop_the_upstream_says_it_met(named: dict[str, Any]) -> None:
+    choice = {"index": 0, "message": {"role": "assistant", "content": "abc"}, "finish_reason": "stop"}
+    choice.update(named.get("choice", {}))
+    extra = {k: v for k, v in named.items() if k != "choice"}
+    assert _whole_choice(True, choice, **extra)["stop_reason"] == "END"
+    assert "stop_reason" not in _whole_choice(False, choice, **extra)
+
+
+def test_a_stop_named_that_the_request_never_gave_is_no_stop_met() -> None:
+    """vLLM's ``stop_reason`` is a token id for an end-of-turn token, and a server may name a stop
+    string of its own (a template's): neither is a sequence the client gave."""
+    for named in ({"choice": {"stop_reason": 106}}, {"choice": {"stop_reason": "<end_of_turn>"}}):
+        chunks = [_chunk({"role": "assistant", "content": "abc"}), _chunk({}, "stop", **named)]
+        assert "stop_reason" not in _streamed_finish(True, chunks)
+    eos = {"__verbose": {"stop_type": "eos", "stopping_word": ""}}
+    chunks = [_chunk({"role": "assistant", "content": "abc"}), _chunk({}, "stop", **eos)]
+    assert "stop_reason" not in _streamed_finish(True, chunks)
+
+
+def test_the_proxys_own_cut_names_the_earliest_stop() -> None:
+    """An upstream that ignored the sequences (Q76): the proxy cuts at the earliest one met, across
+    chunks, and names it; of two, the one that comes first in the text."""
+    chunks = [
+        _chunk({"role": "assistant", "content": "a b EN"}),
+        _chunk({"content": "D then more"}),
+        _chunk({}, "length"),
+    ]
+    assert _streamed_finish(True, chunks)["stop_reason"] == "END"
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "one END two"},
+        "finish_reason": "length",
+    }
+    assert _whole_choice(True, choice)["stop_reason"] == "e"  # ("one": its e comes first)
+
+
+def test_a_limit_met_names_no_stop() -> None:
+    chunks = [
+        _chunk({"role": "assistant", "content": "abc"}),
+        _chunk({}, "length", choice={"stop_reason": "END"}),
+    ]
+    assert _streamed_finish(True, chunks)["finish_reason"] == "length"
+    assert "stop_reason" not in _streamed_finish(True, chunks)
+
+
+def test_the_upstream_is_asked_to_name_its_stop_only_where_there_is_one() -> None:
+    asked = with_stop_asked(ASKED)
+    assert asked["verbose"] is True
+    assert asked["response_fields"] == ["stop_type", "stopping_word"]  # not llama-server's whole prompt back
+    unstopped = {k: v for k, v in ASKED.items() if k != "stop"}
+    assert with_stop_asked(unstopped) is unstopped
