@@ -294,3 +294,13 @@ def test_a_streamed_thinking_block_is_signed_as_its_whole_text_without_holding_i
     out += events.feed({"choices": [{"index": 0, "delta": {"content": "Done."}}]})
     signed = [e["delta"]["signature"] for e in out if e.get("delta", {}).get("type") == "signature_delta"]
     assert signed == [signature("".join(pieces))]
+
+
+def test_a_value_that_reads_like_a_chat_parameter_is_not_renamed() -> None:
+    """The error names its parameter (``param``): only that is put in the Messages API's words; a role's
+    allowed value ``'user'`` is no ``metadata.user_id``."""
+    message = "Invalid value for 'messages[0].role': 'wizard'. Supported values are: 'user', 'assistant'."
+    body = {"error": {"message": message, "param": "messages[0].role", "type": "invalid_request_error"}}
+    assert messages_error(body, 400)["error"]["message"] == message
+    named = {"error": {"message": "Invalid 'stop[1]': too long.", "param": "stop[1]"}}
+    assert messages_error(named, 400)["error"]["message"] == "Invalid 'stop_sequences': too long."

@@ -111,9 +111,19 @@ def messages_error(body: dict[str, Any], status: int | None = None) -> dict[str,
     text = str(message) if message else f"the request failed (HTTP {status})"
     if isinstance(error, dict) and error.get("code") == "context_length_exceeded":
         return refused(overflow_message(text), status)
+    param = error.get("param") if isinstance(error, dict) else None
     for chat, asked in _PARAMS.items():
+        if isinstance(param, str) and not _names(param, chat):
+            # The error names its parameter: only that is renamed, not a value that reads alike ('user'
+            # among a role's allowed values was 'metadata.user_id').
+            continue
         text = re.sub(rf"'{re.escape(chat)}(?:[.\[][^']*)?'", f"'{asked}'", text)
     return refused(text, status)
+
+
+def _names(param: str, chat: str) -> bool:
+    """Whether the error's ``param`` is the chat parameter ``chat`` or a part of it (``stop[1]``)."""
+    return param == chat or param.startswith((chat + ".", chat + "["))
 
 
 class MessagesError(InvalidRequest):
