@@ -26,6 +26,13 @@ def _echoed(request: Request) -> tuple[str, int]:
     return (request.prompt_texts[0] if request.prompt_texts else ""), request.prompt_token_ids
 
 
+def _prompt_chars(request: Request) -> int:
+    """Without ``echo``: the characters of the one text prompt a completion's text follows."""
+    if request.echo or request.prompts != 1 or len(request.prompt_texts) != 1:
+        return 0
+    return len(request.prompt_texts[0])
+
+
 @dataclass(frozen=True, slots=True)
 class RequestInfo:
     endpoint: Endpoint
@@ -44,6 +51,9 @@ class RequestInfo:
     """The prompt a completion's text begins with (``echo`` and a text prompt): no stop sequence in it."""
     echoed_tokens: int = 0
     """How many token ids the prompt a completion's text begins with has (``echo``, a token prompt)."""
+    prompt_chars: int = 0
+    """The characters of the one text prompt a completion's text follows (no ``echo``): the legacy
+    logprobs' ``text_offset`` counts from there, as OpenAI's does (the prompt and the text are one)."""
     tools: OfferedTools = NO_TOOLS
     """The functions the request offers as tools, unless ``tool_choice`` is ``"none"``: a call the
     upstream left as text in the content is repaired only into a call of one of these (tool_text)."""
@@ -88,19 +98,23 @@ class RequestInfo:
             alternatives=endpoint != "chat" or bool(request.top_logprobs),
             echoed=echoed,
             echoed_tokens=echoed_tokens,
+            prompt_chars=_prompt_chars(request) if endpoint == "completions" else 0,
             tools=OfferedTools.from_body(body) if endpoint == "chat" else NO_TOOLS,
             reasoning_field=reasoning_field,
             names_stop=names_stop and bool(request.stop),
             generates=request.generates,
         )
 
-    def echoing(self, body: dict[str, Any]) -> RequestInfo:
+    def for_prompt_of(self, body: dict[str, Any]) -> RequestInfo:
         """This request's info for the request ``body`` sent for it (one of a fan-out, or a prompt asked
-        again as text): the prompt its text echoes is that request's own."""
-        if self.endpoint != "completions" or body.get("echo") is not True:
+        again as text): the prompt its text echoes or follows is that request's own."""
+        if self.endpoint != "completions":
             return self
-        echoed, echoed_tokens = _echoed(Request.from_body(self.endpoint, body))
-        return dataclasses.replace(self, echoed=echoed, echoed_tokens=echoed_tokens)
+        request = Request.from_body(self.endpoint, body)
+        echoed, echoed_tokens = _echoed(request)
+        return dataclasses.replace(
+            self, echoed=echoed, echoed_tokens=echoed_tokens, prompt_chars=_prompt_chars(request)
+        )
 
     @property
     def object_name(self) -> str:

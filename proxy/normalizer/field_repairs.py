@@ -712,7 +712,7 @@ def message_text(m: Message) -> bool:
     text = m.raw.get("text")
     if not isinstance(text, str):
         text = ""
-    logprobs, _ = text_choice_logprobs(m.raw.get("logprobs"), 0, m.repairs)
+    logprobs, _ = text_choice_logprobs(m.raw.get("logprobs"), m.request.prompt_chars, m.repairs)
     request = m.request
     if not request.generates and request.echoed_tokens:
         text, logprobs = _echoed_tokens(text, logprobs, request.echoed_tokens)

@@ -327,7 +327,7 @@ class StreamNormalizer:
                 return None
             request = self.request
             state = self._choices[index] = ChoiceState(
-                index, request.stop, self._keep_text, request.echoed, request.tools
+                index, request.stop, self._keep_text, request.echoed, request.tools, request.prompt_chars
             )
         return state
 

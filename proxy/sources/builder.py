@@ -115,11 +115,11 @@ class SourceBuilder:
         if serial:
             # One request at a time, each answered whole: streamed at once, they would break each other off.
             parts = [without_streaming(part) for part in parts]
-        first = self._single(parts[0], info.echoing(parts[0]), reading=reading)
+        first = self._single(parts[0], info.for_prompt_of(parts[0]), reading=reading)
         sources = [first]
         for index, part in enumerate(parts[1:], start=1):
             # each request's own prompt is counted, not the client's array
-            single = self._single(part, info.echoing(part), first, index, reading=reading)
+            single = self._single(part, info.for_prompt_of(part), first, index, reading=reading)
             sources.append(single)
         if serial:
             return SerialFanOut(sources, info, first_byte_timeout=self.first_byte_timeout)

@@ -80,7 +80,7 @@ class TextPromptFallback(Source):
         text = await detokenize(builder.upstream, self._body["prompt"], llamacpp_first=llamacpp_first)
         self._spent.add("Q74")
         text_body = {**self._body, "prompt": text}
-        self._current = builder.build(text_body, builder.info.echoing(text_body))
+        self._current = builder.build(text_body, builder.info.for_prompt_of(text_body))
         return await self._current.start()
 
     @property

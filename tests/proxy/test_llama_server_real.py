@@ -69,6 +69,24 @@ def test_echo_with_logprobs_is_declined(proxy: str) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_completion_text_offsets_count_from_the_prompts_start(proxy: str, stream: bool) -> None:
+    """OpenAI's ``text_offset`` places each token in the prompt and text as one string: the first
+    generated token at the prompt's length (llama-server's native logprobs carry no offsets)."""
+    prompts = [PROMPT, "Hi"]
+    body = {"prompt": prompts, "max_tokens": 3, "logprobs": 1, "temperature": 0, "stream": stream}
+    answer = _judged(proxy, "/v1/completions", body)
+    if stream:
+        events = [json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: {")]
+        choices = [c for e in events for c in e["choices"] if c["logprobs"]]
+    else:
+        choices = answer.json()["choices"]
+    for index, prompt in enumerate(prompts):
+        tokens = [t for c in choices if c["index"] == index for t in c["logprobs"]["tokens"]]
+        offsets = [o for c in choices if c["index"] == index for o in c["logprobs"]["text_offset"]]
+        assert offsets == [len(prompt) + len("".join(tokens[:at])) for at in range(len(tokens))]
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_chat_logprobs_have_openais_keys(proxy: str, stream: bool) -> None:
     body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "logprobs": True}
     _judged(proxy, "/v1/chat/completions", body | {"top_logprobs": 2, "stream": stream})

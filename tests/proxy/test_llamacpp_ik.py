@@ -170,7 +170,7 @@ def test_completion_logprobs_come_from_the_native_probabilities(
     assert "".join(logprobs["tokens"]) == text
     assert logprobs["token_logprobs"] == [0.0, 0.0, 0.0]  # greedy: probability 1
     assert logprobs["top_logprobs"][0] == {WORDS[0]: 0.0, " other0": -9999.0}  # two, as asked
-    assert logprobs["text_offset"] == [0, 4, 8]
+    assert logprobs["text_offset"] == [6, 10, 14]  # after the prompt "Count:", as OpenAI counts
 
 
 def test_a_sampled_tokens_logprob_is_found_beyond_the_alternatives_asked_for(

@@ -462,7 +462,7 @@ def test_chat_logprobs_on_completions_become_the_legacy_shape() -> None:
         "tokens": ["Hel", "lo"],
         "token_logprobs": [-0.5, -9999.0],
         "top_logprobs": [{"Hel": -0.5}, {}],
-        "text_offset": [0, 3],
+        "text_offset": [1, 4],  # from the prompt's length ("x"), as OpenAI counts
     }
     assert repairs["Q67"] == 1
     assert judged(status, out, "completions", body).errors == []
@@ -741,7 +741,7 @@ def test_logprobs_of_a_body_are_cut_with_its_text_at_a_stop_sequence(endpoint: E
     logged = [e["token"] for e in logprobs["content"]] if endpoint == "chat" else logprobs["tokens"]
     assert logged == ["Hi", " th", "ere"]
     if endpoint == "completions":
-        assert logprobs["text_offset"] == [0, 2, 5]
+        assert logprobs["text_offset"] == [1, 3, 6]  # after the prompt "x"
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
