@@ -363,7 +363,8 @@ def _messages(value: Any) -> list[ChatMessage]:
 
 @dataclass(slots=True)
 class _Calls:
-    """The tool calls the conversation's assistant turns made so far, which its tool messages answer."""
+    """The tool calls the conversation's assistant turns made so far: their ids (a legacy call's must be
+    new), and the legacy calls' by name, which ``function`` messages answer."""
 
     ids: set[str] = field(default_factory=set)
     legacy: dict[str, str] = field(default_factory=dict)
@@ -389,7 +390,7 @@ def _message(msg: Any, i: int, calls: _Calls) -> ChatMessage:
             raise RequestError(f"'messages[{i}].name' is required for a 'function' message", "messages")
         message.tool_call_id = calls.legacy.get(name)  # (the spec does not ask for a preceding call)
     elif role == "tool":
-        message.tool_call_id = _answered_call(msg, i, calls)
+        message.tool_call_id = _answered_call(msg, i)
     return message
 
 
@@ -405,17 +406,12 @@ def _assistant_calls(message: ChatMessage, msg: dict[str, Any], i: int, calls: _
         calls.legacy[call["function"]["name"]] = call["id"]
 
 
-def _answered_call(msg: dict[str, Any], i: int, calls: _Calls) -> str:
-    """The id of the call a tool message answers: one an earlier assistant message made (OpenAI's rule)."""
+def _answered_call(msg: dict[str, Any], i: int) -> str:
+    """The id of the call a tool message answers (one an earlier assistant message made: the front-end
+    checked it, conformance/request_validation.py)."""
     call_id = msg.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
         raise RequestError(f"'messages[{i}].tool_call_id' must be a non-empty string", "messages")
-    if call_id not in calls.ids:
-        raise RequestError(
-            f"'messages[{i}]': messages with role 'tool' must be a response to a preceding message "
-            f"with 'tool_calls' (no call has id {call_id!r})",
-            "messages",
-        )
     return call_id
 
 

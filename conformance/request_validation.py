@@ -23,7 +23,7 @@ from conformance import json_steps, jsoncodec
 from conformance.api_errors import InvalidRequest
 from conformance.schemas import load_schema, request_validator
 
-__all__ = ["MAX_STOP_LENGTH", "parse_json_object", "parse_request", "validate_request"]
+__all__ = ["MAX_STOP_LENGTH", "check_request", "parse_json_object", "parse_request", "validate_request"]
 
 MAX_STOP_LENGTH = 1000
 """Characters in one stop sequence; a request with a longer one is a 400 (``string_above_max_length``):
@@ -396,6 +396,37 @@ def _check_stop_lengths(stop: Any) -> None:
             )
 
 
+def _check_tool_messages(messages: Any) -> None:
+    """Each ``tool`` message answers a call an earlier assistant message made (OpenAI's 400): a chat
+    template shows an answer to no call as something else, or fails on it (a 500 from llama-server's
+    Jinja templates). Checked for every upstream, and for a Messages request's ``tool_result`` blocks,
+    which become such messages (protocols/messages/translation.py)."""
+    if not isinstance(messages, list):
+        return
+    made: set[Any] = set()
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "assistant" and isinstance(calls := message.get("tool_calls"), list):
+            made.update(call.get("id") for call in calls if isinstance(call, dict))
+        elif role == "tool" and message.get("tool_call_id") not in made:
+            raise InvalidRequest.make(
+                f"Invalid parameter: messages with role 'tool' must be a response to a preceding message "
+                f"with 'tool_calls' (no call has id {str(message.get('tool_call_id'))[:64]!r}).",
+                400,
+                code="invalid_value",
+                param=f"messages[{index}].role",
+            )
+
+
+def check_request(body: dict[str, Any]) -> None:
+    """What a request schema cannot say of a valid body: each stop sequence's length, and each tool
+    message's call (above); a 400 :class:`InvalidRequest` for the first that fails."""
+    _check_stop_lengths(body.get("stop"))
+    _check_tool_messages(body.get("messages"))
+
+
 def _no_constant(name: str) -> NoReturn:
     # NaN and Infinity are not JSON; Python's parser takes them, and the upstream would get them.
     raise ValueError(f"{name} is not valid JSON")
@@ -459,7 +490,7 @@ def parse_request(schema: str, raw: bytes) -> dict[str, Any]:
     body = parse_json_object(raw)
     try:
         validate_request(schema, body)
-        _check_stop_lengths(body.get("stop"))
+        check_request(body)
     except RecursionError:
         raise _too_deep() from None
     return body

@@ -289,7 +289,7 @@ def test_synthetic_hermes_auto_and_none_answer_with_text(
         ),
         (
             {"messages": [*ASK, {"role": "tool", "tool_call_id": "x", "content": "1"}]},
-            "messages",
+            f"messages[{len(ASK)}].role",
             "preceding message with 'tool_calls'",
         ),
         (

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conformance.api_errors import APIError
-from conformance.request_validation import parse_json_object, validate_request
+from conformance.request_validation import check_request, parse_json_object, validate_request
 
 from ..front_end import (
     CountRoute,
@@ -92,6 +92,7 @@ class MessagesFrontEnd(FrontEnd):
             validate_request(SCHEMA, asked)
             chat = translate_request(asked)
             validate_request("chat_completion_request", chat.chat)
+            check_request(chat.chat)
         except APIError as refused:
             worded = refused if refused.body.get("type") == "error" else self._worded(refused)
             if not keep_refusal:
