@@ -256,53 +256,58 @@ class AnswerBuilder:
                 choice.reasoning.end()
 
     def body(self) -> dict[str, Any]:
-        choices = []
-        for i, c in enumerate(self.choices):
-            if self.req.endpoint == "chat":
-                lp = (
-                    {"content": [self._chat_token(t) for t in c.logprobs], "refusal": None}
-                    if self.req.logprobs is not None
-                    else None
-                )
-                message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": None}
-                if self.req.tool_format is not None:
-                    parsed = self.req.tool_format.read(c.text, final=True)
-                    for call in parsed.calls:
-                        self._tool_call(c, call)
-                    if c.tool_calls:
-                        message["content"] = parsed.content or None
-                        message["tool_calls"] = c.tool_calls
-                    else:
-                        message["content"] = parsed.content
-                elif c.reasoning is not None:
-                    message["content"] = "".join(c.reasoning.content)
-                    if c.reasoning.reasoning:
-                        message["reasoning_content"] = "".join(c.reasoning.reasoning)
-                whole = {
-                    "index": i,
-                    "message": message,
-                    "logprobs": lp,
-                    "finish_reason": _finish_reason(c, c.finish_reason or "stop"),
-                }
-                choices.append(with_stop_named(whole, c.stop_sequence if self.names_stop else None))
-            else:
-                prompt = self.prompt_of(i)
-                text, legacy = c.text, None
-                if self.req.logprobs is not None:
-                    legacy = self._legacy_logprobs(c.logprobs, Choice(), i)
-                if self.req.echo:
-                    text = prompt.text + c.text
-                    if legacy is not None:
-                        head = self._echo_logprobs(prompt, c.prompt_logprobs or [])
-                        legacy = {k: head[k] + legacy[k] for k in head}
-                choices.append(
-                    {"text": text, "index": i, "logprobs": legacy, "finish_reason": c.finish_reason or "stop"}
-                )
+        chat = self.req.endpoint == "chat"
+        choices = [
+            self._chat_choice(i, c) if chat else self._text_choice(i, c) for i, c in enumerate(self.choices)
+        ]
         out = self._envelope(choices)
         out["usage"] = self.usage()
         if self.req.verbose and self.choices:
             out["__verbose"] = _stop_report(choices[0]["finish_reason"], self.choices[0].stop_sequence)
         return out
+
+    def _chat_choice(self, i: int, c: Choice) -> dict[str, Any]:
+        """One chat choice of a whole answer: its calls read out of its text where the request has tools,
+        its reasoning apart for a thinking model."""
+        lp = (
+            {"content": [self._chat_token(t) for t in c.logprobs], "refusal": None}
+            if self.req.logprobs is not None
+            else None
+        )
+        message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": None}
+        if self.req.tool_format is not None:
+            parsed = self.req.tool_format.read(c.text, final=True)
+            for call in parsed.calls:
+                self._tool_call(c, call)
+            if c.tool_calls:
+                message["content"] = parsed.content or None
+                message["tool_calls"] = c.tool_calls
+            else:
+                message["content"] = parsed.content
+        elif c.reasoning is not None:
+            message["content"] = "".join(c.reasoning.content)
+            if c.reasoning.reasoning:
+                message["reasoning_content"] = "".join(c.reasoning.reasoning)
+        whole = {
+            "index": i,
+            "message": message,
+            "logprobs": lp,
+            "finish_reason": _finish_reason(c, c.finish_reason or "stop"),
+        }
+        return with_stop_named(whole, c.stop_sequence if self.names_stop else None)
+
+    def _text_choice(self, i: int, c: Choice) -> dict[str, Any]:
+        """One completion choice of a whole answer: the prompt before its text with ``echo``."""
+        prompt = self.prompt_of(i)
+        text, legacy = c.text, None
+        if self.req.logprobs is not None:
+            legacy = self._legacy_logprobs(c.logprobs, Choice(), i)
+        if self.req.echo:
+            text = prompt.text + c.text
+            if legacy is not None:
+                head = self._echo_logprobs(prompt, c.prompt_logprobs or [])
+                legacy = {k: head[k] + legacy[k] for k in head}
+        return {"text": text, "index": i, "logprobs": legacy, "finish_reason": c.finish_reason or "stop"}
 
     # ---- logprobs ----------------------------------------------------------------------------------
 
