@@ -1,7 +1,8 @@
-"""The stop sequence that ended a choice, named for a protocol that names it (a Message's
+"""Stop sequences met: the one that ended a choice, named for a protocol that names it (a Message's
 ``stop_sequence``, ``RequestInfo.names_stop``): from vLLM's ``stop_reason`` (Q37), SGLang's
 ``matched_stop`` (Q38), llama-server's ``__verbose`` (asked by the adapter), or the proxy's own cut
-where the upstream ignored the sequence (Q76). A chat client's finish never carries the mark."""
+where the upstream ignored the sequence (Q76); a chat client's finish never carries the mark. An
+answer that a sequence emptied is no lost text, and an empty sequence is never sent."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from conformance.api_errors import APIError
 from conformance.request_info import RequestInfo
-from proxy.adapters.base import with_stop_asked
+from proxy.adapters.base import fitted_request, with_stop_asked
 from proxy.normalizer.body import normalize_body
 from proxy.normalizer.repairs import Repairs
 from proxy.normalizer.stream import StreamNormalizer
+from proxy.upstream_traits import UpstreamTraits
 
 STOPS = ["END", "e"]
 ASKED = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": STOPS}
@@ -117,3 +120,40 @@ def test_the_upstream_is_asked_to_name_its_stop_only_where_there_is_one() -> Non
     assert asked["response_fields"] == ["stop_type", "stopping_word"]  # not llama-server's whole prompt back
     unstopped = {k: v for k, v in ASKED.items() if k != "stop"}
     assert with_stop_asked(unstopped) is unstopped
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_that_begins_with_a_stop_sequence_is_empty_not_lost(stream: bool) -> None:
+    """llama-server and the bundled backend count the tokens of the sequence they met and cut them
+    from the text: a sequence of two tokens where the answer begins leaves it empty with 2 counted.
+    That is no lost text (Q14), which the same answer to a request without stop sequences is."""
+    usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    for stops, lost in ((STOPS, False), ([], True)):
+        body = {**ASKED, "stop": stops, "stream": stream, "stream_options": {"include_usage": True}}
+        if not stream:
+            del body["stream_options"]
+        info = RequestInfo.from_body("chat", body)
+        if stream:
+            normalizer = StreamNormalizer(info)
+            normalizer.feed_payload(_chunk({"role": "assistant", "content": ""}))
+            normalizer.feed_payload({**_chunk({}, "stop"), "usage": usage})
+            normalizer.close()
+            assert (normalizer.failure is not None) is lost
+            continue
+        message = {"role": "assistant", "content": ""}
+        answer = {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "usage": usage}
+        answer["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+        if lost:
+            with pytest.raises(APIError, match="Q14"):
+                normalize_body(answer, info, repairs=Repairs())
+        else:
+            assert normalize_body(answer, info, repairs=Repairs())["choices"][0]["message"]["content"] == ""
+
+
+def test_an_empty_stop_sequence_is_not_sent() -> None:
+    """An empty sequence is met where the text begins: llama-server answered every request that gave
+    one with nothing. The judge reads none, nor does the bundled backend; the others go as they came."""
+    for stop, sent in (("", None), (["", "END"], ["END"]), ([""], None), (["END"], ["END"]), ("END", "END")):
+        body = {**ASKED, "stop": stop}
+        fitted = fitted_request(UpstreamTraits(), body, RequestInfo.from_body("chat", body))
+        assert fitted.get("stop") == sent
