@@ -390,7 +390,9 @@ def _message(msg: Any, i: int, calls: _Calls) -> ChatMessage:
             raise RequestError(f"'messages[{i}].name' is required for a 'function' message", "messages")
         message.tool_call_id = calls.legacy.get(name)  # (the spec does not ask for a preceding call)
     elif role == "tool":
-        message.tool_call_id = _answered_call(msg, i)
+        # (a non-empty string that an earlier assistant message's call has: the front-end checked it,
+        # conformance/request_validation.py)
+        message.tool_call_id = str(msg.get("tool_call_id"))
     return message
 
 
@@ -404,15 +406,6 @@ def _assistant_calls(message: ChatMessage, msg: dict[str, Any], i: int, calls: _
         message.tool_calls = [call]
         calls.ids.add(call["id"])
         calls.legacy[call["function"]["name"]] = call["id"]
-
-
-def _answered_call(msg: dict[str, Any], i: int) -> str:
-    """The id of the call a tool message answers (one an earlier assistant message made: the front-end
-    checked it, conformance/request_validation.py)."""
-    call_id = msg.get("tool_call_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise RequestError(f"'messages[{i}].tool_call_id' must be a non-empty string", "messages")
-    return call_id
 
 
 def _legacy_call(function_call: Any, i: int, taken: set[str]) -> dict[str, Any]:

@@ -403,21 +403,40 @@ def _check_tool_messages(messages: Any) -> None:
     which become such messages (protocols/messages/translation.py)."""
     if not isinstance(messages, list):
         return
-    made: set[Any] = set()
+    made: set[str] = set()
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
         role = message.get("role")
         if role == "assistant" and isinstance(calls := message.get("tool_calls"), list):
-            made.update(call.get("id") for call in calls if isinstance(call, dict))
-        elif role == "tool" and message.get("tool_call_id") not in made:
+            made.update(c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str))
+        elif role == "tool" and _answered_call(message, index) not in made:
             raise InvalidRequest.make(
                 f"Invalid parameter: messages with role 'tool' must be a response to a preceding message "
-                f"with 'tool_calls' (no call has id {str(message.get('tool_call_id'))[:64]!r}).",
+                f"with 'tool_calls' (no call has id {message['tool_call_id'][:64]!r}).",
                 400,
                 code="invalid_value",
                 param=f"messages[{index}].role",
             )
+
+
+def _answered_call(message: dict[str, Any], index: int) -> str:
+    """A ``tool`` message's ``tool_call_id``: a string that is not empty, else OpenAI's 400."""
+    call_id = message.get("tool_call_id")
+    param = f"messages[{index}].tool_call_id"
+    if call_id is None:
+        raise InvalidRequest.make(
+            f"Missing required parameter: '{param}'.", 400, code="missing_required_parameter", param=param
+        )
+    if not isinstance(call_id, str) or not call_id:
+        got = "an empty string" if call_id == "" else _kind(call_id)
+        raise InvalidRequest.make(
+            f"Invalid type for '{param}': expected a non-empty string, but got {got} instead.",
+            400,
+            code="invalid_type",
+            param=param,
+        )
+    return call_id
 
 
 def check_request(body: dict[str, Any]) -> None:

@@ -226,3 +226,39 @@ def test_a_tool_answer_to_no_call_is_openais_400_never_sent() -> None:
     assert refused.json()["type"] == "error"
     assert refused.json()["error"]["type"] == "invalid_request_error"
     assert len(upstream.bodies(CHAT)) == 1
+
+
+def test_a_tool_messages_call_id_that_is_no_string_is_openais_400() -> None:
+    """A missing, null, empty or non-string ``tool_call_id`` is named as such (a dict was a 500 of the
+    proxy's own), and a call whose id is not a string is no call a message can answer."""
+    tool = {"role": "tool", "content": "18"}
+    bodies = [
+        {"messages": [*ROUND_TRIP[:2], tool]},
+        *(
+            {"messages": [*ROUND_TRIP[:2], {**tool, "tool_call_id": bad}]}
+            for bad in (None, "", 1, {"a": 1}, ["c"])
+        ),
+    ]
+    odd_call = {**CALL, "id": {"a": 1}}
+    bodies.append(
+        {"messages": [*ASK, {"role": "assistant", "content": None, "tool_calls": [odd_call]}, ROUND_TRIP[2]]}
+    )
+    answers, upstream = _post([LLAMA_CPP_PYTHON_MODEL], *bodies)
+    assert [a.status_code for a in answers] == [400] * len(bodies), [a.text for a in answers]
+    params = [a.json()["error"]["param"] for a in answers]
+    assert params == ["messages[2].tool_call_id"] * 6 + ["messages[2].role"]
+    assert answers[0].json()["error"]["message"] == "Missing required parameter: 'messages[2].tool_call_id'."
+    assert "expected a non-empty string, but got an integer" in answers[3].json()["error"]["message"]
+    assert upstream.bodies(CHAT) == []
+
+
+def test_a_messages_tool_result_without_its_tool_use_is_refused_in_anthropics_words() -> None:
+    result = {"type": "tool_result", "tool_use_id": "toolu_9", "content": "18"}
+    body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [result]}]}
+    upstream = _upstream([LLAMA_CPP_PYTHON_MODEL])
+    with run_asgi(upstream.app) as url, run_proxy(url) as proxy:
+        refused = httpx.post(proxy + "/v1/messages", json=body, timeout=30)
+    assert refused.status_code == 400
+    message = refused.json()["error"]["message"]
+    assert "unexpected `tool_use_id` found in `tool_result` blocks: toolu_9" in message
+    assert "tool_calls" not in message  # (chat's words, which an Anthropic client never sends)

@@ -126,6 +126,7 @@ class _Conversation:
     def __init__(self, system: str) -> None:
         self.system = system
         self.messages: list[dict[str, Any]] = []
+        self.calls: set[str] = set()  # the ids of the tool_use blocks so far, which a tool_result answers
 
     def add(self, message: Any, index: int) -> None:
         where = f"messages[{index}]"
@@ -144,7 +145,17 @@ class _Conversation:
             raise MessagesError(f"{where}.content: expected a string or an array of content blocks.")
         for position, block in enumerate(blocks):
             _take_block(turn, block, f"{where}.content[{position}]")
+        for result in turn.results:
+            if result["tool_call_id"] not in self.calls:
+                # Anthropic's 400 (it asks for the tool_use in the message just before; an earlier one is
+                # taken here, as the chat route takes it): a template would show an answer to no call.
+                raise MessagesError(
+                    f"{where}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                    f"{result['tool_call_id'][:64]}. Each `tool_result` block must have a corresponding "
+                    "`tool_use` block in an earlier message."
+                )
         self.messages += turn.results
+        self.calls.update(call["id"] for call in turn.calls)
         if role == "assistant":
             if turn.parts or turn.calls:
                 # "" rather than null: llama-cpp-python refuses a null content, Jinja templates that
