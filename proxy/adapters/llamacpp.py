@@ -360,6 +360,10 @@ class LlamaCppAdapter:
             )
             return None if tokens is None else TokenCount(tokens, estimated=False)
         asked: dict[str, Any] = {key: body[key] for key in ("messages", "tools") if key in body}
+        if body.get("tools") and await self._tools.read_calls_tools(upstream) is False:
+            # The client's body (count_tokens): its tools go as JSON output, described in the prompt
+            # (tool_emulation.py), which its template would leave out (35 tokens counted for 129 sent).
+            asked = {"messages": self._chat_call(body).body["messages"]}
         templated = await self._window.templated(upstream, asked, timeout)
         if templated is None:
             return await estimated_chat_prompt(

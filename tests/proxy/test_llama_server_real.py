@@ -106,6 +106,23 @@ def test_the_stop_sequence_met_is_named_in_a_message(proxy: str, stream: bool) -
     assert "__verbose" not in chat.text
 
 
+def test_count_tokens_counts_the_tools_as_they_are_sent(proxy: str) -> None:
+    """Tools its template cannot show go as JSON output, described in the prompt (Q83): counted so, as
+    the Message's usage counts them (the template alone left them out: 35 for 129)."""
+    tool = {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+    body = {"model": "gemma", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [tool]}
+    counted = httpx.post(proxy + "/v1/messages/count_tokens", json=body, timeout=120).json()["input_tokens"]
+    untooled = {k: v for k, v in body.items() if k != "tools"}
+    alone = httpx.post(proxy + "/v1/messages/count_tokens", json=untooled, timeout=120).json()["input_tokens"]
+    usage = _judged(proxy, "/v1/messages", body | {"max_tokens": 1, "temperature": 0}).json()["usage"]
+    assert counted == usage["input_tokens"] + usage["cache_read_input_tokens"]
+    assert counted > alone + 50
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_calls_its_template_cannot_write_are_served_through_json_output(proxy: str, stream: bool) -> None:
     # Gemma 3 270M ships no chat template: llama-server's ChatML has no tool-call format and builds no
