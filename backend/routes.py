@@ -81,10 +81,12 @@ async def _props(generation: Generation, _: Request) -> Response:
     (a Response states it; the proxy asked the API's 1.0 / 1.0 of an upstream that says nothing, and a
     base model wrote longer at those), and that the model reads text only. Not in llama.cpp's shape
     (``default_generation_settings``): a proxy would take the backend for a llama.cpp server, whose
-    native routes it does not have. ``names_stop``: a chat request with ``verbose`` has the stop
-    sequence met named in its answer (backend/requests.py)."""
+    native routes it does not have. ``reports_stopping_word``: a chat request with ``verbose`` has the
+    stop sequence met named in its answer (backend/requests.py)."""
     modalities = {"vision": False, "audio": False, "video": False}
-    return JSONResponse({"sampling": SAMPLING_DEFAULTS, "modalities": modalities, "names_stop": True})
+    return JSONResponse(
+        {"sampling": SAMPLING_DEFAULTS, "modalities": modalities, "reports_stopping_word": True}
+    )
 
 
 async def _socket(generation: Generation, socket: SocketRoute, websocket: WebSocket) -> None:

@@ -43,10 +43,11 @@ def requested_limit(body: dict[str, Any]) -> int | None:
 
 # A chat answer says nothing of which stop sequence ended it (the Messages API names it: its
 # ``stop_sequence``). Asked with ``verbose`` (llama-server reads it per request since its request schema,
-# b11434; the bundled backend too, its /props says ``names_stop``), the last chunk or body carries
-# ``__verbose``, the native answer's fields, narrowed by ``response_fields`` to these two (else
+# b11434; the bundled backend too, its /props says ``reports_stopping_word``), the last chunk or body
+# carries ``__verbose``, the native answer's fields, narrowed by ``response_fields`` to these two (else
 # llama-server sends the whole prompt back in it): normalizer/finish.py reads them, and the normalizer
-# drops the key as it drops ``timings`` (Q35). Servers that read neither field ignore them.
+# drops the key as it drops ``timings`` (Q35). Asked only for a protocol that names the sequence
+# (RequestInfo.names_stop, proxy/sources/builder.py), of an adapter that ``reports_stopping_word``.
 _STOP_ASKED = {"verbose": True, "response_fields": ["stop_type", "stopping_word"]}
 
 
@@ -139,6 +140,8 @@ class UpstreamCall:
 
 class Adapter(Protocol):
     name: str
+    reports_stopping_word: bool
+    """Whether the upstream says which stop sequence ended a chat answer if asked (``with_stop_asked``)."""
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall: ...
 

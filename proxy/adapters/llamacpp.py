@@ -37,7 +37,6 @@ from .base import (
     UpstreamCall,
     messages_with_reasoning_as,
     with_limit,
-    with_stop_asked,
 )
 from .context_window import ContextWindow
 from .llamacpp_tools import TemplateTools
@@ -234,6 +233,7 @@ def _native_completion(body: dict[str, Any]) -> bool:
 
 class LlamaCppAdapter:
     name = "llamacpp"
+    reports_stopping_word = True  # (asked with verbose: base.py; a build that reads it not ignores it)
 
     def __init__(self, props: Any = None, default_max_tokens: int | None = None) -> None:
         self._default_max_tokens = default_max_tokens
@@ -258,7 +258,7 @@ class LlamaCppAdapter:
             return UpstreamCall(OPENAI_PATHS["chat"], sent, EmulatedCalls())
         if self._tools.refused and body.get("tools") and body.get("tool_choice") == "none":
             body = without_tools(body)  # no call to make: nothing to show of the tools it refuses
-        return UpstreamCall(OPENAI_PATHS["chat"], with_limit(with_stop_asked(body), self._default_max_tokens))
+        return UpstreamCall(OPENAI_PATHS["chat"], with_limit(body, self._default_max_tokens))
 
     def instead_of_refused(self, call: UpstreamCall, refused: APIError) -> UpstreamCall | APIError | None:
         """What to do about ``call``, which the server refused with ``refused``. A request with tools

@@ -17,7 +17,6 @@ from .base import (
     UpstreamCall,
     messages_with_reasoning_as,
     with_limit,
-    with_stop_asked,
 )
 from .server_props import stated_sampling
 from .structured_output import for_llama_cpp_python, unenforced_schema
@@ -47,7 +46,7 @@ class OpenAIAdapter:
         self._traits = traits or UpstreamTraits()
         self._sampling = stated_sampling(props)
         # The bundled backend names the stop sequence met when asked as llama-server is (base.py).
-        self._names_stop = isinstance(props, dict) and props.get("names_stop") is True
+        self.reports_stopping_word = isinstance(props, dict) and props.get("reports_stopping_word") is True
         self._template = TemplateLearner()
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
@@ -58,8 +57,6 @@ class OpenAIAdapter:
             if traits.schema_format == "json_object_schema":
                 body = for_llama_cpp_python(body)
             body = tool_request_for(traits, choice_as_tools(body))
-            if self._names_stop:
-                body = with_stop_asked(body)
         wants_logprobs = endpoint == "chat" and body.get("logprobs") is True
         if wants_logprobs and "top_logprobs" not in body and self._traits.chat_logprobs_need_top:
             # 0 is within the spec for every upstream, and the alternatives it brings are taken out

@@ -18,7 +18,7 @@ from conformance.request import Endpoint
 from conformance.request_info import RequestInfo
 
 from ..adapters import Adapter
-from ..adapters.base import Translate, without_streaming
+from ..adapters.base import Translate, with_stop_asked, without_streaming
 from ..upstream import Upstream
 from .base import Source
 from .fan_out import ConcurrentFanOut, SerialFanOut
@@ -134,6 +134,8 @@ class SourceBuilder:
         *,
         reading: Callable[[], Translate] | None = None,
     ) -> UpstreamSource:
+        if request.names_stop and self.adapter.reports_stopping_word:
+            body = with_stop_asked(body)  # (the client's protocol names the stop sequence met)
         call = self.adapter.call(self.endpoint, body)
         if reading is not None:
             call = replace(call, translate=reading())
