@@ -60,7 +60,7 @@ def normalize_body(
             [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)],
             usage,
             unshown_tokens=unshown_tokens,
-            stops=bool(request.stop),
+            stops=request.stop,
         )
         if lost is not None:
             raise lost

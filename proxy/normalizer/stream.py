@@ -237,7 +237,7 @@ class StreamNormalizer:
             judged.append((index, state.shown, reason))
             finals.append(self._final_choice(index, reason, state.matched))
         lost = (
-            text_lost(judged, self.usage, unshown_tokens=self.unshown_tokens, stops=bool(self.request.stop))
+            text_lost(judged, self.usage, unshown_tokens=self.unshown_tokens, stops=self.request.stop)
             if self.request.generates
             else None
         )

@@ -19,10 +19,11 @@ A ``max_tokens: 0`` request (``generates`` false) has no text to lose and is not
 second evidence where the upstream counts tokens it never shows (``unshown_tokens``): llama-cpp-python's
 function-calling handlers generate their format's own prefix first (``message:`` or ``functions.``), so an
 answer to a tool result measured ``content: ""`` with 6 completion tokens in 4 of 10 seeds, an empty
-answer and no loss; nor where the request gave stop sequences: an upstream counts the tokens of the one
-it met and cuts them from the text, so an answer that begins with a sequence of two tokens or more is
-empty with 2 counted (llama-server and the bundled backend: ``["who w"]`` after "... a little girl
-named" was a 502 before).
+answer and no loss. Nor, within what they account for, the stop sequences the request gave: an
+upstream counts the tokens of the one it met and cuts them from the text, so an answer that begins with
+a sequence of two tokens or more is empty with 2 counted (llama-server and the bundled backend:
+``["who w"]`` after "... a little girl named" was a 502 before). A sequence has no more tokens than
+bytes: more tokens than the longest one's bytes and the end token, per choice, are still a loss.
 """
 
 from __future__ import annotations
@@ -43,19 +44,20 @@ def text_lost(
     usage: dict[str, Any] | None,
     *,
     unshown_tokens: bool = False,
-    stops: bool = False,
+    stops: tuple[str, ...] = (),
 ) -> APIError | None:
     """The failure for a response whose choices, ``(index, shows output, finish reason)``, lost their
     text, judged with the upstream's own ``usage`` (None when it sent none; ``unshown_tokens`` when its
-    count holds tokens it never shows; ``stops``: the request gave stop sequences); None when nothing
+    count holds tokens it never shows; ``stops``: the request's stop sequences); None when nothing
     was lost."""
     tokens = int(usage.get("completion_tokens") or 0) if usage is not None else 0
     for index, shown, reason in choices:
         if not shown and reason == "length":
             return _failure(f"finished 'length' for choice {index}", tokens)
-    if unshown_tokens or stops:
+    if unshown_tokens:
         return None
-    if choices and tokens > len(choices) and not any(shown for _, shown, _ in choices):
+    per_choice = 1 + max((len(stop.encode()) for stop in stops), default=0)  # (the end token's 1)
+    if choices and tokens > len(choices) * per_choice and not any(shown for _, shown, _ in choices):
         return _failure("finished", tokens)
     return None
 
