@@ -67,16 +67,19 @@ class _Prefixes:
 
 
 class StopScanner:
-    __slots__ = ("_echo", "_held", "_prefixes", "_stops", "hit", "matched")
+    __slots__ = ("_echo", "_held", "_prefixes", "_stops", "matched")
 
     def __init__(self, stops: tuple[str, ...], echoed: str = "") -> None:
         self._stops = stops
         self._prefixes = [_Prefixes(stop) for stop in stops]
         self._held = ""
         self._echo = echoed  # what is left of the echoed prompt, passed on unscanned
-        self.hit = False
         self.matched: str | None = None
-        """The stop sequence that was hit (``hit``), for a protocol that names it."""
+        """The stop sequence met, once one is: nothing is sent after it."""
+
+    @property
+    def hit(self) -> bool:
+        return self.matched is not None
 
     def feed(self, text: str) -> str:
         """The part of ``text`` safe to send now; after a hit, everything past the stop is dropped."""
@@ -95,7 +98,6 @@ class StopScanner:
             return echo
         buffer = self._held + text
         found, self.matched = truncate_at_stop(buffer, self._stops)
-        self.hit = self.matched is not None
         if self.hit:
             self._held = ""
             return echo + found

@@ -6,17 +6,26 @@ answer that a sequence emptied is no lost text, and an empty sequence is never s
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from conformance.api_errors import APIError
 from conformance.request_info import RequestInfo
-from proxy.adapters.base import fitted_request, with_stop_asked
+from proxy.adapters.base import fitted_request
 from proxy.normalizer.body import normalize_body
 from proxy.normalizer.repairs import Repairs
+from proxy.normalizer.stop import truncate_at_stop
 from proxy.normalizer.stream import StreamNormalizer
 from proxy.upstream_traits import UpstreamTraits
+from tests.proxy.conftest import run_proxy
+from tests.support.messages_checks import message_events
+from tests.support.servers import RecordingUpstream, run_asgi
 
 STOPS = ["END", "e"]
 ASKED = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": STOPS}
@@ -114,21 +123,71 @@ def test_a_limit_met_names_no_stop() -> None:
     assert "stop_reason" not in _streamed_finish(True, chunks)
 
 
-def test_the_upstream_is_asked_to_name_its_stop_only_where_there_is_one() -> None:
-    asked = with_stop_asked(ASKED)
-    assert asked["verbose"] is True
-    assert asked["response_fields"] == ["stop_type", "stopping_word"]  # not llama-server's whole prompt back
-    unstopped = {k: v for k, v in ASKED.items() if k != "stop"}
-    assert with_stop_asked(unstopped) is unstopped
+def _upstream_that_names_its_stop() -> RecordingUpstream:
+    """An upstream that says it names the stop sequence it met (the bundled backend's /props), and
+    names it in every answer both as llama-server (``__verbose``) and as vLLM does (``stop_reason``)."""
+
+    async def chat(request: Request) -> Response:
+        body = await request.json()
+        upstream.seen.append((request.url.path, body))
+        verbose = {"__verbose": {"stop_type": "word", "stopping_word": "END"}}
+        if body.get("stream"):
+            events = [_chunk({"role": "assistant", "content": "abc"}), _chunk({}, "stop", **verbose)]
+            events[1]["choices"][0]["stop_reason"] = "END"
+            text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+            return Response(text, media_type="text/event-stream")
+        choice = {"index": 0, "message": {"role": "assistant", "content": "abc"}, "finish_reason": "stop"}
+        choice["stop_reason"] = "END"
+        usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        answer = {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "usage": usage}
+        return JSONResponse(answer | {"choices": [choice], **verbose})
+
+    async def props(_: Request) -> Response:
+        return JSONResponse({"reports_stopping_word": True})
+
+    upstream = RecordingUpstream(
+        [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/props", props)]
+    )
+    return upstream
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_only_a_protocol_that_names_the_stop_asks_for_it_and_gets_it(stream: bool) -> None:
+    """A Messages request asks the upstream to name its stop (``verbose``, ``response_fields``) and
+    gets it; a chat request with the same stop asks for nothing more, and its client never sees the
+    marks the upstream sent (``__verbose``, vLLM's ``stop_reason``)."""
+    upstream = _upstream_that_names_its_stop()
+    chat = {**ASKED, "stream": stream}
+    message = {"model": "m", "max_tokens": 8, "messages": ASKED["messages"], "stop_sequences": STOPS}
+    with run_asgi(upstream.app) as url, run_proxy(url) as proxy:
+        chatted = httpx.post(proxy + "/v1/chat/completions", json=chat, timeout=30)
+        named = httpx.post(proxy + "/v1/messages", json={**message, "stream": stream}, timeout=30)
+    assert chatted.status_code == named.status_code == 200, (chatted.text, named.text)
+    assert "stop_reason" not in chatted.text
+    assert "__verbose" not in chatted.text
+    asked = upstream.bodies("/v1/chat/completions")
+    assert "verbose" not in asked[0]
+    assert asked[1]["verbose"] is True
+    assert asked[1]["response_fields"] == ["stop_type", "stopping_word"]  # not llama-server's prompt back
+    ended = message_events(named.content)[-2]["delta"] if stream else named.json()
+    assert (ended["stop_reason"], ended["stop_sequence"]) == ("stop_sequence", "END")
+
+
+def test_of_two_stop_sequences_at_one_place_the_first_given_is_named() -> None:
+    assert truncate_at_stop("say one END", ("END", "E")) == ("say one ", "END")
+    assert truncate_at_stop("say one END", ("E", "END")) == ("say one ", "E")
+    assert truncate_at_stop("say one", ("END",)) == ("say one", None)
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_answer_that_begins_with_a_stop_sequence_is_empty_not_lost(stream: bool) -> None:
     """llama-server and the bundled backend count the tokens of the sequence they met and cut them
     from the text: a sequence of two tokens where the answer begins leaves it empty with 2 counted.
-    That is no lost text (Q14), which the same answer to a request without stop sequences is."""
+    That is no lost text (Q14), which the same answer to a request without stop sequences is, and one
+    with more tokens counted than the sequences could hold."""
     usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
-    for stops, lost in ((STOPS, False), ([], True)):
+    for stops, lost, tokens in ((STOPS, False, 2), ([], True, 2), (STOPS, True, 300)):
+        usage["completion_tokens"] = tokens  # (300: more than any of the sequences could be)
         body = {**ASKED, "stop": stops, "stream": stream, "stream_options": {"include_usage": True}}
         if not stream:
             del body["stream_options"]

@@ -146,6 +146,10 @@ class _Conversation:
         for position, block in enumerate(blocks):
             _take_block(turn, block, f"{where}.content[{position}]")
         for result in turn.results:
+            if not result["tool_call_id"]:
+                raise MessagesError(
+                    f"{where}.content: a `tool_result` block's `tool_use_id` must be a non-empty string."
+                )
             if result["tool_call_id"] not in self.calls:
                 # Anthropic's 400 (it asks for the tool_use in the message just before; an earlier one is
                 # taken here, as the chat route takes it): a template would show an answer to no call.
