@@ -44,6 +44,7 @@ import numpy as np
 from backend.parking import Parking
 from backend.sampling import Sampler
 from backend.vocab import Vocab
+from conformance.stop_sequences import earliest_stop
 
 __all__ = ["Engine", "EngineStats", "Event", "Job", "QueueFull", "TokenLogprob"]
 
@@ -130,10 +131,9 @@ class _Text:
         self.pending += self.decoder.decode(piece)
         if not self.stops:
             return (*self._emit(len(self.pending)), None)
-        hits = [(at, n) for n, at in enumerate(self.pending.find(s) for s in self.stops) if at >= 0]
-        if hits:
-            at, n = min(hits)
-            return (*self._emit(at, drop_rest=True), self.stops[n])
+        found = earliest_stop(self.pending, self.stops)
+        if found is not None:
+            return (*self._emit(found[0], drop_rest=True), found[1])
         return (*self._emit(len(self.pending) - self._held()), None)
 
     def flush(self) -> tuple[str, list[TokenLogprob]]:

@@ -13,6 +13,8 @@ too (conformance/request_validation.py).
 
 from __future__ import annotations
 
+from conformance.stop_sequences import earliest_stop
+
 __all__ = ["StopScanner", "truncate_at_stop"]
 
 
@@ -21,13 +23,8 @@ def truncate_at_stop(text: str, stops: tuple[str, ...], echoed: str = "") -> tup
     one place, the first given). ``echoed``: the prompt the text begins with (``echo``), where stop
     sequences do not apply: they end the generated text."""
     start = len(echoed) if echoed and text.startswith(echoed) else 0
-    cut = -1
-    matched = None
-    for stop in stops:
-        at = text.find(stop, start)
-        if at != -1 and (cut == -1 or at < cut):
-            cut, matched = at, stop
-    return (text, None) if matched is None else (text[:cut], matched)
+    found = earliest_stop(text, stops, start)
+    return (text, None) if found is None else (text[: found[0]], found[1])
 
 
 class _Prefixes:
