@@ -52,8 +52,9 @@ _STOP_ASKED = {"verbose": True, "response_fields": ["stop_type", "stopping_word"
 
 
 def with_stop_asked(body: dict[str, Any]) -> dict[str, Any]:
-    """A chat ``body`` with stop sequences asking that the one met be named (``_STOP_ASKED``)."""
-    return {**body, **_STOP_ASKED} if body.get("stop") else body
+    """A chat ``body`` with stop sequences (``RequestInfo.names_stop``) asking that the one met be
+    named (``_STOP_ASKED``)."""
+    return {**body, **_STOP_ASKED}
 
 
 def with_limit(body: dict[str, Any], default: int | None) -> dict[str, Any]:

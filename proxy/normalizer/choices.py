@@ -217,9 +217,8 @@ class ChoiceState:
         self.unnamed: set[int] = set()
         self.held_calls: list[dict[str, Any]] | None = None
         self.held_call_chars = 0
-        self.text_offset = (
-            text_offset  # where the next legacy logprob's text begins (RequestInfo.prompt_chars)
-        )
+        # Where the next legacy logprob's text begins (RequestInfo.prompt_chars).
+        self.text_offset = text_offset
         self.parts: list[str] | None = [] if keep_text else None
         self.held_text = 0  # what ``parts`` holds: characters, and a string object's cost for each
         # With stop sequences, a chunk's logprobs wait with the text the scanner holds back: (where the

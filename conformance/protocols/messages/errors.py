@@ -113,9 +113,10 @@ def messages_error(body: dict[str, Any], status: int | None = None) -> dict[str,
         return refused(overflow_message(text), status)
     param = error.get("param") if isinstance(error, dict) else None
     for chat, asked in _PARAMS.items():
-        if (not _names(param, chat)) if isinstance(param, str) else chat == "user":
-            # The error names its parameter: only that is renamed, not a value that reads alike ('user'
-            # among a role's allowed values was 'metadata.user_id'); without one, 'user' is left alone.
+        # Where the error names its parameter only that is renamed, not a value that reads alike ('user'
+        # among a role's allowed values was 'metadata.user_id'); without one, 'user' is left alone.
+        renamed = _names(param, chat) if isinstance(param, str) else chat != "user"
+        if not renamed:
             continue
         text = re.sub(rf"'{re.escape(chat)}(?:[.\[][^']*)?'", f"'{asked}'", text)
     return refused(text, status)
