@@ -57,6 +57,7 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
         )
     _, replicas = route
     replica = serving.pool.pick([r for r in replicas if r.available] or replicas, None)
+    await replica.detect()  # (a server that was loading when the proxy started: its tokenizer is its own)
     timeout = config.first_byte_timeout
     counted = await replica.adapter.prompt_tokens(replica.upstream, body, timeout)
     tokens = None if counted is None else counted.tokens

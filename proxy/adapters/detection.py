@@ -1,7 +1,17 @@
 """Which adapter an upstream gets: ``--upstream-kind`` (a file's ``kind``), or for ``auto`` what its
-``GET /props`` says (llama.cpp's server answers it; any other family is served as OpenAI's)."""
+``GET /props`` says (llama.cpp's server answers it; any other family is served as OpenAI's).
+
+An upstream that gives no answer to judge by (none at all, or a 5xx: llama-server answers 503 "Loading
+model" to everything while it loads) is not judged: served as OpenAI's until then, it is asked again
+(proxy/routing/replica.py). Judged on that, a llama-server started beside the proxy was served as
+OpenAI's for the proxy's life: its tools went to a template that cannot show them, and ``required`` was
+answered with text (Q83). One that takes the connection and says nothing in ``_TIMEOUT`` is judged
+OpenAI's, as before: asked again, it would hold a request that long every time.
+"""
 
 from __future__ import annotations
+
+import time
 
 from ..config import ProxyConfig
 from ..upstream import Upstream
@@ -11,12 +21,21 @@ from .openai import OpenAIAdapter
 
 __all__ = ["detect_adapter"]
 
+_TIMEOUT = 5.0
 
-async def detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter:
+
+async def detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter | None:
+    """The adapter of ``upstream``; None where it gave no answer to judge its family by."""
     default = config.default_max_tokens
     if config.upstream_kind == "llamacpp":
         return LlamaCppAdapter(default_max_tokens=default)  # its /props read when first needed
-    props = await upstream.json("GET", "/props", timeout=5) if config.upstream_kind == "auto" else None
+    if config.upstream_kind != "auto":
+        return OpenAIAdapter(default, upstream.traits)
+    began = time.monotonic()
+    status, props = await upstream.answer("GET", "/props", timeout=_TIMEOUT)
+    silent = status is None and time.monotonic() - began >= _TIMEOUT
+    if (status is None and not silent) or (status is not None and status >= 500):
+        return None  # not listening yet, or loading
     if is_llamacpp_props(props):
         return LlamaCppAdapter(props, default)
     # (Any other server's /props, read once here: the bundled backend states its sampling defaults there.)

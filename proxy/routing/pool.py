@@ -42,7 +42,6 @@ from conformance.api_errors import APIError
 from conformance.model_names import clean_model_name
 
 from ..adapters import OpenAIAdapter
-from ..adapters.detection import detect_adapter
 from ..config import ProxyConfig
 from ..errors import UpstreamBroke, UpstreamRefused, UpstreamTimeout, upstream_timeout
 from ..observability import Exchange
@@ -215,8 +214,7 @@ class Router:
         self._started = True
         if self.catch_all:
             for replica in self.replicas.values():
-                replica.adapter = await detect_adapter(replica.config, replica.upstream)
-                replica.detected = True
+                await replica.detect()  # (unanswered, as by a server still loading: asked per request)
             return
         await self._prepare(list(self.replicas.values()))
         self._checker = asyncio.create_task(self._check_forever())
@@ -253,10 +251,9 @@ class Router:
         status, _ = await replica.upstream.answer("GET", "/health", timeout=timeout)
         was = replica.ready
         replica.ready = status is not None and (status < 300 or status == 404)
-        if replica.ready and not replica.detected and self._started:
+        if replica.ready and self._started:
             # Its API family, probed once it answers (a replica loading at start-up, when it is ready).
-            replica.adapter = await detect_adapter(replica.config, replica.upstream)
-            replica.detected = True
+            await replica.detect()
         if replica.ready and replica.entry.models is None:
             entries = await replica.names.listing(timeout)
             names = (served_name(e) for e in entries or ())
@@ -318,7 +315,10 @@ class Router:
         a 504 when the slot took more than ``patience`` seconds to come (the first-byte timeout: the
         request waited for it as for an upstream's answer)."""
         if self.catch_all:  # the pool of one: its replica takes every request, with nothing to count
-            return self._every[0], 0.0
+            only = self._every[0]
+            if not only.detected:  # (an upstream that was loading when the proxy started)
+                await only.detect()
+            return only, 0.0
         candidates = [r for r in replicas if r not in tried and r.available]
         if not candidates:
             raise _unavailable(model)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..adapters import Adapter
+from ..adapters.detection import detect_adapter
 from ..config import ProxyConfig
 from ..served_names import ServedNames
 from ..upstream import Upstream
@@ -23,6 +24,8 @@ from .config_file import UpstreamEntry
 __all__ = ["Replica"]
 
 _PROBE_TIMEOUT = 5.0
+_DETECT_RETRY = 2.0
+"""Seconds before an upstream that gave no answer to judge its family by is asked again."""
 _NO_ROUTE = frozenset({404, 405, 501})
 """What a server answers on a path it has no route for."""
 
@@ -49,7 +52,11 @@ class Replica:
     retired: bool = False
     """Dropped by a reload: closed once its last request is done."""
     detected: bool = False
-    """Whether its adapter was chosen by probing it (done once it is ready)."""
+    """Whether its adapter was chosen by probing it (:meth:`detect`)."""
+    detecting: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while its family is probed: one probe, however many requests find it unknown."""
+    next_detection: float = 0.0
+    """When :meth:`detect` may ask again, after an upstream that gave no answer to judge by."""
     seed: int = 0
     """Its rendezvous-hash seed, from its label: the same in every worker and every proxy."""
     gauges: tuple[Any, Any, Any] | None = None
@@ -59,6 +66,22 @@ class Replica:
 
     def __post_init__(self) -> None:
         self.seed = int.from_bytes(hashlib.blake2b(self.label.encode(), digest_size=8).digest(), "big")
+
+    async def detect(self) -> None:
+        """Choose its adapter by probing it (proxy/adapters/detection.py), unless done already or asked
+        less than ``_DETECT_RETRY`` seconds ago without an answer to judge by (a server still loading its
+        model, or not yet listening): then it is served as it was, and asked again later."""
+        if self.detected or time.monotonic() < self.next_detection:
+            return
+        async with self.detecting:
+            if self.detected or time.monotonic() < self.next_detection:
+                return  # (another request probed it while this one waited)
+            adapter = await detect_adapter(self.config, self.upstream)
+            if adapter is None:
+                self.next_detection = time.monotonic() + _DETECT_RETRY
+                return
+            self.adapter = adapter
+            self.detected = True
 
     @property
     def available(self) -> bool:

@@ -144,6 +144,40 @@ def test_serve_starts_when_props_answers_deep_json() -> None:
             assert response.status_code == 200, response.text
 
 
+def test_an_upstream_silent_on_props_is_judged_once_and_holds_no_request_after() -> None:
+    """``/props`` taken and never answered: judged OpenAI's at the start (5 s), not asked again per request
+    as a server still loading is (a request would wait out the probe's timeout each time)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (request := await read_request(reader)) is not None:
+            if b" /props " in request.split(b"\r\n", 1)[0]:
+                record.requests += 1
+                await asyncio.sleep(3600)
+            writer.write(_done_stream())
+            await writer.drain()
+
+    with raw_server(handler) as (upstream, record), proxy(upstream) as (url, app):
+        time.sleep(2.1)  # (past the time a server that gave no answer to judge by is asked again)
+        for _ in range(3):
+            began = time.monotonic()
+            response = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=30)
+            assert response.status_code == 200, response.text
+            assert time.monotonic() - began < 4.0  # not the probe's 5 s
+        assert record.requests == 1
+        assert_idle(app)
+
+
+def test_an_upstream_whose_props_is_always_a_503_is_asked_again_at_most_every_2_s() -> None:
+    """A server loading is asked again (proxy/adapters/detection.py), but not on every request."""
+    loading = _json_reply(b'{"error": {"code": 503, "message": "Loading model"}}', "503 Service Unavailable")
+    handler = _routes({b"/props": loading, b"/v1/chat/completions": _done_stream()})
+    with raw_server(handler) as (upstream, record), proxy(upstream) as (url, app):
+        for _ in range(20):
+            assert httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10).status_code == 200
+        assert record.requests < 20 + 3  # the chat requests, the start's probe and one or two more
+        assert_idle(app)
+
+
 # -- 6. The upstream key in headers -------------------------------------------------------------------
 
 KEY = "sk-upstream-secret-4d2f"

