@@ -222,7 +222,7 @@ def test_a_tool_answer_to_no_call_is_openais_400_never_sent(listing: list[dict[s
 
 def test_a_tool_messages_call_id_that_is_no_string_is_openais_400() -> None:
     """A missing, null, empty or non-string ``tool_call_id`` is named as such (a dict was a 500 of the
-    proxy's own), and a call whose id is not a string is no call a message can answer."""
+    proxy's own), and a call whose id is not a string is refused where it is made."""
     tool = {"role": "tool", "content": "18"}
     bodies = [
         {"messages": [*ROUND_TRIP[:2], tool]},
@@ -238,10 +238,53 @@ def test_a_tool_messages_call_id_that_is_no_string_is_openais_400() -> None:
     answers, upstream = _post([LLAMA_CPP_PYTHON_MODEL], *bodies)
     assert [a.status_code for a in answers] == [400] * len(bodies), [a.text for a in answers]
     params = [a.json()["error"]["param"] for a in answers]
-    assert params == ["messages[2].tool_call_id"] * 6 + ["messages[2].role"]
+    assert params == ["messages[2].tool_call_id"] * 6 + ["messages[1].tool_calls[0].id"]
     assert answers[0].json()["error"]["message"] == "Missing required parameter: 'messages[2].tool_call_id'."
     assert "expected a non-empty string, but got an integer" in answers[3].json()["error"]["message"]
     assert upstream.bodies(CHAT) == []
+
+
+def test_an_assistant_call_of_the_wrong_shape_is_openais_400_where_it_is() -> None:
+    """An assistant turn's ``tool_calls`` entry without an id, a function or its arguments, or with
+    arguments that are not a string, went to llama-server, which took it (the bundled backend refused it
+    in words of its own): now OpenAI's 400 naming the entry's field, for every upstream."""
+    function = CALL["function"]
+    odd = [
+        {"type": "function", "function": function},
+        {**CALL, "id": 5},
+        {"id": "call_1", "type": "function"},
+        {**CALL, "function": {"name": "get_weather"}},
+        {**CALL, "function": {**function, "arguments": {"city": "Paris"}}},
+        "call_1",
+    ]
+    bodies = [
+        {"messages": [*ASK, {"role": "assistant", "content": None, "tool_calls": [call]}]} for call in odd
+    ]
+    answers, upstream = _post([LLAMA_CPP_PYTHON_MODEL], *bodies)
+    assert [a.status_code for a in answers] == [400] * len(bodies), [a.text for a in answers]
+    errors = [a.json()["error"] for a in answers]
+    assert [e["param"] for e in errors] == [
+        "messages[1].tool_calls[0].id",
+        "messages[1].tool_calls[0].id",
+        "messages[1].tool_calls[0].function",
+        "messages[1].tool_calls[0].function.arguments",
+        "messages[1].tool_calls[0].function.arguments",
+        "messages[1].tool_calls[0]",
+    ]
+    assert errors[0]["message"] == "Missing required parameter: 'messages[1].tool_calls[0].id'."
+    assert errors[4]["message"] == (
+        "Invalid type for 'messages[1].tool_calls[0].function.arguments': expected a string, but got an "
+        "object instead."
+    )
+    assert upstream.bodies(CHAT) == []
+    # (a call without ``type``, as the bundled backend and llama-server take it, is still a call)
+    (taken,), _ = _post([LLAMA_CPP_PYTHON_MODEL], {"messages": [*ROUND_TRIP[:1], _untyped(), ROUND_TRIP[2]]})
+    assert taken.status_code == 200, taken.text
+
+
+def _untyped() -> dict[str, Any]:
+    call = {k: v for k, v in CALL.items() if k != "type"}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 def test_a_messages_tool_result_without_its_tool_use_is_refused_in_anthropics_words() -> None:
