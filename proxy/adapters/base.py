@@ -86,6 +86,12 @@ def fitted_request(traits: UpstreamTraits, body: dict[str, Any], info: RequestIn
         # is asked for, and not sent (info.generates).
         body = body | {name: 1 for name in ("max_tokens", "max_completion_tokens") if body.get(name) == 0}
     stop = body.get("stop")
+    if stop and body.get("tools") and body.get("tool_choice") != "none":
+        # A server that reads its calls out of the model's text applies a stop sequence inside them too:
+        # llama-server cut `{"city": "` at "Paris", and the answer was a call that cannot run (a 502).
+        # A client's stop sequences are for the text: the proxy cuts the text at them itself (Q76), as for
+        # upstreams that ignore them, and drops what the upstream writes after.
+        body, stop = {k: v for k, v in body.items() if k != "stop"}, None
     if stop == "" or (isinstance(stop, list) and "" in stop):
         # An empty stop sequence is met where the text begins: llama-server cut every answer to nothing
         # at one. The judge reads none (conformance.request), and the bundled backend ignores it.

@@ -598,7 +598,10 @@ def message_refusal(m: Message) -> bool:
 
 def message_tool_calls(m: Message) -> bool:
     """Whole tool calls with ids, ``type`` and string arguments (Q63, Q65); one without a function
-    name fails the answer (``unnamed_call``)."""
+    name fails the answer (``unnamed_call``). Text cut at a stop sequence (Q76) has none: the answer
+    ended there (the stream's choice is dropped from that chunk on, ``StreamNormalizer._choice``)."""
+    if m.stopped:
+        return True
     calls = tool_call_list(m.message.get("tool_calls"), m.repairs)
     if isinstance(calls, list) and calls:
         fixed = m.out["tool_calls"] = [fix_tool_call(c, m.repairs) for c in calls if isinstance(c, dict)]
