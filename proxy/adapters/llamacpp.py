@@ -39,7 +39,7 @@ from .base import (
     with_limit,
 )
 from .context_window import ContextWindow
-from .llamacpp_tools import TemplateTools
+from .llamacpp_tools import TemplateTools, with_json_arguments
 from .media_input import TEXT_ONLY, UNREAD_PART, carries_media, media_refusal, modalities
 from .server_props import ServerProps, stated_sampling
 from .structured_output import native_json_schema
@@ -252,6 +252,7 @@ class LlamaCppAdapter:
         # llama-server reads reasoning_content (common_chat_msgs_parse_oaicompat).
         # tool_choice is read as a string only (llamacpp_tools.py, Q83).
         body = choice_as_tools(messages_with_reasoning_as(body, "reasoning_content"), named=True)
+        body = with_json_arguments(body)  # (arguments it cannot parse were its 500)
         if (tools := self._tools.emulated(body)) is not None:
             required = body.get("tool_choice") == "required"
             sent = with_limit(emulated_request(body, tools, required=required), self._default_max_tokens)

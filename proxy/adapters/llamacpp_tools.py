@@ -19,10 +19,16 @@ probe ``tool-choice-required`` answered "What is the weather in Paris?" repeated
 through JSON output instead (tool_emulation.py), forced or ``auto`` (``auto`` with a ``response_format``
 of the client's goes as it is: that format wins); a forced call among other kinds of tools is refused
 with a 400 naming ``tool_choice``, never a text answer passed off as served. ``none`` goes as it is.
+
+An earlier turn's call whose ``arguments`` are not JSON (``"{city"``, or empty) is a 500 of llama-server's
+("Failed to parse tool call arguments as JSON": it parses them for the template), where OpenAI takes any
+string. Such arguments are sent as the JSON string that holds them (empty ones as ``{}``, a call without
+parameters), which it takes (measured, b11434), and its template shows what the model wrote.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from conformance.api_errors import APIError
@@ -31,7 +37,7 @@ from ..upstream import Upstream
 from .server_props import ServerProps
 from .tool_requests import function_tools
 
-__all__ = ["TemplateTools", "template_calls_tools"]
+__all__ = ["TemplateTools", "template_calls_tools", "with_json_arguments"]
 
 
 def template_calls_tools(props: Any) -> bool | None:
@@ -110,3 +116,47 @@ class TemplateTools:
             code="unsupported_parameter",
             param="tool_choice",
         )
+
+
+def with_json_arguments(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with each earlier call's ``arguments`` that are not JSON as the JSON string holding them,
+    and empty ones as ``{}`` (see the module's docstring); ``body`` itself where all are JSON."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not any(_unparsed_arguments(m) for m in messages):
+        return body
+    return {**body, "messages": [_with_json_arguments(m) if _unparsed_arguments(m) else m for m in messages]}
+
+
+def _arguments_of(message: Any) -> list[Any]:
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if not isinstance(calls, list):
+        return []
+    functions = (call.get("function") for call in calls if isinstance(call, dict))
+    return [function.get("arguments") for function in functions if isinstance(function, dict)]
+
+
+def _unparsed_arguments(message: Any) -> bool:
+    return any(isinstance(arguments, str) and not _parses(arguments) for arguments in _arguments_of(message))
+
+
+def _parses(text: str) -> bool:
+    """Whether llama-server parses ``text`` as JSON (blank text it does not)."""
+    if not text.strip():
+        return False
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _with_json_arguments(message: dict[str, Any]) -> dict[str, Any]:
+    calls = []
+    for call in message["tool_calls"]:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str) and not _parses(arguments):
+            sent = json.dumps(arguments, ensure_ascii=False) if arguments.strip() else "{}"
+            call = {**call, "function": {**function, "arguments": sent}}
+        calls.append(call)
+    return {**message, "tool_calls": calls}

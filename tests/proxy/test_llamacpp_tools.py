@@ -6,6 +6,7 @@ runs the real one)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +35,18 @@ def _props(calls_tools: bool | None) -> dict[str, Any]:
     return props
 
 
+def _call_arguments(body: dict[str, Any]) -> list[str]:
+    return [c["function"]["arguments"] for m in body["messages"] for c in m.get("tool_calls") or ()]
+
+
+def _parses(arguments: str) -> bool:
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True
+
+
 def _upstream(calls_tools: bool | None, content: str = "Sunny.") -> RecordingUpstream:
     """llama-server as far as these requests go: its ``/props`` and a chat answer of ``content``, or of
     the call a request forces."""
@@ -41,6 +54,10 @@ def _upstream(calls_tools: bool | None, content: str = "Sunny.") -> RecordingUps
     async def chat(req: Request) -> Response:
         body = await req.json()
         upstream.seen.append((req.url.path, body))
+        if any(not _parses(arguments) for arguments in _call_arguments(body)):
+            # llama-server parses an earlier call's arguments for its template (b11434's words).
+            error = {"code": 500, "message": "Failed to parse tool call arguments as JSON: [json.exception"}
+            return JSONResponse({"error": error}, status_code=500)
         message = forced_answer(body) or {"role": "assistant", "content": content}
         choice = {"index": 0, "message": message, "finish_reason": "stop"}
         if body.get("logprobs") and isinstance(message.get("content"), str):  # (as llama-server gives them)
@@ -198,3 +215,24 @@ def test_a_server_not_yet_listening_when_the_proxy_started_is_judged_once_it_ans
     assert answer["choices"][0]["finish_reason"] == "tool_calls", answer
     assert len(upstream.bodies("/props")) == 1  # judged once, not per request
     assert all("tools" not in sent for sent in upstream.bodies(CHAT))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "sent"), [("{city", '"{city"'), ("", "{}"), ('{"city": "Oslo"}', None)]
+)
+def test_an_earlier_calls_arguments_that_are_not_json_are_sent_as_llama_server_parses_them(
+    arguments: str, sent: str | None
+) -> None:
+    """OpenAI takes any string as an earlier call's arguments; llama-server answered a 500 "Failed to parse
+    tool call arguments as JSON" (found by black-box testing, chat and Responses alike)."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    turns = [
+        *ASK["messages"],
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
+    ]
+    upstream = _upstream(True)
+    with run_asgi(upstream.app) as url, run_proxy(url) as proxy:
+        answer = httpx.post(proxy + CHAT, json=ASK | {"messages": turns}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert _call_arguments(upstream.bodies(CHAT)[0]) == [sent or arguments]

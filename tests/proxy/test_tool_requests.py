@@ -247,11 +247,13 @@ def test_a_tool_messages_call_id_that_is_no_string_is_openais_400() -> None:
 def test_an_assistant_call_of_the_wrong_shape_is_openais_400_where_it_is() -> None:
     """An assistant turn's ``tool_calls`` entry without an id, a function or its arguments, or with
     arguments that are not a string, went to llama-server, which took it (the bundled backend refused it
-    in words of its own): now OpenAI's 400 naming the entry's field, for every upstream."""
+    in words of its own); one without ``type`` was llama-server's 500 ("Missing tool call type"): now
+    OpenAI's 400 naming the entry's field, for every upstream."""
     function = CALL["function"]
     odd = [
         {"type": "function", "function": function},
         {**CALL, "id": 5},
+        {k: v for k, v in CALL.items() if k != "type"},
         {"id": "call_1", "type": "function"},
         {**CALL, "function": {"name": "get_weather"}},
         {**CALL, "function": {**function, "arguments": {"city": "Paris"}}},
@@ -266,25 +268,18 @@ def test_an_assistant_call_of_the_wrong_shape_is_openais_400_where_it_is() -> No
     assert [e["param"] for e in errors] == [
         "messages[1].tool_calls[0].id",
         "messages[1].tool_calls[0].id",
+        "messages[1].tool_calls[0].type",
         "messages[1].tool_calls[0].function",
         "messages[1].tool_calls[0].function.arguments",
         "messages[1].tool_calls[0].function.arguments",
         "messages[1].tool_calls[0]",
     ]
     assert errors[0]["message"] == "Missing required parameter: 'messages[1].tool_calls[0].id'."
-    assert errors[4]["message"] == (
+    assert errors[5]["message"] == (
         "Invalid type for 'messages[1].tool_calls[0].function.arguments': expected a string, but got an "
         "object instead."
     )
     assert upstream.bodies(CHAT) == []
-    # (a call without ``type``, as the bundled backend and llama-server take it, is still a call)
-    (taken,), _ = _post([LLAMA_CPP_PYTHON_MODEL], {"messages": [*ROUND_TRIP[:1], _untyped(), ROUND_TRIP[2]]})
-    assert taken.status_code == 200, taken.text
-
-
-def _untyped() -> dict[str, Any]:
-    call = {k: v for k, v in CALL.items() if k != "type"}
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 def test_a_messages_tool_result_without_its_tool_use_is_refused_in_anthropics_words() -> None:
