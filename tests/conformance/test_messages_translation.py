@@ -123,6 +123,21 @@ def refusal(body: Any) -> tuple[int, dict[str, Any]]:
     return caught.value.status, caught.value.body
 
 
+@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
+def test_a_forced_choice_without_tools_is_anthropics_400(choice: dict[str, Any]) -> None:
+    """Dropped with the tools it had none of, the choice left the model to answer text under a forced call
+    (found by black-box testing); ``auto`` and ``none`` still go without tools."""
+    base = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
+    status, body = refusal({**base, "tool_choice": choice})
+    assert status == 400
+    assert body["error"] == {
+        "type": "invalid_request_error",
+        "message": "tool_choice: `tool_choice` may only be specified while providing tools.",
+    }
+    for unforced in ("auto", "none"):
+        assert "tool_choice" not in translate_request({**base, "tool_choice": {"type": unforced}}).chat
+
+
 @pytest.mark.parametrize(
     ("body", "named"),
     [

@@ -195,6 +195,25 @@ def test_an_allowed_tools_choice_is_chats() -> None:
         assert refused.value.param == "tool_choice"
 
 
+@pytest.mark.parametrize(
+    "choice",
+    [
+        "required",
+        {"type": "function", "name": "f"},
+        {"type": "allowed_tools", "mode": "required", "tools": []},
+    ],
+)
+def test_a_forced_choice_without_tools_is_openais_400(choice: Any) -> None:
+    """Dropped with the tools it had none of, the choice left the model to answer text under a forced call
+    (found by black-box testing); ``auto`` and ``none`` still go without tools."""
+    with pytest.raises(TranslationError) as refused:
+        _chat({"input": "hi", "tool_choice": choice})
+    assert refused.value.param == "tool_choice"
+    assert "only allowed when 'tools' are specified" in refused.value.message
+    for unforced in ("auto", "none"):
+        assert "tool_choice" not in _chat({"input": "hi", "tool_choice": unforced})
+
+
 def test_settings_become_chat_parameters() -> None:
     tool = {"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": True}
     chat = _chat(

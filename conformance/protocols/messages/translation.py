@@ -266,9 +266,12 @@ def translate_request(body: Mapping[str, Any]) -> ChatTranslation:
     if isinstance(body.get("model"), str):
         chat["model"] = body["model"]
     tools = _tools(body.get("tools"))
+    choice = body.get("tool_choice")
+    if not tools and isinstance(choice, Mapping) and choice.get("type") in ("any", "tool"):
+        # Without tools the choice was dropped and the model answered text under a forced call.
+        raise MessagesError("tool_choice: `tool_choice` may only be specified while providing tools.")
     if tools:
         chat["tools"] = tools
-        choice = body.get("tool_choice")
         if choice is not None:
             chat["tool_choice"] = chat_tool_choice(choice)
         if isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True:

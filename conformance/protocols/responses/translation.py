@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from conformance.api_errors import quoted
-from conformance.request import integer
+from conformance.request import CHOICE_WITHOUT_TOOLS, integer
 
 from ..sampling import sampling_used
 from ..web_search import offer_web_search
@@ -504,6 +504,15 @@ def _chat_name(name: str, namespace: Any) -> str:
     return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if isinstance(namespace, str) and namespace else name
 
 
+def _forces_a_call(choice: Any) -> bool:
+    """Whether ``choice`` asks for a call: ``required``, a named tool, ``allowed_tools`` in ``required``
+    mode."""
+    if choice == "required":
+        return True
+    kind = choice.get("type") if isinstance(choice, Mapping) else None
+    return kind in ("function", "custom") or (kind == "allowed_tools" and choice.get("mode") == "required")
+
+
 def _tool_choice(choice: Any) -> Any:
     if choice is None or choice in ("auto", "none", "required"):
         return choice
@@ -610,6 +619,9 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = 
     if model is not None:
         chat["model"] = model
     tools = _tools(body.get("tools"))
+    if not tools.chat and _forces_a_call(body.get("tool_choice")):
+        # Without tools the choice was dropped and the model answered text under a forced call.
+        raise TranslationError(CHOICE_WITHOUT_TOOLS, "tool_choice")
     if tools.chat:
         chat["tools"] = tools.chat
         choice = _tool_choice(body.get("tool_choice"))
