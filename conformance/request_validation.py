@@ -397,27 +397,51 @@ def _check_stop_lengths(stop: Any) -> None:
 
 
 def _check_tool_messages(messages: Any) -> None:
-    """Each ``tool`` message answers a call an earlier assistant message made (OpenAI's 400): a chat
-    template shows an answer to no call as something else, or fails on it (a 500 from llama-server's
-    Jinja templates). Checked for every upstream, and for a Messages request's ``tool_result`` blocks,
-    which become such messages (protocols/messages/translation.py)."""
+    """Each ``tool`` message answers a call an earlier assistant message made, and an assistant message's
+    calls are answered by the tool messages right after it, before any other message (OpenAI's 400s): a
+    chat template shows an answer to no call, or a call without its answer, as something else, or fails
+    on it (a 500 from llama-server's Jinja templates). Checked for every upstream, and for a Messages
+    request's ``tool_use`` and ``tool_result`` blocks, which become such messages
+    (protocols/messages/translation.py, which words the same refusals as Anthropic). A conversation may
+    end with calls not yet answered."""
     if not isinstance(messages, list):
         return
     made: set[str] = set()
+    waiting: list[str] = []  # the last assistant message's calls not answered yet
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
         role = message.get("role")
+        if role == "tool":
+            call_id = _answered_call(message, index)
+            if call_id not in made:
+                raise InvalidRequest.make(
+                    f"Invalid parameter: messages with role 'tool' must be a response to a preceding "
+                    f"message with 'tool_calls' (no call has id {call_id[:64]!r}).",
+                    400,
+                    code="invalid_value",
+                    param=f"messages[{index}].role",
+                )
+            if call_id in waiting:
+                waiting.remove(call_id)
+            continue
+        if waiting:
+            raise _unanswered(waiting, index)
         if role == "assistant" and isinstance(calls := message.get("tool_calls"), list):
-            made.update(c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str))
-        elif role == "tool" and _answered_call(message, index) not in made:
-            raise InvalidRequest.make(
-                f"Invalid parameter: messages with role 'tool' must be a response to a preceding message "
-                f"with 'tool_calls' (no call has id {message['tool_call_id'][:64]!r}).",
-                400,
-                code="invalid_value",
-                param=f"messages[{index}].role",
-            )
+            ids = [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
+            made.update(ids)
+            waiting = ids
+
+
+def _unanswered(waiting: list[str], index: int) -> InvalidRequest:
+    listed = ", ".join(call_id[:64] for call_id in waiting[:8])
+    return InvalidRequest.make(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+        f"'tool_call_id'. The following tool_call_ids did not have response messages: {listed}",
+        400,
+        code="invalid_value",
+        param=f"messages[{index}].role",
+    )
 
 
 def _answered_call(message: dict[str, Any], index: int) -> str:

@@ -152,3 +152,21 @@ def test_claude_code_runs_a_tool_and_the_model_gets_its_result(
     assert results, last
     assert results[-1]["tool_call_id"] == calls[0]["id"], last
     assert _SECRET in results[-1]["content"], last
+
+
+def test_claude_code_answers_a_call_of_a_tool_it_does_not_have(
+    node_clients: NodeClients, tmp_path: Path
+) -> None:
+    """A ``tool_use`` without its ``tool_result`` in the next message is Anthropic's 400 (the Messages
+    translation refuses it), so Claude Code must answer a call of a tool it does not have: it does, with
+    an error result, and the turn ends with the model's answer."""
+    upstream = call_then_answer("no_such_tool", {"query": "x"}, lambda _: SCRIPTED_REPLY)
+    with run_asgi(upstream.app) as upstream_url, serve(["--upstream", upstream_url]) as proxy_url:
+        run, result, shown = _claude(node_clients, proxy_url, "scripted", tmp_path, "Say hello.")
+    assert run.returncode == 0, shown
+    assert result.get("is_error") is False, shown
+    last = upstream.bodies("/v1/chat/completions")[-1]["messages"]
+    calls = [c["id"] for m in last for c in m.get("tool_calls", [])]
+    answers = [m for m in last if m["role"] == "tool"]
+    assert [a["tool_call_id"] for a in answers] == calls, last
+    assert "No such tool available" in answers[0]["content"], last

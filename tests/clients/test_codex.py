@@ -138,3 +138,21 @@ def test_codex_sends_its_goal_back_without_a_call_id_and_the_turn_completes(
     assert calls.get("call_s1") == "create_goal", last
     goal = [answers[i] for i, name in calls.items() if name == "agent__goal_objective"]
     assert goal == ["Say hello."], last
+
+
+@pytest.mark.parametrize("name", ["web_search", "no_such_tool"])
+def test_codex_answers_a_call_of_a_tool_it_does_not_run_and_the_turn_completes(
+    node_clients: NodeClients, tmp_path: Path, name: str
+) -> None:
+    """The proxy offers Codex's hosted ``web_search`` to the model as a function, whose call comes back to
+    Codex as a ``function_call`` it does not run; and a model may call a tool no one offered. A call sent
+    back without its output is OpenAI's 400 (the Responses translation refuses it), so Codex must answer
+    each: it does, with an output saying the call is unsupported, and the turn completes."""
+    upstream = call_then_answer(name, {"query": "weather in Paris"}, lambda _: SCRIPTED_REPLY)
+    with run_asgi(upstream.app) as upstream_url, serve(["--upstream", upstream_url]) as proxy_url:
+        run, shown = _codex_exec(node_clients, proxy_url, "scripted", tmp_path)
+    assert run.returncode == 0, shown
+    assert "turn.completed" in [event.get("type") for event in _events(run.stdout)], shown
+    last = upstream.bodies("/v1/chat/completions")[-1]["messages"]
+    answers = [m for m in last if m["role"] == "tool"]
+    assert [a["tool_call_id"] for a in answers] == ["call_s1"], last

@@ -123,6 +123,29 @@ def refusal(body: Any) -> tuple[int, dict[str, Any]]:
     return caught.value.status, caught.value.body
 
 
+def test_a_tool_use_without_its_tool_result_in_the_next_message_is_anthropics_400() -> None:
+    use = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}
+    asked = {"role": "user", "content": "Weather in Paris?"}
+    called = {"role": "assistant", "content": [use]}
+    later = {"role": "user", "content": "Thanks."}
+    for messages in ([asked, called, later], [asked, called, later, {"role": "user", "content": [result]}]):
+        status, body = refusal({"model": "m", "max_tokens": 8, "messages": messages})
+        assert status == 400
+        assert body["error"]["message"] == (
+            "messages[1]: `tool_use` ids were found without `tool_result` blocks immediately after: "
+            "toolu_1. Each `tool_use` block must have a corresponding `tool_result` block in the next "
+            "message."
+        )
+    answered = [
+        asked,
+        called,
+        {"role": "user", "content": [result]},
+        {"role": "assistant", "content": "18C."},
+    ]
+    assert translate_request({"model": "m", "max_tokens": 8, "messages": [*answered, later]}).chat
+
+
 @pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
 def test_a_forced_choice_without_tools_is_anthropics_400(choice: dict[str, Any]) -> None:
     """Dropped with the tools it had none of, the choice left the model to answer text under a forced call

@@ -195,6 +195,20 @@ def test_an_allowed_tools_choice_is_chats() -> None:
         assert refused.value.param == "tool_choice"
 
 
+def test_a_call_without_its_output_is_openais_400() -> None:
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "18C"}
+    for given in ([call], [call, {"role": "user", "content": "Thanks."}]):
+        with pytest.raises(TranslationError) as refused:
+            _chat({"input": [{"role": "user", "content": "Weather?"}, *given]})
+        assert refused.value.message == "No tool output found for function call call_1."
+        assert refused.value.param == "input"
+    with pytest.raises(TranslationError):  # a stored call, and no output in the input that goes on
+        translate_request({"model": "m", "input": "Thanks."}, [call])
+    assert _chat({"input": [call, output]})["messages"][-1]["role"] == "tool"
+    assert translate_request({"model": "m", "input": [output]}, [call]).chat["messages"][-1]["role"] == "tool"
+
+
 @pytest.mark.parametrize(
     "choice",
     [

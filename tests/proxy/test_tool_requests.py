@@ -282,6 +282,26 @@ def test_an_assistant_call_of_the_wrong_shape_is_openais_400_where_it_is() -> No
     assert upstream.bodies(CHAT) == []
 
 
+def test_a_call_not_answered_right_after_it_is_openais_400() -> None:
+    """A call without its tool message before the next message, or answered only after a user's message,
+    went to every upstream (found by black-box testing); OpenAI refuses both."""
+    later = {"role": "user", "content": "Thanks."}
+    bodies = [
+        {"messages": [*ROUND_TRIP[:2], later]},
+        {"messages": [*ROUND_TRIP[:2], later, ROUND_TRIP[2]]},
+    ]
+    answers, upstream = _post([LLAMA_CPP_PYTHON_MODEL], *bodies)
+    assert [a.status_code for a in answers] == [400, 400], [a.text for a in answers]
+    error = answers[0].json()["error"]
+    assert error["param"] == "messages[2].role"
+    assert error["message"].endswith("The following tool_call_ids did not have response messages: call_1")
+    assert upstream.bodies(CHAT) == []
+    # Answered right after, then the conversation goes on; or it ends with the calls (to be answered).
+    taken = [{"messages": [*ROUND_TRIP, later]}, {"messages": ROUND_TRIP[:2]}]
+    answers, _ = _post([LLAMA_CPP_PYTHON_MODEL], *taken)
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+
+
 def test_a_messages_tool_result_without_its_tool_use_is_refused_in_anthropics_words() -> None:
     result = {"type": "tool_result", "tool_use_id": "toolu_9", "content": "18"}
     body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [result]}]}

@@ -127,6 +127,7 @@ class _Conversation:
         self.system = system
         self.messages: list[dict[str, Any]] = []
         self.calls: set[str] = set()  # the ids of the tool_use blocks so far, which a tool_result answers
+        self.waiting: tuple[int, list[str]] | None = None  # the last assistant turn and its calls' ids
 
     def add(self, message: Any, index: int) -> None:
         where = f"messages[{index}]"
@@ -158,8 +159,10 @@ class _Conversation:
                     f"{result['tool_call_id'][:64]}. Each `tool_result` block must have a corresponding "
                     "`tool_use` block in an earlier message."
                 )
+        self._check_answered(role, turn)
         self.messages += turn.results
         self.calls.update(call["id"] for call in turn.calls)
+        self.waiting = (index, [call["id"] for call in turn.calls]) if turn.calls else None
         if role == "assistant":
             if turn.parts or turn.calls:
                 # "" rather than null: llama-cpp-python refuses a null content, Jinja templates that
@@ -170,6 +173,21 @@ class _Conversation:
                 self.messages.append(entry)
         elif turn.parts:
             self._add_user(turn.content())
+
+    def _check_answered(self, role: str, turn: _Turn) -> None:
+        """The last assistant turn's calls are each answered by a ``tool_result`` of this turn (Anthropic's
+        400, as chat's, request_validation.py): a template would show a call without its answer."""
+        if self.waiting is None:
+            return
+        at, ids = self.waiting
+        answered = {result["tool_call_id"] for result in turn.results} if role == "user" else set()
+        missing = [call_id for call_id in ids if call_id not in answered]
+        if missing:
+            raise MessagesError(
+                f"messages[{at}]: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(call_id[:64] for call_id in missing[:8])}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
 
     def _add_user(self, content: str | list[dict[str, Any]]) -> None:
         last = self.messages[-1] if self.messages else None

@@ -223,6 +223,8 @@ class _Messages:
         self.messages: list[dict[str, Any]] = []
         self.call_ids: set[str] = set()
         """Every tool call's id so far: a made one must not take the id of another call."""
+        self.unanswered: dict[str, None] = {}
+        """The ids of the calls no output has answered yet, in order."""
         self._parts: list[str] = []
         """The texts of the last message, while more may join it."""
 
@@ -246,6 +248,7 @@ class _Messages:
     def add_call(self, call: dict[str, Any]) -> None:
         self._join()
         self.call_ids.add(call["id"])
+        self.unanswered[call["id"]] = None
         last = self.messages[-1] if self.messages else None
         if last is not None and last["role"] == "assistant" and isinstance(last.get("content") or "", str):
             last.setdefault("tool_calls", []).append(call)
@@ -254,7 +257,19 @@ class _Messages:
         # (500, its request model wants a string) and Jinja templates that ``trim`` it fail on null.
         self.messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
+    def answer(self, call_id: str, output: str | list[dict[str, Any]]) -> None:
+        self.add({"role": "tool", "tool_call_id": call_id, "content": output})
+        self.unanswered.pop(call_id, None)
+
     def done(self) -> list[dict[str, Any]]:
+        """The chat messages; OpenAI's 400 where a call has no output: a chat template shows a call
+        without its answer as something else, or fails on it (the chat route refuses it too)."""
+        if self.unanswered:
+            raise TranslationError(
+                f"No tool output found for function call {quoted(next(iter(self.unanswered)))}.",
+                "input",
+                "invalid_value",
+            )
         self._join()
         return self.messages
 
@@ -310,13 +325,7 @@ def _add_item(out: _Messages, item: Any, param: str) -> None:
                 f"{param}.call_id",
                 "invalid_value",
             )
-        out.add(
-            {
-                "role": "tool",
-                "tool_call_id": call_id,
-                "content": _text_of_parts(item.get("output"), f"{param}.output"),
-            }
-        )
+        out.answer(call_id, _text_of_parts(item.get("output"), f"{param}.output"))
     elif kind == "reasoning":
         return  # see the module's docstring
     elif kind == "compaction":  # what POST /v1/responses/compact answered: its summary (compaction.py)
@@ -355,13 +364,7 @@ def _add_unasked_output(out: _Messages, item: Mapping[str, Any], param: str) -> 
         call_id = _made_id(f"{source}\0{param}")
     name = _chat_name(item["name"], item.get("namespace"))
     out.add_call({"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}})
-    out.add(
-        {
-            "role": "tool",
-            "tool_call_id": call_id,
-            "content": _text_of_parts(item.get("output"), f"{param}.output"),
-        }
-    )
+    out.answer(call_id, _text_of_parts(item.get("output"), f"{param}.output"))
 
 
 def _made_id(source: str) -> str:
