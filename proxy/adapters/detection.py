@@ -33,9 +33,10 @@ async def detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter | N
         return OpenAIAdapter(default, upstream.traits)
     began = time.monotonic()
     status, props = await upstream.answer("GET", "/props", timeout=_TIMEOUT)
-    silent = status is None and time.monotonic() - began >= _TIMEOUT
-    if (status is None and not silent) or (status is not None and status >= 500):
-        return None  # not listening yet, or loading
+    if status is None and time.monotonic() - began < _TIMEOUT:
+        return None  # refused or broken off: not listening yet
+    if status is not None and status >= 500:
+        return None  # loading
     if is_llamacpp_props(props):
         return LlamaCppAdapter(props, default)
     # (Any other server's /props, read once here: the bundled backend states its sampling defaults there.)
