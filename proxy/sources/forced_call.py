@@ -7,8 +7,10 @@ has begun a call, or the stream ended. One that ended without a call is asked ag
 (proxy/adapters/forced_choice.py: the function named, then as JSON output), and what failed is learned
 of the upstream; when no way gave a call, the client gets the 502 ``tool_choice_not_honoured``, in its
 protocol's words (the front-end's error, as for any failure before the first byte). A stream that calls
-goes out as it came, from its first chunk; one cut by its token limit before any call goes out as cut
-(``finish_reason: "length"``: the limit ended it, not the upstream's reading of ``tool_choice``).
+goes out as it came, from its first chunk. One cut by its token limit before any call is asked again
+the next way, whose call may fit in the limit, without learning anything of the upstream (the limit
+ended it, not its reading of ``tool_choice``); cut so on the last way, it goes out as cut
+(``finish_reason: "length"``).
 
 What is held is bounded: a forced call begins at once (OpenAI's, llama-cpp-python's named grammar) or
 after a few words (llama-server's ``required`` grammar lets text come first, Q83), so a stream still
@@ -47,6 +49,7 @@ class ForcedCall(Attempts):
         self._kind = kind
         self._current: Source | None = None
         self._spent = Repairs()  # the answers without a call, and the enforcing itself (Q86)
+        self._cut = False  # the last way's answer was cut by the token limit before any call
 
     @property
     def failure(self) -> APIError | None:
@@ -57,27 +60,29 @@ class ForcedCall(Attempts):
         attempts = forced_attempts(traits, self._body, self._kind)
         if not attempts:
             raise unhonoured_choice(self._kind)
-        for attempt in attempts:
-            held = await self._attempt(attempt)
+        for position, attempt in enumerate(attempts):
+            held = await self._attempt(attempt, cut_goes=position == len(attempts) - 1)
             if held is not None:
                 if attempt.way == "json_output":
                     traits.enforced_schema(True)
                 if attempt.way != "asked":
                     self._spent.add(_QUIRK)
                 return held
-            attempt.failed(traits, self._kind)
+            if not self._cut:  # (a cut teaches nothing: the limit ended it, not the upstream)
+                attempt.failed(traits, self._kind)
             self._spent.add(_QUIRK)
         raise not_honoured(self._kind)
 
-    async def _attempt(self, attempt: Attempt) -> list[dict[str, Any]] | None:
+    async def _attempt(self, attempt: Attempt, cut_goes: bool) -> list[dict[str, Any]] | None:
         """The first chunks of ``attempt``'s answer when it calls (``_called``); None when it did not, or
         when the upstream refused a way the proxy chose (a 4xx: a server without ``response_format``
         refuses JSON output), which then counts as failed. The client's own request refused, or any
         other failure, is raised: nothing was sent yet."""
+        self._cut = False
         reading = EmulatedCalls if attempt.way == "json_output" else None  # (the JSON read as the call)
         source = self._current = self._builder.build(attempt.body, reading=reading)
         try:
-            held = await self._called(source, await source.start())
+            held = await self._called(source, await source.start(), cut_goes)
         except APIError as failed:
             if attempt.way == "asked" or not 400 <= failed.status < 500:
                 raise
@@ -87,13 +92,15 @@ class ForcedCall(Attempts):
             await source.aclose()
         return held
 
-    async def _called(self, source: Source, initial: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    async def _called(
+        self, source: Source, initial: list[dict[str, Any]], cut_goes: bool
+    ) -> list[dict[str, Any]] | None:
         """The chunks to send first when ``source`` answered with a call in every choice (or was cut by
-        its limit before one): ``initial``, and a stream's chunks up to each choice's first call; None
-        when it answered without one. A stream that failed while held raises its failure: nothing
-        was sent yet."""
+        its limit before one, ``_goes``): ``initial``, and a stream's chunks up to each choice's first
+        call; None when it answered without one. A stream that failed while held raises its failure:
+        nothing was sent yet."""
         if source.body is not None:
-            return initial if _answered(_body_choices(source.body)) else None
+            return initial if self._goes(_body_choices(source.body), cut_goes) else None
         held = list(initial)
         choices = _Choices()
         choices.observe(held)
@@ -106,10 +113,20 @@ class ForcedCall(Attempts):
             if batch is None:
                 if (failure := source.failure) is not None:
                     raise failure
-                return held if _answered(choices.judged()) else None
+                return held if self._goes(choices.judged(), cut_goes) else None
             held += batch
             choices.observe(batch)
         return held
+
+    def _goes(self, choices: list[tuple[bool, Any]], cut_goes: bool) -> bool:
+        """Whether an answer may go out: every choice called; or, where ``cut_goes`` (the last way there
+        is), cut by the token limit before a call. Before the last way, such an answer is asked again the
+        next way, which may call within the limit: llama-server's grammar for ``required`` lets text come
+        before the call (Q83), and Gemma 3 270M wrote text up to every limit (``check``'s forced probes
+        in front of llama-server with a tool template: text, finished ``length``)."""
+        called = bool(choices) and all(call for call, _ in choices)
+        self._cut = not called and bool(choices) and all(call or f == "length" for call, f in choices)
+        return called or (self._cut and cut_goes)
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
         return None if self._current is None else await self._current.next_batch()
@@ -156,8 +173,3 @@ def _body_choices(body: dict[str, Any]) -> list[tuple[bool, Any]]:
         called = isinstance(message, dict) and bool(message.get("tool_calls"))
         out.append((called, choice.get("finish_reason") if isinstance(choice, dict) else None))
     return out
-
-
-def _answered(choices: list[tuple[bool, Any]]) -> bool:
-    """Whether the answer may go out: every choice called, or (uncalled) was cut by the token limit."""
-    return bool(choices) and all(called or finish == "length" for called, finish in choices)

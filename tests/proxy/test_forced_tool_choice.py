@@ -226,10 +226,20 @@ def test_messages_tool_choice_any_ignored_is_a_tool_use_by_the_named_function() 
 
 
 @pytest.mark.slow
-def test_text_cut_by_the_limit_before_any_call_goes_out_as_cut_and_is_not_learned() -> None:
+def test_text_cut_by_the_limit_before_any_call_is_asked_again_the_next_way_and_not_learned() -> None:
+    """llama-server's grammar for ``required`` lets text come first (Q83): Gemma 3 270M wrote text to the
+    limit, which went out as text under a forced choice. The next way may call within the limit."""
     with proxied({"named"}, finish="length") as (url, asked):
+        client = _openai(url)
+        answer = client.chat.completions.create(**_chat(max_tokens=3))
+        assert [way(sent) for sent in asked] == ["required", "named"]
+        client.chat.completions.create(**_chat(max_tokens=3))
+        assert [way(sent) for sent in asked][2:] == ["required", "named"]  # nothing learned of the cut
+    assert answer.choices[0].finish_reason == "tool_calls"
+    # Cut so on every way there is: the last one's answer goes out as cut.
+    with proxied(set(), finish="length") as (url, asked):
         answer = _openai(url).chat.completions.create(**_chat(max_tokens=3))
-        assert [way(sent) for sent in asked] == ["required"]
+        assert [way(sent) for sent in asked] == ["required", "named", "json_output"]
     assert answer.choices[0].finish_reason == "length"
 
 
