@@ -146,6 +146,26 @@ def test_a_tool_use_without_its_tool_result_in_the_next_message_is_anthropics_40
     assert translate_request({"model": "m", "max_tokens": 8, "messages": [*answered, later]}).chat
 
 
+def test_a_tool_use_from_the_user_or_a_tool_result_from_the_model_is_anthropics_400() -> None:
+    """A user's ``tool_use`` was dropped, and a model's ``tool_result`` sent as a tool message before its
+    turn (found by black-box testing)."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}
+    asked = {"role": "user", "content": "Weather?"}
+    for messages, said in (
+        (
+            [asked, {"role": "user", "content": [use]}],
+            "messages[1].content: `tool_use` blocks can only be in `assistant` messages.",
+        ),
+        (
+            [asked, {"role": "assistant", "content": [use, result]}],
+            "messages[1].content: `tool_result` blocks can only be in `user` messages.",
+        ),
+    ):
+        status, body = refusal({"model": "m", "max_tokens": 8, "messages": messages})
+        assert (status, body["error"]["message"]) == (400, said)
+
+
 @pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
 def test_a_forced_choice_without_tools_is_anthropics_400(choice: dict[str, Any]) -> None:
     """Dropped with the tools it had none of, the choice left the model to answer text under a forced call

@@ -140,25 +140,8 @@ class _Conversation:
             return
         if role not in ("user", "assistant"):
             raise MessagesError(f"{where}.role: expected 'user' or 'assistant', got {role!r}.")
-        turn = _Turn()
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if not isinstance(blocks, list):
-            raise MessagesError(f"{where}.content: expected a string or an array of content blocks.")
-        for position, block in enumerate(blocks):
-            _take_block(turn, block, f"{where}.content[{position}]")
-        for result in turn.results:
-            if not result["tool_call_id"]:
-                raise MessagesError(
-                    f"{where}.content: a `tool_result` block's `tool_use_id` must be a non-empty string."
-                )
-            if result["tool_call_id"] not in self.calls:
-                # Anthropic's 400 (it asks for the tool_use in the message just before; an earlier one is
-                # taken here, as the chat route takes it): a template would show an answer to no call.
-                raise MessagesError(
-                    f"{where}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
-                    f"{result['tool_call_id'][:64]}. Each `tool_result` block must have a corresponding "
-                    "`tool_use` block in an earlier message."
-                )
+        turn = _turn_of(content, where)
+        self._check_results(role, turn, where)
         self._check_answered(role, turn)
         self.messages += turn.results
         self.calls.update(call["id"] for call in turn.calls)
@@ -173,6 +156,28 @@ class _Conversation:
                 self.messages.append(entry)
         elif turn.parts:
             self._add_user(turn.content())
+
+    def _check_results(self, role: str, turn: _Turn, where: str) -> None:
+        """Calls in assistant turns, results in user turns, each result of a call made before (Anthropic's
+        400s): a call the user made, or a result the model gave, has no place in chat (it was dropped, or
+        sent as a tool message before its turn), and a template would show an answer to no call."""
+        if turn.calls and role == "user":
+            raise MessagesError(f"{where}.content: `tool_use` blocks can only be in `assistant` messages.")
+        if turn.results and role == "assistant":
+            raise MessagesError(f"{where}.content: `tool_result` blocks can only be in `user` messages.")
+        for result in turn.results:
+            if not result["tool_call_id"]:
+                raise MessagesError(
+                    f"{where}.content: a `tool_result` block's `tool_use_id` must be a non-empty string."
+                )
+            if result["tool_call_id"] not in self.calls:
+                # Anthropic's 400 (it asks for the tool_use in the message just before; an earlier one is
+                # taken here, as the chat route takes it).
+                raise MessagesError(
+                    f"{where}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                    f"{result['tool_call_id'][:64]}. Each `tool_result` block must have a corresponding "
+                    "`tool_use` block in an earlier message."
+                )
 
     def _check_answered(self, role: str, turn: _Turn) -> None:
         """The last assistant turn's calls are each answered by a ``tool_result`` of this turn (Anthropic's
@@ -200,6 +205,17 @@ class _Conversation:
     def chat_messages(self) -> list[dict[str, Any]]:
         system = [{"role": "system", "content": self.system}] if self.system else []
         return system + self.messages
+
+
+def _turn_of(content: Any, where: str) -> _Turn:
+    """A message's ``content`` (a string, or an array of blocks) as one turn."""
+    turn = _Turn()
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(blocks, list):
+        raise MessagesError(f"{where}.content: expected a string or an array of content blocks.")
+    for position, block in enumerate(blocks):
+        _take_block(turn, block, f"{where}.content[{position}]")
+    return turn
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
