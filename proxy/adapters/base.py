@@ -85,22 +85,28 @@ def fitted_request(traits: UpstreamTraits, body: dict[str, Any], info: RequestIn
         # max_tokens 0 (a prompt scored with echo) would generate to the end of the context. One token
         # is asked for, and not sent (info.generates).
         body = body | {name: 1 for name in ("max_tokens", "max_completion_tokens") if body.get(name) == 0}
+    body = _with_stop_sent(body)
+    if info.stream and body.get("echo") is True and not traits.streams_echo:
+        # The prompt (and its logprobs) would be left out of the stream, not out of a JSON answer: an
+        # echo (scoring a prompt, mostly) is asked for whole and streamed by the proxy.
+        body = without_streaming(body)
+    return body
+
+
+def _with_stop_sent(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the stop sequences the upstream is to apply: none with tools offered, no empty one."""
     stop = body.get("stop")
     if stop and body.get("tools") and body.get("tool_choice") != "none":
         # A server that reads its calls out of the model's text applies a stop sequence inside them too:
         # llama-server cut `{"city": "` at "Paris", and the answer was a call that cannot run (a 502).
         # A client's stop sequences are for the text: the proxy cuts the text at them itself (Q76), as for
         # upstreams that ignore them, and drops what the upstream writes after.
-        body, stop = {k: v for k, v in body.items() if k != "stop"}, None
+        return {k: v for k, v in body.items() if k != "stop"}
     if stop == "" or (isinstance(stop, list) and "" in stop):
         # An empty stop sequence is met where the text begins: llama-server cut every answer to nothing
         # at one. The judge reads none (conformance.request), and the bundled backend ignores it.
         kept = [s for s in stop if s != ""] if isinstance(stop, list) else []
-        body = {k: v for k, v in body.items() if k != "stop"} | ({"stop": kept} if kept else {})
-    if info.stream and body.get("echo") is True and not traits.streams_echo:
-        # The prompt (and its logprobs) would be left out of the stream, not out of a JSON answer: an
-        # echo (scoring a prompt, mostly) is asked for whole and streamed by the proxy.
-        body = without_streaming(body)
+        return {k: v for k, v in body.items() if k != "stop"} | ({"stop": kept} if kept else {})
     return body
 
 

@@ -155,7 +155,7 @@ def _with_json_arguments(message: dict[str, Any]) -> dict[str, Any]:
     for call in message["tool_calls"]:
         function = call.get("function") if isinstance(call, dict) else None
         arguments = function.get("arguments") if isinstance(function, dict) else None
-        if isinstance(arguments, str) and not _parses(arguments):
+        if isinstance(function, dict) and isinstance(arguments, str) and not _parses(arguments):
             sent = json.dumps(arguments, ensure_ascii=False) if arguments.strip() else "{}"
             call = {**call, "function": {**function, "arguments": sent}}
         calls.append(call)
