@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from conformance import jsoncodec
 from conformance.api_errors import APIError
 
 from ..upstream import Upstream
@@ -122,21 +123,32 @@ def with_json_arguments(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` with each earlier call's ``arguments`` that are not JSON as the JSON string holding them,
     and empty ones as ``{}`` (see the module's docstring); ``body`` itself where all are JSON."""
     messages = body.get("messages")
-    if not isinstance(messages, list) or not any(_unparsed_arguments(m) for m in messages):
+    if not isinstance(messages, list):
         return body
-    return {**body, "messages": [_with_json_arguments(m) if _unparsed_arguments(m) else m for m in messages]}
+    sent = [_with_json_arguments(message) for message in messages]
+    if all(out is given for out, given in zip(sent, messages, strict=True)):
+        return body  # the usual case: nothing copied
+    return {**body, "messages": sent}
 
 
-def _arguments_of(message: Any) -> list[Any]:
+def _with_json_arguments(message: Any) -> Any:
+    """``message`` with its calls' arguments as llama-server can parse them; itself where they are."""
     calls = message.get("tool_calls") if isinstance(message, dict) else None
     if not isinstance(calls, list):
-        return []
-    functions = (call.get("function") for call in calls if isinstance(call, dict))
-    return [function.get("arguments") for function in functions if isinstance(function, dict)]
+        return message
+    sent = [_with_json_call(call) for call in calls]
+    if all(out is given for out, given in zip(sent, calls, strict=True)):
+        return message
+    return {**message, "tool_calls": sent}
 
 
-def _unparsed_arguments(message: Any) -> bool:
-    return any(isinstance(arguments, str) and not _parses(arguments) for arguments in _arguments_of(message))
+def _with_json_call(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if not isinstance(function, dict) or not isinstance(arguments, str) or _parses(arguments):
+        return call
+    sent = json.dumps(arguments, ensure_ascii=False) if arguments.strip() else "{}"
+    return {**call, "function": {**function, "arguments": sent}}
 
 
 def _parses(text: str) -> bool:
@@ -144,19 +156,7 @@ def _parses(text: str) -> bool:
     if not text.strip():
         return False
     try:
-        json.loads(text)
-    except (ValueError, RecursionError):
+        jsoncodec.loads(text)  # (TooDeep, a ValueError, for what json.loads would recurse out on)
+    except ValueError:
         return False
     return True
-
-
-def _with_json_arguments(message: dict[str, Any]) -> dict[str, Any]:
-    calls = []
-    for call in message["tool_calls"]:
-        function = call.get("function") if isinstance(call, dict) else None
-        arguments = function.get("arguments") if isinstance(function, dict) else None
-        if isinstance(function, dict) and isinstance(arguments, str) and not _parses(arguments):
-            sent = json.dumps(arguments, ensure_ascii=False) if arguments.strip() else "{}"
-            call = {**call, "function": {**function, "arguments": sent}}
-        calls.append(call)
-    return {**message, "tool_calls": calls}
