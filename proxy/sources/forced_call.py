@@ -49,7 +49,6 @@ class ForcedCall(Attempts):
         self._kind = kind
         self._current: Source | None = None
         self._spent = Repairs()  # the answers without a call, and the enforcing itself (Q86)
-        self._cut = False  # the last way's answer was cut by the token limit before any call
 
     @property
     def failure(self) -> APIError | None:
@@ -61,46 +60,46 @@ class ForcedCall(Attempts):
         if not attempts:
             raise unhonoured_choice(self._kind)
         for position, attempt in enumerate(attempts):
-            held = await self._attempt(attempt, cut_goes=position == len(attempts) - 1)
+            held, cut = await self._attempt(attempt, cut_goes=position == len(attempts) - 1)
             if held is not None:
                 if attempt.way == "json_output":
                     traits.enforced_schema(True)
                 if attempt.way != "asked":
                     self._spent.add(_QUIRK)
                 return held
-            if not self._cut:  # (a cut teaches nothing: the limit ended it, not the upstream)
+            if not cut:  # (a cut teaches nothing: the limit ended it, not the upstream)
                 attempt.failed(traits, self._kind)
             self._spent.add(_QUIRK)
         raise not_honoured(self._kind)
 
-    async def _attempt(self, attempt: Attempt, cut_goes: bool) -> list[dict[str, Any]] | None:
-        """The first chunks of ``attempt``'s answer when it calls (``_called``); None when it did not, or
+    async def _attempt(self, attempt: Attempt, cut_goes: bool) -> tuple[list[dict[str, Any]] | None, bool]:
+        """The first chunks of ``attempt``'s answer when it calls (``_called``), None when it did not, or
         when the upstream refused a way the proxy chose (a 4xx: a server without ``response_format``
-        refuses JSON output), which then counts as failed. The client's own request refused, or any
-        other failure, is raised: nothing was sent yet."""
-        self._cut = False
+        refuses JSON output), which then counts as failed; and whether the answer was cut by its token
+        limit before any call. The client's own request refused, or any other failure, is raised:
+        nothing was sent yet."""
         reading = EmulatedCalls if attempt.way == "json_output" else None  # (the JSON read as the call)
         source = self._current = self._builder.build(attempt.body, reading=reading)
         try:
-            held = await self._called(source, await source.start(), cut_goes)
+            held, cut = await self._called(source, await source.start(), cut_goes)
         except APIError as failed:
             if attempt.way == "asked" or not 400 <= failed.status < 500:
                 raise
-            held = None
+            held, cut = None, False
         if held is None:
             self._spent.update(source.repairs)
             await source.aclose()
-        return held
+        return held, cut
 
     async def _called(
         self, source: Source, initial: list[dict[str, Any]], cut_goes: bool
-    ) -> list[dict[str, Any]] | None:
+    ) -> tuple[list[dict[str, Any]] | None, bool]:
         """The chunks to send first when ``source`` answered with a call in every choice (or was cut by
-        its limit before one, ``_goes``): ``initial``, and a stream's chunks up to each choice's first
-        call; None when it answered without one. A stream that failed while held raises its failure:
-        nothing was sent yet."""
+        its limit before one, ``_going``): ``initial``, and a stream's chunks up to each choice's first
+        call; None when it answered without one; and whether it was cut before any call. A stream that
+        failed while held raises its failure: nothing was sent yet."""
         if source.body is not None:
-            return initial if self._goes(_body_choices(source.body), cut_goes) else None
+            return _going(initial, _body_choices(source.body), cut_goes)
         held = list(initial)
         choices = _Choices()
         choices.observe(held)
@@ -108,25 +107,15 @@ class ForcedCall(Attempts):
         next_batch = source.active.next_batch
         while sum(choices.called.values()) < wanted:
             if len(held) > HELD_EVENTS or choices.text > HELD_CHARS:
-                return None  # (a read's batch is bounded by the read: judged with it, then no more)
+                return None, False  # (a read's batch is bounded by the read: judged with it, then no more)
             batch = await next_batch()
             if batch is None:
                 if (failure := source.failure) is not None:
                     raise failure
-                return held if self._goes(choices.judged(), cut_goes) else None
+                return _going(held, choices.judged(), cut_goes)
             held += batch
             choices.observe(batch)
-        return held
-
-    def _goes(self, choices: list[tuple[bool, Any]], cut_goes: bool) -> bool:
-        """Whether an answer may go out: every choice called; or, where ``cut_goes`` (the last way there
-        is), cut by the token limit before a call. Before the last way, such an answer is asked again the
-        next way, which may call within the limit: llama-server's grammar for ``required`` lets text come
-        before the call (Q83), and Gemma 3 270M wrote text up to every limit (``check``'s forced probes
-        in front of llama-server with a tool template: text, finished ``length``)."""
-        called = bool(choices) and all(call for call, _ in choices)
-        self._cut = not called and bool(choices) and all(call or f == "length" for call, f in choices)
-        return called or (self._cut and cut_goes)
+        return held, False
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
         return None if self._current is None else await self._current.next_batch()
@@ -173,3 +162,16 @@ def _body_choices(body: dict[str, Any]) -> list[tuple[bool, Any]]:
         called = isinstance(message, dict) and bool(message.get("tool_calls"))
         out.append((called, choice.get("finish_reason") if isinstance(choice, dict) else None))
     return out
+
+
+def _going(
+    chunks: list[dict[str, Any]], choices: list[tuple[bool, Any]], cut_goes: bool
+) -> tuple[list[dict[str, Any]] | None, bool]:
+    """``chunks`` where the answer may go out (every choice called; or, where ``cut_goes``, the last way
+    there is, cut by the token limit before a call), else None; and whether it was cut so. Before the last
+    way, a cut answer is asked again the next way, which may call within the limit: llama-server's grammar
+    for ``required`` lets text come before the call (Q83), and Gemma 3 270M wrote text up to every limit
+    (``check``'s forced probes in front of llama-server with a tool template: text, finished ``length``)."""
+    called = bool(choices) and all(call for call, _ in choices)
+    cut = not called and bool(choices) and all(call or finish == "length" for call, finish in choices)
+    return (chunks if called or (cut and cut_goes) else None), cut
