@@ -12,7 +12,7 @@ here: many local clients omit it and one-model servers ignore it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from typing import Any, NamedTuple, NoReturn
 
@@ -23,7 +23,14 @@ from conformance import json_steps, jsoncodec
 from conformance.api_errors import InvalidRequest
 from conformance.schemas import load_schema, request_validator
 
-__all__ = ["MAX_STOP_LENGTH", "check_request", "parse_json_object", "parse_request", "validate_request"]
+__all__ = [
+    "MAX_STOP_LENGTH",
+    "Rejecter",
+    "check_request",
+    "parse_json_object",
+    "parse_request",
+    "validate_request",
+]
 
 MAX_STOP_LENGTH = 1000
 """Characters in one stop sequence; a request with a longer one is a 400 (``string_above_max_length``):
@@ -101,6 +108,11 @@ def _words(error: ValidationError, param: str, value: Any) -> tuple[str, str]:
         allowed = ", ".join(f"'{v}'" for v in limit)
         return f"Invalid value for '{param}': {value!r}. Supported values are: {allowed}.", "invalid_value"
     return f"Invalid value for '{param}'.", "invalid_value"
+
+
+Rejecter = Callable[[ValidationError, list[Any], Any], NoReturn]
+"""How a protocol words the first schema error of a request: the jsonschema error, its path in the
+client's body (keys and indices), and the value found there; it raises that protocol's 400."""
 
 
 def _reject(error: ValidationError, path: list[Any], instance: Any) -> NoReturn:
@@ -357,9 +369,10 @@ def _client_path(reduced: Any, path: Any, origins: dict[int, list[int]]) -> list
     return out
 
 
-def validate_request(schema: str, body: dict[str, Any]) -> None:
+def validate_request(schema: str, body: dict[str, Any], reject: Rejecter = _reject) -> None:
     """Raise a 400 :class:`InvalidRequest` naming the first bad parameter of ``body`` against the request
-    schema ``schema`` (schemas/); return when the body is fine."""
+    schema ``schema`` (schemas/); return when the body is fine. ``reject`` words the error (OpenAI's
+    words by default; the Messages API's front-end gives Anthropic's)."""
     keys = _keys(schema)
     key = (schema, _shape(body, keys))
     if key in _valid_shapes:
@@ -376,7 +389,7 @@ def validate_request(schema: str, body: dict[str, Any]) -> None:
     instance = body
     for part in path:
         instance = instance[part]
-    _reject(error, path, instance)
+    reject(error, path, instance)
 
 
 def _check_stop_lengths(stop: Any) -> None:

@@ -133,7 +133,7 @@ def test_a_tool_use_without_its_tool_result_in_the_next_message_is_anthropics_40
         status, body = refusal({"model": "m", "max_tokens": 8, "messages": messages})
         assert status == 400
         assert body["error"]["message"] == (
-            "messages[1]: `tool_use` ids were found without `tool_result` blocks immediately after: "
+            "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: "
             "toolu_1. Each `tool_use` block must have a corresponding `tool_result` block in the next "
             "message."
         )
@@ -155,15 +155,88 @@ def test_a_tool_use_from_the_user_or_a_tool_result_from_the_model_is_anthropics_
     for messages, said in (
         (
             [asked, {"role": "user", "content": [use]}],
-            "messages[1].content: `tool_use` blocks can only be in `assistant` messages.",
+            "messages.1.content: `tool_use` blocks can only be in `assistant` messages.",
         ),
         (
             [asked, {"role": "assistant", "content": [use, result]}],
-            "messages[1].content: `tool_result` blocks can only be in `user` messages.",
+            "messages.1.content: `tool_result` blocks can only be in `user` messages.",
         ),
     ):
         status, body = refusal({"model": "m", "max_tokens": 8, "messages": messages})
         assert (status, body["error"]["message"]) == (400, said)
+
+
+def test_results_after_other_blocks_and_repeated_call_ids_are_anthropics_400s() -> None:
+    """Accepted before (found by review): text before the results put the user's words between a call and
+    its answer, and a repeated ``tool_use`` id left results paired with the wrong call."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}
+    asked = {"role": "user", "content": "Weather?"}
+    text = {"type": "text", "text": "Here it is."}
+    for messages, said in (
+        (
+            [asked, {"role": "assistant", "content": [use]}, {"role": "user", "content": [text, result]}],
+            "messages.2: Did not find 1 `tool_result` block(s) at the beginning of this message. Messages "
+            "following `tool_use` blocks must begin with a matching number of `tool_result` blocks.",
+        ),
+        (
+            [asked, {"role": "assistant", "content": [text, use, use]}],
+            "messages.1.content.2: `tool_use` ids must be unique",
+        ),
+        (
+            [
+                asked,
+                {"role": "assistant", "content": [use]},
+                {"role": "user", "content": [result]},
+                {"role": "assistant", "content": [use]},
+            ],
+            "messages.3.content.0: `tool_use` ids must be unique",
+        ),
+    ):
+        status, body = refusal({"model": "m", "max_tokens": 8, "messages": messages})
+        assert (status, body["error"]["message"]) == (400, said)
+    # Results first, then the user's words: as Claude Code sends a result with a note.
+    fine = [asked, {"role": "assistant", "content": [use]}, {"role": "user", "content": [result, text]}]
+    chat = translate_request({"model": "m", "max_tokens": 8, "messages": fine}).chat["messages"]
+    assert [m["role"] for m in chat] == ["user", "assistant", "tool", "user"]
+
+
+def test_two_tools_of_one_name_are_anthropics_400() -> None:
+    tool = {"name": "web_search", "input_schema": {"type": "object"}}
+    for tools in ([tool, tool], [{"type": "web_search_20250305", "name": "web_search"}, tool]):
+        status, body = refusal(request(tools=tools))
+        assert (status, body["error"]["message"]) == (400, "tools: Tool names must be unique.")
+    assert translate_request(request(tools=[])).chat.get("tools") is None  # Anthropic takes an empty list
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ({"model": "m", "messages": [{"role": "user", "content": "Hi"}]}, "max_tokens: Field required"),
+        (request(max_tokens="eight"), "max_tokens: Input should be an integer of at least 1"),
+        (request(max_tokens=0), "max_tokens: Input should be greater than or equal to 1"),
+        (request(temperature=3), "temperature: Input should be less than or equal to 1"),
+        (request(messages=[]), "messages: List should have at least 1 item after validation"),
+        (
+            request(messages=[{"role": "wizard", "content": "Hi"}]),
+            "messages.0.role: Input should be 'user' or 'assistant'",
+        ),
+        (
+            request(
+                messages=[
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}]},
+                ]
+            ),
+            "messages.1.content.0.id: Field required",
+        ),
+    ],
+)
+def test_schema_refusals_name_the_field_as_anthropic_does(body: Any, said: str) -> None:
+    """A dotted path and pydantic's words, as Anthropic's 400s (``max_tokens: Field required``), not
+    OpenAI's ``Missing required parameter: 'messages[1].content[0].id'.`` (found by review)."""
+    status, error = refusal(body)
+    assert (status, error["error"]["message"]) == (400, said)
 
 
 @pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])

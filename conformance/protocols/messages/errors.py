@@ -1,5 +1,11 @@
 """Errors as Anthropic's Messages API words them: ``{"type": "error", "error": {"type", "message"}}``.
 
+A request Anthropic refuses names the field as its API does, by a dotted path and pydantic's words
+(``messages.1.content.0.id: Field required``, ``temperature: Input should be less than or equal to
+1``; seen in its 400s as clients quote them, e.g. ``tools.0.custom.name: String should match pattern``):
+the schema check's errors are worded so here (:func:`reject_field`), not in OpenAI's
+``Missing required parameter: 'messages[1].content[0].id'``.
+
 The error types by status are Anthropic's (its API reference, "Errors"; anthropic-python
 ``types/shared/*_error_object.py``): 400 ``invalid_request_error``, 401 ``authentication_error``, 402
 ``billing_error``, 403 ``permission_error``, 404 ``not_found_error``, 413 ``request_too_large``, 429
@@ -12,11 +18,22 @@ the message; an error event inside a stream (``event: error``) has the same body
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NoReturn
+
+from jsonschema import ValidationError
 
 from conformance.api_errors import InvalidRequest
 
-__all__ = ["ERROR_TYPES", "MessagesError", "messages_error", "overflow_message", "refused", "status_of"]
+__all__ = [
+    "ERROR_TYPES",
+    "MessagesError",
+    "field_path",
+    "messages_error",
+    "overflow_message",
+    "refused",
+    "reject_field",
+    "status_of",
+]
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -134,3 +151,51 @@ class MessagesError(InvalidRequest):
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(status, refused(message, status))
+
+
+def field_path(*parts: str | int) -> str:
+    """A field as Anthropic's errors name it: ``messages.1.content.0``."""
+    return ".".join(str(part) for part in parts)
+
+
+# pydantic's names of JSON's types, as Anthropic's errors say them ("Input should be a valid list").
+_VALID = {
+    "string": "a valid string",
+    "integer": "a valid integer",
+    "number": "a valid number",
+    "boolean": "a valid boolean",
+    "array": "a valid list",
+    "object": "a valid dictionary",
+}
+
+
+def _input_should_be(error: ValidationError) -> str:
+    """What a value that failed ``error``'s keyword should have been, in pydantic's words."""
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    keyword, limit = error.validator, error.validator_value
+    if keyword == "minimum":
+        return f"Input should be greater than or equal to {limit}"
+    if keyword == "maximum":
+        return f"Input should be less than or equal to {limit}"
+    if keyword == "minItems":
+        return f"List should have at least {limit} item{'s' if limit != 1 else ''} after validation"
+    if keyword == "maxItems":
+        return f"List should have at most {limit} item{'s' if limit != 1 else ''} after validation"
+    if "x-expects" in schema:  # the schema's own words of what a value must be ("'user' or 'assistant'")
+        return f"Input should be {schema['x-expects']}"
+    if keyword == "type":
+        kinds = [limit] if isinstance(limit, str) else list(limit)
+        return "Input should be " + " or ".join(_VALID.get(kind, kind) for kind in kinds if kind != "null")
+    if keyword == "enum":
+        *others, last = [f"'{value}'" for value in limit]
+        return "Input should be " + (f"{', '.join(others)} or {last}" if others else last)
+    return "Input is not valid here"
+
+
+def reject_field(error: ValidationError, path: list[Any], instance: Any) -> NoReturn:
+    """The request schema's first error as Anthropic's 400 (a :data:`Rejecter` of the schema check)."""
+    if error.validator == "required":
+        required: Any = error.validator_value
+        missing = next(name for name in required if name not in instance)
+        raise MessagesError(f"{field_path(*path, missing)}: Field required")
+    raise MessagesError(f"{field_path(*path) or 'body'}: {_input_should_be(error)}")

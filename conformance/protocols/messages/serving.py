@@ -25,7 +25,7 @@ from ..front_end import (
     is_large,
     off_the_loop,
 )
-from .errors import messages_error
+from .errors import messages_error, reject_field
 from .native import NativeMessages
 from .output import MessagesOutput
 from .protocol import MESSAGES
@@ -89,7 +89,7 @@ class MessagesFrontEnd(FrontEnd):
 
     def _translated(self, asked: dict[str, Any], keep_refusal: bool) -> Translation:
         try:
-            validate_request(SCHEMA, asked)
+            validate_request(SCHEMA, asked, reject_field)
             chat = translate_request(asked)
             validate_request("chat_completion_request", chat.chat)
             check_request(chat.chat)

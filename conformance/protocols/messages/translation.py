@@ -34,12 +34,12 @@ parameter). What is translated, and why (docs/messages.md):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..web_search import offer_web_search
-from .errors import MessagesError
+from .errors import MessagesError, field_path
 from .request import chat_tool_choice, system_text, texts_of
 
 __all__ = ["ChatTranslation", "translate_request"]
@@ -90,6 +90,14 @@ class _Turn:
     parts: list[dict[str, Any]] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
     results: list[dict[str, Any]] = field(default_factory=list)
+    call_positions: list[int] = field(default_factory=list)
+    """Each call's position among the turn's blocks, for the error that names one."""
+    results_first: bool = True
+    """Whether the tool results come before any other block of the turn."""
+
+    @property
+    def calls_at(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        return zip(self.call_positions, self.calls, strict=True)
 
     def content(self) -> str | list[dict[str, Any]]:
         if all(part["type"] == "text" for part in self.parts):
@@ -130,7 +138,7 @@ class _Conversation:
         self.waiting: tuple[int, list[str]] | None = None  # the last assistant turn and its calls' ids
 
     def add(self, message: Any, index: int) -> None:
-        where = f"messages[{index}]"
+        where = field_path("messages", index)
         if not isinstance(message, Mapping):
             raise MessagesError(f"{where}: a message must be an object.")
         role, content = message.get("role"), message.get("content")
@@ -142,9 +150,9 @@ class _Conversation:
             raise MessagesError(f"{where}.role: expected 'user' or 'assistant', got {role!r}.")
         turn = _turn_of(content, where)
         self._check_results(role, turn, where)
-        self._check_answered(role, turn)
+        self._check_answered(role, turn, where)
+        self._check_ids(turn, where)
         self.messages += turn.results
-        self.calls.update(call["id"] for call in turn.calls)
         self.waiting = (index, [call["id"] for call in turn.calls]) if turn.calls else None
         if role == "assistant":
             if turn.parts or turn.calls:
@@ -179,9 +187,11 @@ class _Conversation:
                     "`tool_use` block in an earlier message."
                 )
 
-    def _check_answered(self, role: str, turn: _Turn) -> None:
-        """The last assistant turn's calls are each answered by a ``tool_result`` of this turn (Anthropic's
-        400, as chat's, request_validation.py): a template would show a call without its answer."""
+    def _check_answered(self, role: str, turn: _Turn, where: str) -> None:
+        """The last assistant turn's calls are each answered by a ``tool_result`` of this turn, and the
+        results come before anything else the user says (Anthropic's 400s; chat's first, in
+        request_validation.py): a template would show a call without its answer, or the user's words
+        between a call and its answer."""
         if self.waiting is None:
             return
         at, ids = self.waiting
@@ -189,10 +199,24 @@ class _Conversation:
         missing = [call_id for call_id in ids if call_id not in answered]
         if missing:
             raise MessagesError(
-                f"messages[{at}]: `tool_use` ids were found without `tool_result` blocks immediately after: "
-                f"{', '.join(call_id[:64] for call_id in missing[:8])}. Each `tool_use` block must have a "
-                "corresponding `tool_result` block in the next message."
+                f"{field_path('messages', at)}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(call_id[:64] for call_id in missing[:8])}. Each `tool_use` "
+                "block must have a corresponding `tool_result` block in the next message."
             )
+        if not turn.results_first:
+            raise MessagesError(
+                f"{where}: Did not find {len(turn.results)} `tool_result` block(s) at the beginning of this "
+                "message. Messages following `tool_use` blocks must begin with a matching number of "
+                "`tool_result` blocks."
+            )
+
+    def _check_ids(self, turn: _Turn, where: str) -> None:
+        """Each ``tool_use`` id once in the conversation (Anthropic's 400): a result names its call by id,
+        and a repeated one leaves a client, or a template, pairing results with the wrong call."""
+        for position, call in turn.calls_at:
+            if call["id"] in self.calls:
+                raise MessagesError(f"{where}.content.{position}: `tool_use` ids must be unique")
+            self.calls.add(call["id"])
 
     def _add_user(self, content: str | list[dict[str, Any]]) -> None:
         last = self.messages[-1] if self.messages else None
@@ -214,14 +238,19 @@ def _turn_of(content: Any, where: str) -> _Turn:
     if not isinstance(blocks, list):
         raise MessagesError(f"{where}.content: expected a string or an array of content blocks.")
     for position, block in enumerate(blocks):
-        _take_block(turn, block, f"{where}.content[{position}]")
+        calls, results = len(turn.calls), len(turn.results)
+        _take_block(turn, block, field_path(where, "content", position))
+        if len(turn.calls) > calls:
+            turn.call_positions.append(position)
+        if len(turn.results) > results and position != results:
+            turn.results_first = False  # another block came before this result
     return turn
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     given = body.get("messages")
     if not isinstance(given, list) or not given:
-        raise MessagesError("messages: expected a non-empty array of messages.")
+        raise MessagesError("messages: List should have at least 1 item after validation")
     conversation = _Conversation(system_text(body.get("system")))
     for index, message in enumerate(given):
         conversation.add(message, index)
@@ -241,7 +270,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             if not isinstance(kind, str) or not kind.startswith(_SERVER_TOOLS):
                 why = "unknown type"
             raise MessagesError(
-                f"tools[{index}].type: tools of type {kind!r} are not supported by this server ({why}); "
+                f"tools.{index}.type: tools of type {kind!r} are not supported by this server ({why}); "
                 "custom tools (name, description, input_schema) and the web search tool are."
             )
         function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema") or {}}
@@ -250,6 +279,13 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         if isinstance(tool.get("strict"), bool):
             function["strict"] = tool["strict"]
         out.append({"type": "function", "function": function})
+    names = (
+        [tool.get("name") for tool in tools if isinstance(tool, Mapping)] if isinstance(tools, list) else []
+    )
+    if len(set(names)) < len(names):
+        # Anthropic's 400 (a server tool has its name too): a call names its tool, and two tools of one
+        # name leave it to chance which one a call runs.
+        raise MessagesError("tools: Tool names must be unique.")
     return out
 
 
