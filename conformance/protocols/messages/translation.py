@@ -258,35 +258,48 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        return []
     out: list[dict[str, Any]] = []
-    for index, tool in enumerate(tools if isinstance(tools, list) else ()):
-        kind = tool.get("type") if isinstance(tool, Mapping) else None
+    for index, tool in enumerate(tools):
         assert isinstance(tool, Mapping)  # (the schema holds every tool to an object)
+        kind = tool.get("type")
         if isinstance(kind, str) and kind.startswith("web_search"):
             offer_web_search(out)
-            continue
-        if kind not in (None, "custom"):
-            why = "it runs on Anthropic's servers or needs a trained action format"
-            if not isinstance(kind, str) or not kind.startswith(_SERVER_TOOLS):
-                why = "unknown type"
-            raise MessagesError(
-                f"tools.{index}.type: tools of type {kind!r} are not supported by this server ({why}); "
-                "custom tools (name, description, input_schema) and the web search tool are."
-            )
-        function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema") or {}}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        if isinstance(tool.get("strict"), bool):
-            function["strict"] = tool["strict"]
-        out.append({"type": "function", "function": function})
-    names = (
-        [tool.get("name") for tool in tools if isinstance(tool, Mapping)] if isinstance(tools, list) else []
-    )
-    if len(set(names)) < len(names):
-        # Anthropic's 400 (a server tool has its name too): a call names its tool, and two tools of one
-        # name leave it to chance which one a call runs.
-        raise MessagesError("tools: Tool names must be unique.")
+        elif kind in (None, "custom"):
+            out.append({"type": "function", "function": _function(tool)})
+        else:
+            raise _unsupported(index, kind)
+    _check_names(tools)
     return out
+
+
+def _function(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A custom tool as chat's function."""
+    function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema") or {}}
+    if isinstance(tool.get("description"), str):
+        function["description"] = tool["description"]
+    if isinstance(tool.get("strict"), bool):
+        function["strict"] = tool["strict"]
+    return function
+
+
+def _unsupported(index: int, kind: Any) -> MessagesError:
+    why = "it runs on Anthropic's servers or needs a trained action format"
+    if not isinstance(kind, str) or not kind.startswith(_SERVER_TOOLS):
+        why = "unknown type"
+    return MessagesError(
+        f"tools.{index}.type: tools of type {kind!r} are not supported by this server ({why}); "
+        "custom tools (name, description, input_schema) and the web search tool are."
+    )
+
+
+def _check_names(tools: list[Any]) -> None:
+    """Each tool's name once (Anthropic's 400; a server tool has its name too): a call names its tool,
+    and two tools of one name leave it to chance which one a call runs."""
+    names = [tool.get("name") for tool in tools if isinstance(tool, Mapping)]
+    if len(set(names)) < len(names):
+        raise MessagesError("tools: Tool names must be unique.")
 
 
 def _effort(body: Mapping[str, Any]) -> str | None:
