@@ -169,18 +169,21 @@ _VALID = {
 }
 
 
+_BOUNDS = {
+    "minimum": "Input should be greater than or equal to {}",
+    "maximum": "Input should be less than or equal to {}",
+    "minItems": "List should have at least {} item{} after validation",
+    "maxItems": "List should have at most {} item{} after validation",
+}
+
+
 def _input_should_be(error: ValidationError) -> str:
     """What a value that failed ``error``'s keyword should have been, in pydantic's words."""
     schema = error.schema if isinstance(error.schema, dict) else {}
-    keyword, limit = error.validator, error.validator_value
-    if keyword == "minimum":
-        return f"Input should be greater than or equal to {limit}"
-    if keyword == "maximum":
-        return f"Input should be less than or equal to {limit}"
-    if keyword == "minItems":
-        return f"List should have at least {limit} item{'s' if limit != 1 else ''} after validation"
-    if keyword == "maxItems":
-        return f"List should have at most {limit} item{'s' if limit != 1 else ''} after validation"
+    keyword = str(error.validator)
+    limit: Any = error.validator_value
+    if keyword in _BOUNDS:
+        return _BOUNDS[keyword].format(limit, "" if limit == 1 else "s")
     if "x-expects" in schema:  # the schema's own words of what a value must be ("'user' or 'assistant'")
         return f"Input should be {schema['x-expects']}"
     if keyword == "type":
