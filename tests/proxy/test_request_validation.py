@@ -173,6 +173,9 @@ def test_good_requests_and_extensions_pass(endpoint: str, body: dict[str, Any]) 
         (b"\xff\xfe\x00", "not valid JSON"),
         (b"", "not valid JSON"),
         (b"[1, 2]", "must be a JSON object, not an array"),
+        # Half of a surrogate pair: Python's parser reads it, UTF-8 cannot hold it (a 500 in the proxy).
+        (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "half of a UTF-16 surrogate pair"),
+        (b'{"messages": [], "metadata": {"\\uDFFFa": 1}}', "half of a UTF-16 surrogate pair"),
         # Nested past orjson's limit (so Python's parser reads it) and past what the shape walk recurses.
         (b'{"messages": [], "metadata": ' + b"[" * 3000 + b"]" * 3000 + b"}", "nested too deeply"),
         (b'{"messages": [], "metadata": ' + b'{"a":' * 600 + b"1" + b"}" * 600 + b"}", "nested too deeply"),
@@ -184,6 +187,13 @@ def test_a_body_that_is_not_a_json_object_is_400(raw: bytes, message: str) -> No
     assert caught.value.status == 400
     assert message in caught.value.message
     assert caught.value.body["error"]["param"] is None
+
+
+def test_a_surrogate_pair_escaped_whole_is_read_as_its_character() -> None:
+    # Python's json.dumps writes an emoji so: only half of a pair is refused.
+    raw = json.dumps({"messages": [{"role": "user", "content": "hi \U0001f600"}]}).encode()
+    assert b"\\ud83d\\ude00" in raw
+    assert parse_request("chat_completion_request", raw)["messages"][0]["content"] == "hi \U0001f600"
 
 
 def test_a_long_token_prompt_is_checked_without_walking_every_id_through_jsonschema() -> None:
@@ -382,6 +392,38 @@ def test_malformed_json_through_the_proxy_is_400(proxy_before_counter: str) -> N
     )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "A"}]}),
+        ("/v1/completions", {"model": "x", "prompt": "A"}),
+        ("/v1/responses", {"model": "x", "input": "A"}),
+        ("/v1/messages", {"model": "x", "max_tokens": 4, "messages": [{"role": "user", "content": "A"}]}),
+        ("/v1/messages/count_tokens", {"model": "x", "messages": [{"role": "user", "content": "A"}]}),
+    ],
+)
+def test_half_a_surrogate_pair_is_the_protocols_400_never_sent(
+    proxy_before_counter: str, counting_upstream: tuple[str, list[Any]], path: str, body: dict[str, Any]
+) -> None:
+    """Found by black-box testing: ``"\\ud800"`` in a prompt was a 500 (the prompt's encoding failed
+    in the proxy, its traceback in the log)."""
+    _, seen = counting_upstream
+    before = len(seen)
+    raw = json.dumps(body).replace('"A"', '"a \\ud800"').encode()
+    response = httpx.post(
+        proxy_before_counter + path, content=raw, headers={"content-type": "application/json"}, timeout=10
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert "surrogate" in error["message"]
+    if path.startswith("/v1/messages"):
+        assert response.json()["type"] == "error"
+        assert error["type"] == "invalid_request_error"
+    else:
+        assert error["code"] == "invalid_json"
+    assert len(seen) == before
 
 
 def test_the_proxy_checks_requests_with_the_suites_request_schemas() -> None:
