@@ -201,6 +201,61 @@ def test_results_after_other_blocks_and_repeated_call_ids_are_anthropics_400s() 
     assert [m["role"] for m in chat] == ["user", "assistant", "tool", "user"]
 
 
+def test_a_conversation_ending_in_the_models_calls_is_anthropics_400() -> None:
+    """llama-server refused it in its own words ("Cannot continue an assistant message that contains
+    tool calls"; found by black-box testing)."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": [use]}]
+    status, body = refusal({"model": "m", "max_tokens": 8, "messages": messages})
+    assert (status, body["error"]["message"]) == (
+        400,
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_1. "
+        "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+    )
+
+
+def test_consecutive_assistant_turns_are_one_turn() -> None:
+    """Anthropic combines consecutive turns of one role; llama-server refused two assistant messages at
+    the end ("Cannot have 2 or more assistant messages at the end of the list", black-box testing)."""
+    messages = [
+        {"role": "user", "content": "Count."},
+        {"role": "assistant", "content": "One,"},
+        {"role": "assistant", "content": [{"type": "text", "text": "two,"}]},
+    ]
+    chat = translate_request({"model": "m", "max_tokens": 8, "messages": messages}).chat["messages"]
+    assert chat == [{"role": "user", "content": "Count."}, {"role": "assistant", "content": "One,\n\ntwo,"}]
+
+
+@pytest.mark.parametrize(
+    ("tool", "said"),
+    [
+        (
+            {"name": "get weather!", "input_schema": {"type": "object"}},
+            "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+        ),
+        (
+            {"name": "x" * 129, "input_schema": {"type": "object"}},
+            "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+        ),
+        (
+            {"name": "w", "input_schema": {"type": "string"}},
+            "tools.0.custom.input_schema.type: Input should be 'object'",
+        ),
+        (
+            {"name": "w", "input_schema": {"properties": {}}},
+            "tools.0.custom.input_schema.type: Input should be 'object'",
+        ),
+    ],
+)
+def test_a_custom_tools_name_and_schema_are_held_as_anthropic_holds_them(
+    tool: dict[str, Any], said: str
+) -> None:
+    """Refused before in chat's words ("Invalid value for 'tools[0].function.name'.") or taken (a
+    schema of a string; found by black-box testing)."""
+    status, body = refusal(request(tools=[tool]))
+    assert (status, body["error"]["message"]) == (400, said)
+
+
 def test_two_tools_of_one_name_are_anthropics_400() -> None:
     tool = {"name": "web_search", "input_schema": {"type": "object"}}
     for tools in ([tool, tool], [{"type": "web_search_20250305", "name": "web_search"}, tool]):

@@ -34,6 +34,7 @@ parameter). What is translated, and why (docs/messages.md):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,15 +156,16 @@ class _Conversation:
         self.messages += turn.results
         self.waiting = (index, [call["id"] for call in turn.calls]) if turn.calls else None
         if role == "assistant":
-            if turn.parts or turn.calls:
-                # "" rather than null: llama-cpp-python refuses a null content, Jinja templates that
-                # ``trim`` it fail on one (as the Responses translation sends it).
-                entry: dict[str, Any] = {"role": "assistant", "content": turn.content() if turn.parts else ""}
-                if turn.calls:
-                    entry["tool_calls"] = turn.calls
-                self.messages.append(entry)
+            self._add_assistant(turn)
         elif turn.parts:
-            self._add_user(turn.content())
+            self._add_text("user", turn.content())
+
+    def end(self) -> None:
+        """The conversation ends: its last turn may not be the model's calls (Anthropic's 400: a call
+        needs its result in the next message; llama-server refused it in its own words, "Cannot continue
+        an assistant message that contains tool calls")."""
+        if self.waiting is not None:
+            raise _unanswered(*self.waiting)
 
     def _check_results(self, role: str, turn: _Turn, where: str) -> None:
         """Calls in assistant turns, results in user turns, each result of a call made before (Anthropic's
@@ -198,11 +200,7 @@ class _Conversation:
         answered = {result["tool_call_id"] for result in turn.results} if role == "user" else set()
         missing = [call_id for call_id in ids if call_id not in answered]
         if missing:
-            raise MessagesError(
-                f"{field_path('messages', at)}: `tool_use` ids were found without `tool_result` blocks "
-                f"immediately after: {', '.join(call_id[:64] for call_id in missing[:8])}. Each `tool_use` "
-                "block must have a corresponding `tool_result` block in the next message."
-            )
+            raise _unanswered(at, missing)
         if not turn.results_first:
             raise MessagesError(
                 f"{where}: Did not find {len(turn.results)} `tool_result` block(s) at the beginning of this "
@@ -218,13 +216,30 @@ class _Conversation:
                 raise MessagesError(f"{where}.content.{position}: `tool_use` ids must be unique")
             self.calls.add(call["id"])
 
-    def _add_user(self, content: str | list[dict[str, Any]]) -> None:
+    def _add_assistant(self, turn: _Turn) -> None:
+        if turn.calls:
+            # "" rather than null: llama-cpp-python refuses a null content, Jinja templates that
+            # ``trim`` it fail on one (as the Responses translation sends it).
+            content = turn.content() if turn.parts else ""
+            self.messages.append({"role": "assistant", "content": content, "tool_calls": turn.calls})
+        elif turn.parts:
+            self._add_text("assistant", turn.content())
+
+    def _add_text(self, role: str, content: str | list[dict[str, Any]]) -> None:
+        """A turn of text, joined to the turn before where that is the same role's text alone: Anthropic
+        combines consecutive turns of one role, and templates want roles to alternate (llama-server
+        refused two assistant messages at the end of a conversation)."""
         last = self.messages[-1] if self.messages else None
-        joins = last is not None and last["role"] == "user" and isinstance(last.get("content"), str)
-        if joins and last is not None and isinstance(content, str):
+        if (
+            last is not None
+            and last["role"] == role
+            and "tool_calls" not in last
+            and isinstance(last.get("content"), str)
+            and isinstance(content, str)
+        ):
             last["content"] = f"{last['content']}\n\n{content}"
             return
-        self.messages.append({"role": "user", "content": content})
+        self.messages.append({"role": role, "content": content})
 
     def chat_messages(self) -> list[dict[str, Any]]:
         system = [{"role": "system", "content": self.system}] if self.system else []
@@ -254,7 +269,16 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     conversation = _Conversation(system_text(body.get("system")))
     for index, message in enumerate(given):
         conversation.add(message, index)
+    conversation.end()
     return conversation.chat_messages()
+
+
+def _unanswered(at: int, ids: list[str]) -> MessagesError:
+    return MessagesError(
+        f"{field_path('messages', at)}: `tool_use` ids were found without `tool_result` blocks immediately "
+        f"after: {', '.join(call_id[:64] for call_id in ids[:8])}. Each `tool_use` block must have a "
+        "corresponding `tool_result` block in the next message."
+    )
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
@@ -267,16 +291,27 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         if isinstance(kind, str) and kind.startswith("web_search"):
             offer_web_search(out)
         elif kind in (None, "custom"):
-            out.append({"type": "function", "function": _function(tool)})
+            out.append({"type": "function", "function": _function(tool, index)})
         else:
             raise _unsupported(index, kind)
     _check_names(tools)
     return out
 
 
-def _function(tool: Mapping[str, Any]) -> dict[str, Any]:
-    """A custom tool as chat's function."""
-    function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema") or {}}
+_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+
+
+def _function(tool: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """A custom tool as chat's function; its name and its input's schema as Anthropic holds them (its
+    400s; refused in chat's words before, naming ``tools[0].function.name``)."""
+    name, schema = tool.get("name"), tool.get("input_schema")
+    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+        raise MessagesError(
+            f"tools.{index}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+        )
+    if isinstance(schema, Mapping) and schema.get("type") != "object":
+        raise MessagesError(f"tools.{index}.custom.input_schema.type: Input should be 'object'")
+    function: dict[str, Any] = {"name": name, "parameters": schema or {}}
     if isinstance(tool.get("description"), str):
         function["description"] = tool["description"]
     if isinstance(tool.get("strict"), bool):
