@@ -253,6 +253,11 @@ class LlamaCppAdapter:
         # tool_choice is read as a string only (llamacpp_tools.py, Q83).
         body = choice_as_tools(messages_with_reasoning_as(body, "reasoning_content"), named=True)
         body = with_json_arguments(body)  # (arguments it cannot parse were its 500)
+        if body.get("logprobs") is True and body.get("top_logprobs") == 0:
+            # llama-server answers 0 with ``logprobs: null`` (b11434), which taught the proxy that it
+            # gives none at all (Q69), for every later client; 1 is asked and the alternatives taken
+            # out again (``chat_logprobs``), as OpenAI answers 0. Found by black-box testing.
+            body = {**body, "top_logprobs": 1}
         if (tools := self._tools.emulated(body)) is not None:
             required = body.get("tool_choice") == "required"
             sent = with_limit(emulated_request(body, tools, required=required), self._default_max_tokens)

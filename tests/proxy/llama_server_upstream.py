@@ -5,7 +5,9 @@ proxy repairs it, its bodies modelled on answers recorded from that build servin
 - ``/v1/completions`` ignores ``echo``: ``"Once upon a time"``, ``echo: true``, ``max_tokens: 4`` was
   answered ``", there was a"``; ``max_tokens: 0`` generates one token (``","``);
 - chat logprob entries, and each of their ``top_logprobs``, carry the token's ``id`` beside OpenAI's keys
-  (``{"id": 236909, "token": "|", "bytes": [124], "logprob": -4.12, "top_logprobs": [...]}``).
+  (``{"id": 236909, "token": "|", "bytes": [124], "logprob": -4.12, "top_logprobs": [...]}``);
+- chat ``logprobs: true`` with ``top_logprobs: 0`` is answered ``"logprobs": null`` (b11434, measured
+  2026-11-30), without it with the token's alternatives.
 
 Its tokenizer is one token per word; it generates ``WORDS`` in a cycle.
 """
@@ -116,7 +118,8 @@ class LlamaServer(RecordingUpstream):
         self.seen.append(("/v1/chat/completions", body))
         tokens = self._tokens(body)
         top = int(body.get("top_logprobs") or 0)
-        entries = [_entry(t, -0.5 - i, top) for i, t in enumerate(tokens)] if body.get("logprobs") else None
+        gives = body.get("logprobs") and body.get("top_logprobs") != 0
+        entries = [_entry(t, -0.5 - i, top) for i, t in enumerate(tokens)] if gives else None
         usage = {"completion_tokens": len(tokens), "prompt_tokens": 11, "total_tokens": 11 + len(tokens)}
         head = _HEAD | {"id": "chatcmpl-6K8bWGdZ0JKmPqOUtAUTQQ5RwKlRGg1h"}
         if not body.get("stream"):

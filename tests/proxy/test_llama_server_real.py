@@ -92,6 +92,16 @@ def test_chat_logprobs_have_openais_keys(proxy: str, stream: bool) -> None:
     _judged(proxy, "/v1/chat/completions", body | {"top_logprobs": 2, "stream": stream})
 
 
+def test_top_logprobs_0_is_answered_with_logprobs_every_time(proxy: str) -> None:
+    """This build answers ``top_logprobs: 0`` with ``logprobs: null``; the proxy took that for a server
+    that gives none and refused logprobs to every later client (found by black-box testing)."""
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "logprobs": True}
+    for top in (0, 0, 1):
+        answer = _judged(proxy, "/v1/chat/completions", body | {"top_logprobs": top}).json()
+        entries = answer["choices"][0]["logprobs"]["content"]
+        assert entries and all(len(entry["top_logprobs"]) == top for entry in entries)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_stop_sequence_met_is_named_in_a_message(proxy: str, stream: bool) -> None:
     """A Message names the stop sequence that ended it (``stop_reason: "stop_sequence"``): llama-server's

@@ -116,11 +116,28 @@ def test_an_openai_upstream_that_echoes_gets_no_second_prompt(upstream: tuple[Ll
 # -- chat logprob entries: OpenAI's keys only -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("top", [2, None])
+def test_top_logprobs_0_gets_logprobs_and_teaches_nothing(proxy: str) -> None:
+    """llama-server answers ``top_logprobs: 0`` with ``logprobs: null``, which the proxy took for an
+    upstream that gives none (Q69): that request and every later one asking for logprobs, a Responses
+    request with ``include`` logprobs among them, were refused (found by black-box testing)."""
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4}
+    for top in (0, 0, 2):
+        answer = _post(proxy, "/v1/chat/completions", body | {"logprobs": True, "top_logprobs": top})
+        assert answer.status_code == 200, answer.text
+        entries = answer.json()["choices"][0]["logprobs"]["content"]
+        assert [len(entry["top_logprobs"]) for entry in entries] == [top] * len(WORDS)
+    asked = {"input": "Say hello.", "max_output_tokens": 16, "include": ["message.output_text.logprobs"]}
+    response = _post(proxy, "/v1/responses", asked)
+    assert response.status_code == 200, response.text
+    (part,) = response.json()["output"][0]["content"]
+    assert part["logprobs"] and all(entry["top_logprobs"] == [] for entry in part["logprobs"])
+
+
+@pytest.mark.parametrize("top", [2, 0, None])
 @pytest.mark.parametrize("stream", [False, True])
 def test_chat_logprob_entries_carry_only_openais_keys(proxy: str, stream: bool, top: int | None) -> None:
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4}
-    body |= {"logprobs": True, "stream": stream} | ({"top_logprobs": top} if top else {})
+    body |= {"logprobs": True, "stream": stream} | ({"top_logprobs": top} if top is not None else {})
     response = _post(proxy, "/v1/chat/completions", body)
     if stream:
         entries = [
