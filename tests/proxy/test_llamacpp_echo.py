@@ -130,7 +130,8 @@ def test_top_logprobs_0_gets_logprobs_and_teaches_nothing(proxy: str) -> None:
     response = _post(proxy, "/v1/responses", asked)
     assert response.status_code == 200, response.text
     (part,) = response.json()["output"][0]["content"]
-    assert part["logprobs"] and all(entry["top_logprobs"] == [] for entry in part["logprobs"])
+    assert part["logprobs"]
+    assert all(entry["top_logprobs"] == [] for entry in part["logprobs"])
 
 
 @pytest.mark.parametrize("top", [2, 0, None])
