@@ -219,6 +219,17 @@ def test_store_false_is_not_kept(client: Any) -> None:
         client.responses.retrieve(response.id)
 
 
+def test_input_tokens_are_counted_by_both(client: Any) -> None:
+    """``POST /v1/responses/input_tokens``: the backend counts with its own template, the proxy in front of
+    it (an OpenAI-compatible upstream) asks the backend's route; both agree."""
+    first = client.responses.input_tokens.count(model="gemma", input=PROMPT)
+    longer = client.responses.input_tokens.count(
+        model="gemma", input=PROMPT, instructions="Answer in French."
+    )
+    assert first.object == "response.input_tokens"
+    assert 0 < first.input_tokens < longer.input_tokens
+
+
 def test_a_bad_request_is_a_400_that_names_the_parameter(client: Any) -> None:
     with pytest.raises(openai.BadRequestError) as raised:
         client.responses.create(model="gemma", input=PROMPT, tools=[{"type": "code_interpreter"}])

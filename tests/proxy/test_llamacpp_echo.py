@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.support.servers import run_asgi
@@ -154,3 +155,26 @@ def test_chat_logprob_entries_carry_only_openais_keys(proxy: str, stream: bool, 
         assert set(entry) == {"token", "logprob", "bytes", "top_logprobs"}
         assert len(entry["top_logprobs"]) == (top or 0)
         assert all(set(alt) == {"token", "logprob", "bytes"} for alt in entry["top_logprobs"])
+
+
+# -- POST /v1/responses/input_tokens ----------------------------------------------------------------------
+
+
+def test_responses_input_tokens_counts_the_prompt_as_the_messages_count_does(proxy: str) -> None:
+    """OpenAI's ``POST /v1/responses/input_tokens`` (openai-python ``responses.input_tokens.count``) was a
+    405 naming the methods of a stored Response, the path read as its id (found by black-box testing):
+    now the prompt's tokens as the upstream's template and tokenizer make them, as count_tokens does."""
+    client = openai.OpenAI(base_url=proxy + "/v1", api_key="unused", max_retries=0)
+    counted = client.responses.input_tokens.count(model="m", input="Say hello.", instructions="Be brief.")
+    assert counted.object == "response.input_tokens"
+    messages = {
+        "model": "m",
+        "max_tokens": 16,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Say hello."}],
+    }
+    same = _post(proxy, "/v1/messages/count_tokens", messages).json()["input_tokens"]
+    assert counted.input_tokens == same > 0
+    refused = httpx.post(proxy + "/v1/responses/input_tokens", json={"input": 5}, timeout=30)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "input"

@@ -20,11 +20,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
+from conformance import jsoncodec
 from conformance.api_errors import APIError
 from conformance.request_validation import parse_json_object, validate_request
 
 from ..front_end import (
     Answering,
+    CountRoute,
     FrontEnd,
     NativeCall,
     NativeStream,
@@ -107,9 +109,20 @@ def _native_body(asked: dict[str, Any], items: list[Any]) -> dict[str, Any]:
     return {**forwarded, "input": items}
 
 
+COUNT_PATH = "/v1/responses/input_tokens"
+"""The path that counts a request's input tokens (OpenAI's ``Getinputtokencounts``)."""
+_NOT_COUNTED = ("stream", "store", "background", "max_output_tokens")
+
+
+def _token_counts(tokens: int) -> dict[str, Any]:
+    """OpenAI's ``TokenCountsResource``."""
+    return {"object": "response.input_tokens", "input_tokens": tokens}
+
+
 class ResponsesFrontEnd(FrontEnd):
     """``POST /v1/responses`` over the core, with ``store``'s Responses (``GET``/``DELETE
-    /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``) and the WebSocket mode."""
+    /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``), the input token count (``POST
+    /v1/responses/input_tokens``) and the WebSocket mode."""
 
     def __init__(self, store: Store, max_bytes: int | None = None) -> None:
         routes = (
@@ -117,7 +130,8 @@ class ResponsesFrontEnd(FrontEnd):
             StateRoute("/v1/responses/{response_id}/cancel", ("POST",), self._stored),
             StateRoute("/v1/responses/{response_id}", ("GET", "DELETE"), self._stored),
         )
-        super().__init__(RESPONSES, routes, socket=SocketRoute(NATIVE_PATH, self._socket))
+        counting = CountRoute(COUNT_PATH, self._count_request, _token_counts)
+        super().__init__(RESPONSES, routes, counting, SocketRoute(NATIVE_PATH, self._socket))
         self.store = store
         self.max_bytes = max_bytes
         """The most bytes a continuation and its conversation may be together (``--max-body``), and
@@ -133,6 +147,12 @@ class ResponsesFrontEnd(FrontEnd):
         # A continuation's conversation may be any size, however short its body: always in a thread.
         heavy = is_large(raw) or bool(previous)
         return await off_the_loop(lambda: self._translated(asked, previous, items, keep_refusal), heavy=heavy)
+
+    async def _count_request(self, raw: bytes) -> Translation:
+        """An input_tokens body (``TokenCountsBody``: a Responses request without what only generating
+        reads) translated as a Responses request that is neither streamed nor stored."""
+        asked = {key: value for key, value in parse_json_object(raw).items() if key not in _NOT_COUNTED}
+        return await self.translate(jsoncodec.dumps(asked))
 
     @staticmethod
     def _parsed(raw: bytes, keep_refusal: bool) -> dict[str, Any]:
