@@ -76,10 +76,15 @@ class MessagesFrontEnd(FrontEnd):
 
     async def _count_request(self, raw: bytes) -> Translation:
         """A count_tokens body: a Messages request without ``max_tokens`` (Anthropic's count_tokens
-        takes none) and never streamed, translated as one."""
+        takes none) and never streamed, translated as one, off the loop as ``translate`` is."""
+        return await off_the_loop(
+            lambda: self._translated(self._counted(raw), keep_refusal=False), heavy=is_large(raw)
+        )
+
+    def _counted(self, raw: bytes) -> dict[str, Any]:
         asked = {key: value for key, value in self._parsed(raw).items() if key != "stream"}
         asked.setdefault("max_tokens", 1)
-        return self._translated(asked, keep_refusal=False)
+        return asked
 
     def _parsed(self, raw: bytes) -> dict[str, Any]:
         try:

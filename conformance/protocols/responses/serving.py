@@ -20,7 +20,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
-from conformance import jsoncodec
 from conformance.api_errors import APIError
 from conformance.request_validation import parse_json_object, validate_request
 
@@ -141,18 +140,28 @@ class ResponsesFrontEnd(FrontEnd):
 
     async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
         asked = await off_the_loop(lambda: self._parsed(raw, keep_refusal), heavy=is_large(raw))
+        return await self._translation(asked, raw, keep_refusal)
+
+    async def _count_request(self, raw: bytes) -> Translation:
+        """An input_tokens body (``TokenCountsBody``: a Responses request without what only generating
+        reads) translated as a Responses request that is neither streamed nor stored."""
+        asked = await off_the_loop(lambda: self._counted(raw), heavy=is_large(raw))
+        return await self._translation(asked, raw, keep_refusal=False)
+
+    @staticmethod
+    def _counted(raw: bytes) -> dict[str, Any]:
+        asked = {key: value for key, value in parse_json_object(raw).items() if key not in _NOT_COUNTED}
+        validate_request(SCHEMA, asked)
+        return asked
+
+    async def _translation(self, asked: dict[str, Any], raw: bytes, keep_refusal: bool) -> Translation:
+        """``asked`` (read from ``raw``) with the conversation it continues, as the core's request."""
         # The conversation previous_response_id names, bounded with this body as a fresh request is.
         previous = await previous_items(self.store, asked, body_size=len(raw), max_bytes=self.max_bytes)
         items = [*previous, *input_items(asked)]
         # A continuation's conversation may be any size, however short its body: always in a thread.
         heavy = is_large(raw) or bool(previous)
         return await off_the_loop(lambda: self._translated(asked, previous, items, keep_refusal), heavy=heavy)
-
-    async def _count_request(self, raw: bytes) -> Translation:
-        """An input_tokens body (``TokenCountsBody``: a Responses request without what only generating
-        reads) translated as a Responses request that is neither streamed nor stored."""
-        asked = {key: value for key, value in parse_json_object(raw).items() if key not in _NOT_COUNTED}
-        return await self.translate(jsoncodec.dumps(asked))
 
     @staticmethod
     def _parsed(raw: bytes, keep_refusal: bool) -> dict[str, Any]:
