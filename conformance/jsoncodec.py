@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "TooDeep", "dumps", "loads", "too_deep"]
+__all__ = ["MAX_DEPTH", "TooDeep", "dumps", "loads", "lone_surrogate", "too_deep"]
 
 MAX_DEPTH = 254
 """The deepest nesting of arrays and objects read: as deep as orjson writes."""
@@ -99,6 +99,22 @@ def too_deep(data: str | bytes, obj: Any, allowed: int = MAX_DEPTH) -> bool:
             return True
         children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
         level.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def lone_surrogate(obj: Any) -> bool:
+    """Whether a string of ``obj`` holds half of a surrogate pair, which no UTF-8 text can: orjson
+    refuses to write one, in C; what it refuses for another reason (an integer beyond 64 bits) is asked
+    of ``json``, in Python (a 50 KB request in a tenth of the time)."""
+    try:
+        orjson.dumps(obj)
+        return False
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        json.dumps(obj, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
     return False
 
 

@@ -531,7 +531,9 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest.make(
             f"The request body must be a JSON object, not {_kind(body)}.", 400, code="invalid_request"
         )
-    if (b"\\ud" in raw or b"\\uD" in raw) and _lone_surrogate(body):
+    # Asked only of a body with such an escape (as an emoji escaped as its pair also has): JSON's escapes
+    # can write half a pair, Python's parser reads it, and the prompt's encoding failed with a 500.
+    if (b"\\ud" in raw or b"\\uD" in raw) and jsoncodec.lone_surrogate(body):
         raise InvalidRequest.make(
             "The request body is not valid JSON: a string holds half of a UTF-16 surrogate pair "
             "(an escape from \\ud800 to \\udfff without its other half), which is no Unicode character.",
@@ -539,17 +541,6 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
             code="invalid_json",
         )
     return body
-
-
-def _lone_surrogate(body: dict[str, Any]) -> bool:
-    """Whether a string of ``body`` holds a lone surrogate: JSON's escapes can write one, Python's parser
-    reads it, and UTF-8 cannot hold it (the prompt's encoding failed in the proxy with a 500). Asked
-    only of a body with such an escape, as an emoji escaped as its pair also is."""
-    try:
-        json.dumps(body, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _too_deep() -> InvalidRequest:
