@@ -46,6 +46,8 @@ class Attempt:
 
     way: Way
     body: dict[str, Any]
+    names: tuple[str, ...] = ()
+    """The functions a call may be of, where the body no longer says (``json_output``)."""
 
     def failed(self, traits: UpstreamTraits, kind: ForcedKind) -> None:
         """What an answer without a call teaches of the upstream."""
@@ -84,7 +86,8 @@ def forced_attempts(traits: UpstreamTraits, body: dict[str, Any], kind: ForcedKi
         chosen = named_function(asked.get("tool_choice")) if kind == "named" else None
         functions = [t for t in tools if chosen is None or t["function"]["name"] == chosen]
         if functions:
-            attempts.append(Attempt("json_output", emulated_request(asked, functions, required=True)))
+            names = tuple(t["function"]["name"] for t in functions)
+            attempts.append(Attempt("json_output", emulated_request(asked, functions, required=True), names))
     return attempts
 
 

@@ -261,7 +261,8 @@ class LlamaCppAdapter:
         if (tools := self._tools.emulated(body)) is not None:
             required = body.get("tool_choice") == "required"
             sent = with_limit(emulated_request(body, tools, required=required), self._default_max_tokens)
-            return UpstreamCall(OPENAI_PATHS["chat"], sent, EmulatedCalls())
+            names = [tool["function"]["name"] for tool in tools]
+            return UpstreamCall(OPENAI_PATHS["chat"], sent, EmulatedCalls(names, required=required))
         if self._tools.refused and body.get("tools") and body.get("tool_choice") == "none":
             body = without_tools(body)  # no call to make: nothing to show of the tools it refuses
         return UpstreamCall(OPENAI_PATHS["chat"], with_limit(body, self._default_max_tokens))

@@ -15,8 +15,11 @@ bundled backend's (conformance/generic_tools.py).
 
 A streamed answer goes out when it ends, a call as one fragment, a response as one piece of text (the
 JSON is read whole). An answer cut off by its token limit gives what it holds: the response's text so
-far, or the call with its arguments so far (as OpenAI's cut-off call), never the envelope. The client's
-``stop`` is not sent (it would cut the JSON): the proxy cuts the response's text at it, as it does for
+far, or the call with its arguments so far (as OpenAI's cut-off call), also one cut before its arguments
+where the part of its name written (or the forced choice) tells the function; never the envelope, but
+for an ``auto`` answer cut before it said whether it is a call or a response (an empty answer finished
+``length`` reads as the upstream's lost text, Q14, to any judge but the proxy, which read the text).
+The client's ``stop`` is not sent (it would cut the JSON): the proxy cuts the response's text at it, as it does for
 upstreams that ignore it (Q76). Each function's ``$defs`` are renamed and moved to the root of the
 answer's schema (conformance/schema_refs.py), where its ``$ref``s then point.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from conformance import jsoncodec
@@ -89,6 +93,10 @@ def without_tools(body: dict[str, Any]) -> dict[str, Any]:
     return sent
 
 
+_CALL_KEY = '{"tool_call":{"name":"'
+_NAME_BEGUN = re.compile(r'\{"tool_call":\{"name":"([^"\\]*)(")?')
+"""A call's envelope up to its name, and the name as far as it was written, without whitespace."""
+
 _REFUSES_TOOLS = re.compile(r"tools param requires --jinja", re.IGNORECASE)
 """What a llama.cpp server started without ``--jinja`` answers a request with ``tools``: ik_llama.cpp
 at 540a26514 (tests/data/batteries/ik_llama.cpp-540a265/tools.sse: 500 ``tools param requires --jinja
@@ -148,10 +156,14 @@ def _with_instruction(messages: list[Any], instruction: str) -> list[Any]:
 
 class EmulatedCalls:
     """The server's answers (a body, or a stream's chunks) read as the generic format's JSON: a call as
-    ``tool_calls``, a response as its text."""
+    ``tool_calls``, a response as its text. ``names``: the functions a call may be of; ``required``:
+    the answer's schema holds a call only (``tool_choice`` forced it), so that an answer cut off before
+    its function's name is still a call where that name can be told (``_cut_name``), and never text."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Sequence[str] = (), *, required: bool = False) -> None:
         self._texts: dict[Any, list[str]] = {}  # a streamed choice's content so far, by its index
+        self._names = tuple(names)
+        self._required = required
 
     def __call__(self, payload: Any, /) -> Any:
         choices = payload.get("choices") if isinstance(payload, dict) else None
@@ -163,7 +175,7 @@ class EmulatedCalls:
         finish = choice.get("finish_reason")
         message = choice.get("message")
         if isinstance(message, dict):  # a body
-            text, call, finish = _read(_text(message.get("content")), finish)
+            text, call, finish = self._read(_text(message.get("content")), finish)
             if call is None:
                 return {**choice, "message": {**message, "content": text}, "finish_reason": finish}
             message = {**message, "content": None, "tool_calls": [call]}
@@ -176,7 +188,7 @@ class EmulatedCalls:
         delta = {k: v for k, v in delta.items() if k != "content"}
         if finish is None:
             return {**choice, "delta": delta}
-        text, call, finish = _read("".join(held), finish)
+        text, call, finish = self._read("".join(held), finish)
         held.clear()
         if call is None:
             return {**choice, "delta": {**delta, "content": text}, "finish_reason": finish}
@@ -186,47 +198,73 @@ class EmulatedCalls:
             "finish_reason": finish,
         }
 
+    def _read(self, text: str, finish: Any) -> tuple[str, dict[str, Any] | None, Any]:
+        """(the text to show, the call, the finish) of an answer: ``{"tool_call": ...}`` a call (finished
+        ``tool_calls``, also where the limit fell on the whitespace the grammar allows after it),
+        ``{"response": ...}`` its text; one cut off by its limit, what it holds so far (a call cut off
+        finishes ``length``, as OpenAI's); one in neither shape, the text it was. The schema's grammar
+        ends only a whole envelope, so one that does not parse was cut by the limit whatever the finish
+        says (ik_llama.cpp finishes ``stop`` at its limit: its cut envelope went out as the answer's
+        text)."""
+        try:
+            value = jsoncodec.loads(text)  # (json.loads: RecursionError on 1,000-deep arguments, a 500)
+        except jsoncodec.TooDeep:
+            return text, None, finish  # whole, but past what the proxy reads: the text it was
+        except ValueError:
+            if finish == "length" or self._opened(text):
+                return (*self._read_cut(text), "length")
+            return text, None, finish
+        if not isinstance(value, dict):
+            return text, None, finish
+        if isinstance(value.get("response"), str):
+            return value["response"], None, finish
+        call = value.get("tool_call")
+        name = call.get("name") if isinstance(call, dict) else None
+        arguments = call.get("arguments", {}) if isinstance(call, dict) else None
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            return text, None, finish
+        return "", _tool_call(name, json.dumps(arguments, ensure_ascii=False)), "tool_calls"
 
-def _read(text: str, finish: Any) -> tuple[str, dict[str, Any] | None, Any]:
-    """(the text to show, the call, the finish) of an answer: ``{"tool_call": ...}`` a call (finished
-    ``tool_calls``, also where the limit fell on the whitespace the grammar allows after it),
-    ``{"response": ...}`` its text; one cut off by its limit, what it holds so far (a call cut off
-    finishes ``length``, as OpenAI's); one in neither shape, the text it was. The schema's grammar ends
-    only a whole envelope, so one that does not parse was cut by the limit whatever the finish says
-    (ik_llama.cpp finishes ``stop`` at its limit: its cut envelope went out as the answer's text)."""
-    try:
-        value = jsoncodec.loads(text)  # (json.loads: RecursionError on 1,000-deep arguments, a 500)
-    except jsoncodec.TooDeep:
-        return text, None, finish  # whole, but past what the proxy reads: the text it was
-    except ValueError:
-        if finish == "length" or _envelope_opened(text):
-            return (*_read_cut(text), "length")
-        return text, None, finish
-    if not isinstance(value, dict):
-        return text, None, finish
-    if isinstance(value.get("response"), str):
-        return value["response"], None, finish
-    call = value.get("tool_call")
-    name = call.get("name") if isinstance(call, dict) else None
-    arguments = call.get("arguments", {}) if isinstance(call, dict) else None
-    if not isinstance(name, str) or not isinstance(arguments, dict):
-        return text, None, finish
-    return "", _tool_call(name, json.dumps(arguments, ensure_ascii=False)), "tool_calls"
+    def _opened(self, text: str) -> bool:
+        """Whether ``text`` begins the format's envelope: a response's, or a call's whose function can
+        be told."""
+        return partial_response(text) is not None or self._cut_call(text) is not None
+
+    def _read_cut(self, text: str) -> tuple[str, dict[str, Any] | None]:
+        """What an answer cut off by its limit holds: the response's text so far (its escapes read), or
+        the call with its name and its arguments' text so far. Cut before either began, ``""`` under a
+        forced choice (no text where the schema allowed a call only: found by black-box testing, a
+        forced call cut at 3 tokens came out as ``{"tool_call": {"`` in the content); else what the
+        model wrote (an empty answer finished ``length`` reads as the upstream's lost text, Q14)."""
+        if (reply := partial_response(text)) is not None:
+            return reply, None
+        if (call := self._cut_call(text)) is not None:
+            return "", call
+        return ("" if self._required else text), None
+
+    def _cut_call(self, text: str) -> dict[str, Any] | None:
+        """The call an answer cut off by its limit had begun: its name and its arguments' text so far,
+        or, cut before its arguments, the one function its name (or the forced choice) can be of."""
+        if (call := partial_call(text)) is not None:
+            return _tool_call(*call)
+        name = _cut_name(text, self._names, self._required)
+        return None if name is None else _tool_call(name, "")
 
 
-def _envelope_opened(text: str) -> bool:
-    """Whether ``text`` begins the format's envelope: a response's or a call's, up to its name."""
-    return partial_response(text) is not None or partial_call(text) is not None
-
-
-def _read_cut(text: str) -> tuple[str, dict[str, Any] | None]:
-    """What an answer cut off by its limit holds: the response's text so far (its escapes read), or the
-    call with its name and its arguments' text so far; ``""`` before either began."""
-    if (reply := partial_response(text)) is not None:
-        return reply, None
-    if (call := partial_call(text)) is not None:
-        return "", _tool_call(*call)
-    return text, None  # cut before a name: what the model wrote (never an empty success, Q14)
+def _cut_name(text: str, names: tuple[str, ...], required: bool) -> str | None:
+    """The one function of ``names`` that an answer cut off before its call's arguments can be of: the
+    one matching the part of its name written, where the answer began a call (or could be nothing
+    else); None where several can, or where it may yet have been a response."""
+    compact = "".join(text.split())  # (a function's name holds no whitespace)
+    begun = _NAME_BEGUN.match(compact)
+    if begun is not None:
+        written, closed = begun.group(1), begun.group(2) is not None
+    elif _CALL_KEY.startswith(compact) and (required or len(compact) > len('{"')):
+        written, closed = "", False  # (``{"t``: a call's key, not a response's)
+    else:
+        return None
+    fits = [name for name in names if (name == written if closed else name.startswith(written))]
+    return fits[0] if len(fits) == 1 else None
 
 
 def _tool_call(name: str, arguments: str) -> dict[str, Any]:

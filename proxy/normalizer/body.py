@@ -34,9 +34,12 @@ def normalize_body(
     identity: Identity | None = None,
     status: int = 200,
     unshown_tokens: bool = False,
+    shown: Sequence[bool] = (),
 ) -> dict[str, Any]:
     """One OpenAI response object; raises :class:`APIError` for an error in any upstream shape.
-    ``unshown_tokens``: the upstream's usage counts tokens it never shows (text_lost)."""
+    ``unshown_tokens``: the upstream's usage counts tokens it never shows (text_lost); ``shown``: by
+    position, the choices the upstream showed output for where the proxy read its answer as something
+    else first (``shown_choices``)."""
     identity = identity or Identity(request.endpoint, request.model)
     if isinstance(obj, list) and obj and all(isinstance(item, dict) for item in obj):
         repairs.add("Q73")
@@ -54,10 +57,11 @@ def normalize_body(
     if not request.generates:
         usage = nothing_generated(usage)
     word = stopping_word(obj, request.stop) if request.names_stop and len(raw_choices) == 1 else None
-    choices, shown = _choices(raw_choices, request, repairs, usage, word)
+    choices, seen = _choices(raw_choices, request, repairs, usage, word)
     if request.generates:
+        seen = [was or (at < len(shown) and shown[at]) for at, was in enumerate(seen)]
         lost = text_lost(
-            [(c["index"], seen, c["finish_reason"]) for c, seen in zip(choices, shown, strict=True)],
+            [(c["index"], was, c["finish_reason"]) for c, was in zip(choices, seen, strict=True)],
             usage,
             unshown_tokens=unshown_tokens,
             stops=request.stop,

@@ -10,6 +10,7 @@ in ``failure`` and the caller decides between an HTTP error (nothing sent yet) a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from conformance import jsoncodec
@@ -111,7 +112,9 @@ class StreamNormalizer:
         # ``data: {"error": ...}`` closed so has its status and message relayed, not an empty stream.
         return self.feed_payload(obj)
 
-    def feed_payload(self, obj: Any) -> list[dict[str, Any]]:
+    def feed_payload(self, obj: Any, shown: Sequence[bool] = ()) -> list[dict[str, Any]]:
+        """The chunks of one upstream event, parsed. ``shown``: by position, the choices the upstream
+        showed output for where the proxy read the event as something else first (``shown_choices``)."""
         if self.failure is not None or self.closed:
             return []
         if not isinstance(obj, dict):
@@ -137,7 +140,7 @@ class StreamNormalizer:
         for position, raw in enumerate(choices):
             if not isinstance(raw, dict):
                 continue
-            choice = self._choice(raw, position)
+            choice = self._choice(raw, position, position < len(shown) and shown[position])
             if self.failure is not None:
                 return []
             if choice is not None:
@@ -331,12 +334,13 @@ class StreamNormalizer:
             )
         return state
 
-    def _choice(self, raw: dict[str, Any], position: int) -> dict[str, Any] | None:
+    def _choice(self, raw: dict[str, Any], position: int, shown: bool) -> dict[str, Any] | None:
         """The choice to send for one upstream choice (None: nothing to send), through the delta
         repairs in their order (field_repairs); a failure disguised as a finish lands in ``failure``."""
         state = self._state(raw, position)
         if state is None or state.stopped:
             return None
+        state.shown = state.shown or shown
         delta = self._delta.start(raw, state)
         try:
             for repair in self._repairs:

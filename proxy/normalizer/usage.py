@@ -19,6 +19,7 @@ __all__ = [
     "estimated_tokens",
     "generated_tokens",
     "nothing_generated",
+    "shown_choices",
     "sum_usage",
     "upstream_text",
     "within_limit",
@@ -73,14 +74,27 @@ def upstream_text(payload: Any) -> str:
     if not isinstance(choices, list):
         content = payload.get("content")
         return content if isinstance(content, str) else ""
+    return "".join(_choice_texts(choices))
+
+
+def shown_choices(payload: Any) -> tuple[bool, ...]:
+    """Whether each of an upstream's choices (by position) carries text as it sent it: where the proxy
+    reads that text as something else, the upstream lost none of it (text_lost, Q14) even where the
+    reading shows nothing yet (a JSON call envelope cut off before its function's name)."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    return tuple(bool(text) for text in _choice_texts(choices)) if isinstance(choices, list) else ()
+
+
+def _choice_texts(choices: list[Any]) -> list[str]:
     texts = []
     for choice in choices:
         if not isinstance(choice, dict):
+            texts.append("")
             continue
         part = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice.get("message")
         text = part.get("content") if isinstance(part, dict) else choice.get("text")
         texts.append(text if isinstance(text, str) else "")
-    return "".join(texts)
+    return texts
 
 
 def clean_usage(raw: Any) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ bounded too, at ``HELD_CHARS``: far more than the words any grammar lets come be
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from conformance.api_errors import APIError
@@ -78,7 +79,10 @@ class ForcedCall(Attempts):
         refuses JSON output), which then counts as failed; and whether the answer was cut by its token
         limit before any call. The client's own request refused, or any other failure, is raised:
         nothing was sent yet."""
-        reading = EmulatedCalls if attempt.way == "json_output" else None  # (the JSON read as the call)
+        # (the JSON read as the call)
+        reading = (
+            partial(EmulatedCalls, attempt.names, required=True) if attempt.way == "json_output" else None
+        )
         source = self._current = self._builder.build(attempt.body, reading=reading)
         try:
             held, cut = await self._called(source, await source.start(), cut_goes)

@@ -27,7 +27,13 @@ from ..normalizer import (
     within_limit,
 )
 from ..normalizer.plain_chunks import Encode, PlainChunks
-from ..normalizer.usage import USAGE_ESTIMATED, estimated_tokens, generated_tokens, upstream_text
+from ..normalizer.usage import (
+    USAGE_ESTIMATED,
+    estimated_tokens,
+    generated_tokens,
+    shown_choices,
+    upstream_text,
+)
 from ..reshape import synthesize_chunks
 from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 from .base import Source
@@ -211,7 +217,9 @@ class UpstreamSource(Source):
                 raise APIError.make("the upstream server sent a body that is not valid JSON", 502) from None
         generated = upstream_text(obj)  # what the upstream generated, before the proxy reads it
         generated_count = generated_tokens(obj)
+        shown: tuple[bool, ...] = ()
         if self._call.translate is not None:
+            shown = shown_choices(obj)
             obj = self._call.translate(obj)
         body = normalize_body(
             obj,
@@ -219,6 +227,7 @@ class UpstreamSource(Source):
             repairs=self._repairs,
             identity=self.identity,
             unshown_tokens=self._unshown_tokens,
+            shown=shown,
         )
         self._learn()
         if self._asks_chat_logprobs() and _logprobs_unfilled(body):
@@ -330,7 +339,7 @@ class UpstreamSource(Source):
             if translate is not None and block.data is not None and block.data.strip()[:1] == "{":
                 payload = jsoncodec.loads(block.data)
                 self._raw_events += bool(upstream_text(payload))
-                out += normalizer.feed_payload(translate(payload))
+                out += normalizer.feed_payload(translate(payload), shown_choices(payload))
             else:
                 out += normalizer.feed(block)
             if normalizer.failure is not None:

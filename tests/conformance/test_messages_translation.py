@@ -381,6 +381,30 @@ def test_a_whole_completion_becomes_a_message() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("arguments", "whole"),
+    [
+        ('{\n  "city": "Paris",\n  "days":', {"city": "Paris"}),
+        ('{"city": "Par', {}),
+        ('{"a": {"b": "x,y"}, "c": [1, 2', {"a": {"b": "x,y"}, "c": [1]}),
+        ("", {}),
+    ],
+)
+def test_a_call_cut_by_the_limit_is_the_last_block_with_its_whole_members(
+    arguments: str, whole: dict[str, Any]
+) -> None:
+    """Anthropic keeps a ``tool_use`` the limit cut as the last block (its docs: retry with a higher
+    ``max_tokens`` if it is one); streamed, its ``input_json_delta`` carried the text so far. Black-box
+    testing found the whole answer left the block out: the two modes differed."""
+    call = {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    chat = {"model": "m", "choices": [{"index": 0, "message": message, "finish_reason": "length"}]}
+    answer = message_from_chat(chat, None)
+    assert answer["stop_reason"] == "max_tokens"
+    (block,) = answer["content"]
+    assert (block["type"], block["name"], block["input"]) == ("tool_use", "get_weather", whole)
+
+
 def stream_of(chunks: list[dict[str, Any]], stops: tuple[str, ...] = ()) -> bytes:
     output = MessagesOutput("m", stops)
     return output.opening(chunks[:1]) + output.events(chunks[1:]) + asyncio.run(output.tail(None, None))

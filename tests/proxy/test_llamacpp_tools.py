@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -236,3 +237,76 @@ def test_an_earlier_calls_arguments_that_are_not_json_are_sent_as_llama_server_p
         answer = httpx.post(proxy + CHAT, json=ASK | {"messages": turns}, timeout=30)
     assert answer.status_code == 200, answer.text
     assert _call_arguments(upstream.bodies(CHAT)[0]) == [sent or arguments]
+
+
+def _cut_upstream(written: str) -> RecordingUpstream:
+    """llama-server with a template that shows no tools, its answer ``written`` (the JSON output's first
+    tokens) cut off by the token limit, streamed as llama-server streams, or whole."""
+
+    async def chat(req: Request) -> Response:
+        body = await req.json()
+        upstream.seen.append((req.url.path, body))
+        usage = {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": written}
+            return JSONResponse(
+                upstream_answer(
+                    True, [{"index": 0, "message": message, "finish_reason": "length"}], usage=usage
+                )
+            )
+        deltas = [
+            ({"role": "assistant", "content": None}, None),
+            ({"content": written}, None),
+            ({}, "length"),
+        ]
+        chunks = [
+            {
+                **upstream_answer(True, [{"index": 0, "delta": delta, "finish_reason": finish}]),
+                "object": "chat.completion.chunk",
+            }
+            for delta, finish in deltas
+        ]
+        chunks.append({**upstream_answer(True, []), "object": "chat.completion.chunk", "usage": usage})
+        lines = [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks] + [b"data: [DONE]\n\n"]
+        return StreamingResponse(iter(lines), media_type="text/event-stream")
+
+    async def props(req: Request) -> Response:
+        return JSONResponse(_props(False))
+
+    upstream = RecordingUpstream([Route(CHAT, chat, methods=["POST"]), Route("/props", props)])
+    return upstream
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_call_cut_before_its_name_is_no_text_and_no_lost_text(stream: bool) -> None:
+    """Black-box testing against llama-server b11434 (no tool template, Gemma 3 270M): a forced call cut
+    at 3 tokens answered ``{"tool_call": {"`` as content, or a 502 that called the upstream's text lost
+    (the proxy had read it as the envelope). Now the call its choice names, or nothing, finished
+    ``length``."""
+    upstream = _cut_upstream('{"tool_call": {"')
+    named = {"type": "function", "function": {"name": "get_time"}}
+    with run_asgi(upstream.app) as url, run_proxy(url) as proxy:
+        client = openai.OpenAI(base_url=proxy + "/v1", api_key="none", max_retries=0)
+        answers = []
+        for choice in (named, "required"):
+            if stream:
+                chunks = list(
+                    client.chat.completions.create(**ASK, tool_choice=choice, max_tokens=3, stream=True)
+                )
+                content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                calls = [
+                    (call.function.name, call.function.arguments)
+                    for c in chunks
+                    if c.choices
+                    for call in c.choices[0].delta.tool_calls or ()
+                ]
+                finish = [
+                    c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+                ]
+                answers.append((content, calls, finish))
+            else:
+                choice_ = client.chat.completions.create(**ASK, tool_choice=choice, max_tokens=3).choices[0]
+                calls = [(c.function.name, c.function.arguments) for c in choice_.message.tool_calls or ()]
+                answers.append((choice_.message.content or "", calls, [choice_.finish_reason]))
+    # Named: that function's call, its arguments not begun; ``required`` of two: no name written, no call.
+    assert answers == [("", [("get_time", "")], ["length"]), ("", [], ["length"])]

@@ -146,3 +146,31 @@ def test_an_envelope_that_does_not_parse_was_cut_whatever_the_finish_says() -> N
     assert answer["finish_reason"] == "length"
     assert answer["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Os'
     assert EmulatedCalls()(_body("[1, 2", "stop")) == _body("[1, 2", "stop")  # not the envelope: as it came
+
+
+def test_a_forced_call_cut_before_its_name_is_the_call_its_choice_names_never_text() -> None:
+    """Black-box testing found a forced call cut at 3 tokens answered as ``{"tool_call": {"`` in the
+    content, on chat, Responses and Messages: the proxy's own envelope shown as the model's text."""
+    cut = '{"tool_call": {"'
+    answer = EmulatedCalls(["get_time"], required=True)(_body(cut, "length"))["choices"][0]
+    assert answer["finish_reason"] == "length"
+    assert answer["message"]["content"] is None
+    assert answer["message"]["tool_calls"][0]["function"] == {"name": "get_time", "arguments": ""}
+    # Several functions: the part of the name written tells which, else there is no call to show.
+    two = ["get_time", "get_weather"]
+    begun = EmulatedCalls(two, required=True)(_body('{"tool_call": {"name": "get_w', "length"))
+    assert begun["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    for text in ('{"tool_call": {"name": "get_', "{\n  "):
+        unknown = EmulatedCalls(two, required=True)(_body(text, "length"))["choices"][0]
+        assert (unknown["message"]["content"], unknown["finish_reason"]) == ("", "length")
+        assert "tool_calls" not in unknown["message"]
+
+
+def test_under_auto_a_cut_answer_is_a_call_once_its_key_says_so() -> None:
+    called = EmulatedCalls(["get_time"])(_body('{\n  "tool_c', "length"))["choices"][0]
+    assert called["message"]["tool_calls"][0]["function"] == {"name": "get_time", "arguments": ""}
+    # A response's or a call's: not told yet, so the text it was (empty would read as lost text, Q14).
+    assert EmulatedCalls(["get_time"])(_body('{"', "length")) == _body('{"', "length")
+    # A whole name that is no function's is no call of these.
+    stray = '{"tool_call": {"name": "get_timer", "'
+    assert EmulatedCalls(["get_time"])(_body(stray, "length")) == _body(stray, "length")

@@ -143,12 +143,47 @@ def _blocks(message: Mapping[str, Any], cut: bool) -> list[dict[str, Any]]:
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping):
             continue
-        given = call_input(function.get("arguments"))
-        if given is None and cut:
-            continue  # cut off by the token limit: no call a client could run (stop_reason max_tokens)
+        arguments = function.get("arguments")
+        given = call_input(arguments)
+        if given is None and cut and isinstance(arguments, str):
+            given = _whole_members(arguments)
         name = str(function.get("name") or "")
         blocks.append({"type": "tool_use", "id": new_id("toolu"), "name": name, "input": given or {}})
     return blocks
+
+
+_CLOSING = {"{": "}", "[": "]"}
+_CUTS_TRIED = 32  # (from the end back: a member is whole at one of the last few cuts)
+
+
+def _whole_members(arguments: str) -> dict[str, Any]:
+    """The members of a call's arguments cut off by the token limit that came whole, as an object; {}
+    where none did. Anthropic answers such a call as a ``tool_use`` block beside ``stop_reason:
+    "max_tokens"`` (its docs: retry with a higher ``max_tokens`` "if the last content block is an
+    incomplete tool_use"); streamed, its ``input_json_delta`` carries the text as far as it came. The
+    non-streamed answer left the block out, so the two modes differed (found by black-box testing)."""
+    closers: list[str] = []
+    cuts: list[tuple[int, str]] = []  # where the text may end: before a comma, after a closed value
+    quoted = escaped = False
+    for at, char in enumerate(arguments):
+        if quoted:
+            escaped, quoted = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            quoted = True
+        elif char in _CLOSING:
+            closers.append(_CLOSING[char])
+        elif char in "}]" and closers:
+            closers.pop()
+            cuts.append((at + 1, "".join(reversed(closers))))
+        elif char == ",":
+            cuts.append((at, "".join(reversed(closers))))
+    for cut, closing in reversed(cuts[-_CUTS_TRIED:]):
+        try:
+            value = json.loads(arguments[:cut] + closing)
+        except ValueError:
+            continue
+        return value if isinstance(value, dict) else {}
+    return {}
 
 
 def message_from_chat(
