@@ -19,9 +19,9 @@ far, or the call with its arguments so far (as OpenAI's cut-off call), also one 
 where the part of its name written (or the forced choice) tells the function; never the envelope, but
 for an ``auto`` answer cut before it said whether it is a call or a response (an empty answer finished
 ``length`` reads as the upstream's lost text, Q14, to any judge but the proxy, which read the text).
-The client's ``stop`` is not sent (it would cut the JSON): the proxy cuts the response's text at it, as it does for
-upstreams that ignore it (Q76). Each function's ``$defs`` are renamed and moved to the root of the
-answer's schema (conformance/schema_refs.py), where its ``$ref``s then point.
+The client's ``stop`` is not sent (it would cut the JSON): the proxy cuts the response's text at it, as
+it does for upstreams that ignore it (Q76). Each function's ``$defs`` are renamed and moved to the root
+of the answer's schema (conformance/schema_refs.py), where its ``$ref``s then point.
 """
 
 from __future__ import annotations
