@@ -176,15 +176,15 @@ def test_a_cut_call_on_responses_is_incomplete_at_max_output_tokens_with_usage_w
 
 @pytest.mark.slow
 def test_a_cut_call_on_messages_stops_at_max_tokens_with_usage_within_them() -> None:
-    """A ``tool_use`` block's ``input`` is an object: a cut call has none, so the whole Message leaves
-    the call out (no block a client would run); a stream has sent its ``input_json_delta`` fragments
-    already, and ends ``stop_reason: "max_tokens"``, as Anthropic's own does for a call cut there."""
+    """A call cut there is the Message's last block, as Anthropic keeps it (for the client to retry with a
+    higher ``max_tokens``), its ``input`` the members that came whole (none here); a stream has sent its
+    ``input_json_delta`` fragments, and ends ``stop_reason: "max_tokens"`` alike."""
     with _proxied(CUT, 71) as url:
         client = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0)
         whole = client.messages.create(**_messages())
         response = httpx.post(url + "/v1/messages", json=_messages(stream=True), timeout=10)
     assert whole.stop_reason == "max_tokens"
-    assert [block.type for block in whole.content] == []
+    assert [(block.type, getattr(block, "input", None)) for block in whole.content] == [("tool_use", {})]
     assert whole.usage.output_tokens == LIMIT
     assert response.status_code == 200
     events = _events(response.text)
