@@ -71,6 +71,12 @@ class Source:
             return None
         return encode(batch) if batch else b""
 
+    def whole_lines(self) -> bytes | None:
+        """The rest of the stream as the core's data lines where the source has ended while it started
+        (an answer read whole and judged so, upstream.py): the writer sends them with the opening and
+        the end in one write. None for any other stream."""
+        return None
+
     @property
     def failure(self) -> APIError | None:
         """What ended the source after ``start()`` returned, if anything did."""

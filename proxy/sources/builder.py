@@ -92,6 +92,10 @@ class SourceBuilder:
     max_line_bytes: int
     first_byte_timeout: float
     fan_out: bool
+    lines: bool = False
+    """Whether the client reads a single request's stream as the core's data lines (``next_lines``
+    only, never ``next_batch``): an answer read whole may then be judged through the relay of plain
+    chunks (``UpstreamSource``)."""
 
     def fans_out(self, body: dict[str, Any]) -> bool:
         """Whether ``body`` goes to the upstream as several requests."""
@@ -110,7 +114,7 @@ class SourceBuilder:
         info = info or self.info
         parts = _split(self.endpoint, body, info) if self.fan_out else None
         if parts is None:
-            return self._single(body, info, reading=reading)
+            return self._single(body, info, reading=reading, lines=self.lines)
         serial = bool(self.upstream.traits.serial)
         if serial:
             # One request at a time, each answered whole: streamed at once, they would break each other off.
@@ -133,6 +137,7 @@ class SourceBuilder:
         index_base: int = 0,
         *,
         reading: Callable[[], Translate] | None = None,
+        lines: bool = False,
     ) -> UpstreamSource:
         if request.names_stop and self.adapter.reports_stopping_word:
             body = with_stop_asked(body)  # (the client's protocol names the stop sequence met)
@@ -149,4 +154,5 @@ class SourceBuilder:
             identity=None if first is None else first.identity,
             index_base=index_base,
             emit_usage=self.info.include_usage or not self.info.stream,
+            lines=lines,
         )

@@ -23,6 +23,7 @@ bounded too, at ``HELD_CHARS``: far more than the words any grammar lets come be
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -45,7 +46,7 @@ class ForcedCall(Attempts):
     """The source of a chat request whose ``tool_choice`` forces a call (``kind``), on one upstream."""
 
     def __init__(self, builder: SourceBuilder, body: dict[str, Any], kind: ForcedKind) -> None:
-        self._builder = builder
+        self._builder = replace(builder, lines=False)  # (each answer is read by batch while it is held)
         self._body = body
         self._kind = kind
         self._current: Source | None = None

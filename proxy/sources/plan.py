@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance import jsoncodec
-from conformance.protocols.front_end import FrontEnd, Output, Translation
+from conformance.protocols.front_end import DataLines, FrontEnd, Output, Translation
 from conformance.protocols.sampling import with_stated_sampling
 from conformance.request_info import RequestInfo
 
@@ -66,8 +66,9 @@ class RequestPlan:
             assert self.translation.refusal is not None
             raise self.translation.refusal
         body, sampling = await self._sampled(replica, self.translation.body)
-        source = await self._translated(replica, body)
-        return source, self.translation.output(self.info.model, sampling)
+        output = self.translation.output(self.info.model, sampling)
+        lines = self.info.stream and isinstance(output, DataLines)  # (read by ``next_lines`` alone)
+        return await self._translated(replica, body, lines), output
 
     async def _sampled(
         self, replica: Replica, body: dict[str, Any]
@@ -80,7 +81,7 @@ class RequestPlan:
         sampling = await replica.adapter.sampling_defaults(replica.upstream)
         return (body if sampling is not None else with_stated_sampling(body)), sampling
 
-    async def _translated(self, replica: Replica, body: dict[str, Any]) -> Source:
+    async def _translated(self, replica: Replica, body: dict[str, Any], lines: bool) -> Source:
         upstream, adapter, names, config = replica.upstream, replica.adapter, replica.names, replica.config
         info, endpoint = self.info, self.front_end.endpoint
         body = fitted_request(upstream.traits, body, info)
@@ -99,6 +100,7 @@ class RequestPlan:
             max_line_bytes=config.max_line_bytes,
             first_byte_timeout=config.first_byte_timeout,
             fan_out=config.fan_out,
+            lines=lines,
         )
         if builder.fans_out(body):
             if upstream.traits.serial is None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from conformance import jsoncodec
 from conformance.api_errors import APIError
+from conformance.protocols.front_end import CHUNKS
 from conformance.request_info import RequestInfo
 from conformance.sse import SSELineTooLong, SSEParser
 
@@ -73,6 +74,7 @@ class UpstreamSource(Source):
         repairs: Repairs | None = None,
         index_base: int = 0,
         emit_usage: bool | None = None,
+        lines: bool = False,
     ) -> None:
         self._upstream = upstream
         self._adapter = adapter
@@ -99,6 +101,8 @@ class UpstreamSource(Source):
         self._parser = SSEParser(max_line_bytes=max_line_bytes)
         self._plain: PlainChunks | None = None  # once the writer asks for data lines (next_lines)
         self._held = b""  # whole data events read and parsed, not yet normalized (``_events_batch``)
+        self._lines = lines  # the client reads data lines (``next_lines``) only: ``SourceBuilder.lines``
+        self._ready: bytes | None = None  # the data lines of a read judged while starting, not yet sent
         self._starting = False
         self._stream: UpstreamStream | None = None
         self._pending: bytes | None = None
@@ -262,9 +266,12 @@ class UpstreamSource(Source):
         """The next chunks as data lines: a chat stream's chunks that need no repair relayed by their
         bytes (``PlainChunks``), the others normalized and ``encode``d as ``next_batch`` would give them.
         One coroutine deep to the upstream's read: each level more cost every read (issue 35)."""
+        if self._ready is not None:
+            ready, self._ready = self._ready, None
+            return ready
         plain = self._plain
         if plain is None:
-            if self._request.endpoint != "chat" or self._call.translate is not None:
+            if not self._relays:
                 return await super().next_lines(encode)
             plain = self._plain = PlainChunks(self.normalizer, self._parser, encode)
         if self._ended or self._stream is None:
@@ -272,26 +279,42 @@ class UpstreamSource(Source):
         try:
             held, self._held = self._held, b""
             if held:
-                lines = plain.lines(held)
-            else:
-                raw = await self._read()
-                events = None if raw is None else self._parser.data_events(raw)
-                if events is None:  # the stream's end, or a read of other events or a cut one
-                    plain.forget()  # (the normalizer sees it: what the relay learned may no longer hold)
-                    if raw is None:
-                        return plain.encode(await self._finish(self._parser.close()))
-                    return plain.encode(await self._blocks_batch(raw))
-                lines = plain.lines(events)
-            if self.normalizer.failure is not None:
-                await self._end()
-                return lines
-            if not self._after_read_due:  # (most reads)
-                return lines
-            tail = await self._after_read()
-            return lines + plain.encode(tail) if tail else lines
+                return await self._lines_of(plain, held)
+            raw = await self._read()
+            events = None if raw is None else self._parser.data_events(raw)
+            if events is None:  # the stream's end, or a read of other events or a cut one
+                plain.forget()  # (the normalizer sees it: what the relay learned may no longer hold)
+                if raw is None:
+                    return plain.encode(await self._finish(self._parser.close()))
+                return plain.encode(await self._blocks_batch(raw))
+            return await self._lines_of(plain, events)
         except (SSELineTooLong, ValueError, APIError) as exc:
             await self._failed(exc)
             return None
+
+    def whole_lines(self) -> bytes | None:
+        if self._ready is None or not self._ended:
+            return None
+        ready, self._ready = self._ready, None
+        return ready
+
+    @property
+    def _relays(self) -> bool:
+        """Whether chunks that need no repair may be relayed by their bytes: a chat stream read as it
+        came (``PlainChunks`` serves one choice)."""
+        return self._request.endpoint == "chat" and self._call.translate is None
+
+    async def _lines_of(self, plain: PlainChunks, events: bytes) -> bytes:
+        """The data lines of whole data ``events`` (``SSEParser.data_events``), the plain chunks relayed;
+        the stream's last chunks after them where the upstream is done."""
+        lines = plain.lines(events)
+        if self.normalizer.failure is not None:
+            await self._end()
+            return lines
+        if not self._after_read_due:  # (most reads)
+            return lines
+        tail = await self._after_read()
+        return lines + plain.encode(tail) if tail else lines
 
     async def _failed(self, exc: Exception) -> None:
         """The source ended by a failure of the stream's framing or the transport's (the normalizer
@@ -355,7 +378,13 @@ class UpstreamSource(Source):
         whose upstream reported an error in the read that began it, is still judged whole before its
         status is chosen. Any other failure in the held rest (an event that is not JSON, a choice
         index past those asked for) then ends the stream with its error event after the first chunk,
-        as it would had it come in the next read."""
+        as it would had it come in the next read.
+
+        An answer read whole is judged through the relay of plain chunks where the client reads data
+        lines (``_lines``) and the stream may be relayed (``_relays``), its lines kept for the first
+        ``next_lines``: its status waits for no more than relaying its chunks. Normalized one by one,
+        a short answer's 16 chunks were most of the proxy's CPU before its first byte
+        (bench/RESULTS.md, issue 35's fourth profile)."""
         normalizer = self.normalizer
         out: list[dict[str, Any]] = []
         start, end = 0, len(events)
@@ -366,8 +395,14 @@ class UpstreamSource(Source):
             if normalizer.failure is not None:
                 await self._end()
                 return out
-            if out and self._starting and start < end and not _may_end(events, start):
-                self._held = events[start:]
+            if out and self._starting and start < end:
+                if not _may_end(events, start):
+                    self._held = events[start:]
+                elif self._lines and self._relays:
+                    self._plain = self._plain or PlainChunks(normalizer, self._parser, CHUNKS.events)
+                    self._ready = await self._lines_of(self._plain, events[start:])
+                else:
+                    continue
                 return out
         return out + await self._after_read()
 
