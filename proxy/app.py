@@ -131,7 +131,7 @@ def create_app(config: ProxyConfig) -> Starlette:
                 allow_origins=list(config.cors_origins),
                 allow_methods=["*"],
                 allow_headers=["*"],
-                expose_headers=["x-request-id"],  # so that browser code can read it
+                expose_headers=["x-request-id", "request-id"],  # so that browser code can read it
             )
         )
     # Inside the access log, so that a 500 is logged and counted and carries its x-request-id.

@@ -231,7 +231,9 @@ class ObservabilityMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 exchange.status = message["status"]
-                message["headers"] = [*message.get("headers", ()), (b"x-request-id", raw_id)]
+                # Under both names the SDKs read: OpenAI's ``x-request-id``, Anthropic's ``request-id``.
+                headers = [*message.get("headers", ()), (b"x-request-id", raw_id), (b"request-id", raw_id)]
+                message["headers"] = headers
             await send(message)
 
         self.metrics.in_flight.inc()

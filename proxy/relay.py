@@ -171,7 +171,7 @@ def _relayed_headers(
             continue  # CORS: the proxy's own policy (--cors-origin) answers browsers, not the upstream's
         if not usable_retry_header(name, value) or (decoded and name == b"content-encoding"):
             continue  # (a retry header holding no delay: an upstream was seen to put its key there)
-        if name == b"x-request-id":
+        if name in (b"x-request-id", b"request-id"):  # (the proxy's own id goes under both names)
             name = _UPSTREAM_REQUEST_ID
         elif name in (b"location", b"content-location"):
             value = client_location(value)

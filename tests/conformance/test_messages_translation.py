@@ -294,6 +294,57 @@ def test_schema_refusals_name_the_field_as_anthropic_does(body: Any, said: str) 
     assert (status, error["error"]["message"]) == (400, said)
 
 
+THINKING = {"type": "enabled", "budget_tokens": 1024}
+PREFILL = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            request(messages=[{"role": "user", "content": [{"type": "text", "text": ""}]}]),
+            "messages: text content blocks must be non-empty",
+        ),
+        (
+            request(messages=[*PREFILL, {"role": "assistant", "content": "The answer is "}]),
+            "messages: final assistant content cannot end with trailing whitespace",
+        ),
+        (
+            request(
+                messages=[*PREFILL, {"role": "assistant", "content": [{"type": "text", "text": "So\n"}]}]
+            ),
+            "messages: final assistant content cannot end with trailing whitespace",
+        ),
+        (
+            request(max_tokens=2048, thinking=THINKING, temperature=0.2),
+            "`temperature` may only be set to 1 when thinking is enabled.",
+        ),
+        (
+            request(
+                max_tokens=2048,
+                thinking={"type": "adaptive"},
+                tools=[WEATHER],
+                tool_choice={"type": "tool", "name": "get_weather"},
+            ),
+            "Thinking may not be enabled when tool_choice forces tool use.",
+        ),
+    ],
+)
+def test_requests_anthropic_refuses_are_its_400s_in_its_words(body: Any, said: str) -> None:
+    """Black-box testing found each served, where Anthropic answers a 400 (its words as its clients
+    quote them in public reports): a client tried against this server would break on Anthropic's."""
+    status, error = refusal(body)
+    assert (status, error["error"]["message"]) == (400, said)
+
+
+def test_what_anthropic_takes_beside_those_refusals_is_served() -> None:
+    inner = [*PREFILL, {"role": "assistant", "content": "Sure. "}, {"role": "user", "content": "Go on."}]
+    assert translate_request(request(messages=inner)).chat["messages"][1]["content"] == "Sure. "
+    assert translate_request(request(messages=[*PREFILL, {"role": "assistant", "content": "The answer"}]))
+    thinking = translate_request(request(max_tokens=2048, thinking=THINKING, temperature=1, tools=[WEATHER]))
+    assert thinking.chat["temperature"] == 1
+
+
 @pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
 def test_a_forced_choice_without_tools_is_anthropics_400(choice: dict[str, Any]) -> None:
     """Dropped with the tools it had none of, the choice left the model to answer text under a forced call

@@ -220,6 +220,9 @@ def test_messages_tool_choice_any_ignored_is_a_tool_use_by_the_named_function() 
     assert [(block.type, getattr(block, "input", None)) for block in message.content] == [
         ("tool_use", json.loads(ARGUMENTS))
     ]
+    # The SDK's ``_request_id`` reads Anthropic's ``request-id`` header (None before: found by black-box
+    # testing).
+    assert message._request_id is not None and message._request_id.startswith("req_")
 
 
 # -- a text answer cut by the limit teaches nothing ------------------------------------------------

@@ -574,6 +574,7 @@ def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -
         # under another name.
         assert len(response.headers.get_list("date")) == len(response.headers.get_list("server")) == 1
         assert response.headers["x-request-id"].startswith("req_")
+        assert response.headers["request-id"] == response.headers["x-request-id"]  # (Anthropic's name)
         assert response.headers["x-upstream-request-id"] == "up-1"
         # Headers named by Connection are hop-by-hop, in both directions (RFC 9110 7.6.1).
         httpx.get(proxy + "/v1/files", headers={"connection": "x-hop", "x-hop": "1"}, timeout=10)

@@ -29,6 +29,9 @@ parameter). What is translated, and why (docs/messages.md):
   ``json_schema``), ``stream`` (with ``stream_options.include_usage``: a Message carries its usage);
 - ``cache_control`` anywhere, ``service_tier``, ``container``, ``context_management`` and the other
   settings are accepted and have nothing to do here.
+
+What Anthropic refuses beyond its schema is refused in its words: an empty text block, a final assistant
+turn ending in whitespace, and beside ``thinking`` a temperature but 1 or a forced tool.
 """
 
 from __future__ import annotations
@@ -111,7 +114,10 @@ def _take_block(turn: _Turn, block: Any, where: str) -> None:
     if not isinstance(block, Mapping) or not isinstance(kind, str):
         raise MessagesError(f"{where}: a content block must be an object with a 'type'.")
     if kind == "text":
-        turn.parts.append({"type": "text", "text": str(block.get("text", ""))})
+        text = str(block.get("text", ""))
+        if not text:  # (Anthropic's words; a template shows an empty turn as the model's to fill)
+            raise MessagesError("messages: text content blocks must be non-empty")
+        turn.parts.append({"type": "text", "text": text})
     elif kind == "image":
         turn.parts.append(_image(block, where))
     elif kind == "tool_use":
@@ -270,7 +276,21 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     for index, message in enumerate(given):
         conversation.add(message, index)
     conversation.end()
+    _check_prefill(given[-1])
     return conversation.chat_messages()
+
+
+def _check_prefill(last: Any) -> None:
+    """A final assistant turn (the start of the answer, which the model goes on from) may not end in
+    whitespace (Anthropic's 400): a tokenizer splits a trailing space from the word it belongs to, and
+    the model then writes the word after a space of its own."""
+    if not isinstance(last, Mapping) or last.get("role") != "assistant":
+        return
+    content = last.get("content")
+    if isinstance(content, list) and content and isinstance(content[-1], Mapping):
+        content = content[-1].get("text") if content[-1].get("type") == "text" else None
+    if isinstance(content, str) and content != content.rstrip():
+        raise MessagesError("messages: final assistant content cannot end with trailing whitespace")
 
 
 def _unanswered(at: int, ids: list[str]) -> MessagesError:
@@ -337,6 +357,20 @@ def _check_names(tools: list[Any]) -> None:
         raise MessagesError("tools: Tool names must be unique.")
 
 
+def _check_thinking(body: Mapping[str, Any]) -> None:
+    """What Anthropic refuses beside thinking (its 400s, in its words): a temperature but 1, and a
+    forced tool (the model would have to call before it thinks)."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, Mapping) or thinking.get("type") not in ("enabled", "adaptive"):
+        return
+    temperature = body.get("temperature")
+    if temperature is not None and temperature != 1:
+        raise MessagesError("`temperature` may only be set to 1 when thinking is enabled.")
+    choice = body.get("tool_choice")
+    if isinstance(choice, Mapping) and choice.get("type") in ("any", "tool"):
+        raise MessagesError("Thinking may not be enabled when tool_choice forces tool use.")
+
+
 def _effort(body: Mapping[str, Any]) -> str | None:
     """``reasoning_effort`` from ``output_config.effort``, else from ``thinking``'s budget."""
     config = body.get("output_config")
@@ -381,6 +415,7 @@ def _settings(body: Mapping[str, Any]) -> dict[str, Any]:
 def translate_request(body: Mapping[str, Any]) -> ChatTranslation:
     """The chat request for the Messages request ``body`` (see the module's docstring)."""
     chat: dict[str, Any] = {"messages": _messages(body)}
+    _check_thinking(body)
     if isinstance(body.get("model"), str):
         chat["model"] = body["model"]
     tools = _tools(body.get("tools"))
