@@ -101,6 +101,41 @@ def test_a_penalty_out_of_range_is_refused_naming_it(
     assert seen == []
 
 
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"service_tier": "ultra"}, "service_tier"),
+        ({"max_tool_calls": -1}, "max_tool_calls"),
+        ({"prompt_cache_key": "k" * 65}, "prompt_cache_key"),
+        ({"include": ["reasoning.everything"]}, "include[0]"),
+    ],
+)
+def test_values_the_spec_bounds_are_refused_naming_them(
+    openai_upstream: tuple[str, list[dict[str, Any]]], extra: dict[str, Any], param: str
+) -> None:
+    """Black-box testing found each served: a client would learn of its mistake only from another
+    server."""
+    url, seen = openai_upstream
+    response = httpx.post(url + "/v1/responses", json={"model": "m", "input": "Hi", **extra}, timeout=10)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert seen == []
+
+
+def test_null_tools_choice_text_and_others_the_spec_allows_are_served(
+    openai_upstream: tuple[str, list[dict[str, Any]]],
+) -> None:
+    """Open Responses takes null for these (its compliance suite's clients send them): they were 400s
+    ("Invalid type for 'tools': expected an array, but got null instead")."""
+    url, seen = openai_upstream
+    nulls = dict.fromkeys(("tools", "tool_choice", "text", "reasoning", "metadata", "max_tool_calls"))
+    given = {**nulls, "service_tier": "flex", "prompt_cache_key": "k" * 64, "include": []}
+    response = httpx.post(url + "/v1/responses", json={"model": "m", "input": "Hi", **given}, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.json()["output"][0]["content"][0]["text"] == "Hi there"
+    assert "tools" not in seen[0] and "tool_choice" not in seen[0]
+
+
 @pytest.fixture
 def llama_server() -> Iterator[tuple[str, LlamaServer]]:
     fake = LlamaServer()
