@@ -117,7 +117,7 @@ class Backend:
         if plan is not None:
             req.sampling.grammar = plan.gbnf
             req.sampling.grammar_triggers = plan.triggers
-        req.tool_format = fmt.bound(req.tools)
+        req.tool_format = fmt.bound(req.tools, req.tool_choice)
         system = None
         if isinstance(fmt, Generic):
             system = fmt.system_prompt(

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 __all__ = [
     "INSTRUCTION",
     "REQUIRED_INSTRUCTION",
+    "cut_call_name",
     "decode_json_at",
     "partial_call",
     "partial_response",
@@ -43,6 +44,9 @@ _CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
 _CALL_OPEN = re.compile(
     r'\s*\{\s*"tool_call"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"arguments"\s*:\s*(.*)', re.DOTALL
 )
+_CALL_KEYS = ('{"tool_call":{"name":"', '{"tool_calls":[{"name":"')
+_NAME_BEGUN = re.compile(r'\{"tool_calls?":\[?\{"name":"([^"\\]*)(")?')
+"""A call's envelope up to its name, and the name as far as it was written, read without whitespace."""
 _COMMA = re.compile(r"\s*,")
 _STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')  # a JSON string's text up to its closing quote
 
@@ -84,6 +88,24 @@ def partial_call(text: str) -> tuple[str, str] | None:
     as far as they came, finished ``length``); None for any other answer."""
     opened = _CALL_OPEN.match(text)
     return None if opened is None else (opened.group(1), opened.group(2).rstrip())
+
+
+def cut_call_name(text: str, names: Sequence[str], *, required: bool) -> str | None:
+    """The one function of ``names`` that an answer cut off before its (first) call's arguments can be
+    of: the one matching the part of its name written, where the answer began a call, or could be
+    nothing else (``required``: the choice forced one); None where several can, or where it may yet
+    have been a reply. Found by black-box testing: a forced call cut at 3 tokens was shown as its
+    envelope's text (``{"tool_call": {"``)."""
+    compact = "".join(text.split())  # (a function's name holds no whitespace)
+    begun = _NAME_BEGUN.match(compact)
+    if begun is not None:
+        written, closed = begun.group(1), begun.group(2) is not None
+    elif any(key.startswith(compact) for key in _CALL_KEYS) and (required or len(compact) > len('{"')):
+        written, closed = "", False  # (``{"t``: a call's key, not a reply's)
+    else:
+        return None
+    fits = [name for name in names if (name == written if closed else name.startswith(written))]
+    return fits[0] if len(fits) == 1 else None
 
 
 def partial_response(text: str) -> str | None:

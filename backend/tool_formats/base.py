@@ -62,10 +62,16 @@ class ToolFormat(CallSyntax):
     """(A format bound to a request's tools) each function's parameters: how values a syntax writes as
     text are typed (Qwen3-Coder's ``"5"`` stays a string where the parameter is one)."""
 
-    def bound(self, tools: list[Tool]) -> ToolFormat:
-        """This format for one request: reading its answer with its tools' schemas."""
+    forced: tuple[str, ...] = ()
+    """(A format bound to a request whose choice forces a call) the functions the call may be of."""
+
+    def bound(self, tools: list[Tool], choice: ToolChoice) -> ToolFormat:
+        """This format for one request: reading its answer with its tools' schemas, and the functions a
+        forced choice allows."""
         bound = copy.copy(self)
         bound.schemas = {tool.name: tool.parameters for tool in tools}
+        if choice.mode in ("required", "named"):
+            bound.forced = tuple(tool.name for tool in allowed_tools(tools, choice))
         return bound
 
     def read(self, text: str, *, final: bool) -> ParsedOutput:

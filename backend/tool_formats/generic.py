@@ -30,6 +30,7 @@ from backend.tool_formats.grammar import allowed_tools, call_schema, many_calls,
 from conformance.generic_tools import (
     INSTRUCTION,
     REQUIRED_INSTRUCTION,
+    cut_call_name,
     partial_call,
     partial_response,
     whole_calls,
@@ -60,6 +61,10 @@ class Generic(ToolFormat):
                 return ParsedOutput(reply)
             if final and (cut := partial_call(text)) is not None:  # a call cut off: as it streamed
                 return ParsedOutput("", [ParsedCall(*cut)])
+            if final and (name := self._cut_name(text, schemas)) is not None:  # cut before its arguments
+                return ParsedOutput("", [ParsedCall(name, "")])
+            # Cut before it said what it is: the text it was (an empty answer finished "length" reads as
+            # lost text, Q14, to the proxy and the judge).
             return ParsedOutput(text if final else "")
         obj = found[0]
         calls: list[ParsedCall] = []
@@ -80,6 +85,12 @@ class Generic(ToolFormat):
 
     def partial_content(self, text: str) -> str | None:
         return partial_response(text)
+
+    def _cut_name(self, text: str, schemas: Schemas | None) -> str | None:
+        """The function of a call cut off before its arguments, where its name so far, or the forced
+        choice, tells it (``cut_call_name``)."""
+        names = self.forced or tuple(schemas or ())
+        return cut_call_name(text, names, required=bool(self.forced))
 
     def schema(
         self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None

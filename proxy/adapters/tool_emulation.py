@@ -33,7 +33,13 @@ from typing import Any
 
 from conformance import jsoncodec
 from conformance.api_errors import APIError
-from conformance.generic_tools import INSTRUCTION, REQUIRED_INSTRUCTION, partial_call, partial_response
+from conformance.generic_tools import (
+    INSTRUCTION,
+    REQUIRED_INSTRUCTION,
+    cut_call_name,
+    partial_call,
+    partial_response,
+)
 from conformance.request import content_texts
 from conformance.schema_refs import definitions_prefix, hoisted, localized
 
@@ -92,10 +98,6 @@ def without_tools(body: dict[str, Any]) -> dict[str, Any]:
     sent["messages"] = _without_tool_turns(body.get("messages"))
     return sent
 
-
-_CALL_KEY = '{"tool_call":{"name":"'
-_NAME_BEGUN = re.compile(r'\{"tool_call":\{"name":"([^"\\]*)(")?')
-"""A call's envelope up to its name, and the name as far as it was written, without whitespace."""
 
 _REFUSES_TOOLS = re.compile(r"tools param requires --jinja", re.IGNORECASE)
 """What a llama.cpp server started without ``--jinja`` answers a request with ``tools``: ik_llama.cpp
@@ -158,7 +160,7 @@ class EmulatedCalls:
     """The server's answers (a body, or a stream's chunks) read as the generic format's JSON: a call as
     ``tool_calls``, a response as its text. ``names``: the functions a call may be of; ``required``:
     the answer's schema holds a call only (``tool_choice`` forced it), so that an answer cut off before
-    its function's name is still a call where that name can be told (``_cut_name``), and never text."""
+    its function's name is still a call where that name can be told (``cut_call_name``), and never text."""
 
     def __init__(self, names: Sequence[str] = (), *, required: bool = False) -> None:
         self._texts: dict[Any, list[str]] = {}  # a streamed choice's content so far, by its index
@@ -247,24 +249,8 @@ class EmulatedCalls:
         or, cut before its arguments, the one function its name (or the forced choice) can be of."""
         if (call := partial_call(text)) is not None:
             return _tool_call(*call)
-        name = _cut_name(text, self._names, self._required)
+        name = cut_call_name(text, self._names, required=self._required)
         return None if name is None else _tool_call(name, "")
-
-
-def _cut_name(text: str, names: tuple[str, ...], required: bool) -> str | None:
-    """The one function of ``names`` that an answer cut off before its call's arguments can be of: the
-    one matching the part of its name written, where the answer began a call (or could be nothing
-    else); None where several can, or where it may yet have been a response."""
-    compact = "".join(text.split())  # (a function's name holds no whitespace)
-    begun = _NAME_BEGUN.match(compact)
-    if begun is not None:
-        written, closed = begun.group(1), begun.group(2) is not None
-    elif _CALL_KEY.startswith(compact) and (required or len(compact) > len('{"')):
-        written, closed = "", False  # (``{"t``: a call's key, not a response's)
-    else:
-        return None
-    fits = [name for name in names if (name == written if closed else name.startswith(written))]
-    return fits[0] if len(fits) == 1 else None
 
 
 def _tool_call(name: str, arguments: str) -> dict[str, Any]:

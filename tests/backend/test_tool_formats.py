@@ -266,6 +266,21 @@ def test_a_generic_call_cut_off_is_read_whole_as_it_streamed_not_as_its_envelope
     assert Generic().parse('{ "tool_call": {"na', final=True).content == '{ "tool_call": {"na'  # no name yet
 
 
+def test_a_generic_call_cut_before_its_arguments_is_the_call_its_name_or_choice_tells() -> None:
+    """As the proxy's JSON-output calls (conformance.generic_tools.cut_call_name): black-box testing found
+    a forced call cut at 3 tokens shown as its envelope's text."""
+    weather, time = Tool("get_weather", None, {"type": "object"}), Tool("get_time", None, {"type": "object"})
+    forced = Generic().bound([weather, time], ToolChoice("named", "get_time"))
+    assert forced.read('{"tool_call": {"', final=True).calls == [ParsedCall("get_time", "")]
+    auto = Generic().bound([weather, time], ToolChoice())
+    assert auto.read('{"tool_call": {"name": "get_w', final=True).calls == [ParsedCall("get_weather", "")]
+    many = Generic().bound([weather, time], ToolChoice("required"))
+    assert many.read('{"tool_calls": [{"name": "get_t', final=True).calls == [ParsedCall("get_time", "")]
+    # Which call, or whether a call at all, not told yet: the text it was.
+    assert auto.read('{"', final=True).content == '{"'
+    assert many.read('{"tool_call": {"name": "get_', final=True).content == '{"tool_call": {"name": "get_'
+
+
 # ---- the families beyond Hermes, Mistral and Llama 3: detection, and grammars that write what parses ----
 
 WEATHER = {
@@ -463,7 +478,7 @@ def test_a_format_bound_to_a_requests_tools_types_text_values_by_their_schema() 
         "<tool_call>\n<function=lookup>\n<parameter=zip>\n5\n</parameter>\n"
         "<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>"
     )
-    (call,) = QwenXml().bound([tool]).read(text, final=True).calls
+    (call,) = QwenXml().bound([tool], ToolChoice()).read(text, final=True).calls
     assert json.loads(call.arguments) == {"zip": "5", "n": 5}
     (unbound,) = QwenXml().read(text, final=True).calls
     assert json.loads(unbound.arguments) == {"zip": 5, "n": 5}
