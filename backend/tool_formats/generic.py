@@ -53,19 +53,7 @@ class Generic(ToolFormat):
     def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:
         found = decode_json_at(text, 0)
         if found is None or not isinstance(found[0], dict) or text[found[1] :].strip():
-            # Not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are.
-            whole = whole_calls(text, call_from_object)
-            if whole:
-                return ParsedOutput("", whole)
-            if final and (reply := partial_response(text)) is not None:  # a reply cut off by max_tokens
-                return ParsedOutput(reply)
-            if final and (cut := partial_call(text)) is not None:  # a call cut off: as it streamed
-                return ParsedOutput("", [ParsedCall(*cut)])
-            if final and (name := self._cut_name(text, schemas)) is not None:  # cut before its arguments
-                return ParsedOutput("", [ParsedCall(name, "")])
-            # Cut before it said what it is: the text it was (an empty answer finished "length" reads as
-            # lost text, Q14, to the proxy and the judge).
-            return ParsedOutput(text if final else "")
+            return self._open(text, final, schemas)
         obj = found[0]
         calls: list[ParsedCall] = []
         if isinstance(obj.get("tool_calls"), list):
@@ -82,6 +70,24 @@ class Generic(ToolFormat):
         if "response" in obj:
             return ParsedOutput(json.dumps(response, ensure_ascii=False))
         return ParsedOutput(text if final else "")
+
+    def _open(self, text: str, final: bool, schemas: Schemas | None) -> ParsedOutput:
+        """An answer not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are;
+        at the end, what the cut answer holds."""
+        whole = whole_calls(text, call_from_object)
+        if whole:
+            return ParsedOutput("", whole)
+        if not final:
+            return ParsedOutput("")
+        if (reply := partial_response(text)) is not None:  # a reply cut off by max_tokens
+            return ParsedOutput(reply)
+        if (cut := partial_call(text)) is not None:  # a call cut off: as it streamed
+            return ParsedOutput("", [ParsedCall(*cut)])
+        if (name := self._cut_name(text, schemas)) is not None:  # cut before its arguments
+            return ParsedOutput("", [ParsedCall(name, "")])
+        # Cut before it said what it is: the text it was (an empty answer finished "length" reads as lost
+        # text, Q14, to the proxy and the judge).
+        return ParsedOutput(text)
 
     def partial_content(self, text: str) -> str | None:
         return partial_response(text)

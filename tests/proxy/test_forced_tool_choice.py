@@ -222,7 +222,8 @@ def test_messages_tool_choice_any_ignored_is_a_tool_use_by_the_named_function() 
     ]
     # The SDK's ``_request_id`` reads Anthropic's ``request-id`` header (None before: found by black-box
     # testing).
-    assert message._request_id is not None and message._request_id.startswith("req_")
+    assert message._request_id is not None
+    assert message._request_id.startswith("req_")
 
 
 # -- a text answer cut by the limit teaches nothing ------------------------------------------------

@@ -133,7 +133,8 @@ def test_null_tools_choice_text_and_others_the_spec_allows_are_served(
     response = httpx.post(url + "/v1/responses", json={"model": "m", "input": "Hi", **given}, timeout=10)
     assert response.status_code == 200, response.text
     assert response.json()["output"][0]["content"][0]["text"] == "Hi there"
-    assert "tools" not in seen[0] and "tool_choice" not in seen[0]
+    assert "tools" not in seen[0]
+    assert "tool_choice" not in seen[0]
 
 
 @pytest.fixture
