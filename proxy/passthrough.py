@@ -66,6 +66,7 @@ async def passthrough(serving: Serving, request: Request) -> Response:
         head_only=request.method == "HEAD",
         renamed=renamed,
         client_location=upstream.client_location,
+        worded=None if (front_end := serving.front_end_at(path)) is None else front_end.error,
     )
     return HeldResponse(run, exchange)
 

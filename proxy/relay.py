@@ -21,7 +21,7 @@ from conformance.api_errors import REDACTED, APIError, secret_in_bodies
 
 from .observability import Exchange
 from .upstream import MAX_ERROR_BODY, UpstreamStream, usable_retry_header
-from .writer import send_json
+from .writer import Worded, send_json
 
 __all__ = ["Redactor", "connection_options", "has_dot_segment", "relay"]
 
@@ -117,11 +117,14 @@ async def relay(
     head_only: bool = False,
     renamed: tuple[str, str] | None = None,
     client_location: Callable[[bytes], bytes] = lambda location: location,
+    worded: Worded | None = None,
 ) -> None:
     """Answer with what the upstream answers to ``open_upstream()``; ``head_only`` for a HEAD request
     (its response has no body, whatever its headers say). ``renamed``: the model name the upstream got
     and the one the client asked for, named back in the answer. ``client_location``: a redirect's
-    ``Location`` as the client must see it."""
+    ``Location`` as the client must see it. ``worded``: an error the upstream answered (read whole), or
+    the proxy's, in the protocol of the path (``FrontEnd.error``): a 404 beneath ``/v1/messages`` had
+    OpenAI's body, which an Anthropic SDK cannot read (found by black-box testing)."""
     redactor = Redactor(secret, renamed and (_json_string(renamed[0]), _json_string(renamed[1])))
     stream: UpstreamStream | None = None
     started = False
@@ -148,7 +151,8 @@ async def relay(
         error = raised.redacted(secret)
         exchange.take_error(error)  # the access log line says why
         if not started:
-            await send_json(send, error.status, error.body, error.headers)
+            body = error.body if worded is None else worded(error.body, error.status)
+            await send_json(send, error.status, body, error.headers)
         # Otherwise the head is out. Returning without the body's end makes the server close the
         # connection, so the client sees the body cut short rather than one that looks complete.
     finally:

@@ -274,6 +274,26 @@ def test_count_tokens_while_the_upstream_is_down_is_a_502_the_sdk_retries() -> N
         judged(response.content, body, 502, response.headers, path="/v1/messages/count_tokens")
 
 
+def test_an_upstreams_error_beneath_the_messages_path_is_relayed_as_an_anthropic_error() -> None:
+    """llama-server's 404 for ``/v1/messages/batches`` (its own words, b11434) was relayed with OpenAI's
+    body, which the Anthropic SDK cannot read (found by black-box testing): now its status in
+    Anthropic's shape, as every error there."""
+    missing = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+    with (
+        raw_server(answering(json_answer(missing, "404 Not Found"))) as (upstream, _),
+        run_proxy(upstream) as url,
+    ):
+        response = httpx.post(url + "/v1/messages/batches", json={"requests": []}, timeout=10)
+        client = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0)
+        with pytest.raises(anthropic.NotFoundError):
+            client.messages.batches.list()
+    assert response.status_code == 404
+    assert response.json() == {
+        "type": "error",
+        "error": {"type": "not_found_error", "message": "File Not Found"},
+    }
+
+
 def test_the_proxys_own_refusals_under_the_messages_path_are_anthropic_errors() -> None:
     # Off the route's own method, and on a path beneath it the proxy relays: an Anthropic client there
     # gets a body its SDK reads (they were OpenAI's).
