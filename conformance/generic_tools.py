@@ -42,11 +42,14 @@ _DECODER = json.JSONDecoder()
 _RESPONSE_OPEN = re.compile(r'\s*\{\s*"response"\s*:\s*"')
 _CALLS_OPEN = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[')
 _CALL_OPEN = re.compile(
-    r'\s*\{\s*"tool_call"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"arguments"\s*:\s*(.*)', re.DOTALL
+    r'\s*\{\s*"tool_calls?"\s*:\s*\[?\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"arguments"\s*:\s*(.*)', re.DOTALL
 )
+"""A call (or the first of a ``tool_calls`` array) whose arguments have begun."""
 _CALL_KEYS = ('{"tool_call":{"name":"', '{"tool_calls":[{"name":"')
 _NAME_BEGUN = re.compile(r'\{"tool_calls?":\[?\{"name":"([^"\\]*)(")?')
 """A call's envelope up to its name, and the name as far as it was written, read without whitespace."""
+_BEFORE_ARGUMENTS = ',"arguments":'
+"""What may follow a whole name in a call cut before its arguments (read without whitespace)."""
 _COMMA = re.compile(r"\s*,")
 _STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')  # a JSON string's text up to its closing quote
 
@@ -84,8 +87,9 @@ def whole_calls(text: str, read: Callable[[Any], T | None]) -> list[T]:
 
 def partial_call(text: str) -> tuple[str, str] | None:
     """The function's name and the arguments' text so far of an answer that opens ``{"tool_call":
-    {"name": ..., "arguments": `` (cut off by its token limit, it is OpenAI's cut call: the arguments
-    as far as they came, finished ``length``); None for any other answer."""
+    {"name": ..., "arguments": `` (or ``{"tool_calls": [`` so: its first call; cut off by its token
+    limit, it is OpenAI's cut call: the arguments as far as they came, finished ``length``); None for
+    any other answer."""
     opened = _CALL_OPEN.match(text)
     return None if opened is None else (opened.group(1), opened.group(2).rstrip())
 
@@ -100,8 +104,10 @@ def cut_call_name(text: str, names: Sequence[str], *, required: bool) -> str | N
     begun = _NAME_BEGUN.match(compact)
     if begun is not None:
         written, closed = begun.group(1), begun.group(2) is not None
-    elif any(key.startswith(compact) for key in _CALL_KEYS) and (required or len(compact) > len('{"')):
-        written, closed = "", False  # (``{"t``: a call's key, not a reply's)
+        if not _BEFORE_ARGUMENTS.startswith(compact[begun.end() :]):
+            return None  # (its arguments began: ``partial_call``'s)
+    elif compact and any(key.startswith(compact) for key in _CALL_KEYS) and (required or len(compact) > 2):
+        written, closed = "", False  # (``{"t``: a call's key, not a reply's; nothing written: no call)
     else:
         return None
     fits = [name for name in names if (name == written if closed else name.startswith(written))]

@@ -176,6 +176,8 @@ def _relayed_headers(
         if not usable_retry_header(name, value) or (decoded and name == b"content-encoding"):
             continue  # (a retry header holding no delay: an upstream was seen to put its key there)
         if name in (b"x-request-id", b"request-id"):  # (the proxy's own id goes under both names)
+            if any(kept == _UPSTREAM_REQUEST_ID for kept, _ in headers):
+                continue  # (an upstream that names its request both ways: one of them kept)
             name = _UPSTREAM_REQUEST_ID
         elif name in (b"location", b"content-location"):
             value = client_location(value)

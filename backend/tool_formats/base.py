@@ -62,16 +62,18 @@ class ToolFormat(CallSyntax):
     """(A format bound to a request's tools) each function's parameters: how values a syntax writes as
     text are typed (Qwen3-Coder's ``"5"`` stays a string where the parameter is one)."""
 
-    forced: tuple[str, ...] = ()
-    """(A format bound to a request whose choice forces a call) the functions the call may be of."""
+    callable: tuple[str, ...] = ()
+    """(A format bound to a request) the functions its choice lets a call be of."""
+    forced = False
+    """(A format bound to a request) whether its choice forces a call (``required``, a named one)."""
 
     def bound(self, tools: list[Tool], choice: ToolChoice) -> ToolFormat:
-        """This format for one request: reading its answer with its tools' schemas, and the functions a
-        forced choice allows."""
+        """This format for one request: reading its answer with its tools' schemas, and the functions
+        its choice allows."""
         bound = copy.copy(self)
         bound.schemas = {tool.name: tool.parameters for tool in tools}
-        if choice.mode in ("required", "named"):
-            bound.forced = tuple(tool.name for tool in allowed_tools(tools, choice))
+        bound.callable = tuple(tool.name for tool in allowed_tools(tools, choice))
+        bound.forced = choice.mode in ("required", "named")
         return bound
 
     def read(self, text: str, *, final: bool) -> ParsedOutput:

@@ -53,7 +53,7 @@ class Generic(ToolFormat):
     def parse(self, text: str, *, final: bool, schemas: Schemas | None = None) -> ParsedOutput:
         found = decode_json_at(text, 0)
         if found is None or not isinstance(found[0], dict) or text[found[1] :].strip():
-            return self._open(text, final, schemas)
+            return self._open(text, final)
         obj = found[0]
         calls: list[ParsedCall] = []
         if isinstance(obj.get("tool_calls"), list):
@@ -71,7 +71,7 @@ class Generic(ToolFormat):
             return ParsedOutput(json.dumps(response, ensure_ascii=False))
         return ParsedOutput(text if final else "")
 
-    def _open(self, text: str, final: bool, schemas: Schemas | None) -> ParsedOutput:
+    def _open(self, text: str, final: bool) -> ParsedOutput:
         """An answer not whole (yet, or cut by max_tokens): the calls of a "tool_calls" array that are;
         at the end, what the cut answer holds."""
         whole = whole_calls(text, call_from_object)
@@ -83,7 +83,8 @@ class Generic(ToolFormat):
             return ParsedOutput(reply)
         if (cut := partial_call(text)) is not None:  # a call cut off: as it streamed
             return ParsedOutput("", [ParsedCall(*cut)])
-        if (name := self._cut_name(text, schemas)) is not None:  # cut before its arguments
+        name = cut_call_name(text, self.callable, required=self.forced)  # a call cut before its arguments
+        if name is not None:
             return ParsedOutput("", [ParsedCall(name, "")])
         # Cut before it said what it is: the text it was (an empty answer finished "length" reads as lost
         # text, Q14, to the proxy and the judge).
@@ -91,12 +92,6 @@ class Generic(ToolFormat):
 
     def partial_content(self, text: str) -> str | None:
         return partial_response(text)
-
-    def _cut_name(self, text: str, schemas: Schemas | None) -> str | None:
-        """The function of a call cut off before its arguments, where its name so far, or the forced
-        choice, tells it (``cut_call_name``)."""
-        names = self.forced or tuple(schemas or ())
-        return cut_call_name(text, names, required=bool(self.forced))
 
     def schema(
         self, tools: list[Tool], choice: ToolChoice, parallel: bool, reply: dict[str, Any] | None

@@ -234,15 +234,17 @@ class EmulatedCalls:
 
     def _read_cut(self, text: str) -> tuple[str, dict[str, Any] | None]:
         """What an answer cut off by its limit holds: the response's text so far (its escapes read), or
-        the call with its name and its arguments' text so far. Cut before either began, ``""`` under a
-        forced choice (no text where the schema allowed a call only: found by black-box testing, a
-        forced call cut at 3 tokens came out as ``{"tool_call": {"`` in the content); else what the
-        model wrote (an empty answer finished ``length`` reads as the upstream's lost text, Q14)."""
+        the call with its name and its arguments' text so far. An envelope cut before either began is
+        ``""`` under a forced choice (no text where the schema allowed a call only: found by black-box
+        testing, a forced call cut at 3 tokens came out as ``{"tool_call": {"`` in the content); else
+        what the model wrote (an empty answer finished ``length`` reads as the upstream's lost text,
+        Q14)."""
         if (reply := partial_response(text)) is not None:
             return reply, None
         if (call := self._cut_call(text)) is not None:
             return "", call
-        return ("" if self._required else text), None
+        # (text that is no envelope stays as it was: a server that ignored the schema wrote it)
+        return ("" if self._required and text.lstrip().startswith("{") else text), None
 
     def _cut_call(self, text: str) -> dict[str, Any] | None:
         """The call an answer cut off by its limit had begun: its name and its arguments' text so far,

@@ -57,9 +57,8 @@ def normalize_body(
     if not request.generates:
         usage = nothing_generated(usage)
     word = stopping_word(obj, request.stop) if request.names_stop and len(raw_choices) == 1 else None
-    choices, seen = _choices(raw_choices, request, repairs, usage, word)
+    choices, seen = _choices(raw_choices, request, repairs, usage, word, shown)
     if request.generates:
-        seen = [was or (at < len(shown) and shown[at]) for at, was in enumerate(seen)]
         lost = text_lost(
             [(c["index"], was, c["finish_reason"]) for c, was in zip(choices, seen, strict=True)],
             usage,
@@ -111,9 +110,11 @@ def _choices(
     repairs: Repairs,
     usage: dict[str, Any] | None,
     word: str | None,
+    upstream_shown: Sequence[bool],
 ) -> tuple[list[dict[str, Any]], list[bool]]:
-    """The choices repaired (field_repairs, in its order), and whether each showed output (text_lost);
-    ``word``: the stop sequence llama-server says its one choice met (``stopping_word``)."""
+    """The choices repaired (field_repairs, in its order), and whether each showed output (text_lost),
+    here or, by position, before the proxy read it as something else (``upstream_shown``); ``word``:
+    the stop sequence llama-server says its one choice met (``stopping_word``)."""
     chat = request.endpoint == "chat"
     order = CHAT_MESSAGE_REPAIRS if chat else TEXT_MESSAGE_REPAIRS
     # The upstream's count of completion tokens is the choice's only when there is one choice (Q21).
@@ -124,7 +125,8 @@ def _choices(
         if not isinstance(raw, dict):
             continue
         index = choice_index(raw, position, repairs)
-        shown.append(_shows_output(raw, chat))
+        upstream = position < len(upstream_shown) and upstream_shown[position]
+        shown.append(upstream or _shows_output(raw, chat))
         message = Message(raw, request, repairs, tokens, index)
         for repair in order:
             repair(message)

@@ -278,6 +278,12 @@ def test_a_generic_call_cut_before_its_arguments_is_the_call_its_name_or_choice_
     assert many.read('{"tool_calls": [{"name": "get_t', final=True).calls == [ParsedCall("get_time", "")]
     # Which call, or whether a call at all, not told yet: the text it was.
     assert auto.read('{"', final=True).content == '{"'
+    # Arguments begun: as far as they came, as the stream gave them (found by review: read as none).
+    cut = '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Par'
+    assert many.read(cut, final=True).calls == [ParsedCall("get_weather", '{"city": "Par')]
+    # Under allowed_tools the name is told among the tools allowed, not all of them.
+    allowed = Generic().bound([weather, time], ToolChoice("auto", allowed=("get_time",)))
+    assert allowed.read('{"tool_call": {"name": "get_', final=True).calls == [ParsedCall("get_time", "")]
     assert many.read('{"tool_call": {"name": "get_', final=True).content == '{"tool_call": {"name": "get_'
 
 

@@ -306,6 +306,18 @@ PREFILL = [{"role": "user", "content": "Hi"}]
             "messages: text content blocks must be non-empty",
         ),
         (
+            request(messages=[{"role": "user", "content": ""}]),
+            "messages.0: all messages must have non-empty content except for the optional final assistant "
+            "message",
+        ),
+        (
+            request(
+                messages=[*PREFILL, {"role": "assistant", "content": []}, {"role": "user", "content": "?"}]
+            ),
+            "messages.1: all messages must have non-empty content except for the optional final assistant "
+            "message",
+        ),
+        (
             request(messages=[*PREFILL, {"role": "assistant", "content": "The answer is "}]),
             "messages: final assistant content cannot end with trailing whitespace",
         ),
@@ -341,6 +353,9 @@ def test_what_anthropic_takes_beside_those_refusals_is_served() -> None:
     inner = [*PREFILL, {"role": "assistant", "content": "Sure. "}, {"role": "user", "content": "Go on."}]
     assert translate_request(request(messages=inner)).chat["messages"][1]["content"] == "Sure. "
     assert translate_request(request(messages=[*PREFILL, {"role": "assistant", "content": "The answer"}]))
+    # An empty final assistant turn gives the answer no start (Anthropic takes it; reviewed, it was refused).
+    empty = translate_request(request(messages=[*PREFILL, {"role": "assistant", "content": ""}]))
+    assert empty.chat["messages"] == [{"role": "user", "content": "Hi"}]
     thinking = translate_request(request(max_tokens=2048, thinking=THINKING, temperature=1, tools=[WEATHER]))
     assert thinking.chat["temperature"] == 1
 
@@ -437,7 +452,8 @@ def test_a_whole_completion_becomes_a_message() -> None:
     [
         ('{\n  "city": "Paris",\n  "days":', {"city": "Paris"}),
         ('{"city": "Par', {}),
-        ('{"a": {"b": "x,y"}, "c": [1, 2', {"a": {"b": "x,y"}, "c": [1]}),
+        ('{"a": {"b": "x,y"}, "c": [1, 2', {"a": {"b": "x,y"}}),  # (a list cut inside: not shown shorter)
+        ('{"a": [1, 2], "b": {"c": 1', {"a": [1, 2]}),
         ("", {}),
     ],
 )

@@ -939,3 +939,20 @@ def test_a_tool_call_answer_keeps_its_logprobs() -> None:
 def test_an_error_body_nested_past_the_parsers_depth_is_read_as_text() -> None:
     error = error_from_http(500, "application/json", b"[" * 100_000)
     assert error.status == 500
+
+
+def test_text_the_proxy_read_as_something_else_is_not_lost_past_a_choice_that_is_no_object() -> None:
+    """``shown`` says, by the upstream's positions, which choices carried text before the proxy read
+    them (a JSON-output call, proxy/adapters/tool_emulation.py); a choice that is no object is skipped,
+    and the positions after it must still match (found by review: a 502 "text lost" for the choice
+    after a null one)."""
+    info = RequestInfo.from_body("chat", {"model": "m", "messages": [{"role": "user", "content": "Hi"}]})
+    read = {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "length"}
+    usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    answer = upstream_answer(True, [None, read], usage=usage)
+    body = normalize_body(answer, info, repairs=Repairs(), shown=(False, True))
+    assert body["choices"][0]["finish_reason"] == "length"
+    with pytest.raises(APIError, match="lost on the way"):
+        normalize_body(
+            upstream_answer(True, [None, read], usage=usage), info, repairs=Repairs(), shown=(True,)
+        )

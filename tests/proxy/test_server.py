@@ -143,7 +143,12 @@ class Upstream:
             {"path": seen["path"], "query": seen["query"], "body": seen["body"]},
             status_code=201,
             # llama-server allows every origin, and names its own request.
-            headers={"x-upstream-header": "kept", "access-control-allow-origin": "*", "x-request-id": "up-1"},
+            headers={
+                "x-upstream-header": "kept",
+                "access-control-allow-origin": "*",
+                "x-request-id": "up-1",
+                "request-id": "up-1",  # (vLLM's and Anthropic's name: the same id both ways)
+            },
         )
 
 
@@ -575,7 +580,7 @@ def test_other_v1_paths_pass_through_unchanged(upstream: tuple[str, Upstream]) -
         assert len(response.headers.get_list("date")) == len(response.headers.get_list("server")) == 1
         assert response.headers["x-request-id"].startswith("req_")
         assert response.headers["request-id"] == response.headers["x-request-id"]  # (Anthropic's name)
-        assert response.headers["x-upstream-request-id"] == "up-1"
+        assert response.headers.get_list("x-upstream-request-id") == ["up-1"]  # (kept once)
         # Headers named by Connection are hop-by-hop, in both directions (RFC 9110 7.6.1).
         httpx.get(proxy + "/v1/files", headers={"connection": "x-hop", "x-hop": "1"}, timeout=10)
         assert "x-hop" not in server.requests[-1]["headers"]

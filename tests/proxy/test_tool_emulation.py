@@ -174,3 +174,16 @@ def test_under_auto_a_cut_answer_is_a_call_once_its_key_says_so() -> None:
     # A whole name that is no function's is no call of these.
     stray = '{"tool_call": {"name": "get_timer", "'
     assert EmulatedCalls(["get_time"])(_body(stray, "length")) == _body(stray, "length")
+
+
+def test_an_empty_answer_is_no_call_and_prose_cut_under_a_forced_choice_stays_as_it_was() -> None:
+    """Found by review: an empty answer finished ``stop`` under a forced choice of one function was read
+    as a cut call of it (finished ``length``, a call the model never made); and text that is no
+    envelope (a server that ignored the schema) was dropped where cut under a forced choice."""
+    forced = EmulatedCalls(["get_time"], required=True)
+    assert forced(_body("", "stop")) == _body("", "stop")
+    assert forced(_body("It is noon and", "length")) == _body("It is noon and", "length")
+    # The call's arguments begun before it was cut (a tool_calls array's first call too): as far as they
+    # came, not a call without them.
+    array = forced(_body('{"tool_calls": [{"name": "get_time", "arguments": {"zone": "U', "length"))
+    assert array["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == '{"zone": "U'

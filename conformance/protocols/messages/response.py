@@ -157,13 +157,14 @@ _CUTS_TRIED = 32  # (from the end back: a member is whole at one of the last few
 
 
 def _whole_members(arguments: str) -> dict[str, Any]:
-    """The members of a call's arguments cut off by the token limit that came whole, as an object; {}
-    where none did. Anthropic answers such a call as a ``tool_use`` block beside ``stop_reason:
+    """The members of a call's arguments cut off by the token limit that came whole (their values
+    closed: a list cut inside is left out, not shown shorter than it was), as an object; {} where none
+    did. Anthropic answers such a call as a ``tool_use`` block beside ``stop_reason:
     "max_tokens"`` (its docs: retry with a higher ``max_tokens`` "if the last content block is an
     incomplete tool_use"); streamed, its ``input_json_delta`` carries the text as far as it came. The
     non-streamed answer left the block out, so the two modes differed (found by black-box testing)."""
     closers: list[str] = []
-    cuts: list[tuple[int, str]] = []  # where the text may end: before a comma, after a closed value
+    cuts: list[int] = []  # where the object may end: before a comma between its members, after a value
     quoted = escaped = False
     for at, char in enumerate(arguments):
         if quoted:
@@ -174,12 +175,13 @@ def _whole_members(arguments: str) -> dict[str, Any]:
             closers.append(_CLOSING[char])
         elif char in "}]" and closers:
             closers.pop()
-            cuts.append((at + 1, "".join(reversed(closers))))
-        elif char == ",":
-            cuts.append((at, "".join(reversed(closers))))
-    for cut, closing in reversed(cuts[-_CUTS_TRIED:]):
+            if len(closers) == 1:  # (a member's object or list closed)
+                cuts.append(at + 1)
+        elif char == "," and len(closers) == 1:
+            cuts.append(at)
+    for cut in reversed(cuts[-_CUTS_TRIED:]):
         try:
-            value = json.loads(arguments[:cut] + closing)
+            value = json.loads(arguments[:cut] + "}")
         except ValueError:
             continue
         return value if isinstance(value, dict) else {}

@@ -255,7 +255,7 @@ class _Conversation:
 def _turn_of(content: Any, where: str) -> _Turn:
     """A message's ``content`` (a string, or an array of blocks) as one turn."""
     turn = _Turn()
-    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    blocks = ([{"type": "text", "text": content}] if content else []) if isinstance(content, str) else content
     if not isinstance(blocks, list):
         raise MessagesError(f"{where}.content: expected a string or an array of content blocks.")
     for position, block in enumerate(blocks):
@@ -274,10 +274,23 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         raise MessagesError("messages: List should have at least 1 item after validation")
     conversation = _Conversation(system_text(body.get("system")))
     for index, message in enumerate(given):
+        _check_content(message, index, last=index == len(given) - 1)
         conversation.add(message, index)
     conversation.end()
     _check_prefill(given[-1])
     return conversation.chat_messages()
+
+
+def _check_content(message: Any, index: int, *, last: bool) -> None:
+    """Every message says something but a final assistant turn, which may be empty (no start given
+    to the answer): Anthropic's 400 in its words."""
+    if not isinstance(message, Mapping) or message.get("content") not in ("", []):
+        return
+    if not (last and message.get("role") == "assistant"):
+        raise MessagesError(
+            f"messages.{index}: all messages must have non-empty content except for the optional final "
+            "assistant message"
+        )
 
 
 def _check_prefill(last: Any) -> None:
