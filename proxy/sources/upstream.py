@@ -99,7 +99,7 @@ class UpstreamSource(Source):
             unshown_tokens=self._unshown_tokens,
         )
         self._parser = SSEParser(max_line_bytes=max_line_bytes)
-        self._plain: PlainChunks | None = None  # once the writer asks for data lines (next_lines)
+        self._plain: PlainChunks | None = None  # once data lines are asked for (next_lines, or ``_lines``)
         self._held = b""  # whole data events read and parsed, not yet normalized (``_events_batch``)
         self._lines = lines  # the client reads data lines (``next_lines``) only: ``SourceBuilder.lines``
         self._ready: bytes | None = None  # the data lines of a read judged while starting, not yet sent
@@ -301,7 +301,7 @@ class UpstreamSource(Source):
     @property
     def _relays(self) -> bool:
         """Whether chunks that need no repair may be relayed by their bytes: a chat stream read as it
-        came (``PlainChunks`` serves one choice)."""
+        came (``PlainChunks`` relays where the stream has one choice, and normalizes the rest)."""
         return self._request.endpoint == "chat" and self._call.translate is None
 
     async def _lines_of(self, plain: PlainChunks, events: bytes) -> bytes:
