@@ -403,6 +403,17 @@ def test_core_errors_name_the_messages_parameter_and_status() -> None:
         messages_error({"error": {"message": "x", "code": "upstream_timeout"}})["error"]["type"]
         == "timeout_error"
     )
+    # A content part refused by its chat type is named as the client's block (black-box testing: an image
+    # to a text-only upstream was refused as "image_url").
+    image = APIError.make(
+        "Invalid content type. image_url is only supported by certain models; the upstream's model reads no "
+        "images.",
+        400,
+        param="messages[2].content[1]",
+    )
+    assert messages_error(image.body, 400)["error"]["message"].startswith(
+        "Invalid content type. image is only"
+    )
 
 
 def test_a_context_overflow_is_worded_as_anthropic_words_it() -> None:

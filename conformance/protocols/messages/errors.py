@@ -59,6 +59,11 @@ _PARAMS = {
 }
 
 
+# A chat content part's type an error names -> the Messages block it came from: "image_url is only
+# supported by certain models" reached an Anthropic client, whose request had an ``image`` block.
+_BLOCKS = {"image_url": "image"}
+
+
 def _error_type(status: int) -> str:
     if status in ERROR_TYPES:
         return ERROR_TYPES[status]
@@ -136,6 +141,9 @@ def messages_error(body: dict[str, Any], status: int | None = None) -> dict[str,
         if not renamed:
             continue
         text = re.sub(rf"'{re.escape(chat)}(?:[.\[][^']*)?'", f"'{asked}'", text)
+    if isinstance(param, str) and param.startswith("messages["):
+        for chat_kind, kind in _BLOCKS.items():  # (a content part refused by its chat type)
+            text = text.replace(f" {chat_kind} ", f" {kind} ")
     return refused(text, status)
 
 
