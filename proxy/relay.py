@@ -168,7 +168,7 @@ def _relayed_headers(
 ) -> list[tuple[bytes, bytes]]:
     """The upstream's headers as the client gets them; ``decoded``: the body is relayed decompressed."""
     listed = connection_options(raw)
-    headers = []
+    headers: list[tuple[bytes, bytes]] = []
     for name, value in raw:
         name = name.lower()
         if name in _NOT_RELAYED or name in listed or name.startswith(b"access-control-"):
