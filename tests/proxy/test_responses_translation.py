@@ -297,6 +297,11 @@ def test_settings_become_chat_parameters() -> None:
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "invalid_value"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]", "unsupported_value"),
         ({"input": "x", "conversation": "conv_1"}, "conversation", "unsupported_value"),
+        (  # (was "'function' is not supported by this server": found by black-box testing)
+            {"input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function"}},
+            "tool_choice.name",
+            "missing_required_parameter",
+        ),
         ({"input": "x", "stream": "yes"}, "stream", "invalid_type"),
         ({"input": "x", "top_p": 2}, "top_p", "invalid_value"),
         ({"input": "x", "max_output_tokens": 1.5}, "max_output_tokens", "invalid_type"),

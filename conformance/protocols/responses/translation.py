@@ -520,7 +520,9 @@ def _tool_choice(choice: Any) -> Any:
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     kind = choice.get("type") if isinstance(choice, Mapping) else None
-    if kind in ("function", "custom") and isinstance(choice.get("name"), str):
+    if kind in ("function", "custom"):
+        if not isinstance(choice.get("name"), str):  # (was "'function' is not supported": black-box testing)
+            raise TranslationError.missing("tool_choice.name")
         return {"type": "function", "function": {"name": _chat_name(choice["name"], choice.get("namespace"))}}
     if kind == "allowed_tools":
         return _allowed_tools(choice)
