@@ -213,8 +213,14 @@ class EmulatedCalls:
         except jsoncodec.TooDeep:
             return text, None, finish  # whole, but past what the proxy reads: the text it was
         except ValueError:
-            if finish == "length" or self._opened(text):
-                return (*self._read_cut(text), "length")
+            if (opened := self._opened(text)) is not None:
+                return (*opened, "length")
+            if finish == "length":
+                # Cut before it said what it is: an envelope is "" under a forced choice (no text where
+                # the schema allowed a call only: found by black-box testing, a forced call cut at 3
+                # tokens came out as '{"tool_call": {"' in the content); other text stays as it was (a
+                # server that ignored the schema wrote it; empty, it would read as lost text, Q14).
+                return ("" if self._required and text.lstrip().startswith("{") else text), None, finish
             return text, None, finish
         if not isinstance(value, dict):
             return text, None, finish
@@ -227,24 +233,16 @@ class EmulatedCalls:
             return text, None, finish
         return "", _tool_call(name, json.dumps(arguments, ensure_ascii=False)), "tool_calls"
 
-    def _opened(self, text: str) -> bool:
-        """Whether ``text`` begins the format's envelope: a response's, or a call's whose function can
-        be told."""
-        return partial_response(text) is not None or self._cut_call(text) is not None
-
-    def _read_cut(self, text: str) -> tuple[str, dict[str, Any] | None]:
-        """What an answer cut off by its limit holds: the response's text so far (its escapes read), or
-        the call with its name and its arguments' text so far. An envelope cut before either began is
-        ``""`` under a forced choice (no text where the schema allowed a call only: found by black-box
-        testing, a forced call cut at 3 tokens came out as ``{"tool_call": {"`` in the content); else
-        what the model wrote (an empty answer finished ``length`` reads as the upstream's lost text,
-        Q14)."""
+    def _opened(self, text: str) -> tuple[str, dict[str, Any] | None] | None:
+        """What an answer that does not parse holds where it began the format's envelope (cut off by its
+        limit): the response's text so far (its escapes read), or the call with its name and its
+        arguments' text so far, also one cut before its arguments whose function can be told; None
+        where no envelope began."""
         if (reply := partial_response(text)) is not None:
             return reply, None
         if (call := self._cut_call(text)) is not None:
             return "", call
-        # (text that is no envelope stays as it was: a server that ignored the schema wrote it)
-        return ("" if self._required and text.lstrip().startswith("{") else text), None
+        return None
 
     def _cut_call(self, text: str) -> dict[str, Any] | None:
         """The call an answer cut off by its limit had begun: its name and its arguments' text so far,

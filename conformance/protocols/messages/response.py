@@ -152,7 +152,6 @@ def _blocks(message: Mapping[str, Any], cut: bool) -> list[dict[str, Any]]:
     return blocks
 
 
-_CLOSING = {"{": "}", "[": "]"}
 _CUTS_TRIED = 32  # (from the end back: a member is whole at one of the last few cuts)
 
 
@@ -163,7 +162,7 @@ def _whole_members(arguments: str) -> dict[str, Any]:
     "max_tokens"`` (its docs: retry with a higher ``max_tokens`` "if the last content block is an
     incomplete tool_use"); streamed, its ``input_json_delta`` carries the text as far as it came. The
     non-streamed answer left the block out, so the two modes differed (found by black-box testing)."""
-    closers: list[str] = []
+    depth = 0  # of the objects and lists open (1: inside the arguments' own object)
     cuts: list[int] = []  # where the object may end: before a comma between its members, after a value
     quoted = escaped = False
     for at, char in enumerate(arguments):
@@ -171,13 +170,13 @@ def _whole_members(arguments: str) -> dict[str, Any]:
             escaped, quoted = (False, True) if escaped else (char == "\\", char != '"')
         elif char == '"':
             quoted = True
-        elif char in _CLOSING:
-            closers.append(_CLOSING[char])
-        elif char in "}]" and closers:
-            closers.pop()
-            if len(closers) == 1:  # (a member's object or list closed)
+        elif char in "{[":
+            depth += 1
+        elif char in "}]" and depth:
+            depth -= 1
+            if depth == 1:  # (a member's object or list closed)
                 cuts.append(at + 1)
-        elif char == "," and len(closers) == 1:
+        elif char == "," and depth == 1:
             cuts.append(at)
     for cut in reversed(cuts[-_CUTS_TRIED:]):
         try:

@@ -30,8 +30,9 @@ parameter). What is translated, and why (docs/messages.md):
 - ``cache_control`` anywhere, ``service_tier``, ``container``, ``context_management`` and the other
   settings are accepted and have nothing to do here.
 
-What Anthropic refuses beyond its schema is refused in its words: an empty text block, a final assistant
-turn ending in whitespace, and beside ``thinking`` a temperature but 1 or a forced tool.
+What Anthropic refuses beyond its schema is refused in its words: an empty text block, an empty message
+but a final assistant turn, a final assistant turn ending in whitespace, and beside ``thinking`` a
+temperature but 1 or a forced tool.
 """
 
 from __future__ import annotations
