@@ -21,6 +21,7 @@ from jsonschema.exceptions import best_match
 
 from conformance import json_steps, jsoncodec
 from conformance.api_errors import InvalidRequest
+from conformance.given_schemas import check_given_schemas
 from conformance.schemas import load_schema, request_validator
 
 __all__ = [
@@ -104,6 +105,12 @@ def _words(error: ValidationError, param: str, value: Any) -> tuple[str, str]:
         if keyword == "maxItems":
             bound, code = ("at most", "array_above_max_length")
         return f"Invalid '{param}': expected an array with {bound} {limit} items, got {len(value)}.", code
+    if keyword == "pattern":
+        message = (
+            f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
+            f"pattern '{limit}'."
+        )
+        return message, "invalid_value"
     if keyword == "enum":
         allowed = ", ".join(f"'{v}'" for v in limit)
         return f"Invalid value for '{param}': {value!r}. Supported values are: {allowed}.", "invalid_value"
@@ -477,10 +484,12 @@ def _answered_call(message: dict[str, Any], index: int) -> str:
 
 
 def check_request(body: dict[str, Any]) -> None:
-    """What a request schema cannot say of a valid body: each stop sequence's length, and each tool
-    message's call (above); a 400 :class:`InvalidRequest` for the first that fails."""
+    """What a request schema cannot say of a valid body: each stop sequence's length, each tool
+    message's call (above), and that each schema it gives is a JSON Schema (given_schemas.py); a 400
+    :class:`InvalidRequest` for the first that fails."""
     _check_stop_lengths(body.get("stop"))
     _check_tool_messages(body.get("messages"))
+    check_given_schemas(body)
 
 
 def _no_constant(name: str) -> NoReturn:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conformance.protocols import chat, messages, responses
-from conformance.protocols.front_end import OFF_LOOP_BYTES, FrontEnd, Translation
+from conformance.protocols.front_end import OFF_LOOP_BYTES, SCHEMAS_OFF_LOOP_BYTES, FrontEnd, Translation
 from conformance.protocols.responses.store import ResponseStore
 
 ITEMS = 200_000
@@ -69,5 +69,32 @@ def test_a_small_body_stays_on_the_loop(protocol: str, tmp_path: Path) -> None:
     make, body = BODIES[protocol]
     small = {**body, **{k: v[:3] for k, v in body.items() if isinstance(v, list)}}
     turns, translation = _turns_while(lambda: make(tmp_path).translate(json.dumps(small).encode()))
+    assert translation.body is not None
+    assert turns <= 2
+
+
+def _tools(count: int, properties: int) -> list[dict[str, Any]]:
+    """``count`` functions, each with a schema of ``properties`` properties never seen before."""
+
+    def schema(tool: int) -> dict[str, Any]:
+        fields = {f"t{tool}p{i}": {"type": "string", "description": "x"} for i in range(properties)}
+        return {"type": "object", "properties": fields}
+
+    return [
+        {"type": "function", "function": {"name": f"f{t}", "parameters": schema(t)}} for t in range(count)
+    ]
+
+
+def test_a_body_of_new_schemas_under_the_size_limit_is_read_off_the_loop() -> None:
+    """Each new schema is checked against the meta-schema (60 us a property): 64 KB of them held the loop
+    for tens of milliseconds; a body of a few small tools stays on it."""
+    messages = [{"role": "user", "content": "hi"}]
+    raw = json.dumps({"model": "m", "messages": messages, "tools": _tools(8, 120)}).encode()
+    assert SCHEMAS_OFF_LOOP_BYTES < len(raw) < OFF_LOOP_BYTES
+    turns, translation = _turns_while(lambda: chat.front_end().translate(raw))
+    assert translation.body is not None
+    assert turns > 5
+    raw = json.dumps({"model": "m", "messages": messages, "tools": _tools(3, 4)}).encode()
+    turns, translation = _turns_while(lambda: chat.front_end().translate(raw))
     assert translation.body is not None
     assert turns <= 2

@@ -43,6 +43,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.given_schemas import schema_problem
+
 from ..web_search import offer_web_search
 from .errors import MessagesError, field_path
 from .request import chat_tool_choice, system_text, texts_of
@@ -345,12 +347,24 @@ def _function(tool: Mapping[str, Any], index: int) -> dict[str, Any]:
         )
     if isinstance(schema, Mapping) and schema.get("type") != "object":
         raise MessagesError(f"tools.{index}.custom.input_schema.type: Input should be 'object'")
+    if isinstance(schema, Mapping):
+        _check_schema(f"tools.{index}.custom.input_schema", schema)
     function: dict[str, Any] = {"name": name, "parameters": schema or {}}
     if isinstance(tool.get("description"), str):
         function["description"] = tool["description"]
     if isinstance(tool.get("strict"), bool):
         function["strict"] = tool["strict"]
     return function
+
+
+def _check_schema(field: str, schema: Mapping[str, Any]) -> None:
+    """Anthropic's 400 for a schema that is not a JSON Schema (its words, then what is wrong with it)."""
+    why = schema_problem(schema)
+    if why is not None:
+        raise MessagesError(
+            f"{field}: JSON schema is invalid. It must match JSON Schema draft 2020-12 "
+            f"(https://json-schema.org/draft/2020-12). {why}."
+        )
 
 
 def _unsupported(index: int, kind: Any) -> MessagesError:
@@ -413,17 +427,23 @@ def _settings(body: Mapping[str, Any]) -> dict[str, Any]:
     effort = _effort(body)
     if effort is not None:
         chat["reasoning_effort"] = effort
-    config = body.get("output_config")
-    fmt = config.get("format") if isinstance(config, Mapping) else None
-    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
-        chat["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "output", "schema": fmt.get("schema")},
-        }
+    response_format = _response_format(body.get("output_config"))
+    if response_format is not None:
+        chat["response_format"] = response_format
     if body.get("stream") is True:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
     return chat
+
+
+def _response_format(config: Any) -> dict[str, Any] | None:
+    """Chat's ``response_format`` of ``output_config.format`` (a JSON schema the answer follows)."""
+    fmt = config.get("format") if isinstance(config, Mapping) else None
+    if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+        return None
+    if isinstance(fmt.get("schema"), Mapping):
+        _check_schema("output_config.format.schema", fmt["schema"])
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.get("schema")}}
 
 
 def translate_request(body: Mapping[str, Any]) -> ChatTranslation:

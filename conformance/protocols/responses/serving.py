@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from conformance.api_errors import APIError
+from conformance.given_schemas import check_given_schemas
 from conformance.request_validation import parse_json_object, validate_request
 
 from ..front_end import (
@@ -189,8 +190,9 @@ class ResponsesFrontEnd(FrontEnd):
         """The chat request checked as a chat request is, its errors in the client's names."""
         try:
             validate_request("chat_completion_request", chat.chat)
+            check_given_schemas(chat.chat)
         except APIError as refused:
-            raise type(refused)(refused.status, responses_error(refused.body)) from None
+            raise type(refused)(refused.status, chat.error(refused.body)) from None
 
     def error(self, body: dict[str, Any], status: int) -> dict[str, Any]:
         return responses_error(body)

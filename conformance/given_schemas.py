@@ -1,0 +1,81 @@
+"""The JSON Schemas a client gives in a request, checked as JSON Schemas before the request is served.
+
+A function's ``parameters`` and a structured output's schema are handed to the upstream, which turns
+them into a grammar. One that is not a JSON Schema (``{"type": "nonsense"}``, ``"required": true``)
+got llama-server's 400 with ``param: null`` and its converter's words ("Unable to generate parser for
+this template... JSON schema error at #: unrecognized type nonsense"), llama-cpp-python's 500, or, from
+a server that ignores what it cannot read, an answer under no constraint at all. OpenAI checks them
+against the JSON Schema meta-schema and answers 400 "Invalid schema for function 'f': ..." naming the
+function; Anthropic "tools.0.custom.input_schema: JSON schema is invalid. It must match JSON Schema draft
+2020-12". So does the proxy, with the parameter that holds the schema (each front-end words it in its
+client's names).
+
+The meta-schema is draft 7's: it holds what a grammar is built from (``type``, ``properties``,
+``required``, ``items``, ``enum``, the combinators) as 2020-12's does, at a fifth of the cost (59 us per
+property against 326, measured on 5,000 properties; 2020-12's meta-schema resolves ``$dynamicRef`` at
+every node); 2020-12's own keywords (``$defs``, ``prefixItems``) it leaves unchecked, as it does any
+keyword it does not know. An agent sends the same tools on every turn: a schema's verdict is kept by
+its digest (bounded), so a seen schema costs its serialization (7 us for a shell tool's), not a check
+(1.7 ms); a body with many new ones is read off the event loop (front_end.py ``is_large``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from jsonschema import Draft7Validator
+from jsonschema.exceptions import best_match
+
+from conformance import jsoncodec
+from conformance.api_errors import InvalidRequest
+
+__all__ = ["check_given_schemas", "schema_problem"]
+
+_META = Draft7Validator(Draft7Validator.META_SCHEMA)
+_VERDICTS_LIMIT = 4096
+_verdicts: dict[bytes, str | None] = {}
+"""Digest of a schema's JSON -> why it is not a JSON Schema, or None where it is one."""
+
+
+def schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """Why ``schema`` is not a JSON Schema, in OpenAI's manner, or None."""
+    digest = hashlib.blake2b(jsoncodec.dumps(schema), digest_size=16).digest()
+    if digest in _verdicts:
+        return _verdicts[digest]
+    error = best_match(_META.iter_errors(schema))
+    # (the meta-schema's message quotes the client's value, which may be long)
+    why = None if error is None else f"In context={tuple(error.absolute_path)}, {error.message[:300]}"
+    if len(_verdicts) >= _VERDICTS_LIMIT:
+        _verdicts.clear()
+    _verdicts[digest] = why
+    return why
+
+
+def _given(body: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    """Each schema of a chat request: (its parameter, what it is the schema of, the schema)."""
+    tools = body.get("tools")
+    for index, tool in enumerate(tools if isinstance(tools, list) else ()):
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if isinstance(function, Mapping) and "parameters" in function:
+            name = function.get("name")
+            yield f"tools[{index}].function.parameters", f"function '{name}'", function["parameters"]
+    response_format = body.get("response_format")
+    json_schema = response_format.get("json_schema") if isinstance(response_format, Mapping) else None
+    if isinstance(json_schema, Mapping) and "schema" in json_schema:
+        name = json_schema.get("name")
+        yield "response_format.json_schema.schema", f"response_format '{name}'", json_schema["schema"]
+
+
+def check_given_schemas(body: Mapping[str, Any]) -> None:
+    """A 400 :class:`InvalidRequest` for the first schema of chat request ``body`` (a function's
+    ``parameters``, ``response_format``'s schema) that is not a JSON Schema; the request schema has
+    already said each is an object."""
+    for param, owner, schema in _given(body):
+        if not isinstance(schema, Mapping):
+            continue  # (a wrong type is the request schema's to word)
+        why = schema_problem(schema)
+        if why is not None:
+            message = f"Invalid schema for {owner}: {why}."
+            raise InvalidRequest.make(message, 400, code="invalid_json_schema", param=param)
