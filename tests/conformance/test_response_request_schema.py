@@ -26,3 +26,22 @@ def test_codex_reasoning_item_with_null_content_is_valid() -> None:
 
 def test_a_message_with_null_content_is_not() -> None:
     assert _errors({"model": "m", "input": [{"role": "user", "content": None}]}) != []
+
+
+def test_a_message_with_null_content_is_told_its_content_is_wrong() -> None:
+    """Was "Missing required parameter: 'input[0].type'" (the branch null content is allowed for),
+    for a message that has its role and whose content is what is wrong."""
+    from conformance.api_errors import APIError
+    from conformance.request_validation import validate_request
+
+    for item in ({"role": "user", "content": None}, {"type": "message", "role": "user", "content": None}):
+        try:
+            validate_request(
+                "response_request", {"model": "m", "input": [{"role": "user", "content": "hi"}, item]}
+            )
+        except APIError as refused:
+            error = refused.body["error"]
+        else:
+            raise AssertionError("a message with null content was taken")
+        assert (error["param"], error["code"]) == ("input[1].content", "invalid_type")
+        assert "expected a string or an array of content parts, but got null" in error["message"]

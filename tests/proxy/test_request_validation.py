@@ -107,6 +107,17 @@ def test_a_bad_parameter_is_named(endpoint: str, body: dict[str, Any], param: st
         assert f"'{param}'" in error["message"]
 
 
+def test_a_name_that_breaks_its_pattern_is_told_the_pattern() -> None:
+    """OpenAI's words: the client learns which characters a name may have."""
+    tool = {"type": "function", "function": {"name": "get weather!", "parameters": {"type": "object"}}}
+    error = _rejection("chat", {"messages": MESSAGES, "tools": [tool]})
+    assert (error["param"], error["code"]) == ("tools[0].function.name", "invalid_value")
+    assert error["message"] == (
+        "Invalid 'tools[0].function.name': string does not match pattern. Expected a string that matches "
+        "the pattern '^[a-zA-Z0-9_-]{1,64}$'."
+    )
+
+
 def test_messages_say_what_was_expected_and_what_came() -> None:
     error = _rejection("completions", {"prompt": "x", "max_tokens": "eight"})
     assert error["message"] == "Invalid type for 'max_tokens': expected an integer, but got a string instead."

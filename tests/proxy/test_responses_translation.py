@@ -796,8 +796,11 @@ def test_a_stream_cut_while_its_end_is_stored_ends_with_that_end() -> None:
         ("max_tokens", "max_output_tokens"),
         ("messages[1].content", "input"),
         ("messages", "input"),
-        ("response_format.json_schema.schema", "text.format"),
-        ("tools[3].function.name", "tools"),
+        ("response_format.json_schema.schema", "text.format.schema"),
+        ("response_format.json_schema.name", "text.format.name"),
+        ("response_format.json_schema", "text.format"),
+        ("response_format.type", "text.format.type"),
+        ("tools[3].function.name", "tools"),  # (without the translation's tools, the root)
         ("temperature", "temperature"),
         (None, None),
     ],
@@ -815,6 +818,25 @@ def test_an_error_about_the_chat_request_names_what_the_client_sent(
     assert error["param"] == renamed
     assert error["message"] == f"Invalid '{renamed}': integer above maximum value."
     assert (error["type"], error["code"]) == ("invalid_request_error", "x")
+
+
+def test_an_error_about_a_translated_tool_names_the_tool_the_client_sent() -> None:
+    """The chat request's ``tools[1].function.name`` was named ``tools`` (black-box testing): a
+    namespace's tool and a web search shift the chat indexes, so each chat tool keeps its origin."""
+    function = {"type": "function", "name": "ok", "parameters": {"type": "object"}}
+    namespace = {
+        "type": "namespace",
+        "name": "fs",
+        "tools": [{**function, "name": "read"}, {**function, "name": "write"}],
+    }
+    tools = [{"type": "web_search"}, namespace, {**function, "name": "bad name!"}]
+    translation = translate_request({"model": "m", "input": "hi", "tools": tools})
+    assert translation.tool_params == ("tools[0]", "tools[1].tools[0]", "tools[1].tools[1]", "tools[2]")
+    for index, param in enumerate(translation.tool_params):
+        chat = f"tools[{index}].function.name"
+        body = {"error": {"message": f"Invalid value for '{chat}'.", "param": chat, "code": "invalid_value"}}
+        error = translation.error(body)["error"]
+        assert (error["param"], error["message"]) == (f"{param}.name", f"Invalid value for '{param}.name'.")
 
 
 def test_an_output_of_no_call_in_the_conversation_is_refused() -> None:

@@ -100,6 +100,13 @@ class ChatTranslation:
     namespaced: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """Chat function name -> (namespace, name) for the tools of ``namespace`` tools: their calls are
     answered with the inner ``name`` and ``namespace`` set."""
+    tool_params: tuple[str, ...] = ()
+    """The client's parameter each chat tool came from, in order (``tools[2]``, ``tools[0].tools[1]``):
+    an error about ``tools[i].function`` of the chat request names the tool the client sent."""
+
+    def error(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``responses_error`` of an error about this translation's chat request."""
+        return responses_error(body, self.tool_params)
 
     @property
     def stream(self) -> bool:
@@ -415,6 +422,7 @@ class _Tools:
     chat: list[dict[str, Any]] = field(default_factory=list)
     custom: set[str] = field(default_factory=set)
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    params: list[str] = field(default_factory=list)  # the client's parameter of each chat tool
 
     def add(self, tool: Mapping[str, Any], param: str, namespace: str | None = None) -> None:
         """A ``function`` or ``custom`` tool as a chat function (in ``namespace`` when given)."""
@@ -445,6 +453,7 @@ class _Tools:
         if namespace is not None:
             self.namespaced[chat_name] = (namespace, name)
         self.chat.append({"type": "function", "function": function})
+        self.params.append(param)
 
     def add_namespace(self, tool: Mapping[str, Any], param: str) -> None:
         """A ``namespace`` tool: each of its function and custom tools, under the joined name."""
@@ -480,6 +489,7 @@ def _tools(tools: Any) -> _Tools:
         kind = tool.get("type") if isinstance(tool, Mapping) else None
         if kind in WEB_SEARCH_TOOLS:
             offer_web_search(out.chat)
+            out.params.extend([param] * (len(out.chat) - len(out.params)))
             continue
         if kind == "namespace":
             assert isinstance(tool, Mapping)
@@ -644,7 +654,7 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = 
     chat.update(chat_logprobs(body))
     chat.update(_streaming(body))
     echo = {**settings_echo(body), **sampling_used(chat, None)}  # (the core's defaults: ``sampled``)
-    return ChatTranslation(chat, echo, frozenset(tools.custom), dict(tools.namespaced))
+    return ChatTranslation(chat, echo, frozenset(tools.custom), dict(tools.namespaced), tuple(tools.params))
 
 
 def _refuse_unserved(body: Mapping[str, Any], previous: Sequence[Any] | None) -> None:
@@ -729,24 +739,42 @@ _RESPONSES_PARAMS = {
     "tools": "tools",
 }
 """The chat parameter a translated request's error names -> the Responses parameter the client sent.
-Indexes do not carry over (``instructions`` adds a message, a namespace tool several functions): a
-nested chat parameter names the Responses parameter it came from."""
+Indexes of ``messages`` do not carry over (``instructions`` adds a message, ``previous_response_id``
+the conversation before): a nested chat parameter names the Responses parameter it came from, but where
+the nesting is the same on both sides (below), the client's nested parameter."""
+
+_FORMAT = re.compile(r"response_format(?:\.json_schema)?((?:\.\w+)*)")
+"""``response_format.json_schema.name`` -> ``text.format.name``: Responses puts the schema's fields at
+the top of the format where chat nests them."""
+_TOOL = re.compile(r"tools\[(\d+)\]\.function((?:[.\[].*)?)")
+"""``tools[3].function.name`` -> ``tools[1].name`` (the function's fields at the top of the tool)."""
 
 
-def responses_error(body: dict[str, Any]) -> dict[str, Any]:
+def _client_param(param: str, tool_params: Sequence[str]) -> str | None:
+    """The Responses parameter of chat parameter ``param``, nested where the two nest alike."""
+    if (found := _FORMAT.fullmatch(param)) is not None:
+        return "text.format" + found.group(1)
+    if (found := _TOOL.fullmatch(param)) is not None and int(found.group(1)) < len(tool_params):
+        return tool_params[int(found.group(1))] + found.group(2)
+    return _RESPONSES_PARAMS.get(param.split(".", 1)[0].split("[", 1)[0])
+
+
+def responses_error(body: dict[str, Any], tool_params: Sequence[str] = ()) -> dict[str, Any]:
     """An OpenAI error body about the chat request a Responses request was translated to, as an error
     about the Responses request: ``param`` (and its quotation in the message) in the client's names.
     A chat reading (the judge's schema, a backend's parse) refused ``max_tokens`` where the client sent
-    ``max_output_tokens``, or ``messages[1].content`` where it sent ``input``."""
+    ``max_output_tokens``, or ``messages[1].content`` where it sent ``input``. ``tool_params``: the
+    client's parameter of each chat tool (``ChatTranslation.tool_params``), where the error is about the
+    translated request."""
     error = body.get("error")
     param = error.get("param") if isinstance(error, dict) else None
     if not isinstance(error, dict) or not isinstance(param, str):
         return body
-    root = param.split(".", 1)[0].split("[", 1)[0]
-    renamed = _RESPONSES_PARAMS.get(root)
+    renamed = _client_param(param, tool_params)
     if renamed is None or renamed == param:
         return body
     message = error.get("message")
     if isinstance(message, str):  # the quoted chat parameter, nested or not: 'messages[1].content'
+        root = param.split(".", 1)[0].split("[", 1)[0]
         message = re.sub(rf"'{re.escape(root)}(?:[.\[][^']*)?'", f"'{renamed}'", message)
     return {**body, "error": {**error, "param": renamed, "message": message}}
