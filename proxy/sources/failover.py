@@ -15,7 +15,7 @@ import math
 import time
 from typing import Any
 
-from conformance.api_errors import APIError
+from conformance.api_errors import APIError, ContextOverflow
 from conformance.protocols.front_end import CHUNKS, Output
 
 from ..errors import first_byte_timeout_error
@@ -92,12 +92,13 @@ class FailoverSource(Attempts):
                 self._spent.update(built.repairs)
                 await built.aclose()
                 self._finish(error, status)
-                self._tried.add(replica)
-                if not retryable(error, status) or not any(
-                    r.available for r in self._replicas if r not in self._tried
-                ):
-                    raise error.redacted(replica.config.upstream_api_key) from None
-                self._router.retried(replica)
+                if not self._shortened(error):
+                    self._tried.add(replica)
+                    if not retryable(error, status) or not any(
+                        r.available for r in self._replicas if r not in self._tried
+                    ):
+                        raise error.redacted(replica.config.upstream_api_key) from None
+                    self._router.retried(replica)
             except BaseException as stopped:
                 if isinstance(stopped, asyncio.CancelledError) and self._past_first_byte_deadline():
                     # The writer's first-byte timeout: the replica sent nothing in time, a stall the
@@ -130,12 +131,31 @@ class FailoverSource(Attempts):
     async def _build(self, replica: Replica) -> None:
         """The request's leg on ``replica``: its source and output, or the proxy's refusal (raised: no
         upstream was asked)."""
-        try:
-            self._current, self._output = await self._plan.leg(replica)
-        except BaseException:
-            self._current = None
-            self._finish(None, None)
-            raise
+        while True:
+            try:
+                self._current, self._output = await self._plan.leg(replica)
+                return
+            except APIError as refused:
+                if self._shortened(refused):
+                    continue  # (the proxy's own count said it: asked again on the replica it holds)
+                self._current = None
+                self._finish(None, None)
+                raise
+            except BaseException:
+                self._current = None
+                self._finish(None, None)
+                raise
+
+    def _shortened(self, error: APIError) -> bool:
+        """Whether the request goes again made shorter, where ``error`` is a context overflow and its
+        protocol asks for that (``truncation: "auto"``): its plan is then the shorter one's."""
+        if error.code != ContextOverflow.CODE:
+            return False
+        shorter = self._plan.shortened(error)
+        if shorter is None:
+            return False
+        self._plan = shorter
+        return True
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
         assert self._current is not None

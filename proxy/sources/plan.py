@@ -21,10 +21,11 @@ never as a callback into the route.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance import jsoncodec
+from conformance.api_errors import APIError
 from conformance.protocols.front_end import DataLines, FrontEnd, Output, Translation
 from conformance.protocols.sampling import with_stated_sampling
 from conformance.request_info import RequestInfo
@@ -50,6 +51,11 @@ class RequestPlan:
     """The client's headers the upstream gets too."""
     model: Any
     """The model as the pool serves it (an alias of the file's resolved): each replica's names map it."""
+
+    def shortened(self, overflow: APIError) -> RequestPlan | None:
+        """The plan of the request made shorter to fit the context (``Translation.shortened``), or None."""
+        translation = self.translation.shortened(overflow)
+        return None if translation is None else replace(self, translation=translation)
 
     async def leg(self, replica: Replica) -> tuple[Source, Output]:
         """The source and output of the request on ``replica``; raises the proxy's own refusal (an

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from jsonschema import ValidationError
 
 from conformance.api_errors import InvalidRequest
+from conformance.context_overflow import overflow_counts
 
 __all__ = [
     "ERROR_TYPES",
@@ -97,23 +98,14 @@ def status_of(body: dict[str, Any]) -> int:
     return _STATUS_OF_TYPE.get(kind, 500) if isinstance(kind, str) else 500
 
 
-_SIZE = re.compile(r"maximum context length is (\d+)")
-_PROMPT = re.compile(
-    r"\((\d+) in (?:the messages|the prompt|your prompt)|resulted in (\d+) tokens|prompt is (\d+) tokens"
-)
-_COMPLETION = re.compile(r"(\d+) (?:in|for) the completion")
-
-
 def overflow_message(text: str) -> str:
     """A context overflow in Anthropic's words, which Claude Code reads to compact its history: ``prompt
     is too long: N tokens > M maximum``, or, where ``max_tokens`` made it overflow, ``input length and
     `max_tokens` exceed context limit: N + K > M, ...``; the numbers from the core's OpenAI wording."""
-    size, prompt, completion = _SIZE.search(text), _PROMPT.search(text), _COMPLETION.search(text)
-    if size is None or prompt is None:
+    counts = overflow_counts(text)
+    if counts is None:
         return f"prompt is too long: {text}"
-    tokens = int(next(group for group in prompt.groups() if group))
-    limit = int(size.group(1))
-    asked = int(completion.group(1)) if completion is not None else 0
+    tokens, limit, asked = counts.prompt, counts.limit, counts.completion
     if tokens >= limit or not asked:
         return f"prompt is too long: {tokens} tokens > {limit} maximum"
     return (

@@ -14,6 +14,7 @@ front-end's requests, on a store that remembers the socket's last response.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -51,6 +52,7 @@ from .stored import (
     retrieve_response,
 )
 from .translation import ChatTranslation, responses_error, translate_request
+from .truncation import MAX_SHORTENINGS, shortened_messages
 from .websocket import CONNECTION_LIFETIME, SocketStore, serve_socket
 
 __all__ = ["NATIVE_PATH", "ResponsesFrontEnd", "ResponsesTranslation"]
@@ -83,6 +85,7 @@ class ResponsesTranslation(Translation):
         self._store = store
         self._items = items
         """The whole input the Response answers (the stored conversation, then this request's)."""
+        self._shortenings = 0
 
     states_sampling = True
 
@@ -94,6 +97,21 @@ class ResponsesTranslation(Translation):
     def output(self, model: str | None, sampling: Mapping[str, float] | None = None) -> Output:
         assert self._chat is not None, "a refused translation has no chat output"
         return ResponsesOutput(self._chat.sampled(sampling), model, self._store, self._items)
+
+    def shortened(self, overflow: APIError) -> Translation | None:
+        """The conversation without its oldest exchanges, for ``truncation: "auto"`` (truncation.py); the
+        Response answers, and a store keeps, the whole input still."""
+        chat = self._chat
+        if chat is None or self._asked.get("truncation") != "auto" or self._shortenings >= MAX_SHORTENINGS:
+            return None
+        messages = shortened_messages(chat.chat["messages"], overflow.message)
+        if messages is None:
+            return None
+        shorter = ResponsesTranslation(
+            self._asked, replace(chat, chat={**chat.chat, "messages": messages}), self._store, self._items
+        )
+        shorter._shortenings = self._shortenings + 1
+        return shorter
 
     def _native_answer(self, model: str | None, sampling: Mapping[str, float] | None) -> NativeStream:
         return NativeAnswer(self._asked, model, self._store, self._items, sampling)

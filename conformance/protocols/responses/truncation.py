@@ -1,0 +1,88 @@
+"""``truncation: "auto"``: a conversation past the model's context loses its oldest turns, not the answer.
+
+Open Responses: ``auto`` "Let the service decide how to truncate", ``disabled`` (the default) "Context
+over the model's context limit will result in a 400 error"; OpenAI's service drops input items from the
+beginning of the conversation. The value was echoed and not applied: the Response said ``auto`` and the
+client got the 400.
+
+Where the translated chat request is refused as a context overflow (``context_length_exceeded``: the
+proxy's own count against the context, or the upstream's refusal), it is shortened and sent again: its
+leading system and developer messages stay (``instructions``), and so does the last user message with
+everything after it (the turn being answered, its calls and their outputs); the exchanges between go,
+oldest first, each a user message with all that answered it, so that what is left alternates as templates
+require and no call is left without its output nor an output without its call. How much goes: the
+overflow's own counts where it gives them (N prompt tokens of a context of M, K asked for the
+completion), the share N - (M - K) of N of the conversation's characters, and a tenth more (tokens are
+not spread evenly over characters); without counts, half of what may go. At most :data:`MAX_SHORTENINGS`
+times; with nothing left that may go, or a completion that alone does not fit, the overflow is the
+answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from conformance import jsoncodec
+from conformance.context_overflow import overflow_counts
+
+__all__ = ["MAX_SHORTENINGS", "shortened_messages"]
+
+MAX_SHORTENINGS = 3
+"""Tries with a shorter conversation after the first overflow; each asks the upstream (or counts) again."""
+
+_MARGIN = 1.1
+_KEPT_ROLES = frozenset({"system", "developer"})
+
+
+def _exchanges(messages: Sequence[Any]) -> list[list[Any]]:
+    """``messages`` in the units that may go: a user message and all that follows it up to the next
+    (the answer, its calls and their outputs), so that what is left still begins with a user message
+    after the instructions (Gemma's template, among others, refuses roles that do not alternate) and no
+    call is left without its output nor an output without its call."""
+    exchanges: list[list[Any]] = []
+    for message in messages:
+        if _role(message) == "user" or not exchanges:
+            exchanges.append([message])
+        else:
+            exchanges[-1].append(message)
+    return exchanges
+
+
+def _chars(messages: Sequence[Any]) -> int:
+    return sum(len(jsoncodec.dumps(m)) for m in messages)
+
+
+def _target(overflow: str, whole: int, droppable: int) -> float | None:
+    """The characters to drop (see the module's docstring), of a conversation of ``whole``, of which
+    ``droppable`` may go; None where it cannot fit (the completion alone fills the context)."""
+    counts = overflow_counts(overflow)
+    if counts is None or counts.prompt <= 0:
+        return droppable / 2
+    room = counts.limit - counts.completion
+    if room <= 0:
+        return None
+    return whole * min(1.0, max(0.0, (counts.prompt - room) / counts.prompt) * _MARGIN)
+
+
+def shortened_messages(messages: Sequence[Any], overflow: str) -> list[Any] | None:
+    """``messages`` (a chat request's) without their oldest exchanges, as the ``overflow`` message's
+    counts say (see the module's docstring), at least one; None where nothing may go or it would not help."""
+    head = 0
+    while head < len(messages) and _role(messages[head]) in _KEPT_ROLES:
+        head += 1
+    last_user = max((i for i, m in enumerate(messages) if _role(m) == "user"), default=-1)
+    exchanges = _exchanges(messages[head:last_user]) if last_user > head else []
+    target = _target(overflow, _chars(messages), _chars(messages[head:last_user]))
+    if not exchanges or target is None:
+        return None
+    gone, dropped = 0, 0
+    while gone < len(exchanges) and (gone == 0 or dropped < target):
+        dropped += _chars(exchanges[gone])
+        gone += 1
+    rest = [m for exchange in exchanges[gone:] for m in exchange]
+    return [*messages[:head], *rest, *messages[last_user:]]
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if isinstance(message, dict) else None

@@ -1,0 +1,95 @@
+"""``truncation: "auto"`` cuts the oldest turns of a conversation, whole, by the overflow's own counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.context_overflow import overflow_counts
+from conformance.protocols.messages.errors import overflow_message
+from conformance.protocols.responses.truncation import shortened_messages
+
+SYSTEM = {"role": "system", "content": "Be brief."}
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def _assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def _call(call_id: str) -> list[dict[str, Any]]:
+    function = {"name": "read", "arguments": "{}"}
+    called = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
+    return [called, {"role": "tool", "tool_call_id": call_id, "content": "x" * 400}]
+
+
+def _overflow(prompt: int, limit: int, completion: int) -> str:
+    return (
+        f"This model's maximum context length is {limit} tokens. However, you requested "
+        f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the completion). Please "
+        "reduce the length of the messages or completion."
+    )
+
+
+def test_the_counts_are_read_from_the_cores_words_and_llama_servers() -> None:
+    counts = overflow_counts(_overflow(3000, 2048, 100))
+    assert counts is not None
+    assert (counts.prompt, counts.limit, counts.completion) == (3000, 2048, 100)
+    counts = overflow_counts(
+        "request (4210 tokens) exceeds the available context size (2048 tokens), try increasing it"
+    )
+    assert counts is not None
+    assert (counts.prompt, counts.limit, counts.completion) == (4210, 2048, 0)
+    assert overflow_counts("the prompt is too long") is None
+    # Anthropic's words of llama-server's overflow carry its numbers (Claude Code compacts by them).
+    llama = "request (4210 tokens) exceeds the available context size (2048 tokens), try increasing it"
+    assert overflow_message(llama) == "prompt is too long: 4210 tokens > 2048 maximum"
+
+
+def test_the_oldest_turns_go_and_the_instructions_and_the_turn_being_answered_stay() -> None:
+    old = [_user("a" * 1000), _assistant("b" * 1000), _user("c" * 1000), _assistant("d" * 1000)]
+    now = [_user("the question"), *_call("call_now")]
+    messages = [SYSTEM, *old, *now]
+    # A third of the text over the room (and a tenth more): the oldest exchange goes.
+    shorter = shortened_messages(messages, _overflow(2000, 1500, 100))
+    assert shorter == [SYSTEM, _user("c" * 1000), _assistant("d" * 1000), *now]
+    # Past half: both go, never a user message alone with its answer left.
+    assert shortened_messages(messages, _overflow(2000, 1100, 100)) == [SYSTEM, *now]
+    # Without counts, half of what may go.
+    assert shortened_messages(messages, "too long") == [
+        SYSTEM,
+        _user("c" * 1000),
+        _assistant("d" * 1000),
+        *now,
+    ]
+    # Counts that say it all but fits: still one exchange, the overflow said it does not.
+    assert shortened_messages(messages, _overflow(2000, 4000, 0)) == [SYSTEM, *old[2:], *now]
+
+
+def test_a_call_goes_with_its_answers_and_what_is_left_begins_with_a_user_message() -> None:
+    messages = [
+        SYSTEM,
+        _assistant("Hello."),
+        _user("first"),
+        *_call("call_1"),
+        _user("second"),
+        *_call("call_2"),
+    ]
+    messages += [_user("now")]
+    # The greeting before the first question goes first, alone: what is left begins with a question.
+    shorter = shortened_messages(messages, _overflow(1000, 990, 0))
+    assert shorter == [SYSTEM, *messages[2:]]
+    shorter = shortened_messages(messages, _overflow(1000, 700, 0))
+    assert shorter == [SYSTEM, _user("second"), *_call("call_2"), _user("now")]
+    assert shortened_messages(messages, _overflow(10_000, 100, 0)) == [SYSTEM, _user("now")]
+
+
+def test_nothing_goes_where_nothing_may_or_it_would_not_help() -> None:
+    assert shortened_messages([SYSTEM, _user("only")], _overflow(5000, 2048, 0)) is None
+    assert shortened_messages([_user("a"), _assistant("b"), _user("c")], _overflow(100, 2048, 4096)) is None
