@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from conformance.protocols.messages import MESSAGES
-from tests.live.llama_cpp_server import OVERFLOW_WORDS
+from tests.live.llama_cpp_server import CONTEXT, OVERFLOW_WORDS
 from tests.support.check_report import check_results, errors_by_probe
 from tests.support.llama_server import gemma_llama_server
 from tests.support.messages_checks import message_events
@@ -202,3 +202,26 @@ def test_check_of_the_messages_api_through_llama_servers_own_endpoint_finds_no_e
         results = check_results(url, tmp_path, "--overflow-words", str(OVERFLOW_WORDS), "--only", *messages)
     assert len(results) == len(messages)
     assert errors_by_probe(results) == {}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_truncation_auto_answers_a_conversation_past_the_context(proxy: str, stream: bool) -> None:
+    """Its oldest exchanges go, until what is left fits the context; ``disabled`` is the overflow."""
+    items: list[dict[str, Any]] = []
+    for n in range(30):
+        items.append({"role": "user", "content": f"Question {n}: " + "Tell me about the old town. " * 12})
+        items.append({"role": "assistant", "content": f"Answer {n}: " + "It has a market square. " * 12})
+    items.append({"role": "user", "content": "Which number was the last question?"})
+    asked = {"model": "gemma", "instructions": "Be brief.", "input": items, "max_output_tokens": 16}
+    refused = httpx.post(proxy + "/v1/responses", json=asked, timeout=120)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "context_length_exceeded"
+    answered = httpx.post(
+        proxy + "/v1/responses", json={**asked, "truncation": "auto", "stream": stream}, timeout=120
+    )
+    assert answered.status_code == 200, answered.text
+    events = [json.loads(line[6:]) for line in answered.text.splitlines() if line.startswith("data: {")]
+    response = events[-1]["response"] if stream else answered.json()
+    assert response["status"] in ("completed", "incomplete")
+    assert response["truncation"] == "auto"
+    assert 0 < response["usage"]["input_tokens"] < CONTEXT
