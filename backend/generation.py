@@ -63,9 +63,20 @@ async def generate(generation: Generation, front_end: FrontEnd, request: Request
         translation = await front_end.translate(await request.body())
     except APIError as refused:
         return JSONResponse(refused.body, status_code=refused.status)  # worded by the front-end
-    assert translation.body is not None  # (a refusal is kept only where asked to)
     parse = PARSERS[front_end.endpoint]
-    started = _start(generation, translation.body, parse, front_end.error, names_stop=translation.names_stop)
+    while True:
+        assert translation.body is not None  # (a refusal is kept only where asked to)
+        try:
+            started = _start(
+                generation, translation.body, parse, front_end.error, names_stop=translation.names_stop
+            )
+            break
+        except APIError as refused:
+            # A context overflow the protocol asks to be cut instead (Responses' ``truncation: "auto"``).
+            shorter = translation.shortened(refused) if refused.code == "context_length_exceeded" else None
+            if shorter is None:
+                return JSONResponse(front_end.error(refused.body, refused.status), status_code=refused.status)
+            translation = shorter
     if isinstance(started, Response):
         return started
     output = translation.output(generation.backend.model_id, SAMPLING_DEFAULTS)
@@ -92,18 +103,16 @@ def _start(
     *,
     names_stop: bool = False,
 ) -> _Started | Response:
-    """The request checked, tokenized and its jobs submitted; or the error to answer (``worded``: in
-    the names of the protocol the client sent, for a translated one; ``names_stop``: it names the stop
-    sequence met, ``Translation.names_stop``)."""
+    """The request checked, tokenized and its jobs submitted; or the answer of a full queue
+    (``worded``: in the names of the protocol the client sent, for a translated one; ``names_stop``: it
+    names the stop sequence met, ``Translation.names_stop``). Raises the ``APIError`` of a request
+    that cannot be served (a bad parameter, a prompt past the context)."""
     backend = generation.backend
     queue: asyncio.Queue[Event] = asyncio.Queue()
     emit = LoopInbox.of(asyncio.get_running_loop()).sender(queue)
-    try:
-        req = parse(body)
-        prompts = backend.prompts(req)
-        jobs = backend.jobs(req, prompts, emit)
-    except APIError as refused:
-        return JSONResponse(worded(refused.body, refused.status), status_code=refused.status)
+    req = parse(body)
+    prompts = backend.prompts(req)
+    jobs = backend.jobs(req, prompts, emit)
     try:
         backend.engine.submit(jobs)
     except QueueFull as exc:

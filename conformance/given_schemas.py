@@ -29,28 +29,42 @@ from jsonschema import Draft7Validator
 from jsonschema.exceptions import best_match
 
 from conformance import jsoncodec
-from conformance.api_errors import InvalidRequest
+from conformance.api_errors import MAX_MESSAGE, InvalidRequest, quoted
 
 __all__ = ["check_given_schemas", "schema_problem"]
 
 _META = Draft7Validator(Draft7Validator.META_SCHEMA)
 _VERDICTS_LIMIT = 4096
 _verdicts: dict[bytes, str | None] = {}
-"""Digest of a schema's JSON -> why it is not a JSON Schema, or None where it is one."""
+"""Digest of a schema's JSON -> why it is not a JSON Schema, or None where it is one. Read and written
+from the event loop and from the worker threads of large bodies: a lookup is one ``get``, never a test
+then a read that a ``clear`` between the two would break."""
+_UNSEEN = "unseen"
 
 
 def schema_problem(schema: Mapping[str, Any]) -> str | None:
     """Why ``schema`` is not a JSON Schema, in OpenAI's manner, or None."""
     digest = hashlib.blake2b(jsoncodec.dumps(schema), digest_size=16).digest()
-    if digest in _verdicts:
-        return _verdicts[digest]
-    error = best_match(_META.iter_errors(schema))
-    # (the meta-schema's message quotes the client's value, which may be long)
-    why = None if error is None else f"In context={tuple(error.absolute_path)}, {error.message[:300]}"
+    if (known := _verdicts.get(digest, _UNSEEN)) is not _UNSEEN:
+        return known
+    why = _checked(schema)
     if len(_verdicts) >= _VERDICTS_LIMIT:
         _verdicts.clear()
     _verdicts[digest] = why
     return why
+
+
+def _checked(schema: Mapping[str, Any]) -> str | None:
+    """The meta-schema's verdict on ``schema``, its words bounded: the path and the message quote the
+    client's keys and values, which may be megabytes."""
+    try:
+        error = best_match(_META.iter_errors(schema))
+    except RecursionError:  # (nested past what the validator recurses through; the body parser takes it)
+        return "the schema is nested too deeply"
+    if error is None:
+        return None
+    where = ", ".join(repr(quoted(str(part))) for part in error.absolute_path)
+    return f"In context=({where}), {quoted(error.message)}"[:MAX_MESSAGE]
 
 
 def _given(body: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:

@@ -352,3 +352,22 @@ def test_a_compaction_is_read_back_as_input(gemma_url: str) -> None:
     missing = httpx.post(gemma_url + "/v1/responses/compact", json={"input": conversation}, timeout=30)
     assert missing.status_code == 400
     assert missing.json()["error"]["param"] == "model"
+
+
+def test_truncation_auto_answers_a_conversation_past_the_context(client: Any) -> None:
+    """On the backend itself and through the proxy in front of it: its oldest exchanges go; the default
+    (``disabled``) is the overflow."""
+    items: list[dict[str, Any]] = []
+    for n in range(30):
+        items.append({"role": "user", "content": f"Question {n}: " + "Tell me about the old town. " * 12})
+        items.append({"role": "assistant", "content": f"Answer {n}: " + "It has a market square. " * 12})
+    items.append({"role": "user", "content": "Which number was the last question?"})
+    asked: Any = {"model": "gemma", "instructions": "Be brief.", "input": items, "max_output_tokens": 16}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(**asked)
+    assert refused.value.code == "context_length_exceeded"
+    response = client.responses.create(**asked, truncation="auto")
+    assert response.status in ("completed", "incomplete")
+    assert response.truncation == "auto"
+    assert response.usage is not None
+    assert 0 < response.usage.input_tokens < 2048

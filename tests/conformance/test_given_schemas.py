@@ -124,3 +124,30 @@ def test_messages_words_it_as_anthropic_does() -> None:
     status, refused = _refused(MessagesFrontEnd(), body)
     assert status == 400
     assert refused["error"]["message"].startswith("output_config.format.schema: JSON schema is invalid.")
+
+
+def test_a_schema_nested_past_the_validators_reach_is_a_400_on_every_front_end(
+    responses: ResponsesFrontEnd,
+) -> None:
+    """200 nested ``items``: under the body parser's depth bound, past what the validator recurses
+    through; Responses and Messages answered a 500 (a review's find)."""
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(200):
+        deep = {"type": "array", "items": deep}
+    assert schema_problem(deep) == "the schema is nested too deeply"
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"x": deep}}}]
+    status, body = _refused(responses, {"model": "m", "input": "hi", "tools": tools})
+    assert (status, body["error"]["code"]) == (400, "invalid_json_schema")
+    messages = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    tool = {"name": "f", "input_schema": {"type": "object", "properties": {"x": deep}}}
+    status, refused = _refused(MessagesFrontEnd(), {**messages, "tools": [tool]})
+    assert (status, refused["type"]) == (400, "error")
+
+
+def test_the_words_quote_the_clients_keys_and_values_cut_short() -> None:
+    """A 200 KB property name came back whole in the 400, and was kept in the verdicts."""
+    name = "p" * 200_000
+    why = schema_problem({"type": "object", "properties": {name: {"type": "nonsense"}}})
+    assert why is not None
+    assert len(why) < 1000
+    assert "ppp..." in why

@@ -572,3 +572,16 @@ def test_an_upstream_without_models_serves_those_its_listing_names(
         listed = {m["id"] for m in httpx.get(url + "/v1/models").json()["data"]}
         assert listed == {"model-b", "shared"}
         assert chat(url, "shared").json()["choices"][0]["message"]["content"] == "beta"
+
+
+def test_a_context_overflow_is_no_fault_of_the_replica_whatever_its_status() -> None:
+    """llama.cpp answered an overflow with a 500 (#14566): counted as the replica's fault, a pool ejected
+    it for a client's long prompt, and a retry of that prompt made shorter (``truncation: "auto"``) found
+    no replica (a 503)."""
+    from conformance.api_errors import APIError, ContextOverflow
+    from proxy.routing.pool import upstream_fault
+
+    overflow = ContextOverflow.of("request (4210 tokens) exceeds the available context size (2048 tokens)")
+    assert not upstream_fault(overflow, 500)
+    assert not upstream_fault(overflow, 400)
+    assert upstream_fault(APIError.make("the server broke", 500), 500)

@@ -111,6 +111,7 @@ class ResponsesTranslation(Translation):
             self._asked, replace(chat, chat={**chat.chat, "messages": messages}), self._store, self._items
         )
         shorter._shortenings = self._shortenings + 1
+        shorter.native = None  # (an upstream's own endpoint would get the whole input again)
         return shorter
 
     def _native_answer(self, model: str | None, sampling: Mapping[str, float] | None) -> NativeStream:

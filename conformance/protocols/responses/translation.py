@@ -774,7 +774,17 @@ def responses_error(body: dict[str, Any], tool_params: Sequence[str] = ()) -> di
     if renamed is None or renamed == param:
         return body
     message = error.get("message")
-    if isinstance(message, str):  # the quoted chat parameter, nested or not: 'messages[1].content'
-        root = param.split(".", 1)[0].split("[", 1)[0]
-        message = re.sub(rf"'{re.escape(root)}(?:[.\[][^']*)?'", f"'{renamed}'", message)
+    if isinstance(message, str):
+        message = _reworded(message, param, renamed, error.get("code"))
     return {**body, "error": {**error, "param": renamed, "message": message}}
+
+
+def _reworded(message: str, param: str, renamed: str, code: Any) -> str:
+    """``message`` quoting ``renamed`` where it quoted the chat parameter ``param``, or one nested below
+    it ('messages[1].content' for ``messages``)."""
+    if code == "invalid_json_schema":  # (its words quote the client's property names, never a parameter)
+        return message.replace("for response_format '", "for text.format '", 1)
+    if f"'{param}'" in message:
+        return message.replace(f"'{param}'", f"'{renamed}'")
+    root = param.split(".", 1)[0].split("[", 1)[0]
+    return re.sub(rf"'{re.escape(root)}(?:[.\[][^']*)?'", f"'{renamed}'", message, count=1)

@@ -49,8 +49,27 @@ def _exchanges(messages: Sequence[Any]) -> list[list[Any]]:
     return exchanges
 
 
+_PART_CHARS = 1024
+"""What a content part other than text (an image, a file, audio) counts for: its data is not its tokens
+(a 200 KB base64 image is a few hundred tokens to a vision model), and counted by its bytes one image in
+the turn being answered made every exchange go."""
+
+
 def _chars(messages: Sequence[Any]) -> int:
-    return sum(len(jsoncodec.dumps(m)) for m in messages)
+    """The text ``messages`` hold, as their tokens are spread: each message's JSON but for its content,
+    and of its content the text parts' characters and :data:`_PART_CHARS` for any other part."""
+    return sum(_size(m) for m in messages if isinstance(m, dict))
+
+
+def _size(message: dict[str, Any]) -> int:
+    content = message.get("content")
+    size = len(jsoncodec.dumps({key: value for key, value in message.items() if key != "content"}))
+    if isinstance(content, str):
+        return size + len(content)
+    for part in content if isinstance(content, list) else ():
+        text = part.get("text") if isinstance(part, dict) else None
+        size += len(text) if isinstance(text, str) else _PART_CHARS
+    return size
 
 
 def _target(overflow: str, whole: int, droppable: int) -> float | None:
