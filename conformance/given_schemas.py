@@ -33,7 +33,23 @@ from conformance.api_errors import MAX_MESSAGE, InvalidRequest, quoted
 
 __all__ = ["check_given_schemas", "schema_problem"]
 
-_META = Draft7Validator(Draft7Validator.META_SCHEMA)
+_SUBSCHEMA_KEYWORDS_SINCE_DRAFT_7 = {
+    "$defs": {"type": "object", "additionalProperties": {"$ref": "#"}},
+    "prefixItems": {"type": "array", "items": {"$ref": "#"}},
+    "dependentSchemas": {"type": "object", "additionalProperties": {"$ref": "#"}},
+    "unevaluatedItems": {"$ref": "#"},
+    "unevaluatedProperties": {"$ref": "#"},
+}
+"""2020-12's keywords that hold subschemas, which draft 7's meta-schema would leave unchecked:
+``$defs`` is where pydantic and zod put every nested model, and a bad one there reached llama-server
+(black-box testing)."""
+_META = Draft7Validator(
+    {
+        # (no ``$id``: its ``#`` refs are this document's, not the registry's draft 7)
+        **{key: value for key, value in Draft7Validator.META_SCHEMA.items() if key != "$id"},
+        "properties": {**Draft7Validator.META_SCHEMA["properties"], **_SUBSCHEMA_KEYWORDS_SINCE_DRAFT_7},
+    }
+)
 _VERDICTS_LIMIT = 4096
 _verdicts: dict[bytes, str | None] = {}
 """Digest of a schema's JSON -> why it is not a JSON Schema, or None where it is one. Read and written
@@ -59,12 +75,65 @@ def _checked(schema: Mapping[str, Any]) -> str | None:
     client's keys and values, which may be megabytes."""
     try:
         error = best_match(_META.iter_errors(schema))
+        dangling = None if error is not None else _dangling_ref(schema)
     except RecursionError:  # (nested past what the validator recurses through; the body parser takes it)
         return "the schema is nested too deeply"
     if error is None:
-        return None
+        return dangling
     where = ", ".join(repr(quoted(str(part))) for part in error.absolute_path)
     return f"In context=({where}), {quoted(error.message)}"[:MAX_MESSAGE]
+
+
+def _dangling_ref(schema: Mapping[str, Any]) -> str | None:
+    """Where a ``$ref`` within the schema (``#/$defs/City``) points at nothing in it, in the words of a
+    verdict, or None; a ref elsewhere (a URL, an anchor) is the upstream's to read."""
+    for path, ref in _refs(schema, ()):
+        if ref.startswith("#") and not _resolves(schema, ref):
+            where = ", ".join(repr(quoted(part)) for part in path)
+            return f"In context=({where}), the $ref {quoted(ref)!r} points at nothing in the schema"[
+                :MAX_MESSAGE
+            ]
+    return None
+
+
+def _refs(node: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
+    """Each ``$ref`` of the schema ``node`` and its subschemas, with its path; not in data (``enum``)."""
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _refs(item, (*path, str(index)))
+        return
+    if not isinstance(node, Mapping):
+        return
+    if isinstance(node.get("$ref"), str):
+        yield path, node["$ref"]
+    for key, value in node.items():
+        if key in _NAMED_SUBSCHEMAS and isinstance(value, Mapping):  # names there, schemas below them
+            for name, sub in value.items():
+                yield from _refs(sub, (*path, key, str(name)))
+        elif key not in _DATA_KEYWORDS:
+            yield from _refs(value, (*path, str(key)))
+
+
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+"""Keywords whose values are data, where a ``$ref`` key is no reference."""
+_NAMED_SUBSCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def _resolves(root: Any, ref: str) -> bool:
+    """Whether the JSON pointer of ``ref`` (``#/a/b``, ``~1`` for ``/``, ``~0`` for ``~``) names a
+    value in ``root``; a fragment that is no pointer (an anchor) is taken to."""
+    if not ref.startswith("#/"):
+        return True
+    node = root
+    for part in ref[2:].split("/"):
+        key = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return False
+    return True
 
 
 def _given(body: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:

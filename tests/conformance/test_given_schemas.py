@@ -151,3 +151,36 @@ def test_the_words_quote_the_clients_keys_and_values_cut_short() -> None:
     assert why is not None
     assert len(why) < 1000
     assert "ppp..." in why
+
+
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [
+        # 2020-12's subschema keywords, which draft 7's meta-schema does not know (pydantic's $defs)
+        (
+            {
+                "$defs": {"X": {"type": "integer", "minimum": "zero"}},
+                "properties": {"x": {"$ref": "#/$defs/X"}},
+            },
+            "'$defs', 'X', 'minimum'",
+        ),
+        ({"type": "array", "prefixItems": [{"type": "bogus"}]}, "'prefixItems', '0', 'type'"),
+        ({"type": "object", "properties": {"x": {"$ref": "#/$defs/nope"}}}, "'properties', 'x'"),
+    ],
+)
+def test_what_reached_the_upstream_is_refused_here(schema: dict[str, Any], where: str) -> None:
+    """Black-box testing found these sent on, answered by llama-server's converter with ``param: null``."""
+    why = schema_problem({"type": "object", **schema})
+    assert why is not None
+    assert why.startswith(f"In context=({where})")
+
+
+def test_a_ref_in_data_or_elsewhere_is_not_checked() -> None:
+    assert schema_problem({"type": "object", "properties": {"x": {"enum": [{"$ref": "#/nope"}]}}}) is None
+    assert schema_problem({"type": "object", "properties": {"x": {"$ref": "https://example.com/x"}}}) is None
+    assert (
+        schema_problem({"type": "object", "properties": {"x": {"$ref": "#anchor"}, "y": {"$ref": "#"}}})
+        is None
+    )
+    # (a property named like a keyword is a schema still)
+    assert schema_problem({"type": "object", "properties": {"enum": {"$ref": "#/nowhere"}}}) is not None

@@ -839,6 +839,27 @@ def test_an_error_about_a_translated_tool_names_the_tool_the_client_sent() -> No
         assert (error["param"], error["message"]) == (f"{param}.name", f"Invalid value for '{param}.name'.")
 
 
+def test_a_namespaces_own_name_and_a_joined_name_too_long_are_named_as_what_they_are() -> None:
+    """Black-box testing: a namespace named "bad ns" was blamed on one of its tools' names, and two
+    valid names joined past 64 characters were told they break the pattern."""
+    inner = {"type": "function", "name": "y", "parameters": {"type": "object"}}
+    with pytest.raises(TranslationError) as refused:
+        translate_request(
+            {
+                "model": "m",
+                "input": "hi",
+                "tools": [{"type": "namespace", "name": "bad ns", "tools": [inner]}],
+            }
+        )
+    assert refused.value.param == "tools[0].name"
+    long = {"type": "namespace", "name": "n" * 40, "tools": [{**inner, "name": "t" * 30}]}
+    with pytest.raises(TranslationError) as refused:
+        translate_request({"model": "m", "input": "hi", "tools": [long]})
+    assert refused.value.param == "tools[0].tools[0].name"
+    assert "64 characters at most" in refused.value.body["error"]["message"]
+    assert refused.value.body["error"]["code"] == "string_above_max_length"
+
+
 def test_an_output_of_no_call_in_the_conversation_is_refused() -> None:
     """OpenAI's 400 "No tool call found for function call output": a chat template would show an answer
     to nothing (the Open Responses suite's failed continuation sends one, and expects the error)."""

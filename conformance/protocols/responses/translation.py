@@ -417,6 +417,11 @@ refused; ``__`` is what Codex CLI itself uses to join an MCP server's name and i
 (``mcp__server__tool``). A joined name equal to another tool's is refused (400), never guessed."""
 
 
+_CHAT_NAME_LENGTH = 64
+"""The longest chat function name (the chat request schema's pattern, OpenAI's)."""
+_NAMESPACE_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+
+
 @dataclass(frozen=True, slots=True)
 class _Tools:
     chat: list[dict[str, Any]] = field(default_factory=list)
@@ -431,6 +436,14 @@ class _Tools:
         if not isinstance(name, str) or not name:
             raise TranslationError.missing(f"{param}.name")
         chat_name = name if namespace is None else f"{namespace}{NAMESPACE_SEPARATOR}{name}"
+        if namespace is not None and len(chat_name) > _CHAT_NAME_LENGTH:
+            raise TranslationError(
+                f"Invalid '{param}.name': a namespace's tool is offered to the model as "
+                f"'<namespace>{NAMESPACE_SEPARATOR}<name>', of {_CHAT_NAME_LENGTH} characters at most; "
+                f"{quoted(chat_name)!r} has {len(chat_name)}.",
+                f"{param}.name",
+                "string_above_max_length",
+            )
         if any(t["function"]["name"] == chat_name for t in self.chat):
             raise TranslationError(
                 f"Invalid '{param}.name': a tool named {chat_name!r} is given twice (a namespace's tool is "
@@ -460,6 +473,12 @@ class _Tools:
         namespace = tool.get("name")
         if not isinstance(namespace, str) or not namespace:
             raise TranslationError.missing(f"{param}.name")
+        if _NAMESPACE_NAME.fullmatch(namespace) is None:  # (else its tools' joined names are refused)
+            raise TranslationError(
+                f"Invalid '{param}.name': string does not match pattern. Expected a string that matches "
+                f"the pattern '{_NAMESPACE_NAME.pattern}'.",
+                f"{param}.name",
+            )
         inner = tool.get("tools")
         if not isinstance(inner, list):
             raise TranslationError(
