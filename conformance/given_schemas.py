@@ -13,8 +13,9 @@ client's names).
 The meta-schema is draft 7's: it holds what a grammar is built from (``type``, ``properties``,
 ``required``, ``items``, ``enum``, the combinators) as 2020-12's does, at a fifth of the cost (59 us per
 property against 326, measured on 5,000 properties; 2020-12's meta-schema resolves ``$dynamicRef`` at
-every node); 2020-12's own keywords (``$defs``, ``prefixItems``) it leaves unchecked, as it does any
-keyword it does not know. An agent sends the same tools on every turn: a schema's verdict is kept by
+every node), with 2020-12's keywords that hold subschemas added to it (``$defs``, ``prefixItems``...,
+which it would leave unchecked as it does any keyword it does not know); and a ``$ref`` within the schema
+must point at something in it. An agent sends the same tools on every turn: a schema's verdict is kept by
 its digest (bounded), so a seen schema costs its serialization (7 us for a shell tool's), not a check
 (1.7 ms); a body with many new ones is read off the event loop (front_end.py ``is_large``).
 """
@@ -22,7 +23,7 @@ its digest (bounded), so a seen schema costs its serialization (7 us for a shell
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from jsonschema import Draft7Validator
@@ -80,8 +81,13 @@ def _checked(schema: Mapping[str, Any]) -> str | None:
         return "the schema is nested too deeply"
     if error is None:
         return dangling
-    where = ", ".join(repr(quoted(str(part))) for part in error.absolute_path)
-    return f"In context=({where}), {quoted(error.message)}"[:MAX_MESSAGE]
+    return _verdict(error.absolute_path, quoted(error.message))
+
+
+def _verdict(path: Iterable[Any], why: str) -> str:
+    """OpenAI's words of what is wrong where (``In context=('properties', 'city'), ...``), bounded."""
+    where = ", ".join(repr(quoted(str(part))) for part in path)
+    return f"In context=({where}), {why}"[:MAX_MESSAGE]
 
 
 def _dangling_ref(schema: Mapping[str, Any]) -> str | None:
@@ -89,11 +95,13 @@ def _dangling_ref(schema: Mapping[str, Any]) -> str | None:
     verdict, or None; a ref elsewhere (a URL, an anchor) is the upstream's to read."""
     for path, ref in _refs(schema, ()):
         if ref.startswith("#") and not _resolves(schema, ref):
-            where = ", ".join(repr(quoted(part)) for part in path)
-            return f"In context=({where}), the $ref {quoted(ref)!r} points at nothing in the schema"[
-                :MAX_MESSAGE
-            ]
+            return _verdict(path, f"the $ref {quoted(ref)!r} points at nothing in the schema")
     return None
+
+
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+"""Keywords whose values are data, where a ``$ref`` key is no reference."""
+_NAMED_SUBSCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 
 
 def _refs(node: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
@@ -112,11 +120,6 @@ def _refs(node: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], s
                 yield from _refs(sub, (*path, key, str(name)))
         elif key not in _DATA_KEYWORDS:
             yield from _refs(value, (*path, str(key)))
-
-
-_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
-"""Keywords whose values are data, where a ``$ref`` key is no reference."""
-_NAMED_SUBSCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 
 
 def _resolves(root: Any, ref: str) -> bool:
@@ -142,12 +145,12 @@ def _given(body: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
     for index, tool in enumerate(tools if isinstance(tools, list) else ()):
         function = tool.get("function") if isinstance(tool, Mapping) else None
         if isinstance(function, Mapping) and "parameters" in function:
-            name = function.get("name")
+            name = quoted(str(function.get("name")))
             yield f"tools[{index}].function.parameters", f"function '{name}'", function["parameters"]
     response_format = body.get("response_format")
     json_schema = response_format.get("json_schema") if isinstance(response_format, Mapping) else None
     if isinstance(json_schema, Mapping) and "schema" in json_schema:
-        name = json_schema.get("name")
+        name = quoted(str(json_schema.get("name")))
         yield "response_format.json_schema.schema", f"response_format '{name}'", json_schema["schema"]
 
 
