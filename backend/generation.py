@@ -73,7 +73,7 @@ async def generate(generation: Generation, front_end: FrontEnd, request: Request
             break
         except APIError as refused:
             # A context overflow the protocol asks to be cut instead (Responses' ``truncation: "auto"``).
-            shorter = translation.shortened(refused) if refused.code == "context_length_exceeded" else None
+            shorter = translation.shortened(refused)
             if shorter is None:
                 return JSONResponse(front_end.error(refused.body, refused.status), status_code=refused.status)
             translation = shorter

@@ -302,10 +302,10 @@ class Translation:
         ``sampling``: the core's sampling defaults, where the protocol states them and the core knows."""
         return CHUNKS
 
-    def shortened(self, overflow: APIError) -> Translation | None:
-        """This request made shorter where the core's request did not fit the model's context
-        (``overflow``, a ``context_length_exceeded``) and the protocol asks for that (a Responses
-        request's ``truncation: "auto"``); None: the overflow is the client's answer."""
+    def shortened(self, refused: APIError) -> Translation | None:
+        """This request made shorter where the core's request was ``refused`` as past the model's
+        context (``context_length_exceeded``) and the protocol asks for that (a Responses request's
+        ``truncation: "auto"``); None: the refusal is the client's answer."""
         return None
 
 

@@ -15,7 +15,7 @@ import math
 import time
 from typing import Any
 
-from conformance.api_errors import APIError, ContextOverflow
+from conformance.api_errors import APIError
 from conformance.protocols.front_end import CHUNKS, Output
 
 from ..errors import first_byte_timeout_error
@@ -149,8 +149,6 @@ class FailoverSource(Attempts):
     def _shortened(self, error: APIError) -> bool:
         """Whether the request goes again made shorter, where ``error`` is a context overflow and its
         protocol asks for that (``truncation: "auto"``): its plan is then the shorter one's."""
-        if error.code != ContextOverflow.CODE:
-            return False
         shorter = self._plan.shortened(error)
         if shorter is None:
             return False

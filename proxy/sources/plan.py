@@ -52,9 +52,9 @@ class RequestPlan:
     model: Any
     """The model as the pool serves it (an alias of the file's resolved): each replica's names map it."""
 
-    def shortened(self, overflow: APIError) -> RequestPlan | None:
+    def shortened(self, refused: APIError) -> RequestPlan | None:
         """The plan of the request made shorter to fit the context (``Translation.shortened``), or None."""
-        translation = self.translation.shortened(overflow)
+        translation = self.translation.shortened(refused)
         return None if translation is None else replace(self, translation=translation)
 
     async def leg(self, replica: Replica) -> tuple[Source, Output]:

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
-from conformance.api_errors import APIError
+from conformance.api_errors import APIError, ContextOverflow
 from conformance.given_schemas import check_given_schemas
 from conformance.request_validation import parse_json_object, validate_request
 
@@ -98,13 +98,15 @@ class ResponsesTranslation(Translation):
         assert self._chat is not None, "a refused translation has no chat output"
         return ResponsesOutput(self._chat.sampled(sampling), model, self._store, self._items)
 
-    def shortened(self, overflow: APIError) -> Translation | None:
+    def shortened(self, refused: APIError) -> Translation | None:
         """The conversation without its oldest exchanges, for ``truncation: "auto"`` (truncation.py); the
         Response answers, and a store keeps, the whole input still."""
         chat = self._chat
-        if chat is None or self._asked.get("truncation") != "auto" or self._shortenings >= MAX_SHORTENINGS:
+        if chat is None or refused.code != ContextOverflow.CODE or self._asked.get("truncation") != "auto":
             return None
-        messages = shortened_messages(chat.chat["messages"], overflow.message)
+        if self._shortenings >= MAX_SHORTENINGS:
+            return None
+        messages = shortened_messages(chat.chat["messages"], refused.message)
         if messages is None:
             return None
         shorter = ResponsesTranslation(
