@@ -131,20 +131,19 @@ class FailoverSource(Attempts):
     async def _build(self, replica: Replica) -> None:
         """The request's leg on ``replica``: its source and output, or the proxy's refusal (raised: no
         upstream was asked)."""
-        while True:
-            try:
-                self._current, self._output = await self._plan.leg(replica)
-                return
-            except APIError as refused:
-                if self._shortened(refused):
-                    continue  # (the proxy's own count said it: asked again on the replica it holds)
-                self._current = None
-                self._finish(None, None)
-                raise
-            except BaseException:
-                self._current = None
-                self._finish(None, None)
-                raise
+        try:
+            while True:
+                try:
+                    self._current, self._output = await self._plan.leg(replica)
+                    return
+                except APIError as refused:
+                    if not self._shortened(refused):
+                        raise
+                    # (the proxy's own count said it: asked again, shorter, on the replica it holds)
+        except BaseException:
+            self._current = None
+            self._finish(None, None)
+            raise
 
     def _shortened(self, error: APIError) -> bool:
         """Whether the request goes again made shorter, where ``error`` is a context overflow and its

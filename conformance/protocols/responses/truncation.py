@@ -92,12 +92,13 @@ def shortened_messages(messages: Sequence[Any], overflow: str) -> list[Any] | No
         head += 1
     last_user = max((i for i, m in enumerate(messages) if _role(m) == "user"), default=-1)
     exchanges = _exchanges(messages[head:last_user]) if last_user > head else []
-    target = _target(overflow, _chars(messages), _chars(messages[head:last_user]))
+    sizes = [_chars(exchange) for exchange in exchanges]
+    target = _target(overflow, _chars(messages), sum(sizes))
     if not exchanges or target is None:
         return None
     gone, dropped = 0, 0
     while gone < len(exchanges) and (gone == 0 or dropped < target):
-        dropped += _chars(exchanges[gone])
+        dropped += sizes[gone]
         gone += 1
     rest = [m for exchange in exchanges[gone:] for m in exchange]
     return [*messages[:head], *rest, *messages[last_user:]]
