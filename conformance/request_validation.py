@@ -30,6 +30,7 @@ __all__ = [
     "check_request",
     "parse_json_object",
     "parse_request",
+    "unmatched_pattern",
     "validate_request",
 ]
 
@@ -106,15 +107,19 @@ def _words(error: ValidationError, param: str, value: Any) -> tuple[str, str]:
             bound, code = ("at most", "array_above_max_length")
         return f"Invalid '{param}': expected an array with {bound} {limit} items, got {len(value)}.", code
     if keyword == "pattern":
-        message = (
-            f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
-            f"pattern '{limit}'."
-        )
-        return message, "invalid_value"
+        return unmatched_pattern(param, limit), "invalid_value"
     if keyword == "enum":
         allowed = ", ".join(f"'{v}'" for v in limit)
         return f"Invalid value for '{param}': {value!r}. Supported values are: {allowed}.", "invalid_value"
     return f"Invalid value for '{param}'.", "invalid_value"
+
+
+def unmatched_pattern(param: str, pattern: str) -> str:
+    """OpenAI's words for a string ``param`` that does not match ``pattern``."""
+    return (
+        f"Invalid '{param}': string does not match pattern. Expected a string that matches the pattern "
+        f"'{pattern}'."
+    )
 
 
 Rejecter = Callable[[ValidationError, list[Any], Any], NoReturn]

@@ -42,6 +42,7 @@ from typing import Any
 
 from conformance.api_errors import quoted
 from conformance.request import CHOICE_WITHOUT_TOOLS, integer
+from conformance.request_validation import unmatched_pattern
 
 from ..sampling import sampling_used
 from ..web_search import offer_web_search
@@ -475,9 +476,7 @@ class _Tools:
             raise TranslationError.missing(f"{param}.name")
         if _NAMESPACE_NAME.fullmatch(namespace) is None:  # (else its tools' joined names are refused)
             raise TranslationError(
-                f"Invalid '{param}.name': string does not match pattern. Expected a string that matches "
-                f"the pattern '{_NAMESPACE_NAME.pattern}'.",
-                f"{param}.name",
+                unmatched_pattern(f"{param}.name", _NAMESPACE_NAME.pattern), f"{param}.name"
             )
         inner = tool.get("tools")
         if not isinstance(inner, list):
@@ -775,7 +774,7 @@ def _client_param(param: str, tool_params: Sequence[str]) -> str | None:
         return "text.format" + found.group(1)
     if (found := _TOOL.fullmatch(param)) is not None and int(found.group(1)) < len(tool_params):
         return tool_params[int(found.group(1))] + found.group(2)
-    return _RESPONSES_PARAMS.get(param.split(".", 1)[0].split("[", 1)[0])
+    return _RESPONSES_PARAMS.get(_root(param))
 
 
 def responses_error(body: dict[str, Any], tool_params: Sequence[str] = ()) -> dict[str, Any]:
@@ -805,5 +804,9 @@ def _reworded(message: str, param: str, renamed: str, code: Any) -> str:
         return message.replace("for response_format '", "for text.format '", 1)
     if f"'{param}'" in message:
         return message.replace(f"'{param}'", f"'{renamed}'")
-    root = param.split(".", 1)[0].split("[", 1)[0]
-    return re.sub(rf"'{re.escape(root)}(?:[.\[][^']*)?'", f"'{renamed}'", message, count=1)
+    return re.sub(rf"'{re.escape(_root(param))}(?:[.\[][^']*)?'", f"'{renamed}'", message, count=1)
+
+
+def _root(param: str) -> str:
+    """The top-level parameter of ``param`` (``messages`` of ``messages[1].content``)."""
+    return param.split(".", 1)[0].split("[", 1)[0]
