@@ -18,6 +18,12 @@ follows the last, with a margin of 64 in the logits (any temperature draws them)
 with ``reply`` and ends its turn: for clients that need an answer that ends (Codex CLI fails a turn a
 token limit cuts), where a random or base model would write to the limit.
 
+With ``reply_noise`` as well, the blocks keep their random weights and the script's embeddings are made
+large enough that all the blocks' writes together move the residual stream by about that fraction of it:
+every kernel computes on real values, and the logits keep the script's margin. A random model's logits are
+near flat, so two correct builds (GPU and CPU) part at its first token; this one's greedy answers must
+match (bench/gpu_check.py).
+
     python -m backend.synthetic --kind moe --quant q4_0 moe-q4_0.gguf
 """
 
@@ -132,6 +138,9 @@ class SyntheticSpec:
     chat_template: str = CHATML_TEMPLATE
     reply: str | None = None
     """A scripted model's answer to every prompt (its tokens all different); None: random weights."""
+    reply_noise: float = 0.0
+    """With a reply: how far the random blocks move the residual stream, as a fraction of the embedding
+    (0: the blocks write zeros)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -150,6 +159,8 @@ class SyntheticSpec:
             raise ValueError("n_expert_used must be between 1 and n_expert")
         if self.reply is not None:
             reply_tokens(self.reply, self.n_embd)  # raises for a reply it cannot script
+        if not 0 <= self.reply_noise < 1 or (self.reply_noise and self.reply is None):
+            raise ValueError("reply_noise must be in [0, 1), and needs a reply")
 
     @property
     def head_dim(self) -> int:
@@ -229,13 +240,17 @@ def reply_tokens(reply: str, n_embd: int) -> list[int]:
 def _scripted(spec: SyntheticSpec, reply: str) -> dict[str, npt.NDArray[np.float32]]:
     """The embeddings and output rows of a model that answers ``reply`` (see the module's docstring):
     token t's embedding is the unit vector of its place in the reply (0: not in it), and the row of the
-    token that comes next reads that place. RMS normalization scales a unit vector by sqrt(n_embd)."""
+    token that comes next reads that place. RMS normalization scales a unit vector by sqrt(n_embd).
+    With ``reply_noise``, each of the 2 * n_layer random writes has a norm of about sqrt(n_embd) (its
+    input normalized, its weights scaled by 1/sqrt(fan_in)), so together about sqrt(2 * n_layer * n_embd)
+    in random directions: the embeddings are that long over the noise asked for."""
     ids = reply_tokens(reply, spec.n_embd)
+    length = np.sqrt(2 * spec.n_layer * spec.n_embd) / spec.reply_noise if spec.reply_noise else 1.0
     embeddings = np.zeros((VOCAB_SIZE, spec.n_embd), dtype=np.float32)
-    embeddings[:, 0] = 1.0
+    embeddings[:, 0] = length
     for place, token in enumerate(ids, start=1):
         embeddings[token] = 0.0
-        embeddings[token, place] = 1.0
+        embeddings[token, place] = length
     output = np.zeros((VOCAB_SIZE, spec.n_embd), dtype=np.float32)
     for place, token in enumerate([*ids, IM_END]):
         output[token, place] = 64.0 / np.sqrt(spec.n_embd)
@@ -266,9 +281,9 @@ def _tensors(
     scripted = _scripted(spec, spec.reply) if spec.reply is not None else {}
     for name, values, quantized in _random_tensors(spec, weight, norm):
         if spec.reply is not None and not name.endswith("norm.weight"):
-            # A scripted model's blocks write zeros: each position's residual stream stays its token's
-            # embedding.
-            values = scripted.get(name, np.zeros_like(values))
+            # A scripted model's blocks write zeros, or noise small beside its embeddings: each position's
+            # residual stream stays (about) its token's embedding.
+            values = scripted.get(name, values if spec.reply_noise else np.zeros_like(values))
         yield name, values, quantized
 
 

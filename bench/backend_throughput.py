@@ -108,6 +108,8 @@ class Target:
     ban: dict[str, float]
     ttft_under_load: bool
     """False for a server that runs one request at a time: its probe would just wait for the others."""
+    timeout: float = 600
+    """Seconds one request may take."""
 
     def body(self, prompt: str | list[int], tokens: int, *, stream: bool = False) -> dict[str, object]:
         return {
@@ -120,7 +122,7 @@ class Target:
         }
 
     def complete(self, prompt: str, tokens: int) -> int:
-        r = httpx.post(self.url + "/v1/completions", json=self.body(prompt, tokens), timeout=600)
+        r = httpx.post(self.url + "/v1/completions", json=self.body(prompt, tokens), timeout=self.timeout)
         r.raise_for_status()
         got = int(r.json()["usage"]["completion_tokens"])
         if got != tokens:
@@ -131,7 +133,7 @@ class Target:
     def stream(self, prompt: str | list[int], tokens: int) -> Iterator[Iterator[str]]:
         """The texts of a streamed completion's chunks, as they arrive."""
         body = self.body(prompt, tokens, stream=True)
-        with httpx.stream("POST", self.url + "/v1/completions", json=body, timeout=600) as r:
+        with httpx.stream("POST", self.url + "/v1/completions", json=body, timeout=self.timeout) as r:
             r.raise_for_status()
             yield _texts(r.iter_lines())
 

@@ -95,16 +95,30 @@ class Scale:
         return 2 * self.prompt_words + self.tokens + 512
 
 
+REPLY = (
+    "the hello world is and of to in it you that was for on are with as be at this have from or one had by"
+    " can an do their up a e f g h i j k l m n o p q r s t v w x y z"
+)
+"""The dense model's script: 64 tokens, all different (synthetic.reply_tokens), longer than a greedy probe."""
+NOISE = 0.3
+"""How far the dense model's random blocks move its residual stream: real work in every kernel, and the
+script's margin in the logits, so that GPU and CPU greedy answers must agree. The 2026-11-28 run's random
+dense model parted at its first character (near-flat logits)."""
+
 GPU_SCALE = Scale(
+    # 1.7 B parameters: on a CPU, one stream reads all of them per token; at 1.1 B (2026-11-28) a GPU's
+    # one stream, bound by kernel launches more than by memory, was 9.4x the CPU's, short of the goal.
     dense=SyntheticSpec(
         kind="dense",
         quant="q4_0",
         n_layer=24,
-        n_embd=2048,
-        n_head=16,
+        n_embd=2560,
+        n_head=20,
         n_head_kv=4,
-        n_ff=5632,
+        n_ff=6912,
         n_ctx_train=16384,
+        reply=REPLY,
+        reply_noise=NOISE,
     ),
     moe=SyntheticSpec(
         kind="moe",
@@ -123,7 +137,9 @@ GPU_SCALE = Scale(
     n_cpu_moe=6,
 )
 DRY_SCALE = Scale(
-    dense=SyntheticSpec(kind="dense", quant="q4_0", n_layer=2, n_ctx_train=4096),
+    dense=SyntheticSpec(
+        kind="dense", quant="q4_0", n_layer=2, n_ctx_train=4096, reply=REPLY, reply_noise=NOISE
+    ),
     moe=SyntheticSpec(kind="moe", quant="q4_0", n_layer=2, n_expert=8, n_expert_used=2, n_ctx_train=4096),
     tokens=8,
     prompt_words=300,
@@ -167,6 +183,10 @@ def setups(scale: Scale) -> list[Setup]:
     ]
 
 
+REQUEST_TIMEOUT = 90.0
+"""Seconds one request may take: the longest, a 4,000-token prompt on a CPU, took 1.7 s (2026-11-28)."""
+
+
 class Clock:
     """The run's budget: every step asks whether what it needs is left."""
 
@@ -179,6 +199,11 @@ class Clock:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
+
+    def request(self) -> float:
+        """A request's timeout: one that hangs costs its setup, not the run (2026-12-01: one request hung
+        until the budget was spent, and no setup after it ran)."""
+        return max(min(REQUEST_TIMEOUT, self.left()), 1.0)
 
 
 @dataclass
@@ -376,13 +401,27 @@ class Pair:
     theirs: tuple[str, Path]
 
 
+def logs(setup: Setup, work: Path) -> tuple[Path, Path]:
+    """Where the backend and llama-server write their logs for ``setup``."""
+    slug = setup.name.replace(",", "").replace(" ", "_").replace("-", "")
+    return work / f"{slug}.backend.log", work / f"{slug}.llama-server.log"
+
+
+def tail(log: Path, lines: int = 8) -> str:
+    """The end of a server's log, for the report of a setup that failed (the logs stay on the machine)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return " | ".join(line.strip() for line in text.splitlines()[-lines:])
+
+
 @contextlib.contextmanager
 def pair(setup: Setup, model: Path, env: dict[str, str], tools: dict[str, Any], work: Path) -> Iterator[Pair]:
     """Both servers loaded with ``setup``'s placement, the same context, batch and threads."""
     scale: Scale = tools["scale"]
     slots, threads = max(STREAMS), str(tools["threads"])
     ctx = str(scale.ctx_per_slot * slots)
-    slug = setup.name.replace(",", "").replace(" ", "_").replace("-", "")
     ours_port, theirs_port = free_port(), free_port()
     ours_cmd = [
         *("python", "-m", "backend", "--model", str(model), "--port", str(ours_port), "-t", threads),
@@ -393,7 +432,7 @@ def pair(setup: Setup, model: Path, env: dict[str, str], tools: dict[str, Any], 
         *(str(tools["llama_server"]), "-m", str(model), "--port", str(theirs_port), "-t", threads),
         *("-np", str(slots), "-c", ctx, "-b", "512", "-ub", "512", "-fa", "off", *setup.theirs),
     ]
-    ours_log, theirs_log = work / f"{slug}.backend.log", work / f"{slug}.llama-server.log"
+    ours_log, theirs_log = logs(setup, work)
     with contextlib.ExitStack() as stack:
         ours_url, _ = stack.enter_context(
             run_process(
@@ -418,18 +457,27 @@ def measure(setup: Setup, servers: Pair, tools: dict[str, Any], clock: Clock) ->
     ban = tools["ban"]
     tokens = scale.tokens // 4 if setup.cpu_only else scale.tokens
     sides = {"backend": servers.ours[0], "llama-server": servers.theirs[0]}
-    targets = {name: Target(name, url, ban, ttft_under_load=True) for name, url in sides.items()}
+    targets = {
+        name: Target(name, url, ban, ttft_under_load=True, timeout=REQUEST_TIMEOUT)
+        for name, url in sides.items()
+    }
     figures: dict[str, dict[str, Any]] = {name: {} for name in sides}
+    # A scripted model's greedy answer is its reply, ended by its end of turn; a random model's is noise
+    # that would end anywhere.
+    scripted = getattr(scale, setup.model).reply is not None
     for name, target in targets.items():
+        print(f"  {setup.name}: {name} warm-up and greedy answer", flush=True)
         target.complete(PROMPTS[0], 4)  # warm-up: kernels loaded, graphs built
-        figures[name]["greedy"] = greedy(sides[name], ban, 32, clock.left())
+        figures[name]["greedy"] = greedy(sides[name], {} if scripted else ban, 32, clock.request())
     abba = [*targets, *reversed(targets)]
     for n in STREAMS:
+        print(f"  {setup.name}: tokens/s at {n} streams", flush=True)
         taken: dict[str, list[float]] = {name: [] for name in sides}
         for name in abba:
             taken[name].append(tokens_per_second(targets[name], n, tokens))
         for name, values in taken.items():
             figures[name][f"tps{n}"] = statistics.mean(values)
+    print(f"  {setup.name}: time to first token of a long prompt", flush=True)
     for i in range(PROBES):
         for name in abba[: len(sides)] if i % 2 == 0 else abba[len(sides) :]:
             tag = f"probe{i}{name}"  # a first token no earlier prompt had: no prefix cache helps
@@ -439,7 +487,7 @@ def measure(setup: Setup, servers: Pair, tools: dict[str, Any], clock: Clock) ->
                 "max_tokens": 2,
                 "temperature": 0,
             }
-            ttft, figures[name]["prompt_tokens"] = time_to_first_token(sides[name], body, clock.left())
+            ttft, figures[name]["prompt_tokens"] = time_to_first_token(sides[name], body, clock.request())
             figures[name].setdefault("ttft_probes", []).append(ttft)
     for name in sides:
         figures[name]["ttft_long"] = statistics.median(figures[name]["ttft_probes"])
@@ -693,7 +741,10 @@ def run_setups(
             with pair(setup, models[setup.model], env, tools, work) as servers:
                 run = measure(setup, servers, tools, clock)
         except (httpx.HTTPError, RuntimeError, OSError) as exc:
-            report.note(f"{setup.name} failed: {exc}")
+            ours, theirs = logs(setup, work)
+            report.note(
+                f"{setup.name} failed: {exc}; backend log: {tail(ours)}; llama-server log: {tail(theirs)}"
+            )
             continue
         if setup.experts_on_cpu is not None:
             spec: SyntheticSpec = getattr(tools["scale"], setup.model)

@@ -249,3 +249,52 @@ def test_a_scripted_tool_call_is_one_token_and_a_call_that_misfits_the_grammar_i
             assert httpx.get(url + "/health", timeout=10).status_code == 200  # (the process lives)
     finally:
         backend.close()
+
+
+def test_a_scripted_model_with_noise_computes_with_its_blocks_and_still_answers_its_reply(
+    tmp_path: Path,
+) -> None:
+    """``reply_noise``: the blocks keep random weights (every kernel computes on real values, as the GPU
+    check's comparison of GPU and CPU needs) and the script's margin survives them: the greedy answer, and
+    one drawn at a high temperature, are the reply, while the logits differ from a noise-free model's."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import numpy as np
+
+    reply = "the hello world is and of to in it you"
+    shape: dict[str, Any] = {
+        "kind": "dense",
+        "quant": "q4_0",
+        "n_layer": 3,
+        "n_ctx_train": 1024,
+        "reply": reply,
+    }
+    noisy = write_synthetic(tmp_path / "noisy.gguf", SyntheticSpec(**shape, reply_noise=0.3))
+    quiet = write_synthetic(tmp_path / "quiet.gguf", SyntheticSpec(**shape))
+    block = next(t for t in gguf.GGUFReader(noisy).tensors if t.name == "blk.1.ffn_down.weight")
+    assert np.any(block.data != 0)
+    last_logits = []
+    for path in (noisy, quiet):
+        model = llama_cpp.Llama(str(path), n_ctx=256, logits_all=True, verbose=False)
+        try:
+            for temperature in (0.0, 1.5):
+                answer = model.create_completion("x", max_tokens=40, temperature=temperature, seed=1)
+                assert answer["choices"][0]["text"] == reply
+                assert answer["choices"][0]["finish_reason"] == "stop"
+            model.reset()
+            model.eval(model.tokenize(b"the hello"))
+            last_logits.append(np.array(model.scores[model.n_tokens - 1]))
+        finally:
+            model.close()
+    noisy_logits, quiet_logits = last_logits
+    assert np.argmax(noisy_logits) == np.argmax(quiet_logits)
+    assert not np.allclose(noisy_logits, quiet_logits, atol=1e-3)
+    top, second = np.sort(noisy_logits)[::-1][:2]
+    assert top - second > 40
+
+
+@pytest.mark.parametrize("noise", [-0.1, 1.0])
+def test_reply_noise_needs_a_reply_and_a_fraction(noise: float) -> None:
+    with pytest.raises(ValueError, match="reply_noise"):
+        SyntheticSpec(reply="hi", reply_noise=noise)
+    with pytest.raises(ValueError, match="reply_noise"):
+        SyntheticSpec(reply_noise=0.3)
