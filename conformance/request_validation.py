@@ -106,12 +106,29 @@ def _words(error: ValidationError, param: str, value: Any) -> tuple[str, str]:
         if keyword == "maxItems":
             bound, code = ("at most", "array_above_max_length")
         return f"Invalid '{param}': expected an array with {bound} {limit} items, got {len(value)}.", code
+    if keyword in ("anyOf", "oneOf") and (kinds := _branch_types(limit)):
+        # A union of bare types (an object or null: a function's ``parameters``) is a type error, as
+        # chat's single type is: "Invalid value" alone said nothing of what was wanted.
+        expected = " or ".join(_TYPE_NAMES.get(k, k) for k in kinds if k != "null")
+        return (
+            f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
+            "invalid_type",
+        )
     if keyword == "pattern":
         return unmatched_pattern(param, limit), "invalid_value"
     if keyword == "enum":
         allowed = ", ".join(f"'{v}'" for v in limit)
         return f"Invalid value for '{param}': {value!r}. Supported values are: {allowed}.", "invalid_value"
     return f"Invalid value for '{param}'.", "invalid_value"
+
+
+def _branch_types(branches: Any) -> list[str]:
+    """The types of a union whose branches are each a bare ``{"type": ...}``; empty for any other."""
+    if not isinstance(branches, list) or not all(
+        isinstance(b, dict) and b.keys() == {"type"} and isinstance(b["type"], str) for b in branches
+    ):
+        return []
+    return [b["type"] for b in branches]
 
 
 def unmatched_pattern(param: str, pattern: str) -> str:

@@ -111,6 +111,17 @@ def test_responses_names_its_own_tool_and_format(responses: ResponsesFrontEnd) -
     assert (status, body["error"]["param"]) == (400, "text.format.schema")
 
 
+def test_a_namespaced_function_is_named_as_the_client_named_it(responses: ResponsesFrontEnd) -> None:
+    """The model sees ``files__read`` (the namespace's name joined to the function's); the client named
+    the function ``read`` inside ``files``, and the refusal said ``'files__read'``."""
+    inner = {"type": "function", "name": "read", "parameters": NOT_SCHEMAS[1]}
+    tools = [{"type": "namespace", "name": "files", "tools": [inner]}]
+    status, body = _refused(responses, {"model": "m", "input": "hi", "tools": tools})
+    assert (status, body["error"]["param"]) == (400, "tools[0].tools[0].parameters")
+    assert body["error"]["message"].startswith("Invalid schema for function 'read': ")
+    assert "files__read" not in body["error"]["message"]
+
+
 def test_messages_words_it_as_anthropic_does() -> None:
     tools = [{"name": "ok", "input_schema": SCHEMA}, {"name": "get_weather", "input_schema": NOT_SCHEMAS[1]}]
     body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "tools": tools}

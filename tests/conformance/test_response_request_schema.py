@@ -45,3 +45,23 @@ def test_a_message_with_null_content_is_told_its_content_is_wrong() -> None:
             raise AssertionError("a message with null content was taken")
         assert (error["param"], error["code"]) == ("input[1].content", "invalid_type")
         assert "expected a string or an array of content parts, but got null" in error["message"]
+
+
+def test_a_function_tool_whose_parameters_are_not_an_object_is_told_the_type_wanted() -> None:
+    """``parameters`` is an object or null: a string was "Invalid value for 'tools[0].parameters'." with
+    code ``invalid_value``, where chat's ``tools[0].function.parameters`` says the type (``invalid_type``)."""
+    from conformance.api_errors import APIError
+    from conformance.request_validation import validate_request
+
+    for given, kind in (("abc", "a string"), ([1], "an array"), (3, "an integer")):
+        tool = {"type": "function", "name": "f", "parameters": given}
+        try:
+            validate_request("response_request", {"model": "m", "input": "hi", "tools": [tool]})
+        except APIError as refused:
+            error = refused.body["error"]
+        else:
+            raise AssertionError(f"parameters {given!r} were taken")
+        assert (error["param"], error["code"]) == ("tools[0].parameters", "invalid_type")
+        assert error["message"] == (
+            f"Invalid type for 'tools[0].parameters': expected an object, but got {kind} instead."
+        )

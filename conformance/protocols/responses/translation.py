@@ -107,7 +107,7 @@ class ChatTranslation:
 
     def error(self, body: dict[str, Any]) -> dict[str, Any]:
         """``responses_error`` of an error about this translation's chat request."""
-        return responses_error(body, self.tool_params)
+        return responses_error(body, self.tool_params, self.namespaced)
 
     @property
     def stream(self) -> bool:
@@ -777,13 +777,18 @@ def _client_param(param: str, tool_params: Sequence[str]) -> str | None:
     return _RESPONSES_PARAMS.get(_root(param))
 
 
-def responses_error(body: dict[str, Any], tool_params: Sequence[str] = ()) -> dict[str, Any]:
+def responses_error(
+    body: dict[str, Any],
+    tool_params: Sequence[str] = (),
+    namespaced: Mapping[str, tuple[str, str]] | None = None,
+) -> dict[str, Any]:
     """An OpenAI error body about the chat request a Responses request was translated to, as an error
     about the Responses request: ``param`` (and its quotation in the message) in the client's names.
     A chat reading (the judge's schema, a backend's parse) refused ``max_tokens`` where the client sent
     ``max_output_tokens``, or ``messages[1].content`` where it sent ``input``. ``tool_params``: the
     client's parameter of each chat tool (``ChatTranslation.tool_params``), where the error is about the
-    translated request."""
+    translated request; ``namespaced``: the chat name of each tool of a ``namespace`` tool, which the
+    client named apart."""
     error = body.get("error")
     param = error.get("param") if isinstance(error, dict) else None
     if not isinstance(error, dict) or not isinstance(param, str):
@@ -793,14 +798,21 @@ def responses_error(body: dict[str, Any], tool_params: Sequence[str] = ()) -> di
         return body
     message = error.get("message")
     if isinstance(message, str):
-        message = _reworded(message, param, renamed, error.get("code"))
+        message = _reworded(message, param, renamed, error.get("code"), namespaced or {})
     return {**body, "error": {**error, "param": renamed, "message": message}}
 
 
-def _reworded(message: str, param: str, renamed: str, code: Any) -> str:
+def _reworded(
+    message: str, param: str, renamed: str, code: Any, namespaced: Mapping[str, tuple[str, str]]
+) -> str:
     """``message`` quoting ``renamed`` where it quoted the chat parameter ``param``, or one nested below
     it ('messages[1].content' for ``messages``)."""
     if code == "invalid_json_schema":  # (its words quote the client's property names, never a parameter)
+        named = re.match(r"Invalid schema for function '([^']*)'", message)
+        if named is not None and named.group(1) in namespaced:
+            # The function as the client named it inside its namespace, not the name joined for chat.
+            inner = namespaced[named.group(1)][1]
+            return message.replace(named.group(0), f"Invalid schema for function '{inner}'", 1)
         return message.replace("for response_format '", "for text.format '", 1)
     if f"'{param}'" in message:
         return message.replace(f"'{param}'", f"'{renamed}'")
