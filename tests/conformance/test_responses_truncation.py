@@ -93,3 +93,22 @@ def test_a_call_goes_with_its_answers_and_what_is_left_begins_with_a_user_messag
 def test_nothing_goes_where_nothing_may_or_it_would_not_help() -> None:
     assert shortened_messages([SYSTEM, _user("only")], _overflow(5000, 2048, 0)) is None
     assert shortened_messages([_user("a"), _assistant("b"), _user("c")], _overflow(100, 2048, 4096)) is None
+
+
+def test_an_agents_one_long_turn_loses_its_oldest_rounds_and_keeps_its_newest() -> None:
+    """Codex CLI works a task as one user message and then round after round of calls and outputs: with
+    only whole exchanges allowed to go, such a turn could not be shortened at all (the 400 came back)."""
+    task = _user("fix the bug")
+    rounds = [_call(f"call_{i}") for i in range(6)]
+    messages = [SYSTEM, task, *(m for r in rounds for m in r)]
+    # A fifth over the room (and a tenth more; a round is about a sixth of the text): the two oldest
+    # rounds go, each with its output.
+    shorter = shortened_messages(messages, _overflow(3000, 2400, 0))
+    assert shorter == [SYSTEM, task, *(m for r in rounds[2:] for m in r)]
+    assert shortened_messages(messages, _overflow(100_000, 100, 0)) == [SYSTEM, task, *rounds[-1]]
+    # Earlier exchanges go before any round of the turn being answered.
+    earlier = [_user("a" * 400), _assistant("b" * 400)]
+    shorter = shortened_messages([SYSTEM, *earlier, *messages[1:]], _overflow(3000, 2600, 0))
+    assert shorter == messages
+    # One round alone is the newest: nothing may go.
+    assert shortened_messages([SYSTEM, task, *rounds[0]], _overflow(3000, 2000, 0)) is None

@@ -7,11 +7,12 @@ client got the 400.
 
 Where the translated chat request is refused as a context overflow (``context_length_exceeded``: the
 proxy's own count against the context, or the upstream's refusal), it is shortened and sent again: its
-leading system and developer messages stay (``instructions``), and so does the last user message with
-everything after it (the turn being answered, its calls and their outputs); the exchanges between go,
-oldest first, each a user message with all that answered it, so that what is left alternates as templates
-require and no call is left without its output nor an output without its call. How much goes: the
-overflow's own counts where it gives them (N prompt tokens of a context of M, K asked for the
+leading system and developer messages stay (``instructions``), and so does the last user message; the
+exchanges between go, oldest first, each a user message with all that answered it, so that what is left
+alternates as templates require and no call is left without its output nor an output without its call.
+Then, where that is not enough, the oldest rounds of the turn being answered go (an assistant message
+with its calls' outputs: an agent's one task is one turn of many rounds), all but the newest. How much
+goes: the overflow's own counts where it gives them (N prompt tokens of a context of M, K asked for the
 completion), the share N - (M - K) of N of the conversation's characters, and a tenth more (tokens are
 not spread evenly over characters); without counts, half of what may go. At most :data:`MAX_SHORTENINGS`
 times; with nothing left that may go, or a completion that alone does not fit, the overflow is the
@@ -85,23 +86,49 @@ def _target(overflow: str, whole: int, droppable: int) -> float | None:
 
 
 def shortened_messages(messages: Sequence[Any], overflow: str) -> list[Any] | None:
-    """``messages`` (a chat request's) without their oldest exchanges, as the ``overflow`` message's
-    counts say (see the module's docstring), at least one; None where nothing may go or it would not help."""
+    """``messages`` (a chat request's) without their oldest exchanges, then the oldest rounds of the turn
+    being answered, as the ``overflow`` message's counts say (see the module's docstring), at least one;
+    None where nothing may go or it would not help."""
     head = 0
     while head < len(messages) and _role(messages[head]) in _KEPT_ROLES:
         head += 1
     last_user = max((i for i, m in enumerate(messages) if _role(m) == "user"), default=-1)
-    exchanges = _exchanges(messages[head:last_user]) if last_user > head else []
-    sizes = [_chars(exchange) for exchange in exchanges]
-    target = _target(overflow, _chars(messages), sum(sizes))
-    if not exchanges or target is None:
+    if last_user < head:
         return None
+    exchanges = _exchanges(messages[head:last_user])
+    rounds = _rounds(messages[last_user + 1 :])
+    units = [*exchanges, *rounds[:-1]]
+    sizes = [_chars(unit) for unit in units]
+    target = _target(overflow, _chars(messages), sum(sizes))
+    if not units or target is None:
+        return None
+    gone = _how_many(sizes, target)
+    before = [m for exchange in exchanges[gone:] for m in exchange]
+    after = [m for answer in rounds[max(0, gone - len(exchanges)) :] for m in answer]
+    return [*messages[:head], *before, messages[last_user], *after]
+
+
+def _how_many(sizes: Sequence[int], target: float) -> int:
+    """How many of the oldest units go: at least one, and as many as make up ``target`` characters."""
     gone, dropped = 0, 0
-    while gone < len(exchanges) and (gone == 0 or dropped < target):
+    while gone < len(sizes) and (gone == 0 or dropped < target):
         dropped += sizes[gone]
         gone += 1
-    rest = [m for exchange in exchanges[gone:] for m in exchange]
-    return [*messages[:head], *rest, *messages[last_user:]]
+    return gone
+
+
+def _rounds(answer: Sequence[Any]) -> list[list[Any]]:
+    """The answer so far to the last user message in the units that may go: an assistant message with
+    what follows it up to the next (its calls' outputs). An agent works one task as one long turn of
+    calls and outputs (Codex CLI: a user message, then tens of rounds), which otherwise could not be cut
+    at all; the newest round stays, so that the model sees what its last call gave."""
+    rounds: list[list[Any]] = []
+    for message in answer:
+        if _role(message) == "assistant" or not rounds:
+            rounds.append([message])
+        else:
+            rounds[-1].append(message)
+    return rounds
 
 
 def _role(message: Any) -> Any:
