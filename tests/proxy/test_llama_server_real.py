@@ -225,3 +225,28 @@ def test_truncation_auto_answers_a_conversation_past_the_context(proxy: str, str
     assert response["status"] in ("completed", "incomplete")
     assert response["truncation"] == "auto"
     assert 0 < response["usage"]["input_tokens"] < CONTEXT
+
+
+def test_truncation_auto_answers_an_agents_one_long_turn(proxy: str) -> None:
+    """One task and round after round of calls and outputs (Codex CLI's shape): the turn's oldest rounds
+    go, each call with its output; before, only whole exchanges could go and this was the 400."""
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Find the bug in the project."}]
+    for n in range(40):
+        call_id = f"call_{n}"
+        arguments = json.dumps({"path": f"src/file_{n}.py"})
+        items.append(
+            {"type": "function_call", "call_id": call_id, "name": "read_file", "arguments": arguments}
+        )
+        output = f"def f(x):\n    return x + {n}  # a line of code\n" * 12
+        items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+    tool = {
+        "type": "function",
+        "name": "read_file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    }
+    asked = {"model": "gemma", "input": items, "tools": [tool], "max_output_tokens": 16}
+    refused = httpx.post(proxy + "/v1/responses", json=asked, timeout=120)
+    assert refused.json()["error"]["code"] == "context_length_exceeded"
+    answered = httpx.post(proxy + "/v1/responses", json={**asked, "truncation": "auto"}, timeout=120)
+    assert answered.status_code == 200, answered.text
+    assert 0 < answered.json()["usage"]["input_tokens"] < CONTEXT
