@@ -75,7 +75,7 @@ def test_the_oldest_turns_go_and_the_instructions_and_the_turn_being_answered_st
 def test_a_call_goes_with_its_answers_and_what_is_left_begins_with_a_user_message() -> None:
     messages = [
         SYSTEM,
-        _assistant("Hello."),
+        _assistant("Hello. " * 20),
         _user("first"),
         *_call("call_1"),
         _user("second"),
@@ -112,3 +112,28 @@ def test_an_agents_one_long_turn_loses_its_oldest_rounds_and_keeps_its_newest() 
     assert shorter == messages
     # One round alone is the newest: nothing may go.
     assert shortened_messages([SYSTEM, task, *rounds[0]], _overflow(3000, 2000, 0)) is None
+
+
+def test_a_long_turn_before_the_last_question_loses_rounds_not_its_task() -> None:
+    """A task worked in rounds, then a short question: the whole turn went as one exchange, task and all
+    (a black-box test found the upstream given only the instructions and the question)."""
+    task, question = _user("fix the bug"), _user("Now summarize please.")
+    rounds = [_call(f"call_{i}") for i in range(6)]
+    messages = [SYSTEM, task, *(m for r in rounds for m in r), question]
+    shorter = shortened_messages(messages, _overflow(3000, 2700, 0))
+    assert shorter == [SYSTEM, task, *(m for r in rounds[1:] for m in r), question]
+    # All its rounds but the last may go before the task does; then the task with its last round.
+    assert shortened_messages(messages, _overflow(3000, 600, 0)) == [SYSTEM, task, *rounds[-1], question]
+    assert shortened_messages(messages, _overflow(100_000, 100, 0)) == [SYSTEM, question]
+
+
+def test_what_is_kept_is_the_rooms_share_far_past_the_context_too() -> None:
+    """The share dropped was the overflow's and a tenth more: 40 rounds far past the context kept 2 where
+    5 fit (a black-box test: 861 of 2,032 tokens). Kept now: the room's share, less a twentieth."""
+    task = _user("fix the bug")
+    rounds = [_call(f"call_{i}") for i in range(40)]
+    messages = [SYSTEM, task, *(m for r in rounds for m in r)]
+    round_share = 1 / 40  # (the system message and the task are a few dozen characters of some 22,000)
+    shorter = shortened_messages(messages, _overflow(40_000, int(40_000 * 5.5 * round_share), 0))
+    assert shorter is not None
+    assert len(shorter) == 2 + 2 * 5  # five rounds kept (5.5 fit; a twentieth less is 5.2)
