@@ -85,13 +85,27 @@ def _words(error: ValidationError, param: str, value: Any) -> tuple[str, str]:
     """The message and code OpenAI gives for one failed keyword on ``value``."""
     keyword = error.validator
     limit: Any = error.validator_value
-    if keyword == "type":
-        schema = error.schema if isinstance(error.schema, dict) else {}
-        expected = _expected(schema)
+    if keyword in ("anyOf", "oneOf"):
+        keyword, limit = _union_reading(limit, value)
+    elif keyword == "type":
+        limit = _expected(error.schema if isinstance(error.schema, dict) else {})
+    if keyword == "type":  # (``limit``: what is expected, worded)
         return (
-            f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
+            f"Invalid type for '{param}': expected {limit}, but got {_kind(value)} instead.",
             "invalid_type",
         )
+    if keyword in ("minimum", "maximum", "minItems", "maxItems"):
+        return _bound_words(keyword, param, value, limit)
+    if keyword == "pattern":
+        return unmatched_pattern(param, limit), "invalid_value"
+    if keyword == "enum":
+        allowed = ", ".join(f"'{v}'" for v in limit)
+        return f"Invalid value for '{param}': {value!r}. Supported values are: {allowed}.", "invalid_value"
+    return f"Invalid value for '{param}'.", "invalid_value"
+
+
+def _bound_words(keyword: str, param: str, value: Any, limit: Any) -> tuple[str, str]:
+    """``_words`` of a number or an array's length past its bound."""
     if keyword in ("minimum", "maximum"):
         kind = "integer" if isinstance(value, int) else "decimal"
         bound, sign = ("below minimum", ">=") if keyword == "minimum" else ("above maximum", "<=")
@@ -101,34 +115,52 @@ def _words(error: ValidationError, param: str, value: Any) -> tuple[str, str]:
         return message, f"{kind}_{bound.replace(' ', '_')}_value"
     if keyword == "minItems" and not value:
         return f"Invalid '{param}': empty array. Expected an array with at least 1 item.", "empty_array"
-    if keyword in ("minItems", "maxItems"):
-        bound, code = ("at least", "array_below_min_length")
-        if keyword == "maxItems":
-            bound, code = ("at most", "array_above_max_length")
-        return f"Invalid '{param}': expected an array with {bound} {limit} items, got {len(value)}.", code
-    if keyword in ("anyOf", "oneOf") and (kinds := _branch_types(limit)):
-        # A union of bare types (an object or null: a function's ``parameters``) is a type error, as
-        # chat's single type is: "Invalid value" alone said nothing of what was wanted.
-        expected = " or ".join(_TYPE_NAMES.get(k, k) for k in kinds if k != "null")
-        return (
-            f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
-            "invalid_type",
-        )
-    if keyword == "pattern":
-        return unmatched_pattern(param, limit), "invalid_value"
-    if keyword == "enum":
-        allowed = ", ".join(f"'{v}'" for v in limit)
-        return f"Invalid value for '{param}': {value!r}. Supported values are: {allowed}.", "invalid_value"
-    return f"Invalid value for '{param}'.", "invalid_value"
+    bound, code = ("at least", "array_below_min_length")
+    if keyword == "maxItems":
+        bound, code = ("at most", "array_above_max_length")
+    return f"Invalid '{param}': expected an array with {bound} {limit} items, got {len(value)}.", code
 
 
-def _branch_types(branches: Any) -> list[str]:
-    """The types of a union whose branches are each a bare ``{"type": ...}``; empty for any other."""
-    if not isinstance(branches, list) or not all(
-        isinstance(b, dict) and b.keys() == {"type"} and isinstance(b["type"], str) for b in branches
-    ):
-        return []
-    return [b["type"] for b in branches]
+def _union_reading(branches: Any, value: Any) -> tuple[str, Any]:
+    """How a union (``anyOf``) that ``value`` fails is worded: as a type error where ``value`` is of none
+    of its types (a function's ``parameters``: an object or null; "Invalid value" alone said nothing of
+    what was wanted), as an enum's where it is a string and the union's only strings are an enum's
+    (``tool_choice``: "none", "auto", "required", or an object); else as the union."""
+    if kinds := _branch_types(branches, value):  # (what is expected, worded)
+        return "type", " or ".join(_TYPE_NAMES.get(k, k) for k in kinds if k != "null")
+    if isinstance(value, str):
+        enums = [b["enum"] for b in branches if isinstance(b, dict) and "enum" in b]
+        if len(enums) == 1 and not any(isinstance(b, dict) and b.get("type") == "string" for b in branches):
+            return "enum", enums[0]
+    return "anyOf", branches
+
+
+def _branch_types(branches: Any, value: Any) -> list[str]:
+    """The types of a union's branches where ``value`` is of none of them (each branch names its type,
+    or is an enum of strings); empty where it is of one (what is wrong is within it) or a branch has no
+    type."""
+    kinds: list[str] = []
+    for branch in branches if isinstance(branches, list) else ():
+        kind = branch.get("type") if isinstance(branch, dict) else None
+        if (
+            kind is None
+            and isinstance(branch, dict)
+            and all(isinstance(v, str) for v in branch.get("enum", [1]))
+        ):
+            kind = "string"
+        if not isinstance(kind, str):
+            return []
+        kinds.append(kind)
+    return [] if _json_types(value) & set(kinds) else list(dict.fromkeys(kinds))
+
+
+def _json_types(value: Any) -> set[str]:
+    """The JSON Schema types ``value`` is of."""
+    if value is None or isinstance(value, bool):
+        return {"null"} if value is None else {"boolean"}
+    if isinstance(value, int | float):
+        return {"integer", "number"} if isinstance(value, int) or value.is_integer() else {"number"}
+    return {"string"} if isinstance(value, str) else {"array"} if isinstance(value, list) else {"object"}
 
 
 def unmatched_pattern(param: str, pattern: str) -> str:

@@ -65,3 +65,53 @@ def test_a_function_tool_whose_parameters_are_not_an_object_is_told_the_type_wan
         assert error["message"] == (
             f"Invalid type for 'tools[0].parameters': expected an object, but got {kind} instead."
         )
+
+
+def _refusal(body: dict[str, object]) -> dict[str, object]:
+    from conformance.api_errors import APIError
+    from conformance.request_validation import validate_request
+
+    try:
+        validate_request("response_request", {"model": "m", "input": "hi", **body})
+    except APIError as refused:
+        error = refused.body["error"]
+        assert isinstance(error, dict)
+        return error
+    raise AssertionError(f"{body} was taken")
+
+
+def test_a_namespaced_tool_is_checked_as_a_tool_is() -> None:
+    """A namespace's own tools were not typed: ``parameters: 7`` inside one was served (a black-box
+    test), where the same tool at the top is the 400."""
+    inner = {"type": "function", "name": "h", "parameters": 7}
+    tools = [{"type": "function", "name": "a"}, {"type": "namespace", "name": "n", "tools": [inner]}]
+    error = _refusal({"tools": tools})
+    assert (error["param"], error["code"]) == ("tools[1].tools[0].parameters", "invalid_type")
+    error = _refusal({"tools": [{"type": "namespace", "name": "n", "tools": "x"}]})
+    assert (
+        error["message"] == "Invalid type for 'tools[0].tools': expected an array, but got a string instead."
+    )
+
+
+def test_a_value_of_none_of_a_unions_types_is_told_the_types_wanted() -> None:
+    """ "Invalid value for 'input'." said nothing of what was wanted (a black-box test's list)."""
+    for body, message in (
+        (
+            {"input": 5},
+            "Invalid type for 'input': expected a string or an array, but got an integer instead.",
+        ),
+        ({"tools": {}}, "Invalid type for 'tools': expected an array, but got an object instead."),
+        ({"text": "x"}, "Invalid type for 'text': expected an object, but got a string instead."),
+        (
+            {"tool_choice": 5},
+            "Invalid type for 'tool_choice': expected a string or an object, but got an integer instead.",
+        ),
+        ({"metadata": "x"}, "Invalid type for 'metadata': expected an object, but got a string instead."),
+    ):
+        error = _refusal(body)
+        assert (error["message"], error["code"]) == (message, "invalid_type"), body
+    # A string where the union's only strings are an enum's: the enum's words.
+    error = _refusal({"tool_choice": "bogus"})
+    assert error["message"] == (
+        "Invalid value for 'tool_choice': 'bogus'. Supported values are: 'none', 'auto', 'required'."
+    )

@@ -479,7 +479,9 @@ class _Tools:
                 unmatched_pattern(f"{param}.name", _NAMESPACE_NAME.pattern), f"{param}.name"
             )
         inner = tool.get("tools")
-        if not isinstance(inner, list):
+        if inner is None:
+            raise TranslationError.missing(f"{param}.tools")
+        if not isinstance(inner, list):  # (the request schema says so first, where it was applied)
             raise TranslationError(
                 f"Invalid type for '{param}.tools': expected an array.", f"{param}.tools", "invalid_type"
             )
