@@ -83,6 +83,9 @@ def build_app(config: ProxyConfig, log_level: str) -> Starlette:
     from .sockets import QuietDenials
 
     logging.basicConfig(level=log_level.upper(), format="%(message)s")
+    # Lines are the message alone: a record need not look up its process, its process's name and its
+    # thread (a getpid call among them), 4-6 us of each request's access log line (13.8 -> 9.8 us).
+    logging.logProcesses = logging.logMultiprocessing = logging.logThreads = False
     # httpx logs each of the proxy's own small requests (props, models, tokenize) at INFO: lines that
     # are not the access log's JSON, in the middle of it.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
