@@ -142,11 +142,8 @@ def _branch_types(branches: Any, value: Any) -> list[str]:
     kinds: list[str] = []
     for branch in branches if isinstance(branches, list) else ():
         kind = branch.get("type") if isinstance(branch, dict) else None
-        if (
-            kind is None
-            and isinstance(branch, dict)
-            and all(isinstance(v, str) for v in branch.get("enum", [1]))
-        ):
+        enum = branch.get("enum") if isinstance(branch, dict) else None
+        if kind is None and isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
             kind = "string"
         if not isinstance(kind, str):
             return []

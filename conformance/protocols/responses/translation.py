@@ -808,7 +808,8 @@ def _reworded(
     message: str, param: str, renamed: str, code: Any, namespaced: Mapping[str, tuple[str, str]]
 ) -> str:
     """``message`` quoting ``renamed`` where it quoted the chat parameter ``param``, or one nested below
-    it ('messages[1].content' for ``messages``)."""
+    it ('messages[1].content' for ``messages``); a schema's refusal naming a function of a namespace
+    by its name inside it (``namespaced``: chat name -> namespace, name)."""
     if code == "invalid_json_schema":  # (its words quote the client's property names, never a parameter)
         named = re.match(r"Invalid schema for function '([^']*)'", message)
         if named is not None and named.group(1) in namespaced:
