@@ -418,7 +418,10 @@ def tail(log: Path, lines: int = 8) -> str:
 
 @contextlib.contextmanager
 def pair(setup: Setup, model: Path, env: dict[str, str], tools: dict[str, Any], work: Path) -> Iterator[Pair]:
-    """Both servers loaded with ``setup``'s placement, the same context, batch and threads."""
+    """Both servers loaded with ``setup``'s placement, the same context, batch and threads, and the same
+    KV layout: a stream per slot, llama-server's own with ``-np`` given (the backend's unified cache, its
+    default since 2026-11-29, parks idle slots' cells in host memory, a path no GPU has run yet; the
+    2026-12-01 run hung on the first setup's second request, the first on the backend since that change)."""
     scale: Scale = tools["scale"]
     slots, threads = max(STREAMS), str(tools["threads"])
     ctx = str(scale.ctx_per_slot * slots)
@@ -426,7 +429,7 @@ def pair(setup: Setup, model: Path, env: dict[str, str], tools: dict[str, Any], 
     ours_cmd = [
         *("python", "-m", "backend", "--model", str(model), "--port", str(ours_port), "-t", threads),
         *("--parallel", str(slots), "--ctx-size", ctx, "--batch-size", "512", "--flash-attn", "off"),
-        *("--log-level", "info", *setup.ours),
+        *("--no-kv-unified", "--log-level", "info", *setup.ours),
     ]
     theirs_cmd = [
         *(str(tools["llama_server"]), "-m", str(model), "--port", str(theirs_port), "-t", threads),
