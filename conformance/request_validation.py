@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from typing import Any, NamedTuple, NoReturn
 
-from jsonschema import ValidationError
+from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 
 from conformance import json_steps, jsoncodec
@@ -148,16 +148,9 @@ def _branch_types(branches: Any, value: Any) -> list[str]:
         if not isinstance(kind, str):
             return []
         kinds.append(kind)
-    return [] if _json_types(value) & set(kinds) else list(dict.fromkeys(kinds))
-
-
-def _json_types(value: Any) -> set[str]:
-    """The JSON Schema types ``value`` is of."""
-    if value is None or isinstance(value, bool):
-        return {"null"} if value is None else {"boolean"}
-    if isinstance(value, int | float):
-        return {"integer", "number"} if isinstance(value, int) or value.is_integer() else {"number"}
-    return {"string"} if isinstance(value, str) else {"array"} if isinstance(value, list) else {"object"}
+    # (the request schemas' own type checker: what the validator found ``value`` to be)
+    of_one = any(Draft202012Validator.TYPE_CHECKER.is_type(value, kind) for kind in kinds)
+    return [] if of_one else list(dict.fromkeys(kinds))
 
 
 def unmatched_pattern(param: str, pattern: str) -> str:
