@@ -169,6 +169,19 @@ def test_each_deviation_is_reported_by_its_rule(change: Any, rule: str) -> None:
     assert rule in found, found
 
 
+def test_a_prompt_counted_only_at_the_end_is_a_warning_q88() -> None:
+    # LiteLLM's and CLIProxyAPI's streams: message_start says 0, message_delta has the count.
+    late = text_stream()
+    late[0] = start(input_tokens=0)
+    late[-2] = {**late[-2], "usage": {"input_tokens": 25, "output_tokens": 15}}
+    found = judged(encode(late), body_of(stream=True))
+    assert found == {"error": [], "warning": ["messages-start-input-tokens"]}
+    counted = [start(), *late[1:]]  # counted at the start and again at the end: as Anthropic's
+    assert judged(encode(counted), body_of(stream=True)) == {"error": [], "warning": []}
+    cached = [start(input_tokens=0, cache_read_input_tokens=25), *late[1:]]  # all of it read from a cache
+    assert judged(encode(cached), body_of(stream=True)) == {"error": [], "warning": []}
+
+
 def test_calls_that_stop_end_turn_are_not_run_by_agents() -> None:
     assert "messages-calls-not-tool-use" in errors_of(tool_stream(reason="end_turn"), tools=[WEATHER])
 

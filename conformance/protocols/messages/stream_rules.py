@@ -14,7 +14,9 @@ Facts (Anthropic's "Streaming Messages" guide; anthropic-python ``_streaming.py`
   ``signature_delta`` a thinking block): the SDK drops one that does not; ``content_block_stop`` closes it
   before the message ends;
 - one ``message_delta`` carries ``stop_reason`` (and ``usage.output_tokens``) before ``message_stop``;
-  without it the client cannot tell a finished answer from a cut one;
+  without it the client cannot tell a finished answer from a cut one; the prompt's count is
+  ``message_start``'s (``usage.input_tokens``, Anthropic's and llama-server's): a stream that counts it
+  only in ``message_delta`` is a warning (Q88: Claude Code's context meter reads 0 for the turn);
 - a tool use's ``partial_json`` joined is its ``input``: one JSON object (judged with the message);
 - the message the events build (as the SDK's ``MessageStream`` builds it) is judged as a body is
   (message_rules.py).
@@ -330,7 +332,24 @@ def message_delta(ctx: Context, stream: MessagesState, event: int, payload: Mapp
         message.update({k: delta.get(k) for k in ("stop_reason", "stop_sequence") if k in delta})
     if isinstance(usage, Mapping):
         given = message.get("usage")
-        message["usage"] = {**(given if isinstance(given, Mapping) else {}), **usage}
+        started = given if isinstance(given, Mapping) else {}
+        prompt = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        if not any(_positive(started.get(key)) for key in prompt) and _positive(usage.get("input_tokens")):
+            ctx.warn(
+                "messages-start-input-tokens",
+                f"message_start said input_tokens {clipped(str(started.get('input_tokens')), 20)}, and"
+                f" only message_delta counts the prompt ({clipped(str(usage.get('input_tokens')), 20)}):"
+                " a client that reads the prompt's size where Anthropic sends it (Claude Code's context"
+                " meter) shows 0 for the whole turn",
+                event=event,
+                pointer="/usage/input_tokens",
+                quirk="Q88",
+            )
+        message["usage"] = {**started, **usage}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 EVENT_RULES = (
