@@ -80,6 +80,8 @@ async def generate(generation: Generation, front_end: FrontEnd, request: Request
     if isinstance(started, Response):
         return started
     output = translation.output(generation.backend.model_id, SAMPLING_DEFAULTS)
+    if translation.states_prompt_tokens:  # (tokenized by now: a Message's stream opens with the count)
+        output.prompt_counted(started.builder.usage()["prompt_tokens"])
     if translation.stream:
         return _event_stream(_streamed(generation, started, output))
     whole = await _whole(generation, request, started, front_end.error)

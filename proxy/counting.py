@@ -22,7 +22,7 @@ from .errors import UpstreamError
 from .item_limit import too_many_items
 from .observability import exchange_of
 from .serving import Serving, read_body, refusal, refused_client
-from .upstream import Upstream
+from .sources.prompt_count import prompt_tokens
 
 __all__ = ["count"]
 
@@ -57,14 +57,8 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
         )
     _, replicas = route
     replica = serving.pool.pick([r for r in replicas if r.available] or replicas, None)
-    await replica.detect()  # (a server that was loading when the proxy started: its tokenizer is its own)
-    timeout = config.first_byte_timeout
-    counted = await replica.adapter.prompt_tokens(replica.upstream, body, timeout)
-    tokens = None if counted is None else counted.tokens
-    answered = True
-    if counted is None or counted.estimated:  # the upstream's own count, where it has one, is exact
-        answered, own = await _counted_by_upstream(replica.upstream, counting.path, raw, timeout)
-        tokens = own if own is not None else tokens
+    own_route = (counting.path, jsoncodec.loads(raw))
+    answered, tokens = await prompt_tokens(replica, body, own_route, config.first_byte_timeout)
     if tokens is None and not answered:
         silent = UpstreamError.of("the upstream server did not answer a request to count the tokens")
         return refusal(front_end, silent, exchange)
@@ -72,18 +66,3 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
         unknown = "this server cannot count tokens for the model: its upstream has no tokenizer that answered"
         return refusal(front_end, APIError.make(unknown, 404, code="not_found"), exchange)
     return JSONResponse(counting.answer(tokens))
-
-
-async def _counted_by_upstream(
-    upstream: Upstream,
-    path: str,
-    raw: bytes,
-    timeout: float,  # noqa: ASYNC109
-) -> tuple[bool, int | None]:
-    """The count of the upstream's own counting route (the bundled backend's, llama-server's), asked
-    with the client's body, where the adapter could not count: whether the upstream answered at all,
-    and its ``input_tokens`` or None."""
-    status, answer = await upstream.answer("POST", path, jsoncodec.loads(raw), timeout=timeout)
-    count = answer.get("input_tokens") if isinstance(answer, dict) else None
-    valid = isinstance(count, int) and not isinstance(count, bool) and count >= 0
-    return status is not None, count if valid else None

@@ -35,6 +35,9 @@ knows of a server is in one place rather than in module caches and flags set fro
   answers, so that a later forced call goes straight to the way the upstream does enforce, or to the 400
   where none does (proxy/adapters/forced_choice.py).
 - ``listing_read``: whether a model listing was read and learned from (the traits above then known).
+- ``counting_paths``: a protocol's counting route of the upstream's own (``/v1/messages/count_tokens``:
+  the bundled backend's, llama-server's), False once it answered that it has none (404, 405, 501), so
+  that a Message's stream does not ask it again (proxy/sources/prompt_count.py).
 - ``native_paths``: the paths of protocols the upstream serves itself (llama-server's ``/v1/responses``),
   as a probe found them where ``--responses auto`` (or the file's key) asked (proxy/routing/replica.py).
 
@@ -90,6 +93,7 @@ class UpstreamTraits:
     ignored_tool_choices: set[str] = field(default_factory=set)
     schema_enforced: bool | None = None
     listing_read: bool = False
+    counting_paths: dict[str, bool] = field(default_factory=dict)
     native_paths: dict[str, bool] = field(default_factory=dict)
     chat_logprobs_unfilled: bool = False
     """Whether its chat answers leave ``logprobs`` null though they were asked (ik_llama.cpp before its

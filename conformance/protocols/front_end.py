@@ -117,6 +117,10 @@ class Output:
     keep: protocols/spooled_text.py), its writer then writing ``tail`` with it; None, the usual (read
     after each part: an attribute, for the per-chunk path)."""
 
+    def prompt_counted(self, tokens: int) -> None:
+        """The prompt's tokens, told before the opening where the protocol's stream opens with them
+        (``Translation.states_prompt_tokens``); the other outputs have no use for them."""
+
     def cut(self, error: dict[str, Any]) -> bytes:
         """The last event of a stream cut where it stands (the shutdown deadline came outside the wait
         for the upstream, where ``tail`` would not be in order): ``error``, an OpenAI error body."""
@@ -296,6 +300,11 @@ class Translation:
     """Whether the protocol's answer names the stop sequence that ended the text (a Message's
     ``stop_sequence``): the core then marks its finished choice with it (``with_stop_named``); a chat
     client never gets that mark."""
+
+    states_prompt_tokens = False
+    """Whether the protocol's stream opens with the prompt's token count (a Message's ``message_start``
+    usage, where Claude Code's context meter reads it, Q88), which the core's chunks bring only at their
+    end: the core then counts the prompt before the opening (``Output.prompt_counted``)."""
 
     def output(self, model: str | None, sampling: Mapping[str, float] | None = None) -> Output:
         """The output of the answer, naming the model ``model`` (None: as the answer names it);

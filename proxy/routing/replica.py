@@ -21,12 +21,12 @@ from ..served_names import ServedNames
 from ..upstream import Upstream
 from .config_file import UpstreamEntry
 
-__all__ = ["Replica"]
+__all__ = ["NO_ROUTE", "Replica"]
 
 _PROBE_TIMEOUT = 5.0
 _DETECT_RETRY = 2.0
 """Seconds before an upstream that gave no answer to judge its family by is asked again."""
-_NO_ROUTE = frozenset({404, 405, 501})
+NO_ROUTE = frozenset({404, 405, 501})
 """What a server answers on a path it has no route for."""
 
 
@@ -115,7 +115,7 @@ class Replica:
                 if path not in known:
                     status, _ = await self.upstream.answer("POST", path, {}, _PROBE_TIMEOUT)
                     if status is not None:  # no answer at all says nothing: asked again next time
-                        known[path] = status not in _NO_ROUTE
+                        known[path] = status not in NO_ROUTE
         return known.get(path, False)
 
     def eject(self, cooldown: float) -> None:

@@ -8,8 +8,9 @@ yields the rest. Failures before ``start()`` returns are raised; later ones land
 
 The sources, each in its own module: one upstream request (upstream.py), a fan-out of several
 (fan_out.py), a token-id prompt that falls back to its text (token_prompt.py), what a request becomes on
-one replica (builder.py), an upstream's own endpoint of a protocol (native.py), and a request tried on
-another replica when the first fails before its first byte (failover.py).
+one replica (builder.py), an upstream's own endpoint of a protocol (native.py), a request tried on
+another replica when the first fails before its first byte (failover.py), and a stream whose protocol
+opens with the prompt's tokens, counted while the upstream works (prompt_count.py).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from .base import Source
 from .builder import SourceBuilder, fan_out_refusal
 from .forced_call import ForcedCall
 from .native import NativeSource
+from .prompt_count import PromptCounted, prompt_tokens
 from .token_prompt import source_for
 
 __all__ = ["RequestPlan"]
@@ -74,7 +75,19 @@ class RequestPlan:
         body, sampling = await self._sampled(replica, self.translation.body)
         output = self.translation.output(self.info.model, sampling)
         lines = self.info.stream and isinstance(output, DataLines)  # (read by ``next_lines`` alone)
-        return await self._translated(replica, body, lines), output
+        source = await self._translated(replica, body, lines)
+        if self.info.stream and self.translation.states_prompt_tokens:
+            source = PromptCounted(source, self._prompt_tokens(replica, body), output)
+        return source, output
+
+    async def _prompt_tokens(self, replica: Replica, body: dict[str, Any]) -> int | None:
+        """The prompt's tokens as ``replica`` reads them, counted as the protocol's counting route counts
+        them (prompt_count.py), for an output that opens with them; within the first-byte timeout, as
+        the answer is."""
+        counting, native = self.front_end.counting, self.translation.native
+        own_route = (counting.path, native.body) if counting is not None and native is not None else None
+        _, tokens = await prompt_tokens(replica, body, own_route, replica.config.first_byte_timeout)
+        return tokens
 
     async def _sampled(
         self, replica: Replica, body: dict[str, Any]

@@ -132,6 +132,12 @@ def test_count_tokens_counts_the_tools_as_they_are_sent(proxy: str) -> None:
     usage = _judged(proxy, "/v1/messages", body | {"max_tokens": 1, "temperature": 0}).json()["usage"]
     assert counted == usage["input_tokens"] + usage["cache_read_input_tokens"]
     assert counted > alone + 50
+    # A stream opens with that count, as llama-server's own /v1/messages opens its stream (Q88).
+    streamed = _judged(proxy, "/v1/messages", body | {"max_tokens": 1, "temperature": 0, "stream": True})
+    events = message_events(streamed.content)
+    ended = events[-2]["usage"]
+    assert events[0]["message"]["usage"]["input_tokens"] == counted
+    assert ended["input_tokens"] + ended["cache_read_input_tokens"] == counted
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,6 +75,17 @@ def test_create_streamed_and_the_stream_helper(client: anthropic.Anthropic, prox
     assert text == "Hello there" == final.content[0].text  # type: ignore[union-attr]
     assert final.stop_reason == "end_turn"
     assert final.usage.output_tokens > 0
+
+
+def test_a_stream_opens_with_the_prompts_tokens(client: anthropic.Anthropic, proxy_url: str) -> None:
+    # Q88: message_start's input_tokens, where Claude Code's context meter reads them, counted as
+    # count_tokens counts them (this upstream sends its usage only at the end).
+    events = message_events(post(proxy_url, {**HELLO, "stream": True}).content)
+    started = events[0]["message"]["usage"]
+    counted = client.messages.count_tokens(model="gemma", messages=HELLO["messages"]).input_tokens
+    assert started["input_tokens"] == counted > 0
+    assert events[-2]["type"] == "message_delta"  # with the answer's own count, as it came
+    assert events[-2]["usage"]["input_tokens"] > 0
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -191,6 +203,65 @@ def test_a_fault_mid_stream_ends_with_an_error_event_the_sdk_raises(parts: Any, 
         client = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0)
         with pytest.raises(anthropic.APIStatusError), client.messages.stream(**HELLO) as stream:
             stream.get_final_message()
+
+
+def _silent_counter(asked: list[str]) -> Any:
+    """A chat upstream whose every other path (its tokenizer, its counting route) never answers."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (raw := await read_request(reader)) is not None:
+            head = raw.split(b"\r\n", 1)[0].decode()
+            asked.append(head)
+            if not head.startswith("POST /v1/chat/completions "):
+                await asyncio.sleep(3600)
+            await handle_chat(_replay(raw), writer, record)
+            return
+
+    return handler
+
+
+def _replay(raw: bytes) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    reader.feed_data(raw)
+    reader.feed_eof()
+    return reader
+
+
+def test_a_count_that_never_comes_holds_the_stream_half_a_second_at_most() -> None:
+    # Hostile: the prompt's count for message_start (Q88) is asked at once; one the upstream never gives
+    # is given up 0.5 s after the first chunks, the stream opens with 0 and the answer's count comes at
+    # its end, as before.
+    asked: list[str] = []
+    with raw_server(_silent_counter(asked)) as (upstream, _), run_proxy(upstream) as url:
+        for _ in range(2):  # (the first two wait for the tokenizers the end's usage count probes)
+            post(url, {**HELLO, "stream": True})
+        started = time.monotonic()
+        response = post(url, {**HELLO, "stream": True})
+        took = time.monotonic() - started
+        events = message_events(response.content)
+        assert events[0]["message"]["usage"]["input_tokens"] == 0
+        assert events[-2]["usage"]["input_tokens"] > 0
+        assert "".join(e["delta"].get("text", "") for e in events if "delta" in e) == "Hello there"
+        assert took < 0.5 + 1.0, took
+        assert any(line.startswith("POST /tokenize") for line in asked), asked
+        assert httpx.get(url + "/health", timeout=5).status_code == 200
+
+
+def test_an_upstream_without_a_counting_route_is_asked_once() -> None:
+    # The count route's 404 is learned: later streams count by the tokenizer alone.
+    asked: list[str] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        raw = await read_request(reader)
+        assert raw is not None
+        asked.append(raw.split(b"\r\n", 1)[0].decode())
+        await handle_chat(_replay(raw), writer, record)
+
+    with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
+        for _ in range(3):
+            events = message_events(post(url, {**HELLO, "stream": True}).content)
+            assert events[0]["message"]["usage"]["input_tokens"] > 0
+    assert sum(line.startswith("POST /v1/messages/count_tokens") for line in asked) == 1, asked
 
 
 def test_an_upstream_error_before_the_stream_is_anthropics_at_its_status() -> None:

@@ -2,7 +2,8 @@
 
 The event sequence is Anthropic's (its "Streaming Messages" guide; anthropic-python
 ``types/raw_message_stream_event.py``, whose ``MessageStream`` accumulates a message from them):
-``message_start`` (the message with empty ``content`` and ``stop_reason: null``), then a ``ping``; per
+``message_start`` (the message with empty ``content``, ``stop_reason: null`` and the prompt's
+``input_tokens`` where they were counted before it, ``prompt_tokens``), then a ``ping``; per
 content block ``content_block_start`` with its ``index`` (0, 1, ... in order), its deltas
 (``text_delta``, ``thinking_delta`` then one ``signature_delta``, ``input_json_delta`` whose
 ``partial_json`` joined is the call's ``input``), ``content_block_stop``; then ``message_delta`` with
@@ -38,6 +39,10 @@ class MessageEvents:
         self.stops = stops
         self.message_id = new_id("msg")
         self.usage: Mapping[str, Any] | None = None
+        self.prompt_tokens = 0
+        """The prompt's tokens where counted before the stream opened (else 0): ``message_start``'s
+        ``input_tokens``, as Anthropic's own stream has them (Q88); ``message_delta`` then gives the
+        count the answer came with, its cached tokens apart."""
         self.finish_reason: Any = None
         self.matched: Any = None
         self.called = False
@@ -47,7 +52,7 @@ class MessageEvents:
         self._thinking = Signature()
 
     def start(self) -> list[dict[str, Any]]:
-        usage = message_usage(None)
+        usage = message_usage({"prompt_tokens": self.prompt_tokens})
         message = message_object(self.message_id, self.model, [], None, None, usage)
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
 

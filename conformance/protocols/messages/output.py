@@ -22,6 +22,9 @@ class MessagesOutput(NamedEventOutput):
         self._events = MessageEvents(model, stops)
         super().__init__(self._events)
 
+    def prompt_counted(self, tokens: int) -> None:
+        self._events.prompt_tokens = tokens
+
     async def tail(self, failure: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
         events = self._events.fail(failure) if failure is not None else self._events.finish(usage)
         return named_events(events)

@@ -41,6 +41,7 @@ class MessagesTranslation(Translation):
     """A Messages request as the core serves it, and how its answer is written."""
 
     names_stop = True  # a Message's stop_reason "stop_sequence" and its stop_sequence
+    states_prompt_tokens = True  # message_start's usage.input_tokens
 
     def __init__(self, asked: dict[str, Any], chat: ChatTranslation | None, refusal: APIError | None) -> None:
         native = NativeCall(NATIVE_PATH.encode(), asked, self._native_answer)

@@ -1,0 +1,102 @@
+"""A stream whose protocol opens with the prompt's token count: the count asked while the upstream works.
+
+A Message's ``message_start`` carries ``usage.input_tokens`` (Anthropic's own streams, llama-server's
+``/v1/messages``); the core's chunks bring the count only at their end, and a stream that opened with 0
+left Claude Code's context meter at 0 for the whole turn (Q88). The prompt is counted as the upstream
+reads it (``prompt_tokens``, as ``POST /v1/messages/count_tokens`` counts it: proxy/counting.py),
+asked at the same time as the answer, so that the wait for a long prompt's first token covers it; the
+output is told the count before its opening. A count that has not come once the first chunks are there
+is waited for at most ``GRACE`` seconds, then given up: the stream opens with 0, and ``message_delta``
+carries the answer's own count as it always does. So an upstream whose tokenizer never answers costs each
+of its Messages streams that half second (measured against a raw upstream: 0.56-0.60 s a stream, 0.034 s
+without the count); one without a counting route of its own is asked it once (``counting_paths``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from typing import Any
+
+from conformance.api_errors import APIError
+from conformance.protocols.front_end import Output
+
+from ..normalizer import Repairs
+from ..routing.replica import NO_ROUTE, Replica
+from .base import Attempts, Source
+
+__all__ = ["GRACE", "PromptCounted", "prompt_tokens"]
+
+GRACE = 0.5
+"""Seconds the first chunks wait for a count still under way (a tokenizer answers a 40,000-token prompt
+in far less; an upstream that is slow to count should not hold up a fast first token)."""
+
+
+class PromptCounted(Attempts):
+    """``source``'s stream, its output told the prompt's tokens (``counting``) before it opens."""
+
+    def __init__(self, source: Source, counting: Awaitable[int | None], output: Output) -> None:
+        self._current = source
+        self._spent = Repairs()
+        self._counting = counting
+        self._output = output
+        self._task: asyncio.Future[int | None] | None = None
+
+    @property
+    def failure(self) -> APIError | None:
+        return self._current.failure if self._current is not None else None
+
+    async def start(self) -> list[dict[str, Any]]:
+        assert self._current is not None
+        self._task = task = asyncio.ensure_future(self._counting)
+        chunks = await self._current.start()
+        done, _ = await asyncio.wait((task,), timeout=GRACE)
+        if not done:
+            task.cancel()  # (given up: the upstream's tokenizer is not kept busy for nothing)
+        elif task.exception() is None and (tokens := task.result()) is not None:
+            self._output.prompt_counted(tokens)
+        return chunks
+
+    async def next_batch(self) -> list[dict[str, Any]] | None:
+        assert self._current is not None
+        return await self._current.next_batch()
+
+    async def aclose(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        elif self._task is None and asyncio.iscoroutine(self._counting):
+            self._counting.close()  # never started: not left to warn that it was never awaited
+        assert self._current is not None
+        await self._current.aclose()
+
+
+async def prompt_tokens(
+    replica: Replica,
+    body: dict[str, Any],
+    own_route: tuple[str, Any] | None,
+    timeout: float,  # noqa: ASYNC109
+) -> tuple[bool, int | None]:
+    """The tokens of core request ``body``'s prompt as ``replica`` reads it: its adapter's count (the
+    upstream's template and tokenizer), else, and before the adapter's estimate, the count of the
+    upstream's own counting route (``own_route``: its path and the client's body, as the bundled
+    backend and llama-server count a Message); whether the upstream answered at all, and the count or
+    None."""
+    await replica.detect()  # (a server that was loading when the proxy started: its tokenizer is its own)
+    counted = await replica.adapter.prompt_tokens(replica.upstream, body, timeout)
+    tokens = None if counted is None else counted.tokens
+    if (counted is not None and not counted.estimated) or own_route is None:
+        return True, tokens
+    path, asked = own_route
+    known = replica.upstream.traits.counting_paths
+    if known.get(path) is False:
+        return True, tokens
+    status, answer = await replica.upstream.answer("POST", path, asked, timeout=timeout)
+    own = answer.get("input_tokens") if isinstance(answer, dict) else None
+    if isinstance(own, int) and not isinstance(own, bool) and own >= 0:
+        tokens, known[path] = own, True
+    elif status in NO_ROUTE:
+        known[path] = False
+    return status is not None, tokens

@@ -1,0 +1,48 @@
+"""A Messages stream opens with its prompt's tokens (Q88) on the bundled backend and through the proxy in
+front of it: ``message_start``'s ``input_tokens`` is the count ``count_tokens`` gives and the answer's own
+usage gives at the end, as Anthropic's streams have it (Claude Code's context meter reads it there)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.proxy.conftest import run_proxy
+from tests.support.messages_checks import judged, message_events
+
+ASKED: dict[str, Any] = {
+    "model": "gemma",
+    "max_tokens": 8,
+    "system": "You answer in one word.",
+    "messages": [{"role": "user", "content": "Name a colour of the sea."}],
+    "tools": [
+        {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }
+    ],
+}
+
+
+@pytest.fixture(params=["backend", "proxy"])
+def url(request: pytest.FixtureRequest, gemma_url: str) -> Iterator[str]:
+    if request.param == "backend":
+        yield gemma_url
+        return
+    with run_proxy(gemma_url, upstream_kind="openai") as proxied:
+        yield proxied
+
+
+def test_a_message_stream_opens_with_its_prompts_tokens(url: str) -> None:
+    streamed = httpx.post(url + "/v1/messages", json={**ASKED, "stream": True}, timeout=120)
+    judged(streamed.content, {**ASKED, "stream": True}, streamed.status_code, streamed.headers)
+    events = message_events(streamed.content)
+    started = events[0]["message"]["usage"]
+    ended = next(event["usage"] for event in events if event["type"] == "message_delta")
+    counted = httpx.post(url + "/v1/messages/count_tokens", json=ASKED, timeout=120).json()["input_tokens"]
+    assert started["input_tokens"] == counted > 20  # the system prompt, the tool and the question
+    assert ended["input_tokens"] + ended["cache_read_input_tokens"] == counted
