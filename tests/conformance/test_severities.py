@@ -92,6 +92,7 @@ SEVERITIES = {
     "messages-overflow-words": ERROR,
     "messages-start-content": ERROR,
     "messages-start-first": ERROR,
+    "messages-start-input-tokens": WARNING,
     "messages-start-twice": ERROR,
     "messages-stop-missing": ERROR,
     "messages-stop-sequence": ERROR,
