@@ -15,7 +15,6 @@ without the count); one without a counting route of its own is asked it once (``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable
 from typing import Any
 
@@ -63,12 +62,15 @@ class PromptCounted(Attempts):
         return await self._current.next_batch()
 
     async def aclose(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        elif self._task is None and asyncio.iscoroutine(self._counting):
-            self._counting.close()  # never started: not left to warn that it was never awaited
+        task = self._task
+        if task is None:
+            if asyncio.iscoroutine(self._counting):
+                self._counting.close()  # never started: not left to warn that it was never awaited
+        else:
+            task.cancel()  # (the answer failed, or the client left, before the count came)
+            await asyncio.wait((task,))
+            if not task.cancelled():
+                task.exception()  # a count that failed is nobody's error: taken, not logged as lost
         assert self._current is not None
         await self._current.aclose()
 

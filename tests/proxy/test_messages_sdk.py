@@ -21,7 +21,16 @@ from tests.support.servers import free_port
 
 from .chat_upstream import handle_chat
 from .conftest import run_proxy
-from .rawserver import Record, answering, chunk, json_answer, raw_server, read_request, streaming
+from .rawserver import (
+    Record,
+    answering,
+    chunk,
+    json_answer,
+    raw_server,
+    read_request,
+    streaming,
+    wait_peer_close,
+)
 
 TOOL: Any = {
     "name": "get_weather",
@@ -245,6 +254,32 @@ def test_a_count_that_never_comes_holds_the_stream_half_a_second_at_most() -> No
         assert took < 0.5 + 1.0, took
         assert any(line.startswith("POST /tokenize") for line in asked), asked
         assert httpx.get(url + "/health", timeout=5).status_code == 200
+
+
+def test_a_count_under_way_is_let_go_when_the_answer_fails() -> None:
+    # Hostile: the chat request fails while the prompt's count waits on a tokenizer that never answers;
+    # the error is the client's at once, and the count's connection is closed, not left to hang.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        raw = await read_request(reader)
+        assert raw is not None
+        if raw.startswith(b"POST /v1/chat/completions "):
+            loading = {"error": {"message": "the model is loading", "type": "server_error", "code": 503}}
+            writer.write(json_answer(loading, "503 Service Unavailable"))
+            await writer.drain()
+            return
+        await wait_peer_close(reader, record)  # (every other path: never answered)
+
+    with raw_server(handler) as (upstream, record), run_proxy(upstream) as url:
+        for _ in range(2):  # (the first also waits for the upstream's detection)
+            response = post(url, {**HELLO, "stream": True})
+            assert response.status_code == 503
+            assert response.json()["error"]["type"] == "overloaded_error"
+        waiting = len(record.peer_closed_at)
+        started = time.monotonic()
+        assert post(url, {**HELLO, "stream": True}).status_code == 503
+        while len(record.peer_closed_at) == waiting and time.monotonic() - started < 3:
+            time.sleep(0.02)
+        assert len(record.peer_closed_at) > waiting  # the count's request, let go
 
 
 def test_an_upstream_without_a_counting_route_is_asked_once() -> None:
