@@ -26,7 +26,7 @@ from . import graceful
 from .errors import first_byte_timeout_error
 from .observability import Exchange
 from .reshape import Aggregator, synthesize_chunks
-from .sources.base import Source
+from .sources.base import FIRST_CHUNKS_DUE, Source
 
 __all__ = ["HeldResponse", "redacting", "send_json", "serve_source"]
 
@@ -74,7 +74,9 @@ class HeldResponse(Response):
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    if not state["done"]:
+                    # (uvicorn says so too once the response is whole: then nothing of it was lost, and
+                    # what is left, its source's closing, is not cut short)
+                    if not state["done"] and not state["complete"]:
                         self._exchange.disconnected = True
                         task.cancel()
                     return
@@ -170,7 +172,8 @@ async def _serve(
     try:
         await source.prepare()
         try:
-            async with asyncio.timeout(first_byte_timeout):
+            async with asyncio.timeout(first_byte_timeout) as window:
+                FIRST_CHUNKS_DUE.set(window.when())
                 initial = await source.start()
         except TimeoutError:
             raise first_byte_timeout_error() from None

@@ -15,6 +15,7 @@ opens with the prompt's tokens, counted while the upstream works (prompt_count.p
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 from conformance.api_errors import APIError
@@ -23,7 +24,13 @@ from conformance.protocols.front_end import CHUNKS, Output
 from ..normalizer import Repairs
 from ..normalizer.plain_chunks import Encode
 
-__all__ = ["Attempts", "Source"]
+__all__ = ["FIRST_CHUNKS_DUE", "Attempts", "Source"]
+
+FIRST_CHUNKS_DUE: ContextVar[float | None] = ContextVar("first_chunks_due", default=None)
+"""The event loop's time by which the response writer wants the first chunks (its first-byte timeout,
+over every replica tried), set while ``start()`` runs: a source that would wait on after its upstream's
+first chunks came (prompt_count.py) keeps within it, so that an upstream that answered in time is never
+a 504."""
 
 
 class Source:

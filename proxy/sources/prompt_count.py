@@ -6,10 +6,12 @@ left Claude Code's context meter at 0 for the whole turn (Q88). The prompt is co
 reads it (``prompt_tokens``, as ``POST /v1/messages/count_tokens`` counts it: proxy/counting.py),
 asked at the same time as the answer, so that the wait for a long prompt's first token covers it; the
 output is told the count before its opening. A count that has not come once the first chunks are there
-is waited for at most ``GRACE`` seconds, then given up: the stream opens with 0, and ``message_delta``
-carries the answer's own count as it always does. So an upstream whose tokenizer never answers costs each
-of its Messages streams that half second (measured against a raw upstream: 0.56-0.60 s a stream, 0.034 s
-without the count); one without a counting route of its own is asked it once (``counting_paths``).
+is waited for at most ``GRACE`` seconds, and never past the writer's first-byte deadline
+(``FIRST_CHUNKS_DUE``: an upstream that answered in time is not a 504 for the count's sake), then given
+up: the stream opens with 0, and ``message_delta`` carries the answer's own count as it always does. So
+an upstream whose tokenizer never answers costs each of its Messages streams that half second (measured
+against a raw upstream: 0.56-0.60 s a stream, 0.034 s without the count); one without a counting route
+of its own is asked it once (``counting_paths``).
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ from conformance.protocols.front_end import Output
 
 from ..normalizer import Repairs
 from ..routing.replica import NO_ROUTE, Replica
-from .base import Attempts, Source
+from .base import FIRST_CHUNKS_DUE, Attempts, Source
 
 __all__ = ["GRACE", "PromptCounted", "prompt_tokens"]
 
 GRACE = 0.5
 """Seconds the first chunks wait for a count still under way (a tokenizer answers a 40,000-token prompt
 in far less; an upstream that is slow to count should not hold up a fast first token)."""
+
+_EARLY = 0.01
+"""Seconds before the writer's first-byte deadline that the wait ends (uvloop's timers fire on whole
+milliseconds, up to one early)."""
 
 
 class PromptCounted(Attempts):
@@ -50,10 +56,13 @@ class PromptCounted(Attempts):
         assert self._current is not None
         self._task = task = asyncio.ensure_future(self._counting)
         chunks = await self._current.start()
-        done, _ = await asyncio.wait((task,), timeout=GRACE)
-        if not done:
+        due = FIRST_CHUNKS_DUE.get()
+        grace = GRACE if due is None else min(GRACE, due - asyncio.get_running_loop().time() - _EARLY)
+        if not task.done() and grace > 0:
+            await asyncio.wait((task,), timeout=grace)
+        if not task.done():
             task.cancel()  # (given up: the upstream's tokenizer is not kept busy for nothing)
-        elif task.exception() is None and (tokens := task.result()) is not None:
+        elif not task.cancelled() and task.exception() is None and (tokens := task.result()) is not None:
             self._output.prompt_counted(tokens)
         return chunks
 
@@ -68,9 +77,7 @@ class PromptCounted(Attempts):
                 self._counting.close()  # never started: not left to warn that it was never awaited
         else:
             task.cancel()  # (the answer failed, or the client left, before the count came)
-            await asyncio.wait((task,))
-            if not task.cancelled():
-                task.exception()  # a count that failed is nobody's error: taken, not logged as lost
+            task.add_done_callback(_taken)
         assert self._current is not None
         await self._current.aclose()
 
@@ -102,3 +109,9 @@ async def prompt_tokens(
     elif status in NO_ROUTE:
         known[path] = False
     return status is not None, tokens
+
+
+def _taken(task: asyncio.Future[int | None]) -> None:
+    """A count that failed is nobody's error: its exception taken, not logged as never retrieved."""
+    if not task.cancelled():
+        task.exception()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,14 +21,16 @@ from tests.support.messages_checks import check_message, judged, message_events
 from tests.support.servers import free_port
 
 from .chat_upstream import handle_chat
-from .conftest import run_proxy
+from .conftest import metric, run_proxy
 from .rawserver import (
     Record,
     answering,
     chunk,
+    http_chunk,
     json_answer,
     raw_server,
     read_request,
+    sse_head,
     streaming,
     wait_peer_close,
 )
@@ -214,6 +217,20 @@ def test_a_fault_mid_stream_ends_with_an_error_event_the_sdk_raises(parts: Any, 
             stream.get_final_message()
 
 
+def test_a_whole_stream_is_not_counted_as_a_client_that_left(caplog: pytest.LogCaptureFixture) -> None:
+    # The count's closing, after the last byte, met uvicorn's disconnect message for a complete response:
+    # every Messages stream was logged and counted as a client that went away (found black-box).
+    caplog.set_level(logging.INFO, logger="conformant.access")
+    with raw_server(handle_chat) as (upstream, _), run_proxy(upstream) as url:
+        for _ in range(5):
+            assert message_events(post(url, {**HELLO, "stream": True}).content)[-1]["type"] == "message_stop"
+        metrics = httpx.get(url + "/metrics", timeout=10).text
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "conformant.access"]
+    streams = [line for line in lines if line["path"] == "/v1/messages"]
+    assert [(line["status"], line["client_disconnected"]) for line in streams] == [(200, False)] * 5
+    assert metric(metrics, "conformant_client_disconnects_total") == 0
+
+
 def _silent_counter(asked: list[str]) -> Any:
     """A chat upstream whose every other path (its tokenizer, its counting route) never answers."""
 
@@ -280,6 +297,33 @@ def test_a_count_under_way_is_let_go_when_the_answer_fails() -> None:
         while len(record.peer_closed_at) == waiting and time.monotonic() - started < 3:
             time.sleep(0.02)
         assert len(record.peer_closed_at) > waiting  # the count's request, let go
+
+
+def test_the_counts_wait_never_makes_a_timely_answer_a_504() -> None:
+    # Found black-box: with --first-byte-timeout 1, an answer whose first chunk came at 0.8 s was a 504
+    # "sent nothing before the first-byte timeout" on /v1/messages alone, the count's wait on top of it.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        raw = await read_request(reader)
+        assert raw is not None
+        if raw.startswith(b"POST /v1/messages/count_tokens "):
+            await wait_peer_close(reader, record)  # (never answered)
+            return
+        if not raw.startswith(b"POST /v1/chat/completions "):
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")  # (no tokenizer)
+            return
+        await asyncio.sleep(0.8)
+        usage = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
+        parts = [chunk("Hello"), chunk(" there", "stop"), b"data: " + json.dumps(usage).encode() + b"\n\n"]
+        writer.write(sse_head() + b"".join(http_chunk(part) for part in [*parts, b"data: [DONE]\n\n"]))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    with raw_server(handler) as (upstream, _), run_proxy(upstream, first_byte_timeout=1.0) as url:
+        for _ in range(3):  # (the first also learns the upstream)
+            response = post(url, {**HELLO, "stream": True})
+            assert response.status_code == 200, response.text
+            events = message_events(response.content)
+            assert "".join(e["delta"].get("text", "") for e in events if "delta" in e) == "Hello there"
 
 
 def test_an_upstream_without_a_counting_route_is_asked_once() -> None:
