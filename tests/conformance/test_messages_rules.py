@@ -182,6 +182,14 @@ def test_a_prompt_counted_only_at_the_end_is_a_warning_q88() -> None:
     assert judged(encode(cached), body_of(stream=True)) == {"error": [], "warning": []}
 
 
+def test_a_stop_sequence_named_with_end_turn_is_an_error_q89() -> None:
+    stopped = text_stream()
+    stopped[-2] = {**stopped[-2], "delta": {"stop_reason": "end_turn", "stop_sequence": "!"}}
+    assert errors_of(stopped, stop_sequences=["!"]) == ["messages-stop-sequence-reason"]
+    stopped[-2] = {**stopped[-2], "delta": {"stop_reason": "stop_sequence", "stop_sequence": "!"}}
+    assert errors_of(stopped, stop_sequences=["!"]) == []
+
+
 def test_calls_that_stop_end_turn_are_not_run_by_agents() -> None:
     assert "messages-calls-not-tool-use" in errors_of(tool_stream(reason="end_turn"), tools=[WEATHER])
 

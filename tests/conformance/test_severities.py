@@ -96,6 +96,7 @@ SEVERITIES = {
     "messages-start-twice": ERROR,
     "messages-stop-missing": ERROR,
     "messages-stop-sequence": ERROR,
+    "messages-stop-sequence-reason": ERROR,
     "messages-tool-use-id": ERROR,
     "messages-tool-use-without-calls": ERROR,
     "messages-usage-over-limit": ERROR,

@@ -117,6 +117,20 @@ def test_the_stop_sequence_met_is_named_in_a_message(proxy: str, stream: bool) -
     assert "__verbose" not in chat.text
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_its_own_messages_endpoint_is_repaired_to_name_the_stop_q89(llama_server: str, stream: bool) -> None:
+    """llama-server's own ``/v1/messages`` says ``end_turn`` with the ``stop_sequence`` it met (Q89):
+    through ``--messages native`` the reason is ``stop_sequence``, and its stream opens with its count."""
+    poem = [{"role": "user", "content": "Write a short poem about the sea."}]
+    body = {"model": "gemma", "max_tokens": 30, "temperature": 0, "messages": poem, "stream": stream}
+    with run_proxy(llama_server, messages="native") as url:
+        answer = _judged(url, "/v1/messages", body | {"stop_sequences": ["e"]})
+    ended = message_events(answer.content)[-2]["delta"] if stream else answer.json()
+    assert (ended["stop_reason"], ended["stop_sequence"]) == ("stop_sequence", "e")
+    if stream:
+        assert message_events(answer.content)[0]["message"]["usage"]["input_tokens"] > 0
+
+
 def test_count_tokens_counts_the_tools_as_they_are_sent(proxy: str) -> None:
     """Tools its template cannot show go as JSON output, described in the prompt (Q83): counted so, as
     the Message's usage counts them (the template alone left them out: 35 for 129)."""

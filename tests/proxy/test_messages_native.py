@@ -127,6 +127,46 @@ def test_a_native_body_is_normalized() -> None:
         assert message.usage.output_tokens == 0
 
 
+def _stopped_at(sequence: str) -> Any:
+    """llama-server's own /v1/messages as measured (Q89): a stop sequence met is ``end_turn`` with
+    ``stop_sequence`` naming it, whole and in ``message_delta``."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (raw := await read_request(reader)) is not None:
+            asked = json.loads(raw.split(b"\r\n\r\n", 1)[1] or b"{}")
+            text = [{"type": "text", "text": "Writ"}]
+            ended = {"stop_reason": "end_turn", "stop_sequence": sequence}
+            if not asked.get("stream"):
+                writer.write(json_answer({**_MESSAGE, "content": text, **ended}))
+                continue
+            events = [
+                {"type": "message_start", "message": _MESSAGE},
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Writ"}},
+                {"type": "content_block_stop", "index": 0},
+                {"type": "message_delta", "delta": ended, "usage": {"output_tokens": 1}},
+                {"type": "message_stop"},
+            ]
+            data = b"".join(
+                f"event: {e['type']}\n".encode() + b"data: " + json.dumps(e).encode() + b"\n\n"
+                for e in events
+            )
+            writer.write(sse_head() + http_chunk(data) + b"0\r\n\r\n")
+            await writer.drain()
+
+    return handler
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_sequence_met_is_said_so_q89(stream: bool) -> None:
+    asked = {**HELLO, "stop_sequences": ["e"], "stream": stream}
+    with raw_server(_stopped_at("e")) as (upstream, _), run_proxy(upstream, messages="native") as url:
+        response = httpx.post(url + "/v1/messages", json=asked, timeout=10)
+    judged(response.content, asked, response.status_code, response.headers)
+    ended = message_events(response.content)[-2]["delta"] if stream else response.json()
+    assert (ended["stop_reason"], ended["stop_sequence"]) == ("stop_sequence", "e")
+
+
 def test_a_native_stream_cut_short_ends_with_an_error_event() -> None:
     with raw_server(_native(cut=True)) as (upstream, _), run_proxy(upstream, messages="native") as url:
         response = httpx.post(url + "/v1/messages", json={**HELLO, "stream": True}, timeout=10)

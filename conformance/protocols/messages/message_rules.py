@@ -97,7 +97,8 @@ def tool_use_ids(ctx: Context, event: int | None, message: Mapping[str, Any], wh
 
 
 def stop_reason_agrees(ctx: Context, event: int | None, message: Mapping[str, Any], where: str) -> None:
-    """``tool_use`` exactly when the message asks for tools; ``stop_sequence`` names one the request gave."""
+    """``tool_use`` exactly when the message asks for tools; ``stop_sequence`` names one the request gave,
+    and is named only with that reason."""
     reason, calls = message.get("stop_reason"), _calls(message)
     if reason == "tool_use" and not calls:
         ctx.error(
@@ -117,6 +118,15 @@ def stop_reason_agrees(ctx: Context, event: int | None, message: Mapping[str, An
             quirk="spec",
         )
     matched = message.get("stop_sequence")
+    if matched is not None and reason != "stop_sequence":
+        ctx.error(
+            "messages-stop-sequence-reason",
+            f"stop_sequence {clipped(str(matched), 40)} with stop_reason {clipped(str(reason), 40)}: a client"
+            " that reads the reason takes a stop at its own sequence for the model's end of turn",
+            event=event,
+            pointer=f"{where}/stop_reason",
+            quirk="Q89",
+        )
     if reason == "stop_sequence" and ctx.request.known and matched not in ctx.request.stop:
         ctx.error(
             "messages-stop-sequence",

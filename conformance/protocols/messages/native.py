@@ -1,8 +1,9 @@
 """An upstream's own ``/v1/messages`` (llama-server, vLLM, Ollama serve one), normalized by the rules the
 translation keeps: every message and every call named with the proxy's ids (``msg_``, ``toolu_``), the
 model as the client may name it (Q09: no local path, or ``--model-alias``), usage with both cache counts
-and cumulative in ``message_delta``, block indexes from 0 in order, each block stopped before the
-message ends, and a stream that breaks off ended with Anthropic's ``error`` event instead of being cut.
+and cumulative in ``message_delta``, a stop sequence met said so (Q89), block indexes from 0 in order,
+each block stopped before the message ends, and a stream that breaks off ended with Anthropic's
+``error`` event instead of being cut.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ def _usage(usage: Any) -> dict[str, Any]:
     return out
 
 
-def _stop_reason(value: Any) -> Any:
-    """A ``stop_reason`` an upstream gave in chat's words (``stop``, ``length``) in Anthropic's."""
-    return STOP_REASONS.get(value, value) if isinstance(value, str) else value
+def _stop_reason(value: Any, matched: Any) -> Any:
+    """A ``stop_reason`` an upstream gave in chat's words (``stop``, ``length``) in Anthropic's;
+    ``stop_sequence`` where it names the sequence met (llama-server says ``end_turn``, Q89)."""
+    reason = STOP_REASONS.get(value, value) if isinstance(value, str) else value
+    return "stop_sequence" if reason == "end_turn" and isinstance(matched, str) else reason
 
 
 def normalize_message(message: dict[str, Any], model: str | None) -> dict[str, Any]:
@@ -43,7 +46,7 @@ def normalize_message(message: dict[str, Any], model: str | None) -> dict[str, A
         message["model"] = model
     message["usage"] = _usage(message.get("usage"))
     message.setdefault("stop_sequence", None)
-    message["stop_reason"] = _stop_reason(message.get("stop_reason"))
+    message["stop_reason"] = _stop_reason(message.get("stop_reason"), message["stop_sequence"])
     for block in message.get("content") or ():
         if isinstance(block, dict) and block.get("type") == "tool_use":
             block["id"] = new_id("toolu")
@@ -107,8 +110,8 @@ class NativeMessages:
         """``message_delta``: its stop reason in Anthropic's words, its usage cumulative and whole."""
         delta = event.get("delta")
         if isinstance(delta, dict):
-            delta["stop_reason"] = _stop_reason(delta.get("stop_reason"))
             delta.setdefault("stop_sequence", None)
+            delta["stop_reason"] = _stop_reason(delta.get("stop_reason"), delta["stop_sequence"])
         given = event.get("usage")
         for key, value in given.items() if isinstance(given, Mapping) else ():
             if isinstance(value, int) and not isinstance(value, bool):
