@@ -4,7 +4,9 @@
 one of the replicas that serve its model counts the core's chat request as that upstream reads it
 (proxy/adapters: llama.cpp's template and tokenizer; an OpenAI-compatible server's tokenizer on the
 texts, with its template's markup estimated: template_overhead.py), else, and before an estimate, the
-upstream's own counting route (the bundled backend's: its template, its vocabulary). An upstream that
+upstream's own counting route (the bundled backend's: its template, its vocabulary), whose refusal of
+the request itself (a 400: an image its model cannot read) is the client's, as generating would answer
+(proxy/sources/prompt_count.py, which a Message's stream counts with too). An upstream that
 can count nothing answers 404 in the protocol's words, which the Anthropic SDKs do not retry; one that
 answered nothing at all (down, refused, silent) a 502, which they retry: a 404 there told a client the
 model could never be counted while its upstream was only restarting."""
@@ -58,7 +60,9 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
     _, replicas = route
     replica = serving.pool.pick([r for r in replicas if r.available] or replicas, None)
     own_route = (counting.path, jsoncodec.loads(raw))
-    answered, tokens = await prompt_tokens(replica, body, own_route, config.first_byte_timeout)
+    tokens, answered, declined = await prompt_tokens(replica, body, own_route, config.first_byte_timeout)
+    if declined is not None:  # (the request itself, as the upstream's own counting route read it)
+        return refusal(front_end, declined, exchange)
     if tokens is None and not answered:
         silent = UpstreamError.of("the upstream server did not answer a request to count the tokens")
         return refusal(front_end, silent, exchange)

@@ -314,26 +314,30 @@ class Upstream:
         path: str,
         body: Any = None,
         timeout: float = 10.0,  # noqa: ASYNC109
+        *,
+        refusals: bool = False,
     ) -> tuple[int | None, Any]:
         """``json``'s request, with the status it was answered with: None when no answer came (refused,
-        timed out, broken off), which says nothing of what the upstream has, unlike a 404."""
+        timed out, broken off), which says nothing of what the upstream has, unlike a 404. The JSON of a
+        4xx answer too where ``refusals`` asks for it (the request's refusal, to pass on)."""
         given = [(b"content-type", b"application/json")] if body is not None else []
         content = jsoncodec.dumps(body) if body is not None else b""
         try:
             async with asyncio.timeout(timeout):
                 stream = await self._send(self._message(method, self._target(path), content, given))
+                status = stream.status
                 try:
-                    if stream.status != 200:
-                        return stream.status, None
+                    if status != 200 and not (refusals and 400 <= status < 500):
+                        return status, None
                     raw = await stream.read_all(MAX_JSON_BODY)
                 finally:
                     await stream.aclose()
         except (APIError, TimeoutError):
             return None, None
         try:
-            return 200, jsoncodec.loads(raw)
+            return status, jsoncodec.loads(raw)
         except ValueError:
-            return 200, None
+            return status, None
 
     def connections_in_use(self) -> int:
         return self._transport.connections_in_use()

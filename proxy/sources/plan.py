@@ -86,8 +86,7 @@ class RequestPlan:
         the answer is."""
         counting, native = self.front_end.counting, self.translation.native
         own_route = (counting.path, native.body) if counting is not None and native is not None else None
-        _, tokens = await prompt_tokens(replica, body, own_route, replica.config.first_byte_timeout)
-        return tokens
+        return (await prompt_tokens(replica, body, own_route, replica.config.first_byte_timeout)).tokens
 
     async def _sampled(
         self, replica: Replica, body: dict[str, Any]

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NamedTuple
 
 from conformance.api_errors import APIError
 from conformance.protocols.front_end import Output
 
+from ..errors import error_from_payload, is_error_payload
 from ..normalizer import Repairs
 from ..routing.replica import NO_ROUTE, Replica
 from .base import FIRST_CHUNKS_DUE, Attempts, Source
 
-__all__ = ["GRACE", "PromptCounted", "prompt_tokens"]
+__all__ = ["GRACE", "PromptCount", "PromptCounted", "prompt_tokens"]
 
 GRACE = 0.5
 """Seconds the first chunks wait for a count still under way (a tokenizer answers a 40,000-token prompt
@@ -82,33 +83,51 @@ class PromptCounted(Attempts):
         await self._current.aclose()
 
 
+class PromptCount(NamedTuple):
+    """A prompt's tokens as an upstream counted them, and what else its answers said."""
+
+    tokens: int | None
+    answered: bool
+    """Whether the upstream answered at all: one that did not may only be down or restarting."""
+    refused: APIError | None = None
+    """The upstream's own counting route's refusal of the request itself (an image its model cannot
+    read): the client's answer, as generating would be, where no tokenizer counted it."""
+
+
+_REFUSED = frozenset({400, 413, 422})
+"""What a counting route answers a request it cannot serve as asked (not a route it lacks, nor the
+proxy's own key or rate)."""
+
+
 async def prompt_tokens(
     replica: Replica,
     body: dict[str, Any],
     own_route: tuple[str, Any] | None,
     timeout: float,  # noqa: ASYNC109
-) -> tuple[bool, int | None]:
+) -> PromptCount:
     """The tokens of core request ``body``'s prompt as ``replica`` reads it: its adapter's count (the
     upstream's template and tokenizer), else, and before the adapter's estimate, the count of the
     upstream's own counting route (``own_route``: its path and the client's body, as the bundled
-    backend and llama-server count a Message); whether the upstream answered at all, and the count or
-    None."""
+    backend and llama-server count a Message)."""
     await replica.detect()  # (a server that was loading when the proxy started: its tokenizer is its own)
     counted = await replica.adapter.prompt_tokens(replica.upstream, body, timeout)
     tokens = None if counted is None else counted.tokens
     if (counted is not None and not counted.estimated) or own_route is None:
-        return True, tokens
+        return PromptCount(tokens, True)
     path, asked = own_route
     known = replica.upstream.traits.counting_paths
     if known.get(path) is False:
-        return True, tokens
-    status, answer = await replica.upstream.answer("POST", path, asked, timeout=timeout)
+        return PromptCount(tokens, True)
+    status, answer = await replica.upstream.answer("POST", path, asked, timeout=timeout, refusals=True)
     own = answer.get("input_tokens") if isinstance(answer, dict) else None
     if isinstance(own, int) and not isinstance(own, bool) and own >= 0:
-        tokens, known[path] = own, True
-    elif status in NO_ROUTE:
+        known[path] = True
+        return PromptCount(own, True)
+    if status in NO_ROUTE:
         known[path] = False
-    return status is not None, tokens
+    elif status in _REFUSED and is_error_payload(answer):
+        return PromptCount(None, True, error_from_payload(answer, status))
+    return PromptCount(tokens, status is not None)
 
 
 def _taken(task: asyncio.Future[int | None]) -> None:

@@ -46,3 +46,22 @@ def test_a_message_stream_opens_with_its_prompts_tokens(url: str) -> None:
     counted = httpx.post(url + "/v1/messages/count_tokens", json=ASKED, timeout=120).json()["input_tokens"]
     assert started["input_tokens"] == counted > 20  # the system prompt, the tool and the question
     assert ended["input_tokens"] + ended["cache_read_input_tokens"] == counted
+
+
+# A 1x1 PNG: the bundled model reads no images.
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+def test_an_image_its_model_cannot_read_is_refused_alike_by_count_tokens(url: str) -> None:
+    # Found black-box: through the proxy, count_tokens answered it 404 "cannot count tokens for the
+    # model" where the backend, and create through the proxy, answer 400.
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}}
+    asked = {
+        **ASKED,
+        "messages": [{"role": "user", "content": [image, {"type": "text", "text": "What is it?"}]}],
+    }
+    created = httpx.post(url + "/v1/messages", json=asked, timeout=120)
+    counted = httpx.post(url + "/v1/messages/count_tokens", json=asked, timeout=120)
+    assert created.status_code == counted.status_code == 400, (created.text, counted.text)
+    assert counted.json()["error"]["type"] == "invalid_request_error"
+    assert counted.json()["error"]["message"] == created.json()["error"]["message"]

@@ -377,14 +377,14 @@ def test_a_context_overflow_says_prompt_is_too_long() -> None:
         assert response.json()["error"]["message"].startswith("prompt is too long")
 
 
-def _counting(own_count: Any) -> Any:
+def _counting(own_count: Any, status: str = "200 OK") -> Any:
     """An upstream without a tokenizer; its own count route answers ``own_count`` (None: 404 there too)."""
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         while (raw := await read_request(reader)) is not None:
             if raw.startswith(b"POST /v1/messages/count_tokens ") and own_count is not None:
                 body = json.dumps(own_count).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+                writer.write(f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n".encode())
                 writer.write(b"content-length: %d\r\n\r\n" % len(body) + body)
             else:
                 writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
@@ -410,6 +410,27 @@ def test_count_tokens_without_a_tokenizer_asks_the_upstreams_own_count(own_count
             assert response.json() == {"input_tokens": 42}
         else:
             assert response.json()["error"]["type"] == "not_found_error"
+
+
+def test_count_tokens_passes_on_the_upstreams_refusal_of_the_request() -> None:
+    # Found black-box: an image the bundled backend's model cannot read was its 400 on create, but a
+    # 404 "cannot count tokens for the model" on count_tokens.
+    refused = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "image input is not supported"},
+    }
+    with (
+        raw_server(_counting(refused, "400 Bad Request")) as (upstream, _),
+        run_proxy(upstream, upstream_kind="openai") as url,
+    ):
+        body = {"model": "gemma", "messages": HELLO["messages"]}
+        response = httpx.post(url + "/v1/messages/count_tokens", json=body, timeout=10)
+    assert response.status_code == 400, response.text
+    judged(response.content, body, 400, response.headers, path="/v1/messages/count_tokens")
+    assert response.json()["error"] == {
+        "type": "invalid_request_error",
+        "message": "image input is not supported",
+    }
 
 
 def test_count_tokens_while_the_upstream_is_down_is_a_502_the_sdk_retries() -> None:
