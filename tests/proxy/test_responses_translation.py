@@ -697,6 +697,22 @@ def test_a_namespace_tool_becomes_one_chat_function_per_tool() -> None:
     assert translation.echo["tools"][1] == NAMESPACE_TOOL
 
 
+def test_a_choice_of_a_namespace_tool_by_its_own_name_forces_it() -> None:
+    # ToolChoiceFunction has no namespace: a client forces a namespace's tool by its name alone (it was
+    # the 400 "no function named 'note'"); a top-level function of that name is still the one named.
+    forced = _chat(
+        {"input": "go", "tools": [NAMESPACE_TOOL], "tool_choice": {"type": "function", "name": "note"}}
+    )
+    assert forced["tool_choice"] == {"type": "function", "function": {"name": "multi_agent_v1__note"}}
+    both = [{"type": "function", "name": "note"}, NAMESPACE_TOOL]
+    top = _chat({"input": "go", "tools": both, "tool_choice": {"type": "function", "name": "note"}})
+    assert top["tool_choice"] == {"type": "function", "function": {"name": "note"}}
+    twice = [NAMESPACE_TOOL, {**NAMESPACE_TOOL, "name": "other"}]
+    with pytest.raises(TranslationError) as refused:
+        _chat({"input": "go", "tools": twice, "tool_choice": {"type": "function", "name": "note"}})
+    assert "more than one namespace ('multi_agent_v1', 'other')" in str(refused.value)
+
+
 def test_a_call_to_a_namespace_tool_names_its_namespace() -> None:
     request = {"model": "m", "input": "hi", "tools": [NAMESPACE_TOOL]}
     translation = translate_request(request)

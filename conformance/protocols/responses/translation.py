@@ -430,6 +430,23 @@ class _Tools:
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     params: list[str] = field(default_factory=list)  # the client's parameter of each chat tool
 
+    def named(self, name: str) -> str:
+        """The chat name of the tool a choice names ``name``: its own, or a namespace's tool's where
+        only that holds a tool of the name. ToolChoiceFunction has no namespace: a client forces a
+        namespace's ``read`` as ``{"type": "function", "name": "read"}`` (it was the 400 "no function
+        named 'read'"); a name two namespaces hold is a 400 asking for the namespace."""
+        if any(tool["function"]["name"] == name for tool in self.chat):
+            return name
+        held = {chat: namespace for chat, (namespace, inner) in self.namespaced.items() if inner == name}
+        if len(held) > 1:
+            raise TranslationError(
+                f"Invalid value for 'tool_choice': {quoted(name)!r} names a tool of more than one namespace "
+                f"({', '.join(repr(quoted(n)) for n in held.values())}); give its 'namespace' too.",
+                "tool_choice",
+                "invalid_value",
+            )
+        return next(iter(held), name)
+
     def add(self, tool: Mapping[str, Any], param: str, namespace: str | None = None) -> None:
         """A ``function`` or ``custom`` tool as a chat function (in ``namespace`` when given)."""
         kind = tool.get("type")
@@ -546,14 +563,15 @@ def _forces_a_call(choice: Any) -> bool:
     return kind in ("function", "custom") or (kind == "allowed_tools" and choice.get("mode") == "required")
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: Any, tools: _Tools) -> Any:
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     kind = choice.get("type") if isinstance(choice, Mapping) else None
     if kind in ("function", "custom"):
         if not isinstance(choice.get("name"), str):  # (was "'function' is not supported": black-box testing)
             raise TranslationError.missing("tool_choice.name")
-        return {"type": "function", "function": {"name": _chat_name(choice["name"], choice.get("namespace"))}}
+        name = _chat_name(choice["name"], choice.get("namespace"))
+        return {"type": "function", "function": {"name": tools.named(name)}}
     if kind == "allowed_tools":
         return _allowed_tools(choice)
     raise TranslationError(
@@ -659,7 +677,7 @@ def translate_request(body: Mapping[str, Any], previous: Sequence[Any] | None = 
         raise TranslationError(CHOICE_WITHOUT_TOOLS, "tool_choice")
     if tools.chat:
         chat["tools"] = tools.chat
-        choice = _tool_choice(body.get("tool_choice"))
+        choice = _tool_choice(body.get("tool_choice"), tools)
         if choice is not None:
             chat["tool_choice"] = choice
         if isinstance(body.get("parallel_tool_calls"), bool):
