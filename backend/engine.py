@@ -465,7 +465,7 @@ class Engine:
         for slot in self._slots:
             if slot.job is not None or slot is besides or slot.parked or not slot.cached:
                 continue
-            dropped = self._parking.park(slot.seq_id)
+            dropped = self._parking.park(slot.seq_id, slot.cached)
             if dropped is None:
                 continue  # (kept in the cache: evicted there if room is wanted)
             ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
