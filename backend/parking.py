@@ -8,14 +8,15 @@ llama-server moves idle slots out to a RAM prompt cache when a task starts (tool
 ``cache_idle_slots``, b11434); so does the engine (backend/engine.py): when a sequence is admitted, every
 other idle slot's cells are copied out (``llama_state_seq_get_data``) and removed from the cache, and copied
 back into the slot that a later prompt picks for the prefix it shares. At most ``PARKED_BYTES`` are held;
-past that the states parked first are dropped (their slots then reuse nothing).
+past that the states least recently parked or restored are dropped (slots parked with them then reuse
+nothing).
 
 States are kept by the tokens they hold, and one copied back stays, as llama-server's prompt cache keeps
 an entry it loads: a slot parked holding tokens a kept state holds (a request asked again, greedy, with
-the same answer, in whichever slot) is not copied again. The
-copy is what costs: a burst's sequences hold interleaved cells, and with flash attention off the V cache
-is transposed, so one slot of 70 tokens took about 9 ms and parking 15 after a 16-stream burst 177-220
-ms, the first request after it running at 48 tokens/s against 56 (bench/RESULTS.md, 2026-12-01).
+the same answer, in whichever slot) is not copied again. The copy is what costs: a burst's sequences
+hold interleaved cells, and with flash attention off the V cache is transposed, so one slot of 70 tokens
+took about 9 ms and parking 15 after a 16-stream burst 177-220 ms, the first request after it running at
+48 tokens/s against 56; with the states kept, 69-90 ms and 51-58 tokens/s (bench/RESULTS.md, 2026-12-01).
 """
 
 from __future__ import annotations
