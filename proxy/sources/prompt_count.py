@@ -126,7 +126,8 @@ async def prompt_tokens(
     if status in NO_ROUTE:
         known[path] = False
     elif status in _REFUSED and is_error_payload(answer):
-        return PromptCount(None, True, error_from_payload(answer, status))
+        refused = error_from_payload(answer, status).redacted(replica.config.upstream_api_key)
+        return PromptCount(None, True, refused)
     return PromptCount(tokens, status is not None)
 
 

@@ -415,22 +415,22 @@ def test_count_tokens_without_a_tokenizer_asks_the_upstreams_own_count(own_count
 def test_count_tokens_passes_on_the_upstreams_refusal_of_the_request() -> None:
     # Found black-box: an image the bundled backend's model cannot read was its 400 on create, but a
     # 404 "cannot count tokens for the model" on count_tokens.
-    refused = {
-        "type": "error",
-        "error": {"type": "invalid_request_error", "message": "image input is not supported"},
-    }
+    # Hostile too: the upstream's words carry its key and a traceback, which never reach the client.
+    words = "image input is not supported (key sk-upstream-123)\nTraceback (most recent call last):"
+    refused = {"type": "error", "error": {"type": "invalid_request_error", "message": words}}
     with (
         raw_server(_counting(refused, "400 Bad Request")) as (upstream, _),
-        run_proxy(upstream, upstream_kind="openai") as url,
+        run_proxy(upstream, upstream_kind="openai", upstream_api_key="sk-upstream-123") as url,
     ):
         body = {"model": "gemma", "messages": HELLO["messages"]}
         response = httpx.post(url + "/v1/messages/count_tokens", json=body, timeout=10)
     assert response.status_code == 400, response.text
     judged(response.content, body, 400, response.headers, path="/v1/messages/count_tokens")
-    assert response.json()["error"] == {
-        "type": "invalid_request_error",
-        "message": "image input is not supported",
-    }
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"].startswith("image input is not supported")
+    assert "sk-upstream-123" not in response.text
+    assert "Traceback" not in response.text
 
 
 def test_count_tokens_while_the_upstream_is_down_is_a_502_the_sdk_retries() -> None:
