@@ -77,7 +77,11 @@ class RequestPlan:
         lines = self.info.stream and isinstance(output, DataLines)  # (read by ``next_lines`` alone)
         source = await self._translated(replica, body, lines)
         if self.info.stream and self.translation.states_prompt_tokens:
-            source = PromptCounted(source, self._prompt_tokens(replica, body), output)
+            traits = replica.upstream.traits
+            if traits.serial is None:
+                await replica.names.learn_serial()
+            serial = traits.serial is True  # (its stream broke off for the count's request: counted first)
+            source = PromptCounted(source, self._prompt_tokens(replica, body), output, first=serial)
         return source, output
 
     async def _prompt_tokens(self, replica: Replica, body: dict[str, Any]) -> int | None:

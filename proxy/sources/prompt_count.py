@@ -11,7 +11,9 @@ is waited for at most ``GRACE`` seconds, and never past the writer's first-byte 
 up: the stream opens with 0, and ``message_delta`` carries the answer's own count as it always does. So
 an upstream whose tokenizer never answers costs each of its Messages streams that half second (measured
 against a raw upstream: 0.56-0.60 s a stream, 0.034 s without the count); one without a counting route
-of its own is asked it once (``counting_paths``).
+of its own is asked it once (``counting_paths``). An upstream that serves one request at a time
+(llama-cpp-python) is asked the count first, then the answer: asked beside it, the count's request broke
+its stream off (CI's run of the Messages clients against it).
 """
 
 from __future__ import annotations
@@ -42,11 +44,16 @@ milliseconds, up to one early)."""
 class PromptCounted(Attempts):
     """``source``'s stream, its output told the prompt's tokens (``counting``) before it opens."""
 
-    def __init__(self, source: Source, counting: Awaitable[int | None], output: Output) -> None:
+    def __init__(
+        self, source: Source, counting: Awaitable[int | None], output: Output, *, first: bool = False
+    ) -> None:
         self._current = source
         self._spent = Repairs()
         self._counting = counting
         self._output = output
+        self._first = first
+        """Count before the answer is asked, not beside it: an upstream that serves one request at a
+        time (llama-cpp-python, ``UpstreamTraits.serial``) breaks its stream off for the count's."""
         self._task: asyncio.Future[int | None] | None = None
 
     @property
@@ -56,7 +63,15 @@ class PromptCounted(Attempts):
     async def start(self) -> list[dict[str, Any]]:
         assert self._current is not None
         self._task = task = asyncio.ensure_future(self._counting)
+        if self._first:
+            await self._counted(task)
+            return await self._current.start()
         chunks = await self._current.start()
+        await self._counted(task)
+        return chunks
+
+    async def _counted(self, task: asyncio.Future[int | None]) -> None:
+        """The count told to the output, waited for within ``GRACE`` and the writer's deadline."""
         due = FIRST_CHUNKS_DUE.get()
         grace = GRACE if due is None else min(GRACE, due - asyncio.get_running_loop().time() - _EARLY)
         if not task.done() and grace > 0:
@@ -65,7 +80,6 @@ class PromptCounted(Attempts):
             task.cancel()  # (given up: the upstream's tokenizer is not kept busy for nothing)
         elif not task.cancelled() and task.exception() is None and (tokens := task.result()) is not None:
             self._output.prompt_counted(tokens)
-        return chunks
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
         assert self._current is not None

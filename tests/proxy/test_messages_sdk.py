@@ -326,6 +326,43 @@ def test_the_counts_wait_never_makes_a_timely_answer_a_504() -> None:
             assert "".join(e["delta"].get("text", "") for e in events if "delta" in e) == "Hello there"
 
 
+def _one_at_a_time() -> Any:
+    """llama-cpp-python as Q71 has it: its listing says so, and a request that arrives while it streams
+    breaks that stream off."""
+    streaming_now: list[asyncio.StreamWriter] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (raw := await read_request(reader)) is not None:
+            for other in streaming_now:
+                other.transport.abort()
+            if raw.startswith(b"GET /v1/models "):
+                entry = {"id": "m", "object": "model", "owned_by": "me", "permissions": []}
+                writer.write(json_answer({"object": "list", "data": [entry]}))
+            elif not raw.startswith(b"POST /v1/chat/completions "):
+                await handle_chat(_replay(raw), writer, record)  # (its tokenizer)
+            else:
+                streaming_now.append(writer)
+                writer.write(sse_head())
+                for part in (chunk("Hello"), chunk(" there", "stop"), b"data: [DONE]\n\n"):
+                    await asyncio.sleep(0.05)
+                    writer.write(http_chunk(part))
+                writer.write(b"0\r\n\r\n")
+                streaming_now.remove(writer)
+            await writer.drain()
+
+    return handler
+
+
+def test_an_upstream_that_serves_one_request_at_a_time_is_counted_before_it_answers() -> None:
+    # CI's run against llama-cpp-python: the count asked beside the answer broke its stream off (every
+    # Messages stream there ended with an error event). Counted first, the stream is whole.
+    with raw_server(_one_at_a_time()) as (upstream, _), run_proxy(upstream, upstream_kind="openai") as url:
+        for _ in range(2):
+            events = message_events(post(url, {**HELLO, "stream": True}).content)
+            assert events[-1]["type"] == "message_stop", events[-1]
+            assert events[0]["message"]["usage"]["input_tokens"] > 0
+
+
 def test_an_upstream_without_a_counting_route_is_asked_once() -> None:
     # The count route's 404 is learned: later streams count by the tokenizer alone.
     asked: list[str] = []
