@@ -77,11 +77,10 @@ class RequestPlan:
         lines = self.info.stream and isinstance(output, DataLines)  # (read by ``next_lines`` alone)
         source = await self._translated(replica, body, lines)
         if self.info.stream and self.translation.states_prompt_tokens:
-            traits = replica.upstream.traits
-            if traits.serial is None:
-                await replica.names.learn_serial()
-            serial = traits.serial is True  # (its stream broke off for the count's request: counted first)
-            source = PromptCounted(source, self._prompt_tokens(replica, body), output, first=serial)
+            # Counted first where the upstream may serve one request at a time (its stream broke off for
+            # the count's request); not learned here: a listing that never answers held every stream.
+            first = replica.upstream.traits.serial is not False
+            source = PromptCounted(source, self._prompt_tokens(replica, body), output, first=first)
         return source, output
 
     async def _prompt_tokens(self, replica: Replica, body: dict[str, Any]) -> int | None:

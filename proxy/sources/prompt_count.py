@@ -12,8 +12,9 @@ up: the stream opens with 0, and ``message_delta`` carries the answer's own coun
 an upstream whose tokenizer never answers costs each of its Messages streams that half second (measured
 against a raw upstream: 0.56-0.60 s a stream, 0.034 s without the count); one without a counting route
 of its own is asked it once (``counting_paths``). An upstream that serves one request at a time
-(llama-cpp-python) is asked the count first, then the answer: asked beside it, the count's request broke
-its stream off (CI's run of the Messages clients against it).
+(llama-cpp-python), or one not known yet not to, is asked the count first (waited for at most
+``FIRST_GRACE``), then the answer: asked beside it, the count's request broke its stream off (CI's run
+of the Messages clients against it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ __all__ = ["GRACE", "PromptCount", "PromptCounted", "prompt_tokens"]
 GRACE = 0.5
 """Seconds the first chunks wait for a count still under way (a tokenizer answers a 40,000-token prompt
 in far less; an upstream that is slow to count should not hold up a fast first token)."""
+
+FIRST_GRACE = 0.1
+"""Seconds the answer waits for a count asked before it (``PromptCounted(first=True)``): every one of them
+is the answer's, so fewer than after the first chunks."""
 
 _EARLY = 0.01
 """Seconds before the writer's first-byte deadline that the wait ends (uvloop's timers fire on whole
@@ -64,16 +69,17 @@ class PromptCounted(Attempts):
         assert self._current is not None
         self._task = task = asyncio.ensure_future(self._counting)
         if self._first:
-            await self._counted(task)
+            await self._counted(task, FIRST_GRACE)
             return await self._current.start()
         chunks = await self._current.start()
-        await self._counted(task)
+        await self._counted(task, GRACE)
         return chunks
 
-    async def _counted(self, task: asyncio.Future[int | None]) -> None:
-        """The count told to the output, waited for within ``GRACE`` and the writer's deadline."""
+    async def _counted(self, task: asyncio.Future[int | None], grace: float) -> None:
+        """The count told to the output, waited for within ``grace`` and the writer's deadline."""
         due = FIRST_CHUNKS_DUE.get()
-        grace = GRACE if due is None else min(GRACE, due - asyncio.get_running_loop().time() - _EARLY)
+        if due is not None:
+            grace = min(grace, due - asyncio.get_running_loop().time() - _EARLY)
         if not task.done() and grace > 0:
             await asyncio.wait((task,), timeout=grace)
         if not task.done():
