@@ -82,10 +82,16 @@ async def _props(generation: Generation, _: Request) -> Response:
     base model wrote longer at those), and that the model reads text only. Not in llama.cpp's shape
     (``default_generation_settings``): a proxy would take the backend for a llama.cpp server, whose
     native routes it does not have. ``reports_stopping_word``: a chat request with ``verbose`` has the
-    stop sequence met named in its answer (backend/requests.py)."""
+    stop sequence met named in its answer (backend/requests.py). ``concurrent``: it serves other requests
+    beside a stream (continuous batching), so a proxy may ask a count beside the answer."""
     modalities = {"vision": False, "audio": False, "video": False}
     return JSONResponse(
-        {"sampling": SAMPLING_DEFAULTS, "modalities": modalities, "reports_stopping_word": True}
+        {
+            "sampling": SAMPLING_DEFAULTS,
+            "modalities": modalities,
+            "reports_stopping_word": True,
+            "concurrent": True,
+        }
     )
 
 

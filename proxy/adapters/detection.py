@@ -7,6 +7,11 @@ model" to everything while it loads) is not judged: served as OpenAI's until the
 OpenAI's for the proxy's life: its tools went to a template that cannot show them, and ``required`` was
 answered with text (Q83). One that takes the connection and says nothing in ``_TIMEOUT`` is judged
 OpenAI's, as before: asked again, it would hold a request that long every time.
+
+What ``/props`` shows also tells that the server answers other requests beside a stream
+(``UpstreamTraits.serial`` False): llama.cpp's server, and the bundled backend (``concurrent``). Else
+unknown until a listing tells, a Message's stream asked its prompt's count before the answer, adding the
+count's time to every first token in front of llama-server where no client read the listing.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ async def detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter | N
     """The adapter of ``upstream``; None where it gave no answer to judge its family by."""
     default = config.default_max_tokens
     if config.upstream_kind == "llamacpp":
+        upstream.traits.serves_several()
         return LlamaCppAdapter(default_max_tokens=default)  # its /props read when first needed
     if config.upstream_kind != "auto":
         return OpenAIAdapter(default, upstream.traits)
@@ -37,6 +43,9 @@ async def detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter | N
         return None  # refused or broken off: not listening yet
     if status is not None and status >= 500:
         return None  # loading
+    if is_llamacpp_props(props) or (isinstance(props, dict) and props.get("concurrent") is True):
+        # llama.cpp's HTTP threads answer beside a stream; the bundled backend says it batches.
+        upstream.traits.serves_several()
     if is_llamacpp_props(props):
         return LlamaCppAdapter(props, default)
     # (Any other server's /props, read once here: the bundled backend states its sampling defaults there.)

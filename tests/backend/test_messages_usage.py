@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.proxy.conftest import run_proxy
+from tests.proxy.conftest import only_upstream, run_proxy, serve_proxy
 from tests.support.messages_checks import judged, message_events
 
 ASKED: dict[str, Any] = {
@@ -65,3 +65,14 @@ def test_an_image_its_model_cannot_read_is_refused_alike_by_count_tokens(url: st
     assert created.status_code == counted.status_code == 400, (created.text, counted.text)
     assert counted.json()["error"]["type"] == "invalid_request_error"
     assert counted.json()["error"]["message"] == created.json()["error"]["message"]
+
+
+def test_the_proxy_asks_the_backends_count_beside_the_answer(gemma_url: str) -> None:
+    # Its /props says it serves beside a stream: detected, the proxy asks a Message's count with the
+    # answer, not before it (which adds the count's time to the first token), from the first stream on.
+    # No tools: a request offering them reads the listing, which tells it too.
+    plain = {key: value for key, value in ASKED.items() if key != "tools"}
+    with serve_proxy(gemma_url) as (proxied, app):
+        streamed = httpx.post(proxied + "/v1/messages", json={**plain, "stream": True}, timeout=120)
+        assert message_events(streamed.content)[0]["message"]["usage"]["input_tokens"] > 10
+        assert only_upstream(app).traits.serial is False

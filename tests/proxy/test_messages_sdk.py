@@ -529,3 +529,42 @@ def test_the_proxys_own_refusals_under_the_messages_path_are_anthropic_errors() 
         assert response.status_code == 405
         assert set(response.json()) == {"error"}
         assert record.requests == 0
+
+
+def _llama_server_counting_slowly(record_order: list[str]) -> Any:
+    """llama-server as its ``/props`` shows it, whose count of the prompt takes 0.3 s and whose answer
+    starts at once."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (raw := await read_request(reader)) is not None:
+            if raw.startswith(b"GET /props "):
+                writer.write(json_answer({"default_generation_settings": {"n_ctx": 4096}}))
+            elif raw.startswith(b"POST /v1/messages/count_tokens "):
+                record_order.append("count asked")
+                await asyncio.sleep(0.3)
+                writer.write(json_answer({"input_tokens": 42}))
+            elif raw.startswith(b"POST /v1/chat/completions "):
+                record_order.append("answer asked")
+                usage = {"choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 2, "total_tokens": 44}}
+                parts = [chunk("Hello"), chunk(" there", "stop"), b"data: " + json.dumps(usage).encode() + b"\n\n"]
+                writer.write(sse_head() + b"".join(http_chunk(p) for p in [*parts, b"data: [DONE]\n\n"]))
+                writer.write(b"0\r\n\r\n")
+            else:
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+
+    return handler
+
+
+def test_llama_servers_count_is_asked_beside_the_answer_from_the_first_stream() -> None:
+    # Its /props tells a server that answers beside a stream. Before, such an upstream was not known so
+    # until a client read its listing (Claude Code never does): each stream asked its count first and
+    # waited 0.1 s at most, so a count of 0.3 s was given up and the stream opened with 0.
+    order: list[str] = []
+    with raw_server(_llama_server_counting_slowly(order)) as (upstream, _), run_proxy(upstream) as url:
+        for _ in range(2):
+            order.clear()
+            events = message_events(post(url, {**HELLO, "stream": True}).content)
+            assert events[-1]["type"] == "message_stop", events[-1]
+            assert events[0]["message"]["usage"]["input_tokens"] == 42, events[0]
+            assert sorted(order) == ["answer asked", "count asked"], order
