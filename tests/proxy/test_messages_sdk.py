@@ -299,6 +299,14 @@ def test_a_count_under_way_is_let_go_when_the_answer_fails() -> None:
         assert len(record.peer_closed_at) > waiting  # the count's request, let go
 
 
+def _hello_stream(prompt_tokens: int) -> bytes:
+    """A whole streamed chat answer, "Hello there", with its usage."""
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 2, "total_tokens": prompt_tokens + 2}
+    last = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"
+    parts = [chunk("Hello"), chunk(" there", "stop"), last, b"data: [DONE]\n\n"]
+    return sse_head() + b"".join(http_chunk(part) for part in parts) + b"0\r\n\r\n"
+
+
 def test_the_counts_wait_never_makes_a_timely_answer_a_504() -> None:
     # Found black-box: with --first-byte-timeout 1, an answer whose first chunk came at 0.8 s was a 504
     # "sent nothing before the first-byte timeout" on /v1/messages alone, the count's wait on top of it.
@@ -312,10 +320,7 @@ def test_the_counts_wait_never_makes_a_timely_answer_a_504() -> None:
             writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")  # (no tokenizer)
             return
         await asyncio.sleep(0.8)
-        usage = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
-        parts = [chunk("Hello"), chunk(" there", "stop"), b"data: " + json.dumps(usage).encode() + b"\n\n"]
-        writer.write(sse_head() + b"".join(http_chunk(part) for part in [*parts, b"data: [DONE]\n\n"]))
-        writer.write(b"0\r\n\r\n")
+        writer.write(_hello_stream(9))
         await writer.drain()
 
     with raw_server(handler) as (upstream, _), run_proxy(upstream, first_byte_timeout=1.0) as url:
@@ -545,10 +550,7 @@ def _llama_server_counting_slowly(record_order: list[str]) -> Any:
                 writer.write(json_answer({"input_tokens": 42}))
             elif raw.startswith(b"POST /v1/chat/completions "):
                 record_order.append("answer asked")
-                usage = {"choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 2, "total_tokens": 44}}
-                parts = [chunk("Hello"), chunk(" there", "stop"), b"data: " + json.dumps(usage).encode() + b"\n\n"]
-                writer.write(sse_head() + b"".join(http_chunk(p) for p in [*parts, b"data: [DONE]\n\n"]))
-                writer.write(b"0\r\n\r\n")
+                writer.write(_hello_stream(42))
             else:
                 writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
             await writer.drain()
