@@ -219,6 +219,9 @@ class _Slot:
         """Order of admission: the youngest running sequence is the one paused."""
         self.parked = False
         """Its ``cached`` cells are held in host memory, not in the cache (backend/parking.py)."""
+        self.unparkable = False
+        """Its ``cached`` cells could not be parked (too large for the host memory allowed): not tried
+        again while the engine idles, until it holds others."""
 
     def cells(self) -> int:
         """Cells of the cache this slot's sequence holds."""
@@ -240,6 +243,7 @@ class _Slot:
         self.prompt_logprobs, other.prompt_logprobs = other.prompt_logprobs, []
         self.last_used = other.last_used
         self.feed, self.paused, self.admitted = other.feed, other.paused, other.admitted
+        self.unparkable = False
 
 
 class Engine:
@@ -338,11 +342,18 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stop and not self._waiting and all(s.job is None for s in self._slots):
+                while not self._stop and self._idle() and self._next_to_park() is None:
                     self._cond.wait()
                 if self._stop:
                     return
                 self._admit()
+            if self._idle():
+                # Nothing to run: one idle slot parked now, not on the next admission's path; a request
+                # that comes meanwhile waits for that one copy at most.
+                slot = self._next_to_park()
+                if slot is not None:
+                    self._park(slot)
+                continue
             self._release_cancelled()
             self._pack()
             self._make_room()
@@ -457,6 +468,25 @@ class Engine:
         slot.reusable = 0
         slot.parked = False
 
+    def _idle(self) -> bool:
+        """Whether no sequence runs and none waits (read without the lock by the worker: a job that
+        arrives meanwhile is admitted on its next turn)."""
+        return not self._waiting and all(s.job is None for s in self._slots)
+
+    def _next_to_park(self) -> _Slot | None:
+        """While the engine is idle, the idle slot to park next (the least recently used), keeping the
+        one used last in the cache: the next request (an agent's next turn) most likely continues it, and
+        parked it would be copied back. After a burst the rest are parked here, in time nobody waits for:
+        admitting the next request parked them all, 69-220 ms before its first token (bench/RESULTS.md,
+        issue 37, 2026-12-01)."""
+        if self._parking is None:
+            return None
+        held = [s for s in self._slots if s.job is None and s.cells() and not s.unparkable]
+        if len(held) < 2:
+            return None
+        held.sort(key=lambda s: s.last_used)
+        return held[0]
+
     def _park_idle(self, besides: _Slot) -> None:
         """Every idle slot's cells but ``besides``' out of the cache into host memory (backend/parking.py):
         the running sequences then attend over their own cells alone."""
@@ -465,15 +495,21 @@ class Engine:
         for slot in self._slots:
             if slot.job is not None or slot is besides or slot.parked or not slot.cached:
                 continue
-            dropped = self._parking.park(slot.seq_id, slot.cached)
-            if dropped is None:
-                continue  # (kept in the cache: evicted there if room is wanted)
-            ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-            slot.parked = True
-            self.stats.parked += 1
-            for seq_id in dropped:
-                gone = self._slots[seq_id]
-                gone.cached, gone.reusable, gone.parked = [], 0, False
+            self._park(slot)
+
+    def _park(self, slot: _Slot) -> None:
+        """``slot``'s cells out of the cache into host memory, where they can be held."""
+        assert self._parking is not None
+        dropped = self._parking.park(slot.seq_id, slot.cached)
+        if dropped is None:
+            slot.unparkable = True  # (kept in the cache: evicted there if room is wanted)
+            return
+        ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        slot.parked = True
+        self.stats.parked += 1
+        for seq_id in dropped:
+            gone = self._slots[seq_id]
+            gone.cached, gone.reusable, gone.parked = [], 0, False
 
     def _unpark(self, slot: _Slot) -> bool:
         """``slot``'s parked cells back in the cache; whether they fit (else it holds none)."""
@@ -547,6 +583,7 @@ class Engine:
 
     def _assign(self, slot: _Slot, job: Job) -> None:
         self._park_idle(besides=slot)
+        slot.unparkable = False
         keep = 0
         if job.cache_prompt and not job.prompt_logprobs:
             # At least one prompt token must be decoded again: its logits give the first sampled token.

@@ -7,7 +7,9 @@ issue 37, run O: 37 tokens/s on a fresh server, 24-30 after; llama-server, same 
 llama-server moves idle slots out to a RAM prompt cache when a task starts (tools/server/server-context.cpp,
 ``cache_idle_slots``, b11434); so does the engine (backend/engine.py): when a sequence is admitted, every
 other idle slot's cells are copied out (``llama_state_seq_get_data``) and removed from the cache, and copied
-back into the slot that a later prompt picks for the prefix it shares. At most ``PARKED_BYTES`` are held;
+back into the slot that a later prompt picks for the prefix it shares. While it has nothing to run, the
+engine parks idle slots itself, one at a time, all but the one used last, so that the next admission
+finds little or nothing to copy. At most ``PARKED_BYTES`` are held;
 past that the states least recently parked or restored are dropped (slots parked with them then reuse
 nothing).
 
