@@ -482,10 +482,7 @@ class Engine:
         if self._parking is None:
             return None
         held = [s for s in self._slots if s.job is None and s.cells() and not s.unparkable]
-        if len(held) < 2:
-            return None
-        held.sort(key=lambda s: s.last_used)
-        return held[0]
+        return min(held, key=lambda s: s.last_used) if len(held) >= 2 else None
 
     def _park_idle(self, besides: _Slot) -> None:
         """Every idle slot's cells but ``besides``' out of the cache into host memory (backend/parking.py):

@@ -7,7 +7,7 @@ knows of a server is in one place rather than in module caches and flags set fro
   (llama-cpp-python, one model lock): a fan-out then asks one request after another, without streaming
   (Q71, Q73). Known from its model listing (``owned_by: "me"`` with ``permissions``), or taught by a
   stream it broke off after ``[DONE]``; known not to where ``/props`` shows llama.cpp's server, whose
-  HTTP threads answer a count or a listing beside a stream.
+  HTTP threads answer a count or a listing beside a stream, or the bundled backend (``concurrent``).
 - ``detokenizer``: the endpoint that turns token ids into text (Q74), probed once with an empty list.
 - ``tokenizer``, ``tokenizer_unanswered``, ``tokenizer_added``: the endpoint that counts tokens for
   usage the upstream did not report (Q28), the endpoints probed without an answer, and the tokens the
@@ -126,8 +126,8 @@ class UpstreamTraits:
             self.schema_enforced = enforced
 
     def serves_several(self) -> None:
-        """Detection found a server that answers other requests beside a stream (llama.cpp's): not
-        ``serial``, unless a stream it broke off taught otherwise."""
+        """Detection found a server that answers other requests beside a stream (llama.cpp's, the
+        bundled backend's): not ``serial``, unless a stream it broke off taught otherwise."""
         if self.serial is None:
             self.serial = False
 

@@ -43,10 +43,11 @@ async def detect_adapter(config: ProxyConfig, upstream: Upstream) -> Adapter | N
         return None  # refused or broken off: not listening yet
     if status is not None and status >= 500:
         return None  # loading
-    if is_llamacpp_props(props) or (isinstance(props, dict) and props.get("concurrent") is True):
+    llamacpp = is_llamacpp_props(props)
+    if llamacpp or (isinstance(props, dict) and props.get("concurrent") is True):
         # llama.cpp's HTTP threads answer beside a stream; the bundled backend says it batches.
         upstream.traits.serves_several()
-    if is_llamacpp_props(props):
+    if llamacpp:
         return LlamaCppAdapter(props, default)
     # (Any other server's /props, read once here: the bundled backend states its sampling defaults there.)
     return OpenAIAdapter(default, upstream.traits, props)
