@@ -89,6 +89,19 @@ def test_create_streamed_and_the_stream_helper(client: anthropic.Anthropic, prox
     assert final.usage.output_tokens > 0
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_without_a_model_names_the_model_chat_names(proxy_url: str, stream: bool) -> None:
+    # Local servers serve a request that names no model (conformance/schemas.py); the Message then
+    # names the upstream's model as chat's answer does, not a made-up "model".
+    asked = {key: value for key, value in HELLO.items() if key != "model"}
+    chat = httpx.post(proxy_url + "/v1/chat/completions", json={"messages": asked["messages"]}, timeout=10)
+    named = chat.json()["model"]
+    assert named and named != "model"
+    response = post(proxy_url, {**asked, "stream": stream})
+    message = message_events(response.content)[0]["message"] if stream else response.json()
+    assert message["model"] == named
+
+
 def test_a_stream_opens_with_the_prompts_tokens(client: anthropic.Anthropic, proxy_url: str) -> None:
     # Q88: message_start's input_tokens, where Claude Code's context meter reads them, counted as
     # count_tokens counts them (this upstream sends its usage only at the end).

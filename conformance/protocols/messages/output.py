@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..front_end import NamedEventOutput, named_events
+from ..front_end import NamedEventOutput, Pieces, named_events
 from .events import MessageEvents
 from .response import message_from_chat
 
@@ -16,11 +16,21 @@ __all__ = ["MessagesOutput"]
 class MessagesOutput(NamedEventOutput):
     """One Messages answer made of the normalized chat output of a translated request."""
 
-    def __init__(self, model: str, stops: tuple[str, ...]) -> None:
+    def __init__(self, model: str | None, stops: tuple[str, ...]) -> None:
+        """``model``: the name the client asked for (or ``--model-alias``); None where it asked none,
+        which Anthropic requires but local servers serve (conformance/schemas.py): the answer then names
+        the model its upstream named, as chat's and the Responses API's do (it said ``"model"``, a name
+        no server has; found by black-box testing)."""
         self._model = model
         self._stops = stops
-        self._events = MessageEvents(model, stops)
+        self._events = MessageEvents(model or "", stops)
         super().__init__(self._events)
+
+    def opening(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
+        named = chunks[0].get("model") if chunks else None
+        if self._model is None and isinstance(named, str):
+            self._events.model = named
+        return super().opening(chunks)
 
     def prompt_counted(self, tokens: int) -> None:
         self._events.prompt_tokens = tokens

@@ -199,5 +199,5 @@ def message_from_chat(
     content = _blocks(message, cut=finish == "length")
     called = any(block["type"] == "tool_use" for block in content)
     reason, sequence = stop_reason(finish, choice.get("stop_reason"), stops, called)
-    name = model or (chat.get("model") if isinstance(chat.get("model"), str) else None) or "model"
+    name = model or (chat.get("model") if isinstance(chat.get("model"), str) else None) or ""
     return message_object(new_id("msg"), name, content, reason, sequence, message_usage(chat.get("usage")))
