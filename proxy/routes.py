@@ -72,7 +72,10 @@ def route_table(serving: Serving) -> RouteTable:
             routes.append(Route(state.path, guarded, methods=list(state.methods)))
         if front_end.counting is not None:
             counter: Handler = partial(count, serving, front_end, front_end.counting)
-            routes.append(Route(front_end.counting.path, counter, methods=["POST"]))
+            own = front_end.counting.path
+            # With its trailing slash too, as the generating paths: without, it fell to the relay of
+            # other paths, and the bundled backend's redirect reached the client (a 307 without a body).
+            routes += [Route(path, counter, methods=["POST"]) for path in (own, own + "/")]
         if front_end.socket is not None:
             socket = partial(serve_socket, serving, front_end.socket)
             routes.append(WebSocketRoute(front_end.socket.path, socket))

@@ -152,6 +152,11 @@ def test_count_tokens_counts_the_texts_and_tools_by_the_upstreams_tokenizer(
         model="gemma", messages=[{"role": "user", "content": "one two three"}], tools=[TOOL]
     )
     assert with_tools.input_tokens > plain.input_tokens
+    slashed = httpx.post(
+        str(client.base_url) + "/v1/messages/count_tokens/",
+        json={"model": "gemma", "messages": [{"role": "user", "content": "one two three"}]},
+    )
+    assert (slashed.status_code, slashed.json()) == (200, {"input_tokens": plain.input_tokens})
 
 
 @pytest.mark.parametrize(
