@@ -61,7 +61,9 @@ _PATH = re.compile(
     "|".join(
         [
             rf"\bfile:(?://[\w.-]*)?(?:/[A-Za-z]:)?(?:/{_SPACED}){{0,63}}/{_LAST}/?",  # file:///home/u/x.gguf
-            rf"(?<![\w:/\\.~-])(?:/{_SPACED}){{1,63}}/{_LAST}/?",  # /home/u/x (two names at least: not "/v1")
+            # /home/u/x (two names at least: not "/v1"); an API's path (/v1/embeddings) is no place on
+            # the host: a 404's "no route for GET /v1/x" named no route once scrubbed
+            rf"(?<![\w:/\\.~-])(?!/v\d+/)(?:/{_SPACED}){{1,63}}/{_LAST}/?",
             rf"(?<!\w)[A-Za-z]:[\\/](?:{_SPACED}[\\/]){{0,63}}{_LAST}[\\/]?",  # C:\Users\u\x.gguf, C:/x
             rf"\\\\{_SEG}(?:\\{_SPACED}){{0,63}}\\{_LAST}\\?",  # UNC: \\server\share\x.gguf
             rf"(?<![\w.@+%~$/\\-]){_SEG}[\\/](?:{_SPACED}[\\/]){{0,63}}{_SPACED}\.gguf\b",  # models/x.gguf

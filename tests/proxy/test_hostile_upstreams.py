@@ -284,14 +284,14 @@ def test_a_local_path_is_scrubbed_whole(path: str, around: tuple[str, str]) -> N
         "model gemma.gguf is not loaded",  # a bare file name names the model as a client asks for it
         "see https://example.com/docs/errors/model for help",
         "expected a/b or c/d",
-        "POST /v1/chat/completions: the upstream is busy",  # the API's own path goes with the message
+        "POST /v1/chat/completions: the upstream is busy",  # an API's path names no place on the host
+        "no route for GET /v1/nothing/here",
     ],
 )
 def test_what_is_no_local_path_is_left_as_it_is(message: str) -> None:
     from proxy.errors import scrub_message
 
-    expected = message.replace("/v1/chat/completions", "<path>")  # two names: read as a path, as before
-    assert scrub_message(message) == expected
+    assert scrub_message(message) == message
 
 
 @pytest.mark.parametrize("text", ["a/b " * 16000, "/a b" * 16000, "a b/" * 16000, "C:\\a b" * 10000])

@@ -314,6 +314,16 @@ def test_a_compressed_error_page_is_read_as_text() -> None:
         assert_idle(app)
 
 
+def test_an_upstreams_404_keeps_the_path_it_names() -> None:
+    # The bundled backend's own words for a path it has no route for: the path is the client's, no
+    # place on the host, and was scrubbed to "<path>" (found by black-box testing).
+    body = b'{"error": {"message": "no route for GET /v1/nothing", "type": "invalid_request_error"}}'
+    with _proxy(_page("404 Not Found", "application/json", body)) as (url, app, _):
+        error = assert_error(httpx.get(url + "/v1/nothing", timeout=10), 404)
+        assert error["message"] == "no route for GET /v1/nothing"
+        assert_idle(app)
+
+
 def test_a_redirect_into_the_upstream_becomes_a_path_on_the_proxy() -> None:
     upstream_url: list[str] = []
 
