@@ -340,6 +340,12 @@ PREFILL = [{"role": "user", "content": "Hi"}]
             ),
             "Thinking may not be enabled when tool_choice forces tool use.",
         ),
+        (
+            # A system message is taken where Claude Code puts one, among the turns; alone, it leaves
+            # the model no turn to answer (it went on from the system prompt).
+            request(messages=[{"role": "system", "content": "Be brief."}]),
+            "messages.0.role: Input should be 'user' or 'assistant'",
+        ),
     ],
 )
 def test_requests_anthropic_refuses_are_its_400s_in_its_words(body: Any, said: str) -> None:

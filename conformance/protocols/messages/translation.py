@@ -279,6 +279,8 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     for index, message in enumerate(given):
         _check_content(message, index, last=index == len(given) - 1)
         conversation.add(message, index)
+    if not conversation.messages:  # system messages alone: Anthropic takes none, and there is no turn
+        raise MessagesError("messages.0.role: Input should be 'user' or 'assistant'")
     conversation.end()
     _check_prefill(given[-1])
     return conversation.chat_messages()
