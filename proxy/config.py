@@ -77,7 +77,9 @@ UPSTREAM = Setting[str | None](
 )
 HOST = Setting("host", text, "127.0.0.1", "address to listen on")
 PORT = Setting("port", port, 8000, "port to listen on (1-65535)")
-API_KEY = Setting[str | None]("api_key", text, None, "key clients must send as a bearer token")
+API_KEY = Setting[str | None](
+    "api_key", text, None, "key clients must send: a bearer token, or an x-api-key or api-key header"
+)
 UPSTREAM_API_KEY = Setting[str | None]("upstream_api_key", text, None, "key sent to the upstream")
 MODEL_ALIAS = Setting[str | None](
     "model_alias", text, None, "model name clients see", shown="the request's model"
