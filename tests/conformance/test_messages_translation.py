@@ -391,6 +391,8 @@ def test_a_forced_choice_without_tools_is_anthropics_400(choice: dict[str, Any])
         (request(tools=[{"type": "bash_20250124", "name": "bash"}]), "bash_20250124"),
         (request(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]), "document"),
         (request(tool_choice={"type": "tool"}), "tool_choice"),
+        # (chat's words before: "no function named 'get_time' was specified in 'tools'")
+        (request(tools=[WEATHER], tool_choice={"type": "tool", "name": "get_time"}), "tool_choice.name: "),
     ],
 )
 def test_refusals_are_anthropic_400s_naming_the_parameter(body: Any, named: str) -> None:

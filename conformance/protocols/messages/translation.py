@@ -43,6 +43,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.api_errors import quoted
 from conformance.given_schemas import schema_problem
 
 from ..web_search import offer_web_search
@@ -456,9 +457,8 @@ def translate_request(body: Mapping[str, Any]) -> ChatTranslation:
         chat["model"] = body["model"]
     tools = _tools(body.get("tools"))
     choice = body.get("tool_choice")
-    if not tools and isinstance(choice, Mapping) and choice.get("type") in ("any", "tool"):
-        # Without tools the choice was dropped and the model answered text under a forced call.
-        raise MessagesError("tool_choice: `tool_choice` may only be specified while providing tools.")
+    names = frozenset(t["function"]["name"] for t in tools)
+    _check_choice(choice, names)
     if tools:
         chat["tools"] = tools
         if choice is not None:
@@ -468,5 +468,17 @@ def translate_request(body: Mapping[str, Any]) -> ChatTranslation:
     chat.update(_settings(body))
     stops = body.get("stop_sequences")
     stop_sequences = tuple(s for s in stops if isinstance(s, str)) if isinstance(stops, list) else ()
-    names = frozenset(t["function"]["name"] for t in tools)
     return ChatTranslation(chat, stop_sequences, names)
+
+
+def _check_choice(choice: Any, names: frozenset[str]) -> None:
+    """A forced ``tool_choice`` forces one of the tools: without tools the choice was dropped and the
+    model answered text under a forced call (Anthropic's words); one naming a tool not offered was
+    refused in chat's words (``function``, ``'tools'``), found by black-box testing."""
+    if not isinstance(choice, Mapping) or choice.get("type") not in ("any", "tool"):
+        return
+    if not names:
+        raise MessagesError("tool_choice: `tool_choice` may only be specified while providing tools.")
+    name = choice.get("name")
+    if choice["type"] == "tool" and isinstance(name, str) and name not in names:
+        raise MessagesError(f"tool_choice.name: no tool named {quoted(name)!r} is in `tools`.")
