@@ -9,6 +9,7 @@ vocabulary says, and retries once with that text. An upstream without a detokeni
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from conformance.api_errors import APIError, ContextOverflow
@@ -23,6 +24,10 @@ _LLAMACPP_FIRST = (_DETOKENIZERS[1], _DETOKENIZERS[0])
 # Statuses an upstream refuses a token prompt with (422 arrives mapped to 400); not a timeout, not a
 # missing model, not an overflow, which text would meet the same way.
 _REFUSALS = frozenset({400, 500})
+_INVALID_IDS = re.compile(r"invalid tokens?\b|out of (?:the )?vocab", re.IGNORECASE)
+"""How an upstream that takes token ids refuses ids its vocabulary lacks (llama-server: "Prompt contains
+invalid tokens"): the client's error, which the ids' text would not mend. Read as a refusal of token
+prompts, it was answered for a prompt the client never sent, its bad id as U+FFFD (black-box testing)."""
 _ABSENT = frozenset({404, 405})  # how a server without the endpoint answers
 _MAX_DETOKENIZE_CALLS = 64
 _REPLACEMENT = "\ufffd"
@@ -110,4 +115,6 @@ async def detokenize(
 
 def refused_token_prompt(error: APIError) -> bool:
     """Whether ``error`` is how an upstream refuses a prompt of token ids, which text may pass."""
-    return error.status in _REFUSALS and not isinstance(error, ContextOverflow)
+    if error.status not in _REFUSALS or isinstance(error, ContextOverflow):
+        return False
+    return _INVALID_IDS.search(error.message) is None

@@ -63,6 +63,12 @@ def test_echo_and_max_tokens_zero(proxy: str, stream: bool) -> None:
     assert _text(_judged(proxy, "/v1/completions", body), stream) == PROMPT
 
 
+def test_token_ids_past_its_vocabulary_are_the_clients_400(proxy: str) -> None:
+    # Its own 400 ("Prompt contains invalid tokens"), not a prompt detokenized with U+FFFD and served.
+    body = {"prompt": [1, 2, 99999999], "max_tokens": 2}
+    assert "invalid tokens" in _judged(proxy, "/v1/completions", body, status=400).json()["error"]["message"]
+
+
 def test_echo_with_logprobs_is_declined(proxy: str) -> None:
     body = {"prompt": PROMPT, "max_tokens": 2, "echo": True, "logprobs": 1}
     assert _judged(proxy, "/v1/completions", body, status=400).json()["error"]["param"] == "echo"

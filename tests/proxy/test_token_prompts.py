@@ -56,6 +56,9 @@ def _upstream(
         body = await request.json()
         seen.append(body)
         prompt = body["prompt"]
+        if accepts_tokens and isinstance(prompt, list) and not set(prompt) <= set(VOCAB):
+            invalid = {"code": 400, "message": "Prompt contains invalid tokens"}  # llama-server's words
+            return JSONResponse({"error": {**invalid, "type": "invalid_request_error"}}, status_code=400)
         if not accepts_tokens and not isinstance(prompt, str):
             return JSONResponse(
                 {"error": {"message": "prompt: Input should be a valid string"}}, status_code=500
@@ -166,6 +169,17 @@ def test_an_upstream_that_takes_token_prompts_gets_them_unchanged() -> None:
         response = _complete(url, {"model": "m", "prompt": [1, 2]})
     assert response.json()["choices"][0]["text"] == "[tokens]"
     assert [b["prompt"] for b in app.state.seen] == [[1, 2]]
+
+
+def test_ids_the_upstreams_vocabulary_lacks_are_the_clients_400() -> None:
+    """Not a refusal of token prompts: their text would not mend them. Read as one, the prompt was
+    detokenized, the bad id sent as U+FFFD, and a 200 answered a prompt the client never sent."""
+    app = _upstream(("/detokenize", "content"), accepts_tokens=True)
+    with run_asgi(app) as upstream, run_proxy(upstream, upstream_kind="openai") as url:
+        response = _complete(url, {"model": "m", "prompt": [1, 2, 99999999]})
+    assert response.status_code == 400
+    assert "invalid tokens" in response.json()["error"]["message"]
+    assert [b["prompt"] for b in app.state.seen] == [[1, 2, 99999999]]  # asked once, as the client sent it
 
 
 @pytest.mark.backend
