@@ -23,7 +23,7 @@ from conformance.protocols.front_end import CountRoute, FrontEnd
 from .errors import UpstreamError
 from .item_limit import too_many_items
 from .observability import exchange_of
-from .serving import Serving, read_body, refusal, refused_client
+from .serving import Serving, read_json_body, refusal, refused_client
 from .sources.prompt_count import prompt_tokens
 
 __all__ = ["count"]
@@ -36,7 +36,7 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
     try:
         if (turned_away := refused_client(request, config)) is not None:
             raise turned_away
-        raw = await read_body(request, config.max_body)
+        raw = await read_json_body(request, config.max_body)
     except APIError as refused:
         return refusal(front_end, refused, exchange)
     if isinstance(raw, Response):

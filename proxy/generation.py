@@ -29,7 +29,14 @@ from conformance.request_info import RequestInfo
 from .item_limit import too_many_items
 from .observability import exchange_of
 from .routing import prefix_key
-from .serving import NOT_FORWARDED_TO_GENERATION, Serving, forward_headers, read_body, refusal, refused_client
+from .serving import (
+    NOT_FORWARDED_TO_GENERATION,
+    Serving,
+    forward_headers,
+    read_json_body,
+    refusal,
+    refused_client,
+)
 from .sources.builder import fan_out_refusal
 from .sources.failover import FailoverSource
 from .sources.plan import RequestPlan
@@ -46,7 +53,7 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
     if (turned_away := refused_client(request, config)) is not None:
         return refusal(front_end, turned_away, exchange)
     try:
-        raw = await read_body(request, config.max_body)
+        raw = await read_json_body(request, config.max_body)
     except APIError as refused:
         return refusal(front_end, refused, exchange)
     if isinstance(raw, Response):

@@ -8,6 +8,7 @@ proxy forwarded (the upstream key, never the client's) as well as what the clien
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import socket
@@ -245,6 +246,29 @@ def test_a_message_is_cut_where_the_key_begins_only_when_it_was_cut_short() -> N
     assert cut.endswith("sk-upstrea...")
     assert redact_text(cut, key) == "x" * 490 + "<redacted>..."
     assert redact_text("still loading the model...", "model-7f3a9c") == "still loading the model..."
+
+
+def test_a_body_in_a_content_coding_is_a_415_the_upstream_never_sees(upstream: tuple[str, Upstream]) -> None:
+    # The header went to the upstream with the proxy's own JSON (refused there), and a gzipped body was
+    # "not valid JSON" (found by black-box testing); Anthropic's clients get their own error shape.
+    url, server = upstream
+    asked_before = len(server.requests)
+    zipped = gzip.compress(json.dumps(CHAT).encode())
+    with run_proxy(url, upstream_kind="openai") as proxy:
+        for path, body in (("/v1/chat/completions", zipped), ("/v1/messages", json.dumps(CHAT).encode())):
+            headers = {"content-type": "application/json", "content-encoding": "gzip"}
+            refused = httpx.post(proxy + path, content=body, headers=headers, timeout=10)
+            assert refused.status_code == 415
+            assert refused.headers["accept-encoding"] == "identity"
+            message = refused.json()["error"]["message"]
+            assert message == "Content-Encoding 'gzip' is not supported: send the request body uncompressed"
+        assert refused.json()["type"] == "error"  # the Messages API's shape
+        plain = httpx.post(
+            proxy + "/v1/chat/completions", json=CHAT, headers={"content-encoding": "identity"}
+        )
+        assert plain.status_code == 200
+    assert len(server.requests) == asked_before + 1
+    assert "content-encoding" not in server.requests[-1]["headers"]
 
 
 def test_max_body_is_413(upstream: tuple[str, Upstream]) -> None:
