@@ -44,6 +44,7 @@ __all__ = [
     "error_from_payload",
     "first_byte_timeout_error",
     "is_error_payload",
+    "naming_its_input",
     "scrub_message",
     "upstream_timeout",
 ]
@@ -159,6 +160,19 @@ def scrub_message(text: str) -> str:
     text = _SPACE.sub(" ", text)[: MAX_MESSAGE * 4]
     text = _SPACE.sub(" ", _PATH.sub("<path>", text)).strip()
     return text[:MAX_MESSAGE] + ("..." if len(text) > MAX_MESSAGE else "")
+
+
+_INPUTS = {"chat": "messages", "completions": "prompt"}
+"""The parameter a request's input is in, by the endpoint: what a context overflow names."""
+
+
+def naming_its_input(error: APIError, endpoint: str) -> APIError:
+    """An upstream's context overflow naming the input of the request it answered: llama-cpp-python names
+    ``messages`` for a completion's ``prompt`` too (found by black-box testing)."""
+    own = _INPUTS.get(endpoint)
+    if not isinstance(error, ContextOverflow) or error.param not in _INPUTS.values() or own == error.param:
+        return error
+    return ContextOverflow.of(error.message, param=own, quirk=error.quirk)
 
 
 def is_error_payload(obj: Any) -> bool:

@@ -18,7 +18,7 @@ from ..adapters import Adapter, UpstreamCall
 from ..adapters.base import requested_limit, without_streaming
 from ..adapters.template_overhead import estimated_prompt
 from ..admission import Reservation
-from ..errors import UpstreamTimeout
+from ..errors import UpstreamTimeout, naming_its_input
 from ..normalizer import (
     Identity,
     Repairs,
@@ -169,7 +169,7 @@ class UpstreamSource(Source):
         self.upstream_status = stream.status
         if stream.status < 300:
             return stream
-        refused = await stream.error()
+        refused = naming_its_input(await stream.error(), self._request.endpoint)
         instead = self._adapter.instead_of_refused(self._call, refused)
         if instead is None:
             raise refused

@@ -28,6 +28,7 @@ from .conftest import judge, only_upstream, upstream_answer
 from .conftest import serve_proxy as proxy
 from .rawserver import (
     Record,
+    answering,
     chunk,
     http_chunk,
     json_answer,
@@ -679,6 +680,24 @@ def test_stream_ended_before_its_first_byte_is_retried_without_stream_for_the_re
         error = assert_error(httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10), 400)
         assert error["code"] == "context_length_exceeded"
         assert record.requests == 2  # the stream, then once without streaming
+        assert_idle(app)
+
+
+@pytest.mark.parametrize(
+    ("path", "asked", "named"),
+    [
+        ("/v1/completions", {"model": "m", "prompt": "hi"}, "prompt"),
+        ("/v1/chat/completions", {**CHAT, "stream": False}, "messages"),
+    ],
+)
+def test_an_upstreams_overflow_names_the_input_the_client_sent(path: str, asked: Any, named: str) -> None:
+    # llama-cpp-python names "messages" for a completion's prompt too (found by black-box testing).
+    said = {"message": "Requested tokens (6000) exceed context window of 4096", "param": "messages"}
+    overflow = {"error": {**said, "type": "invalid_request_error", "code": "context_length_exceeded"}}
+    handler = answering(json_answer(overflow, "400 Bad Request"))
+    with raw_server(handler) as (upstream, _), proxy(upstream, upstream_kind="openai") as (url, app):
+        error = assert_error(httpx.post(url + path, json=asked, timeout=10), 400)
+        assert (error["code"], error["param"]) == ("context_length_exceeded", named)
         assert_idle(app)
 
 
