@@ -491,8 +491,8 @@ def test_a_call_cut_by_the_limit_is_the_last_block_with_its_whole_members(
     assert (block["type"], block["name"], block["input"]) == ("tool_use", "get_weather", whole)
 
 
-def stream_of(chunks: list[dict[str, Any]], stops: tuple[str, ...] = ()) -> bytes:
-    output = MessagesOutput("m", stops)
+def stream_of(chunks: list[dict[str, Any]], stops: tuple[str, ...] = (), prefill: str = "") -> bytes:
+    output = MessagesOutput("m", stops, prefill)
     return output.opening(chunks[:1]) + output.events(chunks[1:]) + asyncio.run(output.tail(None, None))
 
 
@@ -600,3 +600,40 @@ def test_a_value_that_reads_like_a_chat_parameter_is_not_renamed() -> None:
     assert messages_error(body, 400)["error"]["message"] == message
     named = {"error": {"message": "Invalid 'stop[1]': too long.", "param": "stop[1]"}}
     assert messages_error(named, 400)["error"]["message"] == "Invalid 'stop_sequences': too long."
+
+
+PREFILLED = request(messages=[*PREFILL, {"role": "assistant", "content": "1, 2, 3, 4,"}])
+
+
+@pytest.mark.parametrize(
+    ("texts", "answered"),
+    [
+        (["1, 2, 3, 4, ", "5", ", 6"], " 5, 6"),  # written again first (llama-server --jinja), cut off
+        (["1, 2,", " 3, 4, 5"], " 5"),  # over two chunks
+        ([" 5", ", 6"], " 5, 6"),  # only the continuation: as it came
+        (["1, 2, 9"], "1, 2, 9"),  # the prefill's start, then not: as it came
+        (["1, 2"], "1, 2"),  # the prefill's start, then the end: held, then sent as it came
+    ],
+)
+def test_an_answer_is_the_prefills_continuation_without_the_prefill(texts: list[str], answered: str) -> None:
+    """Anthropic answers a final assistant turn with what follows it; llama-server with ``--jinja``
+    writes the turn again first ("1, 2, 3, 4, 5, 6, 7" for "1, 2, 3, 4,"), which a client joining the
+    prefill and the answer got twice (found by black-box testing). Streamed and whole alike."""
+    prefill = translate_request(PREFILLED).prefill
+    assert prefill == "1, 2, 3, 4,"
+    chunks = [chunk({"role": "assistant"}), *(chunk({"content": text}) for text in texts), chunk({}, "stop")]
+    events = [
+        json.loads(line[6:])
+        for line in stream_of(chunks, prefill=prefill).decode().splitlines()
+        if line.startswith("data: ")
+    ]
+    deltas = [e["delta"]["text"] for e in events if e["type"] == "content_block_delta"]
+    assert "".join(deltas) == answered
+    assert all(deltas)  # no empty delta for the text held
+    message = {"role": "assistant", "content": "".join(texts)}
+    whole = {"model": "m", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    assert message_from_chat(whole, None, (), prefill)["content"] == [{"type": "text", "text": answered}]
+
+
+def test_a_turn_that_ends_with_the_users_has_no_prefill() -> None:
+    assert translate_request(request()).prefill == ""

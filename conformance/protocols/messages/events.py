@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import messages_error
-from .response import Signature, message_object, message_usage, new_id, stop_reason
+from .response import Signature, continuation, message_object, message_usage, new_id, stop_reason
 
 __all__ = ["MessageEvents"]
 
@@ -34,9 +34,13 @@ class MessageEvents:
     """The events of one stream: ``start()``, ``feed(chunk)`` for each chunk, then ``finish()`` or
     ``fail(error, status)``; each returns the events to send, in order."""
 
-    def __init__(self, model: str, stops: tuple[str, ...] = ()) -> None:
+    def __init__(self, model: str, stops: tuple[str, ...] = (), prefill: str = "") -> None:
         self.model = model
         self.stops = stops
+        self._prefill = prefill
+        """The request's final assistant text while the answer's text may still begin with it
+        (``continuation``); "" once it cannot."""
+        self._held = ""  # the answer's text so far while it is the start of ``_prefill``
         self.message_id = new_id("msg")
         self.usage: Mapping[str, Any] | None = None
         self.prompt_tokens = 0
@@ -81,12 +85,16 @@ class MessageEvents:
         out: list[dict[str, Any]] = []
         thinking = delta.get("reasoning_content") or delta.get("reasoning")
         if thinking and type(thinking) is str:
+            out += self._release()
             out += self._text("thinking", thinking)
         text = delta.get("content")
         if text and type(text) is str:
-            out += self._text("text", text)
+            text = self._unechoed(text) if self._prefill else text
+            if text:
+                out += self._text("text", text)
         calls = delta.get("tool_calls")
         if calls and type(calls) is list:
+            out += self._release()
             for fragment in calls:
                 if type(fragment) is dict:
                     out += self._call(fragment)
@@ -104,6 +112,23 @@ class MessageEvents:
             delta = {"type": "text_delta", "text": text}
         out.append({"type": "content_block_delta", "index": self._index, "delta": delta})
         return out
+
+    def _unechoed(self, text: str) -> str:
+        """The text to send of ``text``: none while the answer so far may be the prefill written again,
+        what follows it once it was, and all that was held once it is not (``continuation``)."""
+        held, prefill = self._held + text, self._prefill
+        if len(held) < len(prefill) and prefill.startswith(held):
+            self._held = held
+            return ""
+        self._prefill = self._held = ""
+        return continuation(held, prefill)
+
+    def _release(self) -> list[dict[str, Any]]:
+        """The text held as a possible prefill, sent as it is: anything else came after it."""
+        if not self._held:
+            return []
+        held, self._prefill, self._held = self._held, "", ""
+        return self._text("text", held)
 
     def _call(self, fragment: Mapping[str, Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -145,7 +170,7 @@ class MessageEvents:
     def finish(self, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """The events that end a stream that ended well: the open block's end, ``message_delta`` with
         the stop reason and the whole usage, ``message_stop``."""
-        out = self._close()
+        out = self._release() + self._close()
         reason, sequence = stop_reason(self.finish_reason, self.matched, self.stops, self.called)
         counts = message_usage(usage if usage is not None else self.usage)
         delta = {"stop_reason": reason, "stop_sequence": sequence}

@@ -16,14 +16,15 @@ __all__ = ["MessagesOutput"]
 class MessagesOutput(NamedEventOutput):
     """One Messages answer made of the normalized chat output of a translated request."""
 
-    def __init__(self, model: str | None, stops: tuple[str, ...]) -> None:
+    def __init__(self, model: str | None, stops: tuple[str, ...], prefill: str = "") -> None:
         """``model``: the name the client asked for (or ``--model-alias``); None where it asked none,
         which Anthropic requires but local servers serve (conformance/schemas.py): the answer then names
         the model its upstream named, as chat's and the Responses API's do (it said ``"model"``, a name
         no server has; found by black-box testing)."""
         self._model = model
         self._stops = stops
-        self._events = MessageEvents(model or "", stops)
+        self._prefill = prefill
+        self._events = MessageEvents(model or "", stops, prefill)
         super().__init__(self._events)
 
     def opening(self, chunks: list[dict[str, Any]]) -> bytes | Pieces:
@@ -43,4 +44,4 @@ class MessagesOutput(NamedEventOutput):
         return named_events(self._events.fail(error))
 
     async def body(self, body: dict[str, Any]) -> dict[str, Any]:
-        return message_from_chat(body, self._model, self._stops)
+        return message_from_chat(body, self._model, self._stops, self._prefill)

@@ -22,6 +22,7 @@ __all__ = [
     "STOP_REASONS",
     "Signature",
     "call_input",
+    "continuation",
     "message_from_chat",
     "message_object",
     "message_usage",
@@ -130,6 +131,14 @@ def message_object(
     }
 
 
+def continuation(text: str, prefill: str) -> str:
+    """An answer's text without the ``prefill`` it began with, where it did: Anthropic answers a final
+    assistant turn with what follows it, and llama-server (with ``--jinja``) writes the turn's text
+    again before its continuation (``"1, 2, 3, 4, 5"`` for ``"1, 2, 3, 4,"``; found by black-box
+    testing), which a client joining the two got twice."""
+    return text[len(prefill) :] if prefill and text.startswith(prefill) else text
+
+
 def _blocks(message: Mapping[str, Any], cut: bool) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     thinking = message.get("reasoning_content") or message.get("reasoning")
@@ -188,14 +197,18 @@ def _whole_members(arguments: str) -> dict[str, Any]:
 
 
 def message_from_chat(
-    chat: Mapping[str, Any], model: str | None, stops: tuple[str, ...] = ()
+    chat: Mapping[str, Any], model: str | None, stops: tuple[str, ...] = (), prefill: str = ""
 ) -> dict[str, Any]:
-    """The ``Message`` for a whole chat completion (its first choice)."""
+    """The ``Message`` for a whole chat completion (its first choice); ``prefill``: the request's final
+    assistant text, which the answer continues (``continuation``)."""
     choices = chat.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
     message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
     assert isinstance(message, Mapping)
     finish = choice.get("finish_reason")
+    text = message.get("content")
+    if prefill and isinstance(text, str):
+        message = {**message, "content": continuation(text, prefill)}
     content = _blocks(message, cut=finish == "length")
     called = any(block["type"] == "tool_use" for block in content)
     reason, sequence = stop_reason(finish, choice.get("stop_reason"), stops, called)

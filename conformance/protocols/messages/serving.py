@@ -56,7 +56,7 @@ class MessagesTranslation(Translation):
 
     def output(self, model: str | None, sampling: Mapping[str, float] | None = None) -> Output:
         assert self._chat is not None, "a refused translation has no chat output"
-        return MessagesOutput(model, self._chat.stop_sequences)
+        return MessagesOutput(model, self._chat.stop_sequences, self._chat.prefill)
 
     @staticmethod
     def _native_answer(model: str | None, sampling: Mapping[str, float] | None = None) -> NativeStream:

@@ -73,6 +73,8 @@ class ChatTranslation:
     ``stop_reason``) is answered ``stop_reason: "stop_sequence"`` with it."""
     tools: frozenset[str] = field(default_factory=frozenset)
     """The tools offered, by name."""
+    prefill: str = ""
+    """A final assistant turn's text: the start of the answer, which the answer continues without it."""
 
     @property
     def stream(self) -> bool:
@@ -459,6 +461,8 @@ def translate_request(body: Mapping[str, Any]) -> ChatTranslation:
     choice = body.get("tool_choice")
     names = frozenset(t["function"]["name"] for t in tools)
     _check_choice(choice, names)
+    last = chat["messages"][-1]
+    prefill = last["content"] if last["role"] == "assistant" and isinstance(last.get("content"), str) else ""
     if tools:
         chat["tools"] = tools
         if choice is not None:
@@ -468,7 +472,7 @@ def translate_request(body: Mapping[str, Any]) -> ChatTranslation:
     chat.update(_settings(body))
     stops = body.get("stop_sequences")
     stop_sequences = tuple(s for s in stops if isinstance(s, str)) if isinstance(stops, list) else ()
-    return ChatTranslation(chat, stop_sequences, names)
+    return ChatTranslation(chat, stop_sequences, names, prefill)
 
 
 def _check_choice(choice: Any, names: frozenset[str]) -> None:
