@@ -64,7 +64,7 @@ def route_table(serving: Serving) -> RouteTable:
     generating: dict[str, Handler] = {}
     for front_end in serving.front_ends:
         handler: Handler = partial(generate, serving, front_end)
-        for path in (path for own in front_end.paths for path in (own, own + "/")):
+        for path in (path for own in front_end.paths for path in _slashed(own)):
             generating[path] = handler
             routes.append(Route(path, handler, methods=["POST"]))
         for state in front_end.routes:
@@ -72,10 +72,9 @@ def route_table(serving: Serving) -> RouteTable:
             routes.append(Route(state.path, guarded, methods=list(state.methods)))
         if front_end.counting is not None:
             counter: Handler = partial(count, serving, front_end, front_end.counting)
-            own = front_end.counting.path
             # With its trailing slash too, as the generating paths: without, it fell to the relay of
             # other paths, and the bundled backend's redirect reached the client (a 307 without a body).
-            routes += [Route(path, counter, methods=["POST"]) for path in (own, own + "/")]
+            routes += [Route(path, counter, methods=["POST"]) for path in _slashed(front_end.counting.path)]
         if front_end.socket is not None:
             socket = partial(serve_socket, serving, front_end.socket)
             routes.append(WebSocketRoute(front_end.socket.path, socket))
@@ -92,6 +91,11 @@ def route_table(serving: Serving) -> RouteTable:
         ),
     ]
     return RouteTable(routes, generating)
+
+
+def _slashed(path: str) -> tuple[str, str]:
+    """A path a client may write with its trailing slash: both are served."""
+    return path, path + "/"
 
 
 async def _state_route(

@@ -161,8 +161,8 @@ async def read_json_body(request: Request, limit: int) -> bytes | Response:
     "not valid JSON" (found by black-box testing)."""
     coding = request.headers.get("content-encoding", "identity").strip().lower()
     if coding not in ("", "identity"):
-        shown = "".join(c if c.isprintable() else "?" for c in coding[:50])
-        message = f"Content-Encoding {shown!r} is not supported: send the request body uncompressed"
+        shown = _echoed(coding[:50])
+        message = f"Content-Encoding '{shown}' is not supported: send the request body uncompressed"
         refused = APIError.make(message, 415, code="unsupported_content_encoding")
         refused.headers = [(b"accept-encoding", b"identity")]
         raise refused
@@ -191,8 +191,14 @@ def failed(raised: APIError, exchange: Exchange, secret: str | None) -> Response
 def unknown_url(request: Request) -> APIError:
     """The 404 of a path nothing answers, naming it as far as it can be shown (a control character in
     it, ``%00`` in the URL, is written as its code: the path is the client's, echoed)."""
-    path = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in request.url.path[:300])
+    path = _echoed(request.url.path[:300])
     return APIError.make(f"unknown request URL: {request.method} {path}", 404, code="unknown_url")
+
+
+def _echoed(text: str) -> str:
+    """The client's own text as an error message echoes it: a character that is not printable (a control
+    character, ``%00`` in a URL) written as its code."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 def refusal(front_end: FrontEnd, error: APIError, exchange: Exchange) -> Response:
