@@ -2,8 +2,8 @@
 
 The upstream pool holds at most ``--max-upstream-connections`` connections; a request past that waits
 its turn. A fanned-out request (``n`` > 1, a prompt array) needs all of its upstream requests at once:
-it sends them together and answers once each has its first chunk. Taken one at a time, four streams
-of ``n`` 3 through 4 connections could each hold one connection and wait for the rest, until the
+it sends them together. Taken one at a time, four streams of ``n`` 3 through 4 connections could each
+hold one connection and wait for the rest (a fan-out then answered once each had its first chunk), until the
 first-byte timeout gave all four a 504 (it did under load, in 3 of 20 runs, and once in CI). Here a
 fan-out takes its places together or not at all, in its turn; a request needs one place from before
 it asks for a connection until its response is read or abandoned.

@@ -68,47 +68,84 @@ class ConcurrentFanOut(_FanOut):
         """``upstream``: the one every request of ``sources`` goes to."""
         super().__init__(sources, request)
         self._upstream = upstream
-        self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | None]] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
+        # Each request's batches as they come; None once it ended, an APIError where it failed to start.
+        self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | APIError | None]] = asyncio.Queue()
+        self._starting: list[asyncio.Task[list[dict[str, Any]]]] = []  # each request's ``start()``
+        self._tasks: list[asyncio.Task[None]] = []  # each request's chunks read on into the queue
         self._live = 0
 
     async def start(self) -> list[dict[str, Any]]:
-        # The places of all the requests, taken together: each waits for the others' first chunks,
-        # and fan-outs that each held some of theirs would wait on each other (proxy/admission.py).
+        # The places of all the requests, taken together: each of them needs one before any is sent, and
+        # fan-outs that each held some of theirs would wait on each other (proxy/admission.py).
         reservation = await self._upstream.reserve(len(self._sources))
         for source in self._sources:
             source.reservation = reservation
+        starting = self._starting = [asyncio.create_task(source.start()) for source in self._sources]
+        # Those left go back once every request has its own (or failed first).
+        asyncio.gather(*starting, return_exceptions=True).add_done_callback(lambda _: reservation.close())
         try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(source.start()) for source in self._sources]
-        except* APIError as errors:
+            if not self._request.stream and await self._answered_whole(starting):
+                return []
+            self._live = len(self._sources)
+            self._tasks = [
+                asyncio.create_task(self._pump(i, source, started))
+                for i, (source, started) in enumerate(zip(self._sources, starting, strict=True))
+            ]
+            return await self._first_chunks()
+        except BaseException:
             await self.aclose()
-            raise errors.exceptions[0] from None
-        finally:
-            reservation.close()
+            raise
+
+    async def _answered_whole(self, starting: list[asyncio.Task[list[dict[str, Any]]]]) -> bool:
+        """Unstreamed: every request's answer waited for, and True once their bodies are merged into one
+        (False: an upstream streamed what was asked unstreamed, and its chunks are read as a stream's)."""
+        await asyncio.wait(starting)
+        for task in starting:
+            if (failure := task.exception()) is not None:
+                raise failure
         self.upstream_status = max(s.upstream_status or 0 for s in self._sources)
         bodies = [s.body for s in self._sources]
-        if all(body is not None for body in bodies):
-            self.body = merge_bodies([b for b in bodies if b is not None], self._request.n)
-            self._usage = self.body.get("usage")
-            return []
-        return self._streamed([task.result() for task in tasks])
+        if not all(body is not None for body in bodies):
+            return False
+        self.body = merge_bodies([b for b in bodies if b is not None], self._request.n)
+        self._usage = self.body.get("usage")
+        return True
 
-    def _streamed(self, firsts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-        """Every request's rest read as it comes; the first chunks of all of them, to send now."""
-        self._live = len(self._sources)
-        self._tasks = [asyncio.create_task(self._pump(i, s)) for i, s in enumerate(self._sources)]
-        # A request whose whole stream came in its first read has its usage chunk here already. One
-        # answered whole (an empty stream retried without stream, Q52) goes out as chunks among them.
-        initial = [
-            chunk
-            for first, source in zip(firsts, self._sources, strict=True)
-            for chunk in (first if source.body is None else source.body_chunks())
-        ]
-        return self._strip_usage(initial)
+    async def _first_chunks(self) -> list[dict[str, Any]]:
+        """The first chunks of whichever request has some first, sent at once: against an upstream that
+        serves one request at a time (llama-server with one slot) the others wait for the first to end,
+        and waiting for every request's first chunks held the whole first sample back (3.6 s of 120
+        tokens). A request that fails before any chunk was sent fails the response with its status."""
+        return await self._next_of_any() or []
 
-    async def _pump(self, position: int, source: UpstreamSource) -> None:
-        while (batch := await source.next_batch()) is not None:
+    async def _next_of_any(self) -> list[dict[str, Any]] | None:
+        """The next batch of any request (None once every one ended); a request's failure raised."""
+        while self._live:
+            position, batch = await self._queue.get()
+            source = self._sources[position]
+            self.upstream_status = max(self.upstream_status or 0, source.upstream_status or 0)
+            if isinstance(batch, APIError):
+                raise batch
+            if batch is not None:
+                return self._strip_usage(batch)
+            self._live -= 1
+            if source.failure is not None:
+                raise source.failure
+        return None
+
+    async def _pump(
+        self, position: int, source: UpstreamSource, started: asyncio.Task[list[dict[str, Any]]]
+    ) -> None:
+        try:
+            first = await started
+        except APIError as failure:
+            await self._queue.put((position, failure))
+            return
+        # One answered whole (an empty stream asked again without streaming, Q52) goes out as chunks.
+        first = first if source.body is None else source.body_chunks()
+        if first:
+            await self._queue.put((position, first))
+        while source.body is None and (batch := await source.next_batch()) is not None:
             if batch:
                 await self._queue.put((position, batch))
             if source.failure is not None:
@@ -116,23 +153,22 @@ class ConcurrentFanOut(_FanOut):
         await self._queue.put((position, None))
 
     async def next_batch(self) -> list[dict[str, Any]] | None:
-        while self._live and self._failure is None:
-            position, batch = await self._queue.get()
-            if batch is not None:
-                return self._strip_usage(batch)
-            self._live -= 1
-            failure = self._sources[position].failure
-            if failure is not None:
+        if self._failure is None:
+            try:
+                if (batch := await self._next_of_any()) is not None:
+                    return batch
+            except APIError as failure:
                 await self._failed(failure)
         return self._last_batch()
 
     async def aclose(self) -> None:
-        for task in self._tasks:
+        tasks: list[asyncio.Task[Any]] = [*self._starting, *self._tasks]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._tasks = []
+        self._starting, self._tasks = [], []
         await super().aclose()
 
 

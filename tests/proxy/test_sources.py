@@ -104,7 +104,7 @@ def test_concurrent_fan_out_ends_with_the_summed_usage_in_the_first_requests_ide
         return await _drain(fan_out), [first, second], fan_out.repairs
 
     chunks, sources, repairs = asyncio.run(scenario())
-    assert [c["choices"][0]["text"] for c in chunks[:-1]] == ["Paris", "Rome", ""]
+    assert sorted(c["choices"][0]["text"] for c in chunks[:-1]) == ["", "Paris", "Rome"]  # as they came
     last = chunks[-1]
     assert last["choices"] == []
     assert last["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}  # prompt once
@@ -128,6 +128,56 @@ def test_concurrent_fan_out_ends_at_a_requests_failure_and_closes_every_request(
     assert fan_out.failure is broken
     assert fan_out.usage is None
     assert all(source.closed for source in sources)
+
+
+def test_concurrent_fan_out_sends_the_first_chunks_of_one_request_without_waiting_for_the_others() -> None:
+    # Against an upstream that serves one request at a time (llama-server with one slot), the second
+    # sample starts once the first ended: the first sample's chunks go out as they come, not after it.
+    info = _info()
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        first = _Scripted(info, [])
+        first._batches = [[_chunk(first.identity, 0, "Paris")], [_chunk(first.identity, 0, "!", "stop")]]
+        second = _Scripted(info, [[_chunk(first.identity, 1, "Rome", "stop")]], delay=0.3)
+        fan_out = ConcurrentFanOut([first, second], info, _nowhere())  # type: ignore[list-item]
+        async with asyncio.timeout(0.2):  # the second sample has sent nothing yet
+            started = await fan_out.start()
+        rest = []
+        while (batch := await fan_out.next_batch()) is not None:
+            rest += batch
+        return [c["choices"][0]["text"] for c in started], [c["choices"][0]["text"] for c in rest]
+
+    started, rest = asyncio.run(scenario())
+    assert started == ["Paris"]
+    assert rest == ["!", "Rome"]
+
+
+def test_concurrent_fan_out_answers_a_request_refused_before_any_chunk_with_its_status() -> None:
+    info = _info()
+    refused = APIError.make("'max_tokens' must be positive", 400, param="max_tokens")
+
+    async def scenario() -> tuple[list[_Scripted], BaseException | None]:
+        first = _Scripted(info, [], delay=0.2)
+        first._batches = [[_chunk(first.identity, 0, "Paris")]]
+        second = _Scripted(info, [], fails=refused)
+        second.start = _refuse(refused)  # type: ignore[method-assign]
+        fan_out = ConcurrentFanOut([first, second], info, _nowhere())  # type: ignore[list-item]
+        try:
+            await fan_out.start()
+        except APIError as raised:
+            return [first, second], raised
+        return [first, second], None
+
+    sources, raised = asyncio.run(scenario())
+    assert raised is refused
+    assert all(source.closed for source in sources)
+
+
+def _refuse(error: APIError) -> Any:
+    async def start() -> list[dict[str, Any]]:
+        raise error
+
+    return start
 
 
 def test_serial_fan_out_starts_each_request_after_the_last_one_answered() -> None:
