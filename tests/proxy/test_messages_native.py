@@ -167,6 +167,76 @@ def test_a_stop_sequence_met_is_said_so_q89(stream: bool) -> None:
     assert (ended["stop_reason"], ended["stop_sequence"]) == ("stop_sequence", "e")
 
 
+def _continuing(texts: list[str]) -> Any:
+    """llama-server's own /v1/messages with ``--jinja`` answering a final assistant turn: the turn's
+    text written again before its continuation, as its chat route does."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (raw := await read_request(reader)) is not None:
+            asked = json.loads(raw.split(b"\r\n\r\n", 1)[1] or b"{}")
+            if not asked.get("stream"):
+                content = [{"type": "text", "text": "".join(texts)}]
+                writer.write(json_answer({**_MESSAGE, "content": content, "stop_reason": "end_turn"}))
+                continue
+            text: list[dict[str, Any]] = [
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+                for piece in texts
+            ]
+            events = [
+                {"type": "message_start", "message": _MESSAGE},
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                *text,
+                {"type": "content_block_stop", "index": 0},
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": 3},
+                },
+                {"type": "message_stop"},
+            ]
+            data = b"".join(
+                f"event: {e['type']}\n".encode() + b"data: " + json.dumps(e).encode() + b"\n\n"
+                for e in events
+            )
+            writer.write(sse_head() + http_chunk(data) + b"0\r\n\r\n")
+            await writer.drain()
+
+    return handler
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("texts", "answered"),
+    [
+        (["1, 2, 3, 4,", " 5", ", 6"], " 5, 6"),  # written again first (llama-server --jinja)
+        (["1, 2,", " 3, 4, 5"], " 5"),  # over two deltas
+        ([" 5", ", 6"], " 5, 6"),  # only the continuation: as it came
+        (["1, 2"], "1, 2"),  # the prefill's start, then the end: held, then sent as it came
+    ],
+)
+def test_a_prefilled_answer_is_its_continuation_alone(texts: list[str], answered: str, stream: bool) -> None:
+    """Found by black-box testing: the proxy took this out of the translated answer only, and
+    ``--messages native`` in front of llama-server --jinja passed the prefill on written twice."""
+    turns = [{"role": "user", "content": "Count to ten"}, {"role": "assistant", "content": "1, 2, 3, 4,"}]
+    asked = {**HELLO, "messages": turns, "stream": stream}
+    with raw_server(_continuing(texts)) as (upstream, _), run_proxy(upstream, messages="native") as url:
+        response = httpx.post(url + "/v1/messages", json=asked, timeout=10)
+    judged(response.content, asked, response.status_code, response.headers)
+    if stream:
+        events = message_events(response.content)
+        deltas = [e["delta"]["text"] for e in events if e["type"] == "content_block_delta"]
+        assert all(deltas)  # no empty delta for the text held
+        assert "".join(deltas) == answered
+        assert [e["type"] for e in events[-4:]] == [
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+        ]
+    else:
+        assert response.json()["content"] == [{"type": "text", "text": answered}]
+
+
 def test_a_native_stream_cut_short_ends_with_an_error_event() -> None:
     with raw_server(_native(cut=True)) as (upstream, _), run_proxy(upstream, messages="native") as url:
         response = httpx.post(url + "/v1/messages", json={**HELLO, "stream": True}, timeout=10)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import messages_error
-from .response import Signature, continuation, message_object, message_usage, new_id, stop_reason
+from .response import PrefillEcho, Signature, message_object, message_usage, new_id, stop_reason
 
 __all__ = ["MessageEvents"]
 
@@ -37,10 +37,7 @@ class MessageEvents:
     def __init__(self, model: str, stops: tuple[str, ...] = (), prefill: str = "") -> None:
         self.model = model
         self.stops = stops
-        self._prefill = prefill
-        """The request's final assistant text while the answer's text may still begin with it
-        (``continuation``); "" once it cannot."""
-        self._held = ""  # the answer's text so far while it is the start of ``_prefill``
+        self._echo = PrefillEcho(prefill)  # the request's final assistant text, which the answer continues
         self.message_id = new_id("msg")
         self.usage: Mapping[str, Any] | None = None
         self.prompt_tokens = 0
@@ -89,7 +86,7 @@ class MessageEvents:
             out += self._text("thinking", thinking)
         text = delta.get("content")
         if text and type(text) is str:
-            text = self._unechoed(text) if self._prefill else text
+            text = self._echo.text(text) if self._echo.prefill else text
             if text:
                 out += self._text("text", text)
         calls = delta.get("tool_calls")
@@ -113,22 +110,10 @@ class MessageEvents:
         out.append({"type": "content_block_delta", "index": self._index, "delta": delta})
         return out
 
-    def _unechoed(self, text: str) -> str:
-        """The text to send of ``text``: none while the answer so far may be the prefill written again,
-        what follows it once it was, and all that was held once it is not (``continuation``)."""
-        held, prefill = self._held + text, self._prefill
-        if len(held) < len(prefill) and prefill.startswith(held):
-            self._held = held
-            return ""
-        self._prefill = self._held = ""
-        return continuation(held, prefill)
-
     def _release(self) -> list[dict[str, Any]]:
         """The text held as a possible prefill, sent as it is: anything else came after it."""
-        if not self._held:
-            return []
-        held, self._prefill, self._held = self._held, "", ""
-        return self._text("text", held)
+        held = self._echo.release()
+        return self._text("text", held) if held else []
 
     def _call(self, fragment: Mapping[str, Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..front_end import named_events
 from .errors import messages_error
-from .response import STOP_REASONS, new_id
+from .response import STOP_REASONS, PrefillEcho, continuation, new_id
 
 __all__ = ["NativeMessages", "normalize_message"]
 
@@ -36,9 +36,9 @@ def _stop_reason(value: Any, matched: Any) -> Any:
     return "stop_sequence" if reason == "end_turn" and isinstance(matched, str) else reason
 
 
-def normalize_message(message: dict[str, Any], model: str | None) -> dict[str, Any]:
+def normalize_message(message: dict[str, Any], model: str | None, prefill: str = "") -> dict[str, Any]:
     """An upstream's ``Message`` with the proxy's ids and model, its usage whole, its stop reason in
-    Anthropic's words."""
+    Anthropic's words, and its text the ``prefill``'s continuation alone (``continuation``)."""
     message["id"] = new_id("msg")
     message["type"] = "message"
     message["role"] = "assistant"
@@ -52,6 +52,8 @@ def normalize_message(message: dict[str, Any], model: str | None) -> dict[str, A
             block["id"] = new_id("toolu")
             if not isinstance(block.get("input"), dict):
                 block["input"] = {}
+        elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            block["text"], prefill = continuation(block["text"], prefill), ""  # the answer's first text
     return message
 
 
@@ -59,8 +61,12 @@ class NativeMessages:
     """One answer of an upstream's own ``/v1/messages``: the protocol's
     :class:`conformance.protocols.front_end.NativeStream`."""
 
-    def __init__(self, model: str | None) -> None:
+    def __init__(self, model: str | None, prefill: str = "") -> None:
+        """``prefill``: the request's final assistant text, which the answer continues; llama-server
+        with ``--jinja`` writes it again first on its own endpoint too."""
         self._model = model
+        self._echo = PrefillEcho(prefill)
+        self._echo_index = 0  # the block whose text ``_echo`` holds
         self._ended = False
         self._open: set[int] = set()
         self._blocks = 0
@@ -75,6 +81,11 @@ class NativeMessages:
         kind = event.get("type")
         if self._ended or not isinstance(kind, str):
             return []
+        if self._echo.prefill:
+            return self._unechoed(event)
+        return self._fed(event, kind)
+
+    def _fed(self, event: dict[str, Any], kind: str) -> list[dict[str, Any]]:
         if kind == "message_start" and isinstance(event.get("message"), dict):
             message = normalize_message(event["message"], self._model)
             message["stop_reason"] = None
@@ -89,6 +100,26 @@ class NativeMessages:
             self._ended = True
             return [*out, event]
         return [event]
+
+    def _unechoed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """``event`` while the answer may still begin with the prefill written again: its text held
+        until that is known (``PrefillEcho``), and sent on before whatever comes next."""
+        out = self._fed(event, event["type"])
+        delta = event.get("delta")
+        if (
+            event["type"] == "content_block_delta"
+            and isinstance(delta, dict)
+            and delta.get("type") == "text_delta"
+        ):
+            text = delta.get("text")
+            if isinstance(text, str):
+                self._echo_index = event["index"]
+                delta["text"] = self._echo.text(text)
+                return out if delta["text"] else []
+        if not self._echo.holding:
+            return out
+        released = {"type": "text_delta", "text": self._echo.release()}
+        return [{"type": "content_block_delta", "index": self._echo_index, "delta": released}, *out]
 
     def _block(self, event: dict[str, Any], kind: str) -> None:
         """The block's index in the proxy's order (from 0, as blocks start), its call's id the proxy's."""
@@ -130,7 +161,7 @@ class NativeMessages:
         return [messages_error(dict(error or {}))]
 
     def whole(self, body: dict[str, Any]) -> dict[str, Any]:
-        return normalize_message(body, self._model)
+        return normalize_message(body, self._model, self._echo.prefill)
 
     def encode(self, events: list[dict[str, Any]]) -> bytes:
         return named_events(events)

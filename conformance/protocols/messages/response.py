@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "STOP_REASONS",
+    "PrefillEcho",
     "Signature",
     "call_input",
     "continuation",
@@ -137,6 +138,36 @@ def continuation(text: str, prefill: str) -> str:
     again before its continuation (``"1, 2, 3, 4, 5"`` for ``"1, 2, 3, 4,"``; found by black-box
     testing), which a client joining the two got twice."""
     return text[len(prefill) :] if prefill and text.startswith(prefill) else text
+
+
+class PrefillEcho:
+    """A streamed answer's text without the prefill it may begin with (``continuation``), as it comes:
+    none while the answer so far may be the prefill written again, what follows it once it was, and all
+    that was held once it is not."""
+
+    def __init__(self, prefill: str) -> None:
+        self.prefill = prefill
+        """The request's final assistant text while the answer may still begin with it; "" once not."""
+        self._held = ""  # the answer's text so far while it is the start of ``prefill``
+
+    @property
+    def holding(self) -> bool:
+        """Whether some of the answer's text is held (it may be the prefill written again)."""
+        return bool(self._held)
+
+    def text(self, text: str) -> str:
+        """The part of the answer's next ``text`` to send now."""
+        held, prefill = self._held + text, self.prefill
+        if len(held) < len(prefill) and prefill.startswith(held):
+            self._held = held
+            return ""
+        self.prefill = self._held = ""
+        return continuation(held, prefill)
+
+    def release(self) -> str:
+        """The text held as a possible prefill, to send as it is: something else came after it."""
+        held, self.prefill, self._held = self._held, "", ""
+        return held
 
 
 def _blocks(message: Mapping[str, Any], cut: bool) -> list[dict[str, Any]]:

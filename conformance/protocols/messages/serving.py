@@ -58,9 +58,8 @@ class MessagesTranslation(Translation):
         assert self._chat is not None, "a refused translation has no chat output"
         return MessagesOutput(model, self._chat.stop_sequences, self._chat.prefill)
 
-    @staticmethod
-    def _native_answer(model: str | None, sampling: Mapping[str, float] | None = None) -> NativeStream:
-        return NativeMessages(model)
+    def _native_answer(self, model: str | None, sampling: Mapping[str, float] | None = None) -> NativeStream:
+        return NativeMessages(model, "" if self._chat is None else self._chat.prefill)
 
 
 class MessagesFrontEnd(FrontEnd):
