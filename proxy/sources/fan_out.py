@@ -73,6 +73,8 @@ class ConcurrentFanOut(_FanOut):
         self._starting: list[asyncio.Task[list[dict[str, Any]]]] = []  # each request's ``start()``
         self._tasks: list[asyncio.Task[None]] = []  # each request's chunks read on into the queue
         self._live = 0
+        self._shown = 0  # the choices below this index have come (or ended), each in its turn
+        self._held: dict[int, list[dict[str, Any]]] = {}  # chunks of choices above one still to come
 
     async def start(self) -> list[dict[str, Any]]:
         # The places of all the requests, taken together: each of them needs one before any is sent, and
@@ -112,26 +114,45 @@ class ConcurrentFanOut(_FanOut):
         return True
 
     async def _first_chunks(self) -> list[dict[str, Any]]:
-        """The first chunks of whichever request has some first, sent at once: against an upstream that
-        serves one request at a time (llama-server with one slot) the others wait for the first to end,
-        and waiting for every request's first chunks held the whole first sample back (3.6 s of 120
-        tokens). A request that fails before any chunk was sent fails the response with its status."""
+        """The first chunks to send, as soon as there are some: against an upstream that serves one
+        request at a time (llama-server with one slot) the others wait for the first to end, and waiting
+        for every request's first chunks held the whole first sample back (3.6 s of 120 tokens). A
+        request that fails before any chunk was sent fails the response with its status."""
         return await self._next_of_any() or []
 
     async def _next_of_any(self) -> list[dict[str, Any]] | None:
-        """The next batch of any request (None once every one ended); a request's failure raised."""
+        """The next chunks to send of any request (None once every one ended); a request's failure
+        raised."""
         while self._live:
             position, batch = await self._queue.get()
             source = self._sources[position]
             self.upstream_status = max(self.upstream_status or 0, source.upstream_status or 0)
             if isinstance(batch, APIError):
                 raise batch
-            if batch is not None:
-                return self._strip_usage(batch)
-            self._live -= 1
-            if source.failure is not None:
-                raise source.failure
+            if batch is None:  # it ended: the choices above it need not wait for it any longer
+                self._live -= 1
+                if source.failure is not None:
+                    raise source.failure
+                chunks = []
+            elif not (chunks := self._strip_usage(batch)):
+                continue
+            if sendable := self._in_order(position, chunks):
+                return sendable
         return None
+
+    def _in_order(self, position: int, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What may be sent now of request ``position``'s ``chunks`` (its choice's index), with whatever
+        was held for it: a choice first seen before a lower index would be taken for that one by a
+        client that appends choices as they come (openai-python's stream accumulator does), so a choice
+        waits until each lower one has come or ended; one that ended comes with ``[]``."""
+        if position < self._shown:
+            return chunks
+        self._held.setdefault(position, []).extend(chunks)
+        sendable: list[dict[str, Any]] = []
+        while self._shown in self._held:
+            sendable += self._held.pop(self._shown)
+            self._shown += 1
+        return sendable
 
     async def _pump(
         self, position: int, source: UpstreamSource, started: asyncio.Task[list[dict[str, Any]]]

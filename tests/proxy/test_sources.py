@@ -152,6 +152,37 @@ def test_concurrent_fan_out_sends_the_first_chunks_of_one_request_without_waitin
     assert rest == ["!", "Rome"]
 
 
+def test_concurrent_fan_out_sends_no_choice_before_a_lower_one() -> None:
+    # The second sample's chunks come first (the upstream's one slot took its request first): they wait
+    # for the first sample's, as a client appending choices as they come would take them for index 0.
+    info = _info()
+
+    async def scenario() -> list[tuple[int, str]]:
+        first = _Scripted(info, [], delay=0.2)
+        first._batches = [[_chunk(first.identity, 0, "Paris")], [_chunk(first.identity, 0, "!", "stop")]]
+        second = _Scripted(
+            info, [[_chunk(first.identity, 1, "Rome")], [_chunk(first.identity, 1, ".", "stop")]]
+        )
+        fan_out = ConcurrentFanOut([first, second], info, _nowhere())  # type: ignore[list-item]
+        chunks = await _drain(fan_out)
+        return [(c["choices"][0]["index"], c["choices"][0]["text"]) for c in chunks]
+
+    assert asyncio.run(scenario()) == [(0, "Paris"), (1, "Rome"), (1, "."), (0, "!")]
+
+
+def test_concurrent_fan_out_sends_the_choices_after_one_that_ended_without_any() -> None:
+    info = _info()
+
+    async def scenario() -> list[tuple[int, str]]:
+        first = _Scripted(info, [], delay=0.1)  # ended with nothing (an empty answer)
+        second = _Scripted(info, [[_chunk(first.identity, 1, "Rome", "stop")]])
+        fan_out = ConcurrentFanOut([first, second], info, _nowhere())  # type: ignore[list-item]
+        chunks = await _drain(fan_out)
+        return [(c["choices"][0]["index"], c["choices"][0]["text"]) for c in chunks]
+
+    assert asyncio.run(scenario()) == [(1, "Rome")]
+
+
 def test_concurrent_fan_out_answers_a_request_refused_before_any_chunk_with_its_status() -> None:
     info = _info()
     refused = APIError.make("'max_tokens' must be positive", 400, param="max_tokens")
