@@ -20,13 +20,16 @@ __all__ = ["Aggregator"]
 
 
 class _Choice:
-    __slots__ = ("calls", "finish", "logprobs", "reasoning", "refusal", "text")
+    __slots__ = ("arguments", "calls", "finish", "logprobs", "reasoning", "refusal", "text")
 
     def __init__(self) -> None:
         self.text: list[str] = []
         self.refusal: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
+        # Each call's arguments in their fragments, joined once: appended to one string, a 20 MB call in
+        # 1 KB fragments took 16 s of the event loop (each fragment copied all before it).
+        self.arguments: dict[int, list[str]] = {}
         self.logprobs: dict[str, Any] | None = None
         self.finish = "stop"
 
@@ -85,16 +88,11 @@ class Aggregator:
             if reasoning:
                 self._hold(choice.reasoning, reasoning)
             for call in delta.get("tool_calls") or ():
-                current = choice.calls.get(call["index"])
-                if current is None:
-                    choice.calls[call["index"]] = {
-                        "id": call["id"],
-                        "type": "function",
-                        "function": dict(call["function"]),
-                    }
-                else:
-                    current["function"]["arguments"] += call["function"].get("arguments", "")
-                self._held += len(call["function"].get("arguments") or "") + _PART_COST
+                index, function = call["index"], call["function"]
+                if index not in choice.calls:
+                    choice.calls[index] = {"id": call["id"], "type": "function", "function": dict(function)}
+                    choice.arguments[index] = []
+                self._hold(choice.arguments[index], function.get("arguments") or "")
 
     def result(self, usage: dict[str, Any] | None) -> dict[str, Any]:
         head = self._head or {}
@@ -131,6 +129,8 @@ class Aggregator:
             "refusal": "".join(choice.refusal) or None,
         }
         if choice.calls:
+            for index, call in choice.calls.items():
+                call["function"]["arguments"] = "".join(choice.arguments[index])
             message["tool_calls"] = [choice.calls[i] for i in sorted(choice.calls)]
         if choice.reasoning:
             message[self._request.reasoning_field] = "".join(choice.reasoning)
