@@ -72,10 +72,11 @@ class Exchange:
         if self.first_token is None:
             self.first_token = time.perf_counter()
 
-    def take_usage(self, usage: dict[str, Any] | None) -> None:
-        if usage:
-            self.prompt_tokens = usage.get("prompt_tokens")
-            self.completion_tokens = usage.get("completion_tokens")
+    def take_usage(self, usage: Any) -> None:
+        """The counts of an answer's usage (an upstream's own, on a native route, may be any JSON)."""
+        if isinstance(usage, dict):
+            self.prompt_tokens = _count(usage.get("prompt_tokens"))
+            self.completion_tokens = _count(usage.get("completion_tokens"))
 
     @property
     def usage_estimated(self) -> bool:
@@ -310,3 +311,7 @@ def _log(scope: Scope, exchange: Exchange, duration: float) -> None:
         line["upstream"] = exchange.upstream
         line["queued_ms"] = exchange.queued_ms
     access_log.info(jsoncodec.dumps(line).decode())
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

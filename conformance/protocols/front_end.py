@@ -218,9 +218,16 @@ class NativeStream(Protocol):
     """One answer of an upstream that speaks the protocol itself, normalized event by event by the
     protocol (protocols/responses/native.py for the Responses API)."""
 
+    answer_name: str
+    """What a whole answer is called in the protocol ("Message", "Response"), for the errors about one."""
+
     @property
     def ended(self) -> bool:
         """Whether the protocol's terminal event was fed."""
+
+    def answers(self, body: Mapping[str, Any]) -> bool:
+        """Whether a whole body is the protocol's answer: not an error, nor another protocol's answer
+        (a chat completion sent to a client of the Messages API)."""
 
     def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """The events to send for one upstream event (none, once ``ended``)."""

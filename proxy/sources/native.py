@@ -21,6 +21,7 @@ from conformance.api_errors import APIError
 from conformance.protocols.front_end import NativeStream, Output, Pieces, pieces_of
 from conformance.sse import SSELineTooLong, SSEParser
 
+from ..errors import error_from_payload, is_error_payload
 from ..upstream import MAX_JSON_BODY, Upstream, UpstreamStream
 from .base import Source
 
@@ -68,13 +69,17 @@ class NativeSource(Source):
         headers: list[tuple[bytes, bytes]],
         answer: NativeStream,
         *,
+        streamed: bool,
         max_line_bytes: int,
     ) -> None:
+        """``streamed``: whether the client asked for a stream (an upstream that streams what was asked
+        without is refused: its events are no whole answer)."""
         self._upstream = upstream
         self._path = path
         self._body = body
         self._headers = headers
         self._answer = answer
+        self._streamed = streamed
         self._parser = SSEParser(max_line_bytes=max_line_bytes)
         self._stream: UpstreamStream | None = None
         self.output = NativeOutput(answer)
@@ -87,6 +92,14 @@ class NativeSource(Source):
         if "event-stream" not in stream.content_type:
             await self._read_whole(stream)
             return []
+        if not self._streamed:
+            name = self._answer.answer_name
+            raise APIError.make(
+                "the upstream server streamed its answer to a request asked without streaming: ask for "
+                f"it with stream: true, or serve this protocol translated (no whole {name} is read from a "
+                "stream)",
+                502,
+            )
         while (batch := await self.next_batch()) is not None:
             if batch:
                 return batch
@@ -97,9 +110,11 @@ class NativeSource(Source):
             body = jsoncodec.loads(await stream.read_all(MAX_JSON_BODY))
         except ValueError:
             body = None
-        if not isinstance(body, dict):
-            raise APIError.make("the upstream server sent a body that is not a Response", 502)
         answer = self._answer
+        if not isinstance(body, dict) or not answer.answers(body):
+            if is_error_payload(body):  # an error in a 200, as the chat route gets from some (Q21, Q45)
+                raise error_from_payload(body)
+            raise APIError.make(f"the upstream server sent a body that is not a {answer.answer_name}", 502)
         self.body = await answer.kept_body(answer.whole(body))
 
     async def next_batch(self) -> list[dict[str, Any]] | None:

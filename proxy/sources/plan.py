@@ -158,6 +158,7 @@ class RequestPlan:
             jsoncodec.dumps(body),
             headers,
             answer,
+            streamed=body.get("stream") is True,
             max_line_bytes=replica.config.max_line_bytes,
         )
         return source, source.output

@@ -61,6 +61,8 @@ class NativeMessages:
     """One answer of an upstream's own ``/v1/messages``: the protocol's
     :class:`conformance.protocols.front_end.NativeStream`."""
 
+    answer_name = "Message"
+
     def __init__(self, model: str | None, prefill: str = "") -> None:
         """``prefill``: the request's final assistant text, which the answer continues; llama-server
         with ``--jinja`` writes it again first on its own endpoint too."""
@@ -76,6 +78,11 @@ class NativeMessages:
     @property
     def ended(self) -> bool:
         return self._ended
+
+    def answers(self, body: Mapping[str, Any]) -> bool:
+        return body.get("type") == "message" or (
+            "content" in body and "choices" not in body and "error" not in body
+        )
 
     def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("type")

@@ -377,6 +377,8 @@ class NativeAnswer:
     body, whose ``store`` and ``previous_response_id`` the Response echoes; ``items``: the whole input
     it answers, stored with it."""
 
+    answer_name = "Response"
+
     def __init__(
         self,
         request: Mapping[str, Any],
@@ -401,6 +403,12 @@ class NativeAnswer:
 
     def fail(self, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         return self._events.fail(error)
+
+    def answers(self, body: Mapping[str, Any]) -> bool:
+        # A failed Response holds an ``error`` of its own: its ``object`` says what it is.
+        return body.get("object") == "response" or (
+            isinstance(body.get("output"), list) and "error" not in body
+        )
 
     def whole(self, body: dict[str, Any]) -> dict[str, Any]:
         return normalize_response(

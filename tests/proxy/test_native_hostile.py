@@ -1,0 +1,105 @@
+"""An upstream's own endpoint of a protocol (``--messages native``, ``--responses native``) answering
+what it should not: the client gets the protocol's error, never the proxy's 500, a 200 that holds no
+answer, or a local path (found by black-box testing: an event stream to a request asked without one
+was folded as chat chunks, a 500 ``KeyError``; usage that is no object, a 500 ``AttributeError``; an
+error in a 200, a chat completion, or chat chunks cut off, each a 200 with an empty answer)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import run_proxy
+from .rawserver import Record, chunk, http_chunk, json_answer, raw_server, read_request, sse_head
+
+_MESSAGES = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
+_RESPONSES = {"model": "m", "input": "Hi"}
+_PATHS = {"messages": "/v1/messages", "responses": "/v1/responses"}
+_ANTHROPIC_EVENTS = (
+    b'event: message_start\ndata: {"type": "message_start", "message": {"id": "m", "type": "message", '
+    b'"role": "assistant", "content": [], "model": "m", "usage": {"input_tokens": 1, "output_tokens": 0}}}'
+    b"\n\n"
+)
+
+
+def _answering(answer: bytes) -> Any:
+    """Every POST to the protocol's own path answered with ``answer``; anything else a 404."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (raw := await read_request(reader)) is not None:
+            if raw.startswith((b"POST /v1/messages ", b"POST /v1/responses ")):
+                writer.write(answer)
+            else:
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+
+    return handler
+
+
+def _post(protocol: str, answer: bytes) -> httpx.Response:
+    body = _MESSAGES if protocol == "messages" else _RESPONSES
+    with raw_server(_answering(answer)) as (upstream, _), run_proxy(upstream, **{protocol: "native"}) as url:
+        return httpx.post(url + _PATHS[protocol], json=body, timeout=10)
+
+
+def _error(protocol: str, response: httpx.Response) -> str:
+    """The error's message, its body in the protocol's shape."""
+    body = response.json()
+    if protocol == "messages":
+        assert body["type"] == "error", body
+    assert set(body["error"]) >= {"type", "message"}, body
+    return str(body["error"]["message"])
+
+
+PROTOCOLS = pytest.mark.parametrize("protocol", ["messages", "responses"])
+
+
+@PROTOCOLS
+@pytest.mark.parametrize("events", [_ANTHROPIC_EVENTS, chunk("Hi")], ids=["anthropic", "chat"])
+def test_a_stream_to_a_request_asked_whole_is_a_502(protocol: str, events: bytes) -> None:
+    response = _post(protocol, sse_head() + http_chunk(events) + b"0\r\n\r\n")
+    assert response.status_code == 502
+    assert "streamed its answer" in _error(protocol, response)
+
+
+@PROTOCOLS
+def test_an_error_in_a_200_is_the_upstreams_error_without_its_path(protocol: str) -> None:
+    error = {"error": {"message": "boom at /home/someone/models/gemma.gguf", "type": "server_error"}}
+    response = _post(protocol, json_answer(error))
+    assert response.status_code == 500
+    message = _error(protocol, response)
+    assert "boom" in message
+    assert "/home/someone" not in response.text
+
+
+@PROTOCOLS
+def test_another_protocols_answer_is_a_502(protocol: str) -> None:
+    message = {"role": "assistant", "content": "Hi"}
+    chat = {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"message": message}],
+    }
+    response = _post(protocol, json_answer(chat))
+    assert response.status_code == 502
+    name = "Message" if protocol == "messages" else "Response"
+    assert f"not a {name}" in _error(protocol, response)
+
+
+def test_usage_that_is_no_object_is_no_500() -> None:
+    whole = {
+        "id": "r",
+        "object": "response",
+        "status": "completed",
+        "model": "m",
+        "output": [],
+        "usage": "lots",
+    }
+    response = _post("responses", json_answer(whole))
+    assert response.status_code == 200, response.text
+    assert response.json()["object"] == "response"
