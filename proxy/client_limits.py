@@ -64,6 +64,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 
 from conformance import jsoncodec
 from conformance.openai_errors import error_body
+from conformance.protocols import protocol_for_path
 
 from . import graceful
 from .config import ProxyConfig
@@ -109,11 +110,21 @@ class _Refused(Exception):
     """Raised from a parser callback to stop parsing the rest of what the client sent."""
 
 
+def _error(path: bytes | str | None, status: int, message: str, code: str) -> bytes:
+    """The error body for a request to ``path``, in its protocol's words (Anthropic's on
+    ``/v1/messages``: its SDKs read no other), written before the request reaches its route."""
+    body = error_body(message, status, code=code)
+    protocol = protocol_for_path(path.decode("latin-1") if isinstance(path, bytes) else path)
+    if protocol is not None and protocol.error is not None:
+        body = protocol.error(body, status)
+    return jsoncodec.dumps(body)
+
+
 def _error_response(
-    status: int, message: str, code: str, default_headers: list[tuple[bytes, bytes]]
+    path: bytes | None, status: int, message: str, code: str, default_headers: list[tuple[bytes, bytes]]
 ) -> bytes:
-    """A whole OpenAI error response that closes its connection, written without the app."""
-    body = jsoncodec.dumps(error_body(message, status, code=code))
+    """A whole error response that closes its connection, written without the app."""
+    body = _error(path, status, message, code)
     head = [STATUS_LINE[status]]
     for name, value in default_headers:
         head += (name, b": ", value, b"\r\n")
@@ -124,8 +135,8 @@ def _error_response(
 
 async def _busy(scope: Scope, receive: Receive, send: Send) -> None:
     """The answer past ``--max-connections``: 503, and the connection closed after it."""
-    body = jsoncodec.dumps(
-        error_body("the proxy has too many open connections; retry later", 503, code="too_many_connections")
+    body = _error(
+        scope["path"], 503, "the proxy has too many open connections; retry later", "too_many_connections"
     )
     headers = [
         (b"content-type", b"application/json"),
@@ -460,7 +471,11 @@ class LimitedClientProtocol(HeadWithBodyProtocol):
         else:  # a head: the cycle, if any, is the previous request's
             answer = cycle is None or cycle.response_complete
         if answer:
-            self.transport.write(_error_response(status, message, code, self.server_state.default_headers))
+            # The refused request's path (its head's, as far as it came; none before its first byte).
+            path = getattr(self, "url", b"").split(b"?", 1)[0]
+            self.transport.write(
+                _error_response(path, status, message, code, self.server_state.default_headers)
+            )
         self.transport.close()
 
     def _start(self, phase: Literal["head", "body"]) -> None:

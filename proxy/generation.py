@@ -93,7 +93,7 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
             send, source, info, exchange, config.first_byte_timeout, config.upstream_api_key, front_end.error
         )
 
-    return HeldResponse(run, exchange, lambda error: source.output.cut(error))
+    return HeldResponse(run, exchange, lambda error: source.output.cut(error), front_end.error)
 
 
 def _may_be_native(serving: Serving, front_end: FrontEnd) -> bool:

@@ -49,6 +49,13 @@ async def send_json(
     await send({"type": "http.response.body", "body": _dumps(body)})
 
 
+Worded = Callable[[dict[str, Any], int], dict[str, Any]]
+
+
+def _as_is(error: dict[str, Any], status: int) -> dict[str, Any]:
+    return error
+
+
 class HeldResponse(Response):
     """An ASGI response that runs ``run(send)`` and cancels it when the client disconnects, or ends it
     when the server's shutdown deadline comes (proxy/graceful.py)."""
@@ -58,11 +65,13 @@ class HeldResponse(Response):
         run: Callable[[Send], Awaitable[None]],
         exchange: Exchange,
         cut: Callable[[dict[str, Any]], bytes] | None = CHUNKS.cut,
+        worded: Worded = _as_is,
     ) -> None:
         self._run = run
         self._exchange = exchange
         self._cut = cut
         """A stream's last event when the deadline cuts it (``Output.cut``); None: it cannot say why."""
+        self._worded = worded  # the deadline's 503 before any output, in the client's protocol
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -121,19 +130,12 @@ class HeldResponse(Response):
         self._exchange.take_error(error)  # the log line's error_code too, as for every other error
         body = error.body
         if not state["started"]:
-            await graceful.last_words(send_json(send, 503, body))
+            await graceful.last_words(send_json(send, 503, self._worded(body, 503)))
         elif state["stream"] and not state["complete"] and self._cut and (last := self._cut(body)):
             await graceful.last_words(send({"type": "http.response.body", "body": last}))
         # Any other body cut short cannot say why: uvicorn closes its connection. So too a stream cut
         # inside its last event, sent in pieces (``cut`` gives b""): nothing follows half an event (see
         # _CoalescingWriter); before, its body ended there, and its half event with it.
-
-
-Worded = Callable[[dict[str, Any], int], dict[str, Any]]
-
-
-def _as_is(error: dict[str, Any], status: int) -> dict[str, Any]:
-    return error
 
 
 async def serve_source(
@@ -199,7 +201,7 @@ async def _serve(
         elif request.stream:
             await _stream(send, source, initial, exchange, secret, output)
         else:
-            await _aggregate(send, source, initial, request, exchange, secret, output)
+            await _aggregate(send, source, initial, request, exchange, secret, output, worded)
     finally:
         await source.aclose()
 
@@ -491,6 +493,7 @@ async def _aggregate(
     exchange: Exchange,
     secret: str | None,
     output: Output,
+    worded: Worded,
 ) -> None:
     exchange.record(["seed002-aggregate"])
     aggregator = Aggregator(request)
@@ -506,7 +509,8 @@ async def _aggregate(
     if failure is not None:
         failure = failure.redacted(secret)
         exchange.take_error(failure)
-        await send_json(send, failure.status, failure.body)
+        # Nothing was sent yet: the failure is the answer, in the client's protocol as a refusal is.
+        await send_json(send, failure.status, worded(failure.body, failure.status))
         return
     body = aggregator.result(source.usage)
     exchange.take_usage(body.get("usage"))

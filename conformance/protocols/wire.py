@@ -38,6 +38,10 @@ class WireProtocol:
     native: bool = False
     """Whether an upstream may speak it itself, on its path (llama-server's ``/v1/responses``): the
     proxy then sends it there where told to (per upstream, ``--config``'s key of this name)."""
+    error: Callable[[dict[str, Any], int], dict[str, Any]] | None = None
+    """An OpenAI error body, answered with a status, in the protocol's words (Anthropic's for the
+    Messages API); None: OpenAI's own. For the answers written before a request reaches its route (a
+    head too large, a body too slow, a server too busy)."""
     count_path: str | None = None
     """Its path that counts a request's prompt tokens (``/v1/messages/count_tokens``), if it has one:
     a recorded request there is the protocol's, its body judged without the request schema (a count

@@ -411,6 +411,25 @@ def test_sigterm_ends_a_responses_stream_with_response_failed(mode: str) -> None
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello"
 
 
+def test_sigterm_answers_a_message_asked_whole_with_anthropics_503() -> None:
+    """A whole Message still waiting at the deadline gets the 503 in the Messages API's words (it was
+    OpenAI's body, which Anthropic's SDKs do not read: found by black-box testing)."""
+    request = {"model": "gemma", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
+    with (
+        _serving_an_endless_stream(1, "--shutdown-timeout", "1") as (url, proc, _, record),
+        ThreadPoolExecutor(1) as pool,
+    ):
+        before = record.connections
+        whole = pool.submit(httpx.post, url + "/v1/messages", json=request, timeout=30)
+        wait_for(lambda: record.connections > before, timeout=10)
+        proc.terminate()
+        answer = whole.result()
+        proc.wait(timeout=30)
+    assert answer.status_code == 503
+    assert answer.json()["type"] == "error"
+    assert answer.json()["error"]["message"] == "the server is shutting down; retry the request"
+
+
 async def _endless_responses(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record
 ) -> None:

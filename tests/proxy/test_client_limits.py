@@ -308,3 +308,39 @@ def test_a_connection_past_max_connections_gets_a_short_head_timeout() -> None:
         first.sendall(HEALTH)  # the first still has its 30 s
         first.settimeout(5)
         assert first.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+
+def _anthropic_error(response: bytes) -> tuple[int, dict[str, object]]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    answer = json.loads(body)
+    assert answer["type"] == "error", answer
+    return int(head.split(b" ", 2)[1]), answer["error"]
+
+
+MESSAGES_HEAD = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: " + KEY.encode() + b"\r\n"
+
+
+def test_the_answers_before_the_route_are_in_the_messages_apis_words_on_its_path() -> None:
+    """A head too large, a body too slow, a server too busy: answered before the route, they were
+    OpenAI's error bodies on ``/v1/messages`` too, which Anthropic's SDKs do not read (found by black-box
+    testing)."""
+    with _proxy(client_timeout=0.5) as address:
+        with socket.create_connection(address) as sock:
+            sock.sendall(MESSAGES_HEAD + b"x-big: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n")
+            status, error = _anthropic_error(_read_all(sock))
+        assert (status, error["type"]) == (431, "invalid_request_error")
+        with socket.create_connection(address) as sock:
+            sock.sendall(MESSAGES_HEAD + b"content-length: 10\r\n\r\n{")
+            status, error = _anthropic_error(_read_all(sock))
+        assert status == 408
+        assert "request body" in str(error["message"])
+    with _proxy(max_connections=1) as address:
+        idle = socket.create_connection(address)
+        try:
+            time.sleep(0.2)  # accepted
+            with socket.create_connection(address) as sock:
+                sock.sendall(MESSAGES_HEAD + b"content-length: 2\r\n\r\n{}")
+                status, error = _anthropic_error(_read_all(sock))
+            assert (status, error["type"]) == (503, "overloaded_error")
+        finally:
+            idle.close()

@@ -103,3 +103,24 @@ def test_usage_that_is_no_object_is_no_500() -> None:
     response = _post("responses", json_answer(whole))
     assert response.status_code == 200, response.text
     assert response.json()["object"] == "response"
+
+
+def test_a_stream_that_breaks_off_under_a_message_asked_whole_is_anthropics_error() -> None:
+    """Translated, not native: the upstream streams (as it may when asked without), then breaks off.
+    Nothing was sent yet, so the failure is the answer, and it was OpenAI's body on /v1/messages."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
+        while (raw := await read_request(reader)) is not None:
+            if not raw.startswith(b"POST /v1/chat/completions "):
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                await writer.drain()
+                continue
+            writer.write(sse_head() + http_chunk(chunk("Hi")))
+            await writer.drain()
+            writer.transport.abort()
+            return
+
+    with raw_server(handler) as (upstream, _), run_proxy(upstream) as url:
+        response = httpx.post(url + "/v1/messages", json=_MESSAGES, timeout=10)
+    assert response.status_code == 502
+    _error("messages", response)

@@ -4,6 +4,7 @@ probes."""
 from __future__ import annotations
 
 from ..wire import WireProtocol
+from .errors import messages_error
 from .probes import PROBES
 from .request import COUNT_PATH, PATH, SCHEMA, read_request
 from .stream_rules import RULES
@@ -19,5 +20,6 @@ MESSAGES = WireProtocol(
     probes=PROBES,
     rules=RULES,
     native=True,
+    error=messages_error,
     count_path=COUNT_PATH,
 )
