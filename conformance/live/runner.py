@@ -36,7 +36,8 @@ Outcome = Literal["pass", "warn", "fail", "unsupported"]
 
 
 class ServerUnreachable(Exception):
-    """No connection could be made, or nothing there speaks the API: nothing can be checked."""
+    """No connection could be made, nothing there speaks the API, or it refuses the key (or its
+    absence): nothing can be checked."""
 
 
 @dataclass
@@ -72,18 +73,26 @@ def require_api(client: httpx.Client) -> None:
     /v1/models`` nor ``POST /v1/chat/completions`` is there (both 404). A wrong base path (``/v2``) made
     every probe a 404 that the report read as 16 missing features and 29 warnings (issue 32)."""
     try:
-        if client.get("/v1/models").status_code != 404:
-            return
-        if client.post("/v1/chat/completions", json={}).status_code != 404:
-            return
+        listed = client.get("/v1/models")
+        asked = client.post("/v1/chat/completions", json={})
     except httpx.ConnectError as exc:
         raise ServerUnreachable(f"cannot connect to {client.base_url} ({exc})") from None
     except httpx.HTTPError:
         return  # a server that answers oddly is what the probes are for
-    raise ServerUnreachable(
-        f"nothing at {client.base_url} answers the OpenAI API: GET /v1/models and POST "
-        "/v1/chat/completions are both 404. Give the server's root or its /v1 (http://host:port/v1)."
-    )
+    statuses = {listed.status_code, asked.status_code}
+    if statuses == {404}:
+        raise ServerUnreachable(
+            f"nothing at {client.base_url} answers the OpenAI API: GET /v1/models and POST "
+            "/v1/chat/completions are both 404. Give the server's root or its /v1 (http://host:port/v1)."
+        )
+    if statuses <= {401, 403}:
+        # Every probe would be refused alike, and the report would read the refusals as the server's
+        # deviations (a CI job without its key got exit 1 and 20 "errors"; found by black-box testing).
+        given = "the key given" if "authorization" in client.headers else "no key"
+        raise ServerUnreachable(
+            f"{client.base_url} refuses requests with {given} (GET /v1/models and POST /v1/chat/completions "
+            f"answered HTTP {' and '.join(str(s) for s in sorted(statuses))}): give its key with --api-key"
+        )
 
 
 def default_model(client: httpx.Client) -> str:

@@ -124,6 +124,23 @@ def test_a_base_where_nothing_answers_the_api_exits_2_with_one_line(
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("key", [None, "sk-wrong"])
+def test_a_server_that_refuses_the_key_exits_2_with_one_line(
+    key: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without its key every probe was refused alike, and the report read the 401s as the server's
+    deviations: exit 1, 20 errors and 31 unsupported features (found by black-box testing)."""
+    from tests.proxy.conftest import serve_proxy
+
+    with serve_proxy("http://127.0.0.1:9", upstream_kind="openai", api_key="sk-right") as (url, _):
+        assert main(["check", url, *(["--api-key", key] if key else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "answered HTTP 401" in err
+    assert ("the key given" if key else "no key") in err
+    assert "--api-key" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_unknown_probe_name_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "http://127.0.0.1:9", "--only", "no-such-probe"]) == 2
     assert "no-such-probe" in capsys.readouterr().err
