@@ -228,6 +228,7 @@ def _judge_stream(ctx: Context, chunks: Iterable[bytes], *, excerpt: bool = Fals
     except SSELineTooLong as exc:
         ctx.error("sse-line-too-long", str(exc), event=ctx.last_event, quirk="spec")
     framing.bom(ctx, parser.bom)
+    framing.not_utf8(ctx, parser.not_utf8)
     if ctx.intent == intents.HANG_UP:
         # The client closed the stream on purpose: its end is not the server's, but usage sent
         # unasked on the events that came is (issue 33: ik_llama.cpp's usage on every chunk).

@@ -80,6 +80,9 @@ class SSEParser:
         self._block_bytes = 0
         self.bom = False
         """True when the stream began with a UTF-8 BOM (stripped, as WHATWG says; openai-python chokes)."""
+        self.not_utf8: int | None = None
+        """The index of the first block with bytes that are not UTF-8 (read as U+FFFD, as WHATWG says;
+        openai-python raises ``UnicodeDecodeError``); None while there is none."""
 
     def feed(self, chunk: bytes) -> list[SSEBlock]:
         if not chunk:
@@ -150,7 +153,8 @@ class SSEParser:
     def block_of(self, data: bytes) -> SSEBlock:
         """The block of one event's data out of ``data_events``, as ``feed`` would have made it (but for
         its index and offset: nothing that reads a relayed stream asks for them)."""
-        return SSEBlock(index=self._blocks - 1, offset=self._consumed, data=data.decode("utf-8", "replace"))
+        index = self._blocks - 1
+        return SSEBlock(index=index, offset=self._consumed, data=self._text(data, index))
 
     def close(self) -> SSEBlock | None:
         """End of stream: returns the cut-off block, if any (marked ``complete=False``)."""
@@ -175,6 +179,14 @@ class SSEParser:
         self._block_bytes = 0
         return block
 
+    def _text(self, raw: bytes, index: int) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            if self.not_utf8 is None:
+                self.not_utf8 = index
+            return raw.decode("utf-8", "replace")
+
     def _add_data(self, block: SSEBlock, value: str) -> None:
         if block.data is None:
             block.data = value
@@ -198,9 +210,9 @@ class SSEParser:
             if self._block_bytes > self._max_line:
                 raise SSELineTooLong(f"an SSE event exceeded {self._max_line} bytes without its blank line")
         if raw[:6] == b"data: ":  # the usual line, without the general parsing below
-            self._add_data(block, raw[6:].decode("utf-8", "replace"))
+            self._add_data(block, self._text(raw[6:], block.index))
             return
-        line = raw.decode("utf-8", "replace")
+        line = self._text(raw, block.index)
         if line[0] == ":":
             block.comments.append(line[1:].removeprefix(" "))
             return

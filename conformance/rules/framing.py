@@ -21,6 +21,7 @@ __all__ = [
     "event_field",
     "id_field",
     "nonstandard_field",
+    "not_utf8",
     "retry_field",
     "stream_empty",
 ]
@@ -33,6 +34,19 @@ def bom(ctx: Context, had_bom: bool) -> None:
             "sse-bom",
             "stream starts with a UTF-8 BOM; openai-python drops the first event",
             event=0,
+            quirk="spec",
+        )
+
+
+def not_utf8(ctx: Context, first: int | None) -> None:
+    """Bytes that are not UTF-8 (a character split across events): SSE is UTF-8, and openai-python
+    raises ``UnicodeDecodeError`` on the stream (a non-streamed body so made is no JSON)."""
+    if first is not None:
+        ctx.error(
+            "sse-not-utf8",
+            "the stream holds bytes that are not UTF-8 (a character cut across events?); openai-python "
+            "raises UnicodeDecodeError",
+            event=first,
             quirk="spec",
         )
 

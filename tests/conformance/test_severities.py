@@ -149,6 +149,7 @@ SEVERITIES = {
     "role-repeated": ERROR,
     "schema": ERROR,
     "sse-bom": ERROR,
+    "sse-not-utf8": ERROR,
     "sse-comment": WARNING,
     "sse-cut-off": ERROR,
     "sse-empty-data": ERROR,

@@ -77,6 +77,18 @@ def test_bom_is_stripped_even_split_across_reads_and_reported(cut: bool) -> None
     assert rules(body) == ({"sse-bom"}, set())
 
 
+def test_bytes_that_are_not_utf8_are_read_as_replacements_and_reported() -> None:
+    """A character cut across two events (its first two bytes in one): read as U+FFFD as WHATWG says,
+    but openai-python raises UnicodeDecodeError on the stream (found by black-box testing)."""
+    cut = CHUNK.replace(b'"hi"', b'"hi \xf0\x9f"')
+    body = b"data: " + cut + b"\n\ndata: " + FINAL + b"\n\ndata: [DONE]\n\n"
+    parser = SSEParser()
+    first = parser.feed(body)[0]
+    assert parser.not_utf8 == 0
+    assert "hi \ufffd" in first.data
+    assert rules(body) == ({"sse-not-utf8"}, set())
+
+
 def test_crlf_split_across_reads_is_one_line_end() -> None:
     split_crlf = blocks(b"data: a\r", b"\n\r", b"\ndata: b\r\n\r\n")
     assert whatwg_view(split_crlf) == whatwg_view(blocks(b"data: a\n\ndata: b\n\n"))
