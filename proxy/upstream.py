@@ -126,6 +126,10 @@ class UpstreamStream:
     async def read_all(self, limit: int) -> bytes:
         body, complete = await self.read_upto(limit)
         if not complete:
+            # Let go of what was read first: the error's traceback keeps this frame while the error lives
+            # on (the request's log entry), and 64 MiB per refused answer stayed until a collection ran
+            # (found by black-box testing: 189 -> 640 MB over 7 requests).
+            del body
             raise UpstreamInvalidData.of("the upstream response is too large")
         return body
 

@@ -595,3 +595,34 @@ def test_a_call_streamed_in_many_fragments_is_held_in_linear_time() -> None:
     arguments = aggregator.result(None)["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     assert len(arguments) == 1 + 16 * 1024 * 1024
     assert spent < 3.0, spent  # appended to one string: about 13 s of CPU
+
+
+def test_an_answer_over_the_cap_is_let_go_of_while_its_error_lives_on() -> None:
+    """The error of an answer over the cap is kept (the request's log entry) with its traceback, which
+    held what was read, 64 MiB each, until a collection ran (189 -> 640 MB over 7 requests)."""
+    import gc
+
+    from conformance.api_errors import APIError
+    from proxy.upstream import UpstreamStream
+
+    class Endless(UpstreamStream):
+        def __init__(self) -> None:  # no response: ``read`` is all read_all asks
+            pass
+
+        async def read(self, timeout: float | None = None) -> bytes | None:  # noqa: ASYNC109
+            return b"x" * (1 << 20)
+
+    gc.disable()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        try:
+            asyncio.run(Endless().read_all(8 << 20))
+        except APIError as refused:
+            kept = refused
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert "too large" in str(kept)
+    assert held < 2 << 20, held  # what was read (9 MiB and its join) is not among it
