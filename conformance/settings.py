@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -23,6 +24,7 @@ __all__ = [
     "Setting",
     "add_settings",
     "boolean",
+    "check_can_listen",
     "comma_list",
     "integer",
     "non_negative_integer",
@@ -45,6 +47,18 @@ class CommandError(Exception):
 T = TypeVar("T")
 PREFIX = "CONFORMANT_"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """A ``CommandError`` now, in one line, where the address is taken (uvicorn would log its own error
+    and exit 1, or 3 for ``replay-server``, after the command said it was listening)."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(addresses[0][0], socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(addresses[0][4])
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def variable(name: str) -> str:

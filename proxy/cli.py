@@ -16,7 +16,7 @@ import httpx
 
 from conformance.protocols.responses.store_settings import opened_store
 from conformance.protocols.spooled_text import temporary_file_problem
-from conformance.settings import CommandError, add_settings
+from conformance.settings import CommandError, add_settings, check_can_listen
 
 from .config import SERVE_SETTINGS, UpstreamKind, proxy_config
 
@@ -113,17 +113,6 @@ def _warn_if_no_temporary_files() -> None:
         print(f"conformant serve: {problem}", file=sys.stderr, flush=True)
 
 
-def _check_can_listen(host: str, port: int) -> None:
-    """Fail now, in one line, if the address is taken (uvicorn would log its own error and exit 1)."""
-    try:
-        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        with socket.socket(addresses[0][0], socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-            probe.bind(addresses[0][4])
-    except OSError as exc:
-        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-
-
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on now (the OS picks it)."""
     with socket.socket() as sock:
@@ -215,7 +204,7 @@ def _checked_start(args: argparse.Namespace) -> tuple[str | None, str]:
         # One line now, not the backend's start, its error and its exit status (issue 32).
         raise CommandError(f"--model {args.model}: no such file")
     _not_itself([args.upstream] if args.upstream else routed_urls, args.host, args.port)
-    _check_can_listen(args.host, args.port)
+    check_can_listen(args.host, args.port)
     store = opened_store(args, "serve").location  # every worker opens this one (a file or a database)
     if args.upstream:
         _warn_if_silent(args.upstream)  # (last: a mistake above is the one line printed)

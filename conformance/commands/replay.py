@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from conformance.replay import create_replay_app, load_corpus
-from conformance.settings import CommandError
+from conformance.settings import CommandError, check_can_listen
 from conformance.transcript import Transcript, TranscriptError, discover
 
 __all__ = ["parse_pace", "register", "run"]
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     transcripts = _transcripts(args)
+    check_can_listen(args.host, args.port)
     print(f"replaying {len(transcripts)} transcripts on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(
         create_replay_app(transcripts, pace=args.pace), host=args.host, port=args.port, log_level="warning"

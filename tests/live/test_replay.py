@@ -166,3 +166,21 @@ def test_replay_command_rejects_bad_input(capsys: pytest.CaptureFixture[str], tm
         main(["replay-server", "--corpus", "--pace", "fast"])
     assert parse_pace("none") is None
     assert parse_pace("0.5") == 0.5
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """It said it was replaying on the port, then uvicorn's own error, exit 3 (found by black-box
+    testing); as ``serve`` says it: one line, exit 2, nothing claimed."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["replay-server", "--corpus", "--port", str(port)]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.err.strip()
+        == f"conformant replay-server: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+    assert "replaying" not in captured.out
