@@ -51,8 +51,16 @@ def load_requests(path: Path) -> list[NamedRequest]:
             raise ValueError(
                 f"{path}: neither a JSON array nor JSON lines ({exc.msg}, line {exc.lineno})"
             ) from None
+    if not items:
+        raise ValueError(f"{path}: holds no request")
     named: list[NamedRequest] = []
+    first: dict[str, int] = {}  # each transcript name, and the request that has it
     for index, item in enumerate(items, 1):
         spec = _spec(item, f"{path} request {index}")
-        named.append((safe_name(item.get("name"), f"request-{index:03d}"), spec))
+        name = safe_name(item.get("name"), f"request-{index:03d}")
+        if name in first:
+            # The second would be written over the first's transcript, and nothing said it.
+            raise ValueError(f"{path}: requests {first[name]} and {index} are both named {name!r}")
+        first[name] = index
+        named.append((name, spec))
     return named

@@ -173,6 +173,29 @@ def test_record_keeps_bytes_and_scrubs_credentials(
     assert json.loads(sidecar)["request"]["headers"] == {"x-trace": "t-1"}
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("[]", "holds no request"),
+        ('[{"name": "x", "path": "/v1/models"}, {"name": "x!", "path": "/v1/models"}]', "requests 1 and 2"),
+    ],
+    ids=["empty", "one-name-twice"],
+)
+def test_a_requests_file_without_one_name_per_request_is_refused(
+    given: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two requests named alike wrote one transcript over the other, and an empty file recorded
+    nothing, both with exit 0 (found by black-box testing): one line and exit 2, before any request."""
+    requests = tmp_path / "requests.json"
+    requests.write_text(given)
+    out = tmp_path / "out"
+    assert (
+        main(["record", f"http://127.0.0.1:{free_port()}", "--requests", str(requests), "-o", str(out)]) == 2
+    )
+    assert said in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+
+
 def test_record_one_request_from_body(replayed_llama_cpp_python: str, tmp_path: Path) -> None:
     body = json.dumps({"model": "nobody", "messages": []})
     argv = ["record", replayed_llama_cpp_python, "--body", body, "--name", "miss", "-o", str(tmp_path)]
