@@ -146,7 +146,13 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     if not args.brief:  # --brief is the whole report: one screen, without the table of probes
         console.print(_summary(results))
-    console.print(f"/v1/responses judged by the {args.profile} profile (--profile)")
+    if any(r.recording.spec.path.startswith("/v1/responses") for r in results):
+        console.print(f"/v1/responses judged by the {args.profile} profile (--profile)")
+    if unmatched := _waived_nothing(args.allow, results):
+        # A misspelt rule id waives nothing and says nothing (found by black-box testing).
+        console.print(
+            f"--allow waived nothing for: {', '.join(unmatched)} (no finding has that rule or quirk)"
+        )
     for r in results:
         r.verdict.server = args.server or args.url
     report = render([r.verdict for r in results], args.format, brief=args.brief)
@@ -155,3 +161,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(report if report.endswith("\n") else report + "\n")
     return 1 if any(r.verdict.errors for r in results) else 0
+
+
+def _waived_nothing(allowed: list[str], results: list[ProbeResult]) -> list[str]:
+    """The ``--allow`` ids that matched no finding of the run, in the order given."""
+    found = {name for r in results for f in r.waived for name in (f.rule, f.quirk or "")}
+    return [name for name in dict.fromkeys(allowed) if name not in found]

@@ -70,15 +70,17 @@ def test_markdown_lists_every_probe(
 
 
 def test_allow_waives_rules_and_quirks(
-    replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path
+    replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _, report = _check(
-        replayed_llama_cpp_python, recorded_model, tmp_path, "json", "--allow", "Q09", "usage-missing"
-    )
+    allowed = ("--allow", "Q09", "usage-missing", "usage-mising")
+    _, report = _check(replayed_llama_cpp_python, recorded_model, tmp_path, "json", *allowed)
     rules = {rule for found in findings_by_probe(report).values() for rule, _ in found}
     assert "usage-missing" not in rules
     assert "model-is-local-path" not in rules
     assert "stream-empty" in rules
+    # A misspelt id waived nothing and said nothing (found by black-box testing).
+    said = capsys.readouterr().err
+    assert "--allow waived nothing for: usage-mising (no finding has that rule or quirk)" in said
 
 
 def test_only_and_record(replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path) -> None:
