@@ -83,6 +83,19 @@ def test_allow_waives_rules_and_quirks(
     assert "--allow waived nothing for: usage-mising (no finding has that rule or quirk)" in said
 
 
+def test_a_request_the_replay_server_has_no_recording_of_is_no_response(
+    replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path
+) -> None:
+    """Its 404 ``transcript_not_found`` was judged as the replayed server's answer: "context-overflow-
+    status" and "-code" for a prompt of other length than the recording's (found by black-box testing)."""
+    out = tmp_path / "report.json"
+    args = ["check", replayed_llama_cpp_python, "--model", recorded_model, "--only", "context-overflow"]
+    assert main([*args, "--overflow-words", "10", "--format", "json", "-o", str(out)]) == 1
+    (finding,) = json.loads(out.read_text())["results"][0]["errors"]
+    assert finding["rule"] == "no-response"
+    assert "holds no recording of this request" in finding["message"]
+
+
 def test_only_and_record(replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path) -> None:
     status, report = _check(
         replayed_llama_cpp_python,
