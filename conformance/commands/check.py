@@ -20,7 +20,7 @@ from conformance.live.runner import (
     require_api,
     run_probes,
 )
-from conformance.probe import ProbeContext
+from conformance.probe import Probe, ProbeContext
 from conformance.report import FORMATS, render
 from conformance.rules.context import OPEN_RESPONSES_PROFILE, PROFILES
 from conformance.settings import CommandError
@@ -106,6 +106,22 @@ def run(args: argparse.Namespace) -> int:
         for probe in PROBES:
             print(f"{probe.name:28} {probe.summary}")
         return 0
+    probes = _checked(args)
+    console = Console(stderr=True)
+    results = _probed(args, probes, console)
+    _tell(console, args, results)
+    for r in results:
+        r.verdict.server = args.server or args.url
+    report = render([r.verdict for r in results], args.format, brief=args.brief)
+    if args.output is not None:
+        write_report(args.output, report)
+    else:
+        sys.stdout.write(report if report.endswith("\n") else report + "\n")
+    return 1 if any(r.verdict.errors for r in results) else 0
+
+
+def _checked(args: argparse.Namespace) -> list[Probe]:
+    """The probes to run, once the command line is known to be whole (a ``CommandError`` else)."""
     if args.url is None:
         raise CommandError("give the server's BASE_URL (or --list to see the probes)")
     http_url(args.url)
@@ -121,7 +137,11 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(
                 f"--output {args.output}: cannot write the report to a folder; give a file name"
             )
-    console = Console(stderr=True)
+    return probes
+
+
+def _probed(args: argparse.Namespace, probes: list[Probe], console: Console) -> list[ProbeResult]:
+    """Every probe's result, a progress bar on ``console`` meanwhile."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
         with client_for(args.url, api_key=args.api_key, timeout=args.timeout) as client:
@@ -131,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
             )
             with Progress(*columns, console=console, transient=True) as progress:
                 task = progress.add_task(f"probing {args.url}", total=len(probes))
-                results = run_probes(
+                return run_probes(
                     client,
                     probes,
                     ctx,
@@ -144,23 +164,20 @@ def run(args: argparse.Namespace) -> int:
                 )
     except ServerUnreachable as exc:
         raise CommandError(str(exc)) from None
-    if not args.brief:  # --brief is the whole report: one screen, without the table of probes
+
+
+def _tell(console: Console, args: argparse.Namespace, results: list[ProbeResult]) -> None:
+    """What stderr says beside the report: the table of probes (not with --brief: the report is then
+    one screen), the profile Responses answers were judged by, and the --allow ids that waived nothing
+    (a misspelt rule id waived nothing and said nothing: found by black-box testing)."""
+    if not args.brief:
         console.print(_summary(results))
     if any(r.recording.spec.path.startswith("/v1/responses") for r in results):
         console.print(f"/v1/responses judged by the {args.profile} profile (--profile)")
     if unmatched := _waived_nothing(args.allow, results):
-        # A misspelt rule id waives nothing and says nothing (found by black-box testing).
         console.print(
             f"--allow waived nothing for: {', '.join(unmatched)} (no finding has that rule or quirk)"
         )
-    for r in results:
-        r.verdict.server = args.server or args.url
-    report = render([r.verdict for r in results], args.format, brief=args.brief)
-    if args.output is not None:
-        write_report(args.output, report)
-    else:
-        sys.stdout.write(report if report.endswith("\n") else report + "\n")
-    return 1 if any(r.verdict.errors for r in results) else 0
 
 
 def _waived_nothing(allowed: list[str], results: list[ProbeResult]) -> list[str]:

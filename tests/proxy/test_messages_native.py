@@ -21,7 +21,7 @@ from .rawserver import Record, http_chunk, json_answer, raw_server, read_request
 
 KEY = "upstream-secret-key"
 HELLO: dict[str, Any] = {"model": "gemma", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]}
-_MESSAGE = {
+_MESSAGE: dict[str, Any] = {
     "id": "chatcmpl-upstream",  # as llama-server's may look: not Anthropic's
     "type": "message",
     "role": "assistant",
@@ -127,24 +127,27 @@ def test_a_native_body_is_normalized() -> None:
         assert message.usage.output_tokens == 0
 
 
-def _stopped_at(sequence: str) -> Any:
-    """llama-server's own /v1/messages as measured (Q89): a stop sequence met is ``end_turn`` with
-    ``stop_sequence`` naming it, whole and in ``message_delta``."""
+def _answering(texts: list[str], ended: dict[str, Any]) -> Any:
+    """An upstream's own /v1/messages answering every request with ``texts``, ended as ``ended`` says:
+    whole, or streamed a delta a text."""
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
         while (raw := await read_request(reader)) is not None:
             asked = json.loads(raw.split(b"\r\n\r\n", 1)[1] or b"{}")
-            text = [{"type": "text", "text": "Writ"}]
-            ended = {"stop_reason": "end_turn", "stop_sequence": sequence}
             if not asked.get("stream"):
-                writer.write(json_answer({**_MESSAGE, "content": text, **ended}))
+                content = [{"type": "text", "text": "".join(texts)}]
+                writer.write(json_answer({**_MESSAGE, "content": content, **ended}))
                 continue
+            deltas: list[dict[str, Any]] = [
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+                for piece in texts
+            ]
             events = [
                 {"type": "message_start", "message": _MESSAGE},
                 {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Writ"}},
+                *deltas,
                 {"type": "content_block_stop", "index": 0},
-                {"type": "message_delta", "delta": ended, "usage": {"output_tokens": 1}},
+                {"type": "message_delta", "delta": ended, "usage": {"output_tokens": len(texts)}},
                 {"type": "message_stop"},
             ]
             data = b"".join(
@@ -155,6 +158,12 @@ def _stopped_at(sequence: str) -> Any:
             await writer.drain()
 
     return handler
+
+
+def _stopped_at(sequence: str) -> Any:
+    """llama-server's own /v1/messages as measured (Q89): a stop sequence met is ``end_turn`` with
+    ``stop_sequence`` naming it, whole and in ``message_delta``."""
+    return _answering(["Writ"], {"stop_reason": "end_turn", "stop_sequence": sequence})
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -170,38 +179,7 @@ def test_a_stop_sequence_met_is_said_so_q89(stream: bool) -> None:
 def _continuing(texts: list[str]) -> Any:
     """llama-server's own /v1/messages with ``--jinja`` answering a final assistant turn: the turn's
     text written again before its continuation, as its chat route does."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: Record) -> None:
-        while (raw := await read_request(reader)) is not None:
-            asked = json.loads(raw.split(b"\r\n\r\n", 1)[1] or b"{}")
-            if not asked.get("stream"):
-                content = [{"type": "text", "text": "".join(texts)}]
-                writer.write(json_answer({**_MESSAGE, "content": content, "stop_reason": "end_turn"}))
-                continue
-            text: list[dict[str, Any]] = [
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
-                for piece in texts
-            ]
-            events = [
-                {"type": "message_start", "message": _MESSAGE},
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                *text,
-                {"type": "content_block_stop", "index": 0},
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn"},
-                    "usage": {"output_tokens": 3},
-                },
-                {"type": "message_stop"},
-            ]
-            data = b"".join(
-                f"event: {e['type']}\n".encode() + b"data: " + json.dumps(e).encode() + b"\n\n"
-                for e in events
-            )
-            writer.write(sse_head() + http_chunk(data) + b"0\r\n\r\n")
-            await writer.drain()
-
-    return handler
+    return _answering(texts, {"stop_reason": "end_turn"})
 
 
 @pytest.mark.parametrize("stream", [False, True])
