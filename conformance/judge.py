@@ -133,6 +133,12 @@ def judge_transcript(t: Transcript, *, profile: str | None = None) -> Verdict:
     ``profile``: the specification a protocol that two define is judged by (rules/context.py); None:
     the one the transcript's sidecar names, else OpenAI's."""
     ctx = _context_for(t, profile)
+    if (missing := _replay_miss(t)) is not None:
+        # Not a server's answer but the replay server's: it holds no recording of this request (one
+        # sent with other settings than the recording's). Judged, its 404 read as the replayed server's
+        # deviations (found by black-box testing).
+        ctx.error("no-response", f"no complete response: {missing}", quirk="spec")
+        return _verdict(ctx, t)
     errors.http_status(ctx)
     acceptance.request_acceptance(ctx)
     if t.failure is not None:
@@ -144,11 +150,32 @@ def judge_transcript(t: Transcript, *, profile: str | None = None) -> Verdict:
     if answered:
         _judge_answer(ctx, t, cut=cut)
         intents.intent_findings(ctx)
+    return _verdict(ctx, t, cut=cut)
+
+
+def _verdict(ctx: Context, t: Transcript, *, cut: bool = False) -> Verdict:
     source = str(t.body_path) if t.body_path is not None else t.name
     findings = ctx.sink.close()
     if cut:
         findings = [f for f in findings if f.rule not in EXCERPT_QUIET_RULES]
     return Verdict(source, ctx.endpoint, ctx.stream, findings, server=t.server, excerpt=t.excerpt)
+
+
+def _replay_miss(t: Transcript) -> str | None:
+    """Why a replay server answered with no recording, where that is the answer: its 404 with the code
+    ``transcript_not_found``, which no server it replays sends (conformance/replay/app.py)."""
+    if t.status != 404 or t.failure is not None:
+        return None
+    try:
+        error = json.loads(t.read_body()[:65536]).get("error")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(error, dict) or error.get("code") != "transcript_not_found":
+        return None
+    return (
+        "the replay server holds no recording of this request (recorded with other settings? the bundled "
+        "corpus was recorded with --overflow-words 3000)"
+    )
 
 
 def _context_for(t: Transcript, profile: str | None) -> Context:

@@ -218,7 +218,10 @@ def _take_sidecar(transcript: Transcript, sidecar: dict[str, Any], side_path: Pa
         raise TranscriptError(f"{side_path}: 'response' must be an object")
     transcript.request = request
     status = response.get("status")
-    transcript.status = status if isinstance(status, int) else None
+    if status is not None and (not isinstance(status, int) or isinstance(status, bool)):
+        # ("200", a string, was read as no status at all, and the response judged without one)
+        raise TranscriptError(f"{side_path}: 'response.status' must be an integer")
+    transcript.status = status
     headers = response.get("headers") or {}
     transcript.headers = (
         {str(k).lower(): str(v) for k, v in headers.items()} if isinstance(headers, dict) else {}

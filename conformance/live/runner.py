@@ -112,18 +112,6 @@ def default_model(client: httpx.Client) -> str:
 
 
 def _judge(probe: Probe, recording: Recording, profile: str) -> Verdict:
-    if (missing := _replay_miss(recording)) is not None:
-        # Not the server's answer but the replay server's: nothing recorded answers this request (a
-        # probe sent with other settings than the recording's); judged, its 404 read as the replayed
-        # server's deviations (found by black-box testing).
-        return judge_response(
-            b"",
-            request=recording.spec.as_request(),
-            status=None,
-            headers={},
-            source=probe.name,
-            failure=missing,
-        )
     return judge_response(
         recording.body,
         request=recording.spec.as_request(),
@@ -133,22 +121,6 @@ def _judge(probe: Probe, recording: Recording, profile: str) -> Verdict:
         intent=probe.intent,
         profile=profile,
         failure=recording.error,
-    )
-
-
-def _replay_miss(recording: Recording) -> str | None:
-    """Why a replay server answered with no recording, where it did (its 404 ``transcript_not_found``)."""
-    if recording.status != 404:
-        return None
-    try:
-        error = recording.json().get("error")
-    except (ValueError, AttributeError):
-        return None
-    if not isinstance(error, dict) or error.get("code") != "transcript_not_found":
-        return None
-    return (
-        "the replay server holds no recording of this request (recorded with other settings? the bundled "
-        "corpus was recorded with --overflow-words 3000)"
     )
 
 

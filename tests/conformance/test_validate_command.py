@@ -136,13 +136,26 @@ def test_sidecar_drives_the_request(tmp_path: Path, capsys: pytest.CaptureFixtur
             lambda d: (d / "p.json").write_text('{"request": {"path": 5, "body": {}}}') and d / "p.json",
             "'request.path' must be a string",
         ),
+        # Found by black-box testing: a status in a string was read as none, and the answer judged so.
+        (
+            lambda d: (d / "s.json").write_text('{"response": {"status": "200"}}') and d / "s.json",
+            "'response.status' must be an integer",
+        ),
         # Issue 32: a Markdown file was judged as an SSE stream (130 unknown fields).
         (
             lambda d: (d / "README.md").write_text("# conformant\n\nRead me.\n") and d / "README.md",
             "not a transcript: it begins '# conformant'",
         ),
     ],
-    ids=["missing", "empty-folder", "binary", "undecodable", "path-not-a-string", "markdown"],
+    ids=[
+        "missing",
+        "empty-folder",
+        "binary",
+        "undecodable",
+        "path-not-a-string",
+        "status-not-a-number",
+        "markdown",
+    ],
 )
 def test_unreadable_input_exits_2_with_one_line(tmp_path: Path, make: object, message: str) -> None:
     path = make(tmp_path)  # type: ignore[operator]
