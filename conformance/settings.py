@@ -26,6 +26,7 @@ __all__ = [
     "boolean",
     "check_can_listen",
     "comma_list",
+    "flag_type",
     "integer",
     "non_negative_integer",
     "non_negative_number",
@@ -187,6 +188,20 @@ def shown_default(setting: Setting[Any]) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return f"{value} {setting.unit}" if setting.unit else str(value)
+
+
+def flag_type(cast: Callable[[str], T]) -> Callable[[str], T]:
+    """``cast`` (one of the casts above) as a plain flag's argparse type: its ValueError the usage
+    error, in the words the settings' flags use (``'0' is not a positive integer``)."""
+
+    def parse(value: str) -> T:
+        try:
+            return cast(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{value!r} {exc}") from None
+
+    parse.__name__ = cast.__name__
+    return parse
 
 
 def _argparse_type(setting: Setting[Any]) -> Callable[[str], Any]:

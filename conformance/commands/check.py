@@ -175,9 +175,8 @@ def _tell(console: Console, args: argparse.Namespace, results: list[ProbeResult]
     if any(r.recording.spec.path.startswith("/v1/responses") for r in results):
         console.print(f"/v1/responses judged by the {args.profile} profile (--profile)")
     if unmatched := _waived_nothing(args.allow, results):
-        console.print(
-            f"--allow waived nothing for: {', '.join(unmatched)} (no finding has that rule or quirk)"
-        )
+        said = f"--allow waived nothing for: {', '.join(unmatched)} (no finding has that rule or quirk)"
+        console.print(said, soft_wrap=True)  # one line, whatever the terminal's width
 
 
 def _waived_nothing(allowed: list[str], results: list[ProbeResult]) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from conformance.replay import create_replay_app, load_corpus
-from conformance.settings import CommandError, check_can_listen
+from conformance.settings import CommandError, check_can_listen, flag_type, port
 from conformance.transcript import Transcript, TranscriptError, discover
 
 __all__ = ["parse_pace", "register", "run"]
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("paths", nargs="*", metavar="DIR", help="transcript files or folders")
     parser.add_argument("--corpus", action="store_true", help="also serve the shipped quirk corpus")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    parser.add_argument("--port", type=flag_type(port), default=8000, help="port to listen on (default 8000)")
     parser.add_argument(
         "--pace",
         type=parse_pace,

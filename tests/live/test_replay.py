@@ -184,3 +184,13 @@ def test_a_port_in_use_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]
         == f"conformant replay-server: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
     assert "replaying" not in captured.out
+
+
+@pytest.mark.parametrize("given", ["0", "99999"])
+def test_a_port_out_of_range_is_a_usage_error(given: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """99999 listened on 34463 (modulo 65536) and 0 on a port it never named (found by black-box
+    testing); as serve's --port, it is refused."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["replay-server", "--corpus", "--port", given])
+    assert stopped.value.code == 2
+    assert f"argument --port: '{given}' is not" in capsys.readouterr().err
