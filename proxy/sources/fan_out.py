@@ -68,8 +68,9 @@ class ConcurrentFanOut(_FanOut):
         """``upstream``: the one every request of ``sources`` goes to."""
         super().__init__(sources, request)
         self._upstream = upstream
-        # Each request's batches as they come; None once it ended, an APIError where it failed to start.
-        self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | APIError | None]] = asyncio.Queue()
+        # Each request's batches as they come; None once it ended; where it failed to start, its error (an
+        # APIError; any other, a fault of the proxy's own, is raised too: never waited on for an end).
+        self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]] | Exception | None]] = asyncio.Queue()
         self._starting: list[asyncio.Task[list[dict[str, Any]]]] = []  # each request's ``start()``
         self._tasks: list[asyncio.Task[None]] = []  # each request's chunks read on into the queue
         self._live = 0
@@ -127,7 +128,7 @@ class ConcurrentFanOut(_FanOut):
             position, batch = await self._queue.get()
             source = self._sources[position]
             self.upstream_status = max(self.upstream_status or 0, source.upstream_status or 0)
-            if isinstance(batch, APIError):
+            if isinstance(batch, Exception):
                 raise batch
             if batch is None:  # it ended: the choices above it need not wait for it any longer
                 self._live -= 1
@@ -159,7 +160,7 @@ class ConcurrentFanOut(_FanOut):
     ) -> None:
         try:
             first = await started
-        except APIError as failure:
+        except Exception as failure:  # raised where the chunks are read (see the queue)
             await self._queue.put((position, failure))
             return
         # One answered whole (an empty stream asked again without streaming, Q52) goes out as chunks.

@@ -204,7 +204,28 @@ def test_concurrent_fan_out_answers_a_request_refused_before_any_chunk_with_its_
     assert all(source.closed for source in sources)
 
 
-def _refuse(error: APIError) -> Any:
+def test_concurrent_fan_out_raises_a_fault_of_its_own_rather_than_wait_for_the_request_to_end() -> None:
+    # A start that fails with anything but an APIError (a bug) ended its reader without its end: the
+    # response waited for it forever. It is raised where the chunks are read, as the writer's 500.
+    info = _info()
+
+    async def scenario() -> BaseException | None:
+        first = _Scripted(info, [], delay=0.1)
+        first._batches = [[_chunk(first.identity, 0, "Paris")]]
+        second = _Scripted(info, [])
+        second.start = _refuse(KeyError("id"))  # type: ignore[method-assign]
+        fan_out = ConcurrentFanOut([first, second], info, _nowhere())  # type: ignore[list-item]
+        try:
+            async with asyncio.timeout(5):
+                await _drain(fan_out)
+        except KeyError as raised:
+            return raised
+        return None
+
+    assert isinstance(asyncio.run(scenario()), KeyError)
+
+
+def _refuse(error: Exception) -> Any:
     async def start() -> list[dict[str, Any]]:
         raise error
 
