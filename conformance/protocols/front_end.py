@@ -394,8 +394,9 @@ class FrontEnd:
 
     def error(self, body: dict[str, Any], status: int) -> dict[str, Any]:
         """An error of the core (an OpenAI error body, answered with ``status``) as this protocol's
-        error body."""
-        return body
+        error body (``WireProtocol.error``, which the answers written before the route use too)."""
+        worded = self.wire.error
+        return body if worded is None else worded(body, status)
 
     def redact_stored(self, redact: Callable[[str], str]) -> None:
         """Where the protocol keeps answers (a store), what it keeps goes through ``redact`` first: the

@@ -107,6 +107,3 @@ class MessagesFrontEnd(FrontEnd):
 
     def _worded(self, refused: APIError) -> APIError:
         return type(refused)(refused.status, messages_error(refused.body, refused.status))
-
-    def error(self, body: dict[str, Any], status: int) -> dict[str, Any]:
-        return messages_error(body, status)
