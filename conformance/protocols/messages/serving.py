@@ -25,7 +25,7 @@ from ..front_end import (
     is_large,
     off_the_loop,
 )
-from .errors import messages_error, reject_field
+from .errors import reject_field
 from .native import NativeMessages
 from .output import MessagesOutput
 from .protocol import MESSAGES
@@ -106,4 +106,4 @@ class MessagesFrontEnd(FrontEnd):
         return MessagesTranslation(asked, chat, None)
 
     def _worded(self, refused: APIError) -> APIError:
-        return type(refused)(refused.status, messages_error(refused.body, refused.status))
+        return type(refused)(refused.status, self.error(refused.body, refused.status))
