@@ -103,3 +103,45 @@ def test_a_head_is_not_held_until_a_late_body_and_keep_alive_still_works() -> No
                 while not body.endswith(b"0\r\n\r\n"):
                     body += sock.recv(65536)
                 assert body == b"4\r\nlate\r\n0\r\n\r\n"
+
+
+async def _three_parts(scope: dict[str, object], receive: object, send: object) -> None:
+    """An ASGI app streaming three parts of unknown length, or (``/sized``) one body of a stated length."""
+    assert scope["type"] == "http"
+    if scope["path"] == "/sized":
+        headers = [(b"content-length", b"5")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b"sized"})  # type: ignore[operator]
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"x-app", b"1")]})  # type: ignore[operator]
+    for part in (b"data: 1\n\n", b"data: 2\n\n"):
+        await send({"type": "http.response.body", "body": part, "more_body": True})  # type: ignore[operator]
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})  # type: ignore[operator]
+
+
+def _read_to_close(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        answer = b""
+        while part := sock.recv(65536):  # an HTTP/1.0 response ends where the connection does
+            answer += part
+    return answer
+
+
+def test_an_http_1_0_client_gets_its_stream_unchunked_and_ended_by_the_close() -> None:
+    # RFC 9112 6.1: no transfer-encoding in a response to HTTP/1.0; uvicorn chunked it, and a client
+    # that implements only 1.0 reads the chunk sizes as part of the body.
+    with run_asgi(_three_parts, http=HeadWithBodyProtocol) as url:
+        port = int(url.rsplit(":", 1)[1])
+        answer = _read_to_close(port, b"GET /stream HTTP/1.0\r\n\r\n")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b"transfer-encoding" not in head.lower(), head
+        assert b"connection: close" in head.lower(), head
+        assert body == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+        sized = _read_to_close(port, b"GET /sized HTTP/1.0\r\n\r\n")
+        assert sized.lower().endswith(b"content-length: 5\r\nconnection: close\r\n\r\nsized"), sized
+        head_only = _read_to_close(port, b"HEAD /stream HTTP/1.0\r\n\r\n")
+        assert head_only.endswith(b"\r\n\r\n") and b"transfer-encoding" not in head_only.lower(), head_only
+        # An HTTP/1.1 client on the same server still gets chunks.
+        chunked = _read_to_close(port, b"GET /stream HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        assert b"transfer-encoding: chunked" in chunked.lower() and chunked.endswith(b"0\r\n\r\n"), chunked
