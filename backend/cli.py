@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from backend.context import ContextOptionError, context_options_from_args
     from backend.loading import ModelLoadError, options_from_args
     from backend.service import Backend
+    from conformance.http10 import Http10FramingProtocol
     from conformance.protocols.responses.store_settings import opened_store
 
     logging.basicConfig(
@@ -76,5 +77,12 @@ def run(args: argparse.Namespace) -> int:
     except (ModelLoadError, ContextOptionError) as exc:
         raise CommandError(str(exc)) from None
     app = create_app(backend, on_shutdown=backend.close, store=store)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        lifespan="on",
+        http=Http10FramingProtocol,
+    )
     return 0

@@ -7,28 +7,19 @@ head waits for the next write on
 its connection, and goes out alone only at the end of the event loop's turn if none came; nothing else
 changes, and nothing is held longer than that turn.
 
-And a response to an HTTP/1.0 request is framed by closing the connection, not chunked: uvicorn's
-httptools protocol chunks every response without a ``content-length`` whatever the request's version,
-and RFC 9112 (section 6.1) forbids ``transfer-encoding`` in a response to HTTP/1.0: a client that
-implements only HTTP/1.0 reads the chunk sizes as part of the body (curl decodes them anyway, from the
-status line's "HTTP/1.1").
-uvicorn closes an HTTP/1.0 connection after its response already, so the close ends the body.
+A response to an HTTP/1.0 request is framed by the connection's close (conformance/http10.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from conformance.http10 import Http10FramingProtocol
 
 __all__ = ["HeadWithBodyProtocol"]
 
 _HEAD_START = b"HTTP/1."  # a response's status line; a body write never starts so (chunked: hex size)
-_FRAMING = (b"content-length", b"transfer-encoding")
-_NO_BODY = (204, 304)
 
 
 class _HeadHoldingTransport:
@@ -65,40 +56,10 @@ class _HeadHoldingTransport:
         return getattr(self._transport, name)  # everything else is the transport's own
 
 
-class HeadWithBodyProtocol(HttpToolsProtocol):
+class HeadWithBodyProtocol(Http10FramingProtocol):
     """``uvicorn.run(app, http=HeadWithBodyProtocol)``: httptools, heads sent with their bodies."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         # Requests read their transport from here; flow control keeps the real one.
         self.transport = _HeadHoldingTransport(transport, self.loop)  # type: ignore[assignment]
-
-    def on_headers_complete(self) -> None:
-        super().on_headers_complete()
-        # (The request's task starts at the loop's next turn: its send is looked up on the cycle then.)
-        if self.scope.get("http_version") == "1.0" and self.cycle is not None:
-            self.cycle.send = _framed_by_close(self.cycle)  # type: ignore[method-assign]
-
-
-def _framed_by_close(cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[None]]:
-    """``cycle``'s send with a body of unknown length written as it is, ended by the connection's close:
-    uvicorn writes a body unchunked against an expected length, so that length is "more than any"
-    until the last part, and then the last part's own."""
-    send = cycle.send
-    until_close = False
-
-    async def framed(message: Any) -> None:
-        nonlocal until_close
-        kind = message["type"]
-        if kind == "http.response.start":
-            framing = {name.lower() for name, _ in message.get("headers", ())} & set(_FRAMING)
-            has_body = cycle.scope["method"] != "HEAD" and message["status"] not in _NO_BODY
-            if not framing and has_body:
-                until_close = True
-                cycle.chunked_encoding = False
-                cycle.expected_content_length = sys.maxsize
-        elif until_close and kind == "http.response.body" and not message.get("more_body", False):
-            cycle.expected_content_length = len(message.get("body", b""))
-        await send(message)
-
-    return framed

@@ -60,10 +60,16 @@ def _transcripts(args: argparse.Namespace) -> list[Transcript]:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from ..http10 import Http10FramingProtocol
+
     transcripts = _transcripts(args)
     check_can_listen(args.host, args.port)
     print(f"replaying {len(transcripts)} transcripts on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(
-        create_replay_app(transcripts, pace=args.pace), host=args.host, port=args.port, log_level="warning"
+        create_replay_app(transcripts, pace=args.pace),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        http=Http10FramingProtocol,
     )
     return 0

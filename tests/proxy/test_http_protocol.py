@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from conformance.http10 import Http10FramingProtocol
 from proxy.http_protocol import HeadWithBodyProtocol, _HeadHoldingTransport
 from tests.support.servers import run_asgi
 
@@ -128,10 +129,12 @@ def _read_to_close(port: int, request: bytes) -> bytes:
     return answer
 
 
-def test_an_http_1_0_client_gets_its_stream_unchunked_and_ended_by_the_close() -> None:
+@pytest.mark.parametrize("protocol", [HeadWithBodyProtocol, Http10FramingProtocol])
+def test_an_http_1_0_client_gets_its_stream_unchunked_and_ended_by_the_close(protocol: type) -> None:
     # RFC 9112 6.1: no transfer-encoding in a response to HTTP/1.0; uvicorn chunked it, and a client
-    # that implements only 1.0 reads the chunk sizes as part of the body.
-    with run_asgi(_three_parts, http=HeadWithBodyProtocol) as url:
+    # that implements only 1.0 reads the chunk sizes as part of the body. The proxy's protocol, and the
+    # one the backend and the replay server run.
+    with run_asgi(_three_parts, http=protocol) as url:
         port = int(url.rsplit(":", 1)[1])
         answer = _read_to_close(port, b"GET /stream HTTP/1.0\r\n\r\n")
         head, _, body = answer.partition(b"\r\n\r\n")
@@ -141,7 +144,9 @@ def test_an_http_1_0_client_gets_its_stream_unchunked_and_ended_by_the_close() -
         sized = _read_to_close(port, b"GET /sized HTTP/1.0\r\n\r\n")
         assert sized.lower().endswith(b"content-length: 5\r\nconnection: close\r\n\r\nsized"), sized
         head_only = _read_to_close(port, b"HEAD /stream HTTP/1.0\r\n\r\n")
-        assert head_only.endswith(b"\r\n\r\n") and b"transfer-encoding" not in head_only.lower(), head_only
+        assert head_only.endswith(b"\r\n\r\n"), head_only
+        assert b"transfer-encoding" not in head_only.lower(), head_only
         # An HTTP/1.1 client on the same server still gets chunks.
         chunked = _read_to_close(port, b"GET /stream HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        assert b"transfer-encoding: chunked" in chunked.lower() and chunked.endswith(b"0\r\n\r\n"), chunked
+        assert b"transfer-encoding: chunked" in chunked.lower(), chunked
+        assert chunked.endswith(b"0\r\n\r\n"), chunked
