@@ -72,6 +72,9 @@ class Verdict:
     """Which server the response came from: the sidecar's label, or what the command names it by."""
     excerpt: bool = False
     """The transcript is a cut-short excerpt: :data:`EXCERPT_QUIET_RULES` were not applied."""
+    answer: bool = True
+    """False for an exchange the client ended on purpose (the disconnect probe's first, hung up on): its
+    findings count, but it is no answer the server's harm is averaged over (conformance/report.py)."""
 
     @property
     def errors(self) -> list[Finding]:
@@ -158,7 +161,10 @@ def _verdict(ctx: Context, t: Transcript, *, cut: bool = False) -> Verdict:
     findings = ctx.sink.close()
     if cut:
         findings = [f for f in findings if f.rule not in EXCERPT_QUIET_RULES]
-    return Verdict(source, ctx.endpoint, ctx.stream, findings, server=t.server, excerpt=t.excerpt)
+    answer = t.intent != intents.HANG_UP
+    return Verdict(
+        source, ctx.endpoint, ctx.stream, findings, server=t.server, excerpt=t.excerpt, answer=answer
+    )
 
 
 def _replay_miss(t: Transcript) -> str | None:

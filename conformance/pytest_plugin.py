@@ -88,12 +88,12 @@ class ProbeItem(pytest.Item):
             )
         except ServerUnreachable as exc:
             pytest.exit(f"conformant: {exc}", returncode=2)
-        for finding in result.verdict.warnings:
+        for finding in result.warnings:
             self.add_report_section(
                 "call", "warnings", f"{finding.rule} [{', '.join(finding.cited) or '-'}]: {finding.message}"
             )
-        if result.verdict.errors:
-            raise ProbeFailed(result.verdict.errors)
+        if result.errors:
+            raise ProbeFailed(result.errors)
         if result.unsupported:
             pytest.skip(f"unsupported: {result.verdict.warnings[-1].message}")
 

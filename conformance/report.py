@@ -46,12 +46,13 @@ BRIEF_ERRORS = 8
 def summary(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     """Totals over ``verdicts`` (docs/validate.md, SUMMARY): responses judged, responses with errors,
     distinct rules broken and their ``weight`` (what they break, conformance/harms.py), the responses
-    ``answered`` (not a feature declined cleanly) and the ``harm_per_answer`` servers are ranked by;
+    ``answered`` (not a feature declined cleanly, nor an exchange the client hung up on) and the
+    ``harm_per_answer`` servers are ranked by;
     ``transcripts``, ``errors`` and ``warnings`` as before (findings, now one per rule per response),
     ``occurrences`` what the findings' counts add up to, ``rules`` in how many responses each error rule
     fired, most first."""
     error_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.errors})
-    answered = [v for v in verdicts if not _declined(v)]
+    answered = [v for v in verdicts if v.answer and not _declined(v)]
     warning_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.warnings})
     return {
         "transcripts": len(verdicts),

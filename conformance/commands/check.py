@@ -90,12 +90,13 @@ def _summary(results: list[ProbeResult]) -> Table:
     table.add_column("warnings", justify="right")
     table.add_column("rules", overflow="fold")
     for r in results:
-        rules = dict.fromkeys(f"{f.rule} ({f.quirk})" if f.quirk else f.rule for f in r.verdict.findings)
+        found = [f for v in r.verdicts for f in v.findings]
+        rules = dict.fromkeys(f"{f.rule} ({f.quirk})" if f.quirk else f.rule for f in found)
         table.add_row(
             r.probe.name,
             f"[{_STYLE[r.outcome]}]{r.outcome}[/]",
-            str(len(r.verdict.errors)),
-            str(len(r.verdict.warnings)),
+            str(len(r.errors)),
+            str(len(r.warnings)),
             ", ".join(rules),
         )
     return table
@@ -110,14 +111,15 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     results = _probed(args, probes, console)
     _tell(console, args, results)
-    for r in results:
-        r.verdict.server = args.server or args.url
-    report = render([r.verdict for r in results], args.format, brief=args.brief)
+    verdicts = [v for r in results for v in r.verdicts]
+    for v in verdicts:
+        v.server = args.server or args.url
+    report = render(verdicts, args.format, brief=args.brief)
     if args.output is not None:
         write_report(args.output, report)
     else:
         sys.stdout.write(report if report.endswith("\n") else report + "\n")
-    return 1 if any(r.verdict.errors for r in results) else 0
+    return 1 if any(r.errors for r in results) else 0
 
 
 def _checked(args: argparse.Namespace) -> list[Probe]:

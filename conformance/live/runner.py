@@ -48,14 +48,30 @@ class ProbeResult:
     """The judge's verdict on the response, with the probe's own findings added and waived ones removed."""
     unsupported: bool = False
     waived: list[Finding] = field(default_factory=list)
+    hung_up: Verdict | None = None
+    """The exchange the client hung up on before ``recording`` (the disconnect probe), judged as
+    ``validate`` judges its recording: its findings count, but it is no answer (``Verdict.answer``)."""
+
+    @property
+    def verdicts(self) -> list[Verdict]:
+        """Every exchange's verdict, in the order they were made."""
+        return [self.verdict] if self.hung_up is None else [self.hung_up, self.verdict]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for v in self.verdicts for f in v.errors]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for v in self.verdicts for f in v.warnings]
 
     @property
     def outcome(self) -> Outcome:
-        if self.verdict.errors:
+        if self.errors:
             return "fail"
         if self.unsupported:
             return "unsupported"
-        return "warn" if self.verdict.warnings else "pass"
+        return "warn" if self.warnings else "pass"
 
 
 def client_for(base_url: str, *, api_key: str | None = None, timeout: float = 60.0) -> httpx.Client:
@@ -111,17 +127,24 @@ def default_model(client: httpx.Client) -> str:
     return first if isinstance(first, str) and first else "default"
 
 
-def _judge(probe: Probe, recording: Recording, profile: str) -> Verdict:
+def _judge(source: str, intent: str | None, recording: Recording, profile: str) -> Verdict:
     return judge_response(
         recording.body,
         request=recording.spec.as_request(),
         status=recording.status,
         headers=recording.headers,
-        source=probe.name,
-        intent=probe.intent,
+        source=source,
+        intent=intent,
         profile=profile,
         failure=recording.error,
     )
+
+
+def _allowed(verdict: Verdict, allow: Collection[str]) -> tuple[Verdict, list[Finding]]:
+    """``verdict`` without the findings ``allow`` waives (by rule or quirk id), and those findings."""
+    kept = [f for f in verdict.findings if f.rule not in allow and (f.quirk or "") not in allow]
+    waived = [f for f in verdict.findings if f not in kept]
+    return dataclasses.replace(verdict, findings=kept), waived
 
 
 def run_probe(
@@ -134,12 +157,15 @@ def run_probe(
     server: str | None = None,
 ) -> ProbeResult:
     spec: RequestSpec = probe.request(ctx)
+    hung_up: Verdict | None = None
+    waived: list[Finding] = []
     try:
         recording = record(client, spec, hang_up_after=probe.hang_up_after)
         if probe.then is not None:
             if record_dir is not None:
                 base = record_dir / f"{probe.name}-hangup"
                 save_recording(recording, base, server=server, intent=HANG_UP)
+            hung_up, waived = _allowed(_judge(f"{probe.name}-hangup", HANG_UP, recording, ctx.profile), allow)
             recording = record(client, probe.then(ctx))
     except httpx.ConnectError as exc:
         raise ServerUnreachable(f"cannot connect to {client.base_url} ({exc})") from None
@@ -147,11 +173,10 @@ def run_probe(
         save_recording(
             recording, record_dir / probe.name, server=server, intent=probe.intent, profile=ctx.profile
         )
-    verdict = _judge(probe, recording, ctx.profile)
+    verdict = _judge(probe.name, probe.intent, recording, ctx.profile)
     unsupported = any(f.rule == "feature-unsupported" for f in verdict.findings)
-    kept = [f for f in verdict.findings if f.rule not in allow and (f.quirk or "") not in allow]
-    waived = [f for f in verdict.findings if f not in kept]
-    return ProbeResult(probe, recording, dataclasses.replace(verdict, findings=kept), unsupported, waived)
+    verdict, also_waived = _allowed(verdict, allow)
+    return ProbeResult(probe, recording, verdict, unsupported, waived + also_waived, hung_up)
 
 
 def run_probes(

@@ -15,7 +15,7 @@ from conformance.cli import main
 from conformance.live.probes import PROBES
 from conformance.replay import create_replay_app
 from conformance.transcript import discover
-from tests.live.agreement import HANG_UP_RECORDING, by_source, check_then_validate, disagreements
+from tests.live.agreement import HANG_UP_RECORDING, by_source, check_then_validate, disagreements, totals
 from tests.live.conftest import OVERFLOW_WORDS
 from tests.support.servers import run_asgi
 
@@ -52,7 +52,7 @@ def test_llama_cpp_python_server(llama_cpp_python_url: str, tmp_path: Path) -> N
 def test_bundled_backend(backend_url: str, tmp_path: Path) -> None:
     checked, validated = check_then_validate(backend_url, tmp_path)
     assert disagreements(checked, validated) == []
-    assert len(checked) == len(PROBES)
+    assert sorted(set(checked) - {HANG_UP_RECORDING}) == sorted(p.name for p in PROBES)
 
 
 BATTERIES = Path(__file__).resolve().parents[1] / "data" / "batteries"
@@ -69,8 +69,14 @@ def test_replayed_batteries(folder: Path, tmp_path: Path) -> None:
     extra = ("--model", model, "--overflow-words", OVERFLOW_WORDS, "--only", *probes)
     with run_asgi(create_replay_app(recorded, pace=None)) as url:
         checked, validated = check_then_validate(url, tmp_path, *extra)
-    assert sorted(checked) == probes  # every probe replayed and judged, none unmatched
+    assert sorted(set(checked) - {HANG_UP_RECORDING}) == probes  # every probe replayed and judged
     assert disagreements(checked, validated) == []
+    # The same summary, harm per answer included: the exchange hung up on is judged by both and is an
+    # answer in neither (validate counted it as one: 1.31 against check's 1.34 on one recording).
+    checked_totals, validated_totals = totals(tmp_path)
+    assert checked_totals == validated_totals
+    if HANG_UP_RECORDING in checked:
+        assert checked_totals["answered"] < checked_totals["responses"]
     assert sum(len(found) for found in checked.values()) > 50  # deviations of every kind, not silence
     original = tmp_path / "original.json"
     main(["validate", str(folder), "--format", "json", "-o", str(original)])

@@ -46,16 +46,18 @@ def test_known_deviations_found_with_rule_ids(
     assert status == 1
     assert missing_deviations(report) == []
     found = findings_by_probe(report)
-    assert set(found) == {p.name for p in PROBES}
+    assert set(found) == {p.name for p in PROBES} | {"disconnect-hangup"}  # (the exchange hung up on)
     assert found["context-overflow"] == set()  # non-streamed overflow is a proper 400 there
 
 
-def test_junit_has_one_testcase_per_probe(
+def test_junit_has_one_testcase_per_exchange(
     replayed_llama_cpp_python: str, recorded_model: str, tmp_path: Path
 ) -> None:
     _, report = _check(replayed_llama_cpp_python, recorded_model, tmp_path, "junit")
     cases = list(ET.parse(report).getroot().iter("testcase"))
-    assert [c.get("name") for c in cases] == [p.name for p in PROBES]
+    # A probe's, and before the disconnect probe's the exchange it hung up on, as validate reports them.
+    exchanges = [name for p in PROBES for name in ([f"{p.name}-hangup"] if p.then else []) + [p.name]]
+    assert [c.get("name") for c in cases] == exchanges
     failed = {c.get("name") for c in cases if c.find("failure") is not None}
     assert {"chat-stream-usage", "context-overflow-stream", "invalid-type"} <= failed
     assert "context-overflow" not in failed
