@@ -52,7 +52,7 @@ def summary(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     ``occurrences`` what the findings' counts add up to, ``rules`` in how many responses each error rule
     fired, most first."""
     error_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.errors})
-    answered = [v for v in verdicts if v.answer and not _declined(v)]
+    answered = _answers(verdicts)
     warning_rules = Counter(rule for v in verdicts for rule in {f.rule for f in v.warnings})
     return {
         "transcripts": len(verdicts),
@@ -73,6 +73,12 @@ def summary(verdicts: Sequence[Verdict]) -> dict[str, Any]:
         "occurrences": sum(f.count for v in verdicts for f in v.findings),
         "rules": dict(sorted(error_rules.items(), key=lambda item: (-item[1], item[0]))),
     }
+
+
+def _answers(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The verdicts on answers the server's harm is averaged over: not an exchange the client hung up
+    on, nor a feature declined."""
+    return [v for v in verdicts if v.answer and not _declined(v)]
 
 
 def _declined(v: Verdict) -> bool:
