@@ -82,6 +82,7 @@ class NativeSource(Source):
         self._streamed = streamed
         self._parser = SSEParser(max_line_bytes=max_line_bytes)
         self._stream: UpstreamStream | None = None
+        self._fed = False  # an event of the protocol came (chat chunks are none: they have no type)
         self.output = NativeOutput(answer)
 
     async def start(self) -> list[dict[str, Any]]:
@@ -103,6 +104,8 @@ class NativeSource(Source):
         while (batch := await self.next_batch()) is not None:
             if batch:
                 return batch
+        if self._failure is not None and not self._fed:
+            raise self._failure  # nothing of an answer came: the failure is the answer, before any byte
         return []
 
     async def _read_whole(self, stream: UpstreamStream) -> None:
@@ -127,6 +130,12 @@ class NativeSource(Source):
         try:
             data = await stream.read()
             if data is None:  # the upstream's end; without the terminal event, ``tail`` says so
+                if not self._fed:
+                    self._failure = APIError.make(
+                        f"the upstream server's stream held no event of a {answer.answer_name}: it answered "
+                        "in another protocol (serve this protocol translated)",
+                        502,
+                    )
                 await self.aclose()
                 return None
             for block in self._parser.feed(data):
@@ -135,6 +144,7 @@ class NativeSource(Source):
                 event = jsoncodec.loads(block.data)
                 if isinstance(event, dict):
                     out += answer.feed(event)
+            self._fed = self._fed or bool(out)
         except SSELineTooLong:
             self._failure = APIError.make("the upstream server sent an SSE line over the size limit", 502)
         except ValueError:

@@ -91,6 +91,19 @@ def test_another_protocols_answer_is_a_502(protocol: str) -> None:
     assert f"not a {name}" in _error(protocol, response)
 
 
+@PROTOCOLS
+def test_another_protocols_stream_ends_with_an_error_that_says_so(protocol: str) -> None:
+    # Chat chunks from the protocol's own path, asked streamed: the stream's end said only "without a
+    # terminal event" (found by black-box testing).
+    body = {**(_MESSAGES if protocol == "messages" else _RESPONSES), "stream": True}
+    answer = sse_head() + http_chunk(chunk("Hi") + b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    with raw_server(_answering(answer)) as (upstream, _), run_proxy(upstream, **{protocol: "native"}) as url:
+        response = httpx.post(url + _PATHS[protocol], json=body, timeout=10)
+    assert response.status_code == 502  # nothing of an answer came before the end: no stream begun
+    name = "Message" if protocol == "messages" else "Response"
+    assert f"held no event of a {name}: it answered in another protocol" in _error(protocol, response)
+
+
 def test_usage_that_is_no_object_is_no_500() -> None:
     whole = {
         "id": "r",
