@@ -38,7 +38,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from conformance.api_errors import APIError, ContextOverflow
+from conformance.api_errors import APIError
 from conformance.model_names import clean_model_name
 
 from ..adapters import OpenAIAdapter
@@ -414,7 +414,10 @@ def upstream_fault(error: APIError, status: int | None) -> bool:
     request (a 4xx) or its length (a timeout: a long prompt is no fault of the replica's)."""
     if isinstance(error, UpstreamRefused | UpstreamBroke):
         return True
-    if isinstance(error, ContextOverflow):  # the request's length, whatever status said it (llama.cpp #14566)
+    if error.status < 500:
+        # The proxy read the answer as the request's fault, whatever status said it: a context overflow
+        # (llama.cpp #14566), a parameter refused with a 500 (Q72's echo). Counted as the replica's, one
+        # client's request left a model's only replica out, and every other client got a 503.
         return False
     return status is not None and status >= 500 and status != 504
 

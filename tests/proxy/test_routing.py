@@ -585,3 +585,13 @@ def test_a_context_overflow_is_no_fault_of_the_replica_whatever_its_status() -> 
     assert not upstream_fault(overflow, 500)
     assert not upstream_fault(overflow, 400)
     assert upstream_fault(APIError.make("the server broke", 500), 500)
+
+
+def test_a_parameter_the_upstream_refused_with_a_500_is_no_fault_of_the_replica() -> None:
+    """llama.cpp's 500 "Unsupported param: echo" is the client's 400 ``unsupported_parameter`` (Q72); it
+    ejected the model's only replica, and every other client got 503s for the cooldown (found by
+    black-box testing)."""
+    from conformance.api_errors import UnsupportedParameter
+    from proxy.routing.pool import upstream_fault
+
+    assert not upstream_fault(UnsupportedParameter.of("Unsupported param: echo"), 500)
