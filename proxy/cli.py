@@ -18,7 +18,7 @@ from conformance.protocols.responses.store_settings import opened_store
 from conformance.protocols.spooled_text import temporary_file_problem
 from conformance.settings import CommandError, add_settings, check_can_listen
 
-from .config import SERVE_SETTINGS, UpstreamKind, proxy_config
+from .config import SERVE_SETTINGS, UpstreamKind, proxy_config, upstream_url_problem
 
 __all__ = ["register", "run"]
 
@@ -42,17 +42,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _upstream_url(text: str) -> str:
     """``--upstream`` checked now, so that a mistake is one line at the start, not a 502 on every request."""
-    try:
-        url = httpx.URL(text)
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise CommandError(f"--upstream {text!r} is not a URL: {exc}") from None
-    if url.scheme not in ("http", "https") or not url.host or not 0 < (url.port or 80) < 65536:
-        raise CommandError(f"--upstream must be an http(s) URL with a host and a valid port, not {text!r}")
-    if url.userinfo:
-        # Sent as a password on some requests and printed in logs: keys go in --upstream-api-key.
-        raise CommandError(
-            "--upstream must not hold a user or password; give the key with --upstream-api-key"
-        )
+    if (problem := upstream_url_problem(text)) is not None:
+        if problem.endswith("password"):
+            # Sent as a password on some requests and printed in logs: keys go in --upstream-api-key.
+            problem += "; give the key with --upstream-api-key"
+        raise CommandError(f"--upstream {problem}")
     return text
 
 

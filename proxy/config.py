@@ -12,6 +12,8 @@ import ipaddress
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+import httpx
+
 from conformance.protocols.responses.store_settings import (
     RESPONSES_STORE,
     RESPONSES_STORE_MAX_AGE,
@@ -37,7 +39,9 @@ __all__ = [
     "NativeMode",
     "ProxyConfig",
     "UpstreamKind",
+    "base_of",
     "proxy_config",
+    "upstream_url_problem",
     "variable",
 ]
 
@@ -53,6 +57,29 @@ def addresses(value: str) -> tuple[str, ...]:
             what = "is" if items == (item,) else f"holds {item!r}, which is"
             raise ValueError(f"{what} not an IP address or network (10.0.0.5, 10.0.0.0/8)") from None
     return items
+
+
+def base_of(url: str) -> str:
+    """An upstream's URL without ``/v1`` or a trailing slash: the server it names, whichever way written."""
+    base = url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def upstream_url_problem(text: str) -> str | None:
+    """What is wrong with an upstream's URL (``--upstream``, a file's ``url``), or None; a user or password
+    in it first, and the text itself never quoted once it holds one: it would be printed with the
+    password (a URL whose scheme was wrong was quoted whole)."""
+    authority = text.partition("://")[2] or text
+    authority = authority.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in authority:
+        return "must not hold a user or password"
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, ValueError) as exc:
+        return f"{text!r} is not a URL: {exc}"
+    if url.scheme not in ("http", "https") or not url.host or not 0 < (url.port or 80) < 65536:
+        return f"must be an http(s) URL with a host and a valid port, not {text!r}"
+    return None
 
 
 UpstreamKind = Literal["auto", "openai", "llamacpp"]
@@ -344,8 +371,7 @@ class ProxyConfig:
     @property
     def upstream_base(self) -> str:
         """The upstream origin without ``/v1``: native endpoints (llama.cpp ``/completion``) hang off it."""
-        base = self.upstream.rstrip("/")
-        return base[: -len("/v1")] if base.endswith("/v1") else base
+        return base_of(self.upstream)
 
 
 _FIELDS = frozenset(f.name for f in fields(ProxyConfig))

@@ -18,6 +18,7 @@ it. A file that does not hold together stops ``serve`` with one line naming the 
     url = "http://10.0.0.5:8080/v1"
     kind = "auto"                # auto | openai | llamacpp (as --upstream-kind)
     responses = "translate"      # translate | native | auto (as --responses, whose value is the default)
+    messages = "translate"       # likewise for /v1/messages (as --messages)
     api_key_env = "GPU1_KEY"     # the variable holding the key sent to this upstream
     models = ["gemma-3-270m"]    # left out: the models its /v1/models lists
     weight = 1.0                 # share of the load against the group's other replicas
@@ -35,11 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from conformance.protocols import PROTOCOLS
 
-from ..config import NATIVE_MODES, UPSTREAM_KINDS, NativeMode, ProxyConfig, UpstreamKind
+from ..config import (
+    NATIVE_MODES,
+    UPSTREAM_KINDS,
+    NativeMode,
+    ProxyConfig,
+    UpstreamKind,
+    base_of,
+    upstream_url_problem,
+)
 
 __all__ = [
     "ConfigFileError",
@@ -133,22 +140,19 @@ def _number(value: Any, where: str, *, integer: bool = False, minimum: float = 0
     wrong = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
     if wrong or not math.isfinite(value):
         raise _fail(where, f"must be {'an integer' if integer else 'a number'}, not {value!r}")
-    if value < minimum or (minimum == 0 and not integer and value == 0):
-        raise _fail(where, f"must be {'at least ' + str(minimum) if minimum else 'above 0'}, not {value!r}")
+    positive = minimum == 0 and not integer  # (a number of seconds or a weight: 0 would mean nothing)
+    if value < minimum or (positive and value == 0):
+        raise _fail(where, f"must be {'above 0' if positive else f'at least {minimum:g}'}, not {value!r}")
     return value
 
 
 def _url(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise _fail(where, f"must be a string, not {value!r}")
-    try:
-        url = httpx.URL(value)
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise _fail(where, f"{value!r} is not a URL: {exc}") from None
-    if url.scheme not in ("http", "https") or not url.host:
-        raise _fail(where, f"must be an http(s) URL with a host, not {value!r}")
-    if url.userinfo:
-        raise _fail(where, "must not hold a user or password; name the key's variable in api_key_env")
+    if (problem := upstream_url_problem(value)) is not None:
+        if problem.endswith("password"):
+            problem += "; name the key's variable in api_key_env"
+        raise _fail(where, problem)
     return value
 
 
@@ -228,9 +232,12 @@ def parse_routing(document: dict[str, Any], environ: dict[str, str] | None = Non
     if unknown:
         raise _fail(unknown[0], "unknown key (known: upstream, aliases, routing)")
     tables = document.get("upstream")
-    if not isinstance(tables, list) or not tables:
+    if tables is not None and not isinstance(tables, list):
+        raise _fail("upstream", f"must be [[upstream]] tables, not {tables!r}")
+    if not tables:
         raise _fail("upstream", "missing: give at least one [[upstream]] table with url and models")
     upstreams = tuple(_upstream(t, f"upstream[{i}]", environ) for i, t in enumerate(tables))
+    _once_each(upstreams)
     aliases = document.get("aliases", {})
     if not isinstance(aliases, dict):
         raise _fail("aliases", "must be a table of alias = model name")
@@ -246,6 +253,18 @@ def parse_routing(document: dict[str, Any], environ: dict[str, str] | None = Non
     return RoutingFile(upstreams, dict(aliases), _options(document.get("routing", {})))
 
 
+def _once_each(upstreams: tuple[UpstreamEntry, ...]) -> None:
+    """One table per server: two for one (``.../v1`` and ``...``) were two sets of limits on it, shown
+    in ``/metrics`` as one upstream whose counts were either's."""
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(upstreams):
+        first = seen.setdefault(base_of(entry.url), index)
+        if first != index:
+            raise _fail(
+                f"upstream[{index}].url", f"names the server upstream[{first}] names; give it one table"
+            )
+
+
 def load_routing_file(path: str | Path, environ: dict[str, str] | None = None) -> RoutingFile:
     """The routes ``path`` holds; a ConfigFileError of one line (``FILE: KEY: PROBLEM``) if none."""
     name = str(path)
@@ -256,6 +275,8 @@ def load_routing_file(path: str | Path, environ: dict[str, str] | None = None) -
         raise ConfigFileError(f"{name}: cannot read it: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigFileError(f"{name}: not TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # (TOML is UTF-8 text: a traceback at start, and on SIGHUP)
+        raise ConfigFileError(f"{name}: not TOML: not UTF-8 text (byte {exc.start})") from None
     try:
         return parse_routing(document, environ)
     except ConfigFileError as exc:

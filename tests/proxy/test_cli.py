@@ -143,6 +143,7 @@ def test_serve_configured_by_environment_variables(replay_url: str) -> None:
         (["--upstream", "http://[::1"], {}, "is not a URL"),
         (["--upstream", "http://127.0.0.1:99999"], {}, "with a host and a valid port"),
         (["--upstream", "http://user:pw-secret@127.0.0.1:1"], {}, "must not hold a user or password"),
+        (["--upstream", "ftp://user:pw-secret@127.0.0.1:1"], {}, "must not hold a user or password"),
         (["--port", "70000"], {}, "'70000' is not a TCP port, 1-65535"),
         # Three lines before (the backend's start, its error, its exit status): one now (issue 32).
         (
@@ -168,6 +169,7 @@ def test_bad_configuration_exits_2_with_one_line(
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+    assert "pw-secret" not in result.stderr
     assert "pw-secret" not in result.stderr
 
 

@@ -133,6 +133,23 @@ def test_the_smallest_file_is_urls_and_models(tmp_path: Path) -> None:
             '[[upstream]]\nurl = "http://x"\nmodels = ["m"]\nresponses = "always"\n',
             "upstream[0].responses: must be one of translate, native, auto, not 'always'",
         ),
+        # Found by black-box testing: a password printed where the scheme was wrong, "missing" for an
+        # upstream of the wrong type, "above 0" where 0 is taken, one server in two tables.
+        (
+            '[[upstream]]\nurl = "ftp://alice:s3cret-pw@x/v1"\nmodels = ["m"]\n',
+            "upstream[0].url: must not hold a user or password",
+        ),
+        ("upstream = 5\n", "upstream: must be [[upstream]] tables, not 5"),
+        ('[[upstream]]\nurl = "http://x"\nmodels = ["m"]\nmax_queue = -1\n', "max_queue: must be at least 0"),
+        (
+            '[routing]\nprefix_chars = -1\n[[upstream]]\nurl = "http://x"\nmodels = ["m"]\n',
+            "routing.prefix_chars: must be at least 0, not -1",
+        ),
+        (
+            '[[upstream]]\nurl = "http://x:1/v1"\nmodels = ["m"]\n'
+            '[[upstream]]\nurl = "http://x:1/"\nmodels = ["n"]\n',
+            "upstream[1].url: names the server upstream[0] names",
+        ),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, words: str) -> None:
@@ -143,7 +160,16 @@ def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, words:
     message = str(raised.value)
     assert words in message
     assert "\n" not in message
+    assert "s3cret" not in message
     assert message.startswith(str(path))
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    # It was a traceback at start, and an unretrieved task's traceback on SIGHUP.
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[[upstream]]\nurl = "http://x"\nmodels = ["café"]\n'.encode("latin-1"))
+    with pytest.raises(ConfigFileError, match="not TOML: not UTF-8 text"):
+        load_routing_file(path, environ={})
 
 
 def test_serve_stops_on_a_bad_file_with_one_line(tmp_path: Path) -> None:
