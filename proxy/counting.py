@@ -23,6 +23,7 @@ from conformance.protocols.front_end import CountRoute, FrontEnd
 from .errors import UpstreamError
 from .item_limit import too_many_items
 from .observability import exchange_of
+from .routing import unrouted
 from .serving import Serving, read_json_body, refusal, refused_client
 from .sources.prompt_count import prompt_tokens
 
@@ -53,10 +54,7 @@ async def count(serving: Serving, front_end: FrontEnd, counting: CountRoute, req
         return refusal(front_end, too_many, exchange)
     route = serving.pool.route(body.get("model"))
     if route is None:
-        missing = f"The model '{body.get('model')}' does not exist"
-        return refusal(
-            front_end, APIError.make(missing, 404, code="model_not_found", param="model"), exchange
-        )
+        return refusal(front_end, unrouted(body.get("model")), exchange)
     _, replicas = route
     replica = serving.pool.pick([r for r in replicas if r.available] or replicas, None)
     own_route = (counting.path, jsoncodec.loads(raw))

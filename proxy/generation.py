@@ -28,7 +28,7 @@ from conformance.request_info import RequestInfo
 
 from .item_limit import too_many_items
 from .observability import exchange_of
-from .routing import prefix_key
+from .routing import prefix_key, unrouted
 from .serving import (
     NOT_FORWARDED_TO_GENERATION,
     Serving,
@@ -77,10 +77,7 @@ async def generate(serving: Serving, front_end: FrontEnd, request: Request) -> R
     model = body.get("model") if body is not None else translation.model
     route = pool.route(model)
     if route is None:
-        missing = APIError.make(
-            f"The model '{model}' does not exist", 404, code="model_not_found", param="model"
-        )
-        return refusal(front_end, missing, exchange)
+        return refusal(front_end, unrouted(model), exchange)
     served, replicas = route
     headers = forward_headers(request.scope, NOT_FORWARDED_TO_GENERATION)
     plan = RequestPlan(front_end, translation, info, headers, served)

@@ -16,6 +16,7 @@ from conformance.api_errors import APIError
 
 from .observability import Exchange, exchange_of
 from .relay import has_dot_segment, relay
+from .routing import unrouted
 from .routing.replica import Replica
 from .served_names import ServedNames
 from .serving import NOT_FORWARDED, Serving, forward_headers, read_body, refused_client, unknown_url
@@ -48,11 +49,13 @@ async def passthrough(serving: Serving, request: Request) -> Response:
     if isinstance(raw, Response):
         return raw
     exchange = exchange_of(scope)
-    chosen = _replica(serving, path, raw, exchange)
-    if isinstance(chosen, Response):
-        return chosen
+    routed = _replica(serving, path, raw, exchange)
+    if isinstance(routed, Response):
+        return routed
+    chosen, model = routed
     upstream, secret = chosen.upstream, chosen.config.upstream_api_key
-    raw, renamed = await _with_served_model(chosen.names, raw, request.headers.get("content-type", ""))
+    content_type = request.headers.get("content-type", "")
+    raw, renamed = await _with_served_model(chosen.names, raw, content_type, model)
     target = scope.get("raw_path") or request.url.path.encode()  # as the client wrote it
     if scope["query_string"]:
         target += b"?" + scope["query_string"]
@@ -82,25 +85,24 @@ def _own_methods(request: Request) -> str | None:
     return ", ".join(m for m in _METHOD_ORDER if m in methods) or None
 
 
-def _replica(serving: Serving, path: str, raw: bytes, exchange: Exchange) -> Replica | Response:
+def _replica(serving: Serving, path: str, raw: bytes, exchange: Exchange) -> tuple[Replica, Any] | Response:
     """The upstream a pass-through request goes to: one of its ``model``'s replicas (404 for a model
-    none serves), or any ready replica for a body naming none."""
+    none serves), or any ready replica for a body naming none; and the model as the file names it (an
+    alias's model: an alias was sent on as the client wrote it)."""
     pool = serving.pool
     model = _body_model(raw)
     if model is not None:
         route = pool.route(model)
         if route is None:
-            missing = f"The model '{model}' does not exist"
-            unknown = APIError.make(missing, 404, code="model_not_found", param="model")
-            return serving.refused_at(path, unknown)
-        replicas = route[1]
+            return serving.refused_at(path, unrouted(model))
+        model, replicas = route
     else:
         replicas = list(pool.replicas.values())
     ready = [r for r in replicas if r.available] or replicas
     chosen = pool.pick(ready, None)
     if not pool.catch_all:  # which of a file's replicas took it; one --upstream is no news
         exchange.upstream = chosen.label
-    return chosen
+    return chosen, model
 
 
 def _body_model(raw: bytes) -> str | None:
@@ -115,10 +117,10 @@ def _body_model(raw: bytes) -> str | None:
 
 
 async def _with_served_model(
-    names: ServedNames, raw: bytes, content_type: str
+    names: ServedNames, raw: bytes, content_type: str, routed: Any
 ) -> tuple[bytes, tuple[str, str] | None]:
-    """A JSON body with its ``model`` named as the upstream serves it, and (the served name, the asked
-    name) when they differ."""
+    """A JSON body with its ``model`` named as the upstream serves ``routed`` (the model the route
+    took it for), and (the served name, the asked name) when they differ."""
     if "json" not in content_type or b'"model"' not in raw:
         return raw, None
     try:
@@ -128,7 +130,7 @@ async def _with_served_model(
     if not isinstance(body, dict):
         return raw, None
     model = body.get("model")
-    served = await names.upstream_name(model)
+    served = await names.upstream_name(routed if routed is not None else model)
     if served == model or not isinstance(served, str) or not isinstance(model, str):
         return raw, None
     return jsoncodec.dumps({**body, "model": served}), (served, model)

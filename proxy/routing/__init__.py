@@ -15,7 +15,7 @@ from typing import Any
 from conformance.request import prompt_text
 
 from .config_file import ConfigFileError, RoutingFile, load_routing_file, one_upstream, routing_of
-from .pool import Router
+from .pool import Router, unrouted
 
 __all__ = [
     "ConfigFileError",
@@ -26,6 +26,7 @@ __all__ = [
     "prefix_key",
     "reload_on_sighup",
     "routing_of",
+    "unrouted",
 ]
 
 log = logging.getLogger("conformant.routing")

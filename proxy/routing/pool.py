@@ -428,6 +428,17 @@ def retryable(error: APIError, status: int | None) -> bool:
     return isinstance(error, UpstreamRefused | UpstreamBroke) or status in (502, 503)
 
 
+def unrouted(model: Any) -> APIError:
+    """The error for a request whose model no upstream of the file serves: a 404 for a name, the
+    missing parameter's 400 for none (a request without ``model`` was told "The model 'None' does not
+    exist"; the pool of one lets it pass, as local clients leave it out)."""
+    if model is None:
+        return APIError.make(
+            "Missing required parameter: 'model'.", 400, code="missing_required_parameter", param="model"
+        )
+    return APIError.make(f"The model '{model}' does not exist", 404, code="model_not_found", param="model")
+
+
 def _unavailable(model: str) -> APIError:
     error = APIError.make(
         f"no upstream serving the model '{model}' is ready; try again shortly",

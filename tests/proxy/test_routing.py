@@ -226,6 +226,17 @@ def test_requests_go_to_the_upstreams_that_serve_their_model(
         aliased = chat(url, "gpt-4o-mini").json()
         assert aliased["choices"][0]["message"]["content"] == "beta"
         assert aliased["model"] == "gpt-4o-mini"
+        # A passed-through route takes the alias to its model as well (it went on as the alias).
+        embedded = httpx.post(url + "/v1/embeddings", json={"model": "gpt-4o-mini", "input": "x"}, timeout=30)
+        assert embedded.json()["asked_here"] == "MODEL-B", embedded.text
+        assert embedded.json()["model"] == "gpt-4o-mini"
+        # No model at all is the missing parameter, not "The model 'None' does not exist".
+        unnamed = httpx.post(
+            url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
+        )
+        assert unnamed.status_code == 400, unnamed.text
+        assert unnamed.json()["error"]["code"] == "missing_required_parameter"
+        assert unnamed.json()["error"]["param"] == "model"
         replayed = httpx.post(
             url + "/v1/chat/completions",
             json={"model": clean_model_name(recorded), "messages": [{"role": "user", "content": "hi"}]},

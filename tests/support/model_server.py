@@ -71,12 +71,22 @@ def create_app(name: str, models: list[str], chunks: int, delay: float, loading:
     async def count(_: Request) -> Response:
         return JSONResponse(served)
 
+    async def embeddings(request: Request) -> Response:
+        # A passed-through route: the answer says which model name this server was asked for, upper-cased
+        # (the proxy writes the client's name back over the served name wherever the answer holds it).
+        asked = (await request.json()).get("model")
+        data = [{"object": "embedding", "index": 0, "embedding": [0.0]}]
+        return JSONResponse(
+            {"object": "list", "data": data, "model": asked, "asked_here": str(asked).upper()}
+        )
+
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/models", listing, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/served", count, methods=["GET"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
         ]
     )
 
