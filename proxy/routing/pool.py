@@ -257,7 +257,9 @@ class Router:
         if replica.ready and replica.entry.models is None:
             entries = await replica.names.listing(timeout)
             names = (served_name(e) for e in entries or ())
-            replica.discovered = tuple(dict.fromkeys(clean_model_name(n) for n in names if n))
+            # As listed: a name with a local path is routed by it too, as a file's ``models`` is (Q09),
+            # and by its file name (``_route``); cleaned here, the listed name itself was a 404.
+            replica.discovered = tuple(dict.fromkeys(n for n in names if n))
         if replica.ready != was:
             log.warning("upstream %s is %s", replica.label, "ready" if replica.ready else "not ready")
         self.metrics.healthy.labels(replica.label).set(1 if replica.available else 0)

@@ -611,6 +611,19 @@ def test_an_upstream_without_models_serves_those_its_listing_names(
         assert chat(url, "shared").json()["choices"][0]["message"]["content"] == "beta"
 
 
+def test_a_listed_model_with_a_local_path_is_routed_by_it_and_by_its_file_name(tmp_path: Path) -> None:
+    # A file's models are routed by both (Q09); read from the upstream's listing, the path was a 404.
+    with model_server("gamma", "/srv/models/qwen-7b.gguf") as (upstream, _):
+        path = write_config(tmp_path, [{"url": upstream}], FAST)
+        with serve_proxy(upstream, config_file=path) as (url, _):
+            listed = {m["id"] for m in httpx.get(url + "/v1/models").json()["data"]}
+            assert listed == {"qwen-7b"}
+            for name in ("/srv/models/qwen-7b.gguf", "qwen-7b"):
+                answered = chat(url, name)
+                assert answered.status_code == 200, (name, answered.text)
+                assert answered.json()["choices"][0]["message"]["content"] == "gamma"
+
+
 def test_a_context_overflow_is_no_fault_of_the_replica_whatever_its_status() -> None:
     """llama.cpp answered an overflow with a 500 (#14566): counted as the replica's fault, a pool ejected
     it for a client's long prompt, and a retry of that prompt made shorter (``truncation: "auto"``) found
