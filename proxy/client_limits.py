@@ -228,6 +228,10 @@ def _counted_out(client: str | None) -> None:
         _PER_CLIENT.pop(client, None)  # (a client gone holds no entry: the table stays bounded)
 
 
+_CLOSE_GRACE = 2.0
+"""Seconds a socket whose keepalive timed out has to take its close frame before it is cut."""
+
+
 class LimitedWebSocketProtocol(WebSocketsSansIOProtocol):
     """The socket an upgraded request becomes, counted in its client's share while it is open: the count
     its handshake held is handed over (``held``), with the handshake's client (forwarded, behind a
@@ -245,6 +249,7 @@ class LimitedWebSocketProtocol(WebSocketsSansIOProtocol):
         self._client = held
         self._handshake_client = client
         self._shutdown_timeout = shutdown_timeout
+        self._open = True  # until the connection is lost
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -252,9 +257,22 @@ class LimitedWebSocketProtocol(WebSocketsSansIOProtocol):
             self.client = self._handshake_client
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._open = False
         client, self._client = self._client, None
         _counted_out(client)
         super().connection_lost(exc)
+
+    def keepalive_timeout(self) -> None:
+        """No pong within the ping timeout: uvicorn writes its close frame and closes the transport, which
+        first waits for everything buffered to be sent; a client that stopped reading never takes it, so
+        the socket and its turn stayed open for good (found by black-box testing: 140 s and on, where
+        docs/responses.md promised about 40). The connection is aborted once the close had its chance."""
+        super().keepalive_timeout()
+        self.loop.call_later(_CLOSE_GRACE, self._abort_if_open)
+
+    def _abort_if_open(self) -> None:
+        if self._open:
+            self.transport.abort()
 
     def shutdown(self) -> None:
         """uvicorn's server is stopping: an open socket is not closed now (uvicorn closed it with 1012 at

@@ -412,3 +412,61 @@ def test_a_stop_closes_a_socket_after_its_turn_and_an_idle_one_at_once(pause: fl
         assert final["type"] == "response.completed", rest
         assert final["response"]["output"][0]["content"][0]["text"] == "Hello"
     check_events(first + rest)
+
+
+class _TakesNothing:
+    """A socket's transport whose client reads nothing: a close waits for ever, an abort drops it."""
+
+    def __init__(self) -> None:
+        self.closing = self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closing = True  # (asyncio's: once everything buffered is sent, which is never)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+async def _no_app(scope: Any, receive: Any, send: Any) -> None:
+    pass
+
+
+def test_a_socket_whose_keepalive_timed_out_is_cut_if_its_close_is_not_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # uvicorn's keepalive timeout wrote its close frame and closed the transport, which waits for the
+    # client to take what is buffered: a client that stopped reading held its socket and its turn for
+    # good (found by black-box testing against `serve`: still open 140 s on; docs/responses.md says ~40).
+    import uvicorn
+    from uvicorn.server import ServerState
+    from websockets.protocol import State
+
+    from proxy import client_limits
+
+    monkeypatch.setattr(client_limits, "_CLOSE_GRACE", 0.05)
+
+    async def timed_out() -> _TakesNothing:
+        config = uvicorn.Config(app=_no_app)
+        config.load()
+        socket = client_limits.LimitedWebSocketProtocol(
+            config=config, server_state=ServerState(), app_state={}
+        )
+        transport = _TakesNothing()
+        socket.connection_made(transport)  # type: ignore[arg-type]
+        socket.conn.state = State.OPEN  # (its handshake done)
+        socket.keepalive_timeout()
+        await asyncio.sleep(0.3)
+        return transport
+
+    transport = asyncio.run(timed_out())
+    assert transport.closing
+    assert transport.aborted
