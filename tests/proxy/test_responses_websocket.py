@@ -238,6 +238,9 @@ def test_serve_logs_each_socket_and_its_turns_and_no_error_for_a_refused_handsha
                     connect(socket_url(url), additional_headers=headers, origin=origin)  # type: ignore[arg-type]
             with connect(socket_url(url), additional_headers={"Authorization": "Bearer sk-t"}) as ws:
                 assert turn(ws, input="hi")[-1]["type"] == "response.completed"
+                # The client offered permessage-deflate (websockets does): not taken, it runs on the loop.
+                assert ws.response is not None
+                assert "sec-websocket-extensions" not in ws.response.headers
     text = log.read_text()
     assert "conformant serve: http://" in text  # (the log is the server's)
     assert "without completing handshake" not in text
