@@ -176,9 +176,15 @@ def test_a_compaction_continues_a_stored_response_and_is_compacted_again(
     assert [item["type"] for item in again["output"]] == ["message", "message", "message", "compaction"]
 
 
-def test_a_compaction_item_of_another_provider_is_refused(proxy: tuple[str, list[dict[str, Any]]]) -> None:
+@pytest.mark.parametrize(
+    "content",
+    ["gAAAAABpM0Yj-opaque=", "conformant.compaction.v1:!!!***"],  # another's; this one's prefix, not base64
+)
+def test_a_compaction_item_of_another_provider_is_refused(
+    proxy: tuple[str, list[dict[str, Any]]], content: str
+) -> None:
     url, seen = proxy
-    foreign = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAABpM0Yj-opaque="}
+    foreign = {"type": "compaction", "id": "cmp_1", "encrypted_content": content}
     request = {"model": "m", "input": [{"role": "user", "content": "hi"}, foreign]}
     response = httpx.post(url + "/v1/responses", json=request, timeout=10)
     assert response.status_code == 400

@@ -61,6 +61,9 @@ def _summary(content: str) -> str | None:
     if not content.startswith(_PREFIX):
         return None
     try:
-        return base64.urlsafe_b64decode(content[len(_PREFIX) :].encode("ascii")).decode("utf-8")
+        # validate: urlsafe_b64decode drops characters outside the alphabet, and "!!!***" read as the
+        # empty summary where it is content this server never wrote (found by black-box testing).
+        encoded = content[len(_PREFIX) :].encode("ascii")
+        return base64.b64decode(encoded, altchars=b"-_", validate=True).decode("utf-8")
     except (ValueError, binascii.Error):  # not base64 (UnicodeEncodeError is a ValueError), not UTF-8
         return None
