@@ -6,7 +6,9 @@ that names it and where it is, rather than answered with output the schema does 
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from typing import Any
 
 from backend.request_errors import RequestError
@@ -22,12 +24,34 @@ _LOOSE_CHAR = 'char ::= [^"\\\\] |'
 _STRICT_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
 
 
-def schema_gbnf(schema: dict[str, Any]) -> str:
-    """``schema`` as GBNF by llama-cpp-python's converter, strings held to JSON's characters. Raises what
-    the converter raises on a schema it cannot map."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
+# Its literals escape a quote and line breaks but not a backslash, so the JSON text it writes for a
+# const, an enum value or a property name was read as GBNF's own escapes: "a\u0000b" as a NUL (llama.cpp
+# then aborted the whole process, "Unexpected empty grammar stack"), "a\nb" as a raw newline (invalid
+# JSON), 'a"b' as the literal's end (a grammar that did not parse). llama.cpp's converter escapes it.
+_LITERAL_ESCAPE = re.compile(r'[\r\n"\\]')
+_LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
 
-    return str(json_schema_to_gbnf(json.dumps(schema))).replace(_LOOSE_CHAR, _STRICT_CHAR)
+
+@functools.cache
+def _converter_class() -> Any:
+    """llama-cpp-python's ``SchemaConverter`` with literals escaped whole (imported when first needed)."""
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    class Converter(SchemaConverter):  # type: ignore[misc]
+        def _format_literal(self, literal: str) -> str:
+            return '"' + _LITERAL_ESCAPE.sub(lambda m: _LITERAL_ESCAPES[m.group(0)], literal) + '"'
+
+    return Converter
+
+
+def schema_gbnf(schema: dict[str, Any]) -> str:
+    """``schema`` as GBNF by llama-cpp-python's converter (as its ``json_schema_to_gbnf``), literals
+    escaped whole and strings held to JSON's characters. Raises what the converter raises on a schema
+    it cannot map."""
+    converter = _converter_class()(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "stdin")
+    converter.visit(resolved, "")
+    return str(converter.format_grammar()).replace(_LOOSE_CHAR, _STRICT_CHAR)
 
 
 def grammar_for_schema(schema: dict[str, Any], param: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from backend.grammars import grammar_for_schema, json_grammar
 from backend.request_errors import RequestError
-from backend.schema_support import MAX_REPETITION, gbnf_repeats_too_often
+from backend.schema_support import gbnf_problem
 from conformance.request import (
     CHOICE_WITHOUT_TOOLS,
     allowed_tools_choice,
@@ -240,12 +240,8 @@ def _grammar(body: dict[str, Any], *, chat: bool) -> str | None:
     if grammar is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise RequestError("'grammar' must be a non-empty GBNF string", "grammar")
-        if gbnf_repeats_too_often(grammar):
-            raise RequestError(
-                f"'grammar' repeats an item more than {MAX_REPETITION} times ({{m,n}}), more than this "
-                "server's grammar engine takes",
-                "grammar",
-            )
+        if (problem := gbnf_problem(grammar)) is not None:
+            raise RequestError(f"'grammar' {problem}", "grammar")
         return grammar
     schema = body.get("json_schema")
     if schema is not None:
@@ -449,7 +445,7 @@ def _message_tool_calls(value: Any, i: int) -> list[dict[str, Any]]:
             )
         try:
             arguments: Any = json.loads(function["arguments"]) if function["arguments"].strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested past the parser: no JSON)
             arguments = function["arguments"]  # kept as sent: the template shows what the model wrote
         calls.append(
             {

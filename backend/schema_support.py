@@ -30,7 +30,7 @@ from conformance.schema_refs import SUBSCHEMA_LISTS, SUBSCHEMA_MAPS, hoisted, lo
 __all__ = [
     "MAX_REPETITION",
     "enforceable",
-    "gbnf_repeats_too_often",
+    "gbnf_problem",
     "hoisted",
     "localized",
     "normalized",
@@ -107,10 +107,35 @@ def _repeats_too_often(pattern: str) -> bool:
 _GBNF_LITERALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
 
 
-def gbnf_repeats_too_often(gbnf: str) -> bool:
-    """Whether a client's GBNF repeats an item more than :data:`MAX_REPETITION` times (``x{0,20000}``
-    overflowed llama.cpp's parser's stack); its strings and character classes are not read as counts."""
-    return _repeats_too_often(_GBNF_LITERALS.sub("", gbnf))
+MAX_NESTING = 1000
+"""Groups a client's GBNF may nest: llama.cpp's parser recurses into each, and 20,000 overflowed its
+stack and killed the process (10,000 did not, found by black-box testing)."""
+
+_NUL_ESCAPE = re.compile(r"\\(?:x00|u0000|U00000000)")
+_COMMENT = re.compile(r"#[^\n]*")
+_TOO_MUCH = "more than this server's grammar engine takes"
+
+
+def gbnf_problem(gbnf: str) -> str | None:
+    """What in a client's GBNF llama.cpp's grammar engine cannot take, or None: an item repeated more than
+    :data:`MAX_REPETITION` times (``x{0,20000}`` overflowed its parser's stack), groups nested past
+    :data:`MAX_NESTING`, a NUL character asked for (the grammar is handed over as a C string, which a
+    raw NUL cuts short, and no token's text holds one: llama.cpp aborted the process, "Unexpected empty
+    grammar stack"). Its strings and character classes are not read as counts or groups."""
+    if "\x00" in gbnf or any(
+        _NUL_ESCAPE.search(item) for item in _GBNF_LITERALS.findall(gbnf) if not item.startswith("[^")
+    ):
+        return "asks for a NUL character, which no token's text holds"
+    rules = _COMMENT.sub("", _GBNF_LITERALS.sub("", gbnf))
+    if _repeats_too_often(rules):
+        return f"repeats an item more than {MAX_REPETITION} times ({{m,n}}), {_TOO_MUCH}"
+    depth = deepest = 0
+    for char in rules:
+        depth += (char == "(") - (char == ")")
+        deepest = max(deepest, depth)
+    if deepest > MAX_NESTING:
+        return f"nests groups deeper than {MAX_NESTING}, {_TOO_MUCH}"
+    return None
 
 
 def _unknown_keyword(schema: dict[str, Any]) -> str | None:

@@ -18,7 +18,7 @@ from backend.schema_support import (
     ANY_VALUE,
     MAX_REPETITION,
     enforceable,
-    gbnf_repeats_too_often,
+    gbnf_problem,
     hoisted,
     localized,
     normalized,
@@ -116,8 +116,28 @@ def test_counts_past_what_a_grammar_repeats_are_dropped_from_tools_and_refused_w
     assert cleaned["properties"] == {"script": {"type": "string"}, "id": {"type": "string", "maxLength": 64}}
     assert "script" in converted(normalized(cleaned), "tools")
     assert unsupported(schema) == f"'maxLength above {MAX_REPETITION}' at /properties/script"
-    assert gbnf_repeats_too_often("root ::= x{2,20000}")
-    assert not gbnf_repeats_too_often('root ::= "{0,20000}" [{9999}] x{0,1000}')
+    assert "repeats an item more than 1000 times" in str(gbnf_problem("root ::= x{2,20000}"))
+    assert gbnf_problem('root ::= "{0,20000}" [{9999}] x{0,1000}') is None
+
+
+def test_a_grammar_asking_for_a_nul_or_nested_past_the_parsers_stack_is_a_problem() -> None:
+    # Each killed the backend's process (found by black-box testing): llama.cpp aborted on a literal
+    # holding a NUL, and its parser overflowed its stack on 20,000 nested groups.
+    for nul in ('root ::= "a\\x00b"', "root ::= [\\u0000]", 'root ::= "a\x00"'):
+        assert "NUL" in str(gbnf_problem(nul)), nul
+    assert gbnf_problem('root ::= [^"\\\\\\x7F\\x00-\\x1F]') is None  # (JSON's strings: NUL excluded)
+    deep = "root ::= " + "(" * 1001 + '"a"' + ")" * 1001
+    assert "nests groups deeper than 1000" in str(gbnf_problem(deep))
+    assert gbnf_problem("root ::= " + "(" * 1000 + '"(((("' + ")" * 1000 + " # ((((") is None
+
+
+def test_literals_of_a_schema_are_escaped_whole() -> None:
+    # llama-cpp-python's converter left a backslash unescaped: a const's JSON escape became GBNF's own
+    # ("a\u0000b" a NUL, which killed the process), and a quote in an enum value ended the literal.
+    assert (
+        converted({"const": "a\u0000b"}, "response_format") == 'root ::= "\\"a\\\\u0000b\\""\nspace ::= " "?'
+    )
+    assert 'root ::= "\\"a\\\\\\"b\\""' in converted({"enum": ['a"b']}, "response_format")
 
 
 def test_localized_leaves_a_schema_without_definitions_alone() -> None:
