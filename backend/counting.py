@@ -5,6 +5,8 @@ vocabulary. The count is the prompt's whole; a prompt longer than the context is
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -24,7 +26,8 @@ async def count(
         return JSONResponse(refused.body, status_code=refused.status)  # worded by the front-end
     assert translation.body is not None  # (a refusal is kept only where asked to)
     try:
-        tokens = generation.backend.prompt_tokens(PARSERS[front_end.endpoint](translation.body))
+        parsed = PARSERS[front_end.endpoint](translation.body)
+        tokens = await asyncio.to_thread(generation.backend.prompt_tokens, parsed)  # (as generation's)
     except APIError as refused:
         return JSONResponse(front_end.error(refused.body, refused.status), status_code=refused.status)
     return JSONResponse(counting.answer(tokens))

@@ -67,7 +67,7 @@ async def generate(generation: Generation, front_end: FrontEnd, request: Request
     while True:
         assert translation.body is not None  # (a refusal is kept only where asked to)
         try:
-            started = _start(
+            started = await _start(
                 generation, translation.body, parse, front_end.error, names_stop=translation.names_stop
             )
             break
@@ -97,7 +97,7 @@ class _Started:
     jobs: list[Job]
 
 
-def _start(
+async def _start(
     generation: Generation,
     body: Any,
     parse: Callable[[Any], GenerationRequest],
@@ -113,8 +113,11 @@ def _start(
     queue: asyncio.Queue[Event] = asyncio.Queue()
     emit = LoopInbox.of(asyncio.get_running_loop()).sender(queue)
     req = parse(body)
-    prompts = backend.prompts(req)
-    jobs = backend.jobs(req, prompts, emit)
+    # Rendered, tokenized and its grammar parsed in a worker thread: llama.cpp's tokenizer takes time
+    # past linear in a prompt's special tokens (10,000 one-word messages 5 s, 40,000 150 s) and a
+    # grammar of 100,000 alternatives 48 s to parse, each of which held the event loop (/health with it).
+    prompts = await asyncio.to_thread(backend.prompts, req)
+    jobs = await asyncio.to_thread(backend.jobs, req, prompts, emit)
     try:
         backend.engine.submit(jobs)
     except QueueFull as exc:

@@ -6,7 +6,9 @@ is now the 400 it should be, or served, and the server goes on."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import time
 from typing import Any
 
 import httpx
@@ -83,3 +85,17 @@ def test_earlier_arguments_nested_past_the_parser_are_no_500(gemma_url: str) -> 
     assert answered.status_code in (200, 400), answered.text
     if answered.status_code == 400:  # the prompt it makes is past the context, said as such
         assert answered.json()["error"]["code"] == "context_length_exceeded", answered.text
+
+
+def test_a_prompt_slow_to_tokenize_leaves_the_server_answering(gemma_url: str) -> None:
+    # 10,000 one-word messages: llama.cpp's tokenizer takes seconds over their special tokens (time past
+    # linear in them), and that ran on the event loop: /health waited for it (found by black-box testing).
+    messages = [{"role": ("user", "assistant")[i % 2], "content": "x"} for i in range(10_000)]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        heavy = pool.submit(_chat, gemma_url, messages=messages, max_tokens=1)
+        time.sleep(0.5)  # (its body read and its tokenizing begun)
+        health = httpx.get(gemma_url + "/health", timeout=120)
+        answered_while_heavy_ran = not heavy.done()
+        assert heavy.result().status_code == 400  # (past this test server's context)
+    assert health.status_code == 200
+    assert answered_while_heavy_ran
