@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -168,6 +169,37 @@ def test_after_a_reconnect_a_store_false_id_is_unknown(hello: tuple[str, list[di
         assert turn(ws, input="four", previous_response_id=stored)[-1]["type"] == "response.completed"
         assert turn(ws, input="five", store=False)[-1]["type"] == "response.completed"
     assert [m["content"] for m in seen[-2]["messages"]] == ["two", "Hello", "four"]
+
+
+def test_a_stored_response_deleted_over_http_is_not_continued_on_its_socket(
+    hello: tuple[str, list[dict[str, Any]]],
+) -> None:
+    # The socket kept its own copy: it continued the deleted response, and stored its content again
+    # (found by black-box testing).
+    url, seen = hello
+    with connect(socket_url(url)) as ws:
+        stored = turn(ws, input="secret")[-1]["response"]["id"]
+        assert httpx.delete(f"{url}/v1/responses/{stored}", timeout=10).status_code == 200
+        missing = error_of(turn(ws, input="again", previous_response_id=stored))
+        assert missing["error"]["code"] == "previous_response_not_found"
+    assert len(seen) == 1
+
+
+def test_what_sockets_remember_is_bounded_together() -> None:
+    # Each socket kept its last unstored conversation, with no bound over them all: 30 idle sockets held
+    # 1.2 GB (found by black-box testing). Past the bound the least recent is forgotten.
+    handler = scripted(said("OK."), seen=[])
+    with raw_server(handler) as (upstream, _), serve_proxy(upstream) as (url, app):
+        responses = next(f for f in app.state.serving.front_ends if f.socket is not None)
+        responses.socket_memory.most = 3000  # (256 MiB in a server)
+        with connect(socket_url(url)) as first, connect(socket_url(url)) as second:
+            one = turn(first, input="a" * 1000, store=False)[-1]["response"]["id"]
+            two = turn(second, input="b" * 1000, store=False)[-1]["response"]["id"]
+            forgotten = error_of(turn(first, input="on", store=False, previous_response_id=one))
+            assert forgotten["error"]["code"] == "previous_response_not_found"
+            kept = turn(second, input="on", store=False, previous_response_id=two)
+            assert kept[-1]["type"] == "response.completed"
+        assert responses.socket_memory.total == 0  # (closed sockets remember nothing)
 
 
 def test_a_failed_continuation_forgets_the_response_it_continued() -> None:

@@ -53,7 +53,7 @@ from .stored import (
 )
 from .translation import ChatTranslation, responses_error, translate_request
 from .truncation import MAX_SHORTENINGS, shortened_messages
-from .websocket import CONNECTION_LIFETIME, SocketStore, serve_socket
+from .websocket import CONNECTION_LIFETIME, SocketMemory, SocketStore, serve_socket
 
 __all__ = ["NATIVE_PATH", "ResponsesFrontEnd", "ResponsesTranslation"]
 
@@ -159,6 +159,8 @@ class ResponsesFrontEnd(FrontEnd):
         a WebSocket message."""
         self.socket_lifetime = CONNECTION_LIFETIME
         """Seconds a WebSocket lasts (the spec's 60 minutes)."""
+        self.socket_memory = SocketMemory()
+        """What this server's sockets remember of their unstored responses, bounded together."""
 
     async def translate(self, raw: bytes, *, keep_refusal: bool = False) -> Translation:
         asked = await off_the_loop(lambda: self._parsed(raw, keep_refusal), heavy=is_large(raw))
@@ -230,10 +232,13 @@ class ResponsesFrontEnd(FrontEnd):
 
     async def _socket(self, websocket: WebSocket, answering: Answering) -> None:
         """One WebSocket's turns: requests of a front-end like this one, on the socket's own store."""
-        socket_store = SocketStore(self.store)
+        socket_store = SocketStore(self.store, self.socket_memory)
         front_end = ResponsesFrontEnd(socket_store, self.max_bytes)
         app = answering(front_end)
-        await serve_socket(websocket, app, socket_store, self.max_bytes, self.socket_lifetime)
+        try:
+            await serve_socket(websocket, app, socket_store, self.max_bytes, self.socket_lifetime)
+        finally:
+            socket_store.forget()
 
     def redact_stored(self, redact: Callable[[str], str]) -> None:
         self.store.redact = redact

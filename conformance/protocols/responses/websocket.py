@@ -28,7 +28,11 @@ it ended, so that the next turn continues it with ``previous_response_id`` and o
 store, where only stored responses are. A reconnected client's ``store: false`` id is therefore
 unknown: a 400 ``previous_response_not_found``, as over HTTP. A turn that continues the remembered
 response and fails (an error message, ``response.failed``) forgets it, so that a client retries from
-state it knows rather than from a response whose continuation broke. A socket lasts
+state it knows rather than from a response whose continuation broke. A stored response is read from the
+server's store, as over HTTP (a socket that kept its own copy continued one deleted over HTTP, and stored
+it again); what the sockets of one server remember of unstored ones is bounded together
+(``SocketMemory``), the least recently remembered forgotten first (30 idle sockets held 1.2 GB). A
+socket lasts
 ``CONNECTION_LIFETIME`` (the spec's 60 minutes): then, between turns, it gets an error message
 ``websocket_connection_limit_reached`` and is closed (1000), and the client opens another.
 
@@ -65,8 +69,10 @@ from .stored import input_items
 __all__ = [
     "CONNECTION_LIFETIME",
     "MAX_MESSAGE",
+    "SOCKET_MEMORY",
     "STOPPING",
     "WAITING",
+    "SocketMemory",
     "SocketStore",
     "error_event",
     "serve_socket",
@@ -102,14 +108,41 @@ _NOT_CARRIED = frozenset({b"upgrade", b"connection", b"content-length", b"conten
 own, and a request id, which each turn gets anew."""
 
 
+SOCKET_MEMORY = 256 << 20
+"""Bytes the sockets of one server process may remember of their unstored responses, together."""
+
+
+class SocketMemory:
+    """What the sockets of one server remember, bounded together: past ``most`` bytes, the socket that
+    remembered least recently forgets its response (its continuation is then
+    ``previous_response_not_found``, which tells the client to send the conversation again)."""
+
+    def __init__(self, most: int = SOCKET_MEMORY) -> None:
+        self.most = most
+        self.total = 0
+        self._held: dict[SocketStore, int] = {}  # (in the order they were remembered: oldest first)
+
+    def hold(self, owner: SocketStore, size: int) -> None:
+        self.release(owner)
+        self._held[owner] = size
+        self.total += size
+        while self.total > self.most and (oldest := next(iter(self._held))) is not owner:
+            oldest.last = None
+            self.release(oldest)
+
+    def release(self, owner: SocketStore) -> None:
+        self.total -= self._held.pop(owner, 0)
+
+
 class SocketStore:
     """The store a socket's turns read and write: the server's (``shared``), with the socket's last
-    response in front of it (see the module's docstring)."""
+    unstored response in front of it (see the module's docstring)."""
 
-    def __init__(self, shared: Store) -> None:
+    def __init__(self, shared: Store, memory: SocketMemory) -> None:
         self.shared = shared
+        self.memory = memory
         self.last: StoredResponse | None = None
-        """The socket's last response, with the whole conversation it ended."""
+        """The socket's last unstored response, with the whole conversation it ended."""
         self.continued: StoredResponse | None = None
         """What the running turn's ``previous_response_id`` named, once looked up."""
 
@@ -152,15 +185,22 @@ class SocketStore:
         (``asked``), make the conversation its output ends. ``size``: the bytes of the request and of the
         Response, as the turn sent them (written again, each string of a long non-ASCII text would keep
         orjson's UTF-8 copy of itself, as long as the socket remembers it)."""
+        if response.get("store") is True:  # the store has it, and a DELETE there must hold here too
+            self.last = None
+            self.memory.release(self)
+            return
         continued = self.continued if asked.get("previous_response_id") is not None else None
         earlier = continued.conversation if continued is not None else []
         size += continued.size if continued is not None else 0
         self.last = StoredResponse(response, [*earlier, *input_items(asked)], size)
+        self.memory.hold(self, size)
 
-    def forget(self, response_id: Any) -> None:
-        """A continuation of ``response_id`` failed: the socket no longer continues it."""
-        if self.last is not None and self.last.response.get("id") == response_id:
+    def forget(self, response_id: Any = None) -> None:
+        """A continuation of ``response_id`` failed (None: the socket closed): the socket no longer
+        continues it."""
+        if self.last is not None and response_id in (None, self.last.response.get("id")):
             self.last = None
+            self.memory.release(self)
 
 
 def error_event(status: int, body: Mapping[str, Any]) -> dict[str, Any]:
