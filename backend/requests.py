@@ -64,6 +64,8 @@ class SamplingParams:
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
     grammar: str | None = None
+    grammar_from: str = "grammar"
+    """The request's parameter the grammar was made from, which a grammar llama.cpp refuses names."""
     grammar_triggers: tuple[str, ...] = ()
     """Regexes that switch a lazy grammar on (tool calls under ``tool_choice: auto``); empty: always on."""
     ignore_eos: bool = False
@@ -231,9 +233,12 @@ def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
     return out
 
 
+_GRAMMAR_PARAMS = ("grammar", "json_schema", "response_format")
+
+
 def _grammar(body: dict[str, Any], *, chat: bool) -> str | None:
     """One of ``grammar`` (GBNF), ``json_schema`` (llama.cpp) or ``response_format`` (OpenAI)."""
-    given = [name for name in ("grammar", "json_schema", "response_format") if body.get(name) is not None]
+    given = [name for name in _GRAMMAR_PARAMS if body.get(name) is not None]
     if len(given) > 1 and not (given == ["response_format"] or _is_text_format(body.get("response_format"))):
         raise RequestError(f"use only one of {', '.join(repr(g) for g in given)}", given[1])
     grammar = body.get("grammar")
@@ -312,6 +317,7 @@ def _sampling(body: dict[str, Any], *, chat: bool) -> SamplingParams:
         mirostat_tau=_number(body, "mirostat_tau", 5.0, 0.0, 100.0),
         mirostat_eta=_number(body, "mirostat_eta", 0.1, 0.0, 10.0),
         grammar=_grammar(body, chat=chat),
+        grammar_from=next((name for name in _GRAMMAR_PARAMS if body.get(name) is not None), "grammar"),
         ignore_eos=_boolean(body, "ignore_eos"),
         logit_bias=_logit_bias(body),
     )

@@ -63,7 +63,7 @@ class Sampler:
         self._bias_values = np.array(list(bias.values()), dtype=np.float32)
         try:
             if params.grammar is not None:
-                self.grammar = _grammar_sampler(vocab, params.grammar)
+                self.grammar = _grammar_sampler(vocab, params.grammar, params.grammar_from)
                 if params.grammar_triggers:  # (parsed once above, so that a bad one is refused at once)
                     ll.llama_sampler_free(self.grammar)
                     self.grammar = None
@@ -236,8 +236,16 @@ def _penalised(params: SamplingParams) -> bool:
     return params.repeat_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
 
 
-def _grammar_sampler(vocab: Any, gbnf: str) -> Any:
+def _grammar_sampler(vocab: Any, gbnf: str, source: str) -> Any:
+    """llama.cpp's sampler of ``gbnf``; a 400 naming ``source`` (the parameter the grammar came from:
+    the client's GBNF, or a grammar made of its schema or tools) where llama.cpp refuses it."""
     sampler = grammar_sampler(vocab, gbnf)
     if not sampler:
-        raise RequestError("'grammar' could not be parsed as GBNF with a 'root' rule", "grammar")
+        if source == "grammar":
+            raise RequestError("'grammar' could not be parsed as GBNF with a 'root' rule", "grammar")
+        raise RequestError(
+            f"'{source}' holds a schema whose grammar this server's grammar engine refuses",
+            source,
+            code="unsupported_schema",
+        )
     return sampler

@@ -116,6 +116,7 @@ class Backend:
         plan = fmt.grammar(req.tools, req.tool_choice, req.parallel_tool_calls, req.response_schema)
         if plan is not None:
             req.sampling.grammar = plan.gbnf
+            req.sampling.grammar_from = "tools"
             req.sampling.grammar_triggers = plan.triggers
         req.tool_format = fmt.bound(req.tools, req.tool_choice)
         system = None

@@ -99,3 +99,17 @@ def test_a_prompt_slow_to_tokenize_leaves_the_server_answering(gemma_url: str) -
         assert heavy.result().status_code == 400  # (past this test server's context)
     assert health.status_code == 200
     assert answered_while_heavy_ran
+
+
+def test_a_grammar_made_of_a_schema_that_llama_cpp_refuses_names_the_schemas_parameter(
+    gemma_url: str,
+) -> None:
+    # It named 'grammar', a parameter the request never sent (found by black-box testing).
+    refused = _chat(gemma_url, response_format=_schema({"enum": []}))
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "response_format", refused.text
+    looping = {"$defs": {"n": {"$ref": "#/$defs/n"}}, "$ref": "#/$defs/n"}
+    tool = {"type": "function", "function": {"name": "f", "parameters": looping}}
+    refused = _chat(gemma_url, tools=[tool], tool_choice="required")
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "tools", refused.text
