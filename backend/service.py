@@ -169,7 +169,13 @@ class Backend:
             raise RequestError(
                 f"this request asks for {len(prompts) * req.n} sequences (prompts x n); the server holds at "
                 f"most {capacity} at once",
-                "n",
+                "n" if req.n > 1 else "prompt",  # (the one the client sent: 2,000 prompts named n)
+            )
+        outside = next((t for t in req.sampling.logit_bias if not self.vocab.valid(t)), None)
+        if outside is not None:  # (dropped unsaid, as a token id of a prompt is not)
+            last = self.vocab.n_tokens - 1
+            raise RequestError(
+                f"'logit_bias' holds token id {outside}, outside the vocabulary (0..{last})", "logit_bias"
             )
         jobs: list[Job] = []
         try:

@@ -113,3 +113,19 @@ def test_a_grammar_made_of_a_schema_that_llama_cpp_refuses_names_the_schemas_par
     refused = _chat(gemma_url, tools=[tool], tool_choice="required")
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["param"] == "tools", refused.text
+
+
+@pytest.mark.parametrize("token", ["99999999", "-1", str(2**64)])
+def test_a_logit_bias_outside_the_vocabulary_is_a_400(gemma_url: str, token: str) -> None:
+    # It was dropped without a word, where the same id in a token prompt is a 400.
+    refused = _chat(gemma_url, logit_bias={token: 5}, max_tokens=1)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "logit_bias"
+
+
+def test_too_many_prompts_name_the_prompt_not_n(gemma_url: str) -> None:
+    refused = httpx.post(
+        gemma_url + "/v1/completions", json={"model": "m", "prompt": [[1]] * 2000}, timeout=60
+    )
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "prompt"
