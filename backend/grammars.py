@@ -37,7 +37,7 @@ def _converter_class() -> Any:
     """llama-cpp-python's ``SchemaConverter`` with literals escaped whole (imported when first needed)."""
     from llama_cpp.llama_grammar import SchemaConverter
 
-    class Converter(SchemaConverter):  # type: ignore[misc]
+    class Converter(SchemaConverter):
         def _format_literal(self, literal: str) -> str:
             return '"' + _LITERAL_ESCAPE.sub(lambda m: _LITERAL_ESCAPES[m.group(0)], literal) + '"'
 
