@@ -164,7 +164,7 @@ def run_probe(
         if probe.then is not None:
             if record_dir is not None:
                 base = record_dir / f"{probe.name}-hangup"
-                save_recording(recording, base, server=server, intent=HANG_UP)
+                save_recording(recording, base, server=server, intent=HANG_UP, profile=ctx.profile)
             hung_up, waived = _allowed(_judge(f"{probe.name}-hangup", HANG_UP, recording, ctx.profile), allow)
             recording = record(client, probe.then(ctx))
     except httpx.ConnectError as exc:
