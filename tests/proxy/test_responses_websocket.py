@@ -505,3 +505,35 @@ def test_a_socket_whose_keepalive_timed_out_is_cut_if_its_close_is_not_taken(
     transport = asyncio.run(timed_out())
     assert transport.closing
     assert transport.aborted
+
+
+class _OneMessageThenQuiet:
+    """A socket's client that sends one message and then nothing."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    async def receive(self) -> dict[str, Any]:
+        if not self.sent:
+            self.sent = True
+            return {"type": "websocket.receive", "text": "x" * 1000}
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def test_a_socket_waiting_for_its_next_message_holds_none_it_read() -> None:
+    # Its last message stayed referenced while the next was awaited: with 15 MiB inputs each idle socket
+    # held about 25 MB beside what the sockets remember, which is bounded (found by black-box testing).
+    from conformance.protocols.responses.websocket import _Socket
+
+    async def held_while_waiting() -> bool:
+        socket = _Socket(_OneMessageThenQuiet(), None, None, None)  # type: ignore[arg-type]
+        reading = socket.read()
+        task = asyncio.ensure_future(reading)
+        assert (await socket.messages.get()) is not None
+        await asyncio.sleep(0.01)  # (read waits for the next message now)
+        held = "message" in reading.cr_frame.f_locals
+        task.cancel()
+        return held
+
+    assert not asyncio.run(held_while_waiting())
