@@ -42,10 +42,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _upstream_url(text: str) -> str:
     """``--upstream`` checked now, so that a mistake is one line at the start, not a 502 on every request."""
-    if (problem := upstream_url_problem(text)) is not None:
-        if problem.endswith("password"):
-            # Sent as a password on some requests and printed in logs: keys go in --upstream-api-key.
-            problem += "; give the key with --upstream-api-key"
+    # A password in it is sent on some requests and printed in logs: keys go in --upstream-api-key.
+    if (problem := upstream_url_problem(text, "give the key with --upstream-api-key")) is not None:
         raise CommandError(f"--upstream {problem}")
     return text
 

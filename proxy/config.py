@@ -65,14 +65,14 @@ def base_of(url: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
-def upstream_url_problem(text: str) -> str | None:
+def upstream_url_problem(text: str, key_hint: str) -> str | None:
     """What is wrong with an upstream's URL (``--upstream``, a file's ``url``), or None; a user or password
-    in it first, and the text itself never quoted once it holds one: it would be printed with the
-    password (a URL whose scheme was wrong was quoted whole)."""
+    in it first, with ``key_hint`` (where the key goes instead), and the text itself never quoted once
+    it holds one: it would be printed with the password (a URL whose scheme was wrong was quoted whole)."""
     authority = text.partition("://")[2] or text
     authority = authority.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
     if "@" in authority:
-        return "must not hold a user or password"
+        return f"must not hold a user or password; {key_hint}"
     try:
         url = httpx.URL(text)
     except (httpx.InvalidURL, ValueError) as exc:

@@ -149,9 +149,7 @@ def _number(value: Any, where: str, *, integer: bool = False, minimum: float = 0
 def _url(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise _fail(where, f"must be a string, not {value!r}")
-    if (problem := upstream_url_problem(value)) is not None:
-        if problem.endswith("password"):
-            problem += "; name the key's variable in api_key_env"
+    if (problem := upstream_url_problem(value, "name the key's variable in api_key_env")) is not None:
         raise _fail(where, problem)
     return value
 
