@@ -27,7 +27,7 @@ from backend.engine import Event, Job, QueueFull
 from backend.handoff import LoopInbox
 from backend.reasoning import ThinkingMarkers
 from backend.requests import GenerationRequest, SamplingParams, parse_chat_request, parse_completion_request
-from backend.service import Backend
+from backend.service import Backend, Prompt
 from conformance.api_errors import APIError
 from conformance.openai_errors import error_body
 from conformance.protocols.front_end import FrontEnd, Output, pieces_of
@@ -88,6 +88,14 @@ async def generate(generation: Generation, front_end: FrontEnd, request: Request
     return whole if isinstance(whole, Response) else JSONResponse(await output.body(whole))
 
 
+def _prepared(
+    backend: Backend, req: GenerationRequest, emit: Callable[[Event], None]
+) -> tuple[list[Prompt], list[Job]]:
+    """A request's prompts and jobs, made in one worker thread (``_start``)."""
+    prompts = backend.prompts(req)
+    return prompts, backend.jobs(req, prompts, emit)
+
+
 @dataclass(slots=True)
 class _Started:
     """A request under way: its response builder, the engine's events for it, its jobs."""
@@ -116,8 +124,7 @@ async def _start(
     # Rendered, tokenized and its grammar parsed in a worker thread: llama.cpp's tokenizer takes time
     # past linear in a prompt's special tokens (10,000 one-word messages 5 s, 40,000 150 s) and a
     # grammar of 100,000 alternatives 48 s to parse, each of which held the event loop (/health with it).
-    prompts = await asyncio.to_thread(backend.prompts, req)
-    jobs = await asyncio.to_thread(backend.jobs, req, prompts, emit)
+    prompts, jobs = await asyncio.to_thread(_prepared, backend, req, emit)
     try:
         backend.engine.submit(jobs)
     except QueueFull as exc:
