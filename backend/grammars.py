@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from backend.json_patterns import json_text_pattern
 from backend.request_errors import RequestError
 from backend.schema_support import normalized, unsupported
 
@@ -40,6 +41,17 @@ def _converter_class() -> Any:
     class Converter(SchemaConverter):
         def _format_literal(self, literal: str) -> str:
             return '"' + _LITERAL_ESCAPE.sub(lambda m: _LITERAL_ESCAPES[m.group(0)], literal) + '"'
+
+        def _visit_pattern(self, pattern: str, name: str) -> Any:
+            return super()._visit_pattern(json_text_pattern(pattern), name)  # type: ignore[no-untyped-call]
+
+        def visit(self, schema: Any, name: str) -> Any:
+            # A value's rule is named after its property, and a property named "" of the top object got
+            # the name "root" before the object did: the grammar's root was that value, not the object.
+            if not name and getattr(self, "_root_visited", False):
+                name = "empty-name"
+            self._root_visited = True
+            return super().visit(schema, name)  # type: ignore[no-untyped-call]
 
     return Converter
 

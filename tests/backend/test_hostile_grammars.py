@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import time
 from typing import Any
 
@@ -48,6 +49,40 @@ def test_a_property_name_with_a_quote_or_a_newline_is_served(gemma_url: str) -> 
     answered = _chat(gemma_url, response_format=_schema(schema), max_tokens=48)
     assert answered.status_code == 200, answered.text
     assert set(json.loads(answered.json()["choices"][0]["message"]["content"])) == set(names)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ['^a"b$', "^x[^y]{3}$", "^.{2}\\\\$", "^\\d{3}\\.\\w$", '^["z]+$', "^\\s?q$"],
+    ids=["quote", "negated", "dot-backslash", "escapes", "quote-class", "space"],
+)
+def test_a_pattern_is_served_as_json_text_of_a_string_it_matches(gemma_url: str, pattern: str) -> None:
+    # A quote in a pattern came as a raw quote inside the JSON string (invalid JSON), `.` and `[^y]` let
+    # one in too, and `\d` or `\.` were GBNF escapes llama.cpp cannot parse (found by black-box testing).
+    answered = _chat(gemma_url, response_format=_schema({"type": "string", "pattern": pattern}))
+    assert answered.status_code == 200, answered.text
+    value = json.loads(answered.json()["choices"][0]["message"]["content"])
+    assert re.fullmatch(pattern, value), value
+
+
+def test_a_property_named_empty_is_a_property_of_the_object(gemma_url: str) -> None:
+    # The top object's property "" took the grammar's root: the answer was a bare string.
+    schema = {"type": "object", "properties": {"": {"type": "boolean"}}, "required": [""]}
+    answered = _chat(gemma_url, response_format=_schema(schema))
+    assert answered.status_code == 200, answered.text
+    assert set(json.loads(answered.json()["choices"][0]["message"]["content"])) == {""}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "words"),
+    [("^(a$", "not a valid regular expression"), ("^a$|^b$", "anchor"), ("^a\\Bb$", "\\B")],
+)
+def test_a_pattern_that_cannot_be_enforced_is_a_400(gemma_url: str, pattern: str, words: str) -> None:
+    # An unbalanced group was accepted and enforced as another pattern.
+    refused = _chat(gemma_url, response_format=_schema({"type": "string", "pattern": pattern}))
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "response_format", refused.text
+    assert words in refused.json()["error"]["message"], refused.text
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,208 @@
+"""A JSON Schema ``pattern`` rewritten so that llama-cpp-python's converter grammars the JSON text of a
+matching string, not the string itself.
+
+The converter copies a pattern into GBNF as if the string were written raw: ``^a"b$`` let the model write
+``"a"b"`` (invalid JSON, found by black-box testing of the bundled backend), ``.`` and ``[^x]`` admitted a
+raw quote, backslash or newline, and an escape such as ``\\.`` or ``\\d`` became a GBNF escape that llama.cpp
+cannot parse. Here every character class (``[...]``, ``.``, ``\\d``, ``\\w``, ``\\s`` and their negations, an
+escaped character, a quote, a control character) becomes a group: one GBNF class of the characters JSON
+writes as themselves, and the escapes JSON writes for the others (``\\"``, ``\\\\``, ``\\n``...). Control
+characters without a short escape are left out: the string then matches a narrower pattern, never a wrong
+one. A pattern Python's ``re`` cannot compile, or with a construct this rewrite does not carry (lookaround,
+backreferences, word boundaries, anchors inside it), is refused (a ValueError the caller makes a 400).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["json_text_pattern"]
+
+Ranges = list[tuple[int, int]]
+
+_MAX = 0x10FFFF
+_SETS: dict[str, Ranges] = {
+    "d": [(0x30, 0x39)],
+    "w": [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
+    "s": [(0x09, 0x0D), (0x20, 0x20)],
+}
+_CONTROLS = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B}
+# What JSON writes only as an escape (RFC 8259 section 7), with the escape as the converter's input: two
+# backslashes are its GBNF escape of one, and a quote is escaped by the converter itself. 0x7F is written
+# raw by JSON but left out of strings by this project's grammars (backend.grammars' ``char``).
+_WRITTEN_ESCAPED = {
+    0x22: '\\\\"',
+    0x5C: "\\\\\\\\",
+    0x08: "\\\\b",
+    0x09: "\\\\t",
+    0x0A: "\\\\n",
+    0x0C: "\\\\f",
+}
+_WRITTEN_ESCAPED[0x0D] = "\\\\r"
+_NEVER_RAW: Ranges = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F)]
+# Metacharacters the converter reads as a literal when escaped (its ESCAPED_IN_REGEXPS_BUT_NOT_IN_LITERALS).
+_CONVERTER_ESCAPES = set("[]()|{}*+?")
+
+
+def json_text_pattern(pattern: str) -> str:
+    """``pattern`` (``^...$``) rewritten for the converter; ValueError where it cannot be."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"pattern /{pattern[:60]}/ is not a valid regular expression ({exc.msg})") from None
+    if not (pattern.startswith("^") and pattern.endswith("$") and len(pattern) >= 2):
+        raise ValueError('Pattern must start with "^" and end with "$"')
+    return "^" + _Rewrite(pattern[1:-1]).body() + "$"
+
+
+class _Rewrite:
+    """One pass over a pattern's body (between its anchors), position by position."""
+
+    def __init__(self, body: str) -> None:
+        self.text = body
+        self.at = 0
+
+    def body(self) -> str:
+        out = []
+        while self.at < len(self.text):
+            out.append(self._unit())
+        return "".join(out)
+
+    def _unit(self) -> str:
+        c = self.text[self.at]
+        self.at += 1
+        if c == "\\":
+            return self._escape_outside()
+        if c == "[":
+            return _group(self._class())
+        if c == ".":
+            return _group(_complement([(0x0A, 0x0A), (0x0D, 0x0D)]))
+        if c in "^$":
+            raise ValueError(f"an anchor inside the pattern (at {self.at}) is not supported")
+        if c == "(" and self.text.startswith("?", self.at):
+            raise ValueError(f"group syntax (? (at {self.at}) is not supported")
+        if c == '"' or ord(c) < 0x20 or ord(c) == 0x7F:
+            return _group([(ord(c), ord(c))])
+        return c
+
+    def _escape_outside(self) -> str:
+        c = self._next("a pattern ends with a lone backslash")
+        if c in _CONVERTER_ESCAPES:
+            return "\\" + c
+        ranges = self._escaped_set(c)
+        if ranges is None:
+            ranges = [(ord(c), ord(c))] if c == "/" or not c.isalnum() else self._escaped_char(c)
+        return _group(ranges)
+
+    def _class(self) -> Ranges:
+        negated = self.text.startswith("^", self.at)
+        self.at += negated
+        ranges: Ranges = []
+        first = True
+        while first or not self.text.startswith("]", self.at):
+            if self.at >= len(self.text):
+                raise ValueError("unbalanced square brackets")
+            ranges += self._class_item()
+            first = False
+        self.at += 1
+        return _complement(ranges) if negated else ranges
+
+    def _class_item(self) -> Ranges:
+        low = self._class_member()
+        is_range = self.text.startswith("-", self.at) and not self.text.startswith("-]", self.at)
+        if not is_range or len(low) != 1 or low[0][0] != low[0][1]:
+            return low
+        self.at += 1
+        high = self._class_member()
+        if len(high) != 1 or high[0][0] != high[0][1]:
+            raise ValueError("a range in a character class ends in a set")
+        return [(low[0][0], high[0][0])]
+
+    def _class_member(self) -> Ranges:
+        c = self._next("unbalanced square brackets")
+        if c != "\\":
+            return [(ord(c), ord(c))]
+        c = self._next("unbalanced square brackets")
+        if c == "b":
+            return [(0x08, 0x08)]  # a backspace inside a class, as in Python's and ECMAScript's regexes
+        ranges = self._escaped_set(c)
+        if ranges is not None:
+            return ranges
+        return [(ord(c), ord(c))] if not c.isalnum() else self._escaped_char(c)
+
+    def _escaped_set(self, c: str) -> Ranges | None:
+        """``\\d``, ``\\w``, ``\\s`` and their negations."""
+        if c in _SETS:
+            return list(_SETS[c])
+        if c.lower() in _SETS and c.isupper():
+            return _complement(_SETS[c.lower()])
+        return None
+
+    def _escaped_char(self, c: str) -> Ranges:
+        if c in _CONTROLS:
+            return [(_CONTROLS[c], _CONTROLS[c])]
+        digits = {"x": 2, "u": 4}.get(c)
+        code = self.text[self.at : self.at + digits] if digits else ""
+        if digits is None or not re.fullmatch(r"[0-9a-fA-F]+", code) or len(code) != digits:
+            raise ValueError(f"the escape \\{c} in a pattern is not supported")
+        self.at += digits
+        return [(int(code, 16), int(code, 16))]
+
+    def _next(self, missing: str) -> str:
+        if self.at >= len(self.text):
+            raise ValueError(missing)
+        self.at += 1
+        return self.text[self.at - 1]
+
+
+def _merged(ranges: Ranges) -> Ranges:
+    merged: Ranges = []
+    for low, high in sorted(ranges):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return merged
+
+
+def _complement(ranges: Ranges) -> Ranges:
+    out: Ranges = []
+    start = 0
+    for low, high in _merged(ranges):
+        if low > start:
+            out.append((start, low - 1))
+        start = max(start, high + 1)
+    if start <= _MAX:
+        out.append((start, _MAX))
+    return out
+
+
+def _group(ranges: Ranges) -> str:
+    """The characters of ``ranges`` as JSON writes them: a GBNF class of those written raw, and the
+    escapes of those that JSON escapes, as one group the converter copies (a quantifier after it applies
+    to the whole)."""
+    merged = _merged(ranges)
+    raw = _merged([(low, high) for low, high in _complement(_NEVER_RAW + _complement(merged))])
+    branches = ["[" + "".join(_class_span(low, high) for low, high in raw) + "]"] if raw else []
+    branches += [
+        text for code, text in _WRITTEN_ESCAPED.items() if any(lo <= code <= hi for lo, hi in merged)
+    ]
+    if not branches:
+        raise ValueError("a character class in a pattern holds only characters JSON cannot write here")
+    return "(" + "|".join(branches) + ")"
+
+
+def _holds(ranges: Ranges, code: int) -> bool:
+    return any(low <= code <= high for low, high in ranges)
+
+
+def _class_span(low: int, high: int) -> str:
+    return _gbnf_char(low) if low == high else f"{_gbnf_char(low)}-{_gbnf_char(high)}"
+
+
+def _gbnf_char(code: int) -> str:
+    if code < 0x100:
+        return f"\\x{code:02X}"
+    if code < 0x10000:
+        return f"\\u{code:04X}"
+    return f"\\U{code:08X}"
