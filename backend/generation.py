@@ -89,11 +89,12 @@ async def generate(generation: Generation, front_end: FrontEnd, request: Request
 
 
 def _prepared(
-    backend: Backend, req: GenerationRequest, emit: Callable[[Event], None]
-) -> tuple[list[Prompt], list[Job]]:
-    """A request's prompts and jobs, made in one worker thread (``_start``)."""
+    backend: Backend, body: Any, parse: Callable[[Any], GenerationRequest], emit: Callable[[Event], None]
+) -> tuple[GenerationRequest, list[Prompt], list[Job]]:
+    """A request read, its prompts and its jobs, made in one worker thread (``_start``)."""
+    req = parse(body)
     prompts = backend.prompts(req)
-    return prompts, backend.jobs(req, prompts, emit)
+    return req, prompts, backend.jobs(req, prompts, emit)
 
 
 @dataclass(slots=True)
@@ -120,11 +121,11 @@ async def _start(
     backend = generation.backend
     queue: asyncio.Queue[Event] = asyncio.Queue()
     emit = LoopInbox.of(asyncio.get_running_loop()).sender(queue)
-    req = parse(body)
-    # Rendered, tokenized and its grammar parsed in a worker thread: llama.cpp's tokenizer takes time
-    # past linear in a prompt's special tokens (10,000 one-word messages 5 s, 40,000 150 s) and a
-    # grammar of 100,000 alternatives 48 s to parse, each of which held the event loop (/health with it).
-    prompts, jobs = await asyncio.to_thread(_prepared, backend, req, emit)
+    # Read, rendered, tokenized and its grammar made and parsed in a worker thread: llama.cpp's tokenizer
+    # takes time past linear in a prompt's special tokens (10,000 one-word messages 5 s, 40,000 150 s), a
+    # grammar of 100,000 alternatives 48 s to parse, and a schema of 100,000 properties 1.5 s to check
+    # and convert, each of which held the event loop (/health with it).
+    req, prompts, jobs = await asyncio.to_thread(_prepared, backend, body, parse, emit)
     try:
         backend.engine.submit(jobs)
     except QueueFull as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 from backend.json_patterns import json_text_pattern
 from backend.request_errors import RequestError
-from backend.schema_support import normalized, unsupported
+from backend.schema_support import normalized, too_large, unsupported
 
 __all__ = ["converted", "grammar_for_schema", "json_grammar", "schema_gbnf"]
 
@@ -79,8 +79,15 @@ def grammar_for_schema(schema: dict[str, Any], param: str) -> str:
 
 
 def converted(schema: dict[str, Any], param: str) -> str:
-    """:func:`schema_gbnf`, or a 400 naming ``param`` where the converter fails. Its exceptions are bare
-    (a KeyError, an Exception quoting the whole schema): the message keeps their first words only."""
+    """:func:`schema_gbnf`, or a 400 naming ``param`` where the schema is too large to serve or the
+    converter fails. Its exceptions are bare (a KeyError, an Exception quoting the whole schema): the
+    message keeps their first words only."""
+    if (size := too_large(schema)) is not None:
+        raise RequestError(
+            f"'{param}' holds {size} this server takes (OpenAI's bounds for Structured Outputs).",
+            param,
+            code="unsupported_schema",
+        )
     try:
         return schema_gbnf(schema)
     except Exception as exc:

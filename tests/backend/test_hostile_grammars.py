@@ -10,6 +10,7 @@ import concurrent.futures
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -85,13 +86,59 @@ def test_a_pattern_that_cannot_be_enforced_is_a_400(gemma_url: str, pattern: str
     assert words in refused.json()["error"]["message"], refused.text
 
 
+def _enum(count: int) -> dict[str, Any]:
+    return {"enum": [f"v{i}" for i in range(count)]}
+
+
+_PROPERTIES = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(100_000)}}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("response_format", _schema(_PROPERTIES), "100000 object properties in all, more than the 5000"),
+        ("response_format", _schema({"anyOf": [_enum(600), _enum(401)]}), "1001 enum values"),
+        ("tools", [{"type": "function", "function": {"name": "f", "parameters": _enum(1001)}}], "1001 enum"),
+    ],
+    ids=["properties", "enum-values", "tool"],
+)
+def test_a_schema_past_openais_bounds_is_a_400(gemma_url: str, field: str, value: Any, words: str) -> None:
+    # 10,000 enum values cost about 30 s a token, every other slot waiting (black-box testing).
+    extra = {"tool_choice": "required"} if field == "tools" else {}
+    refused = _chat(gemma_url, **{field: value}, **extra)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == field, refused.text
+    assert words in refused.json()["error"]["message"], refused.text
+
+
+def _timed(call: Callable[[], httpx.Response]) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    return call(), time.monotonic() - started
+
+
+def test_a_schema_slow_to_convert_is_converted_off_the_event_loop(gemma_url: str) -> None:
+    # 900 optional properties: the converter's rules grow with the square of them (3 s here), and a
+    # request's schema was checked and converted on the event loop (100,000 properties held /health
+    # 9.7 s, black-box testing). /health must answer in a small part of the time the request takes.
+    optional = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(900)}}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        heavy = pool.submit(_timed, lambda: _chat(gemma_url, response_format=_schema(optional), max_tokens=2))
+        time.sleep(0.3)  # (its body read and its schema's conversion begun)
+        health, waited = _timed(lambda: httpx.get(gemma_url + "/health", timeout=120))
+        answered, took = heavy.result()
+    assert answered.status_code == 200, answered.text
+    assert health.status_code == 200
+    assert waited < took / 4, (waited, took)
+
+
 @pytest.mark.parametrize(
     ("grammar", "words"),
     [
         ('root ::= "a\\x00b"', "NUL"),
         ("root ::= " + "(" * 20000 + '"a"' + ")" * 20000, "nests groups deeper than 1000"),
+        ("root ::= " + " | ".join(f'"w{i}"' for i in range(1001)), "more than 1000 alternatives"),
     ],
-    ids=["nul", "deep"],
+    ids=["nul", "deep", "wide"],
 )
 def test_a_grammar_the_engine_cannot_take_is_a_400_and_the_server_goes_on(
     gemma_url: str, grammar: str, words: str

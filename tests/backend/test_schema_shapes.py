@@ -22,6 +22,7 @@ from backend.schema_support import (
     hoisted,
     localized,
     normalized,
+    too_large,
     unsupported,
 )
 from backend.tool_formats.generic import Generic
@@ -129,6 +130,20 @@ def test_a_grammar_asking_for_a_nul_or_nested_past_the_parsers_stack_is_a_proble
     deep = "root ::= " + "(" * 1001 + '"a"' + ")" * 1001
     assert "nests groups deeper than 1000" in str(gbnf_problem(deep))
     assert gbnf_problem("root ::= " + "(" * 1000 + '"(((("' + ")" * 1000 + " # ((((") is None
+
+
+def test_openais_bounds_are_taken_whole_and_passed_by_one() -> None:
+    enums = {"anyOf": [{"enum": list(range(500))}, {"items": {"enum": list(range(500))}}]}
+    assert too_large(enums) is None
+    enums["anyOf"].append({"const": 1, "enum": [1]})
+    assert too_large(enums) == "1001 enum values in all, more than the 1000"
+    nested = {"properties": {f"p{i}": {"properties": {"q": {}}} for i in range(2500)}}
+    assert too_large(nested) is None  # (2,500 and one under each)
+    nested["properties"]["last"] = {}
+    assert too_large(nested) == "5001 object properties in all, more than the 5000"
+    wide = "root ::= " + " | ".join(f'"w{i}|"' for i in range(1001))
+    assert "more than 1000 alternatives" in str(gbnf_problem(wide))
+    assert gbnf_problem(wide.replace('"w0|" | ', '"w0|" ', 1)) is None  # (a | inside a literal is no branch)
 
 
 def test_literals_of_a_schema_are_escaped_whole() -> None:
