@@ -11,9 +11,9 @@ import json
 import re
 from typing import Any
 
-from backend.json_patterns import json_text_pattern
 from backend.request_errors import RequestError
 from backend.schema_support import normalized, too_large, unsupported
+from conformance.json_patterns import json_text_pattern
 
 __all__ = ["converted", "grammar_for_schema", "json_grammar", "schema_gbnf"]
 

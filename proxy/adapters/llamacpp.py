@@ -42,7 +42,7 @@ from .context_window import ContextWindow
 from .llamacpp_tools import TemplateTools, with_json_arguments
 from .media_input import TEXT_ONLY, UNREAD_PART, carries_media, media_refusal, modalities
 from .server_props import ServerProps, stated_sampling
-from .structured_output import native_json_schema
+from .structured_output import llama_cpp_patterns, native_json_schema, unenforceable_pattern
 from .template_overhead import TemplateLearner, estimated_chat_prompt
 from .tool_emulation import EmulatedCalls, emulated_request, refuses_tools, without_tools
 from .tool_requests import choice_as_tools, unknown_tool_choice
@@ -244,9 +244,9 @@ class LlamaCppAdapter:
         self._template = TemplateLearner()
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
-        if endpoint == "chat":
-            return self._chat_call(body)
-        return self._completion_call(body)
+        call = self._chat_call(body) if endpoint == "chat" else self._completion_call(body)
+        call.body = llama_cpp_patterns(call.body)
+        return call
 
     def _chat_call(self, body: dict[str, Any]) -> UpstreamCall:
         # llama-server reads reasoning_content (common_chat_msgs_parse_oaicompat).
@@ -316,7 +316,11 @@ class LlamaCppAdapter:
             or await self._tools.refusal(upstream, choice_as_tools(body, named=True))
         ):
             return refused
-        return echo_refusal(endpoint, body) or await self._window.overflow(upstream, endpoint, body)
+        return (
+            unenforceable_pattern(body)
+            or echo_refusal(endpoint, body)
+            or await self._window.overflow(upstream, endpoint, body)
+        )
 
     async def _media_refusal(self, upstream: Upstream, body: dict[str, Any]) -> APIError | None:
         """The 400 for an image (or audio, video, file) the model cannot read (media_input.py)."""

@@ -19,7 +19,12 @@ from .base import (
     with_limit,
 )
 from .server_props import stated_sampling
-from .structured_output import for_llama_cpp_python, unenforced_schema
+from .structured_output import (
+    for_llama_cpp_python,
+    llama_cpp_patterns,
+    unenforceable_pattern,
+    unenforced_schema,
+)
 from .template_overhead import TemplateLearner, estimated_chat_prompt
 from .tool_requests import (
     asks_tools,
@@ -55,7 +60,7 @@ class OpenAIAdapter:
         if endpoint == "chat":
             body = messages_with_reasoning_as(body, traits.reasoning_field)
             if traits.schema_format == "json_object_schema":
-                body = for_llama_cpp_python(body)
+                body = llama_cpp_patterns(for_llama_cpp_python(body))
             body = tool_request_for(traits, choice_as_tools(body))
         wants_logprobs = endpoint == "chat" and body.get("logprobs") is True
         if wants_logprobs and "top_logprobs" not in body and self._traits.chat_logprobs_need_top:
@@ -78,6 +83,8 @@ class OpenAIAdapter:
             refused := unknown_tool_choice(body) or unforceable_tool_choice(traits, choice_as_tools(body))
         ):
             return refused
+        if traits.schema_format == "json_object_schema" and (refused := unenforceable_pattern(body)):
+            return refused  # (llama-cpp-python: llama.cpp's converter)
         return unenforced_schema(traits, endpoint, body)
 
     async def count_tokens(self, upstream: Upstream, text: str, timeout: float) -> int | None:  # noqa: ASYNC109

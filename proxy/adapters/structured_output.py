@@ -17,6 +17,11 @@ What each upstream reads (code reading, and measured where named):
   the schema under that key (``json_object`` as the empty schema, any JSON, as llama-server's own chat
   endpoint reads it).
 - Any other upstream (vLLM, OpenAI...) gets the request as the client sent it.
+
+Both llama.cpp servers turn a schema into a grammar with the same converter, which grammars a string's
+``pattern`` as if the string were written raw (a quote in it was llama-server's 500, ``\\d`` an
+unenforced schema): their schemas' patterns are sent rewritten for it (conformance/json_patterns.py),
+and a pattern that cannot be is the 400 ``unsupported_schema`` before anything is sent.
 """
 
 from __future__ import annotations
@@ -24,11 +29,19 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.api_errors import APIError
+from conformance.json_patterns import patterns_as_json_text
 from conformance.request import Endpoint
 
 from ..upstream_traits import UpstreamTraits
 
-__all__ = ["for_llama_cpp_python", "native_json_schema", "requested_schema", "unenforced_schema"]
+__all__ = [
+    "for_llama_cpp_python",
+    "llama_cpp_patterns",
+    "native_json_schema",
+    "requested_schema",
+    "unenforceable_pattern",
+    "unenforced_schema",
+]
 
 
 def _format(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -86,4 +99,52 @@ def unenforced_schema(traits: UpstreamTraits, endpoint: Endpoint, body: dict[str
             code="unsupported_parameter",
             param="response_format",
         )
+    return None
+
+
+def _schema_places(body: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """Where ``body`` holds a schema a llama.cpp server makes a grammar of: (the object, its key)."""
+    places = [(body, "json_schema")]
+    response_format = _format(body)
+    if response_format is not None:
+        places.append((response_format, "schema"))  # (llama-cpp-python's json_object)
+        spec = response_format.get("json_schema")
+        if isinstance(spec, dict):
+            places.append((spec, "schema"))
+    return [(holder, key) for holder, key in places if isinstance(holder.get(key), dict)]
+
+
+def llama_cpp_patterns(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the patterns of its schemas as llama.cpp's converter must read them; ``body`` itself
+    where it has none (the usual request: one lookup). A pattern that cannot be rewritten (which
+    :func:`unenforceable_pattern` refused for the client's own schema) is left out, as that converter
+    leaves a pattern it does not support: the JSON output of tools it emulates (tool_emulation.py)."""
+    if "json_schema" not in body and "response_format" not in body:
+        return body
+    places = _schema_places(body)
+    if not places:
+        return body
+    out = {**body}
+    if isinstance(out.get("response_format"), dict):
+        out["response_format"] = {**out["response_format"]}
+        if isinstance(out["response_format"].get("json_schema"), dict):
+            out["response_format"]["json_schema"] = {**out["response_format"]["json_schema"]}
+    for holder, key in _schema_places(out):
+        holder[key] = patterns_as_json_text(holder[key], drop_unenforceable=True)
+    return out
+
+
+def unenforceable_pattern(body: dict[str, Any]) -> APIError | None:
+    """The 400 for a client's schema whose pattern a llama.cpp server cannot be made to enforce."""
+    for holder, key in _schema_places(body):
+        try:
+            patterns_as_json_text(holder[key])
+        except ValueError as exc:
+            param = "json_schema" if holder is body else "response_format"
+            return APIError.make(
+                f"'{param}' holds a pattern this server's grammar cannot enforce: {exc}",
+                400,
+                code="unsupported_schema",
+                param=param,
+            )
     return None

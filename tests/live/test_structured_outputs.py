@@ -5,6 +5,7 @@ and then raises as ``InternalServerError`` (issue 20)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from enum import StrEnum
 
@@ -75,3 +76,24 @@ def test_a_schema_on_text_completions_is_refused_not_ignored(proxy_url: str) -> 
             },
         )
     assert refused.value.code == "unsupported_parameter"
+
+
+class Quoted(BaseModel):
+    # pydantic writes the pattern into the schema: a quote and an escape its converter took as raw text.
+    code: str = Field(pattern='^"\\d{2}"$')
+
+
+def test_parse_holds_to_a_pattern_with_a_quote_and_an_escape(proxy_url: str) -> None:
+    # Sent as written, llama-cpp-python's converter let the model write a raw quote inside the string
+    # (JSON that does not parse) and wrote \d as a GBNF escape llama.cpp cannot read
+    # (conformance/json_patterns.py).
+    completion = _client(proxy_url).chat.completions.parse(
+        model="gemma",
+        messages=[{"role": "user", "content": "Give a code."}],
+        response_format=Quoted,
+        max_tokens=60,
+        temperature=0,
+    )
+    parsed = completion.choices[0].message.parsed
+    assert isinstance(parsed, Quoted)
+    assert re.fullmatch('"\\d{2}"', parsed.code), parsed.code

@@ -9,6 +9,7 @@ through the proxy without an error. Skipped, saying why, without the binary, unl
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -242,6 +243,40 @@ def test_calls_its_template_cannot_write_are_served_through_json_output(proxy: s
     assert again[0]["function"]["name"] in ("get_time", "get_weather")
     # auto: a call or text, as the model chooses; either judged (the tools now reach the model).
     _judged(proxy, "/v1/chat/completions", body | {"messages": turn, "tool_choice": "auto"})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "pattern", ['^a"b$', "^\\d{3}\\.x$", "^[^x]{2}\\\\$"], ids=["quote", "escapes", "backslash"]
+)
+def test_a_pattern_is_enforced_on_the_strings_json_text(proxy: str, pattern: str, stream: bool) -> None:
+    # Sent as the client wrote it, '^a"b$' was llama-server's 500 ("The model produced output that does
+    # not match the expected peg-native format") and '^\d{3}\.x$' was answered with prose: its converter
+    # took \d as a pattern it does not support, "accepting any string" (conformance/json_patterns.py).
+    fmt = _object_format({"type": "string", "pattern": pattern})
+    ask = [{"role": "user", "content": "Hi"}]
+    body = {"messages": ask, "response_format": fmt, "max_tokens": 40, "temperature": 0, "stream": stream}
+    answered = _judged(proxy, "/v1/chat/completions", body)
+    if stream:
+        events = [json.loads(line[6:]) for line in answered.text.splitlines() if line.startswith("data: {")]
+        text = "".join(c["delta"].get("content") or "" for e in events for c in e["choices"])
+    else:
+        text = answered.json()["choices"][0]["message"]["content"]
+    assert re.fullmatch(pattern, json.loads(text)["s"]), text
+
+
+def _object_format(value: dict[str, Any]) -> dict[str, Any]:
+    """A strict structured output of one property (OpenAI's root is an object)."""
+    schema = {"type": "object", "properties": {"s": value}, "required": ["s"], "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": True}}
+
+
+def test_a_pattern_its_converter_would_drop_is_a_400(proxy: str) -> None:
+    ask = [{"role": "user", "content": "Hi"}]
+    body = {"messages": ask, "response_format": _object_format({"type": "string", "pattern": "^(?=a)$"})}
+    refused = httpx.post(proxy + "/v1/chat/completions", json=body, timeout=60)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "response_format"
 
 
 def _calls(response: httpx.Response, stream: bool) -> list[dict[str, Any]]:

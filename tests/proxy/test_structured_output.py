@@ -13,9 +13,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from conformance.json_patterns import json_text_pattern
 from proxy.adapters import LlamaCppAdapter, OpenAIAdapter
 from proxy.adapters.llamacpp import native_completion_body
-from proxy.adapters.structured_output import for_llama_cpp_python
+from proxy.adapters.structured_output import for_llama_cpp_python, llama_cpp_patterns
 from proxy.upstream_traits import UpstreamTraits
 from tests.proxy.conftest import run_proxy, upstream_answer
 from tests.support.servers import run_asgi
@@ -129,3 +130,50 @@ def test_a_listing_read_for_a_schema_does_not_unlearn_a_serial_upstream() -> Non
     fresh = UpstreamTraits()
     fresh.learn_listing([LLAMA_CPP_PYTHON_MODEL])
     assert (fresh.serial, fresh.schema_format) == (True, "json_object_schema")
+
+
+QUOTED = {
+    "type": "object",
+    "properties": {"q": {"type": "string", "pattern": '^a"b$'}},
+    "const": {"pattern": "^("},
+}
+QUOTED_FORMAT = {"type": "json_schema", "json_schema": {"name": "Quoted", "schema": QUOTED}}
+
+
+def test_both_llama_cpp_servers_get_patterns_their_converter_writes_as_json_and_no_other_does() -> None:
+    # llama.cpp's converter grammars a pattern as raw text: '^a"b$' was llama-server's 500, and an
+    # escape such as \d an unenforced schema (conformance/json_patterns.py).
+    rewritten = json_text_pattern('^a"b$')
+    chat = {**CHAT, "response_format": QUOTED_FORMAT}
+    sent = LlamaCppAdapter().call("chat", chat).body["response_format"]["json_schema"]["schema"]
+    assert sent["properties"]["q"]["pattern"] == rewritten
+    assert sent["const"] == {"pattern": "^("}  # (data, not a schema)
+    assert chat["response_format"] == QUOTED_FORMAT  # (the client's body is left as it was)
+    native = {"model": "m", "prompt": "x", "stream": True, "response_format": QUOTED_FORMAT}
+    assert LlamaCppAdapter().call("completions", native).body["json_schema"]["properties"]["q"][
+        "pattern"
+    ] == (rewritten)
+    taught = OpenAIAdapter(traits=UpstreamTraits(schema_format="json_object_schema"))
+    assert (
+        taught.call("chat", chat).body["response_format"]["schema"]["properties"]["q"]["pattern"] == rewritten
+    )
+    other = OpenAIAdapter(traits=UpstreamTraits(schema_format="json_schema"))
+    assert other.call("chat", chat).body["response_format"] == QUOTED_FORMAT
+    assert llama_cpp_patterns(CHAT) == CHAT
+
+
+def test_a_pattern_llama_cpp_python_cannot_enforce_is_a_400_before_it_is_sent() -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+    broken = {
+        "type": "json_schema",
+        "json_schema": {"name": "B", "schema": {"type": "string", "pattern": "^(a$"}},
+    }
+    with run_asgi(_upstream([LLAMA_CPP_PYTHON_MODEL], seen)) as upstream, run_proxy(upstream) as proxy:
+        refused = httpx.post(
+            proxy + "/v1/chat/completions", json={**CHAT, "response_format": broken}, timeout=30
+        )
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["param"]) == ("unsupported_schema", "response_format")
+    assert "not a valid regular expression" in error["message"]
+    assert [path for path, _ in seen if "chat" in path] == []

@@ -1,22 +1,31 @@
-"""A JSON Schema ``pattern`` rewritten so that llama-cpp-python's converter grammars the JSON text of a
-matching string, not the string itself.
+"""A JSON Schema ``pattern`` rewritten so that llama.cpp's schema-to-grammar converter grammars the JSON
+text of a matching string, not the string itself.
 
-The converter copies a pattern into GBNF as if the string were written raw: ``^a"b$`` let the model write
-``"a"b"`` (invalid JSON, found by black-box testing of the bundled backend), ``.`` and ``[^x]`` admitted a
-raw quote, backslash or newline, and an escape such as ``\\.`` or ``\\d`` became a GBNF escape that llama.cpp
-cannot parse. Here every character class (``[...]``, ``.``, ``\\d``, ``\\w``, ``\\s`` and their negations, an
-escaped character, a quote, a control character) becomes a group: one GBNF class of the characters JSON
-writes as themselves, and the escapes JSON writes for the others (``\\"``, ``\\\\``, ``\\n``...). Control
-characters without a short escape are left out: the string then matches a narrower pattern, never a wrong
-one. A pattern Python's ``re`` cannot compile, or with a construct this rewrite does not carry (lookaround,
-backreferences, word boundaries, anchors inside it), is refused (a ValueError the caller makes a 400).
+One converter, in two languages: llama.cpp's (``common/json-schema-to-grammar.cpp``, llama-server's
+``response_format`` and ``json_schema``) and its Python port in llama-cpp-python (its server's, and the
+bundled backend's: backend/grammars.py). Both copy a pattern into GBNF as if the string were written
+raw: ``^a"b$`` let the model write ``"a"b"``, invalid JSON (the bundled backend's answer; llama-server
+answered its 500 "The model produced output that does not match the expected peg-native format",
+measured on b11434), ``.`` and ``[^x]`` admitted a raw quote, backslash or newline, and an escape such as
+``\\d`` or ``\\.`` became a GBNF escape that llama.cpp cannot parse: the backend's 400, and llama-server's
+warning "accepting any string", the schema then unenforced (measured: ``^\\d{3}\\.x$`` answered with
+prose). Here every character class (``[...]``, ``.``, ``\\d``, ``\\w``, ``\\s`` and their negations, an
+escaped character, a quote, a control character) becomes a group: one GBNF class of the characters
+JSON writes as themselves, and the escapes JSON writes for the others (``\\"``, ``\\\\``, ``\\n``...),
+in the converters' own escapes, which both read alike. Control characters without a short escape are
+left out: the string then matches a narrower pattern, never a wrong one. A pattern Python's ``re``
+cannot compile, or with a construct this rewrite does not carry (lookaround, backreferences, word
+boundaries, anchors inside it), raises a ValueError (the caller's 400).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["json_text_pattern"]
+from conformance.schema_refs import with_children
+
+__all__ = ["json_text_pattern", "patterns_as_json_text"]
 
 Ranges = list[tuple[int, int]]
 
@@ -53,6 +62,24 @@ def json_text_pattern(pattern: str) -> str:
     if not (pattern.startswith("^") and pattern.endswith("$") and len(pattern) >= 2):
         raise ValueError('Pattern must start with "^" and end with "$"')
     return "^" + _Rewrite(pattern[1:-1]).body() + "$"
+
+
+def patterns_as_json_text(schema: Any, *, drop_unenforceable: bool = False) -> Any:
+    """A copy of ``schema`` with each subschema's ``pattern`` rewritten by :func:`json_text_pattern`
+    (data such as ``enum`` and ``const`` left as it is). A pattern that cannot be raises its ValueError,
+    or with ``drop_unenforceable`` is left out: the string is then any string, as llama.cpp's converter
+    takes a pattern it does not support."""
+    if not isinstance(schema, dict):
+        return schema
+    out = with_children(schema, lambda sub: patterns_as_json_text(sub, drop_unenforceable=drop_unenforceable))
+    if isinstance(out.get("pattern"), str):
+        try:
+            out["pattern"] = json_text_pattern(out["pattern"])
+        except ValueError:
+            if not drop_unenforceable:
+                raise
+            del out["pattern"]
+    return out
 
 
 class _Rewrite:
