@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from enum import StrEnum
+from typing import Any
 
 import openai
 import pytest
@@ -39,15 +40,20 @@ def _client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
 
 
-def test_parse_returns_the_parsed_object_through_the_proxy(proxy_url: str) -> None:
-    completion = _client(proxy_url).chat.completions.parse(
+def _parsed(url: str, ask: str, model: type[BaseModel], max_tokens: int) -> Any:
+    """``parse()``'s object for ``model``, asked greedily through ``url``."""
+    completion = _client(url).chat.completions.parse(
         model="gemma",
-        messages=[{"role": "user", "content": "Describe the weather today as JSON."}],
-        response_format=Feeling,
-        max_tokens=200,
+        messages=[{"role": "user", "content": ask}],
+        response_format=model,
+        max_tokens=max_tokens,
         temperature=0,
     )
-    parsed = completion.choices[0].message.parsed
+    return completion.choices[0].message.parsed
+
+
+def test_parse_returns_the_parsed_object_through_the_proxy(proxy_url: str) -> None:
+    parsed = _parsed(proxy_url, "Describe the weather today as JSON.", Feeling, 200)
     assert isinstance(parsed, Feeling)
     assert parsed.mood in (Mood.happy, Mood.sad)
     assert isinstance(parsed.sunny, bool)
@@ -87,13 +93,6 @@ def test_parse_holds_to_a_pattern_with_a_quote_and_an_escape(proxy_url: str) -> 
     # Sent as written, llama-cpp-python's converter let the model write a raw quote inside the string
     # (JSON that does not parse) and wrote \d as a GBNF escape llama.cpp cannot read
     # (conformance/json_patterns.py).
-    completion = _client(proxy_url).chat.completions.parse(
-        model="gemma",
-        messages=[{"role": "user", "content": "Give a code."}],
-        response_format=Quoted,
-        max_tokens=60,
-        temperature=0,
-    )
-    parsed = completion.choices[0].message.parsed
+    parsed = _parsed(proxy_url, "Give a code.", Quoted, 60)
     assert isinstance(parsed, Quoted)
     assert re.fullmatch('"\\d{2}"', parsed.code), parsed.code
