@@ -22,6 +22,7 @@ from .server_props import stated_sampling
 from .structured_output import (
     for_llama_cpp_python,
     llama_cpp_patterns,
+    named_tool_patterns,
     unenforceable_pattern,
     unenforced_schema,
 )
@@ -59,9 +60,9 @@ class OpenAIAdapter:
         traits = self._traits
         if endpoint == "chat":
             body = messages_with_reasoning_as(body, traits.reasoning_field)
-            if traits.schema_format == "json_object_schema":
-                body = llama_cpp_patterns(for_llama_cpp_python(body))
             body = tool_request_for(traits, choice_as_tools(body))
+            if traits.schema_format == "json_object_schema":  # llama-cpp-python: llama.cpp's converter
+                body = named_tool_patterns(llama_cpp_patterns(for_llama_cpp_python(body)))
         wants_logprobs = endpoint == "chat" and body.get("logprobs") is True
         if wants_logprobs and "top_logprobs" not in body and self._traits.chat_logprobs_need_top:
             # 0 is within the spec for every upstream, and the alternatives it brings are taken out

@@ -5,6 +5,7 @@ and then raises as ``InternalServerError`` (issue 20)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from enum import StrEnum
@@ -96,3 +97,25 @@ def test_parse_holds_to_a_pattern_with_a_quote_and_an_escape(proxy_url: str) -> 
     parsed = _parsed(proxy_url, "Give a code.", Quoted, 60)
     assert isinstance(parsed, Quoted)
     assert re.fullmatch('"\\d{2}"', parsed.code), parsed.code
+
+
+def test_a_named_tools_pattern_reaches_llama_cpp_python_as_its_converter_reads_it(proxy_url: str) -> None:
+    # Sent as written, a \d in the parameters of the function a named tool_choice picks ended
+    # llama-cpp-python's process ("failed to parse grammar"): it makes that function's grammar with the
+    # same converter. Then the server must still answer.
+    code = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "^\\d{2}$"}},
+        "required": ["code"],
+    }
+    completion = _client(proxy_url).chat.completions.create(
+        model="gemma",
+        messages=[{"role": "user", "content": "Give a code."}],
+        tools=[{"type": "function", "function": {"name": "set_code", "parameters": code}}],
+        tool_choice={"type": "function", "function": {"name": "set_code"}},
+        max_tokens=60,
+        temperature=0,
+    )
+    (call,) = completion.choices[0].message.tool_calls or []
+    assert re.fullmatch("\\d{2}", json.loads(call.function.arguments)["code"]), call.function.arguments
+    assert _parsed(proxy_url, "Describe the weather today as JSON.", Feeling, 200) is not None

@@ -177,3 +177,21 @@ def test_a_pattern_llama_cpp_python_cannot_enforce_is_a_400_before_it_is_sent() 
     assert (error["code"], error["param"]) == ("unsupported_schema", "response_format")
     assert "not a valid regular expression" in error["message"]
     assert [path for path, _ in seen if "chat" in path] == []
+
+
+def test_llama_cpp_python_gets_the_named_functions_patterns_rewritten_and_no_other_tools() -> None:
+    # It makes the named function's parameters a grammar with llama.cpp's converter (a \d ended its
+    # process); other tools' schemas only reach the prompt, as written.
+    digits = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^\\d$"}}}
+    tools = [{"type": "function", "function": {"name": name, "parameters": digits}} for name in ("a", "b")]
+    body = {
+        **CHAT,
+        "response_format": None,
+        "tools": tools,
+        "tool_choice": {"type": "function", "function": {"name": "a"}},
+    }
+    traits = UpstreamTraits(schema_format="json_object_schema", named_tool_choice_only=True)
+    sent = OpenAIAdapter(traits=traits).call("chat", body).body["tools"]
+    assert sent[0]["function"]["parameters"]["properties"]["code"]["pattern"] == json_text_pattern("^\\d$")
+    assert sent[1] == tools[1]
+    assert OpenAIAdapter().call("chat", body).body["tools"] == tools
