@@ -84,7 +84,7 @@ def converted(schema: dict[str, Any], param: str) -> str:
     message keeps their first words only."""
     if (size := too_large(schema)) is not None:
         raise RequestError(
-            f"'{param}' holds {size} this server takes (OpenAI's bounds for Structured Outputs).",
+            f"'{param}' holds {size} this server takes in a schema.",
             param,
             code="unsupported_schema",
         )

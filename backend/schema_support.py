@@ -120,6 +120,12 @@ the engine seconds a token, and every other request's tokens wait (one step deco
 enum values took 0.4 s a token on the bundled Gemma on 2 cores, a 10,000-value grammar about 30 s
 (measured, black-box testing); 100,000 optional properties took the converter 12.5 s to refuse."""
 
+MAX_OPTIONAL_PROPERTIES = 500
+"""Properties one object may leave optional: the converter chains them, its grammar growing with their
+square (500: 56 KB in 0.9 s, 900: 101 KB in 3 s) and its recursion with their number (about 1,000
+passed Python's limit, whose message was the 400, found by black-box testing). OpenAI's strict schemas
+make every property required."""
+
 MAX_ALTERNATIVES = MAX_ENUM_VALUES
 """Alternatives (``|``) a client's GBNF may hold: the same bound as a schema's enum values, the
 alternatives they become."""
@@ -154,9 +160,9 @@ def gbnf_problem(gbnf: str) -> str | None:
 
 
 def too_large(schema: Any) -> str | None:
-    """Which of :data:`MAX_PROPERTIES` and :data:`MAX_ENUM_VALUES` ``schema`` passes, or None (its
-    subschemas walked without recursion, however deep they nest)."""
-    properties = values = 0
+    """Which of :data:`MAX_PROPERTIES`, :data:`MAX_ENUM_VALUES` and :data:`MAX_OPTIONAL_PROPERTIES`
+    ``schema`` passes, or None (its subschemas walked without recursion, however deep they nest)."""
+    properties = values = optional = 0
     pending = [schema]
     while pending:
         node = pending.pop()
@@ -164,6 +170,7 @@ def too_large(schema: Any) -> str | None:
             continue
         if isinstance(node.get("properties"), dict):
             properties += len(node["properties"])
+            optional = max(optional, _optional(node))
         if isinstance(node.get("enum"), list):
             values += len(node["enum"])
         pending += [sub for _, sub in _children(node)]
@@ -171,7 +178,15 @@ def too_large(schema: Any) -> str | None:
         return f"{properties} object properties in all, more than the {MAX_PROPERTIES}"
     if values > MAX_ENUM_VALUES:
         return f"{values} enum values in all, more than the {MAX_ENUM_VALUES}"
+    if optional > MAX_OPTIONAL_PROPERTIES:
+        return f"an object of {optional} optional properties, more than the {MAX_OPTIONAL_PROPERTIES}"
     return None
+
+
+def _optional(node: dict[str, Any]) -> int:
+    required = node.get("required")
+    given = {name for name in required if isinstance(name, str)} if isinstance(required, list) else set()
+    return len(set(node["properties"]) - given)
 
 
 def _unknown_keyword(schema: dict[str, Any]) -> str | None:

@@ -49,6 +49,10 @@ _WRITTEN_ESCAPED = {
 }
 _WRITTEN_ESCAPED[0x0D] = "\\\\r"
 _NEVER_RAW: Ranges = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F)]
+_QUANTIFIER = re.compile(r"(?:\d+(?:,\d*)?|,\d+)\}")
+MAX_GROUP_DEPTH = 100
+"""Groups a pattern may nest: the converter recurses into each, and 500 passed Python's recursion limit
+(its message, not this bound, was the 400)."""
 # Metacharacters the converter reads as a literal when escaped (its ESCAPED_IN_REGEXPS_BUT_NOT_IN_LITERALS).
 _CONVERTER_ESCAPES = set("[]()|{}*+?")
 
@@ -59,6 +63,8 @@ def json_text_pattern(pattern: str) -> str:
         re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"pattern /{pattern[:60]}/ is not a valid regular expression ({exc.msg})") from None
+    except RecursionError:  # (re's parser recurses into each group)
+        raise ValueError(f"groups nested deeper than {MAX_GROUP_DEPTH}") from None
     if not (pattern.startswith("^") and pattern.endswith("$") and len(pattern) >= 2):
         raise ValueError('Pattern must start with "^" and end with "$"')
     return "^" + _Rewrite(pattern[1:-1]).body() + "$"
@@ -88,6 +94,7 @@ class _Rewrite:
     def __init__(self, body: str) -> None:
         self.text = body
         self.at = 0
+        self.depth = 0
 
     def body(self) -> str:
         out = []
@@ -106,10 +113,36 @@ class _Rewrite:
             return _group(_complement([(0x0A, 0x0A), (0x0D, 0x0D)]))
         if c in "^$":
             raise ValueError(f"an anchor inside the pattern (at {self.at}) is not supported")
-        if c == "(" and self.text.startswith("?", self.at):
-            raise ValueError(f"group syntax (? (at {self.at}) is not supported")
+        if c in "()":
+            return self._parenthesis(c)
+        if c == "{":
+            return self._braces()
+        if c in "]}":
+            # A regex's lone ] or } is that character; the converter's port read it as nothing and
+            # looped without end on it (a worker thread at 100% CPU for good, black-box testing).
+            return "\\" + c
         if c == '"' or ord(c) < 0x20 or ord(c) == 0x7F:
             return _group([(ord(c), ord(c))])
+        return c
+
+    def _braces(self) -> str:
+        """A quantifier ``{m}``, ``{m,}``, ``{m,n}`` as it is; else the brace is that character, as a regex
+        reads it."""
+        counts = _QUANTIFIER.match(self.text, self.at)
+        if counts is None:
+            return "\\{"
+        self.at = counts.end()
+        return "{" + counts.group(0)
+
+    def _parenthesis(self, c: str) -> str:
+        if c == ")":
+            self.depth -= 1
+            return c
+        if self.text.startswith("?", self.at):
+            raise ValueError(f"group syntax (? (at {self.at}) is not supported")
+        self.depth += 1
+        if self.depth > MAX_GROUP_DEPTH:
+            raise ValueError(f"groups nested deeper than {MAX_GROUP_DEPTH}")
         return c
 
     def _escape_outside(self) -> str:

@@ -137,10 +137,18 @@ def test_openais_bounds_are_taken_whole_and_passed_by_one() -> None:
     assert too_large(enums) is None
     enums["anyOf"].append({"const": 1, "enum": [1]})
     assert too_large(enums) == "1001 enum values in all, more than the 1000"
-    nested = {"properties": {f"p{i}": {"properties": {"q": {}}} for i in range(2500)}}
+    nested = {
+        "properties": {f"p{i}": {"properties": {"q": {}}, "required": ["q"]} for i in range(2500)},
+        "required": [f"p{i}" for i in range(2500)],
+    }
     assert too_large(nested) is None  # (2,500 and one under each)
     nested["properties"]["last"] = {}
+    nested["required"].append("last")
     assert too_large(nested) == "5001 object properties in all, more than the 5000"
+    optional = {"properties": {f"p{i}": {} for i in range(501)}, "required": ["p0"]}
+    assert too_large(optional) is None  # (500 optional, one required)
+    optional["required"] = []
+    assert too_large(optional) == "an object of 501 optional properties, more than the 500"
     wide = "root ::= " + " | ".join(f'"w{i}|"' for i in range(1001))
     assert "more than 1000 alternatives" in str(gbnf_problem(wide))
     assert gbnf_problem(wide.replace('"w0|" | ', '"w0|" ', 1)) is None  # (a | inside a literal is no branch)

@@ -18,7 +18,10 @@ def test_what_json_escapes_becomes_its_escape_and_the_rest_a_class() -> None:
     assert json_text_pattern("^a\\\\$") == "^a(\\\\\\\\)$"
     assert json_text_pattern("^\\d+$") == "^([\\x30-\\x39])+$"
     assert json_text_pattern("^\\.$") == "^([\\x2E])$"
-    assert json_text_pattern("^a|b$") == "^a|b$"  # (nothing to rewrite)
+    assert json_text_pattern("^a|b{2,}c{,3}$") == "^a|b{2,}c{,3}$"  # (nothing to rewrite)
+    # A lone ] or } (or a { that starts no count) is that character: the converter's port looped without
+    # end on a bare one.
+    assert json_text_pattern("^a]}{x$") == "^a\\]\\}\\{x$"
 
 
 def test_a_class_that_spans_a_quote_keeps_it_as_an_escape_and_drops_bare_controls() -> None:
@@ -38,6 +41,8 @@ def test_a_class_that_spans_a_quote_keeps_it_as_an_escape_and_drops_bare_control
         ("^(?=a)$", "group syntax"),
         ("^\\bx$", "escape \\b"),
         ("^[\\x01]$", "only characters JSON cannot write"),
+        ("^" + "(" * 101 + "a" + ")" * 101 + "$", "groups nested deeper than 100"),
+        ("^" + "(" * 5000 + "a" + ")" * 5000 + "$", "groups nested deeper than 100"),
     ],
 )
 def test_what_cannot_be_carried_is_a_value_error(pattern: str, words: str) -> None:
