@@ -46,8 +46,8 @@ _WRITTEN_ESCAPED = {
     0x09: "\\\\t",
     0x0A: "\\\\n",
     0x0C: "\\\\f",
+    0x0D: "\\\\r",
 }
-_WRITTEN_ESCAPED[0x0D] = "\\\\r"
 _NEVER_RAW: Ranges = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F)]
 _QUANTIFIER = re.compile(r"(?:\d+(?:,\d*)?|,\d+)\}")
 MAX_GROUP_DEPTH = 100
@@ -120,7 +120,7 @@ class _Rewrite:
         if c in "]}":
             # A regex's lone ] or } is that character; the converter's port read it as nothing and
             # looped without end on it (a worker thread at 100% CPU for good, black-box testing).
-            return "\\" + c
+            return _escaped(c)
         if c == '"' or ord(c) < 0x20 or ord(c) == 0x7F:
             return _group([(ord(c), ord(c))])
         return c
@@ -130,7 +130,7 @@ class _Rewrite:
         reads it."""
         counts = _QUANTIFIER.match(self.text, self.at)
         if counts is None:
-            return "\\{"
+            return _escaped("{")
         self.at = counts.end()
         return "{" + counts.group(0)
 
@@ -148,7 +148,7 @@ class _Rewrite:
     def _escape_outside(self) -> str:
         c = self._next("a pattern ends with a lone backslash")
         if c in _CONVERTER_ESCAPES:
-            return "\\" + c
+            return _escaped(c)
         ranges = self._escaped_set(c)
         if ranges is None:
             ranges = [(ord(c), ord(c))] if c == "/" or not c.isalnum() else self._escaped_char(c)
@@ -213,6 +213,12 @@ class _Rewrite:
             raise ValueError(missing)
         self.at += 1
         return self.text[self.at - 1]
+
+
+def _escaped(c: str) -> str:
+    """A metacharacter as itself, in a group of its own: the converter adds the character an escape
+    names to the literal before it, so that a quantifier after it (``a\\(+``) repeated the whole."""
+    return "(\\" + c + ")"
 
 
 def _merged(ranges: Ranges) -> Ranges:

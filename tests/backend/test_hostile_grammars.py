@@ -54,8 +54,26 @@ def test_a_property_name_with_a_quote_or_a_newline_is_served(gemma_url: str) -> 
 
 @pytest.mark.parametrize(
     "pattern",
-    ['^a"b$', "^x[^y]{3}$", "^.{2}\\\\$", "^\\d{3}\\.\\w$", '^["z]+$', "^\\s?q$", "^[[:alpha:]]}$"],
-    ids=["quote", "negated", "dot-backslash", "escapes", "quote-class", "space", "lone-brackets"],
+    [
+        '^a"b$',
+        "^x[^y]{3}$",
+        "^.{2}\\\\$",
+        "^\\d{3}\\.\\w$",
+        '^["z]+$',
+        "^\\s?q$",
+        "^[[:alpha:]]}$",
+        "^x\\({2}$",
+    ],
+    ids=[
+        "quote",
+        "negated",
+        "dot-backslash",
+        "escapes",
+        "quote-class",
+        "space",
+        "lone-brackets",
+        "escape-repeated",
+    ],
 )
 def test_a_pattern_is_served_as_json_text_of_a_string_it_matches(gemma_url: str, pattern: str) -> None:
     # A quote in a pattern came as a raw quote inside the JSON string (invalid JSON), `.` and `[^y]` let

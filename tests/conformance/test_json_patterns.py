@@ -21,7 +21,9 @@ def test_what_json_escapes_becomes_its_escape_and_the_rest_a_class() -> None:
     assert json_text_pattern("^a|b{2,}c{,3}$") == "^a|b{2,}c{,3}$"  # (nothing to rewrite)
     # A lone ] or } (or a { that starts no count) is that character: the converter's port looped without
     # end on a bare one.
-    assert json_text_pattern("^a]}{x$") == "^a\\]\\}\\{x$"
+    assert json_text_pattern("^a]}{x$") == "^a(\\])(\\})(\\{)x$"
+    # Each in a group: the converter joins the character an escape names to the literal before it.
+    assert json_text_pattern("^ab\\(+$") == "^ab(\\()+$"
 
 
 def test_a_class_that_spans_a_quote_keeps_it_as_an_escape_and_drops_bare_controls() -> None:
