@@ -23,8 +23,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from conformance.schema_refs import with_children
-
 __all__ = ["json_text_pattern", "patterns_as_json_text"]
 
 Ranges = list[tuple[int, int]]
@@ -48,8 +46,11 @@ _WRITTEN_ESCAPED = {
     0x0C: "\\\\f",
     0x0D: "\\\\r",
 }
+_NON_ASCII = (0x80, 0x10FFFF)
 _NEVER_RAW: Ranges = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F)]
-_QUANTIFIER = re.compile(r"(?:\d+(?:,\d*)?|,\d+)\}")
+_QUANTIFIER = re.compile(r"(\d*),?(\d*)\}")
+MAX_REPETITION = 1000
+"""The count a quantifier may ask (the bundled backend's bound on a schema's counts, schema_support)."""
 MAX_GROUP_DEPTH = 100
 """Groups a pattern may nest: the converter recurses into each, and 500 passed Python's recursion limit
 (its message, not this bound, was the 400)."""
@@ -67,17 +68,32 @@ def json_text_pattern(pattern: str) -> str:
         raise ValueError(f"groups nested deeper than {MAX_GROUP_DEPTH}") from None
     if not (pattern.startswith("^") and pattern.endswith("$") and len(pattern) >= 2):
         raise ValueError('Pattern must start with "^" and end with "$"')
-    return "^" + _Rewrite(pattern[1:-1]).body() + "$"
+    body = _Rewrite(pattern[1:-1]).body()
+    # In a group: the C++ converter wraps the body so, its Python port does not, and '^a|b$' there was
+    # '"\\"" "a" | "b" "\\""', whose first branch leaves the string open (found reviewing this module).
+    return f"^({body})$" if body else "^$"
+
+
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+"""Keywords whose values are data, where a ``pattern`` key is no schema's."""
 
 
 def patterns_as_json_text(schema: Any, *, drop_unenforceable: bool = False) -> Any:
-    """A copy of ``schema`` with each subschema's ``pattern`` rewritten by :func:`json_text_pattern`
-    (data such as ``enum`` and ``const`` left as it is). A pattern that cannot be raises its ValueError,
-    or with ``drop_unenforceable`` is left out: the string is then any string, as llama.cpp's converter
-    takes a pattern it does not support."""
+    """A copy of ``schema`` with the ``pattern`` of every object in it rewritten by
+    :func:`json_text_pattern`, wherever it is (the converters also read tuple ``items`` and whatever a
+    ``$ref`` points at, ``#/components/...`` included), but in data (``enum``, ``const``...). A pattern
+    that cannot be raises its ValueError, or with ``drop_unenforceable`` is left out: the string is then
+    any string, as llama.cpp's converter takes a pattern it does not support."""
+    if isinstance(schema, list):
+        return [patterns_as_json_text(item, drop_unenforceable=drop_unenforceable) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = with_children(schema, lambda sub: patterns_as_json_text(sub, drop_unenforceable=drop_unenforceable))
+    out = {
+        key: value
+        if key in _DATA_KEYWORDS
+        else patterns_as_json_text(value, drop_unenforceable=drop_unenforceable)
+        for key, value in schema.items()
+    }
     if isinstance(out.get("pattern"), str):
         try:
             out["pattern"] = json_text_pattern(out["pattern"])
@@ -95,6 +111,8 @@ class _Rewrite:
         self.text = body
         self.at = 0
         self.depth = 0
+        self.counted = False  # (the unit before was a quantifier)
+        self.set_in_class = False  # (the class being read holds \\d, \\w, \\s or a negation of one)
 
     def body(self) -> str:
         out = []
@@ -103,8 +121,12 @@ class _Rewrite:
         return "".join(out)
 
     def _unit(self) -> str:
+        after_count = self.counted
+        self.counted = False
         c = self.text[self.at]
         self.at += 1
+        if c in "*+?":
+            return self._quantifier(c, after_count)
         if c == "\\":
             return self._escape_outside()
         if c == "[":
@@ -121,24 +143,43 @@ class _Rewrite:
             # A regex's lone ] or } is that character; the converter's port read it as nothing and
             # looped without end on it (a worker thread at 100% CPU for good, black-box testing).
             return _escaped(c)
-        if c == '"' or ord(c) < 0x20 or ord(c) == 0x7F:
+        if c == '"' or ord(c) < 0x20 or ord(c) >= 0x7F:
+            # (and non-ASCII as a class: the C++ converter reads a literal byte by byte, so a quantifier
+            # after one would repeat its last byte alone)
             return _group([(ord(c), ord(c))])
         return c
+
+    def _quantifier(self, c: str, after_count: bool) -> str:
+        """``*``, ``+``, ``?``; after another quantifier, a lazy ``?`` is dropped (it changes no string
+        that matches whole) and a possessive ``+`` refused: the converter read either as a quantifier of
+        the repetition (``^a+?$`` took the empty string)."""
+        if not after_count:
+            self.counted = True
+            return c
+        if c == "?":
+            return ""
+        raise ValueError("possessive quantifiers (*+, ++, ?+, {m,n}+) are not supported")
 
     def _braces(self) -> str:
         """A quantifier ``{m}``, ``{m,}``, ``{m,n}`` as it is; else the brace is that character, as a regex
         reads it."""
         counts = _QUANTIFIER.match(self.text, self.at)
-        if counts is None:
+        if counts is None or counts.group(0) == "}":  # (a{} is those three characters)
             return _escaped("{")
+        if any(int(n) > MAX_REPETITION for n in counts.groups() if n):
+            # (the converter writes each repetition as a nested rule: 20,000 overflowed llama.cpp's parser)
+            raise ValueError(f"a pattern repeating more than {MAX_REPETITION} times")
         self.at = counts.end()
+        self.counted = True
         return "{" + counts.group(0)
 
     def _parenthesis(self, c: str) -> str:
         if c == ")":
             self.depth -= 1
             return c
-        if self.text.startswith("?", self.at):
+        if self.text.startswith("?:", self.at):
+            self.at += 2  # (a group that captures nothing: the same strings)
+        elif self.text.startswith("?", self.at):
             raise ValueError(f"group syntax (? (at {self.at}) is not supported")
         self.depth += 1
         if self.depth > MAX_GROUP_DEPTH:
@@ -158,6 +199,7 @@ class _Rewrite:
         negated = self.text.startswith("^", self.at)
         self.at += negated
         ranges: Ranges = []
+        self.set_in_class = False
         first = True
         while first or not self.text.startswith("]", self.at):
             if self.at >= len(self.text):
@@ -165,6 +207,8 @@ class _Rewrite:
             ranges += self._class_item()
             first = False
         self.at += 1
+        if negated and self.set_in_class:
+            ranges.append(_NON_ASCII)  # ([^\\d] leaves out other scripts' digits too: ASCII alone is left)
         return _complement(ranges) if negated else ranges
 
     def _class_item(self) -> Ranges:
@@ -187,6 +231,7 @@ class _Rewrite:
             return [(0x08, 0x08)]  # a backspace inside a class, as in Python's and ECMAScript's regexes
         ranges = self._escaped_set(c)
         if ranges is not None:
+            self.set_in_class = True
             return ranges
         return [(ord(c), ord(c))] if not c.isalnum() else self._escaped_char(c)
 
@@ -195,7 +240,9 @@ class _Rewrite:
         if c in _SETS:
             return list(_SETS[c])
         if c.lower() in _SETS and c.isupper():
-            return _complement(_SETS[c.lower()])
+            # ASCII alone: Python's \\d, \\w and \\s hold other scripts' digits, letters and spaces too,
+            # so the complement of their ASCII part would admit some (^\\S$ took a no-break space).
+            return _complement([*_SETS[c.lower()], _NON_ASCII])
         return None
 
     def _escaped_char(self, c: str) -> Ranges:

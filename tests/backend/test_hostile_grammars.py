@@ -63,6 +63,8 @@ def test_a_property_name_with_a_quote_or_a_newline_is_served(gemma_url: str) -> 
         "^\\s?q$",
         "^[[:alpha:]]}$",
         "^x\\({2}$",
+        "^a|bc$",
+        "^(xy)+?$",
     ],
     ids=[
         "quote",
@@ -73,6 +75,8 @@ def test_a_property_name_with_a_quote_or_a_newline_is_served(gemma_url: str) -> 
         "space",
         "lone-brackets",
         "escape-repeated",
+        "alternation",
+        "lazy",
     ],
 )
 def test_a_pattern_is_served_as_json_text_of_a_string_it_matches(gemma_url: str, pattern: str) -> None:
