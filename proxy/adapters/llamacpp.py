@@ -244,9 +244,10 @@ class LlamaCppAdapter:
         self._template = TemplateLearner()
 
     def call(self, endpoint: Endpoint, body: dict[str, Any]) -> UpstreamCall:
-        call = self._chat_call(body) if endpoint == "chat" else self._completion_call(body)
-        call.body = llama_cpp_patterns(call.body)
-        return call
+        # The client's schema's patterns as llama.cpp's converter must read them, once: a call made
+        # again (``instead_of_refused``) starts from the body already sent.
+        body = llama_cpp_patterns(body)
+        return self._chat_call(body) if endpoint == "chat" else self._completion_call(body)
 
     def _chat_call(self, body: dict[str, Any]) -> UpstreamCall:
         # llama-server reads reasoning_content (common_chat_msgs_parse_oaicompat).
@@ -260,7 +261,11 @@ class LlamaCppAdapter:
             body = {**body, "top_logprobs": 1}
         if (tools := self._tools.emulated(body)) is not None:
             required = body.get("tool_choice") == "required"
-            sent = with_limit(emulated_request(body, tools, required=required), self._default_max_tokens)
+            emulated = emulated_request(body, tools, required=required)
+            # (its JSON output's schema is made here, of the tools' parameters: that schema's patterns
+            # are rewritten now, and nothing of the body's, which ``call`` rewrote)
+            made = llama_cpp_patterns({"response_format": emulated["response_format"]})
+            sent = with_limit({**emulated, **made}, self._default_max_tokens)
             names = [tool["function"]["name"] for tool in tools]
             return UpstreamCall(OPENAI_PATHS["chat"], sent, EmulatedCalls(names, required=required))
         if self._tools.refused and body.get("tools") and body.get("tool_choice") == "none":

@@ -13,8 +13,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from conformance.api_errors import APIError
 from conformance.json_patterns import json_text_pattern
 from proxy.adapters import LlamaCppAdapter, OpenAIAdapter
+from proxy.adapters.base import UpstreamCall
 from proxy.adapters.llamacpp import native_completion_body
 from proxy.adapters.structured_output import for_llama_cpp_python, llama_cpp_patterns
 from proxy.upstream_traits import UpstreamTraits
@@ -195,3 +197,26 @@ def test_llama_cpp_python_gets_the_named_functions_patterns_rewritten_and_no_oth
     assert sent[0]["function"]["parameters"]["properties"]["code"]["pattern"] == json_text_pattern("^\\d$")
     assert sent[1] == tools[1]
     assert OpenAIAdapter().call("chat", body).body["tools"] == tools
+
+
+def test_a_call_made_again_through_json_output_has_its_tools_patterns_rewritten_once() -> None:
+    # A server that refuses tools ("tools param requires --jinja flag") is asked again through JSON
+    # output, whose schema is made of the tools' parameters: their patterns went raw on that second
+    # call (found reviewing), and the client's own schema must not be rewritten a second time.
+    digits = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^\\d$"}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": digits}}
+    body = {
+        **CHAT,
+        "response_format": None,
+        "json_schema": QUOTED,
+        "tools": [tool],
+        "tool_choice": "required",
+    }
+    adapter = LlamaCppAdapter()
+    first = adapter.call("chat", body)
+    refused = APIError.make("tools param requires --jinja flag", 500)
+    again = adapter.instead_of_refused(first, refused)
+    assert isinstance(again, UpstreamCall)
+    made = again.body["response_format"]["json_schema"]["schema"]["properties"]["tool_call"]
+    assert made["properties"]["arguments"]["properties"]["code"]["pattern"] == json_text_pattern("^\\d$")
+    assert again.body["json_schema"]["properties"]["q"]["pattern"] == json_text_pattern('^a"b$')
