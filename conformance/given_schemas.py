@@ -31,6 +31,7 @@ from jsonschema.exceptions import best_match
 
 from conformance import jsoncodec
 from conformance.api_errors import MAX_MESSAGE, InvalidRequest, quoted
+from conformance.schema_refs import DATA_KEYWORDS
 
 __all__ = ["check_given_schemas", "schema_problem"]
 
@@ -99,8 +100,6 @@ def _dangling_ref(schema: Mapping[str, Any]) -> str | None:
     return None
 
 
-_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
-"""Keywords whose values are data, where a ``$ref`` key is no reference."""
 _NAMED_SUBSCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 
 
@@ -118,7 +117,7 @@ def _refs(node: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], s
         if key in _NAMED_SUBSCHEMAS and isinstance(value, Mapping):  # names there, schemas below them
             for name, sub in value.items():
                 yield from _refs(sub, (*path, key, str(name)))
-        elif key not in _DATA_KEYWORDS:
+        elif key not in DATA_KEYWORDS:
             yield from _refs(value, (*path, str(key)))
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from conformance.schema_refs import DATA_KEYWORDS
+
 __all__ = ["json_text_pattern", "patterns_as_json_text"]
 
 Ranges = list[tuple[int, int]]
@@ -74,10 +76,6 @@ def json_text_pattern(pattern: str) -> str:
     return f"^({body})$" if body else "^$"
 
 
-_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
-"""Keywords whose values are data, where a ``pattern`` key is no schema's."""
-
-
 def patterns_as_json_text(schema: Any, *, drop_unenforceable: bool = False) -> Any:
     """A copy of ``schema`` with the ``pattern`` of every object in it rewritten by
     :func:`json_text_pattern`, wherever it is (the converters also read tuple ``items`` and whatever a
@@ -90,7 +88,7 @@ def patterns_as_json_text(schema: Any, *, drop_unenforceable: bool = False) -> A
         return schema
     out = {
         key: value
-        if key in _DATA_KEYWORDS
+        if key in DATA_KEYWORDS
         else patterns_as_json_text(value, drop_unenforceable=drop_unenforceable)
         for key, value in schema.items()
     }
@@ -191,9 +189,7 @@ class _Rewrite:
         if c in _CONVERTER_ESCAPES:
             return _escaped(c)
         ranges = self._escaped_set(c)
-        if ranges is None:
-            ranges = [(ord(c), ord(c))] if c == "/" or not c.isalnum() else self._escaped_char(c)
-        return _group(ranges)
+        return _group(self._escaped_one(c) if ranges is None else ranges)
 
     def _class(self) -> Ranges:
         negated = self.text.startswith("^", self.at)
@@ -233,7 +229,7 @@ class _Rewrite:
         if ranges is not None:
             self.set_in_class = True
             return ranges
-        return [(ord(c), ord(c))] if not c.isalnum() else self._escaped_char(c)
+        return self._escaped_one(c)
 
     def _escaped_set(self, c: str) -> Ranges | None:
         """``\\d``, ``\\w``, ``\\s`` and their negations."""
@@ -245,7 +241,11 @@ class _Rewrite:
             return _complement([*_SETS[c.lower()], _NON_ASCII])
         return None
 
-    def _escaped_char(self, c: str) -> Ranges:
+    def _escaped_one(self, c: str) -> Ranges:
+        """The one character an escape other than a set's names: a punctuation mark itself, a control
+        (``\\n``), a code (``\\x41``, ``\\u00e9``)."""
+        if not c.isalnum():
+            return [(ord(c), ord(c))]
         if c in _CONTROLS:
             return [(_CONTROLS[c], _CONTROLS[c])]
         digits = {"x": 2, "u": 4}.get(c)
@@ -297,9 +297,7 @@ def _group(ranges: Ranges) -> str:
     merged = _merged(ranges)
     raw = _merged([(low, high) for low, high in _complement(_NEVER_RAW + _complement(merged))])
     branches = ["[" + "".join(_class_span(low, high) for low, high in raw) + "]"] if raw else []
-    branches += [
-        text for code, text in _WRITTEN_ESCAPED.items() if any(lo <= code <= hi for lo, hi in merged)
-    ]
+    branches += [text for code, text in _WRITTEN_ESCAPED.items() if _holds(merged, code)]
     if not branches:
         raise ValueError("a character class in a pattern holds only characters JSON cannot write here")
     return "(" + "|".join(branches) + ")"

@@ -14,10 +14,20 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-__all__ = ["SUBSCHEMA_LISTS", "SUBSCHEMA_MAPS", "definitions_prefix", "hoisted", "localized", "with_children"]
+__all__ = [
+    "DATA_KEYWORDS",
+    "SUBSCHEMA_LISTS",
+    "SUBSCHEMA_MAPS",
+    "definitions_prefix",
+    "hoisted",
+    "localized",
+    "with_children",
+]
 
 SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+"""Keywords whose values are data, where a key such as ``$ref`` or ``pattern`` is no schema's."""
 
 
 def with_children(schema: dict[str, Any], change: Any) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Any
 
 from conformance.api_errors import APIError
 from conformance.json_patterns import patterns_as_json_text
-from conformance.request import Endpoint
+from conformance.request import Endpoint, named_function
 
 from ..upstream_traits import UpstreamTraits
 
@@ -140,9 +140,7 @@ def named_tool_patterns(body: dict[str, Any]) -> dict[str, Any]:
     :func:`llama_cpp_patterns` does (an unrewritable one left out): llama-cpp-python makes that
     function's parameters a grammar with the same converter, and its process exited on a ``\\d`` in one
     ("failed to parse grammar", measured on 0.3.36). Other tools' schemas only reach the prompt."""
-    choice = body.get("tool_choice")
-    function = choice.get("function") if isinstance(choice, dict) else None
-    name = function.get("name") if isinstance(function, dict) else None
+    name = named_function(body.get("tool_choice"))
     tools = body.get("tools")
     if name is None or not isinstance(tools, list):
         return body
